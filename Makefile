@@ -1,0 +1,51 @@
+# pipeline: developer entry points. Needs only Python >= 3.11 (+ Java 17 for the Spark
+# tests, gcc for C extensions built from source). Everything else goes into .venv.
+
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+VPIP := $(VENV)/bin/pip
+EXTRAS ?= test,spark,broker,bench,lint
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+FAST_MARKERS := not integration and not chaos and not spark and not slow
+
+.DEFAULT_GOAL := help
+.PHONY: help venv test test-fast demo bench lint clean
+
+help:
+	@echo "make demo       start the embedded broker, create demo-orders, produce + read back"
+	@echo "make test       the whole suite (unit, integration, chaos quick mode, spark)"
+	@echo "make test-fast  pure tests only (no broker, no spark, nothing slow)"
+	@echo "make bench      benchmarks -> bench/results/*.json"
+	@echo "make lint       ruff + mypy --strict"
+	@echo "make clean      remove .venv and caches"
+
+# (Re)install whenever pyproject.toml changes. The venv itself is created only if missing.
+$(STAMP): pyproject.toml
+	@test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPIP) install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
+	@touch $@
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(VPY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(VPY) -m pytest -q -m "$(FAST_MARKERS)" $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(VPY) demo/placeholder.py
+
+bench: $(STAMP)
+	$(VPY) -m bench
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check pipeline tests
+	$(VENV)/bin/mypy --strict pipeline
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis \
+		.demo spark-warehouse metastore_db derby.log
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

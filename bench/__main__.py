@@ -1,0 +1,94 @@
+"""``python -m bench [NAME ...]`` (``make bench``): run the benchmark modules.
+
+A benchmark is a module ``bench/<name>_bench.py`` with ``run(**kwargs) -> dict`` (a
+JSON-serialisable report) and optionally ``format_table(report) -> str``. Each report is
+printed and written to ``bench/results/<name>.json``; a module that is missing (not written
+yet) or lacks ``run`` is reported and skipped, so this runner works while the suite grows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pkgutil
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
+# Run first, in this order; any other bench/*_bench.py found is run after them.
+PREFERRED = ["codec", "producer", "compare"]
+
+
+def discover() -> list[str]:
+    found = sorted(
+        info.name.removesuffix("_bench")
+        for info in pkgutil.iter_modules([str(BENCH_DIR)])
+        if info.name.endswith("_bench")
+    )
+    return [n for n in PREFERRED if n in found] + [n for n in found if n not in PREFERRED]
+
+
+def run_one(name: str, results_dir: Path) -> str:
+    """Run ``bench.<name>_bench``; returns "ok", "skipped" or "failed"."""
+    module_name = f"bench.{name}_bench"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name in (module_name, "bench"):
+            print(f"[{name}] skipped: {module_name} does not exist yet")
+            return "skipped"
+        print(f"[{name}] skipped: missing dependency {exc.name!r} (pip install -e '.[bench]')")
+        return "skipped"
+    run = getattr(module, "run", None)
+    if not callable(run):
+        print(f"[{name}] skipped: {module_name} has no run()")
+        return "skipped"
+    print(f"[{name}] running {module_name}.run() ...", flush=True)
+    started = time.perf_counter()
+    try:
+        report: Any = run()
+    except Exception:
+        traceback.print_exc()
+        print(f"[{name}] FAILED")
+        return "failed"
+    elapsed = time.perf_counter() - started
+    formatter = getattr(module, "format_table", None)
+    if callable(formatter):
+        print(formatter(report))
+    else:
+        print(json.dumps(report, indent=2, default=str))
+    results_dir.mkdir(parents=True, exist_ok=True)
+    out = results_dir / f"{name}.json"
+    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"[{name}] done in {elapsed:.1f}s, wrote {out}\n", flush=True)
+    return "ok"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "names", nargs="*", help="benchmarks to run, e.g. codec (default: all found)"
+    )
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    args = parser.parse_args(argv)
+    available = discover()
+    if args.list:
+        print("\n".join(available) or "(none yet)")
+        return 0
+    names = args.names or available
+    if not names:
+        print("no benchmark modules yet (bench/*_bench.py)")
+        return 0
+    outcomes = {name: run_one(name, args.results_dir) for name in names}
+    print("summary: " + ", ".join(f"{n}={o}" for n, o in outcomes.items()))
+    return 1 if "failed" in outcomes.values() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

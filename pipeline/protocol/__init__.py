@@ -1,0 +1,3 @@
+"""Sans-I/O Kafka protocol: primitives, generated messages, headers, codec, framing."""
+
+from __future__ import annotations

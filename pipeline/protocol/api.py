@@ -1,0 +1,76 @@
+"""API keys, the version ranges this client speaks, and key -> class lookup."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any, ClassVar, Protocol, Self
+
+from pipeline.protocol.messages import REQUESTS, RESPONSES
+
+__all__ = [
+    "CLIENT_VERSIONS",
+    "ApiKey",
+    "Message",
+    "request_class",
+    "response_class",
+]
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    SASL_AUTHENTICATE = 36
+
+
+class Message(Protocol):
+    """What every generated request/response class provides."""
+
+    API_KEY: ClassVar[int]
+    MIN_VERSION: ClassVar[int]
+    MAX_VERSION: ClassVar[int]
+    FLEXIBLE_VERSION: ClassVar[int | None]
+
+    def encode(self, version: int) -> bytes: ...
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, version: int) -> Self: ...
+
+
+def request_class(api_key: int) -> type[Any]:
+    """The generated request class for ``api_key`` (``KeyError`` if we don't know it)."""
+    return REQUESTS[int(api_key)]
+
+
+def response_class(api_key: int) -> type[Any]:
+    """The generated response class for ``api_key`` (``KeyError`` if we don't know it)."""
+    return RESPONSES[int(api_key)]
+
+
+def _full(key: ApiKey) -> tuple[int, int]:
+    cls = REQUESTS[int(key)]
+    lo: int = cls.MIN_VERSION
+    hi: int = cls.MAX_VERSION
+    return (lo, hi)
+
+
+#: The version range *we* speak for each API (inclusive). Negotiation picks the
+#: highest version in the intersection with the broker's range.
+CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.METADATA: (1, 12),
+    ApiKey.PRODUCE: (3, 11),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.FETCH: (4, _full(ApiKey.FETCH)[1]),
+    ApiKey.LIST_OFFSETS: _full(ApiKey.LIST_OFFSETS),
+    ApiKey.CREATE_TOPICS: _full(ApiKey.CREATE_TOPICS),
+    ApiKey.DELETE_TOPICS: _full(ApiKey.DELETE_TOPICS),
+    ApiKey.SASL_HANDSHAKE: _full(ApiKey.SASL_HANDSHAKE),
+    ApiKey.SASL_AUTHENTICATE: _full(ApiKey.SASL_AUTHENTICATE),
+}

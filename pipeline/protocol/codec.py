@@ -1,0 +1,131 @@
+"""Whole-frame encoding/decoding: header + body (+ the 4-byte size prefix on encode).
+
+* ``encode_request`` / ``encode_response`` return **size-prefixed** frames,
+  ready to write to a stream.
+* ``decode_request`` / ``decode_response`` / ``peek_correlation_id`` take a
+  frame **without** its size prefix (what :class:`~pipeline.protocol.framing.FrameBuffer`
+  yields).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from pipeline.protocol.errors import DecodeError, UnsupportedVersionError
+from pipeline.protocol.header import (
+    RequestHeader,
+    ResponseHeader,
+    request_header_version,
+    response_header_version,
+)
+from pipeline.protocol.messages import REQUESTS, RESPONSES
+from pipeline.protocol.primitives import Reader, Writer
+
+__all__ = [
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "peek_correlation_id",
+]
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_API_VERSIONS_KEY = 18
+
+
+def _check_version(cls: Any, version: int) -> None:
+    if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+        raise UnsupportedVersionError(
+            f"{cls.__name__} version {version} is outside {cls.MIN_VERSION}-{cls.MAX_VERSION}"
+        )
+
+
+def encode_request(request: Any, *, version: int, correlation_id: int, client_id: str | None) -> bytes:
+    """Header + body of ``request`` at ``version``, with the int32 size prefix."""
+    cls = type(request)
+    _check_version(cls, version)
+    api_key: int = cls.API_KEY
+    w = Writer()
+    w.buf += b"\x00\x00\x00\x00"
+    RequestHeader(
+        request_api_key=api_key,
+        request_api_version=version,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )._write(w, request_header_version(api_key, version))
+    request._write(w, version)
+    _I32.pack_into(w.buf, 0, len(w.buf) - 4)
+    return bytes(w.buf)
+
+
+def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, Any]:
+    """Decode a request frame (no size prefix) into ``(header, request)``.
+
+    Raises :class:`UnsupportedVersionError` (with ``.header`` set to a v1-decoded
+    header, so a server can still answer) for unknown API keys or versions.
+    """
+    r = Reader(frame)
+    if r.remaining < 8:
+        raise DecodeError(f"request frame too short for a header: {r.remaining} bytes")
+    api_key = _I16.unpack_from(frame, 0)[0]
+    version = _I16.unpack_from(frame, 2)[0]
+    cls = REQUESTS.get(api_key)
+    if cls is None or not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+        header = RequestHeader._read(r, 1)
+        what = "unknown API key" if cls is None else f"{cls.__name__} version {version} unsupported"
+        raise UnsupportedVersionError(
+            f"{what} (api_key={api_key}, version={version}, correlation_id={header.correlation_id})",
+            header=header,
+        )
+    header = RequestHeader._read(r, request_header_version(api_key, version))
+    body = cls._read(r, version)
+    return header, body
+
+
+def encode_response(response: Any, *, api_key: int, version: int, correlation_id: int) -> bytes:
+    """Header + body of ``response`` at ``version``, with the int32 size prefix."""
+    cls = type(response)
+    if cls.API_KEY != api_key:
+        raise ValueError(f"{cls.__name__} is not a response for API key {api_key}")
+    _check_version(cls, version)
+    w = Writer()
+    w.buf += b"\x00\x00\x00\x00"
+    ResponseHeader(correlation_id=correlation_id)._write(w, response_header_version(api_key, version))
+    response._write(w, version)
+    _I32.pack_into(w.buf, 0, len(w.buf) - 4)
+    return bytes(w.buf)
+
+
+def decode_response(
+    frame: bytes | bytearray | memoryview, *, api_key: int, version: int
+) -> tuple[int, Any]:
+    """Decode a response frame (no size prefix) into ``(correlation_id, response)``.
+
+    ApiVersions: a broker that does not support our request version answers
+    with a v0 body (error UNSUPPORTED_VERSION); like the Java client we fall
+    back to decoding v0 when decoding at ``version`` fails.
+    """
+    cls = RESPONSES.get(int(api_key))
+    if cls is None:
+        raise UnsupportedVersionError(f"unknown API key {api_key}")
+    _check_version(cls, version)
+    r = Reader(frame)
+    header = ResponseHeader._read(r, response_header_version(api_key, version))
+    if api_key == _API_VERSIONS_KEY and version > 0:
+        start = r.pos
+        try:
+            return header.correlation_id, cls._read(r, version)
+        except DecodeError:
+            r.pos = start
+            return header.correlation_id, cls._read(r, 0)
+    return header.correlation_id, cls._read(r, version)
+
+
+def peek_correlation_id(frame: bytes | bytearray | memoryview) -> int:
+    """The correlation id of a response frame (no size prefix): its first int32."""
+    if len(frame) < 4:
+        raise DecodeError(f"frame too short for a correlation id: {len(frame)} bytes")
+    cid: int = _I32.unpack_from(frame, 0)[0]
+    return cid

@@ -1,0 +1,80 @@
+"""Size-prefixed frame splitting, h11 style: feed bytes in, pull frames out."""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Final, Literal
+
+from pipeline.protocol.errors import ProtocolError
+
+__all__ = ["DEFAULT_MAX_FRAME_SIZE", "NEED_DATA", "FrameBuffer"]
+
+_I32 = struct.Struct(">i")
+
+#: Default guard: Kafka's socket.request.max.bytes default is 100 MiB.
+DEFAULT_MAX_FRAME_SIZE: Final = 100 * 1024 * 1024
+
+
+class _NeedData(enum.Enum):
+    NEED_DATA = "NEED_DATA"
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+#: Returned by :meth:`FrameBuffer.next_frame` when no complete frame is buffered.
+NEED_DATA: Final = _NeedData.NEED_DATA
+
+# Compact the buffer once the consumed prefix is at least this big and at
+# least half of the buffer, so each byte is moved O(1) times on average.
+_COMPACT_MIN = 64 * 1024
+
+
+class FrameBuffer:
+    """Accumulates stream bytes and yields complete frames (payload without the size).
+
+    ``receive_data`` appends; ``next_frame`` returns the next frame's payload as
+    ``bytes``, or :data:`NEED_DATA`. A negative size or one above
+    ``max_frame_size`` raises :class:`ProtocolError` (the stream is unusable).
+    """
+
+    __slots__ = ("_buf", "_pos", "max_frame_size")
+
+    def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+        self.max_frame_size = max_frame_size
+
+    def __len__(self) -> int:
+        """Bytes buffered and not yet returned as frames."""
+        return len(self._buf) - self._pos
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        self._buf += data
+
+    def next_frame(self) -> bytes | Literal[_NeedData.NEED_DATA]:
+        buf = self._buf
+        pos = self._pos
+        avail = len(buf) - pos
+        if avail < 4:
+            return NEED_DATA
+        size: int = _I32.unpack_from(buf, pos)[0]
+        if size < 0:
+            raise ProtocolError(f"negative frame size {size}")
+        if size > self.max_frame_size:
+            raise ProtocolError(f"frame size {size} exceeds max_frame_size {self.max_frame_size}")
+        if avail < 4 + size:
+            return NEED_DATA
+        start = pos + 4
+        end = start + size
+        frame = bytes(buf[start:end])
+        if end == len(buf):
+            buf.clear()
+            self._pos = 0
+        else:
+            self._pos = end
+            if end >= _COMPACT_MIN and end * 2 >= len(buf):
+                del buf[:end]
+                self._pos = 0
+        return frame
