@@ -1,0 +1,533 @@
+"""One connection to one broker: handshake, pipelining, timeouts.
+
+# Strategy
+
+A :class:`BrokerConnection` owns a stream and exactly one reader task, started
+in a nursery the caller passes in (the :class:`~pipeline.cluster.pool.Cluster`'s
+nursery in production, a test's ``nursery`` fixture in tests).
+
+Writing happens in the caller's task, under ``_write_lock`` (trio streams
+forbid concurrent ``send_all``). Before a request's bytes are written the caller
+takes an in-flight *slot*; ``max_in_flight`` slots exist, so there is never one
+more request on the wire than allowed. The slot belongs to the pending entry
+from the moment it is registered, and is given back when that entry leaves
+``_pending`` (its response arrived, or the connection failed). Slots are handed
+directly to the next parked waiter, FIFO, so a newcomer cannot overtake a task
+that has been waiting (same hand-off as :class:`trio.Semaphore`).
+
+The reader pulls frames out of a sans-I/O :class:`FrameBuffer`, peeks the
+correlation id, pops the matching :class:`PendingResponse`, decodes, and wakes
+its waiter through a :class:`trio.Event`: no task per request. A response whose
+correlation id matches nothing (tansu answers acks=0 Produce requests) is
+logged and dropped.
+
+Request timeouts cost no task either: the reader's ``receive_some`` runs under a
+cancel scope whose deadline is the oldest pending request's deadline (deadlines
+are monotonic in send order, so the oldest is the earliest). When it fires, the
+connection is closed and every pending request fails with
+:class:`RequestTimedOutError`.
+
+Invariants:
+
+* Once ``send()`` has started writing a request, that request is treated as
+  written. If the writer is cancelled mid-write the stream is in an unknown
+  state, so the connection is closed (every pending request fails); the
+  cancelled caller sees ``Cancelled``.
+* A caller cancelled while waiting for a response only stops waiting: the
+  entry stays in ``_pending`` and the reader consumes (and discards) the
+  response when it arrives, so correlation bookkeeping never drifts.
+* Every failure path goes through ``_fail()``, which runs once: it marks the
+  connection closed, fails all pending entries with one typed error, wakes
+  slot waiters and cancels the reader, whose ``finally`` closes the stream.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from pipeline.cluster.errors import (
+    BrokerConnectionError,
+    BrokerProtocolError,
+    KafkaError,
+    RequestTimedOutError,
+    UnsupportedApiError,
+)
+from pipeline.cluster.transport import Connector
+from pipeline.protocol.api import CLIENT_VERSIONS, ApiKey
+from pipeline.protocol.codec import decode_response, encode_request, peek_correlation_id
+from pipeline.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersionError, error_code
+from pipeline.protocol.framing import NEED_DATA, FrameBuffer
+from pipeline.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from pipeline.protocol.versions import api_versions_retry_version, negotiate_all
+
+__all__ = ["DEFAULT_MAX_FRAME_SIZE", "BrokerConnection", "PendingResponse"]
+
+logger = logging.getLogger("pipeline.cluster")
+
+DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
+_CLIENT_SOFTWARE_NAME = "trio-kafka-pipeline"
+_CLIENT_SOFTWARE_VERSION = "0.1.0"
+_STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+OnClose = Callable[["BrokerConnection", KafkaError], None]
+
+
+class PendingResponse:
+    """The response to one request already written to the wire.
+
+    Resolved by the connection's reader task; any number of tasks may
+    :meth:`wait`. Cancelling a waiter does not affect the request.
+    """
+
+    __slots__ = (
+        "_error",
+        "_event",
+        "_response",
+        "api_key",
+        "correlation_id",
+        "deadline",
+        "version",
+    )
+
+    def __init__(self, api_key: ApiKey, version: int, correlation_id: int, deadline: float) -> None:
+        self.api_key = api_key
+        self.version = version
+        self.correlation_id = correlation_id
+        self.deadline = deadline  # trio time after which the connection is declared dead
+        self._event = trio.Event()
+        self._response: Any = None
+        self._error: KafkaError | None = None
+
+    @property
+    def done(self) -> bool:
+        """True once the response arrived or the request failed."""
+        return self._event.is_set()
+
+    async def wait(self) -> Any:
+        """Wait for and return the decoded response.
+
+        Raises:
+          BrokerConnectionError: the connection failed (``RequestTimedOutError``
+              on timeout); the request may or may not have been applied.
+          BrokerProtocolError: the broker sent a malformed frame.
+        """
+        await self._event.wait()
+        if self._error is not None:
+            raise self._error
+        return self._response
+
+    def _resolve(self, response: Any) -> None:
+        self._response = response
+        self._event.set()
+
+    def _set_error(self, error: KafkaError) -> None:
+        self._error = error
+        self._event.set()
+
+    def __repr__(self) -> str:
+        state = "done" if self.done else "pending"
+        return f"<PendingResponse {self.api_key.name} v{self.version} cid={self.correlation_id} {state}>"
+
+
+class BrokerConnection:
+    """A pipelined connection to one broker. Create with :meth:`connect`."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        host: str,
+        port: int,
+        *,
+        node_id: int = -1,
+        client_id: str = "pipeline",
+        max_in_flight: int = 5,
+        request_timeout: float = 30.0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        on_close: OnClose | None = None,
+    ) -> None:
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be >= 1")
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.api_versions: dict[ApiKey, int] = {}  # negotiated at connect
+        self.client_id = client_id
+        self.max_in_flight = max_in_flight
+        self.request_timeout = request_timeout
+        self.unmatched_responses = 0  # responses whose correlation id matched nothing
+        self._stream = stream
+        self._frames = FrameBuffer(max_frame_size=max_frame_size)
+        self._on_close = on_close
+        # {correlation_id: entry}, in send order. Protects response matching: an
+        # entry leaves only when its response is read or the connection fails,
+        # and the in-flight slot leaves with it.
+        self._pending: collections.OrderedDict[int, PendingResponse] = collections.OrderedDict()
+        # Slots not owned by a pending entry or handed to a parked waiter.
+        self._free_slots = max_in_flight
+        self._slot_lot = trio.lowlevel.ParkingLot()
+        # Serialises writes: frames go out whole, in correlation-id order.
+        self._write_lock = trio.Lock()
+        self._next_correlation_id = 0
+        self._closed_error: KafkaError | None = None
+        self._reader_scope = trio.CancelScope()
+        self._read_scope: trio.CancelScope | None = None  # the reader's receive, while in it
+        self._reader_done = trio.Event()
+
+    # ------------------------------------------------------------------ connect
+
+    @classmethod
+    async def connect(
+        cls,
+        nursery: trio.Nursery,
+        connector: Connector,
+        host: str,
+        port: int,
+        *,
+        node_id: int = -1,
+        client_id: str = "pipeline",
+        max_in_flight: int = 5,
+        request_timeout: float = 30.0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        on_close: OnClose | None = None,
+    ) -> BrokerConnection:
+        """Open a stream, start the reader task in ``nursery`` and negotiate API versions.
+
+        Args:
+          nursery: where the reader task runs; it lives until the connection closes.
+          connector: opens the stream (:func:`~pipeline.cluster.transport.tcp_connector`,
+              :meth:`MemoryNetwork.connect <pipeline.cluster.transport.MemoryNetwork.connect>`).
+          on_close: called once (synchronously) when the connection fails on its own,
+              not when :meth:`aclose` is called.
+
+        Raises:
+          BrokerConnectionError: the broker is unreachable or dropped the handshake.
+          BrokerProtocolError: the handshake response is malformed.
+          UnsupportedApiError: no ApiVersions version in common.
+        """
+        try:
+            stream = await connector(host, port)
+        except (OSError, trio.BrokenResourceError) as exc:
+            raise BrokerConnectionError(
+                f"cannot connect to broker {node_id} at {host}:{port}: {exc}"
+            ) from exc
+        conn = cls(
+            stream,
+            host,
+            port,
+            node_id=node_id,
+            client_id=client_id,
+            max_in_flight=max_in_flight,
+            request_timeout=request_timeout,
+            max_frame_size=max_frame_size,
+        )
+        try:
+            await nursery.start(conn._run_reader)
+            await conn._handshake()
+        except BaseException:
+            await conn.aclose()
+            raise
+        conn._on_close = on_close
+        logger.debug("connected to %s; versions %s", conn, conn.api_versions)
+        return conn
+
+    async def _handshake(self) -> None:
+        version = CLIENT_VERSIONS[ApiKey.API_VERSIONS][1]
+        request = ApiVersionsRequest(
+            client_software_name=_CLIENT_SOFTWARE_NAME,
+            client_software_version=_CLIENT_SOFTWARE_VERSION,
+        )
+        while True:
+            response: ApiVersionsResponse = await self.request(request, version=version)
+            if response.error_code == ErrorCode.NONE:
+                break
+            # A broker that does not support our version answers
+            # UNSUPPORTED_VERSION in v0 format, listing its own ApiVersions
+            # range (KIP-511): retry once at the highest common version, else v0.
+            retry_version = api_versions_retry_version(response)
+            if retry_version is not None and retry_version < version:
+                logger.debug(
+                    "%s rejected ApiVersions v%d; retrying v%d", self, version, retry_version
+                )
+                version = retry_version
+                continue
+            name = error_code(response.error_code).name
+            error = BrokerProtocolError(f"{self} rejected ApiVersions v{version}: {name}")
+            self._fail(error, notify=False)
+            raise error
+        try:
+            self.api_versions = negotiate_all(response)
+        except UnsupportedVersionError as exc:
+            unsupported = UnsupportedApiError(f"{self}: {exc}")
+            self._fail(
+                BrokerConnectionError(f"{self}: closed after failed version negotiation"),
+                notify=False,
+            )
+            raise unsupported from exc
+
+    # --------------------------------------------------------------- properties
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection failed or was closed; it never reopens."""
+        return self._closed_error is not None
+
+    @property
+    def in_flight(self) -> int:
+        """Requests written (or being written) whose response has not been read."""
+        return len(self._pending)
+
+    def __str__(self) -> str:
+        return f"broker {self.node_id} ({self.host}:{self.port})"
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"in_flight={self.in_flight}"
+        return f"<BrokerConnection node_id={self.node_id} {self.host}:{self.port} {state}>"
+
+    # -------------------------------------------------------------------- send
+
+    def version_for(self, api_key: ApiKey) -> int:
+        """The negotiated version for ``api_key``.
+
+        Raises:
+          UnsupportedApiError: the broker does not support the API (or no common version).
+        """
+        try:
+            return self.api_versions[api_key]
+        except KeyError:
+            raise UnsupportedApiError(
+                f"{self} supports no version of {api_key.name} that this client speaks"
+            ) from None
+
+    async def send(
+        self, request: Any, *, version: int | None = None, expect_response: bool = True
+    ) -> PendingResponse:
+        """Write ``request`` and return its :class:`PendingResponse`.
+
+        Waits for an in-flight slot (when a response is expected) and for the
+        write lock, then writes the frame. Once this returns, the request is on
+        the wire and will never be treated as unsent. With
+        ``expect_response=False`` (acks=0 Produce) no slot is taken and the
+        returned entry is already resolved with ``None``.
+
+        Raises:
+          BrokerConnectionError: the connection is (or became) closed.
+          UnsupportedApiError: no version negotiated for the request's API.
+        """
+        api_key = ApiKey(request.API_KEY)
+        if version is None:
+            version = self.version_for(api_key)
+        if expect_response:
+            await self._acquire_slot()
+        slot_held = expect_response  # until the pending entry owns it
+        try:
+            async with self._write_lock:
+                self._raise_if_closed()
+                # Deliver a cancellation that is already pending now, while
+                # nothing is written: past this point cancelling closes the
+                # connection.
+                await trio.lowlevel.checkpoint_if_cancelled()
+                correlation_id = self._next_correlation_id
+                frame = encode_request(
+                    request,
+                    version=version,
+                    correlation_id=correlation_id,
+                    client_id=self.client_id,
+                )
+                self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+                pending = PendingResponse(
+                    api_key, version, correlation_id, trio.current_time() + self.request_timeout
+                )
+                if expect_response:
+                    self._register(pending)
+                    slot_held = False
+                try:
+                    await self._stream.send_all(frame)
+                except trio.Cancelled:
+                    self._fail(
+                        BrokerConnectionError(
+                            f"{self}: closed because a {api_key.name} request was cancelled "
+                            "while being written (the stream is in an unknown state)"
+                        )
+                    )
+                    raise
+                except _STREAM_ERRORS as exc:
+                    self._fail(BrokerConnectionError(f"{self}: write failed: {exc!r}"))
+                    raise self._closed_error_or_default() from exc
+        finally:
+            if slot_held:
+                self._release_slot()
+        if not expect_response:
+            pending._resolve(None)
+        return pending
+
+    async def request(self, request: Any, *, version: int | None = None) -> Any:
+        """Send ``request`` and wait for its decoded response (see :meth:`send`)."""
+        pending = await self.send(request, version=version)
+        return await pending.wait()
+
+    async def aclose(self) -> None:
+        """Close the connection; pending requests fail with :class:`BrokerConnectionError`."""
+        self._fail(BrokerConnectionError(f"{self}: connection closed by the client"), notify=False)
+        with trio.CancelScope(shield=True):
+            await self._reader_done.wait()
+
+    # ------------------------------------------------------------------- slots
+
+    async def _acquire_slot(self) -> None:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._raise_if_closed()
+        if self._free_slots > 0:
+            self._free_slots -= 1
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return
+        # Parked until a slot is handed to us (or the connection fails). If we
+        # are cancelled while parked, nothing was handed to us.
+        await self._slot_lot.park()
+        self._raise_if_closed()
+
+    def _release_slot(self) -> None:
+        if self.closed:
+            return
+        if self._slot_lot:
+            self._slot_lot.unpark()  # hand the slot over directly
+        else:
+            self._free_slots += 1
+
+    # ------------------------------------------------------------ bookkeeping
+
+    def _register(self, pending: PendingResponse) -> None:
+        was_idle = not self._pending
+        self._pending[pending.correlation_id] = pending
+        if was_idle and self._read_scope is not None:
+            self._read_scope.deadline = pending.deadline
+
+    def _raise_if_closed(self) -> None:
+        if self._closed_error is not None:
+            raise self._closed_error_or_default()
+
+    def _closed_error_or_default(self) -> KafkaError:
+        error = self._closed_error
+        if isinstance(error, BrokerConnectionError):
+            return type(error)(*error.args)
+        return BrokerConnectionError(f"{self}: connection closed ({error})")
+
+    def _fail(self, error: KafkaError, *, notify: bool = True) -> None:
+        """Close the connection: runs once; fails every pending entry with ``error``."""
+        if self._closed_error is not None:
+            return
+        self._closed_error = error
+        pending = list(self._pending.values())
+        self._pending.clear()
+        if pending or notify:
+            logger.warning("%s; failing %d pending request(s)", error, len(pending))
+        for entry in pending:
+            entry._set_error(error)
+        self._slot_lot.unpark_all()  # parked senders wake and see the connection closed
+        self._reader_scope.cancel()
+        if notify and self._on_close is not None:
+            self._on_close(self, error)
+
+    # ------------------------------------------------------------------ reader
+
+    async def _run_reader(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            with self._reader_scope:
+                task_status.started()
+                try:
+                    await self._read_loop()
+                except _STREAM_ERRORS as exc:
+                    self._fail(BrokerConnectionError(f"{self}: read failed: {exc!r}"))
+                except BrokerProtocolError as exc:
+                    self._fail(exc)
+                except KafkaError as exc:
+                    self._fail(exc)
+        finally:
+            # Cancelled from outside (the nursery is shutting down) or ended above.
+            self._fail(BrokerConnectionError(f"{self}: connection closed"), notify=False)
+            await trio.aclose_forcefully(self._stream)
+            self._reader_done.set()
+
+    async def _read_loop(self) -> None:
+        frames = self._frames
+        while True:
+            try:
+                frame = frames.next_frame()
+            except ProtocolError as exc:
+                raise BrokerProtocolError(f"{self}: bad frame: {exc}") from exc
+            if frame is not NEED_DATA:
+                self._dispatch(frame)
+                continue
+            deadline = self._oldest_deadline()
+            with trio.CancelScope(deadline=deadline) as scope:
+                self._read_scope = scope
+                data = await self._stream.receive_some()
+            self._read_scope = None
+            if scope.cancelled_caught:
+                self._check_timeout()
+                continue
+            if not data:
+                raise BrokerConnectionError(f"{self}: connection closed by the broker")
+            frames.receive_data(data)
+
+    def _oldest_deadline(self) -> float:
+        for entry in self._pending.values():
+            return entry.deadline
+        return math.inf
+
+    def _check_timeout(self) -> None:
+        for entry in self._pending.values():
+            if entry.deadline <= trio.current_time():
+                raise RequestTimedOutError(
+                    f"{self}: no response to {entry.api_key.name} v{entry.version} "
+                    f"(correlation id {entry.correlation_id}) within {self.request_timeout}s; "
+                    "closing the connection"
+                )
+            return
+
+    def _dispatch(self, frame: bytes) -> None:
+        try:
+            correlation_id = peek_correlation_id(frame)
+        except ProtocolError as exc:
+            raise BrokerProtocolError(f"{self}: frame too short for a response header") from exc
+        entry = self._pending.pop(correlation_id, None)
+        if entry is None:
+            # tansu answers acks=0 Produce requests; an unknown id is harmless.
+            self.unmatched_responses += 1
+            log = logger.warning if self.unmatched_responses == 1 else logger.debug
+            log("%s: dropping response with unknown correlation id %d", self, correlation_id)
+            return
+        self._release_slot()
+        if self._pending and next(iter(self._pending)) < correlation_id:
+            logger.warning(
+                "%s: response for correlation id %d overtook earlier requests", self, correlation_id
+            )
+        try:
+            response = _decode(frame, entry.api_key, entry.version)
+        except Exception as exc:  # any decoder failure means a malformed frame
+            error = BrokerProtocolError(
+                f"{self}: malformed {entry.api_key.name} v{entry.version} response "
+                f"(correlation id {correlation_id}): {exc!r}"
+            )
+            error.__cause__ = exc
+            entry._set_error(error)
+            raise error from exc
+        entry._resolve(response)
+
+
+def _decode(frame: bytes, api_key: ApiKey, version: int) -> Any:
+    if api_key == ApiKey.API_VERSIONS and version > 0 and len(frame) >= 6:
+        # A broker that does not support our ApiVersions version answers
+        # UNSUPPORTED_VERSION in v0 format (ApiVersions responses always use
+        # header v0: 4 bytes of correlation id, then the body).
+        if int.from_bytes(frame[4:6], "big", signed=True) == ErrorCode.UNSUPPORTED_VERSION:
+            return ApiVersionsResponse.decode(frame[4:], 0)
+    _, response = decode_response(frame, api_key=api_key, version=version)
+    return response

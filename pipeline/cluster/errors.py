@@ -1,0 +1,90 @@
+"""Errors raised by the I/O layer, mapped at the cluster boundary.
+
+Everything the client raises derives from :class:`KafkaError`. Stream-level
+failures (refused, reset, closed, timed out) become
+:class:`BrokerConnectionError`; bytes that do not parse become
+:class:`BrokerProtocolError`. ``retriable`` tells the producer whether a fresh
+attempt (after a metadata refresh and backoff) can succeed.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "BrokerConnectionError",
+    "BrokerProtocolError",
+    "KafkaError",
+    "MetadataTimeoutError",
+    "RequestTimedOutError",
+    "TopicMetadataError",
+    "UnknownTopicError",
+    "UnsupportedApiError",
+]
+
+
+class KafkaError(Exception):
+    """Base of every error the client raises."""
+
+    retriable: ClassVar[bool] = False
+
+
+class BrokerConnectionError(KafkaError):
+    """The connection to a broker was refused, reset or closed.
+
+    A request that failed with this error may or may not have reached the
+    broker: only idempotence makes a retry safe against duplicates.
+    """
+
+    retriable = True
+
+
+class RequestTimedOutError(BrokerConnectionError):
+    """No response within ``request_timeout``; the connection was closed."""
+
+    retriable = True
+
+
+class BrokerProtocolError(KafkaError):
+    """The broker sent bytes that do not parse; the connection was closed.
+
+    Retriable: a new connection renegotiates versions, and the producer's retry
+    budget bounds how often a broker that keeps misbehaving is tried again.
+    """
+
+    retriable = True
+
+
+class UnsupportedApiError(KafkaError):
+    """The broker does not support any version of an API that we speak."""
+
+
+class UnknownTopicError(KafkaError):
+    """The topic does not exist and auto-creation is off (or the broker refused it)."""
+
+    def __init__(self, topic: str, detail: str | None = None) -> None:
+        self.topic = topic
+        if detail is None:
+            detail = (
+                f"topic {topic!r} does not exist. Create it first (for example "
+                f"`kafka-topics.sh --create --topic {topic} --partitions N`, or an admin "
+                "CreateTopics request), or open the cluster with "
+                "allow_auto_topic_creation=True to let the broker create it "
+                "(the broker must also have auto.create.topics.enable=true)"
+            )
+        super().__init__(detail)
+
+
+class MetadataTimeoutError(KafkaError):
+    """Metadata could not be obtained before the deadline."""
+
+    retriable = True
+
+
+class TopicMetadataError(KafkaError):
+    """Metadata for a topic carries an error that waiting will not fix (authorization, invalid name)."""
+
+    def __init__(self, topic: str, error_code: int, description: str) -> None:
+        self.topic = topic
+        self.error_code = error_code
+        super().__init__(f"metadata for topic {topic!r} failed: {description}")

@@ -1,0 +1,126 @@
+"""The transport seam: a connector returns any :class:`trio.abc.Stream`.
+
+A :data:`Connector` is ``async (host, port) -> trio.abc.Stream``. Two are
+provided:
+
+* :func:`tcp_connector` — trio TCP, optionally wrapped in TLS
+  (:class:`trio.SSLStream` with the given :class:`ssl.SSLContext`);
+* :class:`MemoryNetwork` — in-memory stream pairs
+  (:func:`trio.testing.memory_stream_pair`) addressed by ``host:port``, for
+  deterministic tests under ``autojump_clock``.
+
+Connectors raise :class:`OSError` (``ConnectionRefusedError``,
+``TimeoutError``...) when the peer cannot be reached; the connection layer maps
+that, and any :class:`trio.BrokenResourceError`, to
+:class:`~pipeline.cluster.errors.BrokerConnectionError`.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import ssl
+from collections.abc import Awaitable, Callable
+
+import trio
+import trio.testing
+
+__all__ = ["Connector", "MemoryNetwork", "parse_address", "tcp_connector"]
+
+Connector = Callable[[str, int], Awaitable[trio.abc.Stream]]
+
+
+def parse_address(address: str, *, default_port: int = 9092) -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port`` for IPv6 literals); the port defaults to 9092."""
+    address = address.strip()
+    if not address:
+        raise ValueError("empty broker address")
+    if address.startswith("["):
+        host, sep, rest = address[1:].partition("]")
+        if not sep:
+            raise ValueError(f"bad broker address {address!r}")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif address.count(":") == 1:
+        host, port = address.split(":")
+    else:
+        host, port = address, ""
+    if not host:
+        raise ValueError(f"bad broker address {address!r}")
+    try:
+        return host, int(port) if port else default_port
+    except ValueError:
+        raise ValueError(f"bad port in broker address {address!r}") from None
+
+
+def tcp_connector(
+    *, ssl_context: ssl.SSLContext | None = None, connect_timeout: float = 10.0
+) -> Connector:
+    """Return a connector opening trio TCP streams, TLS-wrapped when ``ssl_context`` is given.
+
+    Args:
+      ssl_context: when set, the TCP stream is wrapped in :class:`trio.SSLStream`
+          (``server_hostname=host``) and the handshake completes inside the timeout.
+      connect_timeout: seconds allowed for TCP connect plus TLS handshake.
+
+    Raises (from the connector):
+      OSError: refused, unreachable or timed out (:class:`TimeoutError`).
+    """
+
+    async def connect(host: str, port: int) -> trio.abc.Stream:
+        with trio.move_on_after(connect_timeout):
+            tcp = await trio.open_tcp_stream(host, port)
+            if ssl_context is None:
+                return tcp
+            tls = trio.SSLStream(tcp, ssl_context, server_hostname=host)
+            try:
+                await tls.do_handshake()
+            except BaseException:
+                await trio.aclose_forcefully(tls)
+                raise
+            return tls
+        raise TimeoutError(errno.ETIMEDOUT, f"connect to {host}:{port} timed out")
+
+    return connect
+
+
+class MemoryNetwork:
+    """An in-memory network of listeners addressed by ``(host, port)``.
+
+    ``listen`` returns a channel of accepted server-side streams; ``connect`` is
+    a :data:`Connector` creating a :func:`trio.testing.memory_stream_pair` and
+    handing one end to the listener. Connecting to an address nobody listens on
+    raises :class:`ConnectionRefusedError`, like TCP.
+    """
+
+    def __init__(self) -> None:
+        # {(host, port): channel of accepted server streams}
+        self._listeners: dict[tuple[str, int], trio.MemorySendChannel[trio.abc.Stream]] = {}
+        self.connects: list[tuple[float, str, int]] = []  # (time, host, port) of every attempt
+
+    def listen(self, host: str, port: int) -> trio.MemoryReceiveChannel[trio.abc.Stream]:
+        """Start listening on ``host:port``; returns the channel of accepted streams."""
+        if (host, port) in self._listeners:
+            raise OSError(errno.EADDRINUSE, f"{host}:{port} already in use")
+        send, receive = trio.open_memory_channel[trio.abc.Stream](math.inf)
+        self._listeners[(host, port)] = send
+        return receive
+
+    def unlisten(self, host: str, port: int) -> None:
+        """Stop listening: later connects are refused (accepted streams are untouched)."""
+        send = self._listeners.pop((host, port), None)
+        if send is not None:
+            send.close()
+
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        """The :data:`Connector`: return the client end of a fresh stream pair."""
+        self.connects.append((trio.current_time(), host, port))
+        await trio.lowlevel.checkpoint()
+        listener = self._listeners.get((host, port))
+        if listener is None:
+            raise ConnectionRefusedError(errno.ECONNREFUSED, f"{host}:{port} refused")
+        client, server = trio.testing.memory_stream_pair()
+        try:
+            listener.send_nowait(server)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise ConnectionRefusedError(errno.ECONNREFUSED, f"{host}:{port} refused") from None
+        return client
