@@ -1,0 +1,318 @@
+"""Produce and InitProducerId, with Kafka 3.x's idempotence rules.
+
+Per partition, in Kafka's order (`ReplicaManager.appendToLocalLog`,
+`UnifiedLog.analyzeAndValidateRecords`, `ProducerAppendInfo`):
+
+1. unknown topic or partition -> UNKNOWN_TOPIC_OR_PARTITION (3);
+   this node is not the leader -> NOT_LEADER_OR_FOLLOWER (6), with
+   `current_leader` and `node_endpoints` filled at v10+ (KIP-951);
+2. not exactly one batch, or magic != 2 -> INVALID_RECORD (87);
+   a batch larger than max.message.bytes -> MESSAGE_TOO_LARGE (10);
+   a bad CRC or inconsistent lengths -> CORRUPT_MESSAGE (2);
+3. idempotent batches (producer_id >= 0):
+   * epoch lower than the partition's -> INVALID_PRODUCER_EPOCH (47);
+   * same epoch and the same (first, last) sequence as one of the last 5
+     batches -> NONE with that batch's ORIGINAL base offset, nothing appended;
+   * a new (higher) epoch must start at sequence 0, else
+     OUT_OF_ORDER_SEQUENCE_NUMBER (45);
+   * same epoch: the first sequence must be last + 1 (2**31-1 wraps to 0),
+     else OUT_OF_ORDER_SEQUENCE_NUMBER (45);
+   * a producer id the partition has no state for is accepted at ANY
+     sequence. That is Kafka >= 2.5 (KIP-360): "If there is no current
+     producer epoch (possibly because all producer records have been deleted
+     due to retention or the DeleteRecords API) accept writes with any
+     sequence number". Kafka < 2.5 answered UNKNOWN_PRODUCER_ID (59) when the
+     first sequence was not 0; `FakeCluster(strict_unknown_producer=True)`
+     restores that so clients can exercise their 59 path.
+
+acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS). With acks=0 nothing is
+answered, and, as Kafka does, a partition error closes the connection so the
+client refreshes its metadata.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+import trio
+
+from pipeline.protocol.crc import crc32c
+from pipeline.protocol.errors import ErrorCode
+from pipeline.protocol.messages import init_producer_id as ipi
+from pipeline.protocol.messages import produce as pm
+
+from .state import (
+    BATCH_HEADER_SIZE,
+    CRC_START,
+    LOG_OVERHEAD,
+    NO_EPOCH,
+    BatchMetadata,
+    FakeState,
+    PartitionState,
+    ProducerEntry,
+    StoredBatch,
+    epoch_exhausted,
+    in_sequence,
+    parse_batch_header,
+    restamp_offsets,
+)
+
+# (topic, partition) -> injected error code or None
+Inject = Callable[[str | None, int | None], int | None]
+
+
+class ProduceOutcome:
+    """The response to send (None for acks=0) and whether to close the connection."""
+
+    __slots__ = ("close", "response")
+
+    def __init__(self, response: pm.ProduceResponse | None, close: bool) -> None:
+        self.response = response
+        self.close = close
+
+
+def handle_produce(
+    state: FakeState, node_id: int, version: int, request: pm.ProduceRequest, inject: Inject
+) -> ProduceOutcome:
+    if request.acks not in (-1, 0, 1):
+        code = int(ErrorCode.INVALID_REQUIRED_ACKS)
+        topics = tuple(
+            pm.TopicProduceResponse(
+                name=t.name,
+                partition_responses=tuple(
+                    _partition_error(p.index, code) for p in t.partition_data
+                ),
+            )
+            for t in request.topic_data
+        )
+        return ProduceOutcome(pm.ProduceResponse(responses=topics), close=False)
+
+    any_error = False
+    leaders_needed: set[int] = set()
+    topics_out = []
+    for t in request.topic_data:
+        parts_out = []
+        for p in t.partition_data:
+            injected = inject(t.name, p.index)
+            if injected is not None:
+                resp = _partition_error(p.index, injected)
+            else:
+                resp = _produce_partition(state, node_id, version, t.name, p.index, p.records)
+            if resp.error_code != 0:
+                any_error = True
+                if resp.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 10:
+                    part = state.partition(t.name, p.index)
+                    if part is not None and part.leader >= 0:
+                        leaders_needed.add(part.leader)
+                        resp = pm.PartitionProduceResponse(
+                            index=p.index,
+                            error_code=resp.error_code,
+                            base_offset=-1,
+                            log_append_time_ms=-1,
+                            log_start_offset=-1,
+                            current_leader=pm.LeaderIdAndEpoch(
+                                leader_id=part.leader, leader_epoch=part.leader_epoch
+                            ),
+                        )
+            parts_out.append(resp)
+        topics_out.append(
+            pm.TopicProduceResponse(name=t.name, partition_responses=tuple(parts_out))
+        )
+
+    if request.acks == 0:
+        return ProduceOutcome(None, close=any_error)
+    endpoints = tuple(
+        pm.NodeEndpoint(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+        for n in sorted(leaders_needed)
+        if (b := state.brokers[n])
+    )
+    return ProduceOutcome(
+        pm.ProduceResponse(responses=tuple(topics_out), node_endpoints=endpoints), close=False
+    )
+
+
+def _partition_error(index: int, code: int) -> pm.PartitionProduceResponse:
+    return pm.PartitionProduceResponse(
+        index=index, error_code=code, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1
+    )
+
+
+def _split_batches(data: bytes) -> list[bytes] | int:
+    """Split `records` into batches; an error code if the framing is broken."""
+    out: list[bytes] = []
+    pos = 0
+    n = len(data)
+    while pos < n:
+        if n - pos < LOG_OVERHEAD:
+            return int(ErrorCode.CORRUPT_MESSAGE)
+        (length,) = struct.unpack_from(">i", data, pos + 8)
+        if length < BATCH_HEADER_SIZE - LOG_OVERHEAD or pos + LOG_OVERHEAD + length > n:
+            return int(ErrorCode.CORRUPT_MESSAGE)
+        out.append(data[pos : pos + LOG_OVERHEAD + length])
+        pos += LOG_OVERHEAD + length
+    return out
+
+
+def _produce_partition(
+    state: FakeState,
+    node_id: int,
+    version: int,
+    topic: str,
+    index: int,
+    records: bytes | None,
+) -> pm.PartitionProduceResponse:
+    part = state.partition(topic, index)
+    if part is None:
+        return _partition_error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if part.leader != node_id:
+        return _partition_error(index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    batches = _split_batches(bytes(records or b""))
+    if isinstance(batches, int):
+        return _partition_error(index, batches)
+    if len(batches) != 1:
+        # ProduceRequest.validateRecords: v3+ carries exactly one batch per partition
+        return _partition_error(index, ErrorCode.INVALID_RECORD)
+    raw = batches[0]
+    header = parse_batch_header(raw)
+    if header.magic != 2:
+        return _partition_error(index, ErrorCode.INVALID_RECORD)
+    limit = state.topics[topic].max_message_bytes(state.config.max_message_bytes)
+    if header.size > limit:
+        return _partition_error(index, ErrorCode.MESSAGE_TOO_LARGE)
+    if crc32c(raw[CRC_START:]) != header.crc:
+        return _partition_error(index, ErrorCode.CORRUPT_MESSAGE)
+    if header.records_count != header.last_offset_delta + 1 or header.records_count <= 0:
+        return _partition_error(index, ErrorCode.INVALID_RECORD)
+
+    now = trio.current_time()
+    pid = header.producer_id
+    entry: ProducerEntry | None = None
+    if pid >= 0:
+        entry = part.producers.get(pid)
+        if entry is not None:
+            if header.producer_epoch < entry.epoch:
+                return _partition_error(index, ErrorCode.INVALID_PRODUCER_EPOCH)
+            dup = entry.find_duplicate(
+                header.producer_epoch, header.base_sequence, header.last_sequence
+            )
+            if dup is not None:
+                return pm.PartitionProduceResponse(
+                    index=index,
+                    error_code=0,
+                    base_offset=dup.base_offset,
+                    log_append_time_ms=-1,
+                    log_start_offset=part.log_start_offset,
+                )
+            code = _check_sequence(entry, header.producer_epoch, header.base_sequence)
+            if code:
+                return _partition_error(index, code)
+        elif state.config.strict_unknown_producer and header.base_sequence != 0:
+            return _partition_error(index, ErrorCode.UNKNOWN_PRODUCER_ID)
+
+    base_offset = part.high_watermark
+    stored = StoredBatch(
+        base_offset=base_offset,
+        last_offset=base_offset + header.last_offset_delta,
+        data=restamp_offsets(raw, base_offset=base_offset, leader_epoch=part.leader_epoch),
+        max_timestamp=header.max_timestamp,
+        append_time=now,
+    )
+    part.append(stored)
+    if pid >= 0:
+        if entry is None or entry.epoch != header.producer_epoch:
+            # a new epoch starts an empty entry, as Kafka's ProducerAppendInfo does
+            entry = ProducerEntry(pid, header.producer_epoch)
+            part.producers[pid] = entry
+        entry.batches.append(
+            BatchMetadata(
+                first_seq=header.base_sequence,
+                last_seq=header.last_sequence,
+                base_offset=stored.base_offset,
+                last_offset=stored.last_offset,
+                timestamp=header.max_timestamp,
+            )
+        )
+    return pm.PartitionProduceResponse(
+        index=index,
+        error_code=0,
+        base_offset=base_offset,
+        log_append_time_ms=-1,
+        log_start_offset=part.log_start_offset,
+    )
+
+
+def _check_sequence(entry: ProducerEntry, epoch: int, first_seq: int) -> int:
+    """`ProducerAppendInfo.checkSequence` for a producer the partition knows."""
+    if epoch != entry.epoch:
+        return 0 if first_seq == 0 else int(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+    if entry.epoch == NO_EPOCH or in_sequence(entry.last_seq, first_seq):
+        return 0
+    return int(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+
+
+def reset_producer_state(part: PartitionState) -> None:
+    part.producers.clear()
+
+
+# --------------------------------------------------------------------------
+# InitProducerId
+
+
+def handle_init_producer_id(
+    state: FakeState, version: int, request: ipi.InitProducerIdRequest, injected: int | None
+) -> ipi.InitProducerIdResponse:
+    """Allocate a producer id, or bump the epoch of a known one (KIP-360).
+
+    Transactions are not supported: a non-null transactional id is answered
+    with COORDINATOR_NOT_AVAILABLE.
+
+    With `kip360_bump=True` (the default) a v3+ request carrying the current
+    (producer_id, epoch) follows Kafka's transaction coordinator
+    (`TransactionCoordinator.handleInitProducerId`): the epoch is bumped; a
+    retry of that bump (the previous epoch) gets the current one back; an
+    exhausted epoch (>= 32766) rotates to a new producer id with epoch 0;
+    any other pid/epoch -> PRODUCER_FENCED (90) at v4+, INVALID_PRODUCER_EPOCH
+    (47) before (KIP-588). An unknown producer id gets a fresh id.
+    With `kip360_bump=False` the fake does what Kafka does for a null
+    transactional id: every request gets a brand-new producer id, epoch 0.
+    """
+
+    def fail(code: int) -> ipi.InitProducerIdResponse:
+        return ipi.InitProducerIdResponse(error_code=code, producer_id=-1, producer_epoch=-1)
+
+    if injected is not None:
+        return fail(injected)
+    if request.transactional_id is not None:
+        return fail(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    pids = state.pids
+    expected_pid = request.producer_id if version >= 3 else -1
+    expected_epoch = request.producer_epoch if version >= 3 else -1
+
+    def ok(pid: int, epoch: int) -> ipi.InitProducerIdResponse:
+        return ipi.InitProducerIdResponse(error_code=0, producer_id=pid, producer_epoch=epoch)
+
+    if expected_pid < 0 or not state.config.kip360_bump:
+        lineage = pids.allocate()
+        return ok(lineage.producer_id, lineage.epoch)
+    lineage_or_none = pids.lineages.get(expected_pid)
+    if lineage_or_none is None:
+        lineage = pids.allocate()
+        return ok(lineage.producer_id, lineage.epoch)
+    lineage = lineage_or_none
+    fenced = ErrorCode.PRODUCER_FENCED if version >= 4 else ErrorCode.INVALID_PRODUCER_EPOCH
+    valid = expected_pid == lineage.producer_id or (
+        expected_pid == lineage.last_producer_id and epoch_exhausted(expected_epoch)
+    )
+    if not valid:
+        return fail(fenced)
+    if epoch_exhausted(lineage.epoch) and expected_epoch == lineage.epoch:
+        pids.rotate(lineage)
+        return ok(lineage.producer_id, lineage.epoch)
+    if expected_epoch == lineage.epoch:
+        lineage.last_epoch = lineage.epoch
+        lineage.epoch += 1
+        return ok(lineage.producer_id, lineage.epoch)
+    if expected_epoch == lineage.last_epoch:
+        return ok(lineage.producer_id, lineage.epoch)
+    return fail(fenced)

@@ -1,0 +1,262 @@
+"""Cluster state of the fake: topics, partition logs, producer state, pids.
+
+Sans-I/O: nothing here awaits. The handlers in `produce.py` and
+`handlers.py` read and mutate these objects; `cluster.py` owns them.
+
+Theory of operation (the parts Kafka is picky about):
+
+* A partition log is a list of stored batches. A stored batch is the exact
+  bytes the producer sent, with the two fields outside the CRC that the
+  leader owns rewritten: `base_offset` (bytes 0-8) and
+  `partition_leader_epoch` (bytes 12-16). Fetch returns these bytes.
+* Producer state is kept per partition, as Kafka's `ProducerStateManager`
+  does: for each producer id, its epoch and the metadata of its last five
+  batches (first/last sequence, base/last offset). A retried batch whose
+  sequence range equals a cached one is answered with the cached offsets.
+* The producer-id "coordinator" hands out ids and bumps epochs (KIP-360).
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+# Record batch v2 header layout (Kafka's DefaultRecordBatch).
+BATCH_HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # base_offset + batch_length
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+# offsets of fields we read or rewrite
+CRC_START = 21  # CRC covers attributes..end
+MAX_SEQUENCE = 2**31 - 1
+MAX_EPOCH = 32767
+NO_PRODUCER_ID = -1
+NO_EPOCH = -1
+NO_SEQUENCE = -1
+PRODUCER_STATE_CACHE = 5
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The fixed 61-byte header of one v2 record batch, parsed with `struct`."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Size of the whole batch on the wire (log overhead included)."""
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_sequence(self) -> int:
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & 0x10)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & 0x20)
+
+
+def parse_batch_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader:
+    return BatchHeader(*_HEADER.unpack_from(data, pos))
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Kafka's `DefaultRecordBatch.incrementSequence`: wraps past 2**31-1 to 0."""
+    if sequence > MAX_SEQUENCE - increment:
+        return increment - (MAX_SEQUENCE - sequence) - 1
+    return sequence + increment
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    """Kafka's `ProducerAppendInfo.inSequence`."""
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == MAX_SEQUENCE)
+
+
+def restamp_offsets(batch: bytes, *, base_offset: int, leader_epoch: int) -> bytes:
+    """Rewrite the leader-owned fields outside the CRC (base offset, leader epoch)."""
+    return (
+        struct.pack(">q", base_offset) + batch[8:12] + struct.pack(">i", leader_epoch) + batch[16:]
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """What Kafka caches per appended batch to answer retries (`BatchMetadata`)."""
+
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    """Per partition, per producer id: Kafka's `ProducerStateEntry`."""
+
+    producer_id: int
+    epoch: int
+    batches: deque[BatchMetadata] = field(
+        default_factory=lambda: deque(maxlen=PRODUCER_STATE_CACHE)
+    )
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.epoch:
+            return None
+        for meta in self.batches:
+            if meta.first_seq == first_seq and meta.last_seq == last_seq:
+                return meta
+        return None
+
+
+@dataclass(slots=True)
+class StoredBatch:
+    base_offset: int
+    last_offset: int
+    data: bytes  # as written by the producer, base offset and leader epoch restamped
+    max_timestamp: int
+    append_time: float  # trio time of the append
+    decoded: Any = None  # cache for FakeCluster.log(): a records.RecordBatch
+
+
+@dataclass(slots=True)
+class PartitionState:
+    topic: str
+    index: int
+    leader: int  # node id, -1 when offline
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    batches: list[StoredBatch] = field(default_factory=list)
+    _last_offsets: list[int] = field(default_factory=list)
+    producers: dict[int, ProducerEntry] = field(default_factory=dict)
+    log_start_offset: int = 0
+
+    @property
+    def high_watermark(self) -> int:
+        """Log end offset; with one in-sync copy it is also the high watermark."""
+        return self.batches[-1].last_offset + 1 if self.batches else self.log_start_offset
+
+    def append(self, batch: StoredBatch) -> None:
+        self.batches.append(batch)
+        self._last_offsets.append(batch.last_offset)
+
+    def index_of_offset(self, offset: int) -> int:
+        """Index of the first stored batch whose last offset is >= offset."""
+        return bisect.bisect_left(self._last_offsets, offset)
+
+
+@dataclass(slots=True)
+class TopicState:
+    name: str
+    topic_id: Any  # whatever the codec uses for uuid fields
+    partitions: list[PartitionState]
+    configs: dict[str, str] = field(default_factory=dict)
+
+    def max_message_bytes(self, default: int) -> int:
+        value = self.configs.get("max.message.bytes")
+        return int(value) if value is not None else default
+
+
+@dataclass(slots=True)
+class ProducerLineage:
+    """What the coordinator knows of one producer: Kafka's `TransactionMetadata`
+    reduced to the fields KIP-360 epoch bumps use."""
+
+    producer_id: int
+    epoch: int
+    last_producer_id: int = NO_PRODUCER_ID
+    last_epoch: int = NO_EPOCH
+
+
+def epoch_exhausted(epoch: int) -> bool:
+    """Kafka's `TransactionMetadata.isEpochExhausted`: the epoch can't be bumped
+    again when it is >= Short.MAX_VALUE - 1 (the last value is reserved)."""
+    return epoch >= MAX_EPOCH - 1
+
+
+@dataclass(slots=True)
+class ProducerIdManager:
+    """Hands out producer ids and bumps epochs (see `init_producer_id`)."""
+
+    next_id: int = 1000
+    lineages: dict[int, ProducerLineage] = field(
+        default_factory=dict
+    )  # {any pid of the lineage: lineage}
+
+    def allocate(self) -> ProducerLineage:
+        lineage = ProducerLineage(self.next_id, 0)
+        self.next_id += 1
+        self.lineages[lineage.producer_id] = lineage
+        return lineage
+
+    def rotate(self, lineage: ProducerLineage) -> None:
+        old_pid, old_epoch = lineage.producer_id, lineage.epoch
+        lineage.last_producer_id, lineage.last_epoch = old_pid, old_epoch
+        lineage.producer_id, lineage.epoch = self.next_id, 0
+        self.next_id += 1
+        self.lineages[lineage.producer_id] = lineage
+
+
+@dataclass(slots=True)
+class BrokerState:
+    node_id: int
+    host: str
+    port: int
+    alive: bool = True
+    rack: str | None = None
+
+
+@dataclass(slots=True)
+class ClusterConfig:
+    max_message_bytes: int
+    auto_create_topics: bool
+    auto_create_partitions: int
+    default_replication_factor: int
+    strict_unknown_producer: bool
+    kip360_bump: bool
+    cluster_id: str
+
+
+@dataclass(slots=True)
+class FakeState:
+    """Everything a handler may read or change. Owned by `FakeCluster`."""
+
+    config: ClusterConfig
+    brokers: dict[int, BrokerState]
+    topics: dict[str, TopicState] = field(default_factory=dict)
+    pids: ProducerIdManager = field(default_factory=ProducerIdManager)
+
+    def alive_brokers(self) -> list[BrokerState]:
+        return [b for b in self.brokers.values() if b.alive]
+
+    def controller_id(self) -> int:
+        alive = self.alive_brokers()
+        return min(b.node_id for b in alive) if alive else -1
+
+    def partition(self, topic: str, index: int) -> PartitionState | None:
+        t = self.topics.get(topic)
+        if t is None or not 0 <= index < len(t.partitions):
+            return None
+        return t.partitions[index]
