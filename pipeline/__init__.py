@@ -1,0 +1,83 @@
+"""pipeline: a trio-native Kafka producer built like sarama's AsyncProducer.
+
+Public API (everything else is internal)::
+
+    from pipeline import open_producer, ProducerConfig, ProducerMessage, RecordMetadata, ProducerError
+
+Names are imported lazily, so ``import pipeline.protocol`` (the sans-I/O codec)
+does not pull in trio or the producer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "BrokerConnectionError": "pipeline.cluster.errors",
+    "KafkaError": "pipeline.cluster.errors",
+    "RequestTimedOutError": "pipeline.cluster.errors",
+    "UnknownTopicError": "pipeline.cluster.errors",
+    "BrokerResponseError": "pipeline.producer.errors",
+    "BufferFullError": "pipeline.producer.errors",
+    "ConfigError": "pipeline.producer.errors",
+    "DeliveryTimeoutError": "pipeline.producer.errors",
+    "MessageTooLargeError": "pipeline.producer.errors",
+    "ProducerClosed": "pipeline.producer.errors",
+    "ProducerError": "pipeline.producer.errors",
+    "Delivery": "pipeline.producer.message",
+    "DeliveryGroup": "pipeline.producer.message",
+    "GroupResult": "pipeline.producer.message",
+    "ProducerMessage": "pipeline.producer.message",
+    "RecordMetadata": "pipeline.producer.message",
+    "ProducerConfig": "pipeline.producer.config",
+    "Producer": "pipeline.producer.api",
+    "ProducerStatistics": "pipeline.producer.api",
+    "open_producer": "pipeline.producer.api",
+    "SyncProducer": "pipeline.producer.sync",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:
+    from pipeline.cluster.errors import (
+        BrokerConnectionError,
+        KafkaError,
+        RequestTimedOutError,
+        UnknownTopicError,
+    )
+    from pipeline.producer.api import Producer, ProducerStatistics, open_producer
+    from pipeline.producer.config import ProducerConfig
+    from pipeline.producer.errors import (
+        BrokerResponseError,
+        BufferFullError,
+        ConfigError,
+        DeliveryTimeoutError,
+        MessageTooLargeError,
+        ProducerClosed,
+        ProducerError,
+    )
+    from pipeline.producer.message import (
+        Delivery,
+        DeliveryGroup,
+        GroupResult,
+        ProducerMessage,
+        RecordMetadata,
+    )
+    from pipeline.producer.sync import SyncProducer

@@ -1,0 +1,463 @@
+"""The public producer: ``open_producer`` and ``Producer``.
+
+Acceptance is the line that matters to users. ``send()`` validates the
+message, reserves buffer memory (waiting up to ``max_block``), then puts it on
+the intake channel. Only after that does the message count as accepted: from
+then on it gets exactly one outcome, even if the caller is cancelled, the
+producer closes, or every broker is down. A ``send()`` cancelled before that
+point sends nothing and leaves no trace.
+
+``send()`` is a cancellation point on every call and yields to the scheduler
+at least every ``_YIELD_EVERY`` calls (or when the intake is full), so a tight
+loop of sends neither starves the pipeline nor pays a scheduler pass per
+message.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from pipeline.cluster.errors import BrokerConnectionError, KafkaError
+from pipeline.cluster.pool import Cluster
+from pipeline.producer.async_producer import Dispatcher, IntakeItem
+from pipeline.producer.config import ProducerConfig, make_config
+from pipeline.producer.core import ProducerCore
+from pipeline.producer.errors import MessageTooLargeError, ProducerClosed, ProducerError
+from pipeline.producer.ledger import Ledger
+from pipeline.producer.message import (
+    OK,
+    Delivery,
+    DeliveryGroup,
+    Headers,
+    ProducerMessage,
+    RecordMetadata,
+)
+from pipeline.producer.partitioner import make_partitioner
+from pipeline.protocol.records import batch_size_for_record
+
+log = logging.getLogger("pipeline.producer")
+
+_YIELD_EVERY = 128
+# batch_size_for_record(None, None) minus the two null markers: the fixed part
+# of the bound (61-byte batch header + the record's varint overhead, headers count).
+_SIZE_BASE = batch_size_for_record(None, None) - 2
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _as_bytes(what: str, value: object) -> bytes | None:
+    if value is None or type(value) is bytes:
+        return value  # type: ignore[return-value]
+    if isinstance(value, _BYTES_LIKE):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    raise TypeError(
+        f"{what} must be bytes, bytearray, memoryview, str (sent as UTF-8) or None, "
+        f"not {type(value).__name__}: serialize it first (e.g. json.dumps(obj).encode())"
+    )
+
+
+def _as_headers(headers: object) -> tuple[tuple[str, bytes | None], ...]:
+    if not headers:
+        return ()
+    out = []
+    try:
+        for key, value in headers:  # type: ignore[attr-defined]
+            if not isinstance(key, str):
+                raise TypeError(f"header key must be str, not {type(key).__name__}")
+            out.append((key, _as_bytes(f"header {key!r} value", value)))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"headers must be a sequence of (str, bytes | None) pairs: {exc}") from None
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerStatistics:
+    accepted: int
+    succeeded: int
+    failed: int
+    outstanding: int
+    buffered_bytes: int
+    requests_sent: int
+    double_settles: int  # a bug if ever > 0: a message settled twice
+
+
+class Producer:
+    """A running producer. Get one from ``open_producer``."""
+
+    def __init__(self, core: ProducerCore) -> None:
+        self._core = core
+        self._config = config = core.config
+        self._ledger = core.ledger
+        self._partitioner = make_partitioner(config.partitioner, core.rng)
+        self._timestamp_ms = config.timestamp_ms or _wall_clock_ms
+        self._intake_send, self._intake_receive = trio.open_memory_channel[IntakeItem](
+            config.channel_capacity
+        )
+        self._successes_send, self.successes = trio.open_memory_channel[ProducerMessage](
+            config.channel_capacity
+        )
+        self._errors_send, self.errors = trio.open_memory_channel[ProducerError](
+            config.channel_capacity
+        )
+        #: sarama-style input: put ``ProducerMessage`` objects here; their outcomes
+        #: arrive on ``successes`` (when ``return_successes``) and ``errors``.
+        self.input = self._intake_send.clone()
+        self._ledger.return_successes = config.return_successes
+        self._closing = False
+        self._sends = 0
+        # trio.current_time() walks several layers; the clock object is fixed per run.
+        self._now = trio.lowlevel.current_clock().current_time
+        self._delivery_timeout = config.delivery_timeout
+        self._max_message_bytes = config.max_message_bytes
+
+    # -- accepting ---------------------------------------------------------
+    def _prepare(self, msg: ProducerMessage) -> int:
+        """Validate and normalize ``msg`` in place; return its size in bytes."""
+        if type(msg.topic) is not str or not msg.topic:
+            raise TypeError(f"topic must be a non-empty str, not {msg.topic!r}")
+        if type(msg.value) is not bytes and msg.value is not None:
+            msg.value = _as_bytes("value", msg.value)
+        if type(msg.key) is not bytes and msg.key is not None:
+            msg.key = _as_bytes("key", msg.key)
+        if msg.headers:
+            msg.headers = _as_headers(msg.headers)
+        if msg.partition is not None and (
+            not isinstance(msg.partition, int) or msg.partition < 0
+        ):
+            raise ValueError(f"partition must be None or an int >= 0, not {msg.partition!r}")
+        if msg.timestamp is None:
+            msg.timestamp = self._timestamp_ms()
+        elif not isinstance(msg.timestamp, int) or msg.timestamp < 0:
+            raise ValueError(
+                f"timestamp must be None or milliseconds since the epoch (int >= 0), "
+                f"not {msg.timestamp!r}"
+            )
+        if msg.headers:
+            size = batch_size_for_record(msg.key, msg.value, msg.headers)
+        else:
+            # Same bound as batch_size_for_record, inlined for the common case:
+            # batch header + max record overhead + varint-prefixed key and value.
+            key, value = msg.key, msg.value
+            size = _SIZE_BASE + (
+                1 if key is None else len(key) + (1 if len(key) < 64 else 5)
+            ) + (1 if value is None else len(value) + (1 if len(value) < 64 else 5))
+        if size > self._max_message_bytes:
+            raise MessageTooLargeError(
+                f"message of {size} bytes (key, value, headers and batch overhead) exceeds "
+                f"max_message_bytes={self._config.max_message_bytes}: raise max_message_bytes "
+                "(and the topic's max.message.bytes on the broker) or send smaller values"
+            )
+        msg._size = size
+        return size
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise ProducerClosed("the producer is closed: no new messages are accepted")
+
+    def _accept(self, msg: ProducerMessage) -> None:
+        self._ledger.accept(msg, self._now() + self._delivery_timeout)
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        *,
+        key: bytes | str | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        metadata: Any = None,
+    ) -> Delivery:
+        """Queue one message; return once it is accepted (backpressure).
+
+        Returns a ``Delivery``: ``await`` it for ``RecordMetadata`` (or a
+        ``ProducerError``). Raises, without accepting the message, on bad
+        input, ``BufferFullError`` after ``max_block``, or ``ProducerClosed``.
+        """
+        self._sends += 1
+        if self._sends % _YIELD_EVERY == 0:
+            await trio.lowlevel.checkpoint()
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        msg = ProducerMessage(
+            topic, value, key=key, headers=headers, partition=partition,  # type: ignore[arg-type]
+            timestamp=timestamp, metadata=metadata,
+        )
+        size = self._prepare(msg)
+        ledger = self._ledger
+        if not ledger.try_reserve(size):
+            await ledger.reserve(size)
+        # Registered before it is enqueued: once in the intake the dispatcher
+        # may see it at any moment, and must see it as accepted.
+        self._accept(msg)
+        try:
+            self._intake_send.send_nowait(msg)
+        except trio.WouldBlock:
+            try:
+                await self._intake_send.send(msg)
+            except BaseException:
+                ledger.unaccept(msg)  # cancelled before acceptance: leave no trace
+                raise
+        return Delivery(msg)
+
+    def send_nowait(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        *,
+        key: bytes | str | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        metadata: Any = None,
+    ) -> Delivery:
+        """Like ``send`` but never waits: raises ``BufferFullError`` instead."""
+        self._check_open()
+        msg = ProducerMessage(
+            topic, value, key=key, headers=headers, partition=partition,  # type: ignore[arg-type]
+            timestamp=timestamp, metadata=metadata,
+        )
+        size = self._prepare(msg)
+        ledger = self._ledger
+        if not ledger.try_reserve(size):
+            raise ledger.buffer_full_error(size)
+        self._accept(msg)
+        try:
+            self._intake_send.send_nowait(msg)
+        except trio.WouldBlock:
+            ledger.unaccept(msg)
+            raise ledger.buffer_full_error(size) from None
+        return Delivery(msg)
+
+    async def send_and_wait(self, topic: str, value: bytes | str | None, **kw: Any) -> RecordMetadata:
+        """``send`` then wait for the outcome."""
+        delivery = await self.send(topic, value, **kw)
+        return await delivery
+
+    async def send_many(self, messages: Iterable[ProducerMessage]) -> DeliveryGroup:
+        """Queue many messages at once; the bulk path for callers like the Spark stage.
+
+        Every message is validated before any is accepted: a bad one raises
+        and none of the call's messages are sent. Returns a ``DeliveryGroup``
+        whose ``await`` gives counts and the first errors.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        msgs = messages if isinstance(messages, list) else list(messages)
+        sizes = [self._prepare(m) for m in msgs]
+        group = DeliveryGroup(len(msgs))
+        ledger = self._ledger
+        limit = max(1, ledger.buffer_memory // 4)
+        start = 0
+        while start < len(msgs):
+            # Reserve in chunks so one call never needs the whole buffer.
+            end, chunk_bytes = start, 0
+            while end < len(msgs) and (end == start or chunk_bytes + sizes[end] <= limit):
+                chunk_bytes += sizes[end]
+                end += 1
+            chunk = msgs[start:end]
+            if not ledger.try_reserve(chunk_bytes):
+                try:
+                    await ledger.reserve(chunk_bytes)
+                except BaseException:
+                    # Accepted chunks keep their outcome; the rest never happened.
+                    group._shrink(len(msgs) - start)
+                    raise
+            deadline = self._now() + self._delivery_timeout
+            accept = ledger.accept
+            for m in chunk:
+                m._group = group
+                accept(m, deadline)
+            try:
+                self._intake_send.send_nowait(chunk)
+            except trio.WouldBlock:
+                try:
+                    await self._intake_send.send(chunk)
+                except BaseException:
+                    for m in chunk:
+                        m._group = None
+                        ledger.unaccept(m)
+                    group._shrink(len(msgs) - start)
+                    raise
+            start = end
+        return group
+
+    async def _accept_from_channel(self, msg: ProducerMessage) -> bool:
+        """Accept a message a user put on ``producer.input`` (runs in the dispatcher)."""
+        msg._reports_to_channels = True
+        try:
+            size = self._prepare(msg)
+        except (TypeError, ValueError) as exc:
+            msg._size = 0
+            self._accept(msg)
+            self._ledger.fail([msg], exc)
+            return False
+        await self._ledger.reserve(size)
+        self._accept(msg)
+        return True
+
+    # -- flushing and closing ---------------------------------------------
+    async def flush(self) -> None:
+        """Wait until every message accepted before this call has its outcome."""
+        target = self._ledger.last_accepted_id
+        self._core.start_flushing()
+        try:
+            await self._ledger.wait_settled_through(target)
+        finally:
+            self._core.stop_flushing()
+
+    def statistics(self) -> ProducerStatistics:
+        ledger = self._ledger
+        return ProducerStatistics(
+            accepted=ledger.accepted,
+            succeeded=ledger.succeeded,
+            failed=ledger.failed,
+            outstanding=len(ledger.outstanding),
+            buffered_bytes=ledger.buffered_bytes,
+            requests_sent=sum(bp.requests_sent for bp in self._core.broker_producers()),
+            double_settles=ledger.double_settles,
+        )
+
+    async def _report(self) -> None:
+        """Hand channel-mode outcomes to ``successes`` / ``errors`` (may block on the user)."""
+        ledger = self._ledger
+        while True:
+            await ledger.reports_ready.wait()
+            ledger.reports_ready = trio.Event()
+            while ledger.reports:
+                msg = ledger.reports[0]
+                if msg._state == OK:
+                    await self._successes_send.send(msg)
+                else:
+                    await self._errors_send.send(ledger.error_for(msg))
+                ledger.reports.popleft()
+                ledger.release(msg._size)
+
+    def _report_leftovers(self) -> None:
+        ledger = self._ledger
+        lost = 0
+        while ledger.reports:
+            msg = ledger.reports.popleft()
+            try:
+                if msg._state == OK:
+                    self._successes_send.send_nowait(msg)
+                else:
+                    self._errors_send.send_nowait(ledger.error_for(msg))
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                lost += 1
+            ledger.release(msg._size)
+        if lost:
+            log.warning(
+                "%d outcomes could not be handed over: producer.successes/errors were not drained",
+                lost,
+            )
+        self._successes_send.close()
+        self._errors_send.close()
+
+
+@asynccontextmanager
+async def open_producer(
+    bootstrap: str | Sequence[str],
+    config: ProducerConfig | None = None,
+    *,
+    connector: Any = None,
+    **options: Any,
+) -> AsyncIterator[Producer]:
+    """Run a producer for the duration of an ``async with`` block.
+
+    Args:
+        bootstrap: ``"host:port"``, a comma-separated list, or a sequence of them.
+        config: a ``ProducerConfig``; keyword ``options`` override its fields.
+        connector: the transport seam (tests pass a fake cluster's connector).
+
+    Leaving the block normally flushes (up to ``close_timeout``) and closes;
+    whatever is still undelivered then fails with ``ProducerClosed``. Leaving
+    it by cancellation or an error closes without waiting.
+
+    Raises:
+        ConfigError: an invalid option, before anything connects.
+        KafkaError: no bootstrap broker answered within ``request_timeout``.
+    """
+    cfg = make_config(config, options)
+    ledger = Ledger(cfg.buffer_memory, cfg.max_block)
+    cluster_kwargs: dict[str, Any] = dict(
+        client_id=cfg.client_id,
+        request_timeout=cfg.request_timeout,
+        metadata_max_age=cfg.metadata_max_age,
+        allow_auto_topic_creation=cfg.allow_auto_topic_creation,
+        retry_backoff=max(cfg.retry_backoff, 0.001),
+        retry_backoff_max=max(cfg.retry_backoff_max, cfg.retry_backoff, 0.001),
+        max_in_flight=cfg.max_in_flight,
+        rng=cfg.rng,
+    )
+    if connector is not None:
+        cluster_kwargs["connector"] = connector
+    async with Cluster.open(bootstrap, **cluster_kwargs) as cluster:
+        await _bootstrap(cluster, bootstrap, cfg.request_timeout)
+        core = ProducerCore(cfg, cluster, ledger)
+        producer = Producer(core)
+        async with trio.open_nursery() as outer:
+            pipeline_scope = trio.CancelScope()
+
+            async def run_pipeline(*, task_status: trio.TaskStatus[None]) -> None:
+                with pipeline_scope:
+                    async with trio.open_nursery() as nursery:
+                        core.nursery = nursery
+                        dispatcher = Dispatcher(producer, producer._intake_receive)
+                        await nursery.start(dispatcher.run)
+                        nursery.start_soon(producer._report)
+                        task_status.started()
+
+            await outer.start(run_pipeline)
+            graceful = False
+            try:
+                yield producer
+                graceful = True
+            finally:
+                await _shutdown(producer, pipeline_scope, graceful=graceful)
+
+
+async def _bootstrap(cluster: Cluster, bootstrap: object, timeout: float) -> None:
+    """Fetch cluster metadata once, so an unreachable cluster fails fast and clearly."""
+    try:
+        with trio.fail_after(timeout):
+            await cluster.refresh(force=True)
+    except (trio.TooSlowError, KafkaError) as exc:
+        detail = "" if isinstance(exc, trio.TooSlowError) else f": {exc}"
+        raise BrokerConnectionError(
+            f"no bootstrap broker of {bootstrap!r} answered within request_timeout={timeout}s"
+            f"{detail}; check the address and that the broker is running"
+        ) from exc
+
+
+async def _shutdown(producer: Producer, pipeline_scope: trio.CancelScope, *, graceful: bool) -> None:
+    producer._closing = True
+    cfg = producer._config
+    with trio.CancelScope(shield=True):
+        if graceful:
+            with trio.move_on_after(cfg.close_timeout):
+                await producer.flush()
+        pipeline_scope.cancel()
+        left = producer._ledger.fail_all_outstanding(ProducerClosed(
+            "the producer closed before this message was acknowledged"
+            + (f" (close_timeout={cfg.close_timeout}s ran out)" if graceful else "")
+            + "; it may or may not have been written"
+        ))
+        if left:
+            log.warning("producer closed with %d undelivered messages", left)
+        producer._report_leftovers()
+        producer.input.close()
+        producer._intake_send.close()

@@ -1,0 +1,95 @@
+"""asyncProducer (the dispatcher): intake -> one topic producer per topic.
+
+The intake channel carries single messages (``send``), lists (``send_many``)
+and raw ``ProducerMessage`` objects a user put on ``producer.input``. The
+first two were validated and accepted by the caller; the last are validated,
+sized and accepted here, and a bad one is failed onto ``producer.errors``
+(it has no other way to report). The dispatcher drains whatever is ready
+with ``receive_nowait`` and hands each topic one list, so a burst costs one
+scheduler pass per hop instead of one per message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+from pipeline.producer.message import ProducerMessage
+from pipeline.producer.topic_producer import TopicProducer
+
+if TYPE_CHECKING:
+    from pipeline.producer.api import Producer
+
+IntakeItem = ProducerMessage | list[ProducerMessage]
+
+
+class Dispatcher:
+    def __init__(self, producer: Producer, intake: trio.MemoryReceiveChannel[IntakeItem]) -> None:
+        self.producer = producer
+        self.core = producer._core
+        self._intake = intake
+        self._topics: dict[str, trio.MemorySendChannel[list[ProducerMessage]]] = {}
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        intake = self._intake
+        async with trio.open_nursery() as nursery:
+            try:
+                async for item in intake:
+                    by_topic: dict[str, list[ProducerMessage]] = {}
+                    while True:
+                        if type(item) is list:
+                            self._sort_list(item, by_topic)
+                        elif item._id:  # accepted by send()
+                            group = by_topic.get(item.topic)
+                            if group is None:
+                                by_topic[item.topic] = [item]
+                            else:
+                                group.append(item)
+                        elif await self.producer._accept_from_channel(item):
+                            by_topic.setdefault(item.topic, []).append(item)
+                        try:
+                            item = intake.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                    for topic, msgs in by_topic.items():
+                        send = self._topics.get(topic)
+                        if send is None:
+                            send = await self._start_topic(nursery, topic)
+                        try:
+                            send.send_nowait(msgs)
+                        except trio.WouldBlock:
+                            await send.send(msgs)
+            finally:
+                # Closing the topic channels cascades shutdown down the forward path.
+                for send in self._topics.values():
+                    send.close()
+
+    @staticmethod
+    def _sort_list(msgs: list[ProducerMessage], by_topic: dict[str, list[ProducerMessage]]) -> None:
+        topic = msgs[0].topic
+        if all(m.topic == topic for m in msgs):
+            group = by_topic.get(topic)
+            if group is None:
+                by_topic[topic] = msgs
+            else:
+                group.extend(msgs)
+            return
+        for msg in msgs:
+            group = by_topic.get(msg.topic)
+            if group is None:
+                by_topic[msg.topic] = [msg]
+            else:
+                group.append(msg)
+
+    async def _start_topic(
+        self, nursery: trio.Nursery, topic: str
+    ) -> trio.MemorySendChannel[list[ProducerMessage]]:
+        send, receive = trio.open_memory_channel[list[ProducerMessage]](
+            self.core.config.channel_capacity
+        )
+        tp = TopicProducer(self.core, topic, receive, self.producer._partitioner)
+        await nursery.start(tp.run)
+        self._topics[topic] = send
+        return send

@@ -1,0 +1,193 @@
+"""Producer configuration: one frozen dataclass, validated as a whole.
+
+Names follow the Java client's settings in Python spelling, with seconds for
+durations (``linger=0.005`` is Java's ``linger.ms=5``). Defaults are the Java
+client's where they make sense for Python, and every deviation is explained
+next to the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pipeline.producer.errors import ConfigError
+from pipeline.protocol.compression import Compression
+
+Acks = Literal[0, 1, "all", -1]
+
+_COMPRESSION_NAMES = {
+    "none": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
+}
+# KIP-390 level ranges; snappy has no levels.
+_LEVELS: dict[Compression, tuple[int, int]] = {
+    Compression.GZIP: (1, 9),
+    Compression.LZ4: (1, 17),
+    Compression.ZSTD: (-131072, 22),
+}
+_PARTITIONERS = ("default", "murmur2", "murmur2_random", "round_robin", "random")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerConfig:
+    """Every producer option. Pass it to ``open_producer`` or give the fields as keywords."""
+
+    # Delivery guarantees.
+    acks: Acks = "all"
+    # Off until the idempotent producer (sequence numbers, epoch bumps) lands;
+    # the idempotence issue turns it on by default, as in the Java client.
+    idempotent: bool = False
+    retries: int = 2**31 - 1  # bounded in practice by delivery_timeout, as in Java
+    retry_backoff: float = 0.1
+    retry_backoff_max: float = 1.0
+    retry_backoff_jitter: float = 0.2  # +-20% (KIP-580); 0 makes retry times exact in tests
+    delivery_timeout: float = 120.0
+    request_timeout: float = 30.0
+    max_in_flight: int = 5  # requests per broker connection
+
+    # Batching.
+    linger: float = 0.005
+    batch_bytes: int = 256 * 1024  # larger than Java's 16 KiB: per-batch cost dominates in Python
+    max_batch_messages: int = 10_000
+    max_request_bytes: int = 1024 * 1024
+    max_message_bytes: int = 1024 * 1024
+    compression: str = "none"
+    compression_level: int | None = None
+
+    # Memory and blocking.
+    buffer_memory: int = 32 * 1024 * 1024
+    max_block: float = 60.0
+    channel_capacity: int = 1024  # items per internal channel (each item is a list of messages)
+
+    # Cluster.
+    client_id: str = "pipeline"
+    metadata_max_age: float = 300.0
+    allow_auto_topic_creation: bool = False
+
+    # Results and shutdown.
+    return_successes: bool = False
+    close_timeout: float = 30.0
+
+    # Partitioning: a name, a Partitioner object, or a callable(topic, key, value, n) -> int.
+    partitioner: Any = "default"
+
+    # Injection points for deterministic tests.
+    rng: random.Random | None = field(default=None, compare=False, repr=False)
+    timestamp_ms: Callable[[], int] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def acks_value(self) -> int:
+        """The wire value: 0, 1 or -1."""
+        return -1 if self.acks in ("all", -1) else int(self.acks)
+
+    @property
+    def compression_codec(self) -> Compression:
+        return _COMPRESSION_NAMES[self.compression]
+
+    @property
+    def max_in_flight_per_partition(self) -> int:
+        # Partition muting: without idempotence a second in-flight batch could
+        # land before a failed first one is retried (sarama #2619), so only one
+        # batch per partition may be in flight. The idempotent issue lifts this
+        # to max_in_flight, with sequence numbers keeping the order.
+        return 1
+
+    def replace(self, **changes: Any) -> ProducerConfig:
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> None:
+        def bad(option: str, value: object, allowed: str) -> ConfigError:
+            return ConfigError(f"invalid {option}={value!r}: {allowed}")
+
+        if self.acks not in (0, 1, -1, "all"):
+            raise bad("acks", self.acks, 'use 0, 1 or "all"')
+        if self.compression not in _COMPRESSION_NAMES:
+            raise bad("compression", self.compression, f"use one of {sorted(_COMPRESSION_NAMES)}")
+        if self.compression_level is not None:
+            codec = _COMPRESSION_NAMES[self.compression]
+            if codec not in _LEVELS:
+                raise bad(
+                    "compression_level", self.compression_level,
+                    f"compression={self.compression!r} takes no level; leave it None",
+                )
+            lo, hi = _LEVELS[codec]
+            if not lo <= self.compression_level <= hi:
+                raise bad(
+                    "compression_level", self.compression_level,
+                    f"{self.compression} levels are {lo}..{hi}",
+                )
+        for name in ("linger", "retry_backoff"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise bad(name, value, "must be a number of seconds >= 0")
+        for name in ("delivery_timeout", "request_timeout", "max_block", "close_timeout",
+                     "metadata_max_age", "retry_backoff_max"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise bad(name, value, "must be a number of seconds > 0")
+        if not 0 <= self.retry_backoff_jitter < 1:
+            raise bad("retry_backoff_jitter", self.retry_backoff_jitter, "must be in [0, 1)")
+        if self.retry_backoff_max < self.retry_backoff:
+            raise bad("retry_backoff_max", self.retry_backoff_max,
+                      f"must be >= retry_backoff ({self.retry_backoff})")
+        if self.delivery_timeout < self.linger + self.request_timeout:
+            raise bad(
+                "delivery_timeout", self.delivery_timeout,
+                f"must be >= linger + request_timeout ({self.linger} + {self.request_timeout}), "
+                "as in the Java client, or every slow request would time out its messages",
+            )
+        for name in ("batch_bytes", "max_request_bytes", "max_message_bytes", "buffer_memory",
+                     "max_in_flight", "max_batch_messages", "channel_capacity"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise bad(name, value, "must be a positive integer")
+        if not isinstance(self.retries, int) or self.retries < 0:
+            raise bad("retries", self.retries, "must be an integer >= 0")
+        if self.max_message_bytes > self.max_request_bytes:
+            raise bad("max_message_bytes", self.max_message_bytes,
+                      f"must be <= max_request_bytes ({self.max_request_bytes})")
+        if self.max_message_bytes > self.buffer_memory:
+            raise bad("max_message_bytes", self.max_message_bytes,
+                      f"must be <= buffer_memory ({self.buffer_memory})")
+        if self.idempotent:
+            if self.acks_value != -1:
+                raise ConfigError(
+                    f'idempotent=True requires acks="all" (got acks={self.acks!r}); '
+                    "pass idempotent=False to use weaker acks"
+                )
+            if self.retries == 0:
+                raise ConfigError(
+                    "idempotent=True requires retries > 0 (got 0); "
+                    "pass idempotent=False to disable retries"
+                )
+            if self.max_in_flight > 5:
+                raise bad("max_in_flight", self.max_in_flight,
+                          "must be <= 5 with idempotent=True (Kafka caches 5 batches per producer)")
+        if isinstance(self.partitioner, str) and self.partitioner not in _PARTITIONERS:
+            raise bad("partitioner", self.partitioner,
+                      f"use one of {list(_PARTITIONERS)}, a Partitioner, or a callable")
+        if not isinstance(self.client_id, str):
+            raise bad("client_id", self.client_id, "must be a string")
+
+
+def make_config(config: ProducerConfig | None, options: dict[str, Any]) -> ProducerConfig:
+    """Merge keyword options over a config, with a clear error for unknown names."""
+    known = {f.name for f in dataclasses.fields(ProducerConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown producer option(s) {unknown}; valid options are {sorted(known)}"
+        )
+    if config is None:
+        return ProducerConfig(**options)
+    return dataclasses.replace(config, **options) if options else config

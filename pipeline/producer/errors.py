@@ -1,0 +1,83 @@
+"""Errors the producer raises or reports.
+
+Two families, kept apart on purpose:
+
+* raised by ``send()`` / ``send_nowait()`` / ``open_producer()``: the message was
+  *not accepted* (bad input, buffer full, producer closed, invalid config).
+  Nothing was queued, so nothing else is lost.
+* reported as the outcome of an accepted message: always a ``ProducerError``
+  carrying the message and the specific ``cause``. Every accepted message gets
+  exactly one outcome: a ``RecordMetadata`` or a ``ProducerError``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pipeline.cluster.errors import KafkaError
+from pipeline.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from pipeline.producer.message import ProducerMessage
+
+
+class ConfigError(KafkaError, ValueError):
+    """An invalid producer option: the message names the option and what is allowed."""
+
+
+class MessageTooLargeError(KafkaError, ValueError):
+    """A message larger than ``max_message_bytes`` was refused by ``send()``."""
+
+
+class BufferFullError(KafkaError):
+    """``buffer_memory`` is exhausted: ``send_nowait`` refuses, ``send`` gave up after ``max_block``."""
+
+
+class ProducerClosed(KafkaError):
+    """The producer is closing or closed.
+
+    Raised by ``send()`` after close began; used as the ``cause`` of the
+    ``ProducerError`` of every message still undelivered when ``close_timeout``
+    ran out.
+    """
+
+
+class DeliveryTimeoutError(KafkaError):
+    """The message's ``delivery_timeout`` elapsed before it was acknowledged."""
+
+    retriable = True
+
+
+class BrokerResponseError(KafkaError):
+    """The broker answered a produce request for this partition with an error code."""
+
+    def __init__(self, code: ErrorCode, error_message: str | None = None) -> None:
+        self.code = code
+        self.error_message = error_message
+        detail = f": {error_message}" if error_message else ""
+        super().__init__(f"{code.name} ({int(code)}) {code.description}{detail}")
+
+    @property
+    def retriable(self) -> bool:  # type: ignore[override]
+        return self.code.retriable
+
+
+class ProducerError(KafkaError):
+    """The terminal failure of one accepted message.
+
+    Attributes:
+        message: the ``ProducerMessage`` that was not delivered.
+        cause: the specific error (``BrokerResponseError``, ``DeliveryTimeoutError``,
+            ``ProducerClosed``, ``UnknownTopicError``, a connection error, ...).
+    """
+
+    def __init__(self, message: ProducerMessage, cause: BaseException) -> None:
+        self.message = message
+        self.cause = cause
+        where = message.topic if message.partition is None or message.partition < 0 else (
+            f"{message.topic}[{message.partition}]"
+        )
+        super().__init__(f"message to {where} not delivered: {type(cause).__name__}: {cause}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.message, self.cause))

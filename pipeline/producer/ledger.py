@@ -1,0 +1,190 @@
+"""The ledger: accepted messages, buffer memory, and settling outcomes.
+
+Strategy: every accepted message is entered here when ``send()`` (or the
+dispatcher, for ``producer.input``) accepts it, and leaves when it is
+*settled*: success or failure, exactly once. Stages never hold the only
+reference to a message's fate: when the producer is torn down, whatever is
+still in ``outstanding`` is failed with ``ProducerClosed``, so no message can
+be lost in a channel buffer or a cancelled task.
+
+Buffer memory is the producer's single global bound (like Java's
+``buffer.memory``): bytes are reserved before a message is accepted and
+released when its outcome has been handed to the user. Internal queues,
+including the retry back-edge, only ever hold accepted messages, so they are
+all bounded by it in bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable
+
+import trio
+
+from pipeline.producer.errors import BufferFullError, ProducerError
+from pipeline.producer.message import FAILED, OK, PENDING, ProducerMessage
+
+log = logging.getLogger("pipeline.producer")
+
+
+class Ledger:
+    def __init__(self, buffer_memory: int, max_block: float) -> None:
+        self.buffer_memory = buffer_memory
+        self.max_block = max_block
+        # {message id: message}, insertion ordered: the oldest unsettled
+        # message is first, which is what flush() waits on.
+        self.outstanding: dict[int, ProducerMessage] = {}
+        self.buffered_bytes = 0
+        self._next_id = 1
+        self._space_freed: trio.Event | None = None  # exists only while someone waits
+        self._progress: trio.Event | None = None  # exists only while flush() waits
+        # Outcomes of channel-mode messages waiting for the results task; their
+        # bytes stay reserved until the user has received them (backpressure).
+        self.reports: deque[ProducerMessage] = deque()
+        self.reports_ready = trio.Event()
+        self.return_successes = False
+        # Counters (statistics(); tests assert on them).
+        self.accepted = 0
+        self.succeeded = 0
+        self.failed = 0
+        self.double_settles = 0
+
+    # -- memory ------------------------------------------------------------
+    def try_reserve(self, size: int) -> bool:
+        if self.buffered_bytes + size > self.buffer_memory and self.buffered_bytes > 0:
+            return False
+        self.buffered_bytes += size
+        return True
+
+    async def reserve(self, size: int) -> None:
+        """Wait up to ``max_block`` for ``size`` bytes of buffer memory."""
+        if self.try_reserve(size):
+            return
+        with trio.move_on_after(self.max_block) as scope:
+            while not self.try_reserve(size):
+                if self._space_freed is None:
+                    self._space_freed = trio.Event()
+                await self._space_freed.wait()
+        if scope.cancelled_caught:
+            raise BufferFullError(
+                f"buffer_memory ({self.buffer_memory} bytes) stayed full for max_block="
+                f"{self.max_block}s: brokers are not keeping up or unreachable; "
+                "raise buffer_memory or max_block, or slow down"
+            )
+
+    def release(self, size: int) -> None:
+        self.buffered_bytes -= size
+        if self._space_freed is not None:
+            self._space_freed.set()
+            self._space_freed = None
+
+    def buffer_full_error(self, size: int) -> BufferFullError:
+        return BufferFullError(
+            f"buffer_memory is full ({self.buffered_bytes} of {self.buffer_memory} bytes used, "
+            f"message needs {size}): use await send() to wait for space, or raise buffer_memory"
+        )
+
+    # -- accepting ---------------------------------------------------------
+    def accept(self, msg: ProducerMessage, deadline: float) -> None:
+        msg._id = self._next_id
+        self._next_id += 1
+        msg._deadline = deadline
+        self.outstanding[msg._id] = msg
+        self.accepted += 1
+
+    def unaccept(self, msg: ProducerMessage) -> None:
+        """Undo ``accept`` for a message that never reached the intake (its
+        enqueue was cancelled): it was never accepted, so it gets no outcome."""
+        del self.outstanding[msg._id]
+        msg._id = 0
+        self.accepted -= 1
+        self.release(msg._size)
+
+    @property
+    def last_accepted_id(self) -> int:
+        return self._next_id - 1
+
+    # -- settling ----------------------------------------------------------
+    def succeed(self, msgs: Iterable[ProducerMessage], base_offset: int, timestamp: int) -> None:
+        """Settle ``msgs`` (one batch, in order) as written at ``base_offset + i``.
+
+        ``base_offset`` < 0 means the broker gave no offset (acks=0, duplicate).
+        ``timestamp`` >= 0 is the broker's LogAppendTime.
+        """
+        offset = base_offset
+        outstanding = self.outstanding
+        released = 0
+        count = 0
+        for msg in msgs:
+            if msg._state != PENDING:
+                self.double_settles += 1
+                log.error("message settled twice (bug): %r", msg)
+                continue
+            msg._state = OK
+            msg.offset = offset
+            if offset >= 0:
+                offset += 1
+            if timestamp >= 0:
+                msg.timestamp = timestamp
+            count += 1
+            if msg._event is None and msg._group is None and not msg._reports_to_channels:
+                del outstanding[msg._id]  # the common case of _finish, inlined
+                released += msg._size
+            else:
+                self._finish(msg)
+        self.succeeded += count
+        if released:
+            self.release(released)
+        self._signal_progress()
+
+    def fail(self, msgs: Iterable[ProducerMessage], cause: BaseException) -> None:
+        for msg in msgs:
+            if msg._state != PENDING:
+                self.double_settles += 1
+                log.error("message settled twice (bug): %r", msg)
+                continue
+            msg._state = FAILED
+            msg._outcome = cause
+            self.failed += 1
+            self._finish(msg)
+        self._signal_progress()
+
+    def _finish(self, msg: ProducerMessage) -> None:
+        del self.outstanding[msg._id]
+        if msg._event is not None:
+            msg._event.set()
+        if msg._group is not None:
+            msg._group._settle(msg)
+        if msg._reports_to_channels and (msg._state == FAILED or self.return_successes):
+            self.reports.append(msg)
+            self.reports_ready.set()
+        else:
+            self.release(msg._size)
+
+    def _signal_progress(self) -> None:
+        if self._progress is not None:
+            self._progress.set()
+            self._progress = None
+
+    # -- flushing ----------------------------------------------------------
+    def settled_through(self, last_id: int) -> bool:
+        """True when every message accepted up to ``last_id`` is settled."""
+        for oldest in self.outstanding:
+            return oldest > last_id
+        return True
+
+    async def wait_settled_through(self, last_id: int) -> None:
+        while not self.settled_through(last_id):
+            if self._progress is None:
+                self._progress = trio.Event()
+            await self._progress.wait()
+
+    def fail_all_outstanding(self, cause: BaseException) -> int:
+        msgs = list(self.outstanding.values())
+        self.fail(msgs, cause)
+        return len(msgs)
+
+    def error_for(self, msg: ProducerMessage) -> ProducerError:
+        assert msg._state == FAILED and msg._outcome is not None
+        return ProducerError(msg, msg._outcome)

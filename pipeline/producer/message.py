@@ -1,0 +1,223 @@
+"""User-facing message types and the per-message outcome.
+
+A ``ProducerMessage`` travels through every stage unchanged in identity: the
+stages move *references*, and the outcome is written onto the message once.
+The write-once rule (``_state`` goes PENDING -> OK or FAILED, never back) is
+what makes "exactly one terminal outcome per accepted message" checkable: a
+second attempt to settle a message is a bug, counted in ``Ledger`` stats and
+asserted zero by the tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from pipeline.producer.errors import ProducerError
+
+PENDING, OK, FAILED = 0, 1, 2
+
+Headers = Sequence[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where an acknowledged message landed.
+
+    ``offset`` is -1 and ``offset_known`` False when the broker confirmed the
+    write without an offset (acks=0, or a DUPLICATE_SEQUENCE_NUMBER answer to an
+    idempotent retry of a batch that was already written). ``timestamp`` is the
+    broker's LogAppendTime when the topic uses it, else the record's timestamp.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    offset_known: bool = True
+
+
+class ProducerMessage:
+    """One record to produce, and after delivery, where it went.
+
+    Users build these for ``producer.input`` and ``send_many``; ``send()``
+    builds one from its arguments. ``metadata`` is free for the caller (it is
+    never sent). After a success ``partition``, ``offset`` and ``timestamp`` are
+    set; the message is then what ``producer.successes`` yields.
+    """
+
+    __slots__ = (
+        "_deadline",
+        "_event",
+        "_group",
+        "_id",
+        "_level",
+        "_outcome",
+        "_reports_to_channels",
+        "_size",
+        "_state",
+        "headers",
+        "key",
+        "metadata",
+        "offset",
+        "partition",
+        "timestamp",
+        "topic",
+        "value",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        metadata: Any = None,
+    ) -> None:
+        self.topic = topic
+        self.value = value
+        self.key = key
+        self.headers: Headers = headers if headers is not None else ()
+        self.partition = partition
+        self.timestamp = timestamp
+        self.metadata = metadata
+        self.offset = -1
+        # Retry level (sarama's msg.retries): how many times this message was
+        # sent back by a broker producer. The watermark protocol orders by it.
+        self._level = 0
+        self._state = PENDING
+        self._outcome: BaseException | None = None
+        self._event: trio.Event | None = None
+        self._group: DeliveryGroup | None = None
+        self._reports_to_channels = False
+        self._size = 0
+        self._deadline = 0.0
+        self._id = 0
+
+    def __repr__(self) -> str:
+        where = self.topic if self.partition is None else f"{self.topic}[{self.partition}]"
+        state = ("pending", "ok", "failed")[self._state]
+        off = f" offset={self.offset}" if self._state == OK else ""
+        return f"<ProducerMessage {where} key={self.key!r} {state}{off}>"
+
+    @property
+    def done(self) -> bool:
+        return self._state != PENDING
+
+    def record_metadata(self) -> RecordMetadata:
+        assert self.partition is not None and self.timestamp is not None
+        return RecordMetadata(
+            self.topic, self.partition, self.offset, self.timestamp, self.offset >= 0
+        )
+
+
+class Delivery:
+    """The outcome of one message accepted by ``send()``: ``await`` it.
+
+    ``await delivery`` returns ``RecordMetadata`` or raises ``ProducerError``.
+    Awaiting is optional: the message is delivered either way.
+    """
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: ProducerMessage) -> None:
+        self.message = message
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        return self.wait().__await__()
+
+    def __repr__(self) -> str:
+        return f"<Delivery {self.message!r}>"
+
+    def done(self) -> bool:
+        return self.message._state != PENDING
+
+    async def wait(self) -> RecordMetadata:
+        msg = self.message
+        if msg._state == PENDING:
+            if msg._event is None:
+                msg._event = trio.Event()
+            await msg._event.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+        return self.result()
+
+    def result(self) -> RecordMetadata:
+        """The outcome without waiting; raises ``trio.WouldBlock`` while pending."""
+        msg = self.message
+        if msg._state == OK:
+            return msg.record_metadata()
+        if msg._state == FAILED:
+            assert msg._outcome is not None
+            raise ProducerError(msg, msg._outcome)
+        raise trio.WouldBlock
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResult:
+    """What happened to the messages of one ``send_many`` call."""
+
+    delivered: int
+    failed: int
+    errors: tuple[ProducerError, ...]  # the first few failures, in the order they happened
+
+    @property
+    def first_error(self) -> ProducerError | None:
+        return self.errors[0] if self.errors else None
+
+
+class DeliveryGroup:
+    """The outcome of a ``send_many`` call: counts instead of one future per message.
+
+    Bulk callers (the Spark stage) need totals, not a million awaitables; each
+    message settles by decrementing ``pending``, which costs no allocation.
+    """
+
+    MAX_ERRORS_KEPT = 10
+
+    __slots__ = ("_event", "delivered", "errors", "failed", "pending", "total")
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.pending = total
+        self.delivered = 0
+        self.failed = 0
+        self.errors: list[ProducerError] = []
+        self._event = trio.Event()
+        if total == 0:
+            self._event.set()
+
+    def _settle(self, msg: ProducerMessage) -> None:
+        if msg._state == OK:
+            self.delivered += 1
+        else:
+            self.failed += 1
+            if len(self.errors) < self.MAX_ERRORS_KEPT:
+                assert msg._outcome is not None
+                self.errors.append(ProducerError(msg, msg._outcome))
+        self.pending -= 1
+        if self.pending == 0:
+            self._event.set()
+
+    def done(self) -> bool:
+        return self.pending == 0
+
+    def _shrink(self, never_accepted: int) -> None:
+        """Forget messages of the call that were never accepted (it was cancelled)."""
+        self.total -= never_accepted
+        self.pending -= never_accepted
+        if self.pending == 0:
+            self._event.set()
+
+    async def wait(self) -> GroupResult:
+        await self._event.wait()
+        return GroupResult(self.delivered, self.failed, tuple(self.errors))
+
+    def __await__(self) -> Generator[Any, None, GroupResult]:
+        return self.wait().__await__()

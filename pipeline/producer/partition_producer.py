@@ -1,0 +1,299 @@
+"""partitionProducer: one task per partition; leader tracking and ordered retries.
+
+Strategy (sarama's watermark / fin-chaser protocol, see docs/architecture.md):
+
+Every message carries a retry *level* (how often a broker producer sent it
+back). ``hwm`` is the highest level this partition is working on.
+
+1. A message arrives at a level above ``hwm``: a broker failed the partition.
+   Raise ``hwm`` to that level, send a ``Fin`` chaser down the old path (the
+   old broker producer), detach, back off, then re-attach to the current
+   leader and send the message there.
+2. A message below ``hwm`` is buffered in its level's buffer (this includes
+   every new level-0 message while a retry is under way). A ``Fin`` below
+   ``hwm`` marks that level's old path as drained.
+3. A ``Fin`` at ``hwm`` is our chaser coming back: the old path is empty, so
+   buffered levels are flushed top-down, stopping at a level whose own chaser
+   is still out.
+4. A message at ``hwm`` goes to the current broker producer.
+
+Invariant: a message at a higher level was accepted before every pending
+message at a lower level, so flushing top-down keeps the partition's order.
+The old broker producer returns the chaser only after every in-flight batch of
+the partition has completed, which closes the pipelining gap (sarama #2619).
+
+Backoff never blocks: while backing off or waiting for a leader, the task
+keeps draining its input into buffers, so other partitions never wait on this
+one, and it sleeps only until the earlier of its backoff deadline and the next
+delivery-timeout expiry.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import trio
+
+from pipeline.producer.envelopes import Batch, BrokerItem, Fin, RetryItem, Syn, TopicPartition
+from pipeline.producer.errors import DeliveryTimeoutError
+from pipeline.producer.message import PENDING, ProducerMessage
+
+if TYPE_CHECKING:
+    from pipeline.producer.broker_producer import BrokerProducer
+    from pipeline.producer.core import ProducerCore
+
+log = logging.getLogger("pipeline.producer")
+
+class RetryList(list[RetryItem]):
+    """Items coming back from broker producers (the loopback); anything else
+    in the inbox is a list of fresh level-0 messages from the topic producer."""
+
+
+Inbound = list[ProducerMessage] | RetryList
+
+
+@dataclass(slots=True)
+class _Level:
+    # Messages of this level held back until every higher level has drained.
+    buf: list[ProducerMessage] = field(default_factory=list)
+    # True while the chaser that drains this level's old path is still out.
+    expect_chaser: bool = False
+
+
+class PartitionProducer:
+    def __init__(
+        self,
+        core: ProducerCore,
+        tp: TopicPartition,
+        inbox: trio.MemoryReceiveChannel[Inbound],
+        loopback: trio.MemorySendChannel[Inbound],
+    ) -> None:
+        self.core = core
+        self.tp = tp
+        self._inbox = inbox
+        # The retry back-edge: broker producers append here without ever
+        # blocking (the pipeline is a cycle; a blocking back-edge deadlocks it,
+        # sarama wiki). A forwarder task moves them into our own inbox.
+        self._retries: deque[RetryItem] = deque()
+        self._retries_ready = trio.Event()
+        self._loopback = loopback
+        self.hwm = 0
+        self._levels: dict[int, _Level] = {}
+        self.bp: BrokerProducer | None = None
+        # Messages at level ``hwm`` waiting for a leader or for the backoff.
+        self._held: list[ProducerMessage] = []
+        self._backoff_until = 0.0
+        # False from a failure until a metadata refresh that started after it
+        # completed: re-attaching earlier would pick the stale leader again.
+        self._metadata_fresh = True
+        self._refreshing = False
+        self._reroute = False  # set by leader_changed(): check the leader at the next tick
+        self._nursery: trio.Nursery | None = None
+        self._out: list[ProducerMessage] = []  # for ``bp``, gathered during one pass
+        # Items for broker producers in the order they must arrive; a Fin must
+        # follow every message sent before it on the same path.
+        self._outbox: list[tuple[BrokerProducer, BrokerItem]] = []
+
+    # -- called by broker producers (sync, never blocks) --------------------
+    def retry(self, items: list[RetryItem]) -> None:
+        self._retries.extend(items)
+        self._retries_ready.set()
+
+    def leader_changed(self) -> None:
+        """A broker failed this partition for leadership without a retry (retries
+        exhausted or disabled): re-resolve the leader anyway (sarama #294)."""
+        self._reroute = True
+        self._refresh_metadata()
+
+    # -- tasks -------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._forward_retries)
+            task_status.started()
+            await self._main()
+            nursery.cancel_scope.cancel()
+
+    def _refresh_metadata(self) -> None:
+        """Start one bounded metadata refresh; its end wakes us via the loopback."""
+        self._metadata_fresh = False
+        if self._refreshing or self._nursery is None:
+            return
+        self._refreshing = True
+        self._nursery.start_soon(self._await_refresh)
+
+    async def _await_refresh(self) -> None:
+        try:
+            with trio.move_on_after(self.core.config.request_timeout):
+                await self.core.cluster.refresh([self.tp.topic], force=True)
+        except Exception as exc:  # noqa: BLE001 - any failure: fall back to the cached view
+            log.debug("%s: metadata refresh failed: %s", self.tp, exc)
+        finally:
+            self._refreshing = False
+            self._metadata_fresh = True
+            self._retries_ready.set()  # an empty item wakes the main loop
+
+    async def _forward_retries(self) -> None:
+        async with self._loopback:
+            while True:
+                await self._retries_ready.wait()
+                self._retries_ready = trio.Event()
+                items = RetryList(self._retries)
+                self._retries.clear()
+                await self._loopback.send(items)
+
+    async def _main(self) -> None:
+        inbox = self._inbox
+        while True:
+            with trio.move_on_at(self._wake_at()):
+                try:
+                    first = await inbox.receive()
+                except trio.EndOfChannel:
+                    return
+                self._handle(first)
+                while True:
+                    try:
+                        more = inbox.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    self._handle(more)
+            await self._tick()
+
+    def _wake_at(self) -> float:
+        wake = math.inf
+        if self.bp is None and (self._held or self.hwm > 0):
+            wake = self._backoff_until
+        head = self._oldest_deadline()
+        return min(wake, head)
+
+    def _oldest_deadline(self) -> float:
+        oldest = math.inf
+        if self._held:
+            oldest = self._held[0]._deadline
+        for level in self._levels.values():
+            if level.buf:
+                oldest = min(oldest, level.buf[0]._deadline)
+        return oldest
+
+    # -- the watermark rules ----------------------------------------------
+    def _handle(self, items: Inbound) -> None:
+        if type(items) is not RetryList:
+            # Fresh level-0 messages: the whole list follows one rule.
+            if self.hwm == 0:
+                if self.bp is not None:
+                    self._out.extend(items)  # type: ignore[arg-type]
+                else:
+                    self._held.extend(items)  # type: ignore[arg-type]
+            else:
+                self._levels.setdefault(0, _Level()).buf.extend(items)  # type: ignore[arg-type]
+            return
+        for item in items:
+            level = item.level if isinstance(item, Fin) else item._level
+            if level > self.hwm:
+                assert not isinstance(item, Fin), "a chaser never returns above the watermark"
+                self._raise_watermark(level)
+                self._held.append(item)
+            elif level < self.hwm:
+                state = self._levels.setdefault(level, _Level())
+                if isinstance(item, Fin):
+                    state.expect_chaser = False
+                else:
+                    state.buf.append(item)
+            elif isinstance(item, Fin):
+                self._levels.setdefault(level, _Level()).expect_chaser = False
+                self._flush_retry_buffers()
+            else:
+                self._send_or_hold(item)
+
+    def _raise_watermark(self, level: int) -> None:
+        log.debug("%s: retry level %d (was %d)", self.tp, level, self.hwm)
+        self._flush_out()
+        if self._held:
+            # Messages held at the old level now sit below the watermark.
+            self._levels.setdefault(self.hwm, _Level()).buf[:0] = self._held
+            self._held = []
+        self.hwm = level
+        state = self._levels.setdefault(level, _Level())
+        if self.bp is not None:
+            state.expect_chaser = True
+            self._outbox.append((self.bp, Fin(self.tp, level - 1)))
+            self.bp = None
+        self._backoff_until = trio.current_time() + self.core.backoff(level)
+        self._refresh_metadata()
+
+    def _flush_retry_buffers(self) -> None:
+        while self.hwm > 0:
+            self.hwm -= 1
+            state = self._levels.pop(self.hwm, None)
+            if state is not None:
+                for msg in state.buf:
+                    self._send_or_hold(msg)
+                if state.expect_chaser:
+                    # That level's own chaser is still out: keep waiting for it.
+                    state.buf = []
+                    self._levels[self.hwm] = state
+                    return
+
+    def _send_or_hold(self, msg: ProducerMessage) -> None:
+        if self.bp is not None:
+            self._out.append(msg)
+        else:
+            self._held.append(msg)
+
+    # -- talking to the broker producer -----------------------------------
+    def _flush_out(self) -> None:
+        if self._out:
+            assert self.bp is not None
+            self._outbox.append((self.bp, Batch(self.tp, self._out)))
+            self._out = []
+
+    async def _tick(self) -> None:
+        now = trio.current_time()
+        if self._oldest_deadline() <= now:
+            self._expire(now)
+        if self._reroute and self._metadata_fresh:
+            self._reroute = False
+            if self.bp is not None and self.core.leader_nowait(self.tp) != self.bp.node_id:
+                self._flush_out()
+                self.bp = None  # the next message re-attaches to the current leader
+        if self.bp is None and self._held and now >= self._backoff_until and self._metadata_fresh:
+            await self._attach()
+        if self.bp is not None:
+            self._flush_out()
+        if self._outbox:
+            outbox, self._outbox = self._outbox, []
+            for bp, item in outbox:
+                try:
+                    bp.input.send_nowait(item)
+                except trio.WouldBlock:
+                    await bp.input.send(item)
+
+    async def _attach(self) -> None:
+        leader = self.core.leader_nowait(self.tp)
+        if leader is None:
+            self._refresh_metadata()
+            self._backoff_until = trio.current_time() + self.core.backoff(max(self.hwm, 1))
+            return
+        self.bp = await self.core.broker_producer(leader)
+        self._outbox.append((self.bp, Syn(self.tp)))
+        held, self._held = self._held, []
+        self._out.extend(held)
+
+    def _expire(self, now: float) -> None:
+        def split(msgs: list[ProducerMessage]) -> list[ProducerMessage]:
+            alive = [m for m in msgs if m._deadline > now]
+            if len(alive) != len(msgs):
+                dead = [m for m in msgs if m._deadline <= now and m._state == PENDING]
+                self.core.ledger.fail(dead, DeliveryTimeoutError(
+                    f"not delivered within delivery_timeout={self.core.config.delivery_timeout}s "
+                    f"(partition {self.tp.topic}[{self.tp.partition}] had no usable leader)"
+                ))
+            return alive
+
+        self._held = split(self._held)
+        for state in self._levels.values():
+            state.buf = split(state.buf)

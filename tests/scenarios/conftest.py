@@ -1,0 +1,52 @@
+"""Producer scenarios against the in-memory FakeCluster, on autojump_clock."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import trio
+
+from pipeline.producer.api import Producer, open_producer
+from pipeline.producer.message import ProducerMessage
+from pipeline.testing.fake_cluster import FakeCluster
+
+
+@pytest.fixture
+async def fake(nursery: trio.Nursery) -> AsyncIterator[FakeCluster]:
+    cluster = FakeCluster(brokers=3, seed=7, auto_create_topics=False)
+    await nursery.start(cluster.run)
+    yield cluster
+
+
+def producer_options(**overrides: Any) -> dict[str, Any]:
+    options: dict[str, Any] = dict(
+        acks="all",
+        idempotent=False,
+        linger=0.0,
+        retry_backoff=0.1,
+        retry_backoff_max=0.1,
+        request_timeout=5.0,
+        delivery_timeout=60.0,
+        close_timeout=10.0,
+        rng=random.Random(1),
+        timestamp_ms=lambda: 1_700_000_000_000,
+    )
+    options.update(overrides)
+    return options
+
+
+def open_fake_producer(fake: FakeCluster, **overrides: Any) -> Any:
+    return open_producer(fake.bootstrap, connector=fake.connector, **producer_options(**overrides))
+
+
+def values_in_log(fake: FakeCluster, topic: str, partition: int) -> list[bytes | None]:
+    return [entry.record.value for entry in fake.log(topic, partition)]
+
+
+def assert_one_outcome(producer: Producer, msgs: list[ProducerMessage]) -> None:
+    stats = producer.statistics()
+    assert stats.double_settles == 0
+    assert all(m.done for m in msgs)
