@@ -165,7 +165,9 @@ class PartitionProducer:
 
     def _wake_at(self) -> float:
         wake = math.inf
-        if self.bp is None and (self._held or self.hwm > 0):
+        # While a refresh runs, its completion wakes us through the loopback;
+        # waiting on an expired backoff instead would spin.
+        if self.bp is None and self._held and self._metadata_fresh:
             wake = self._backoff_until
         head = self._oldest_deadline()
         return min(wake, head)
