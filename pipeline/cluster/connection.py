@@ -451,9 +451,13 @@ class BrokerConnection:
                     self._fail(exc)
         finally:
             # Cancelled from outside (the nursery is shutting down) or ended above.
-            self._fail(BrokerConnectionError(f"{self}: connection closed"), notify=False)
-            await trio.aclose_forcefully(self._stream)
-            self._reader_done.set()
+            try:
+                self._fail(BrokerConnectionError(f"{self}: connection closed"), notify=False)
+                await trio.aclose_forcefully(self._stream)  # raises Cancelled when cancelled
+            finally:
+                # Whoever waits for the reader (aclose, a failed connect) must be
+                # released even then, or it waits forever inside its shield.
+                self._reader_done.set()
 
     async def _read_loop(self) -> None:
         frames = self._frames

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +71,13 @@ def _as_bytes(what: str, value: object) -> bytes | None:
 def _as_headers(headers: object) -> tuple[tuple[str, bytes | None], ...]:
     if not headers:
         return ()
+    if isinstance(headers, Mapping):
+        headers = list(headers.items())
+    elif isinstance(headers, (str, bytes)):
+        raise TypeError(
+            f"headers must be a sequence of (str, bytes | None) pairs or a mapping, "
+            f"not {type(headers).__name__}"
+        )
     out = []
     try:
         for key, value in headers:  # type: ignore[attr-defined]
@@ -134,7 +141,7 @@ class Producer:
         if msg.headers:
             msg.headers = _as_headers(msg.headers)
         if msg.partition is not None and (
-            not isinstance(msg.partition, int) or msg.partition < 0
+            type(msg.partition) is bool or not isinstance(msg.partition, int) or msg.partition < 0
         ):
             raise ValueError(f"partition must be None or an int >= 0, not {msg.partition!r}")
         if msg.timestamp is None:
@@ -338,12 +345,17 @@ class Producer:
             await ledger.reports_ready.wait()
             ledger.reports_ready = trio.Event()
             while ledger.reports:
-                msg = ledger.reports[0]
-                if msg._state == OK:
-                    await self._successes_send.send(msg)
-                else:
-                    await self._errors_send.send(ledger.error_for(msg))
-                ledger.reports.popleft()
+                # Popped before the send: trio's send() hands the item over and
+                # then yields, and shutdown's _report_leftovers must not see it again.
+                msg = ledger.reports.popleft()
+                try:
+                    if msg._state == OK:
+                        await self._successes_send.send(msg)
+                    else:
+                        await self._errors_send.send(ledger.error_for(msg))
+                except BaseException:
+                    ledger.reports.appendleft(msg)  # a failed trio send() delivered nothing
+                    raise
                 ledger.release(msg._size)
 
     def _report_leftovers(self) -> None:
@@ -392,6 +404,32 @@ async def open_producer(
         KafkaError: no bootstrap broker answered within ``request_timeout``.
     """
     cfg = make_config(config, options)
+    try:
+        async with _run_producer(bootstrap, cfg, connector) as producer:
+            yield producer
+    except BaseExceptionGroup as group:
+        # Nurseries wrap errors in groups; at the public boundary a single
+        # error is raised as itself, so `except BrokerConnectionError:` works
+        # and a user's own exception comes out unchanged.
+        leaf = _single_leaf(group)
+        if leaf is None:
+            raise
+        raise leaf from None
+
+
+def _single_leaf(group: BaseExceptionGroup[Any]) -> BaseException | None:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        if len(exc.exceptions) != 1:
+            return None
+        exc = exc.exceptions[0]
+    return exc
+
+
+@asynccontextmanager
+async def _run_producer(
+    bootstrap: str | Sequence[str], cfg: ProducerConfig, connector: Any
+) -> AsyncIterator[Producer]:
     ledger = Ledger(cfg.buffer_memory, cfg.max_block)
     cluster_kwargs: dict[str, Any] = dict(
         client_id=cfg.client_id,
@@ -416,6 +454,8 @@ async def open_producer(
                 with pipeline_scope:
                     async with trio.open_nursery() as nursery:
                         core.nursery = nursery
+                        if core.idempotence is not None:
+                            await _start_idempotence(nursery, core)
                         dispatcher = Dispatcher(producer, producer._intake_receive)
                         await nursery.start(dispatcher.run)
                         nursery.start_soon(producer._report)
@@ -443,6 +483,20 @@ async def _bootstrap(cluster: Cluster, bootstrap: object, timeout: float) -> Non
         ) from exc
 
 
+async def _start_idempotence(nursery: trio.Nursery, core: ProducerCore) -> None:
+    """Obtain the first producer id, failing clearly within request_timeout."""
+    assert core.idempotence is not None
+    timeout = core.config.request_timeout
+    try:
+        with trio.fail_after(timeout):
+            await nursery.start(core.idempotence.run)
+    except trio.TooSlowError:
+        raise BrokerConnectionError(
+            f"could not obtain a producer id (InitProducerId) within request_timeout={timeout}s; "
+            "the broker may not support idempotence: pass idempotent=False to produce without it"
+        ) from None
+
+
 async def _shutdown(producer: Producer, pipeline_scope: trio.CancelScope, *, graceful: bool) -> None:
     producer._closing = True
     cfg = producer._config
@@ -450,6 +504,13 @@ async def _shutdown(producer: Producer, pipeline_scope: trio.CancelScope, *, gra
         if graceful:
             with trio.move_on_after(cfg.close_timeout):
                 await producer.flush()
+        idem = producer._core.idempotence
+        if idem is not None and idem.in_flight:
+            # Never abandon an idempotent request on the wire (franz-go #930):
+            # seal nothing new, and wait (bounded) for the answers to come back.
+            idem.paused = True
+            with trio.move_on_after(cfg.request_timeout):
+                await idem.wait_drained()
         pipeline_scope.cancel()
         left = producer._ledger.fail_all_outstanding(ProducerClosed(
             "the producer closed before this message was acknowledged"

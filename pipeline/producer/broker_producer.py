@@ -1,4 +1,4 @@
-"""brokerProducer: one per broker; accumulates batches, keeps requests in flight.
+"""brokerProducer: one per broker; accumulates, seals batches, keeps requests in flight.
 
 Strategy: three tasks share this object's state (one trio thread, so every
 mutation between two awaits is atomic):
@@ -6,20 +6,25 @@ mutation between two awaits is atomic):
 * ``_intake`` drains the input channel (fan-in from partition producers)
   into per-partition accumulators. It never blocks on anything but its own
   input, so partition producers always make progress.
-* ``_flusher`` waits until some unmuted partition is ready (linger, batch
-  bytes, batch messages, or a flush) and a request slot is free, then drains
-  every unmuted partition of this broker into one ProduceRequest (like the
-  Java client's drain) and writes it.
+* ``_flusher`` waits until some partition is ready (linger, batch bytes,
+  batch messages, a retried batch, or a flush) and a request slot is free,
+  then *seals* one batch per ready partition (encoding it with the producer
+  id, epoch and sequence current at that moment) and writes one
+  ProduceRequest, like the Java client's drain.
 * ``_responder`` handles responses strictly in request order: settles
-  messages, or bounces a failed partition back to its partition producer.
+  messages, or schedules a failed batch to go back to its partition producer.
 
-Retry state (sarama's ``currentRetries``): once a partition fails here, every
-later message of it that reaches this broker producer is bounced too, until
-its ``Fin`` chaser arrives. The chaser is returned only once no batch of the
-partition is in flight, so it always comes back after every bounced message.
+Retry state (sarama's ``currentRetries``): once a batch of a partition fails
+retriably here, the partition is *retrying*: nothing more of it is sent, and
+once none of its batches is in flight any more, everything it has here goes
+back to its partition producer in order: the failed batches (in sequence
+order), then batches waiting to be re-sent, then loose messages. Input that
+arrives later follows the same way, until the partition's ``Fin`` chaser
+arrives; the chaser itself is returned only after all of that.
 
 Muting: at most ``max_in_flight_per_partition`` batches of one partition are
-in flight; the partition's accumulator simply keeps filling meanwhile.
+in flight (1 without idempotence, so a retry can never be overtaken, sarama
+#2619; up to 5 with idempotence, where sequence numbers keep the order).
 """
 
 from __future__ import annotations
@@ -27,14 +32,22 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from operator import attrgetter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from pipeline.cluster.errors import KafkaError
-from pipeline.producer.envelopes import Batch, BrokerItem, Fin, RetryItem, Syn, TopicPartition
+from pipeline.producer.envelopes import (
+    Batch,
+    BrokerItem,
+    Fin,
+    RetryItem,
+    SealedBatch,
+    Syn,
+    TopicPartition,
+)
 from pipeline.producer.errors import BrokerResponseError, DeliveryTimeoutError
 from pipeline.producer.message import PENDING, ProducerMessage
 from pipeline.protocol.errors import ErrorCode, error_code
@@ -44,7 +57,7 @@ from pipeline.protocol.messages.produce import (
     ProduceResponse,
     TopicProduceData,
 )
-from pipeline.protocol.records import BatchBuilder
+from pipeline.protocol.records import BatchBuilder, restamp_batch
 
 if TYPE_CHECKING:
     from pipeline.producer.core import ProducerCore
@@ -61,24 +74,27 @@ _REFRESH_CODES = frozenset({
     ErrorCode.UNKNOWN_LEADER_EPOCH,
     ErrorCode.KAFKA_STORAGE_ERROR,
 })
+_EPOCH_CODES = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
 
 
 @dataclass(slots=True)
 class _Partition:
-    msgs: list[ProducerMessage] = field(default_factory=list)  # accumulated, in order
+    sealed: deque[SealedBatch] = field(default_factory=deque)  # retried batches, sent first
+    msgs: list[ProducerMessage] = field(default_factory=list)  # loose, in order
     nbytes: int = 0
-    first_at: float = math.inf  # when the oldest accumulated message arrived (linger)
+    first_at: float = math.inf  # when the oldest loose message arrived (linger)
     in_flight: int = 0  # batches of this partition on the wire (muting)
-    # Set when a batch of this partition failed retriably here: everything of
-    # the partition is bounced until its Fin arrives (sarama currentRetries).
+    # Set when a batch of this partition failed retriably here: nothing more
+    # of it is sent, and everything goes back, until its Fin arrives.
     retrying: BaseException | None = None
+    failed: list[SealedBatch] = field(default_factory=list)  # to bounce once in_flight == 0
     parked_fins: list[Fin] = field(default_factory=list)  # waiting for in_flight == 0
 
 
 @dataclass(slots=True)
 class _InFlight:
     pending: Any  # PendingResponse | None (acks=0)
-    batches: dict[TopicPartition, list[ProducerMessage]]
+    batches: dict[TopicPartition, SealedBatch]
     deadline: float  # earliest delivery deadline among its messages
     expired: bool = False
 
@@ -97,6 +113,7 @@ class BrokerProducer:
         self._per_partition = config.max_in_flight_per_partition
         self._acks = config.acks_value
         self._timeout_ms = int(config.request_timeout * 1000)
+        self._idem = core.idempotence
         self.requests_sent = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -108,6 +125,10 @@ class BrokerProducer:
 
     def wake(self) -> None:
         self._wake_flusher.set()
+
+    @property
+    def in_flight_requests(self) -> int:
+        return len(self._in_flight)
 
     # -- intake ------------------------------------------------------------
     async def _intake(self) -> None:
@@ -127,15 +148,22 @@ class BrokerProducer:
         if part is None:
             part = self._parts[item.tp] = _Partition()
         if isinstance(item, Batch):
+            items = item.messages
+            if isinstance(items[0], SealedBatch):
+                n = 0
+                while n < len(items) and isinstance(items[n], SealedBatch):
+                    n += 1
+                part.sealed.extend(items[:n])  # type: ignore[arg-type]
+                items = items[n:]
+            if items:
+                if not part.msgs:
+                    part.first_at = trio.current_time()
+                part.msgs.extend(items)  # type: ignore[arg-type]
+                part.nbytes += sum(map(_size_of, items))
             if part.retrying is not None:
-                self._bounce(item.tp, part, item.messages, part.retrying)
-                return
-            if not part.msgs:
-                part.first_at = trio.current_time()
-            part.msgs.extend(item.messages)
-            part.nbytes += sum(map(_size_of, item.messages))
+                self._maybe_bounce(item.tp, part)
         elif isinstance(item, Fin):
-            if part.in_flight:
+            if part.in_flight or part.failed:
                 part.parked_fins.append(item)
             else:
                 self._return_fin(item.tp, part, item)
@@ -143,36 +171,41 @@ class BrokerProducer:
             part.retrying = None
 
     # -- bouncing (the retry back-edge; never blocks) ----------------------
-    def _bounce(
-        self,
-        tp: TopicPartition,
-        part: _Partition,
-        msgs: list[ProducerMessage],
-        cause: BaseException,
-    ) -> None:
-        """Send ``msgs`` and everything accumulated for ``tp`` back for a retry."""
+    def _schedule_bounce(self, part: _Partition, batch: SealedBatch, cause: BaseException) -> None:
         part.retrying = cause
-        if part.msgs:
-            msgs = msgs + part.msgs
-            part.msgs = []
-            part.nbytes = 0
-            part.first_at = math.inf
+        part.failed.append(batch)
+
+    def _maybe_bounce(self, tp: TopicPartition, part: _Partition) -> None:
+        """Send everything of a retrying partition back, once nothing of it is in flight."""
+        if part.in_flight or part.retrying is None:
+            return
+        cause = part.retrying
+        items: list[SealedBatch | ProducerMessage] = [*part.failed, *part.sealed, *part.msgs]
+        part.failed = []
+        part.sealed.clear()
+        part.msgs = []
+        part.nbytes = 0
+        part.first_at = math.inf
+        if not items:
+            return
         core = self.core
         limit = core.config.retries
         now = trio.current_time()
         again: list[RetryItem] = []
         exhausted: list[ProducerMessage] = []
         expired: list[ProducerMessage] = []
-        for msg in msgs:
-            if msg._state != PENDING:
+        for unit in items:
+            msgs = unit.messages if isinstance(unit, SealedBatch) else [unit]
+            msgs = [m for m in msgs if m._state == PENDING]
+            if not msgs:
                 continue
-            if msg._level >= limit:
-                exhausted.append(msg)
-            elif msg._deadline <= now:
-                expired.append(msg)
+            if unit._level >= limit:
+                exhausted.extend(msgs)
+            elif unit._deadline <= now:
+                expired.extend(msgs)
             else:
-                msg._level += 1
-                again.append(msg)
+                unit._level += 1
+                again.append(unit)
         if exhausted:
             core.ledger.fail(exhausted, cause)
             if not again:
@@ -183,19 +216,44 @@ class BrokerProducer:
             core.partition_producer(tp).retry(again)
 
     def _return_fin(self, tp: TopicPartition, part: _Partition, fin: Fin) -> None:
-        if part.msgs:  # defensive: nothing should be left, but order demands it goes first
-            self._bounce(tp, part, [], part.retrying or KafkaError("partition moved"))
+        if part.retrying is None and (part.msgs or part.sealed):
+            part.retrying = KafkaError("partition moved to another broker")
+        self._maybe_bounce(tp, part)  # defensive: normally nothing is left here
         part.retrying = None
         self.core.partition_producer(tp).retry([Fin(tp, fin.level + 1)])
 
+    def _settled(self, tp: TopicPartition) -> None:
+        """One batch of ``tp`` left the wire: unmute, bounce, return parked chasers."""
+        part = self._parts[tp]
+        part.in_flight -= 1
+        if self._idem is not None:
+            self._idem.batch_done()
+        if not part.in_flight:
+            self._maybe_bounce(tp, part)
+            if part.parked_fins:
+                fins, part.parked_fins = part.parked_fins, []
+                for fin in fins:
+                    self._return_fin(tp, part, fin)
+
     # -- flushing ----------------------------------------------------------
+    def _sendable(self, part: _Partition, tp: TopicPartition) -> bool:
+        if part.retrying is not None:
+            return False
+        if self._idem is not None and tp not in self._idem.confirmed:
+            return part.in_flight == 0
+        return part.in_flight < self._per_partition
+
     def _ready(self, now: float) -> bool:
+        if self._idem is not None and self._idem.paused:
+            return False
         config = self.core.config
         flushing = self.core.flushing > 0
-        for part in self._parts.values():
-            if not part.msgs or part.in_flight >= self._per_partition:
+        for tp, part in self._parts.items():
+            if not self._sendable(part, tp):
                 continue
-            if (
+            if part.sealed:
+                return True
+            if part.msgs and (
                 flushing
                 or part.nbytes >= config.batch_bytes
                 or len(part.msgs) >= config.max_batch_messages
@@ -207,11 +265,13 @@ class BrokerProducer:
     def _next_wake(self) -> float:
         linger = self.core.config.linger
         wake = math.inf
-        for part in self._parts.values():
+        for tp, part in self._parts.items():
             if part.msgs:
                 wake = min(wake, part.msgs[0]._deadline)
-                if part.in_flight < self._per_partition:
+                if self._sendable(part, tp):
                     wake = min(wake, part.first_at + linger)
+            if part.sealed:
+                wake = min(wake, part.sealed[0]._deadline)
         for flight in self._in_flight:
             if not flight.expired:
                 wake = min(wake, flight.deadline)
@@ -229,60 +289,109 @@ class BrokerProducer:
                 await self._wake_flusher.wait()
             self._wake_flusher = trio.Event()
 
-    def _drain(self) -> dict[TopicPartition, list[ProducerMessage]]:
+    def _take_loose(self, part: _Partition, budget: int) -> tuple[list[ProducerMessage], int]:
         config = self.core.config
-        budget = config.max_request_bytes
-        taken: dict[TopicPartition, list[ProducerMessage]] = {}
-        for tp, part in self._parts.items():
-            if not part.msgs or part.in_flight >= self._per_partition:
-                continue
-            msgs = part.msgs
-            if (
-                part.nbytes <= config.batch_bytes
-                and part.nbytes <= budget
-                and len(msgs) <= config.max_batch_messages
-            ):
-                taken[tp] = msgs  # the common case: the whole accumulator is one batch
-                part.msgs = []
-                budget -= part.nbytes
-                part.nbytes = 0
-                part.first_at = math.inf
-                part.in_flight += 1
-                continue
-            size = 0
-            n = 0
-            limit = min(config.max_batch_messages, len(msgs))
-            while n < limit:
-                s = msgs[n]._size
-                if n and (size + s > config.batch_bytes or size + s > budget):
-                    break
-                size += s
-                n += 1
-            if size > budget and taken:
+        msgs = part.msgs
+        if (
+            part.nbytes <= config.batch_bytes
+            and part.nbytes <= budget
+            and len(msgs) <= config.max_batch_messages
+        ):
+            size = part.nbytes  # the common case: the whole accumulator is one batch
+            part.msgs = []
+            part.nbytes = 0
+            part.first_at = math.inf
+            return msgs, size
+        size = 0
+        n = 0
+        limit = min(config.max_batch_messages, len(msgs))
+        while n < limit:
+            s = msgs[n]._size
+            if n and (size + s > config.batch_bytes or size + s > budget):
                 break
-            taken[tp] = msgs[:n]
-            del msgs[:n]
-            part.nbytes -= size
-            part.first_at = trio.current_time() if msgs else math.inf
+            size += s
+            n += 1
+        taken = msgs[:n]
+        del msgs[:n]
+        part.nbytes -= size
+        part.first_at = trio.current_time() if msgs else math.inf
+        return taken, size
+
+    def _seal(self, tp: TopicPartition, msgs: list[ProducerMessage], nbytes: int) -> SealedBatch:
+        config = self.core.config
+        builder = BatchBuilder(
+            compression=config.compression_codec, compression_level=config.compression_level
+        )
+        append = builder.append
+        for m in msgs:
+            append(m.timestamp, m.key, m.value, m.headers)  # type: ignore[arg-type]
+        idem = self._idem
+        if idem is None:
+            return SealedBatch(tp, msgs, builder.build(), -1, -1, -1, nbytes)
+        seq = idem.take_sequence(tp, len(msgs))
+        records = builder.build(
+            producer_id=idem.producer_id, producer_epoch=idem.producer_epoch, base_sequence=seq
+        )
+        return SealedBatch(tp, msgs, records, idem.producer_id, idem.producer_epoch, seq, nbytes)
+
+    def _restamp(self, tp: TopicPartition, batch: SealedBatch) -> bool:
+        """Bring a retried batch to the current epoch; False if it must not be re-sent."""
+        idem = self._idem
+        if idem is None or (batch.producer_id, batch.producer_epoch) == (
+            idem.producer_id, idem.producer_epoch
+        ):
+            return True
+        pending = [m for m in batch.messages if m._state == PENDING]
+        if batch.fate_unknown or len(pending) != len(batch.messages):
+            # It may have been written under the old epoch: a re-stamped copy
+            # would be a duplicate. Its outcome stays unknown.
+            self.core.ledger.fail(pending, KafkaError(
+                f"batch for {tp.topic}[{tp.partition}] may or may not have been written "
+                "before the producer epoch was bumped; not re-sent, to avoid a duplicate"
+            ))
+            return False
+        seq = idem.take_sequence(tp, len(batch.messages))
+        batch.records = restamp_batch(
+            batch.records,
+            producer_id=idem.producer_id,
+            producer_epoch=idem.producer_epoch,
+            base_sequence=seq,
+        )
+        batch.producer_id, batch.producer_epoch, batch.base_sequence = (
+            idem.producer_id, idem.producer_epoch, seq,
+        )
+        return True
+
+    def _drain(self) -> dict[TopicPartition, SealedBatch]:
+        budget = self.core.config.max_request_bytes
+        taken: dict[TopicPartition, SealedBatch] = {}
+        for tp, part in self._parts.items():
+            if not self._sendable(part, tp):
+                continue
+            batch: SealedBatch | None = None
+            while part.sealed and batch is None:
+                candidate = part.sealed.popleft()
+                if self._restamp(tp, candidate):
+                    batch = candidate
+            if batch is None:
+                if not part.msgs:
+                    continue
+                msgs, size = self._take_loose(part, budget)
+                batch = self._seal(tp, msgs, size)
+            taken[tp] = batch
             part.in_flight += 1
-            budget -= size
+            if self._idem is not None:
+                self._idem.batch_sent()
+            budget -= batch.nbytes
             if budget <= 0:
                 break
         return taken
 
-    def _build(self, taken: dict[TopicPartition, list[ProducerMessage]]) -> ProduceRequest:
-        config = self.core.config
-        codec = config.compression_codec
-        level = config.compression_level
+    def _build(self, taken: dict[TopicPartition, SealedBatch]) -> ProduceRequest:
         topics: dict[str, list[PartitionProduceData]] = {}
-        for tp, msgs in taken.items():
-            builder = BatchBuilder(compression=codec, compression_level=level)
-            append = builder.append
-            for m in msgs:
-                append(m.timestamp, m.key, m.value, m.headers)  # type: ignore[arg-type]
-            records = builder.build()
+        for tp, batch in taken.items():
             topics.setdefault(tp.topic, []).append(
-                PartitionProduceData(index=tp.partition, records=records)
+                PartitionProduceData(index=tp.partition, records=batch.records)
             )
         return ProduceRequest(
             transactional_id=None,
@@ -303,24 +412,24 @@ class BrokerProducer:
             # producer, which re-resolves the leader after a backoff.
             log.info("broker %d unreachable: %s", self.node_id, exc)
             for tp, part in list(self._parts.items()):
-                if part.msgs and part.in_flight < self._per_partition:
-                    self._bounce(tp, part, [], exc)
+                if (part.msgs or part.sealed) and self._sendable(part, tp):
+                    part.retrying = exc
+                    self._maybe_bounce(tp, part)
                     core.request_refresh(tp.topic)
             return
         taken = self._drain()
         if not taken:
             return
         request = self._build(taken)
-        deadline = min(msgs[0]._deadline for msgs in taken.values())
-        flight = _InFlight(None, taken, deadline)
+        flight = _InFlight(None, taken, min(b._deadline for b in taken.values()))
         self.requests_sent += 1
         try:
-            flight.pending = await conn.send(request, expect_response=self._acks != 0)
+            pending = await conn.send(request, expect_response=self._acks != 0)
+            # acks=0: no response will come; being written is the outcome.
+            flight.pending = pending if self._acks != 0 else None
         except KafkaError as exc:
-            # Written or not, the outcome is unknown: retry (at-least-once).
-            self._in_flight.append(flight)
-            self._fail_flight(flight, exc)
-            self._in_flight.remove(flight)
+            self._fail_flight(flight, exc)  # outcome unknown: retried (see fate_unknown)
+            self._wake_flusher.set()
             return
         self._in_flight.append(flight)
         self._wake_responder.set()
@@ -334,7 +443,10 @@ class BrokerProducer:
             flight = self._in_flight[0]
             if flight.pending is None:  # acks=0: written is all we will ever know
                 self._in_flight.popleft()
-                self._settle_acks0(flight)
+                for tp, batch in flight.batches.items():
+                    if not flight.expired:
+                        self.core.ledger.succeed(batch.messages, -1, -1)
+                    self._settled(tp)
             else:
                 try:
                     response = await flight.pending.wait()
@@ -346,26 +458,13 @@ class BrokerProducer:
                     self._handle_response(flight, response)
             self._wake_flusher.set()
 
-    def _unmute(self, tp: TopicPartition) -> _Partition:
-        part = self._parts[tp]
-        part.in_flight -= 1
-        if not part.in_flight and part.parked_fins:
-            fins, part.parked_fins = part.parked_fins, []
-            for fin in fins:
-                self._return_fin(tp, part, fin)
-        return part
-
-    def _settle_acks0(self, flight: _InFlight) -> None:
-        for tp, msgs in flight.batches.items():
-            if not flight.expired:
-                self.core.ledger.succeed(msgs, -1, -1)
-            self._unmute(tp)
-
     def _fail_flight(self, flight: _InFlight, exc: BaseException) -> None:
-        for tp, msgs in flight.batches.items():
+        """No answer (connection lost, timed out): the batches may have been written."""
+        for tp, batch in flight.batches.items():
+            batch.fate_unknown = True
             if not flight.expired:
-                self._bounce(tp, self._parts[tp], msgs, exc)
-            self._unmute(tp)
+                self._schedule_bounce(self._parts[tp], batch, exc)
+            self._settled(tp)
             self.core.request_refresh(tp.topic)
 
     def _handle_response(self, flight: _InFlight, response: ProduceResponse) -> None:
@@ -373,47 +472,94 @@ class BrokerProducer:
         for topic in response.responses:
             for p in topic.partition_responses:
                 results[TopicPartition(topic.name, p.index)] = p
+        for tp, batch in flight.batches.items():
+            if not flight.expired:
+                self._handle_partition(tp, batch, results.get(tp))
+            self._settled(tp)
+
+    def _handle_partition(self, tp: TopicPartition, batch: SealedBatch, result: Any) -> None:
+        part = self._parts[tp]
         ledger = self.core.ledger
-        for tp, msgs in flight.batches.items():
-            result = results.get(tp)
-            part = self._parts[tp]
-            if flight.expired:
-                pass
-            elif result is None:
-                self._bounce(tp, part, msgs, KafkaError(
-                    f"broker {self.node_id} left {tp.topic}[{tp.partition}] out of its response"
-                ))
+        idem = self._idem
+        if result is None:
+            self._schedule_bounce(part, batch, KafkaError(
+                f"broker {self.node_id} left {tp.topic}[{tp.partition}] out of its response"
+            ))
+            return
+        code = error_code(result.error_code)
+        if code == ErrorCode.NONE:
+            ledger.succeed(batch.messages, result.base_offset, result.log_append_time_ms)
+            if idem is not None and batch.producer_epoch == idem.producer_epoch:
+                idem.confirmed.add(tp)
+            return
+        cause = BrokerResponseError(code, result.error_message)
+        if code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and idem is not None:
+            # A retry of a batch the broker already has: written, offset unknown.
+            ledger.succeed(batch.messages, -1, -1)
+            if batch.producer_epoch == idem.producer_epoch:
+                idem.confirmed.add(tp)
+        elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and idem is not None:
+            if part.retrying is not None or part.failed:
+                # Explained by an earlier batch of this partition that failed:
+                # the broker is waiting for that one. Retry in order.
+                self._schedule_bounce(part, batch, cause)
             else:
-                code = error_code(result.error_code)
-                if code == ErrorCode.NONE:
-                    ledger.succeed(msgs, result.base_offset, result.log_append_time_ms)
-                elif code.retriable:
-                    self._bounce(tp, part, msgs, BrokerResponseError(code, result.error_message))
-                    if code in _REFRESH_CODES:
-                        self.core.request_refresh(tp.topic)
-                else:
-                    ledger.fail(msgs, BrokerResponseError(code, result.error_message))
-            self._unmute(tp)
+                # Nothing explains the gap: the broker lost or skipped earlier
+                # batches. This batch was not written; fail it, start a new
+                # epoch, and carry on with the later ones.
+                ledger.fail(batch.messages, cause)
+                part.retrying = cause
+                idem.request_bump(f"unexplained OUT_OF_ORDER_SEQUENCE_NUMBER on {tp}")
+        elif code == ErrorCode.UNKNOWN_PRODUCER_ID and idem is not None:
+            # The broker forgot this producer (restart, retention): the batch was
+            # not written; it is re-sent under a new epoch.
+            self._schedule_bounce(part, batch, cause)
+            idem.request_bump(f"UNKNOWN_PRODUCER_ID on {tp}")
+        elif code in _EPOCH_CODES and idem is not None:
+            self._schedule_bounce(part, batch, cause)
+            if (batch.producer_id, batch.producer_epoch) == (idem.producer_id, idem.producer_epoch):
+                idem.request_bump(f"{code.name} on {tp}")
+        elif code.retriable:
+            self._schedule_bounce(part, batch, cause)
+            if code in _REFRESH_CODES:
+                self.core.request_refresh(tp.topic)
+        else:
+            ledger.fail(batch.messages, cause)
 
     # -- delivery timeout --------------------------------------------------
     def _expire(self, now: float) -> None:
+        core = self.core
         for tp, part in self._parts.items():
             if part.msgs and part.msgs[0]._deadline <= now:
                 alive = [m for m in part.msgs if m._deadline > now]
                 dead = [m for m in part.msgs if m._deadline <= now]
                 part.msgs = alive
-                part.nbytes = sum(m._size for m in alive)
+                part.nbytes = sum(map(_size_of, alive))
                 if not alive:
                     part.first_at = math.inf
-                self.core.ledger.fail(dead, self.core.delivery_timeout_error(tp, None))
+                core.ledger.fail(dead, core.delivery_timeout_error(tp, None))
+            while part.sealed and part.sealed[0]._deadline <= now:
+                batch = part.sealed.popleft()
+                core.ledger.fail(
+                    [m for m in batch.messages if m._state == PENDING],
+                    core.delivery_timeout_error(tp, None),
+                )
         for flight in self._in_flight:
             if not flight.expired and flight.deadline <= now:
                 # The request may still succeed: its outcome is unknown. The
                 # messages fail now (nobody waits past delivery_timeout); the
                 # late response only unmutes the partition.
                 flight.expired = True
-                for tp, msgs in flight.batches.items():
-                    self.core.ledger.fail(
-                        [m for m in msgs if m._state == PENDING],
-                        self.core.delivery_timeout_error(tp, None, in_flight=True),
+                for tp, batch in flight.batches.items():
+                    batch.fate_unknown = True
+                    core.ledger.fail(
+                        [m for m in batch.messages if m._state == PENDING],
+                        core.delivery_timeout_error(tp, None, in_flight=True),
                     )
+                    if self._idem is not None:
+                        # Its sequence may or may not be used now: later batches
+                        # of the partition would hit a gap. Start a new epoch.
+                        part = self._parts[tp]
+                        if part.retrying is None:
+                            part.retrying = DeliveryTimeoutError("an earlier batch timed out")
+                        self._idem.request_bump(f"delivery timeout of an in-flight batch on {tp}")

@@ -41,9 +41,7 @@ class ProducerConfig:
 
     # Delivery guarantees.
     acks: Acks = "all"
-    # Off until the idempotent producer (sequence numbers, epoch bumps) lands;
-    # the idempotence issue turns it on by default, as in the Java client.
-    idempotent: bool = False
+    idempotent: bool = True  # as in the Java client since 3.0 (KIP-679)
     retries: int = 2**31 - 1  # bounded in practice by delivery_timeout, as in Java
     retry_backoff: float = 0.1
     retry_backoff_max: float = 1.0
@@ -98,9 +96,10 @@ class ProducerConfig:
     def max_in_flight_per_partition(self) -> int:
         # Partition muting: without idempotence a second in-flight batch could
         # land before a failed first one is retried (sarama #2619), so only one
-        # batch per partition may be in flight. The idempotent issue lifts this
-        # to max_in_flight, with sequence numbers keeping the order.
-        return 1
+        # batch per partition may be in flight. With idempotence the broker
+        # rejects any batch that would overtake a failed one (sequence gap), so
+        # up to max_in_flight (<= 5, the broker's cache) may be in flight.
+        return self.max_in_flight if self.idempotent else 1
 
     def replace(self, **changes: Any) -> ProducerConfig:
         return dataclasses.replace(self, **changes)

@@ -17,6 +17,7 @@ from pipeline.producer.broker_producer import BrokerProducer
 from pipeline.producer.config import ProducerConfig
 from pipeline.producer.envelopes import TopicPartition
 from pipeline.producer.errors import DeliveryTimeoutError
+from pipeline.producer.idempotence import Idempotence
 from pipeline.producer.ledger import Ledger
 from pipeline.producer.partition_producer import Inbound, PartitionProducer
 
@@ -44,6 +45,7 @@ class ProducerCore:
         self._pps: dict[TopicPartition, PartitionProducer] = {}
         self._pp_inputs: dict[TopicPartition, trio.MemorySendChannel[Inbound]] = {}
         self._bps: dict[int, BrokerProducer] = {}
+        self.idempotence: Idempotence | None = Idempotence(self) if config.idempotent else None
 
     # -- stage registry ----------------------------------------------------
     async def partition_input(self, tp: TopicPartition) -> trio.MemorySendChannel[Inbound]:

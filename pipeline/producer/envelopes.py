@@ -45,13 +45,70 @@ class Fin:
 
 @dataclass(slots=True)
 class Batch:
-    """Partition producer -> broker producer: messages for one partition, in order."""
+    """Partition producer -> broker producer: one partition's items, in order.
+
+    Sealed batches (retries) always come before loose messages: a retried batch
+    holds older messages than anything not yet sealed.
+    """
 
     tp: TopicPartition
-    messages: list[ProducerMessage]
+    messages: list[ProducerMessage | SealedBatch]
+
+
+class SealedBatch:
+    """An encoded record batch: the unit that is in flight, and retried whole.
+
+    Sealed by a broker producer for a live leader, with the producer id, epoch
+    and base sequence current at that moment (so a batch never mixes epochs).
+    A retry re-sends ``records`` unchanged, also to a new leader; only after an
+    epoch bump is it re-stamped (and only if it was definitely not written).
+    """
+
+    __slots__ = (
+        "_deadline",
+        "_level",
+        "base_sequence",
+        "fate_unknown",
+        "messages",
+        "nbytes",
+        "producer_epoch",
+        "producer_id",
+        "records",
+        "tp",
+    )
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        messages: list[ProducerMessage],
+        records: bytes,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        nbytes: int,
+    ) -> None:
+        self.tp = tp
+        self.messages = messages
+        self.records = records
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.nbytes = nbytes
+        self._level = messages[0]._level
+        self._deadline = min(m._deadline for m in messages)
+        # True once a send of it ended without an answer (connection lost,
+        # request timed out): it may have been written, so it must never be
+        # re-stamped with a new epoch, only re-sent identical.
+        self.fate_unknown = False
+
+    def __repr__(self) -> str:
+        return (
+            f"<SealedBatch {self.tp.topic}[{self.tp.partition}] n={len(self.messages)} "
+            f"pid={self.producer_id} epoch={self.producer_epoch} seq={self.base_sequence}>"
+        )
 
 
 BrokerItem = Batch | Syn | Fin
 # What a broker producer sends back to a partition producer (never blocks):
 # messages at their new level, in their original order, or a returning chaser.
-RetryItem = ProducerMessage | Fin
+RetryItem = ProducerMessage | SealedBatch | Fin

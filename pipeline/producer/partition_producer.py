@@ -38,7 +38,15 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from pipeline.producer.envelopes import Batch, BrokerItem, Fin, RetryItem, Syn, TopicPartition
+from pipeline.producer.envelopes import (
+    Batch,
+    BrokerItem,
+    Fin,
+    RetryItem,
+    SealedBatch,
+    Syn,
+    TopicPartition,
+)
 from pipeline.producer.errors import DeliveryTimeoutError
 from pipeline.producer.message import PENDING, ProducerMessage
 
@@ -56,10 +64,13 @@ class RetryList(list[RetryItem]):
 Inbound = list[ProducerMessage] | RetryList
 
 
+Unit = ProducerMessage | SealedBatch
+
+
 @dataclass(slots=True)
 class _Level:
     # Messages of this level held back until every higher level has drained.
-    buf: list[ProducerMessage] = field(default_factory=list)
+    buf: list[Unit] = field(default_factory=list)
     # True while the chaser that drains this level's old path is still out.
     expect_chaser: bool = False
 
@@ -85,7 +96,7 @@ class PartitionProducer:
         self._levels: dict[int, _Level] = {}
         self.bp: BrokerProducer | None = None
         # Messages at level ``hwm`` waiting for a leader or for the backoff.
-        self._held: list[ProducerMessage] = []
+        self._held: list[Unit] = []
         self._backoff_until = 0.0
         # False from a failure until a metadata refresh that started after it
         # completed: re-attaching earlier would pick the stale leader again.
@@ -93,7 +104,7 @@ class PartitionProducer:
         self._refreshing = False
         self._reroute = False  # set by leader_changed(): check the leader at the next tick
         self._nursery: trio.Nursery | None = None
-        self._out: list[ProducerMessage] = []  # for ``bp``, gathered during one pass
+        self._out: list[Unit] = []  # for ``bp``, gathered during one pass
         # Items for broker producers in the order they must arrive; a Fin must
         # follow every message sent before it on the same path.
         self._outbox: list[tuple[BrokerProducer, BrokerItem]] = []
@@ -240,7 +251,7 @@ class PartitionProducer:
                     self._levels[self.hwm] = state
                     return
 
-    def _send_or_hold(self, msg: ProducerMessage) -> None:
+    def _send_or_hold(self, msg: Unit) -> None:
         if self.bp is not None:
             self._out.append(msg)
         else:
@@ -286,11 +297,14 @@ class PartitionProducer:
         self._out.extend(held)
 
     def _expire(self, now: float) -> None:
-        def split(msgs: list[ProducerMessage]) -> list[ProducerMessage]:
-            alive = [m for m in msgs if m._deadline > now]
-            if len(alive) != len(msgs):
-                dead = [m for m in msgs if m._deadline <= now and m._state == PENDING]
-                self.core.ledger.fail(dead, DeliveryTimeoutError(
+        def split(units: list[Unit]) -> list[Unit]:
+            alive = [u for u in units if u._deadline > now]
+            if len(alive) != len(units):
+                dead: list[ProducerMessage] = []
+                for u in units:
+                    if u._deadline <= now:
+                        dead.extend(u.messages if isinstance(u, SealedBatch) else [u])
+                self.core.ledger.fail([m for m in dead if m._state == PENDING], DeliveryTimeoutError(
                     f"not delivered within delivery_timeout={self.core.config.delivery_timeout}s "
                     f"(partition {self.tp.topic}[{self.tp.partition}] had no usable leader)"
                 ))

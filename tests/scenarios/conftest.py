@@ -14,6 +14,18 @@ from pipeline.producer.message import ProducerMessage
 from pipeline.testing.fake_cluster import FakeCluster
 
 
+# The idempotence default for open_fake_producer: the sarama suite and the
+# regressions run in both modes (see the autouse fixture in those modules).
+MODE: dict[str, Any] = {"idempotent": False}
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "idempotent"])
+def both_modes(request: pytest.FixtureRequest) -> Any:
+    MODE["idempotent"] = request.param
+    yield request.param
+    MODE["idempotent"] = False
+
+
 @pytest.fixture
 async def fake(nursery: trio.Nursery) -> AsyncIterator[FakeCluster]:
     cluster = FakeCluster(brokers=3, seed=7, auto_create_topics=False)
@@ -24,7 +36,7 @@ async def fake(nursery: trio.Nursery) -> AsyncIterator[FakeCluster]:
 def producer_options(**overrides: Any) -> dict[str, Any]:
     options: dict[str, Any] = dict(
         acks="all",
-        idempotent=False,
+        idempotent=MODE["idempotent"],
         linger=0.0,
         retry_backoff=0.1,
         retry_backoff_max=0.1,

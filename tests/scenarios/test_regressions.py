@@ -21,6 +21,8 @@ from .test_sarama_suite import outcomes, send_all, vals
 
 PRODUCE = 0
 
+pytestmark = pytest.mark.usefixtures("both_modes")
+
 
 async def test_2619_no_reordering_when_a_pipelined_batch_fails(
     fake: FakeCluster, autojump_clock: Any

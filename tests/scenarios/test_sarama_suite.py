@@ -22,6 +22,8 @@ from .conftest import open_fake_producer, values_in_log
 
 PRODUCE = 0
 
+pytestmark = pytest.mark.usefixtures("both_modes")
+
 
 async def outcomes(deliveries: list[Delivery]) -> list[Any]:
     """The outcome of each delivery: RecordMetadata or the ProducerError."""
@@ -157,7 +159,7 @@ async def test_retries_disabled_still_refreshes_leadership(
     """TestAsyncProducerRecoveryWithRetriesDisabled (sarama #294): with retries=0 a
     NOT_LEADER fails the messages, and the next messages reach the new leader."""
     fake.create_topic("t", 1, leaders=[0])
-    async with open_fake_producer(fake, retries=0) as producer:
+    async with open_fake_producer(fake, retries=0, idempotent=False) as producer:
         await outcomes(await send_all(producer, "t", vals("a", 3), partition=0))
         fake.move_leader("t", 0, to=2)
         failed = await outcomes(await send_all(producer, "t", vals("b", 3), partition=0))
