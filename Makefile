@@ -11,13 +11,14 @@ PYTEST_ARGS ?=
 FAST_MARKERS := not integration and not chaos and not spark and not slow
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-fast demo bench lint clean
+.PHONY: help venv test test-fast demo bench bench-quick lint clean
 
 help:
-	@echo "make demo       start the embedded broker, create demo-orders, produce + read back"
+	@echo "make demo       the main job: 1M order events exported from Spark into the embedded broker, read back, verified"
 	@echo "make test       the whole suite (unit, integration, chaos quick mode, spark)"
 	@echo "make test-fast  pure tests only (no broker, no spark, nothing slow)"
-	@echo "make bench      benchmarks -> bench/results/*.json"
+	@echo "make bench      benchmarks -> bench/results/*.json (codec + producer, ~5 min)"
+	@echo "make bench-quick  the same with small producer runs (100k msgs, 1 run each)"
 	@echo "make lint       ruff + mypy --strict"
 	@echo "make clean      remove .venv and caches"
 
@@ -36,10 +37,13 @@ test-fast: $(STAMP)
 	$(VPY) -m pytest -q -m "$(FAST_MARKERS)" $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(VPY) demo/placeholder.py
+	$(VPY) demo/run_demo.py
 
 bench: $(STAMP)
 	$(VPY) -m bench
+
+bench-quick: $(STAMP)
+	$(VPY) -m bench --quick
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline tests

@@ -1,7 +1,9 @@
 """``python -m bench [NAME ...]`` (``make bench``): run the benchmark modules.
 
 A benchmark is a module ``bench/<name>_bench.py`` with ``run(**kwargs) -> dict`` (a
-JSON-serialisable report) and optionally ``format_table(report) -> str``. Each report is
+JSON-serialisable report) and optionally ``format_table(report) -> str``. ``--quick``
+(``make bench-quick``) passes ``quick=True`` to the ``run()`` functions that take a
+``quick`` argument (the producer bench: 100k messages, 1 run) and runs the others as usual. Each report is
 printed and written to ``bench/results/<name>.json``; a module that is missing (not written
 yet) or lacks ``run`` is reported and skipped, so this runner works while the suite grows.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import pkgutil
 import sys
@@ -33,7 +36,14 @@ def discover() -> list[str]:
     return [n for n in PREFERRED if n in found] + [n for n in found if n not in PREFERRED]
 
 
-def run_one(name: str, results_dir: Path) -> str:
+def _accepts(func: Any, param: str) -> bool:
+    try:
+        return param in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def run_one(name: str, results_dir: Path, *, quick: bool = False) -> str:
     """Run ``bench.<name>_bench``; returns "ok", "skipped" or "failed"."""
     module_name = f"bench.{name}_bench"
     try:
@@ -51,7 +61,7 @@ def run_one(name: str, results_dir: Path) -> str:
     print(f"[{name}] running {module_name}.run() ...", flush=True)
     started = time.perf_counter()
     try:
-        report: Any = run()
+        report: Any = run(quick=True) if quick and _accepts(run, "quick") else run()
     except Exception:
         traceback.print_exc()
         print(f"[{name}] FAILED")
@@ -76,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller runs where a benchmark supports it (run(quick=True))")
     args = parser.parse_args(argv)
     available = discover()
     if args.list:
@@ -85,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if not names:
         print("no benchmark modules yet (bench/*_bench.py)")
         return 0
-    outcomes = {name: run_one(name, args.results_dir) for name in names}
+    outcomes = {name: run_one(name, args.results_dir, quick=args.quick) for name in names}
     print("summary: " + ", ".join(f"{n}={o}" for n, o in outcomes.items()))
     return 1 if "failed" in outcomes.values() else 0
 

@@ -1,0 +1,227 @@
+"""The producer clients that ``bench.producer_bench`` measures, one function per client.
+
+Each ``produce_*`` function sends ``n`` values to ``topic`` (acks=all), waits until
+every one is acknowledged, and returns the wall-clock seconds of that timed section
+together with client-side counters. Before the clock starts every client connects and
+delivers one warm-up message to ``warmup_topic`` (connections open, idempotent producer
+id obtained); the metadata of ``topic`` is fetched inside the timed section by every
+client (each does it on its first send).
+
+These functions are meant to run in a fresh interpreter per run
+(``python -m bench.producer_bench --client NAME ...``) so that the CPU seconds and the
+peak RSS measured by the caller belong to one client only.
+"""
+
+from __future__ import annotations
+
+import random
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+VALUE_SIZE = 100
+LINGER_S = 0.005
+SEND_MANY_CHUNK = 10_000
+_POOL = 1024  # distinct values, cycled: no 100 MB value list inflating every client's RSS
+
+
+def make_values(count: int = _POOL, size: int = VALUE_SIZE, seed: int = 0) -> list[bytes]:
+    """``count`` distinct random ``size``-byte values (``count`` a power of two)."""
+    assert count & (count - 1) == 0, "count must be a power of two"
+    rng = random.Random(seed)
+    return [rng.randbytes(size) for _ in range(count)]
+
+
+def cpu_seconds() -> float:
+    """User + system CPU of this process, every thread included (librdkafka's too)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+@dataclass
+class ClientResult:
+    elapsed_s: float  # first send .. last acknowledgement (flush returned)
+    cpu_s: float  # process CPU over the same timed section
+    acked: int | None = None  # messages the client reports delivered (None: not tracked)
+    failed: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- pipeline
+
+
+def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
+                     options: dict[str, Any] | None = None,
+                     warmup_topic: str | None = None) -> ClientResult:
+    """pipeline: ``await producer.send()`` per message (api="send") or ``send_many`` in
+    lists of ``SEND_MANY_CHUNK`` ``ProducerMessage`` (api="send_many"), then ``flush()``."""
+    import trio
+
+    from pipeline.producer.api import open_producer
+    from pipeline.producer.message import ProducerMessage
+
+    opts: dict[str, Any] = {"acks": "all", "linger": LINGER_S}
+    opts.update(options or {})
+    values = make_values()
+    mask = len(values) - 1
+
+    async def main() -> ClientResult:
+        async with open_producer(bootstrap, **opts) as producer:
+            if warmup_topic:
+                await producer.send_and_wait(warmup_topic, values[0])
+            groups = []
+            t0, c0 = time.perf_counter(), cpu_seconds()
+            if api == "send":
+                send = producer.send
+                for i in range(n):
+                    await send(topic, values[i & mask])
+            elif api == "send_many":
+                send_many = producer.send_many
+                for start in range(0, n, SEND_MANY_CHUNK):
+                    batch = [ProducerMessage(topic, values[i & mask])
+                             for i in range(start, min(n, start + SEND_MANY_CHUNK))]
+                    groups.append(await send_many(batch))
+            else:
+                raise ValueError(f"unknown pipeline api {api!r}")
+            await producer.flush()
+            elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+            stats = producer.statistics()
+            extra: dict[str, Any] = {
+                "requests_sent": stats.requests_sent,
+                "double_settles": stats.double_settles,
+                "options": {k: v for k, v in opts.items()},
+            }
+            if groups:
+                extra["group_delivered"] = sum(g.delivered for g in groups)
+                errors = [str(e) for g in groups for e in g.errors][:3]
+                if errors:
+                    extra["first_errors"] = errors
+            return ClientResult(elapsed, cpu, stats.succeeded, stats.failed, extra)
+
+    return trio.run(main)
+
+
+# --------------------------------------------------------------------------- aiokafka
+
+
+def produce_aiokafka(bootstrap: str, topic: str, n: int,
+                     warmup_topic: str | None = None) -> ClientResult:
+    """aiokafka 0.14, acks=all, NOT idempotent (its InitProducerId v0 fails on tansu),
+    linger 5 ms: ``await producer.send()`` (returns a future) per message, then flush()."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+
+    values = make_values()
+    mask = len(values) - 1
+
+    async def main() -> ClientResult:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, acks="all", enable_idempotence=False,
+            linger_ms=int(LINGER_S * 1000),
+        )
+        await producer.start()
+        try:
+            if warmup_topic:
+                await producer.send_and_wait(warmup_topic, values[0])
+            t0, c0 = time.perf_counter(), cpu_seconds()
+            send = producer.send
+            for i in range(n):
+                await send(topic, values[i & mask])  # -> a future; not awaited (see below)
+            await producer.flush()
+            elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+            # No per-future callbacks: they would bill aiokafka for bookkeeping the
+            # benchmark does not need. The count is verified on the broker instead.
+            return ClientResult(elapsed, cpu)
+        finally:
+            await producer.stop()
+
+    return asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- confluent-kafka
+
+
+def produce_confluent(bootstrap: str, topic: str, n: int,
+                      warmup_topic: str | None = None) -> ClientResult:
+    """confluent-kafka (librdkafka), idempotent, acks=all, linger.ms=5:
+    ``produce()`` + ``poll(0)`` per message, then ``flush()``."""
+    from confluent_kafka import KafkaException, Producer
+
+    values = make_values()
+    mask = len(values) - 1
+    producer = Producer({
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": int(LINGER_S * 1000),
+    })
+    producer.list_topics(timeout=10)  # connect before the clock starts
+    if warmup_topic:  # ... and get the producer id
+        producer.produce(warmup_topic, values[0])
+        if producer.flush(30):
+            raise KafkaException("warm-up message not delivered within 30 s")
+    full_waits = 0
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    produce, poll = producer.produce, producer.poll
+    for i in range(n):
+        while True:
+            try:
+                produce(topic, values[i & mask])
+                break
+            except BufferError:  # local queue full: serve delivery reports, then retry
+                full_waits += 1
+                poll(0.005)
+        poll(0)
+    remaining = producer.flush(120)
+    elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    if remaining:
+        raise KafkaException(f"flush left {remaining} messages undelivered")
+    # No delivery callback (it would cost a Python call per message); the count is
+    # verified on the broker instead.
+    return ClientResult(elapsed, cpu, extra={"buffer_full_waits": full_waits})
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    name: str
+    label: str
+    run: Callable[..., ClientResult]  # (bootstrap, topic, n, warmup_topic=None)
+    library: str  # "pipeline" | "aiokafka" | "confluent"
+    wants_idempotent: bool | None = None  # None: library default; checked on the broker
+    group: str = "peers"  # "peers" (issue 4) or "idempotence" (issue 5)
+
+
+def _pipeline(api: str, **options: Any) -> Callable[..., ClientResult]:
+    def run(bootstrap: str, topic: str, n: int, warmup_topic: str | None = None
+            ) -> ClientResult:
+        return produce_pipeline(bootstrap, topic, n, api=api, options=options,
+                                warmup_topic=warmup_topic)
+    return run
+
+
+CLIENTS: dict[str, ClientSpec] = {spec.name: spec for spec in (
+    ClientSpec("pipeline-send", "pipeline send()", _pipeline("send"), "pipeline"),
+    ClientSpec("pipeline-send_many", "pipeline send_many(10k)", _pipeline("send_many"),
+               "pipeline"),
+    ClientSpec("aiokafka", "aiokafka send() [not idem.]", produce_aiokafka, "aiokafka",
+               wants_idempotent=False),
+    ClientSpec("confluent", "confluent-kafka [idem.]", produce_confluent, "confluent",
+               wants_idempotent=True),
+    # Issue 5: the cost of idempotence, on the bulk path (where the pipeline, not the
+    # per-message API, is the bottleneck, so in-flight limits show).
+    ClientSpec("pipeline-idem-mif5", "pipeline idem. mif=5",
+               _pipeline("send_many", idempotent=True, max_in_flight=5), "pipeline",
+               wants_idempotent=True, group="idempotence"),
+    ClientSpec("pipeline-idem-mif1", "pipeline idem. mif=1",
+               _pipeline("send_many", idempotent=True, max_in_flight=1), "pipeline",
+               wants_idempotent=True, group="idempotence"),
+    ClientSpec("pipeline-nonidem", "pipeline non-idem. mif=5",
+               _pipeline("send_many", idempotent=False, max_in_flight=5), "pipeline",
+               wants_idempotent=False, group="idempotence"),
+)}
