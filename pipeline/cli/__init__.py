@@ -25,6 +25,10 @@ __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 #: subcommand name -> module name under pipeline.cli
 SUBCOMMANDS: dict[str, str] = {
     "broker": "broker",
+    "produce": "produce",
+    "consume": "consume",
+    "export": "export",
+    "bench": "bench",
 }
 
 

@@ -2,6 +2,13 @@
 
 JVM startup costs 5-9 s, so never start Spark per test; budget ~12 s for the first tests
 and ~0.2 s for each later one. Skips when pyspark or java is missing.
+
+The master is ``local[1,2]``: one core, but a failed task is retried once (plain
+``local[N]`` never retries), so the export's task-retry path can be tested on the same
+session. A test that expects a job to fail pays for the second attempt.
+
+``kafka_records`` reads a topic back with confluent-kafka in assign mode (a tansu group
+join takes ~23 s).
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     work = tmp_path_factory.mktemp("spark")
     jvm_flags = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     session = (
-        SparkSession.builder.master("local[1]")
+        SparkSession.builder.master("local[1,2]")
         .appName("pipeline-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -59,3 +66,41 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture
+def kafka_records() -> Any:
+    """``kafka_records(bootstrap, topic, expected, timeout=20.0)``: the first ``expected``
+    records of every partition of ``topic`` as confluent_kafka Messages, sorted by
+    (partition, offset)."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+
+    def _read(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -> list[Any]:
+        import time
+
+        consumer = confluent_kafka.Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": f"spark-tests-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+        })
+        try:
+            meta = consumer.list_topics(topic, timeout=10)
+            parts = sorted(meta.topics[topic].partitions)
+            consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in parts])
+            out: list[Any] = []
+            deadline = time.monotonic() + timeout
+            while len(out) < expected and time.monotonic() < deadline:
+                for msg in consumer.consume(num_messages=max(expected - len(out), 1), timeout=0.5):
+                    if msg.error() is not None:
+                        raise AssertionError(f"consumer error: {msg.error()}")
+                    out.append(msg)
+            # anything beyond `expected` would be a duplicate: give it a moment to show up
+            out.extend(m for m in consumer.consume(num_messages=1000, timeout=0.5) if not m.error())
+            out.sort(key=lambda m: (m.partition(), m.offset()))
+            return out
+        finally:
+            consumer.close()
+
+    return _read

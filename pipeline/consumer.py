@@ -1,0 +1,336 @@
+"""A small assign-mode reader on the project's own Fetch / ListOffsets codec.
+
+Not a consumer group member (no group coordination, no committed offsets): it reads
+the partitions it is told to, from the beginning, an offset or the end, and stops
+after a count, at the end of the log, or when nothing new arrived for a while. Used
+by ``python -m pipeline consume``, the demo's read-back, and tests.
+
+    async for rec in read_topic("127.0.0.1:9092", "orders", start="beginning",
+                                stop_at_end=True):
+        print(rec.partition, rec.offset, rec.key, rec.value)
+
+``consume(...)`` is the blocking form returning a list.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import trio
+
+from pipeline.cluster.errors import KafkaError, UnknownTopicError
+from pipeline.cluster.pool import Cluster
+from pipeline.protocol.api import ApiKey
+from pipeline.protocol.errors import ErrorCode
+from pipeline.protocol.messages.fetch import FetchPartition, FetchRequest, FetchTopic
+from pipeline.protocol.messages.list_offsets import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from pipeline.protocol.records import decode_record_batches
+
+__all__ = ["ConsumedRecord", "ConsumerError", "Start", "consume", "read_topic", "topic_offsets"]
+
+#: "beginning", "end", an absolute offset >= 0, or a negative int: that many before the end
+Start = Literal["beginning", "end"] | int
+
+EARLIEST, LATEST = -2, -1
+#: Fetch v13+ names topics by id; the name-based versions are enough here.
+MAX_FETCH_VERSION = 12
+_RETRIABLE_FETCH = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.REPLICA_NOT_AVAILABLE,
+    ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.NOT_COORDINATOR,
+}
+
+
+class ConsumerError(KafkaError):
+    """The reader cannot continue (unknown partition, a non-retriable fetch error...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+async def _list_offsets(
+    cluster: Cluster, topic: str, partitions: Sequence[int], timestamp: int
+) -> dict[int, int]:
+    """{partition: offset} for EARLIEST (-2) or LATEST (-1)."""
+    by_leader: dict[int, list[int]] = {}
+    for p in partitions:
+        by_leader.setdefault(await cluster.leader_for(topic, p), []).append(p)
+    out: dict[int, int] = {}
+    for leader, parts in by_leader.items():
+        conn = await cluster.connection(leader)
+        request = ListOffsetsRequest(
+            replica_id=-1,
+            topics=(
+                ListOffsetsTopic(
+                    name=topic,
+                    partitions=tuple(
+                        ListOffsetsPartition(partition_index=p, timestamp=timestamp)
+                        for p in parts
+                    ),
+                ),
+            ),
+        )
+        response: Any = await conn.request(request)
+        for t in response.topics:
+            for pr in t.partitions:
+                if pr.error_code:
+                    code = ErrorCode(pr.error_code)
+                    raise ConsumerError(
+                        f"ListOffsets for {topic}[{pr.partition_index}] failed: {code.name}"
+                    )
+                offset = pr.offset
+                if offset < 0 and pr.old_style_offsets:  # ListOffsets v0
+                    offset = pr.old_style_offsets[0]
+                out[pr.partition_index] = offset
+    return out
+
+
+async def _high_watermarks(
+    cluster: Cluster, topic: str, partitions: Sequence[int]
+) -> dict[int, int]:
+    """{partition: high watermark}, from a Fetch that asks for (almost) no data.
+
+    Used instead of ListOffsets(LATEST) because tansu answers that with a wrong offset
+    once a partition holds a batch of more than one record (the Fetch high watermark
+    is right on tansu and on Kafka alike).
+    """
+    earliest = await _list_offsets(cluster, topic, partitions, EARLIEST)
+    by_leader: dict[int, list[int]] = {}
+    for p in partitions:
+        by_leader.setdefault(await cluster.leader_for(topic, p), []).append(p)
+    out: dict[int, int] = {}
+    for leader, parts in by_leader.items():
+        conn = await cluster.connection(leader)
+        version = min(conn.version_for(ApiKey.FETCH), MAX_FETCH_VERSION)
+        request = FetchRequest(
+            # max_wait_ms=0 gets an empty response from tansu; 10 ms costs nothing
+            replica_id=-1, max_wait_ms=10, min_bytes=0, max_bytes=1,
+            session_id=0, session_epoch=-1,
+            topics=(FetchTopic(topic=topic, partitions=tuple(
+                FetchPartition(partition=p, fetch_offset=earliest[p], partition_max_bytes=1)
+                for p in parts
+            )),),
+        )
+        response: Any = await conn.request(request, version=version)
+        for t in response.responses:
+            for pd in t.partitions:
+                if pd.error_code:
+                    code = ErrorCode(pd.error_code)
+                    raise ConsumerError(
+                        f"Fetch {topic}[{pd.partition_index}] failed: {code.name}"
+                    )
+                out[pd.partition_index] = pd.high_watermark
+    missing = [p for p in partitions if p not in out]
+    if missing:
+        raise ConsumerError(f"no high watermark for {topic} partition(s) {missing}")
+    return out
+
+
+async def topic_offsets(
+    bootstrap: str, topic: str, *, request_timeout: float = 10.0
+) -> dict[int, tuple[int, int]]:
+    """{partition: (earliest, latest)} of a topic."""
+    async with Cluster.open(bootstrap, request_timeout=request_timeout,
+                            metadata_timeout=request_timeout) as cluster:
+        count = await cluster.partitions_for(topic)
+        parts = list(range(count))
+        lo = await _list_offsets(cluster, topic, parts, EARLIEST)
+        hi = await _high_watermarks(cluster, topic, parts)
+        return {p: (lo[p], hi[p]) for p in parts}
+
+
+async def read_topic(
+    bootstrap: str,
+    topic: str,
+    *,
+    partitions: Sequence[int] | None = None,
+    start: Start = "beginning",
+    max_messages: int | None = None,
+    stop_at_end: bool = False,
+    idle_timeout: float | None = None,
+    max_wait: float = 0.5,
+    partition_max_bytes: int = 4 * 1024 * 1024,
+    request_timeout: float = 10.0,
+) -> AsyncGenerator[ConsumedRecord, None]:
+    """Yield records of ``topic`` in offset order per partition (partitions interleave).
+
+    Stops after ``max_messages``; with ``stop_at_end`` once every partition reached
+    the high watermark it had when it was last fetched (like ``kcat -e``); with
+    ``idle_timeout`` when no record arrived for that many seconds. With none of them
+    it runs until cancelled.
+
+    Raises ``UnknownTopicError``, ``ConsumerError`` (a partition that does not exist,
+    a non-retriable fetch error) and connection errors (``BrokerConnectionError``).
+    """
+    async with Cluster.open(
+        bootstrap, request_timeout=request_timeout, metadata_timeout=request_timeout
+    ) as cluster:
+        with trio.fail_after(request_timeout) as scope:
+            count = await cluster.partitions_for(topic)
+        del scope
+        parts = list(range(count)) if partitions is None else list(partitions)
+        bad = [p for p in parts if not 0 <= p < count]
+        if bad:
+            raise ConsumerError(f"topic {topic!r} has {count} partition(s); no partition {bad[0]}")
+        if start == "beginning":
+            positions = await _list_offsets(cluster, topic, parts, EARLIEST)
+        elif start == "end":
+            positions = await _high_watermarks(cluster, topic, parts)
+        elif isinstance(start, int) and start >= 0:
+            positions = dict.fromkeys(parts, start)
+        elif isinstance(start, int):
+            lo = await _list_offsets(cluster, topic, parts, EARLIEST)
+            hi = await _high_watermarks(cluster, topic, parts)
+            positions = {p: max(lo[p], hi[p] + start) for p in parts}
+        else:
+            raise ValueError(f"start must be 'beginning', 'end' or an int, not {start!r}")
+
+        high_water: dict[int, int] = {}
+        if stop_at_end:
+            high_water = await _high_watermarks(cluster, topic, parts)
+        done = {p for p in parts if stop_at_end and positions[p] >= high_water[p]}
+        yielded = 0
+        last_record_at = trio.current_time()
+        while len(done) < len(parts):
+            if max_messages is not None and yielded >= max_messages:
+                return
+            active = [p for p in parts if p not in done]
+            by_leader: dict[int, list[int]] = {}
+            for p in active:
+                by_leader.setdefault(await cluster.leader_for(topic, p), []).append(p)
+            got_any = False
+            for leader, lparts in by_leader.items():
+                conn = await cluster.connection(leader)
+                version = min(conn.version_for(ApiKey.FETCH), MAX_FETCH_VERSION)
+                request = FetchRequest(
+                    replica_id=-1,
+                    max_wait_ms=int(max_wait * 1000),
+                    min_bytes=1,
+                    max_bytes=64 * 1024 * 1024,
+                    isolation_level=0,
+                    session_id=0,
+                    session_epoch=-1,
+                    topics=(
+                        FetchTopic(
+                            topic=topic,
+                            partitions=tuple(
+                                FetchPartition(
+                                    partition=p,
+                                    fetch_offset=positions[p],
+                                    partition_max_bytes=partition_max_bytes,
+                                )
+                                for p in lparts
+                            ),
+                        ),
+                    ),
+                )
+                response: Any = await conn.request(request, version=version)
+                if response.error_code:
+                    code = ErrorCode(response.error_code)
+                    raise ConsumerError(f"Fetch from {topic} failed: {code.name}")
+                for t in response.responses:
+                    for pd in t.partitions:
+                        p = pd.partition_index
+                        if pd.error_code:
+                            code = ErrorCode(pd.error_code)
+                            if code in _RETRIABLE_FETCH:
+                                await cluster.refresh([topic], force=True)
+                                continue
+                            if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                                raise UnknownTopicError(topic)
+                            raise ConsumerError(
+                                f"Fetch {topic}[{p}] at offset {positions[p]} failed: "
+                                f"{code.name} ({code.description})"
+                            )
+                        if stop_at_end:
+                            high_water[p] = max(high_water.get(p, 0), pd.high_watermark)
+                        if pd.records:
+                            for batch in decode_record_batches(pd.records):
+                                next_offset = batch.base_offset + batch.last_offset_delta + 1
+                                if batch.is_control:
+                                    positions[p] = max(positions[p], next_offset)
+                                    continue
+                                for rec in batch.records:
+                                    offset = batch.base_offset + rec.offset_delta
+                                    if offset < positions[p]:
+                                        continue
+                                    positions[p] = offset + 1
+                                    got_any = True
+                                    yield ConsumedRecord(
+                                        topic,
+                                        p,
+                                        offset,
+                                        batch.base_timestamp + rec.timestamp_delta,
+                                        rec.key,
+                                        rec.value,
+                                        tuple(rec.headers),
+                                    )
+                                    yielded += 1
+                                    if max_messages is not None and yielded >= max_messages:
+                                        return
+                                positions[p] = max(positions[p], next_offset)
+                        if stop_at_end and positions[p] >= high_water[p]:
+                            done.add(p)
+            now = trio.current_time()
+            if got_any:
+                last_record_at = now
+            elif idle_timeout is not None and now - last_record_at >= idle_timeout:
+                return
+
+
+def consume(
+    bootstrap: str,
+    topic: str,
+    *,
+    partitions: Sequence[int] | None = None,
+    start: Start = "beginning",
+    max_messages: int | None = None,
+    stop_at_end: bool = True,
+    idle_timeout: float | None = None,
+    timeout: float = math.inf,
+    request_timeout: float = 10.0,
+) -> list[ConsumedRecord]:
+    """Blocking helper: the records ``read_topic`` yields, as a list (``timeout`` bounds it)."""
+
+    async def run() -> list[ConsumedRecord]:
+        out: list[ConsumedRecord] = []
+        with trio.move_on_after(timeout):
+            async for rec in read_topic(
+                bootstrap, topic, partitions=partitions, start=start,
+                max_messages=max_messages, stop_at_end=stop_at_end,
+                idle_timeout=idle_timeout, request_timeout=request_timeout,
+            ):
+                out.append(rec)
+        return out
+
+    try:
+        return trio.run(run)
+    except BaseExceptionGroup as group:
+        raise first_error(group) from None
+
+
+def first_error(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The first real exception of a (nested) trio ExceptionGroup."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

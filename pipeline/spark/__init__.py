@@ -1,0 +1,45 @@
+"""Spark export stage: write a DataFrame to Kafka through the pipeline producer.
+
+    from pipeline.spark import export_dataframe
+    report = export_dataframe(df, bootstrap="broker:9092", topic="orders")
+    print(report.format())
+
+``pipeline.spark.partition`` is the part that runs inside each Spark task (testable
+without Spark); ``pipeline.spark.export`` is the driver side; ``pipeline.spark.datasource``
+registers ``df.write.format("pipeline-kafka")``. Importing this package does not import
+pyspark.
+"""
+
+from __future__ import annotations
+
+from pipeline.spark.export import (
+    ExportError,
+    ExportReport,
+    ExportSchemaError,
+    SpeculationWarning,
+    build_report,
+    export_dataframe,
+    validate_schema,
+)
+from pipeline.spark.partition import (
+    DEFAULT_MESSAGE_ID_HEADER,
+    ExportConfig,
+    ExportTaskError,
+    PartitionStatus,
+    export_partition,
+)
+
+__all__ = [
+    "DEFAULT_MESSAGE_ID_HEADER",
+    "ExportConfig",
+    "ExportError",
+    "ExportReport",
+    "ExportSchemaError",
+    "ExportTaskError",
+    "PartitionStatus",
+    "SpeculationWarning",
+    "build_report",
+    "export_dataframe",
+    "export_partition",
+    "validate_schema",
+]

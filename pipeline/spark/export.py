@@ -1,0 +1,419 @@
+"""Driver side of the Spark export: ``export_dataframe(df, ...) -> ExportReport``.
+
+The DataFrame's columns follow Spark's built-in Kafka sink:
+
+===========  =========================================  ==========================
+column       type                                       notes
+===========  =========================================  ==========================
+value        string or binary                           required (null: a tombstone)
+key          string or binary                           optional
+headers      array<struct<key:string,value:binary>>     optional (value may be string)
+topic        string                                     required unless ``topic=``
+partition    int or long                                optional; null: partitioner
+===========  =========================================  ==========================
+
+Other columns are ignored (dropped before the tasks run). The job is one
+``df.mapInArrow(spark_task, status_schema)`` action; each task exports its partition
+with its own producer (see :mod:`pipeline.spark.partition`) and returns one status row.
+
+Delivery is **at least once**, like Spark's own Kafka sink: a task that fails after
+some rows were acknowledged is retried from the start of its partition (up to
+``spark.task.maxFailures``), so those rows are written again. The report flags
+partitions whose successful attempt was a retry (``attempt > 0``), and
+``add_message_id_header`` stamps every record with a stable id
+(``"{prefix}{spark partition}-{row index}"``) for downstream deduplication. With
+``spark.speculation`` on, two attempts of a task may run at once: both write.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.spark.partition import (
+    DEFAULT_MESSAGE_ID_HEADER,
+    ExportConfig,
+    PartitionStatus,
+    spark_task,
+    status_schema_ddl,
+)
+
+__all__ = [
+    "ExportError",
+    "ExportReport",
+    "ExportSchemaError",
+    "SpeculationWarning",
+    "build_report",
+    "export_dataframe",
+    "validate_schema",
+]
+
+log = logging.getLogger("pipeline.spark")
+
+SINK_COLUMNS = ("key", "value", "headers", "topic", "partition")
+
+
+class ExportError(RuntimeError):
+    """The export job failed; the message carries the task's cause."""
+
+
+class ExportSchemaError(ExportError, ValueError):
+    """The DataFrame does not have the columns (or types) of a Kafka sink."""
+
+
+class SpeculationWarning(UserWarning):
+    """``spark.speculation`` is on: duplicate task attempts may write the same rows."""
+
+
+# --------------------------------------------------------------------------- report
+
+
+@dataclass(frozen=True, slots=True)
+class ExportReport:
+    """What an export did. ``partitions`` holds one status per Spark partition."""
+
+    topic: str | None  # None when the rows chose their topic (topic column)
+    rows: int
+    delivered: int
+    failed: int
+    bytes: int
+    seconds: float  # wall time of the Spark job, on the driver
+    partitions: tuple[PartitionStatus, ...]
+    first_error: str | None = None
+    warnings: tuple[str, ...] = ()
+    task_seconds: float = field(default=0.0)  # sum of per-task wall times
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.delivered / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mb_per_second(self) -> float:
+        return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def retried_partitions(self) -> tuple[int, ...]:
+        """Spark partitions whose successful attempt was a retry: they may have duplicates."""
+        return tuple(p.partition for p in self.partitions if p.attempt > 0)
+
+    @property
+    def rows_by_partition(self) -> dict[int, int]:
+        return {p.partition: p.delivered for p in self.partitions}
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "rows": self.rows,
+            "delivered": self.delivered,
+            "failed": self.failed,
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+            "rows_per_second": round(self.rows_per_second, 1),
+            "mb_per_second": round(self.mb_per_second, 3),
+            "spark_partitions": len(self.partitions),
+            "retried_partitions": list(self.retried_partitions),
+            "first_error": self.first_error,
+            "warnings": list(self.warnings),
+            "partitions": [p.as_row() for p in self.partitions],
+        }
+
+    def format(self, *, per_partition: bool = True) -> str:
+        """A human-readable summary (what the CLI and the demo print)."""
+        lines = [
+            f"exported {self.delivered:,} of {self.rows:,} rows to "
+            f"{self.topic or '(topic column)'} in {self.seconds:.2f} s: "
+            f"{self.rows_per_second:,.0f} rows/s, {self.mb_per_second:.1f} MB/s "
+            f"({self.bytes / 1e6:.1f} MB key+value)",
+            f"spark partitions: {len(self.partitions)}, failed rows: {self.failed:,}, "
+            f"retried partitions: {list(self.retried_partitions) or 'none'}",
+        ]
+        if self.retried_partitions:
+            lines.append(
+                "  note: retried partitions were re-sent from their start (at-least-once); "
+                "deduplicate on the message-id header if you need exactly-once"
+            )
+        if self.first_error:
+            lines.append(f"first error: {self.first_error}")
+        for text in self.warnings:
+            lines.append(f"warning: {text}")
+        if per_partition:
+            for p in self.partitions:
+                rate = p.delivered / p.seconds if p.seconds > 0 else 0.0
+                flag = "  RETRY" if p.attempt > 0 else ""
+                lines.append(
+                    f"  partition {p.partition:>4}  attempt {p.attempt}  rows {p.delivered:>10,}"
+                    f"  failed {p.failed:>6,}  {p.seconds:7.2f} s  {rate:>10,.0f} rows/s{flag}"
+                )
+        return "\n".join(lines)
+
+
+def build_report(
+    statuses: Iterable[PartitionStatus | Mapping[str, Any]],
+    *,
+    topic: str | None,
+    seconds: float,
+    warnings: Iterable[str] = (),
+) -> ExportReport:
+    """Fold status rows (``PartitionStatus`` or ``Row.asDict()`` mappings) into a report."""
+    parts = []
+    for s in statuses:
+        if not isinstance(s, PartitionStatus):
+            s = PartitionStatus(**{k: s[k] for k in PartitionStatus.__slots__})
+        parts.append(s)
+    parts.sort(key=lambda p: p.partition)
+    first_error = next((p.first_error for p in parts if p.first_error), None)
+    return ExportReport(
+        topic=topic,
+        rows=sum(p.rows for p in parts),
+        delivered=sum(p.delivered for p in parts),
+        failed=sum(p.failed for p in parts),
+        bytes=sum(p.bytes for p in parts),
+        seconds=seconds,
+        partitions=tuple(parts),
+        first_error=first_error,
+        warnings=tuple(warnings),
+        task_seconds=sum(p.seconds for p in parts),
+    )
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def _type_name(data_type: Any) -> str:
+    return str(data_type.simpleString())
+
+
+def validate_schema(schema: Any, *, topic: str | None) -> list[str]:
+    """Check a Spark ``StructType`` against the Kafka sink columns.
+
+    Returns the columns to keep (in sink order); raises :class:`ExportSchemaError`
+    naming every problem at once.
+    """
+    from pyspark.sql import types as T
+
+    fields = {f.name: f.dataType for f in schema.fields}
+    problems: list[str] = []
+    text_types = (T.StringType, T.BinaryType)
+
+    def check(name: str, ok: bool, expected: str) -> None:
+        if name in fields and not ok:
+            problems.append(f"column {name!r} is {_type_name(fields[name])}, expected {expected}")
+
+    if "value" not in fields:
+        problems.append("required column 'value' (string or binary) is missing")
+    check("value", isinstance(fields.get("value"), text_types), "string or binary")
+    check("key", isinstance(fields.get("key"), text_types), "string or binary")
+    check("topic", isinstance(fields.get("topic"), T.StringType), "string")
+    check(
+        "partition",
+        isinstance(fields.get("partition"), T.IntegerType | T.LongType | T.ShortType),
+        "int or long",
+    )
+    headers = fields.get("headers")
+    headers_ok = (
+        isinstance(headers, T.ArrayType)
+        and isinstance(headers.elementType, T.StructType)
+        and [f.name for f in headers.elementType.fields] == ["key", "value"]
+        and isinstance(headers.elementType.fields[0].dataType, T.StringType)
+        and isinstance(headers.elementType.fields[1].dataType, text_types)
+    )
+    check("headers", headers_ok, "array<struct<key:string,value:binary>>")
+    if topic is None and "topic" not in fields:
+        problems.append("no topic: pass topic=... or add a string column 'topic'")
+    if problems:
+        raise ExportSchemaError(
+            "the DataFrame cannot be exported to Kafka: " + "; ".join(problems)
+            + f" (schema: {schema.simpleString()})"
+        )
+    keep = [c for c in SINK_COLUMNS if c in fields]
+    if topic is not None and "topic" in keep:
+        keep.remove("topic")  # the argument overrides the column
+    return keep
+
+
+# --------------------------------------------------------------------------- export
+
+
+def export_dataframe(
+    df: Any,
+    *,
+    bootstrap: str,
+    topic: str | None = None,
+    chunk_rows: int = 10_000,
+    max_failed_rows: int = 0,
+    add_message_id_header: bool | str = False,
+    message_id_prefix: str = "",
+    check_topic: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    _fail_first_attempt_after_rows: int | None = None,
+    **producer_options: Any,
+) -> ExportReport:
+    """Export a DataFrame to Kafka through the pipeline producer; one Spark job.
+
+    Args:
+        df: a DataFrame with the Kafka sink columns (see the module docstring).
+        bootstrap: ``"host:port[,host:port]"``, reachable *from the executors*.
+        topic: the topic for every row (overrides a ``topic`` column).
+        chunk_rows: rows handed to the producer per ``send_many`` call.
+        max_failed_rows: rows per partition that may fail (counted and reported)
+            before the task, and so the job, fails. Default 0: any failure fails.
+        add_message_id_header: True (header ``pipeline-message-id``) or a header
+            name: stamp every record with ``"{message_id_prefix}{partition}-{row}"``.
+        check_topic: with ``topic=``, ask the cluster for it on the driver first, so
+            a missing topic or a bad bootstrap fails before any task starts.
+        progress: called from a driver thread as ``progress(tasks_done, tasks_total)``
+            about twice a second while the job runs.
+        producer_options: ``ProducerConfig`` fields (``linger=0.01``, ``compression=
+            "zstd"``, ``acks=1``...), validated here before any task starts.
+
+    Returns the :class:`ExportReport`. Raises :class:`ExportSchemaError` for a bad
+    DataFrame, ``ConfigError`` for a bad option, ``KafkaError`` subclasses from the
+    topic check, and :class:`ExportError` when the job fails (the message is the
+    failing task's cause).
+    """
+    from pipeline.producer.config import make_config
+
+    keep = validate_schema(df.schema, topic=topic)
+    make_config(None, dict(producer_options))  # ConfigError now, not in every task
+    if add_message_id_header is True:
+        header: str | None = DEFAULT_MESSAGE_ID_HEADER
+    elif add_message_id_header:
+        header = str(add_message_id_header)
+    else:
+        header = None
+    cfg = ExportConfig(
+        bootstrap=bootstrap,
+        topic=topic,
+        producer_options=dict(producer_options),
+        chunk_rows=chunk_rows,
+        max_failed_rows=max_failed_rows,
+        message_id_header=header,
+        message_id_prefix=message_id_prefix,
+        fail_first_attempt_after_rows=_fail_first_attempt_after_rows,
+    )
+    notes: list[str] = []
+    spark = df.sparkSession
+    if str(spark.conf.get("spark.speculation", "false")).lower() == "true":
+        text = (
+            "spark.speculation is on: a speculative copy of a task writes its rows too, "
+            "so expect duplicates (delivery is at-least-once); turn it off for exports"
+        )
+        warnings.warn(text, SpeculationWarning, stacklevel=2)
+        notes.append(text)
+    if topic is not None and check_topic:
+        _check_topic(bootstrap, topic, producer_options)
+
+    job = df.select(*keep).mapInArrow(
+        functools.partial(spark_task, cfg=cfg), status_schema_ddl()
+    )
+    ticker = _ProgressThread(spark, progress) if progress is not None else None
+    started = time.perf_counter()
+    if ticker is not None:
+        ticker.start()
+    try:
+        rows = job.collect()  # the one action: a second one would export everything again
+    except Exception as exc:
+        raise ExportError(_task_failure_text(exc)) from exc
+    finally:
+        if ticker is not None:
+            ticker.stop()
+    seconds = time.perf_counter() - started
+    return build_report(
+        (r.asDict() for r in rows), topic=topic, seconds=seconds, warnings=notes
+    )
+
+
+def _check_topic(bootstrap: str, topic: str, producer_options: Mapping[str, Any]) -> None:
+    import trio
+
+    from pipeline.cluster.pool import Cluster
+
+    timeout = float(producer_options.get("request_timeout", 30.0))
+    auto = bool(producer_options.get("allow_auto_topic_creation", False))
+
+    async def check() -> None:
+        from pipeline.cluster.errors import BrokerConnectionError
+
+        async with Cluster.open(
+            bootstrap, allow_auto_topic_creation=auto, metadata_timeout=timeout
+        ) as cluster:
+            with trio.move_on_after(timeout) as scope:
+                await cluster.partitions_for(topic)
+            if scope.cancelled_caught:
+                raise BrokerConnectionError(
+                    f"no broker of {bootstrap!r} answered within {timeout}s; "
+                    "check the address and that the broker is running"
+                )
+
+    try:
+        trio.run(check)
+    except BaseExceptionGroup as group:
+        raise _first_leaf(group) from None
+
+
+def _first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The first real exception in a (nested) trio ExceptionGroup."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+_TASK_ERROR = re.compile(r"(?:ExportTaskError|pipeline\.spark\.partition\.ExportTaskError): (.+)")
+
+
+def _task_failure_text(exc: BaseException) -> str:
+    """The failing task's own message out of Spark's wrapped worker traceback."""
+    text = str(exc)
+    found: list[str] = _TASK_ERROR.findall(text)
+    if found:
+        return found[-1].strip()
+    # Not ours (an OOM, a lost executor, a Python error in upstream code): keep the
+    # last meaningful line, which is the worker exception.
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    interesting = [ln for ln in lines if re.match(r"^[A-Za-z_.]+(Error|Exception): ", ln)]
+    detail = interesting[-1] if interesting else (lines[0] if lines else type(exc).__name__)
+    return f"the Spark export job failed: {detail}"
+
+
+class _ProgressThread:
+    """Polls Spark's status tracker for the job's task counts."""
+
+    def __init__(self, spark: Any, callback: Callable[[int, int], None]) -> None:
+        self._tracker = spark.sparkContext.statusTracker()
+        self._callback = callback
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="export-progress", daemon=True)
+        self._seen_stages: set[int] = set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                done = total = 0
+                for stage_id in self._tracker.getActiveStageIds():
+                    info = self._tracker.getStageInfo(stage_id)
+                    if info is not None:
+                        done += info.numCompletedTasks
+                        total += info.numTasks
+                if total:
+                    self._callback(done, total)
+            except Exception:  # progress must never break the export
+                log.debug("progress poll failed", exc_info=True)
