@@ -7,10 +7,11 @@ then on it gets exactly one outcome, even if the caller is cancelled, the
 producer closes, or every broker is down. A ``send()`` cancelled before that
 point sends nothing and leaves no trace.
 
-``send()`` is a cancellation point on every call and yields to the scheduler
-at least every ``_YIELD_EVERY`` calls (or when the intake is full), so a tight
-loop of sends neither starves the pipeline nor pays a scheduler pass per
-message.
+``send()`` is a checkpoint (cancellation and schedule point) at least every
+``_YIELD_EVERY`` calls and whenever it has to wait (buffer or intake full), so
+a tight loop of sends neither starves the pipeline nor pays a scheduler pass
+per message; the checkpoint comes before acceptance, so a cancelled ``send()``
+never accepted its message.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ class Producer:
         self.input = self._intake_send.clone()
         self._ledger.return_successes = config.return_successes
         self._closing = False
-        self._sends = 0
+        self._until_yield = _YIELD_EVERY
         # trio.current_time() walks several layers; the clock object is fixed per run.
         self._now = trio.lowlevel.current_clock().current_time
         self._delivery_timeout = config.delivery_timeout
@@ -193,23 +194,34 @@ class Producer:
         ``ProducerError``). Raises, without accepting the message, on bad
         input, ``BufferFullError`` after ``max_block``, or ``ProducerClosed``.
         """
-        self._sends += 1
-        if self._sends % _YIELD_EVERY == 0:
+        # A schedule point every _YIELD_EVERY calls (and whenever it must wait
+        # below), not on every call: a checkpoint costs more than the rest of
+        # send(), and the pipeline moves the whole burst in one pass anyway.
+        self._until_yield -= 1
+        if self._until_yield <= 0:
+            self._until_yield = _YIELD_EVERY
             await trio.lowlevel.checkpoint()
-        else:
-            await trio.lowlevel.checkpoint_if_cancelled()
-        self._check_open()
+        if self._closing:
+            raise ProducerClosed("the producer is closed: no new messages are accepted")
         msg = ProducerMessage(
             topic, value, key=key, headers=headers, partition=partition,  # type: ignore[arg-type]
             timestamp=timestamp, metadata=metadata,
         )
         size = self._prepare(msg)
         ledger = self._ledger
-        if not ledger.try_reserve(size):
+        used = ledger.buffered_bytes
+        if used + size <= ledger.buffer_memory or not used:
+            ledger.buffered_bytes = used + size
+        else:
             await ledger.reserve(size)
         # Registered before it is enqueued: once in the intake the dispatcher
-        # may see it at any moment, and must see it as accepted.
-        self._accept(msg)
+        # may see it at any moment, and must see it as accepted (ledger.accept,
+        # inlined: this is the per-message hot path).
+        msg_id = msg._id = ledger._next_id
+        ledger._next_id = msg_id + 1
+        msg._deadline = self._now() + self._delivery_timeout
+        ledger.outstanding[msg_id] = msg
+        ledger.accepted += 1
         try:
             self._intake_send.send_nowait(msg)
         except trio.WouldBlock:

@@ -377,7 +377,7 @@ class BatchBuilder:
         else:
             self._base_ts = self._max_ts = timestamp_ms
             tsd = 0
-        if not headers and 0 <= tsd < _TABLE_SIZE:
+        if 0 <= tsd < _TABLE_SIZE:
             zz = _ZZ
             try:
                 if key is None:
@@ -392,11 +392,27 @@ class BatchBuilder:
                 else:
                     vh = zz[len(value)]
                     vb = value
-                body = b"".join((_B00, zz[tsd], zz[n], kh, kb, vh, vb, _B00))
+                if headers:
+                    hparts = [zz[len(headers)]]
+                    for hkey, hvalue in headers:
+                        hk = hkey.encode()
+                        hparts.append(zz[len(hk)])
+                        hparts.append(hk)
+                        if hvalue is None:
+                            hparts.append(_B01)
+                        else:
+                            hparts.append(zz[len(hvalue)])
+                            hparts.append(hvalue)
+                    hb = b"".join(hparts)
+                else:
+                    hb = _B00
+                body = b"".join((_B00, zz[tsd], zz[n], kh, kb, vh, vb, hb))
                 size = len(body)
                 head = zz[size]
-            except IndexError:  # a length or offset delta beyond the table
-                rec = _encode_record(n, tsd, key, value, ())
+            except (IndexError, AttributeError, TypeError):
+                # A length or offset delta beyond the table, or a bad header:
+                # the general path encodes it (or raises a clear error).
+                rec = _encode_record(n, tsd, key, value, headers)
             else:
                 parts = self._parts
                 parts.append(head)
