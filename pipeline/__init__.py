@@ -39,7 +39,29 @@ _EXPORTS = {
     "SyncProducer": "pipeline.producer.sync",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "BrokerConnectionError",
+    "BrokerResponseError",
+    "BufferFullError",
+    "ConfigError",
+    "Delivery",
+    "DeliveryGroup",
+    "DeliveryTimeoutError",
+    "GroupResult",
+    "KafkaError",
+    "MessageTooLargeError",
+    "Producer",
+    "ProducerClosed",
+    "ProducerConfig",
+    "ProducerError",
+    "ProducerMessage",
+    "ProducerStatistics",
+    "RecordMetadata",
+    "RequestTimedOutError",
+    "SyncProducer",
+    "UnknownTopicError",
+    "open_producer",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -58,7 +58,7 @@ def _wall_clock_ms() -> int:
 
 def _as_bytes(what: str, value: object) -> bytes | None:
     if value is None or type(value) is bytes:
-        return value  # type: ignore[return-value]
+        return value
     if isinstance(value, _BYTES_LIKE):
         return bytes(value)
     if isinstance(value, str):
@@ -482,15 +482,15 @@ async def _run_producer(
                 await _shutdown(producer, pipeline_scope, graceful=graceful)
 
 
-async def _bootstrap(cluster: Cluster, bootstrap: object, timeout: float) -> None:
+async def _bootstrap(cluster: Cluster, bootstrap: object, limit: float) -> None:
     """Fetch cluster metadata once, so an unreachable cluster fails fast and clearly."""
     try:
-        with trio.fail_after(timeout):
+        with trio.fail_after(limit):
             await cluster.refresh(force=True)
     except (trio.TooSlowError, KafkaError) as exc:
         detail = "" if isinstance(exc, trio.TooSlowError) else f": {exc}"
         raise BrokerConnectionError(
-            f"no bootstrap broker of {bootstrap!r} answered within request_timeout={timeout}s"
+            f"no bootstrap broker of {bootstrap!r} answered within request_timeout={limit}s"
             f"{detail}; check the address and that the broker is running"
         ) from exc
 

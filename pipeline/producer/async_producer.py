@@ -39,7 +39,7 @@ class Dispatcher:
                 async for item in intake:
                     by_topic: dict[str, list[ProducerMessage]] = {}
                     while True:
-                        if type(item) is list:
+                        if isinstance(item, list):
                             self._sort_list(item, by_topic)
                         elif item._id:  # accepted by send()
                             group = by_topic.get(item.topic)

@@ -186,5 +186,6 @@ class Ledger:
         return len(msgs)
 
     def error_for(self, msg: ProducerMessage) -> ProducerError:
-        assert msg._state == FAILED and msg._outcome is not None
+        assert msg._state == FAILED
+        assert msg._outcome is not None
         return ProducerError(msg, msg._outcome)

@@ -111,7 +111,8 @@ class ProducerMessage:
         return self._state != PENDING
 
     def record_metadata(self) -> RecordMetadata:
-        assert self.partition is not None and self.timestamp is not None
+        assert self.partition is not None
+        assert self.timestamp is not None
         return RecordMetadata(
             self.topic, self.partition, self.offset, self.timestamp, self.offset >= 0
         )

@@ -141,7 +141,7 @@ class PartitionProducer:
         try:
             with trio.move_on_after(self.core.config.request_timeout):
                 await self.core.cluster.refresh([self.tp.topic], force=True)
-        except Exception as exc:  # noqa: BLE001 - any failure: fall back to the cached view
+        except Exception as exc:  # any failure: fall back to the cached view
             log.debug("%s: metadata refresh failed: %s", self.tp, exc)
         finally:
             self._refreshing = False

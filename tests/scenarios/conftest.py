@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,7 +11,6 @@ import trio
 from pipeline.producer.api import Producer, open_producer
 from pipeline.producer.message import ProducerMessage
 from pipeline.testing.fake_cluster import FakeCluster
-
 
 # The idempotence default for open_fake_producer: the sarama suite and the
 # regressions run in both modes (see the autouse fixture in those modules).
@@ -27,10 +25,10 @@ def both_modes(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
-async def fake(nursery: trio.Nursery) -> AsyncIterator[FakeCluster]:
+async def fake(nursery: trio.Nursery) -> FakeCluster:
     cluster = FakeCluster(brokers=3, seed=7, auto_create_topics=False)
     await nursery.start(cluster.run)
-    yield cluster
+    return cluster
 
 
 def producer_options(**overrides: Any) -> dict[str, Any]:

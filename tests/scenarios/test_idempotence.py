@@ -7,7 +7,6 @@ sequences of every Produce request, read from the fake's request record.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -257,8 +256,3 @@ async def test_franz_930_close_waits_for_the_request_on_the_wire(
     assert trio.current_time() - t0 == pytest.approx(2.5)
     assert (await delivery).offset == 1
     assert values_in_log(fake, "t", 0) == [b"warm", b"slow"]
-
-
-@pytest.fixture
-async def _unused() -> AsyncIterator[None]:  # pragma: no cover - keeps imports honest
-    yield
