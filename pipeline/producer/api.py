@@ -125,6 +125,7 @@ class Producer:
         self._ledger.return_successes = config.return_successes
         self._closing = False
         self._until_yield = _YIELD_EVERY
+        self._open_batch: list[ProducerMessage] | None = None
         # trio.current_time() walks several layers; the clock object is fixed per run.
         self._now = trio.lowlevel.current_clock().current_time
         self._delivery_timeout = config.delivery_timeout
@@ -132,35 +133,42 @@ class Producer:
 
     # -- accepting ---------------------------------------------------------
     def _prepare(self, msg: ProducerMessage) -> int:
-        """Validate and normalize ``msg`` in place; return its size in bytes."""
-        if type(msg.topic) is not str or not msg.topic:
-            raise TypeError(f"topic must be a non-empty str, not {msg.topic!r}")
-        if type(msg.value) is not bytes and msg.value is not None:
-            msg.value = _as_bytes("value", msg.value)
-        if type(msg.key) is not bytes and msg.key is not None:
-            msg.key = _as_bytes("key", msg.key)
-        if msg.headers:
-            msg.headers = _as_headers(msg.headers)
-        if msg.partition is not None and (
-            type(msg.partition) is bool or not isinstance(msg.partition, int) or msg.partition < 0
-        ):
-            raise ValueError(f"partition must be None or an int >= 0, not {msg.partition!r}")
-        if msg.timestamp is None:
-            msg.timestamp = self._timestamp_ms()
-        elif not isinstance(msg.timestamp, int) or msg.timestamp < 0:
-            raise ValueError(
-                f"timestamp must be None or milliseconds since the epoch (int >= 0), "
-                f"not {msg.timestamp!r}"
-            )
-        if msg.headers:
-            size = batch_size_for_record(msg.key, msg.value, msg.headers)
+        """Validate and normalize ``msg`` in place; return its size in bytes.
+
+        The per-message hot path of every entry point: fields are read once
+        into locals, and only unusual values take the slow helpers.
+        """
+        topic, value, key, headers = msg.topic, msg.value, msg.key, msg.headers
+        if type(topic) is not str or not topic:
+            raise TypeError(f"topic must be a non-empty str, not {topic!r}")
+        if value is not None and type(value) is not bytes:
+            msg.value = value = _as_bytes("value", value)
+        if key is not None and type(key) is not bytes:
+            msg.key = key = _as_bytes("key", key)
+        if headers:
+            msg.headers = headers = _as_headers(headers)
+            size = batch_size_for_record(key, value, headers)
         else:
             # Same bound as batch_size_for_record, inlined for the common case:
             # batch header + max record overhead + varint-prefixed key and value.
-            key, value = msg.key, msg.value
             size = _SIZE_BASE + (
                 1 if key is None else len(key) + (1 if len(key) < 64 else 5)
             ) + (1 if value is None else len(value) + (1 if len(value) < 64 else 5))
+        partition = msg.partition
+        if partition is not None and (type(partition) is not int or partition < 0):
+            if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+                raise ValueError(f"partition must be None or an int >= 0, not {partition!r}")
+            msg.partition = int(partition)
+        timestamp = msg.timestamp
+        if timestamp is None:
+            msg.timestamp = self._timestamp_ms()
+        elif type(timestamp) is not int or timestamp < 0:
+            if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
+                raise ValueError(
+                    f"timestamp must be None or milliseconds since the epoch (int >= 0), "
+                    f"not {timestamp!r}"
+                )
+            msg.timestamp = int(timestamp)
         if size > self._max_message_bytes:
             raise MessageTooLargeError(
                 f"message of {size} bytes (key, value, headers and batch overhead) exceeds "
@@ -203,10 +211,7 @@ class Producer:
             await trio.lowlevel.checkpoint()
         if self._closing:
             raise ProducerClosed("the producer is closed: no new messages are accepted")
-        msg = ProducerMessage(
-            topic, value, key=key, headers=headers, partition=partition,  # type: ignore[arg-type]
-            timestamp=timestamp, metadata=metadata,
-        )
+        msg = ProducerMessage(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
         size = self._prepare(msg)
         ledger = self._ledger
         used = ledger.buffered_bytes
@@ -222,15 +227,37 @@ class Producer:
         msg._deadline = self._now() + self._delivery_timeout
         ledger.outstanding[msg_id] = msg
         ledger.accepted += 1
-        try:
-            self._intake_send.send_nowait(msg)
-        except trio.WouldBlock:
+        if not self._enqueue_nowait(msg):
             try:
-                await self._intake_send.send(msg)
+                await self._intake_send.send([msg])
             except BaseException:
                 ledger.unaccept(msg)  # cancelled before acceptance: leave no trace
                 raise
         return Delivery(msg)
+
+    def _enqueue_nowait(self, msg: ProducerMessage) -> bool:
+        """Put an accepted message on the intake without waiting; False if full.
+
+        Consecutive sends share one *open* list that is already in the intake
+        channel: a burst costs one channel operation, not one per message. The
+        dispatcher closes the list when it takes it (same thread, between two
+        checkpoints, so no send can slip in between).
+        """
+        batch = self._open_batch
+        if batch is not None:
+            batch.append(msg)
+            return True
+        batch = [msg]
+        try:
+            self._intake_send.send_nowait(batch)
+        except trio.WouldBlock:
+            return False
+        self._open_batch = batch
+        return True
+
+    def _close_open_batch(self, batch: list[ProducerMessage]) -> None:
+        if batch is self._open_batch:
+            self._open_batch = None
 
     def send_nowait(
         self,
@@ -245,20 +272,15 @@ class Producer:
     ) -> Delivery:
         """Like ``send`` but never waits: raises ``BufferFullError`` instead."""
         self._check_open()
-        msg = ProducerMessage(
-            topic, value, key=key, headers=headers, partition=partition,  # type: ignore[arg-type]
-            timestamp=timestamp, metadata=metadata,
-        )
+        msg = ProducerMessage(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
         size = self._prepare(msg)
         ledger = self._ledger
         if not ledger.try_reserve(size):
             raise ledger.buffer_full_error(size)
         self._accept(msg)
-        try:
-            self._intake_send.send_nowait(msg)
-        except trio.WouldBlock:
+        if not self._enqueue_nowait(msg):
             ledger.unaccept(msg)
-            raise ledger.buffer_full_error(size) from None
+            raise ledger.buffer_full_error(size)
         return Delivery(msg)
 
     async def send_and_wait(self, topic: str, value: bytes | str | None, **kw: Any) -> RecordMetadata:
@@ -511,6 +533,7 @@ async def _start_idempotence(nursery: trio.Nursery, core: ProducerCore) -> None:
 
 async def _shutdown(producer: Producer, pipeline_scope: trio.CancelScope, *, graceful: bool) -> None:
     producer._closing = True
+    producer._open_batch = None
     cfg = producer._config
     with trio.CancelScope(shield=True):
         if graceful:

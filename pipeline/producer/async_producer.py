@@ -34,12 +34,14 @@ class Dispatcher:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         intake = self._intake
+        producer = self.producer
         async with trio.open_nursery() as nursery:
             try:
                 async for item in intake:
                     by_topic: dict[str, list[ProducerMessage]] = {}
                     while True:
                         if isinstance(item, list):
+                            producer._close_open_batch(item)
                             self._sort_list(item, by_topic)
                         elif item._id:  # accepted by send()
                             group = by_topic.get(item.topic)

@@ -95,7 +95,9 @@ class SealedBatch:
         self.base_sequence = base_sequence
         self.nbytes = nbytes
         self._level = messages[0]._level
-        self._deadline = min(m._deadline for m in messages)
+        # Messages of a batch are in acceptance order (retried ones were accepted
+        # before any later one), so the first has the earliest deadline.
+        self._deadline = messages[0]._deadline
         # True once a send of it ended without an answer (connection lost,
         # request timed out): it may have been written, so it must never be
         # re-stamped with a new epoch, only re-sent identical.

@@ -73,7 +73,6 @@ class ProducerMessage:
         self,
         topic: str,
         value: bytes | None,
-        *,
         key: bytes | None = None,
         headers: Headers | None = None,
         partition: int | None = None,
