@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.lowlevel
 
 from pipeline import DeliveryTimeoutError, ProducerClosed, ProducerError
 from pipeline.protocol.errors import ErrorCode
@@ -220,7 +221,7 @@ async def test_concurrent_senders_share_the_open_intake_list(
             for i in range(200):
                 await producer.send("t", f"{name}-{i}".encode(), partition=0)
                 if rng.random() < 0.1:
-                    await trio.sleep(0)
+                    await trio.lowlevel.checkpoint()
 
         async with trio.open_nursery() as nursery:
             for name in "abcde":
