@@ -97,6 +97,10 @@ class _InFlight:
     batches: dict[TopicPartition, SealedBatch]
     deadline: float  # earliest delivery deadline among its messages
     expired: bool = False
+    # Set when writing the request failed. It is still queued behind the
+    # requests before it, so its batches go back *after* theirs: a partition's
+    # failed batches must return in the order they were sealed.
+    error: BaseException | None = None
 
 
 class BrokerProducer:
@@ -428,9 +432,7 @@ class BrokerProducer:
             # acks=0: no response will come; being written is the outcome.
             flight.pending = pending if self._acks != 0 else None
         except KafkaError as exc:
-            self._fail_flight(flight, exc)  # outcome unknown: retried (see fate_unknown)
-            self._wake_flusher.set()
-            return
+            flight.error = exc  # handled by the responder, in request order
         self._in_flight.append(flight)
         self._wake_responder.set()
 
@@ -441,7 +443,10 @@ class BrokerProducer:
                 await self._wake_responder.wait()
                 self._wake_responder = trio.Event()
             flight = self._in_flight[0]
-            if flight.pending is None:  # acks=0: written is all we will ever know
+            if flight.error is not None:
+                self._in_flight.popleft()
+                self._fail_flight(flight, flight.error)
+            elif flight.pending is None:  # acks=0: written is all we will ever know
                 self._in_flight.popleft()
                 for tp, batch in flight.batches.items():
                     if not flight.expired:

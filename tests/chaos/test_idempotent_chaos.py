@@ -2,7 +2,7 @@
 
 The embedded tansu broker sits behind a ``FaultProxy`` (tansu advertises the proxy's
 port, so every connection after bootstrap goes through it). During each run the proxy
-kills every connection after a seeded random lifetime (0.15-0.5 s) and, at seeded
+kills every connection after a seeded random lifetime (0.05-0.3 s) and, at seeded
 random moments, loses the response to a Produce request after the broker applied it.
 Each run sends ``PIPELINE_CHAOS_MESSAGES`` (default 20 000) messages to a fresh
 6-partition topic, in paced bursts so that several batches per partition are in flight;
@@ -21,18 +21,19 @@ Idempotent runs (the default config), one per seed, must show:
 * exact per-partition order: each partition's log is strictly increasing in ``seq``.
   This covers failed (fate unknown) messages too: they may be present or absent, but
   never duplicated or out of order;
-* no stall: no message waited out its ``delivery_timeout``.
+* no stall and no loss of service: every message is delivered (kills and lost
+  responses are all recoverable by identical retries), none waited out its
+  ``delivery_timeout``.
 
 The control runs send the same way with ``idempotent=False, acks="all"`` under the
 same fault schedules; their duplicates, summed over the seeds, must be > 0, which
 proves the faults bite (a lost ack makes a non-idempotent retry write the batch twice).
 
-Known producer bug these runs hit (not asserted against, reported separately): when a
-connection dies with several batches of a partition in flight and a *new* send on it
-fails at once, that batch is marked failed before the earlier in-flight ones, so the
-retry re-sends them out of sequence order; the broker answers OUT_OF_ORDER_SEQUENCE_NUMBER,
-the producer treats it as unexplained, fails those messages and takes a new producer id.
-Hence the ``failed`` column; correctness (the assertions above) is unaffected.
+These runs found a producer bug, now fixed and pinned by
+``tests/scenarios/test_idempotence.py::test_failed_write_behind_pending_requests_keeps_sequence_order``:
+a write that failed at once on a dying connection was bounced ahead of the earlier
+requests still pending on it, so retries went out of sequence order and 3-10% of the
+messages failed with OUT_OF_ORDER_SEQUENCE_NUMBER under a new producer id.
 
 Every loop is bounded in count and time: each run is under ``trio.fail_after``.
 Run with ``-s`` to see the per-run table.
@@ -71,11 +72,11 @@ RUN_TIMEOUT = 60.0  # seconds per run: produce, flush, close and read back
 PAD = b"." * 64  # values of ~80 bytes
 END = b"END"  # the sentinel closing each partition
 
-# Faults: each connection lives 0.15-0.5 s; a Produce response is lost every 50-250 ms.
+# Faults: each connection lives 0.05-0.3 s; a Produce response is lost every 0.1-0.3 s.
 # A retry round (backoff <= 50 ms, then a few ms of I/O) must fit between two faults
 # most of the time, or no round ever completes and the run is a delivery-timeout livelock.
-KILL_LIFETIME = (0.15, 0.5)
-LOSE_EVERY = (0.05, 0.25)
+KILL_LIFETIME = (0.05, 0.3)
+LOSE_EVERY = (0.1, 0.3)
 
 PRODUCER_OPTIONS: dict[str, Any] = dict(
     acks="all",
@@ -349,20 +350,21 @@ async def test_idempotent_exactly_once_in_order_under_chaos(
     report([r])
     assert r.sent == MESSAGES
     assert r.acked + r.failed == r.sent
-    assert r.kills > 0, "no connection was killed"
-    assert r.responses_lost > 0, "no response was lost"
+    # At the default size each run sees several of both; tiny runs may miss one kind.
+    assert r.kills + r.responses_lost > 0, "the faults never fired"
     assert r.foreign == 0
     assert r.duplicates == 0
     assert r.acked_lost == 0
     assert r.order_violations == 0
     assert r.wrong_partition == 0
     assert r.wrong_offset == 0
-    # Never stuck: no message waited out its delivery_timeout, and most were delivered.
-    # Failures are messages whose fate was unknown when the producer id changed, and
-    # (a known producer bug, see the module docstring) batches failed with
-    # OUT_OF_ORDER_SEQUENCE_NUMBER after a connection loss retried them out of order.
+    # Never stuck: no message waited out its delivery_timeout. Connection kills and
+    # lost responses are all recoverable by identical retries, so every message is
+    # delivered, with no sequence error taken for unexplained (that was a bug: a
+    # failed write was bounced ahead of earlier pending requests).
     assert "DeliveryTimeoutError" not in r.errors, r.errors
-    assert r.acked >= 0.5 * r.sent
+    assert "OUT_OF_ORDER_SEQUENCE_NUMBER" not in r.errors, r.errors
+    assert r.acked == r.sent, r.errors
 
 
 async def test_control_non_idempotent_shows_duplicates(

@@ -49,7 +49,8 @@ def producer_options(**overrides: Any) -> dict[str, Any]:
 
 
 def open_fake_producer(fake: FakeCluster, **overrides: Any) -> Any:
-    return open_producer(fake.bootstrap, connector=fake.connector, **producer_options(**overrides))
+    connector = overrides.pop("connector", fake.connector)
+    return open_producer(fake.bootstrap, connector=connector, **producer_options(**overrides))
 
 
 def values_in_log(fake: FakeCluster, topic: str, partition: int) -> list[bytes | None]:

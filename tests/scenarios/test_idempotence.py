@@ -256,3 +256,56 @@ async def test_franz_930_close_waits_for_the_request_on_the_wire(
     assert trio.current_time() - t0 == pytest.approx(2.5)
     assert (await delivery).offset == 1
     assert values_in_log(fake, "t", 0) == [b"warm", b"slow"]
+
+
+class _BreakNthProduceWrite(trio.abc.Stream):
+    """Passes bytes through, but the n-th Produce frame's write raises, as a write to
+    a connection the peer has just reset does."""
+
+    def __init__(self, inner: trio.abc.Stream, counter: list[int], n: int) -> None:
+        self.inner, self.counter, self.n = inner, counter, n
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if len(data) >= 6 and int.from_bytes(bytes(data[4:6]), "big") == PRODUCE:
+            self.counter[0] += 1
+            if self.counter[0] == self.n:
+                await trio.lowlevel.checkpoint()
+                raise trio.BrokenResourceError("connection reset by peer")
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_failed_write_behind_pending_requests_keeps_sequence_order(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Found by the chaos test: when a write failed at once while earlier requests of
+    the partition were still pending on the dying connection, its batch was bounced
+    before theirs, the retries went out of sequence, and the broker's
+    OUT_OF_ORDER_SEQUENCE_NUMBER was taken as unexplained (messages failed, new id).
+    A failed write now waits its turn behind the requests before it."""
+    fake.create_topic("t", 1, leaders=[0])
+    counter = [0]
+
+    async def connector(host: str, port: int) -> trio.abc.Stream:
+        return _BreakNthProduceWrite(await fake.connector(host, port), counter, n=4)
+
+    async with open_fake_producer(fake, connector=connector, **idem_options()) as producer:
+        await producer.send_and_wait("t", b"A", partition=0)  # Produce 1: confirms the partition
+        fake.delay_responses(1.0, api_key=PRODUCE, count=2, before_apply=True)  # hold 2 and 3
+        deliveries = []
+        for v in (b"B1", b"B2", b"B3"):  # Produce 2, 3, 4; the write of 4 fails
+            deliveries.append(await producer.send("t", v, partition=0))
+            await trio.sleep(0.01)
+        results = await outcomes(deliveries)
+        idem = producer._core.idempotence
+        assert idem is not None and (idem.bumps, idem.new_ids) == (0, 0)
+    assert all(not isinstance(r, ProducerError) for r in results)
+    assert values_in_log(fake, "t", 0) == [b"A", b"B1", b"B2", b"B3"]
