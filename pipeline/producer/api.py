@@ -52,8 +52,11 @@ _SIZE_BASE = batch_size_for_record(None, None) - 2
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
+_time = time.time
+
+
 def _wall_clock_ms() -> int:
-    return int(time.time() * 1000)
+    return int(_time() * 1000)
 
 
 def _as_bytes(what: str, value: object) -> bytes | None:
@@ -110,6 +113,7 @@ class Producer:
         self._ledger = core.ledger
         self._partitioner = make_partitioner(config.partitioner, core.rng)
         self._timestamp_ms = config.timestamp_ms or _wall_clock_ms
+        self._wall_clock = config.timestamp_ms is None  # send()'s fast path reads time.time
         self._intake_send, self._intake_receive = trio.open_memory_channel[IntakeItem](
             config.channel_capacity
         )
@@ -211,8 +215,23 @@ class Producer:
             await trio.lowlevel.checkpoint()
         if self._closing:
             raise ProducerClosed("the producer is closed: no new messages are accepted")
-        msg = ProducerMessage(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
-        size = self._prepare(msg)
+        if (
+            headers is None and partition is None and timestamp is None
+            and type(value) is bytes and (key is None or type(key) is bytes)
+            and type(topic) is str and topic and self._wall_clock
+        ):
+            # The common call, validated in place (same rules and size bound as
+            # _prepare, which handles everything else and raises its errors).
+            size = _SIZE_BASE + len(value) + (1 if len(value) < 64 else 5) + (
+                1 if key is None else len(key) + (1 if len(key) < 64 else 5)
+            )
+            msg = ProducerMessage(topic, value, key, (), None, int(_time() * 1000), metadata)
+            if size > self._max_message_bytes:
+                self._prepare(msg)  # raises MessageTooLargeError
+            msg._size = size
+        else:
+            msg = ProducerMessage(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
+            size = self._prepare(msg)
         ledger = self._ledger
         used = ledger.buffered_bytes
         if used + size <= ledger.buffer_memory or not used:
