@@ -130,10 +130,6 @@ class BrokerProducer:
     def wake(self) -> None:
         self._wake_flusher.set()
 
-    @property
-    def in_flight_requests(self) -> int:
-        return len(self._in_flight)
-
     # -- intake ------------------------------------------------------------
     async def _intake(self) -> None:
         receive = self._input
