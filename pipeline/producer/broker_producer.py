@@ -322,9 +322,7 @@ class BrokerProducer:
         builder = BatchBuilder(
             compression=config.compression_codec, compression_level=config.compression_level
         )
-        append = builder.append
-        for m in msgs:
-            append(m.timestamp, m.key, m.value, m.headers)  # type: ignore[arg-type]
+        builder.extend(msgs)
         idem = self._idem
         if idem is None:
             return SealedBatch(tp, msgs, builder.build(), -1, -1, -1, nbytes)

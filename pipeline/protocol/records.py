@@ -35,7 +35,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Final
+from typing import Final, Protocol
 
 from pipeline.protocol.compression import Compression, CompressionError, decompress, validate_level
 from pipeline.protocol.compression import compress as _compress
@@ -52,6 +52,7 @@ __all__ = [
     "CorruptRecordError",
     "Record",
     "RecordBatch",
+    "RecordLike",
     "batch_size_for_record",
     "control_record_key",
     "control_record_type",
@@ -138,6 +139,12 @@ def _varint_size(n: int) -> int:
 #: precomputed zigzag varints of 0.._TABLE_SIZE-1 (index = value)
 _TABLE_SIZE: Final = 1 << 14
 _ZZ: Final[list[bytes]] = [_zigzag_varint(i) for i in range(_TABLE_SIZE)]
+_ZL: Final[list[int]] = [len(b) for b in _ZZ]  # their lengths
+# Fixed neighbours joined ahead of time, so a common record is 6 parts, not 8:
+# attributes (0) + timestampDelta, and null key (-1) + valueLength.
+_AT: Final[list[bytes]] = [b"\x00" + b for b in _ZZ]
+_NK: Final[list[bytes]] = [b"\x01" + b for b in _ZZ]
+_NO_TIMESTAMP: Final = object()
 _B00: Final = b"\x00"  # attributes 0 / header count 0 / length 0
 _B01: Final = b"\x01"  # zigzag(-1): null key / null value
 
@@ -339,6 +346,19 @@ def batch_size_for_record(key: bytes | None, value: bytes | None,
     return size
 
 
+class RecordLike(Protocol):
+    """What ``BatchBuilder.extend`` reads of each record (the producer's messages)."""
+
+    @property
+    def timestamp(self) -> int | None: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
+
+
 class BatchBuilder:
     """Accumulates records for one partition and encodes them into a RecordBatch once.
 
@@ -428,6 +448,76 @@ class BatchBuilder:
         self.size_in_bytes += size
         self.record_count = n + 1
         return size
+
+    def extend(self, records: Sequence[RecordLike]) -> int:
+        """Add many records (any objects with ``timestamp``, ``key``, ``value``
+        and ``headers``); return their encoded size. Same bytes as ``append``
+        per record, in one loop: the per-record work is a few lookups in the
+        varint tables and one ``list.extend``, no call and no join per record.
+        """
+        if not records:
+            return 0
+        n = self.record_count
+        if not n:
+            first = records[0].timestamp
+            if first is None:
+                raise TypeError("record timestamp must be an int (milliseconds), not None")
+            self._base_ts = self._max_ts = first
+        base = self._base_ts
+        max_ts = self._max_ts
+        zz = _ZZ
+        zl = _ZL
+        at = _AT
+        nk = _NK
+        parts = self._parts
+        add = parts.extend
+        total = 0
+        # Consecutive records usually share one timestamp *object* (the producer
+        # reuses it within a millisecond): then the delta is not recomputed.
+        last_ts: object = _NO_TIMESTAMP
+        tsd = 0
+        for r in records:
+            ts = r.timestamp
+            key = r.key
+            value = r.value
+            try:
+                if ts is not last_ts:
+                    if ts > max_ts:  # type: ignore[operator]
+                        max_ts = ts  # type: ignore[assignment]
+                    tsd = ts - base  # type: ignore[operator]
+                    last_ts = ts
+                if r.headers or tsd < 0:
+                    raise IndexError  # not the common shape: the general path
+                lv = len(value)  # type: ignore[arg-type]
+                if key is None:
+                    # attributes + tsd + offset delta + null key + value + header count
+                    size = 3 + zl[tsd] + zl[n] + zl[lv] + lv
+                    add((zz[size], at[tsd], zz[n], nk[lv], value, _B00))  # type: ignore[arg-type]
+                else:
+                    lk = len(key)
+                    size = 2 + zl[tsd] + zl[n] + zl[lk] + lk + zl[lv] + lv
+                    add((zz[size], at[tsd], zz[n], zz[lk], key, zz[lv], value, _B00))  # type: ignore[arg-type]
+                size += zl[size]
+            except (IndexError, TypeError):
+                # A delta or length beyond the tables, a null value, headers,
+                # a timestamp before the batch's first: encoded (or rejected
+                # with a clear error) by the general path.
+                if ts is None or type(ts) is not int:
+                    raise TypeError(
+                        f"record timestamp must be an int (milliseconds), not {ts!r}"
+                    ) from None
+                if ts > max_ts:
+                    max_ts = ts
+                last_ts = _NO_TIMESTAMP
+                rec = _encode_record(n, ts - base, key, value, r.headers)
+                parts.append(rec)
+                size = len(rec)
+            total += size
+            n += 1
+        self._max_ts = max_ts
+        self.record_count = n
+        self.size_in_bytes += total
+        return total
 
     def build(self, *, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
               is_transactional: bool = False, partition_leader_epoch: int = -1) -> bytes:

@@ -375,6 +375,59 @@ def test_builder_matches_encode_record_batch(codec: Compression) -> None:
     check()
 
 
+@dataclass
+class _Rec:
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(append_st, min_size=1, max_size=8), st.integers(1, 3))
+def test_builder_extend_is_byte_identical_to_append(
+    appends: list[tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]],
+    chunks: int,
+) -> None:
+    """extend (the producer's columnar path) takes its fast or general branch per
+    record; whichever it takes, the bytes and sizes equal append's, also when the
+    records arrive over several extend calls."""
+    one = BatchBuilder()
+    sizes = [one.append(*a) for a in appends]
+    many = BatchBuilder()
+    recs = [_Rec(*a) for a in appends]
+    step = max(1, len(recs) // chunks)
+    total = 0
+    for start in range(0, len(recs), step):
+        total += many.extend(recs[start:start + step])
+    assert total == sum(sizes)
+    assert (many.record_count, many.size_in_bytes) == (one.record_count, one.size_in_bytes)
+    assert many.build(producer_id=7, base_sequence=3) == one.build(producer_id=7, base_sequence=3)
+
+
+def test_builder_extend_beyond_the_tables_and_bad_timestamps() -> None:
+    base = 1_700_000_000_000
+    recs = [_Rec(base + i, b"k" if i % 3 else None, b"v" * (i % 5), ()) for i in range(20_000)]
+    recs.append(_Rec(base + 40_000, None, b"x" * 20_000, ()))  # delta and length > 16383
+    recs.append(_Rec(base - 5, None, None, (("h", b"1"),)))  # earlier timestamp, headers
+    builder = BatchBuilder()
+    builder.extend(recs)
+    wire = builder.build()
+    assert len(wire) == builder.size_in_bytes
+    (batch,) = decode_record_batches(wire)
+    assert [r.offset_delta for r in batch.records] == list(range(len(recs)))
+    assert [base + r.timestamp_delta for r in batch.records] == [r.timestamp for r in recs]
+    assert [(r.key, r.value, r.headers) for r in batch.records] == [
+        (r.key, r.value, r.headers) for r in recs
+    ]
+    assert batch.max_timestamp == base + 40_000
+    assert builder.extend([]) == 0
+    with pytest.raises(TypeError, match="timestamp must be an int"):
+        BatchBuilder().extend([_Rec(None, None, b"v", ())])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="timestamp must be an int"):
+        builder.extend([_Rec("soon", None, b"v", ())])  # type: ignore[arg-type]
+
+
 def test_builder_many_records_crosses_varint_table() -> None:
     builder = BatchBuilder()
     n = 20_000  # offset deltas beyond the 2-byte precomputed table
