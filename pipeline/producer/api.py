@@ -27,13 +27,20 @@ import trio
 
 from pipeline.cluster.errors import BrokerConnectionError, KafkaError
 from pipeline.cluster.pool import Cluster
-from pipeline.producer.async_producer import Dispatcher, IntakeItem
+from pipeline.producer.async_producer import Dispatcher, FlushMark, IntakeItem
 from pipeline.producer.config import ProducerConfig, make_config
 from pipeline.producer.core import ProducerCore
-from pipeline.producer.errors import MessageTooLargeError, ProducerClosed, ProducerError
+from pipeline.producer.errors import (
+    BufferFullError,
+    MessageTooLargeError,
+    ProducerClosed,
+    ProducerError,
+)
 from pipeline.producer.ledger import Ledger
 from pipeline.producer.message import (
     OK,
+    PENDING,
+    TO_CHANNELS,
     Delivery,
     DeliveryGroup,
     Headers,
@@ -53,6 +60,7 @@ _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
 _time = time.time
+_new_delivery = object.__new__
 
 
 def _wall_clock_ms() -> int:
@@ -93,6 +101,13 @@ def _as_headers(headers: object) -> tuple[tuple[str, bytes | None], ...]:
     return tuple(out)
 
 
+def _reused_error(msg: ProducerMessage) -> ValueError:
+    return ValueError(
+        f"{msg!r} was already sent: a ProducerMessage is sent once (it carries that send's "
+        "outcome); build a new ProducerMessage to send the same record again"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerStatistics:
     accepted: int
@@ -113,7 +128,7 @@ class Producer:
         self._ledger = core.ledger
         self._partitioner = make_partitioner(config.partitioner, core.rng)
         self._timestamp_ms = config.timestamp_ms or _wall_clock_ms
-        self._wall_clock = config.timestamp_ms is None  # send()'s fast path reads time.time
+        self._wall_clock = config.timestamp_ms is None  # send() reads time.time itself
         self._intake_send, self._intake_receive = trio.open_memory_channel[IntakeItem](
             config.channel_capacity
         )
@@ -130,6 +145,14 @@ class Producer:
         self._closing = False
         self._until_yield = _YIELD_EVERY
         self._open_batch: list[ProducerMessage] | None = None
+        self._reserving: ProducerMessage | None = None  # input message awaiting buffer bytes
+        self._open_deadline = 0.0  # delivery deadline shared by the open burst
+        self._open_topic: str | None = None  # the burst's one topic (None: maybe mixed)
+        # send()'s CreateTime: the current millisecond, and when it ends (time.time()
+        # seconds). One int per millisecond, not per message, which also lets the
+        # batch encoder skip the timestamp arithmetic for records that share it.
+        self._ms = 0
+        self._ms_ends = 0.0
         # trio.current_time() walks several layers; the clock object is fixed per run.
         self._now = trio.lowlevel.current_clock().current_time
         self._delivery_timeout = config.delivery_timeout
@@ -218,19 +241,39 @@ class Producer:
         if (
             headers is None and partition is None and timestamp is None
             and type(value) is bytes and (key is None or type(key) is bytes)
-            and type(topic) is str and topic and self._wall_clock
+            and type(topic) is str and topic
         ):
             # The common call, validated in place (same rules and size bound as
             # _prepare, which handles everything else and raises its errors).
             size = _SIZE_BASE + len(value) + (1 if len(value) < 64 else 5) + (
                 1 if key is None else len(key) + (1 if len(key) < 64 else 5)
             )
-            msg = ProducerMessage(topic, value, key, (), None, int(_time() * 1000), metadata)
+            # Delivery.__init__, inlined (a class call costs more than these
+            # stores); every slot is set here or below (tests check that).
+            msg = _new_delivery(Delivery)
+            msg.topic = topic
+            msg.value = value
+            msg.key = key
+            msg.headers = ()
+            msg.partition = None
+            if not self._wall_clock:
+                msg.timestamp = self._timestamp_ms()  # an injected clock (tests)
+            elif (now := _time()) < self._ms_ends:
+                msg.timestamp = self._ms  # the same millisecond: share the int
+            else:
+                msg.timestamp = ms = self._ms = int(now * 1000)
+                self._ms_ends = (ms + 1) / 1000
+            msg.metadata = metadata
+            msg.offset = -1
+            msg._level = 0
+            msg._state = PENDING
+            msg._outcome = None
+            msg._sink = None
+            msg._size = size
             if size > self._max_message_bytes:
                 self._prepare(msg)  # raises MessageTooLargeError
-            msg._size = size
         else:
-            msg = ProducerMessage(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
+            msg = Delivery(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
             size = self._prepare(msg)
         ledger = self._ledger
         used = ledger.buffered_bytes
@@ -243,27 +286,38 @@ class Producer:
         # inlined: this is the per-message hot path).
         msg_id = msg._id = ledger._next_id
         ledger._next_id = msg_id + 1
-        msg._deadline = self._now() + self._delivery_timeout
         ledger.outstanding[msg_id] = msg
-        ledger.accepted += 1
-        if not self._enqueue_nowait(msg):
+        burst = self._open_batch
+        if burst is not None:
+            # Joins the burst already in the intake, and shares its deadline:
+            # no checkpoint has passed since the burst opened, so no trio time
+            # has either (exact under autojump_clock); in real time the shift
+            # is bounded by the _YIELD_EVERY sends between two checkpoints.
+            msg._deadline = self._open_deadline
+            if topic is not self._open_topic:
+                self._open_topic = None  # mixed (or an equal str object): the dispatcher checks
+            burst.append(msg)
+            return msg
+        msg._deadline = deadline = self._now() + self._delivery_timeout
+        if not self._enqueue_nowait(msg, deadline):
             try:
                 await self._intake_send.send([msg])
             except BaseException:
                 ledger.unaccept(msg)  # cancelled before acceptance: leave no trace
                 raise
-        return Delivery(msg)
+        return msg
 
-    def _enqueue_nowait(self, msg: ProducerMessage) -> bool:
+    def _enqueue_nowait(self, msg: ProducerMessage, deadline: float) -> bool:
         """Put an accepted message on the intake without waiting; False if full.
 
-        Consecutive sends share one *open* list that is already in the intake
-        channel: a burst costs one channel operation, not one per message. The
-        dispatcher closes the list when it takes it (same thread, between two
-        checkpoints, so no send can slip in between).
+        Consecutive sends share one *open* list (a burst) that is already in
+        the intake channel: a burst costs one channel operation, not one per
+        message. The dispatcher closes the list when it takes it (same thread,
+        between two checkpoints, so no send can slip in between).
         """
         batch = self._open_batch
         if batch is not None:
+            msg._deadline = self._open_deadline
             batch.append(msg)
             return True
         batch = [msg]
@@ -272,11 +326,17 @@ class Producer:
         except trio.WouldBlock:
             return False
         self._open_batch = batch
+        self._open_deadline = deadline
+        self._open_topic = msg.topic
         return True
 
-    def _close_open_batch(self, batch: list[ProducerMessage]) -> None:
+    def _close_open_batch(self, batch: list[ProducerMessage]) -> str | None:
+        """Close ``batch`` if it is the open burst; return its topic when every
+        message of it is known to have that topic (None: unknown, check)."""
         if batch is self._open_batch:
             self._open_batch = None
+            return self._open_topic
+        return None
 
     def send_nowait(
         self,
@@ -291,16 +351,17 @@ class Producer:
     ) -> Delivery:
         """Like ``send`` but never waits: raises ``BufferFullError`` instead."""
         self._check_open()
-        msg = ProducerMessage(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
+        msg = Delivery(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
         size = self._prepare(msg)
         ledger = self._ledger
         if not ledger.try_reserve(size):
             raise ledger.buffer_full_error(size)
-        self._accept(msg)
-        if not self._enqueue_nowait(msg):
+        deadline = self._now() + self._delivery_timeout
+        ledger.accept(msg, deadline)
+        if not self._enqueue_nowait(msg, deadline):
             ledger.unaccept(msg)
             raise ledger.buffer_full_error(size)
-        return Delivery(msg)
+        return msg
 
     async def send_and_wait(self, topic: str, value: bytes | str | None, **kw: Any) -> RecordMetadata:
         """``send`` then wait for the outcome."""
@@ -317,6 +378,9 @@ class Producer:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         msgs = messages if isinstance(messages, list) else list(messages)
+        for m in msgs:
+            if m._id:
+                raise _reused_error(m)
         sizes = [self._prepare(m) for m in msgs]
         group = DeliveryGroup(len(msgs))
         ledger = self._ledger
@@ -339,7 +403,7 @@ class Producer:
             deadline = self._now() + self._delivery_timeout
             accept = ledger.accept
             for m in chunk:
-                m._group = group
+                m._sink = group
                 accept(m, deadline)
             try:
                 self._intake_send.send_nowait(chunk)
@@ -348,7 +412,7 @@ class Producer:
                     await self._intake_send.send(chunk)
                 except BaseException:
                     for m in chunk:
-                        m._group = None
+                        m._sink = None
                         ledger.unaccept(m)
                     group._shrink(len(msgs) - start)
                     raise
@@ -357,7 +421,16 @@ class Producer:
 
     async def _accept_from_channel(self, msg: ProducerMessage) -> bool:
         """Accept a message a user put on ``producer.input`` (runs in the dispatcher)."""
-        msg._reports_to_channels = True
+        if msg._id:
+            # Already accepted once: its outcome belongs to that send. The error
+            # carries a fresh copy, so the first outcome is left untouched.
+            copy = ProducerMessage(msg.topic, msg.value, msg.key, msg.headers, msg.partition,
+                                   msg.timestamp, msg.metadata)
+            copy._sink = TO_CHANNELS
+            self._accept(copy)
+            self._ledger.fail([copy], _reused_error(msg))
+            return False
+        msg._sink = TO_CHANNELS
         try:
             size = self._prepare(msg)
         except (TypeError, ValueError) as exc:
@@ -365,17 +438,60 @@ class Producer:
             self._accept(msg)
             self._ledger.fail([msg], exc)
             return False
-        await self._ledger.reserve(size)
+        self._reserving = msg  # shutdown accepts (and fails) it if it never gets the bytes
+        try:
+            await self._ledger.reserve(size)
+        except BufferFullError as exc:
+            # The user handed it over already: its outcome goes to producer.errors
+            # and the dispatcher goes on (a raise here would end the producer).
+            msg._size = 0
+            self._accept(msg)
+            self._ledger.fail([msg], exc)
+            return False
+        finally:
+            self._reserving = None
+        if msg._id:  # shutdown took it while this task was waking up
+            self._ledger.release(size)
+            return False
         self._accept(msg)
         return True
 
+    def _take_unaccepted_input(self) -> None:
+        """At shutdown: accept what users put on ``producer.input`` that the
+        dispatcher never accepted, so it fails with the rest instead of
+        vanishing; release flushes waiting for a FlushMark."""
+        pending = [self._reserving] if self._reserving is not None else []
+        while True:
+            try:
+                item = self._intake_receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            if type(item) is FlushMark:
+                item.reached.set()
+            elif isinstance(item, ProducerMessage):
+                pending.append(item)
+            # a list was accepted by its sender: the ledger already holds it
+        for msg in pending:
+            if msg._id:
+                continue
+            msg._sink = TO_CHANNELS
+            msg._size = 0
+            self._accept(msg)
+
     # -- flushing and closing ---------------------------------------------
     async def flush(self) -> None:
-        """Wait until every message accepted before this call has its outcome."""
-        target = self._ledger.last_accepted_id
+        """Wait until every message accepted before this call has its outcome,
+        including messages already put on ``producer.input``."""
         self._core.start_flushing()
         try:
-            await self._ledger.wait_settled_through(target)
+            mark = FlushMark()
+            try:
+                await self._intake_send.send(mark)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                pass  # closing: nothing new can be on the intake
+            else:
+                await mark.reached.wait()
+            await self._ledger.wait_settled_through(self._ledger.last_accepted_id)
         finally:
             self._core.stop_flushing()
 
@@ -566,6 +682,7 @@ async def _shutdown(producer: Producer, pipeline_scope: trio.CancelScope, *, gra
             with trio.move_on_after(cfg.request_timeout):
                 await idem.wait_drained()
         pipeline_scope.cancel()
+        producer._take_unaccepted_input()
         left = producer._ledger.fail_all_outstanding(ProducerClosed(
             "the producer closed before this message was acknowledged"
             + (f" (close_timeout={cfg.close_timeout}s ran out)" if graceful else "")

@@ -1,8 +1,8 @@
 """asyncProducer (the dispatcher): intake -> one topic producer per topic.
 
-The intake channel carries single messages (``send``), lists (``send_many``)
-and raw ``ProducerMessage`` objects a user put on ``producer.input``. The
-first two were validated and accepted by the caller; the last are validated,
+The intake channel carries lists (bursts of ``send`` calls, ``send_many``
+chunks) and raw ``ProducerMessage`` objects a user put on ``producer.input``.
+Lists were validated and accepted by the caller; raw messages are validated,
 sized and accepted here, and a bad one is failed onto ``producer.errors``
 (it has no other way to report). The dispatcher drains whatever is ready
 with ``receive_nowait`` and hands each topic one list, so a burst costs one
@@ -21,7 +21,20 @@ from pipeline.producer.topic_producer import TopicProducer
 if TYPE_CHECKING:
     from pipeline.producer.api import Producer
 
-IntakeItem = ProducerMessage | list[ProducerMessage]
+
+
+class FlushMark:
+    """Control item ``flush()`` puts on the intake: once the dispatcher reaches
+    it, everything a user put on ``producer.input`` before it is accepted (has
+    an id), so flush can wait for those too. Never leaves the dispatcher."""
+
+    __slots__ = ("reached",)
+
+    def __init__(self) -> None:
+        self.reached = trio.Event()
+
+
+IntakeItem = ProducerMessage | list[ProducerMessage] | FlushMark
 
 
 class Dispatcher:
@@ -41,14 +54,9 @@ class Dispatcher:
                     by_topic: dict[str, list[ProducerMessage]] = {}
                     while True:
                         if isinstance(item, list):
-                            producer._close_open_batch(item)
-                            self._sort_list(item, by_topic)
-                        elif item._id:  # accepted by send()
-                            group = by_topic.get(item.topic)
-                            if group is None:
-                                by_topic[item.topic] = [item]
-                            else:
-                                group.append(item)
+                            self._sort_list(item, by_topic, producer._close_open_batch(item))
+                        elif isinstance(item, FlushMark):
+                            item.reached.set()
                         elif await self.producer._accept_from_channel(item):
                             by_topic.setdefault(item.topic, []).append(item)
                         try:
@@ -69,9 +77,13 @@ class Dispatcher:
                     send.close()
 
     @staticmethod
-    def _sort_list(msgs: list[ProducerMessage], by_topic: dict[str, list[ProducerMessage]]) -> None:
+    def _sort_list(
+        msgs: list[ProducerMessage],
+        by_topic: dict[str, list[ProducerMessage]],
+        known_topic: str | None = None,
+    ) -> None:
         topic = msgs[0].topic
-        if all(m.topic == topic for m in msgs):
+        if known_topic is not None or all(m.topic == topic for m in msgs):
             group = by_topic.get(topic)
             if group is None:
                 by_topic[topic] = msgs

@@ -18,12 +18,19 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import trio
 
 from pipeline.producer.errors import BufferFullError, ProducerError
-from pipeline.producer.message import FAILED, OK, PENDING, ProducerMessage
+from pipeline.producer.message import (
+    FAILED,
+    OK,
+    PENDING,
+    TO_CHANNELS,
+    DeliveryGroup,
+    ProducerMessage,
+)
 
 log = logging.getLogger("pipeline.producer")
 
@@ -45,7 +52,7 @@ class Ledger:
         self.reports_ready = trio.Event()
         self.return_successes = False
         # Counters (statistics(); tests assert on them).
-        self.accepted = 0
+        self._unaccepted = 0  # ids handed out to messages that were then not accepted
         self.succeeded = 0
         self.failed = 0
         self.double_settles = 0
@@ -91,58 +98,68 @@ class Ledger:
         self._next_id += 1
         msg._deadline = deadline
         self.outstanding[msg._id] = msg
-        self.accepted += 1
 
     def unaccept(self, msg: ProducerMessage) -> None:
         """Undo ``accept`` for a message that never reached the intake (its
         enqueue was cancelled): it was never accepted, so it gets no outcome."""
         del self.outstanding[msg._id]
         msg._id = 0
-        self.accepted -= 1
+        self._unaccepted += 1
         self.release(msg._size)
+
+    @property
+    def accepted(self) -> int:
+        """Messages accepted so far (ids are handed out in acceptance order)."""
+        return self._next_id - 1 - self._unaccepted
 
     @property
     def last_accepted_id(self) -> int:
         return self._next_id - 1
 
     # -- settling ----------------------------------------------------------
-    def succeed(self, msgs: Iterable[ProducerMessage], base_offset: int, timestamp: int) -> None:
+    def succeed(self, msgs: Sequence[ProducerMessage], base_offset: int, timestamp: int) -> None:
         """Settle ``msgs`` (one batch, in order) as written at ``base_offset + i``.
 
         ``base_offset`` < 0 means the broker gave no offset (acks=0, duplicate).
         ``timestamp`` >= 0 is the broker's LogAppendTime.
         """
         offset = base_offset
+        step = 1 if base_offset >= 0 else 0
         outstanding = self.outstanding
         released = 0
         count = 0
         for msg in msgs:
-            if msg._state != PENDING:
-                self.double_settles += 1
-                log.error("message settled twice (bug): %r", msg)
+            if msg._state:  # not PENDING
+                self._double_settle(msg)
                 continue
             msg._state = OK
             msg.offset = offset
-            if offset >= 0:
-                offset += 1
-            if timestamp >= 0:
-                msg.timestamp = timestamp
+            offset += step
             count += 1
-            if msg._event is None and msg._group is None and not msg._reports_to_channels:
+            if msg._sink is None:
                 del outstanding[msg._id]  # the common case of _finish, inlined
                 released += msg._size
             else:
+                if timestamp >= 0:
+                    msg.timestamp = timestamp  # before anyone hears of the outcome
                 self._finish(msg)
+        if timestamp >= 0:
+            for msg in msgs:
+                if msg._state == OK:
+                    msg.timestamp = timestamp
         self.succeeded += count
         if released:
             self.release(released)
         self._signal_progress()
 
+    def _double_settle(self, msg: ProducerMessage) -> None:
+        self.double_settles += 1
+        log.error("message settled twice (bug): %r", msg)
+
     def fail(self, msgs: Iterable[ProducerMessage], cause: BaseException) -> None:
         for msg in msgs:
             if msg._state != PENDING:
-                self.double_settles += 1
-                log.error("message settled twice (bug): %r", msg)
+                self._double_settle(msg)
                 continue
             msg._state = FAILED
             msg._outcome = cause
@@ -152,15 +169,17 @@ class Ledger:
 
     def _finish(self, msg: ProducerMessage) -> None:
         del self.outstanding[msg._id]
-        if msg._event is not None:
-            msg._event.set()
-        if msg._group is not None:
-            msg._group._settle(msg)
-        if msg._reports_to_channels and (msg._state == FAILED or self.return_successes):
-            self.reports.append(msg)
-            self.reports_ready.set()
-        else:
-            self.release(msg._size)
+        sink = msg._sink
+        if sink is TO_CHANNELS:
+            if msg._state == FAILED or self.return_successes:
+                self.reports.append(msg)
+                self.reports_ready.set()
+                return  # its bytes stay reserved until the user takes the outcome
+        elif type(sink) is DeliveryGroup:
+            sink._settle(msg)
+        elif sink is not None:
+            sink.set()  # type: ignore[attr-defined]  # a trio.Event: someone awaits it
+        self.release(msg._size)
 
     def _signal_progress(self) -> None:
         if self._progress is not None:

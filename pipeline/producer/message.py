@@ -20,6 +20,10 @@ from pipeline.producer.errors import ProducerError
 
 PENDING, OK, FAILED = 0, 1, 2
 
+#: ``_sink`` of a message from ``producer.input``: its outcome goes to
+#: ``producer.successes`` / ``producer.errors``.
+TO_CHANNELS = object()
+
 Headers = Sequence[tuple[str, bytes | None]]
 
 
@@ -51,12 +55,10 @@ class ProducerMessage:
 
     __slots__ = (
         "_deadline",
-        "_event",
-        "_group",
         "_id",
         "_level",
         "_outcome",
-        "_reports_to_channels",
+        "_sink",
         "_size",
         "_state",
         "headers",
@@ -92,9 +94,12 @@ class ProducerMessage:
         self._level = 0
         self._state = PENDING
         self._outcome: BaseException | None = None
-        self._event: trio.Event | None = None
-        self._group: DeliveryGroup | None = None
-        self._reports_to_channels = False
+        # Who hears of the outcome besides the message itself: None (nobody:
+        # the common case, settled with no extra work), a trio.Event (someone
+        # awaits this Delivery), its send_many DeliveryGroup, or TO_CHANNELS
+        # (it came from producer.input). One field, because a message reaches
+        # the producer through exactly one entry point.
+        self._sink: trio.Event | DeliveryGroup | object | None = None
         self._size = 0
         self._deadline = 0.0
         self._id = 0
@@ -105,8 +110,8 @@ class ProducerMessage:
         off = f" offset={self.offset}" if self._state == OK else ""
         return f"<ProducerMessage {where} key={self.key!r} {state}{off}>"
 
-    @property
     def done(self) -> bool:
+        """True once the message has its outcome (success or failure)."""
         return self._state != PENDING
 
     def record_metadata(self) -> RecordMetadata:
@@ -117,45 +122,43 @@ class ProducerMessage:
         )
 
 
-class Delivery:
-    """The outcome of one message accepted by ``send()``: ``await`` it.
+class Delivery(ProducerMessage):
+    """What ``send()`` returns: the accepted message itself, awaitable.
 
     ``await delivery`` returns ``RecordMetadata`` or raises ``ProducerError``.
-    Awaiting is optional: the message is delivered either way.
+    Awaiting is optional: the message is delivered either way. Being the
+    message (not a wrapper around it) saves an object per send, and
+    ``delivery.message`` is the delivery itself.
     """
 
-    __slots__ = ("message",)
-
-    def __init__(self, message: ProducerMessage) -> None:
-        self.message = message
+    __slots__ = ()
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         return self.wait().__await__()
 
     def __repr__(self) -> str:
-        return f"<Delivery {self.message!r}>"
+        return "<Delivery " + ProducerMessage.__repr__(self)[1:]
 
-    def done(self) -> bool:
-        return self.message._state != PENDING
+    @property
+    def message(self) -> ProducerMessage:
+        return self
 
     async def wait(self) -> RecordMetadata:
-        msg = self.message
-        if msg._state == PENDING:
-            if msg._event is None:
-                msg._event = trio.Event()
-            await msg._event.wait()
+        if self._state == PENDING:
+            if self._sink is None:
+                self._sink = trio.Event()
+            await self._sink.wait()  # type: ignore[attr-defined]
         else:
             await trio.lowlevel.checkpoint()
         return self.result()
 
     def result(self) -> RecordMetadata:
         """The outcome without waiting; raises ``trio.WouldBlock`` while pending."""
-        msg = self.message
-        if msg._state == OK:
-            return msg.record_metadata()
-        if msg._state == FAILED:
-            assert msg._outcome is not None
-            raise ProducerError(msg, msg._outcome)
+        if self._state == OK:
+            return self.record_metadata()
+        if self._state == FAILED:
+            assert self._outcome is not None
+            raise ProducerError(self, self._outcome)
         raise trio.WouldBlock
 
 

@@ -11,6 +11,9 @@ topic created meanwhile starts working.
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
+from itertools import accumulate
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -19,11 +22,17 @@ from pipeline.cluster.errors import KafkaError
 from pipeline.producer.envelopes import TopicPartition
 from pipeline.producer.errors import DeliveryTimeoutError
 from pipeline.producer.message import ProducerMessage
+from pipeline.producer.partitioner import DefaultPartitioner
 
 if TYPE_CHECKING:
     from pipeline.producer.core import ProducerCore
 
 log = logging.getLogger("pipeline.producer")
+_key_of = attrgetter("key")
+_partition_of = attrgetter("partition")
+_size_of = attrgetter("_size")
+# Below this many messages the per-message loop is as cheap as the run's setup.
+_RUN_MIN = 16
 
 
 class PartitionOutOfRangeError(KafkaError, ValueError):
@@ -83,35 +92,17 @@ class TopicProducer:
         if n is None:
             return
         topic = self.topic
-        partition_of = self._partitioner.partition
-        by_partition: dict[int, list[ProducerMessage]] = {}
         bad: list[ProducerMessage] = []
-        batch_bytes = self.core.config.batch_bytes
-        for msg in msgs:
-            p = msg.partition
-            if p is None:
-                try:
-                    p = partition_of(topic, msg.key, msg.value, n)
-                except Exception as exc:  # a user partitioner's bug fails its message only
-                    self.core.ledger.fail([msg], exc)
-                    continue
-                if msg.key is None:
-                    if p != self._sticky_partition:
-                        self._sticky_partition = p
-                        self._sticky_bytes = 0
-                    self._sticky_bytes += msg._size
-                    if self._sticky_bytes >= batch_bytes:
-                        self._partitioner.on_new_batch(topic, n, p)
-                        self._sticky_bytes = 0
-                msg.partition = p
-            elif not 0 <= p < n:
-                bad.append(msg)
-                continue
-            group = by_partition.get(p)
-            if group is None:
-                by_partition[p] = [msg]
-            else:
-                group.append(msg)
+        if (
+            type(self._partitioner) is DefaultPartitioner
+            and n >= 1
+            and len(msgs) >= _RUN_MIN
+            and list(map(_key_of, msgs)).count(None) == len(msgs)
+            and list(map(_partition_of, msgs)).count(None) == len(msgs)
+        ):
+            by_partition = self._assign_sticky_run(msgs, n)
+        else:
+            by_partition = self._assign(msgs, n, bad)
         if bad:
             for msg in bad:
                 self.core.ledger.fail([msg], PartitionOutOfRangeError(
@@ -125,3 +116,105 @@ class TopicProducer:
                 send.send_nowait(group)
             except trio.WouldBlock:
                 await send.send(group)
+
+    def _assign(
+        self, msgs: list[ProducerMessage], n: int, bad: list[ProducerMessage]
+    ) -> dict[int, list[ProducerMessage]]:
+        """Partition each message (keys, explicit partitions, any partitioner)."""
+        topic = self.topic
+        partitioner = self._partitioner
+        partition_of = partitioner.partition
+        # The default partitioner's null-key choice changes only in on_new_batch,
+        # which this loop calls: between two calls it is cached here (sticky_now).
+        cache_sticky = type(partitioner) is DefaultPartitioner
+        sticky_now = -1
+        sticky_partition = self._sticky_partition
+        sticky_bytes = self._sticky_bytes
+        by_partition: dict[int, list[ProducerMessage]] = {}
+        batch_bytes = self.core.config.batch_bytes
+        last_p = -1
+        last_group: list[ProducerMessage] = []
+        for msg in msgs:
+            p = msg.partition
+            if p is None:
+                key = msg.key
+                if key is None and sticky_now >= 0:
+                    p = sticky_now
+                else:
+                    try:
+                        p = partition_of(topic, key, msg.value, n)
+                    except Exception as exc:  # a user partitioner's bug fails its message only
+                        self.core.ledger.fail([msg], exc)
+                        continue
+                    if key is None and cache_sticky:
+                        sticky_now = p
+                if key is None:
+                    if p != sticky_partition:
+                        sticky_partition = p
+                        sticky_bytes = 0
+                    sticky_bytes += msg._size
+                    if sticky_bytes >= batch_bytes:
+                        partitioner.on_new_batch(topic, n, p)
+                        sticky_bytes = 0
+                        sticky_now = -1
+                msg.partition = p
+            elif not 0 <= p < n:
+                bad.append(msg)
+                continue
+            if p == last_p:
+                last_group.append(msg)
+                continue
+            group = by_partition.get(p)
+            if group is None:
+                group = by_partition[p] = [msg]
+            else:
+                group.append(msg)
+            last_p = p
+            last_group = group
+        self._sticky_partition = sticky_partition
+        self._sticky_bytes = sticky_bytes
+        return by_partition
+
+    def _assign_sticky_run(
+        self, msgs: list[ProducerMessage], n: int
+    ) -> dict[int, list[ProducerMessage]]:
+        """The default partitioner on a run of null-key messages with no explicit
+        partition: the same choices as ``_assign`` (sticky partition, a new one
+        once ``batch_bytes`` went to it), found with a bisection over cumulative
+        sizes instead of a per-message partitioner call."""
+        topic = self.topic
+        partitioner = self._partitioner
+        batch_bytes = self.core.config.batch_bytes
+        sticky_partition = self._sticky_partition
+        sticky_bytes = self._sticky_bytes
+        cumulative = list(accumulate(map(_size_of, msgs)))
+        by_partition: dict[int, list[ProducerMessage]] = {}
+        total = len(msgs)
+        start = 0
+        while start < total:
+            p = partitioner.partition(topic, None, None, n)
+            if p != sticky_partition:
+                sticky_partition = p
+                sticky_bytes = 0
+            before = cumulative[start - 1] if start else 0
+            # The first message that brings the partition to batch_bytes is the
+            # last one it gets.
+            crossing = bisect_left(cumulative, batch_bytes - sticky_bytes + before, start)
+            end = min(crossing + 1, total)
+            chunk = msgs[start:end]
+            for msg in chunk:
+                msg.partition = p
+            group = by_partition.get(p)
+            if group is None:
+                by_partition[p] = chunk
+            else:
+                group.extend(chunk)
+            if crossing < total:
+                partitioner.on_new_batch(topic, n, p)
+                sticky_bytes = 0
+            else:
+                sticky_bytes += cumulative[end - 1] - before
+            start = end
+        self._sticky_partition = sticky_partition
+        self._sticky_bytes = sticky_bytes
+        return by_partition

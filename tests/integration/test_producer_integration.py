@@ -317,7 +317,7 @@ async def test_send_many_mixed_topics(
         group = await producer.send_many(msgs)
         result = await group
     assert (result.delivered, result.failed, result.first_error) == (200 + 100, 0, None)
-    assert all(m.done and m.offset >= 0 for m in msgs)
+    assert all(m.done() and m.offset >= 0 for m in msgs)
     assert [m.metadata for m in msgs] == [{"i": i} for i in range(300)]  # untouched
     for topic, n_parts in ((a, 3), (b, 2)):
         mine = [m for m in msgs if m.topic == topic]
@@ -357,7 +357,7 @@ async def test_input_channel_with_successes_and_errors(
     assert isinstance(error.cause, TypeError)
     assert "value" in str(error.cause)
     assert {m.metadata for m in successes} == set(range(n))
-    assert all(isinstance(m, ProducerMessage) and m.offset >= 0 and m.done for m in successes)
+    assert all(isinstance(m, ProducerMessage) and m.offset >= 0 and m.done() for m in successes)
     for p in (0, 1):
         in_p = [m for m in successes if m.partition == p]
         # per partition, successes come in offset order and in input order

@@ -60,4 +60,4 @@ def values_in_log(fake: FakeCluster, topic: str, partition: int) -> list[bytes |
 def assert_one_outcome(producer: Producer, msgs: list[ProducerMessage]) -> None:
     stats = producer.statistics()
     assert stats.double_settles == 0
-    assert all(m.done for m in msgs)
+    assert all(m.done() for m in msgs)

@@ -13,7 +13,13 @@ import pytest
 import trio
 import trio.lowlevel
 
-from pipeline import DeliveryTimeoutError, ProducerClosed, ProducerError
+from pipeline import (
+    BufferFullError,
+    DeliveryTimeoutError,
+    ProducerClosed,
+    ProducerError,
+    ProducerMessage,
+)
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import FakeCluster
 
@@ -234,3 +240,74 @@ async def test_concurrent_senders_share_the_open_intake_list(
     for name in "abcde":
         mine = [v for v in log if v.startswith(name.encode() + b"-")]  # type: ignore[union-attr]
         assert mine == [f"{name}-{i}".encode() for i in range(200)]
+
+
+async def test_close_fails_input_messages_never_accepted(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """sarama's Close drains what is on the input channel. Here messages put on
+    ``producer.input`` that the dispatcher could not accept yet (the buffer is
+    full and every broker is down) fail with ProducerClosed on ``errors``, and a
+    flush waiting on them is released: nothing vanishes, nothing hangs."""
+    fake.create_topic("t", 1, leaders=[0])
+    flushed: list[float] = []
+    with trio.fail_after(30):  # virtual seconds: a lost FlushMark would hang
+        async with trio.open_nursery() as nursery:
+            async with open_fake_producer(fake, close_timeout=2.0, buffer_memory=1024,
+                                          max_message_bytes=1024, channel_capacity=16,
+                                          max_block=100.0) as producer:
+                await producer.send_and_wait("t", b"warm")
+                for node in range(3):
+                    fake.stop_broker(node, elect=False)
+                msgs = [ProducerMessage("t", b"%03d" % i + b"x" * 300) for i in range(7)]
+                for m in msgs:
+                    await producer.input.send(m)  # the buffer holds 2; the rest wait
+                await trio.sleep(0.5)
+                assert producer.statistics().accepted == 1 + 2
+
+                async def flush() -> None:
+                    await producer.flush()
+                    flushed.append(trio.current_time())
+
+                async def collect() -> None:
+                    errors.extend([e async for e in producer.errors])  # until closed at shutdown
+
+                errors: list[ProducerError] = []
+                nursery.start_soon(flush)
+                nursery.start_soon(collect)
+                await trio.sleep(1.0)
+                assert not flushed  # still waiting on what is stuck
+                t0 = trio.current_time()
+    assert trio.current_time() - t0 == pytest.approx(2.0)
+    assert flushed == [pytest.approx(t0 + 2.0)]
+    assert sorted(e.message.value for e in errors) == sorted(m.value for m in msgs)
+    assert all(isinstance(e.cause, ProducerClosed) for e in errors)
+    assert all(m.done() for m in msgs)
+    stats = producer.statistics()
+    assert (stats.double_settles, stats.outstanding) == (0, 0)
+
+
+async def test_input_message_past_max_block_fails_alone(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A message on ``producer.input`` that waits for buffer space longer than
+    max_block fails with BufferFullError on ``errors``; the producer goes on
+    and delivers what comes after once the brokers are back."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, buffer_memory=1024, max_message_bytes=1024,
+                                  max_block=5.0, delivery_timeout=120.0,
+                                  return_successes=True) as producer:
+        await producer.send_and_wait("t", b"warm")
+        fake.stop_broker(0, elect=False)
+        held = [ProducerMessage("t", b"h%d" % i + b"x" * 300) for i in range(2)]
+        late = ProducerMessage("t", b"late" + b"x" * 300)
+        for m in [*held, late]:
+            await producer.input.send(m)
+        error = await producer.errors.receive()
+        assert trio.current_time() == pytest.approx(5.0, abs=0.5)
+        assert error.message is late and isinstance(error.cause, BufferFullError)
+        fake.restart_broker(0)
+        ok = [await producer.successes.receive() for _ in held]
+        after = await producer.send_and_wait("t", b"after")
+    assert ok == held and after.offset == 3
+    assert values_in_log(fake, "t", 0) == [b"warm", *(m.value for m in held), b"after"]

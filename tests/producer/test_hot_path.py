@@ -1,0 +1,145 @@
+"""The per-message fast paths keep the same meaning as the general ones.
+
+``send()`` builds its message inline, shares a burst's delivery deadline and a
+millisecond's timestamp; the dispatcher trusts a burst's single topic; the
+topic producer assigns sticky runs by bisection; the batch encoder takes many
+records at once. Each shortcut is checked here against what the general path
+(or the plain definition) gives.
+"""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.producer import api
+from pipeline.producer.message import Delivery, ProducerMessage
+from pipeline.producer.partitioner import DefaultPartitioner
+from pipeline.producer.topic_producer import TopicProducer
+from pipeline.testing.fake_cluster import FakeCluster
+from tests.scenarios.conftest import open_fake_producer, values_in_log
+
+
+@pytest.fixture
+async def fake(nursery: trio.Nursery) -> FakeCluster:
+    cluster = FakeCluster(brokers=1, seed=3, auto_create_topics=False)
+    await nursery.start(cluster.run)
+    cluster.create_topic("a", 1)
+    cluster.create_topic("b", 1)
+    return cluster
+
+
+def _all_slots(cls: type) -> list[str]:
+    return [name for klass in cls.__mro__ for name in getattr(klass, "__slots__", ())]
+
+
+async def test_fast_send_sets_every_slot_and_returns_the_message(fake: FakeCluster) -> None:
+    async with open_fake_producer(fake, timestamp_ms=None) as producer:
+        delivery = await producer.send("a", b"v", key=b"k", metadata={"row": 1})
+        assert type(delivery) is Delivery and isinstance(delivery, ProducerMessage)
+        for name in _all_slots(Delivery):
+            getattr(delivery, name)  # raises AttributeError for a slot never set
+        assert delivery.message is delivery
+        assert not delivery.done()
+        meta = await delivery
+        assert delivery.done()
+        assert (meta.topic, meta.partition, meta.offset) == ("a", 0, 0)
+        assert delivery.metadata == {"row": 1}
+        assert delivery.result() == meta
+
+
+async def test_a_burst_mixing_topics_is_split_by_topic(fake: FakeCluster) -> None:
+    topic_a, topic_b = "a", "".join(["b"])  # an equal str that is not the same object
+    async with open_fake_producer(fake, timestamp_ms=None) as producer:
+        # No checkpoint between these sends: they all join one burst.
+        sent = [await producer.send(topic_a if i % 3 else topic_b, b"%d" % i) for i in range(60)]
+        await producer.flush()
+    assert values_in_log(fake, "a", 0) == [b"%d" % i for i in range(60) if i % 3]
+    assert values_in_log(fake, "b", 0) == [b"%d" % i for i in range(60) if not i % 3]
+    assert all(d.result().topic == ("a" if i % 3 else "b") for i, d in enumerate(sent))
+
+
+async def test_timestamps_are_the_wall_clock_millisecond(
+    fake: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    times = [1_700_000_000.0001, 1_700_000_000.0009, 1_700_000_000.001, 1_700_000_000.0019,
+             1_700_000_000.5, 1_700_000_000.4999, 1_700_000_001.25]
+    clock = iter(times)
+    monkeypatch.setattr(api, "_time", lambda: next(clock))
+    async with open_fake_producer(fake, timestamp_ms=None) as producer:
+        sent = [await producer.send("a", b"v") for _ in times]
+        await producer.flush()
+    # Within a millisecond the int is shared; a clock stepping back by less than
+    # a millisecond (NTP) keeps the millisecond already handed out.
+    expected = [1_700_000_000_000, 1_700_000_000_000, 1_700_000_000_001, 1_700_000_000_001,
+                1_700_000_000_500, 1_700_000_000_500, 1_700_000_001_250]
+    assert [d.timestamp for d in sent] == expected
+    assert sent[0].timestamp is sent[1].timestamp
+    assert [e.batch.base_timestamp + e.record.timestamp_delta for e in fake.log("a", 0)] == expected
+
+
+async def test_a_burst_shares_its_deadline_exactly(
+    fake: FakeCluster, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_fake_producer(fake, timestamp_ms=None, delivery_timeout=30.0) as producer:
+        start = trio.current_time()
+        first = [await producer.send("a", b"x") for _ in range(5)]
+        await trio.sleep(2.5)
+        second = [await producer.send("a", b"y") for _ in range(5)]
+        assert {m._deadline for m in first} == {start + 30.0}
+        assert {m._deadline for m in second} == {start + 32.5}
+        await producer.flush()
+
+
+async def test_a_message_is_sent_once(fake: FakeCluster) -> None:
+    async with open_fake_producer(fake, timestamp_ms=None) as producer:
+        first = await producer.send("a", b"once")
+        meta = await first
+        with pytest.raises(ValueError, match="already sent"):
+            await producer.send_many([ProducerMessage("a", b"new"), first])
+        msg = ProducerMessage("a", b"m")
+        await producer.input.send(msg)
+        await producer.flush()
+        await producer.input.send(msg)  # again, through the channel
+        err = await producer.errors.receive()
+        assert isinstance(err.cause, ValueError) and "already sent" in str(err.cause)
+        assert err.message is not msg and err.message.value == b"m"
+        assert first.result() == meta and msg.offset == 1  # first outcomes untouched
+        assert producer.statistics().double_settles == 0
+    assert values_in_log(fake, "a", 0) == [b"once", b"m"]
+
+
+def _topic_producer(batch_bytes: int, seed: int) -> TopicProducer:
+    core: Any = SimpleNamespace(config=SimpleNamespace(batch_bytes=batch_bytes), ledger=None)
+    return TopicProducer(core, "t", None, DefaultPartitioner(random.Random(seed)))  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    bursts=st.lists(st.lists(st.integers(1, 900), min_size=0, max_size=60), min_size=1,
+                    max_size=6),
+    batch_bytes=st.integers(1, 3000),
+    partitions=st.integers(1, 7),
+    seed=st.integers(0, 2**16),
+)
+def test_sticky_runs_choose_what_the_per_message_loop_chooses(
+    bursts: list[list[int]], batch_bytes: int, partitions: int, seed: int
+) -> None:
+    loop, runs = _topic_producer(batch_bytes, seed), _topic_producer(batch_bytes, seed)
+    for sizes in bursts:
+        a = [ProducerMessage("t", b"") for _ in sizes]
+        b = [ProducerMessage("t", b"") for _ in sizes]
+        for m1, m2, size in zip(a, b, sizes, strict=True):
+            m1._size = m2._size = size
+        by_loop = loop._assign(a, partitions, [])
+        by_runs = runs._assign_sticky_run(b, partitions)
+        assert [m.partition for m in a] == [m.partition for m in b]
+        assert {p: len(g) for p, g in by_loop.items()} == {p: len(g) for p, g in by_runs.items()}
+        assert (loop._sticky_partition, loop._sticky_bytes) == (
+            runs._sticky_partition, runs._sticky_bytes)
