@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import logging
 import time
+from bisect import bisect_right
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import attrgetter
 from typing import Any
 
 import trio
@@ -61,6 +64,7 @@ _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 _time = time.time
 _new_delivery = object.__new__
+_id_of = attrgetter("_id")
 
 
 def _wall_clock_ms() -> int:
@@ -188,7 +192,7 @@ class Producer:
             msg.partition = int(partition)
         timestamp = msg.timestamp
         if timestamp is None:
-            msg.timestamp = self._timestamp_ms()
+            msg.timestamp = self._current_ms()
         elif type(timestamp) is not int or timestamp < 0:
             if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
                 raise ValueError(
@@ -204,6 +208,17 @@ class Producer:
             )
         msg._size = size
         return size
+
+    def _current_ms(self) -> int:
+        """CreateTime for a message without one (``send()`` inlines this)."""
+        if not self._wall_clock:
+            return self._timestamp_ms()  # an injected clock (tests)
+        now = _time()
+        if now < self._ms_ends:
+            return self._ms  # the same millisecond: share the int
+        ms = self._ms = int(now * 1000)
+        self._ms_ends = (ms + 1) / 1000
+        return ms
 
     def _check_open(self) -> None:
         if self._closing:
@@ -378,20 +393,21 @@ class Producer:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         msgs = messages if isinstance(messages, list) else list(messages)
-        for m in msgs:
-            if m._id:
-                raise _reused_error(m)
-        sizes = [self._prepare(m) for m in msgs]
-        group = DeliveryGroup(len(msgs))
+        if any(map(_id_of, msgs)):
+            raise _reused_error(next(m for m in msgs if m._id))
+        prepare = self._prepare
+        cumulative = list(accumulate(map(prepare, msgs)))
+        total = len(msgs)
+        group = DeliveryGroup(total)
         ledger = self._ledger
         limit = max(1, ledger.buffer_memory // 4)
         start = 0
-        while start < len(msgs):
-            # Reserve in chunks so one call never needs the whole buffer.
-            end, chunk_bytes = start, 0
-            while end < len(msgs) and (end == start or chunk_bytes + sizes[end] <= limit):
-                chunk_bytes += sizes[end]
-                end += 1
+        while start < total:
+            # Reserve in chunks so one call never needs the whole buffer: the
+            # longest run from start within limit bytes, at least one message.
+            before = cumulative[start - 1] if start else 0
+            end = max(start + 1, bisect_right(cumulative, before + limit, start))
+            chunk_bytes = cumulative[end - 1] - before
             chunk = msgs[start:end]
             if not ledger.try_reserve(chunk_bytes):
                 try:
@@ -400,11 +416,15 @@ class Producer:
                     # Accepted chunks keep their outcome; the rest never happened.
                     group._shrink(len(msgs) - start)
                     raise
+            # ledger.accept for the chunk: consecutive ids, one deadline.
             deadline = self._now() + self._delivery_timeout
-            accept = ledger.accept
-            for m in chunk:
+            first_id = ledger._next_id
+            for msg_id, m in enumerate(chunk, first_id):
+                m._id = msg_id
+                m._deadline = deadline
                 m._sink = group
-                accept(m, deadline)
+            ledger._next_id = first_id + len(chunk)
+            ledger.outstanding.update(zip(range(first_id, ledger._next_id), chunk, strict=True))
             try:
                 self._intake_send.send_nowait(chunk)
             except trio.WouldBlock:
@@ -417,6 +437,11 @@ class Producer:
                     group._shrink(len(msgs) - start)
                     raise
             start = end
+        # A schedule point, as trio's async calls are: without it a caller
+        # feeding lists would run ahead until the buffer is full, and the
+        # pipeline would only ever see a full buffer. Shielded: everything is
+        # accepted now, so the caller must get the group.
+        await trio.lowlevel.cancel_shielded_checkpoint()
         return group
 
     async def _accept_from_channel(self, msg: ProducerMessage) -> bool:

@@ -136,9 +136,17 @@ class Ledger:
             msg.offset = offset
             offset += step
             count += 1
-            if msg._sink is None:
+            sink = msg._sink
+            if sink is None:
                 del outstanding[msg._id]  # the common case of _finish, inlined
                 released += msg._size
+            elif type(sink) is DeliveryGroup:
+                del outstanding[msg._id]  # _finish + DeliveryGroup._settle, inlined
+                released += msg._size
+                sink.delivered += 1
+                sink.pending -= 1
+                if not sink.pending:
+                    sink._event.set()  # waiters run after this loop, timestamps set
             else:
                 if timestamp >= 0:
                     msg.timestamp = timestamp  # before anyone hears of the outcome

@@ -143,3 +143,50 @@ def test_sticky_runs_choose_what_the_per_message_loop_chooses(
         assert {p: len(g) for p, g in by_loop.items()} == {p: len(g) for p, g in by_runs.items()}
         assert (loop._sticky_partition, loop._sticky_bytes) == (
             runs._sticky_partition, runs._sticky_bytes)
+
+
+async def test_send_many_reserves_in_chunks_of_a_quarter_buffer(
+    fake: FakeCluster, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """send_many reserves buffer space chunk by chunk (each the longest run within
+    buffer_memory / 4, at least one message), so a call larger than the whole
+    buffer still goes through, in order, with one group outcome."""
+    reserved: list[int] = []
+    async with open_fake_producer(fake, timestamp_ms=None, buffer_memory=4000,
+                                  max_message_bytes=1500) as producer:
+        ledger = producer._ledger
+        real = ledger.try_reserve
+
+        def spy(size: int) -> bool:  # reserve() retries it while it waits for space
+            ok = real(size)
+            if ok:
+                reserved.append(size)
+            return ok
+
+        monkeypatch.setattr(ledger, "try_reserve", spy)
+        overhead = producer._prepare(ProducerMessage("a", b"v" * 100)) - 100
+        half = 500 - overhead  # two of these fill a chunk exactly
+        lengths = [half] * 4 + [300] * 7 + [1200] + [10] * 20
+        values = [b"%02d" % i + b"v" * (n - 2) for i, n in enumerate(lengths)]
+        sizes = [producer._prepare(ProducerMessage("a", v)) for v in values]
+        group = await producer.send_many([ProducerMessage("a", v) for v in values])
+        result = await group
+    assert (result.delivered, result.failed) == (len(values), 0)
+    assert values_in_log(fake, "a", 0) == values
+    expected, run = [], 0
+    for size in sizes:  # the definition: greedy runs of at most 1000 bytes, >= 1 message
+        if run and run + size > 1000:
+            expected.append(run)
+            run = 0
+        run += size
+    expected.append(run)
+    assert reserved == expected and reserved[:2] == [1000, 1000] and max(sizes) > 1000
+
+
+async def test_send_many_is_a_schedule_point(fake: FakeCluster) -> None:
+    """Like trio's own async calls: a caller feeding lists in a loop lets the
+    pipeline run between calls instead of filling the whole buffer first."""
+    async with open_fake_producer(fake, timestamp_ms=None) as producer:
+        with trio.testing.assert_checkpoints():
+            group = await producer.send_many([ProducerMessage("a", b"x") for _ in range(3)])
+        assert (await group).delivered == 3
