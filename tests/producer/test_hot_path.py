@@ -10,6 +10,7 @@ records at once. Each shortcut is checked here against what the general path
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 from types import SimpleNamespace
 from typing import Any
 
@@ -190,3 +191,28 @@ async def test_send_many_is_a_schedule_point(fake: FakeCluster) -> None:
         with trio.testing.assert_checkpoints():
             group = await producer.send_many([ProducerMessage("a", b"x") for _ in range(3)])
         assert (await group).delivered == 3
+
+
+async def test_a_send_loop_lets_other_tasks_run(fake: FakeCluster) -> None:
+    """send() is a schedule point at least every _YIELD_EVERY calls, so a tight
+    send loop never starves the pipeline or the rest of the program."""
+    seen: list[int] = []
+    async with open_fake_producer(fake, timestamp_ms=None) as producer:
+        async with trio.open_nursery() as nursery:
+
+            async def observe() -> None:
+                while True:
+                    seen.append(producer.statistics().accepted)
+                    await trio.lowlevel.checkpoint()
+
+            nursery.start_soon(observe)
+            await trio.lowlevel.checkpoint()
+            for _ in range(5 * api._YIELD_EVERY):
+                await producer.send("a", b"x")
+            await trio.lowlevel.checkpoint()
+            nursery.cancel_scope.cancel()
+    steps = [b - a for a, b in pairwise(seen)]
+    assert seen[-1] == 5 * api._YIELD_EVERY
+    # trio runs each batch of ready tasks in random order, so the observer may
+    # see two of the sender's runs between two of its own, never more.
+    assert api._YIELD_EVERY <= max(steps) <= 2 * api._YIELD_EVERY
