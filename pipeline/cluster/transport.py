@@ -23,7 +23,6 @@ import ssl
 from collections.abc import Awaitable, Callable
 
 import trio
-import trio.testing
 
 __all__ = ["Connector", "MemoryNetwork", "parse_address", "tcp_connector"]
 
@@ -118,7 +117,12 @@ class MemoryNetwork:
         listener = self._listeners.get((host, port))
         if listener is None:
             raise ConnectionRefusedError(errno.ECONNREFUSED, f"{host}:{port} refused")
-        client, server = trio.testing.memory_stream_pair()
+        # Imported here, not at module level: trio.testing imports pytest (and
+        # pygments), which a producer's users must not pay for in start-up time
+        # or in objects every full GC pass walks (tests/test_imports.py).
+        from trio.testing import memory_stream_pair
+
+        client, server = memory_stream_pair()
         try:
             listener.send_nowait(server)
         except (trio.BrokenResourceError, trio.ClosedResourceError):

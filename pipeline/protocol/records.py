@@ -138,12 +138,15 @@ def _varint_size(n: int) -> int:
 
 #: precomputed zigzag varints of 0.._TABLE_SIZE-1 (index = value)
 _TABLE_SIZE: Final = 1 << 14
-_ZZ: Final[list[bytes]] = [_zigzag_varint(i) for i in range(_TABLE_SIZE)]
-_ZL: Final[list[int]] = [len(b) for b in _ZZ]  # their lengths
+# Tables are tuples, not lists: a tuple of bytes or ints is untracked by the
+# cyclic GC after its first pass, while a list's 16k items would be walked by
+# every full collection for the life of the process (tests/test_imports.py).
+_ZZ: Final[tuple[bytes, ...]] = tuple(_zigzag_varint(i) for i in range(_TABLE_SIZE))
+_ZL: Final[tuple[int, ...]] = tuple(len(b) for b in _ZZ)  # their lengths
 # Fixed neighbours joined ahead of time, so a common record is 6 parts, not 8:
 # attributes (0) + timestampDelta, and null key (-1) + valueLength.
-_AT: Final[list[bytes]] = [b"\x00" + b for b in _ZZ]
-_NK: Final[list[bytes]] = [b"\x01" + b for b in _ZZ]
+_AT: Final[tuple[bytes, ...]] = tuple(b"\x00" + b for b in _ZZ)
+_NK: Final[tuple[bytes, ...]] = tuple(b"\x01" + b for b in _ZZ)
 _NO_TIMESTAMP: Final = object()
 _B00: Final = b"\x00"  # attributes 0 / header count 0 / length 0
 _B01: Final = b"\x01"  # zigzag(-1): null key / null value
