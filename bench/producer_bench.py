@@ -97,7 +97,15 @@ def worker(client: str, bootstrap: str, topic: str, n: int, out: Path) -> int:
     try:
         spec = CLIENTS[client]
         report["baseline_rss_mb"] = _peak_rss_mb()
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
         result = spec.run(bootstrap, topic, n, warmup_topic=f"{topic}-warmup")
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        # Diagnostics for slow runs (connect and warm-up included): major faults mean
+        # pages (code, too) were evicted and read back; involuntary switches mean
+        # the client lost its core to something else.
+        report["major_faults"] = ru1.ru_majflt - ru0.ru_majflt
+        report["minor_faults"] = ru1.ru_minflt - ru0.ru_minflt
+        report["involuntary_switches"] = ru1.ru_nivcsw - ru0.ru_nivcsw
         report.update(
             elapsed_s=result.elapsed_s,
             # getrusage(RUSAGE_SELF) delta over the timed section (first send .. flush
@@ -550,7 +558,8 @@ def _run_line(rnd: int, repeats: int, name: str, rec: dict[str, Any]) -> str:
             f"rss {rec['peak_rss_mb']:5.0f} MB  broker cpu "
             f"{'-' if bcpu is None else f'{bcpu:.2f}s'}  other load "
             f"{rec.get('other_load_cores', float('nan')):.2f}  landed {rec.get('landed')}/{rec['n']}"
-            f"  idem={rec.get('idempotent_on_wire')}  {rec['status']}")
+            f"  idem={rec.get('idempotent_on_wire')}  majflt {rec.get('major_faults', '-')}"
+            f"  ivcsw {rec.get('involuntary_switches', '-')}  {rec['status']}")
 
 
 # =========================================================================== output
