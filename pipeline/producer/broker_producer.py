@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import logging
 import math
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import accumulate, islice
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -57,13 +59,28 @@ from pipeline.protocol.messages.produce import (
     ProduceResponse,
     TopicProduceData,
 )
-from pipeline.protocol.records import BatchBuilder, restamp_batch
+from pipeline.protocol.records import BatchBuilder, batch_size_for_record, restamp_batch
 
 if TYPE_CHECKING:
     from pipeline.producer.core import ProducerCore
 
 log = logging.getLogger("pipeline.producer")
 _size_of = attrgetter("_size")
+# Every accepted message counts at least this many bytes (an empty record's
+# worst-case batch share), so a batch of ``cap`` bytes holds at most
+# ``cap // _MIN_RECORD_BYTES`` of them: _fill never scans a long backlog.
+_MIN_RECORD_BYTES = batch_size_for_record(None, None)
+
+
+def _fill(msgs: list[ProducerMessage], cap: int, max_messages: int) -> tuple[int, int]:
+    """How many messages from the front of ``msgs`` make the next batch, and
+    their bytes: the longest run within ``cap`` bytes and ``max_messages``, at
+    least one (an oversized message goes alone). Prefix sums and a bisection
+    over a bounded window: no per-message Python loop on the flush path."""
+    window = min(max_messages, len(msgs), max(cap, 0) // _MIN_RECORD_BYTES + 1)
+    cumulative = list(accumulate(map(_size_of, islice(msgs, window))))
+    n = bisect_right(cumulative, cap) or 1
+    return n, cumulative[n - 1]
 
 # Errors after which the partition's leader may have moved.
 _REFRESH_CODES = frozenset({
@@ -302,15 +319,7 @@ class BrokerProducer:
             part.nbytes = 0
             part.first_at = math.inf
             return msgs, size
-        size = 0
-        n = 0
-        limit = min(config.max_batch_messages, len(msgs))
-        while n < limit:
-            s = msgs[n]._size
-            if n and (size + s > config.batch_bytes or size + s > budget):
-                break
-            size += s
-            n += 1
+        n, size = _fill(msgs, min(config.batch_bytes, budget), config.max_batch_messages)
         taken = msgs[:n]
         del msgs[:n]
         part.nbytes -= size

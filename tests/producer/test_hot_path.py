@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.producer import api
+from pipeline.producer.broker_producer import _MIN_RECORD_BYTES, _fill
 from pipeline.producer.message import Delivery, ProducerMessage
 from pipeline.producer.partitioner import DefaultPartitioner
 from pipeline.producer.topic_producer import TopicProducer
@@ -144,6 +145,34 @@ def test_sticky_runs_choose_what_the_per_message_loop_chooses(
         assert {p: len(g) for p, g in by_loop.items()} == {p: len(g) for p, g in by_runs.items()}
         assert (loop._sticky_partition, loop._sticky_bytes) == (
             runs._sticky_partition, runs._sticky_bytes)
+
+
+def _fill_by_loop(sizes: list[int], cap: int, max_messages: int) -> tuple[int, int]:
+    """The definition: take messages while they fit in cap bytes, at least one."""
+    n = total = 0
+    while n < min(max_messages, len(sizes)):
+        if n and total + sizes[n] > cap:
+            break
+        total += sizes[n]
+        n += 1
+    return n, total
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(_MIN_RECORD_BYTES, 3000), min_size=1, max_size=400),
+    cap=st.integers(1, 40_000),
+    max_messages=st.integers(1, 500),
+)
+def test_next_batch_is_what_the_per_message_loop_takes(
+    sizes: list[int], cap: int, max_messages: int
+) -> None:
+    """The broker producer cuts an over-full accumulator with prefix sums and a
+    bisection over a bounded window; the cut is the greedy loop's."""
+    msgs = [ProducerMessage("t", b"") for _ in sizes]
+    for msg, size in zip(msgs, sizes, strict=True):
+        msg._size = size
+    assert _fill(msgs, cap, max_messages) == _fill_by_loop(sizes, cap, max_messages)
 
 
 async def test_send_many_reserves_in_chunks_of_a_quarter_buffer(
