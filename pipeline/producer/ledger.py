@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 
 import trio
 
@@ -33,6 +34,7 @@ from pipeline.producer.message import (
 )
 
 log = logging.getLogger("pipeline.producer")
+_size_of = attrgetter("_size")
 
 
 class Ledger:
@@ -126,12 +128,15 @@ class Ledger:
         offset = base_offset
         step = 1 if base_offset >= 0 else 0
         outstanding = self.outstanding
-        released = 0
+        # Every byte is released here at once, except those of messages that
+        # release their own (_finish) or were settled before (a bug, counted).
+        released = sum(map(_size_of, msgs))
         count = len(msgs)
         for msg in msgs:
             if msg._state:  # not PENDING
                 self._double_settle(msg)
                 count -= 1
+                released -= msg._size
                 continue
             msg._state = OK
             msg.offset = offset
@@ -139,10 +144,8 @@ class Ledger:
             sink = msg._sink
             if sink is None:
                 del outstanding[msg._id]  # the common case of _finish, inlined
-                released += msg._size
             elif type(sink) is DeliveryGroup:
                 del outstanding[msg._id]  # _finish + DeliveryGroup._settle, inlined
-                released += msg._size
                 sink.delivered += 1
                 sink.pending -= 1
                 if not sink.pending:
@@ -150,6 +153,7 @@ class Ledger:
             else:
                 if timestamp >= 0:
                     msg.timestamp = timestamp  # before anyone hears of the outcome
+                released -= msg._size
                 self._finish(msg)
         if timestamp >= 0:
             for msg in msgs:

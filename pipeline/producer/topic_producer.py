@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
-from itertools import accumulate
+from itertools import accumulate, chain
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +66,7 @@ class TopicProducer:
                     pending.append(inbox.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
-            batch = pending[0] if len(pending) == 1 else [m for ms in pending for m in ms]
+            batch = pending[0] if len(pending) == 1 else list(chain.from_iterable(pending))
             await self._route(batch)
 
     async def _partition_count(self, msgs: list[ProducerMessage]) -> int | None:

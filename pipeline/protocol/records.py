@@ -372,8 +372,7 @@ class BatchBuilder:
     other producer fields).
     """
 
-    __slots__ = ("_base_ts", "_codec", "_level", "_max_ts", "_parts", "record_count",
-                 "size_in_bytes")
+    __slots__ = ("_base_ts", "_codec", "_level", "_max_ts", "_parts", "record_count")
 
     def __init__(self, *, compression: Compression = Compression.NONE,
                  compression_level: int | None = None) -> None:
@@ -383,11 +382,16 @@ class BatchBuilder:
         self._base_ts = 0
         self._max_ts = 0
         self.record_count = 0
-        self.size_in_bytes = BATCH_HEADER_SIZE
 
     @property
     def compression(self) -> Compression:
         return self._codec
+
+    @property
+    def size_in_bytes(self) -> int:
+        """The uncompressed batch size so far, header included (computed on
+        demand: the producer's hot path never asks, so extend keeps no tally)."""
+        return BATCH_HEADER_SIZE + sum(map(len, self._parts))
 
     def append(self, timestamp_ms: int, key: bytes | None, value: bytes | None,
                headers: Sequence[tuple[str, bytes | None]] = ()) -> int:
@@ -440,26 +444,24 @@ class BatchBuilder:
                 parts = self._parts
                 parts.append(head)
                 parts.append(body)
-                size += len(head)
-                self.size_in_bytes += size
                 self.record_count = n + 1
-                return size
+                return size + len(head)
         else:
             rec = _encode_record(n, tsd, key, value, headers)
         self._parts.append(rec)
         size = len(rec)
-        self.size_in_bytes += size
         self.record_count = n + 1
         return size
 
-    def extend(self, records: Sequence[RecordLike]) -> int:
+    def extend(self, records: Sequence[RecordLike]) -> None:
         """Add many records (any objects with ``timestamp``, ``key``, ``value``
-        and ``headers``); return their encoded size. Same bytes as ``append``
-        per record, in one loop: the per-record work is a few lookups in the
-        varint tables and one ``list.extend``, no call and no join per record.
+        and ``headers``). Same bytes as ``append`` per record, in one loop: the
+        per-record work is a few lookups in the varint tables and one
+        ``list.extend``, no call, no join and no size tally per record
+        (``size_in_bytes`` is computed when asked).
         """
         if not records:
-            return 0
+            return
         n = self.record_count
         if not n:
             first = records[0].timestamp
@@ -474,7 +476,6 @@ class BatchBuilder:
         nk = _NK
         parts = self._parts
         add = parts.extend
-        total = 0
         # Consecutive records usually share one timestamp *object* (the producer
         # reuses it within a millisecond): then the delta is not recomputed.
         last_ts: object = _NO_TIMESTAMP
@@ -504,7 +505,6 @@ class BatchBuilder:
                     lk = len(key)
                     size = fixed + zl[n] + zl[lk] + lk + zl[lv] + lv
                     add((zz[size], attr_tsd, zz[n], zz[lk], key, zz[lv], value, _B00))  # type: ignore[arg-type]
-                size += zl[size]
             except (IndexError, TypeError):
                 # A delta or length beyond the tables, a null value, headers,
                 # a timestamp before the batch's first: encoded (or rejected
@@ -516,15 +516,10 @@ class BatchBuilder:
                 if ts > max_ts:
                     max_ts = ts
                 last_ts = _NO_TIMESTAMP
-                rec = _encode_record(n, ts - base, key, value, r.headers)
-                parts.append(rec)
-                size = len(rec)
-            total += size
+                parts.append(_encode_record(n, ts - base, key, value, r.headers))
             n += 1
         self._max_ts = max_ts
         self.record_count = n
-        self.size_in_bytes += total
-        return total
 
     def build(self, *, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
               is_transactional: bool = False, partition_leader_epoch: int = -1) -> bytes:
