@@ -567,9 +567,17 @@ def emit_read_value(
         with_flex(False)(ctx)
 
 
-def emit_struct(em: Emitter, msg: Message, st: Struct, *, top: bool) -> None:
+def emit_struct(
+    em: Emitter, msg: Message, st: Struct, *, top: bool, response: str | None = None
+) -> None:
+    """One dataclass; the top-level one of a request names its ``response`` class."""
     em.line("@dataclass(frozen=True, slots=True, kw_only=True)")
-    em.line(f"class {st.name}:")
+    if not top:
+        em.line(f"class {st.name}:")
+    elif response is not None:
+        em.line(f'class {st.name}(Request["{response}"]):')
+    else:
+        em.line(f"class {st.name}(Response):")
     em.indent += 1
     if top:
         em.line(f'"""{st.name} (API key {msg.api_key}, versions {msg.lo}-{msg.hi}, from {msg.source})."""')
@@ -625,6 +633,13 @@ def emit_struct(em: Emitter, msg: Message, st: Struct, *, top: bool) -> None:
         em.line("return cls._read(Reader(data), version)")
         em.indent -= 1
         em.line()
+        if response is not None:
+            em.line(f"def response_type(self) -> type[{response}]:")
+            em.indent += 1
+            em.line('"""The response class the broker answers this request with."""')
+            em.line(f"return {response}")
+            em.indent -= 1
+            em.line()
 
     # ---------------------------------------------------------------- _write
     em.line("def _write(self, w: Writer, version: int) -> None:")
@@ -771,7 +786,9 @@ def generate_module(module: str, base: str) -> str:
     for msg in (req, resp):
         for st in msg.structs:
             emit_struct(body, msg, st, top=False)
-        emit_struct(body, msg, msg.root, top=True)
+        emit_struct(
+            body, msg, msg.root, top=True, response=resp.name if msg is req else None
+        )
     text = "\n".join(body.lines)
     if "uuid.UUID" in text:
         em.line("import uuid")
@@ -781,6 +798,7 @@ def generate_module(module: str, base: str) -> str:
     prims = ["Reader", "Writer"]
     if "ZERO_UUID" in text:
         prims.insert(0, "ZERO_UUID")
+    em.line("from pipeline.protocol.base import Request, Response")
     em.line("from pipeline.protocol.errors import UnsupportedVersionError")
     em.line(f"from pipeline.protocol.primitives import {', '.join(prims)}")
     em.line()
@@ -803,6 +821,7 @@ def generate_init() -> str:
         "",
         "from typing import Any",
         "",
+        "from pipeline.protocol.base import Request, Response",
     ]
     imports: list[tuple[str, str, str, int]] = []
     for module, base in APIS:
@@ -823,13 +842,13 @@ def generate_init() -> str:
     lines.append("]")
     lines.append("")
     lines.append("#: API key -> request class")
-    lines.append("REQUESTS: dict[int, type[Any]] = {")
+    lines.append("REQUESTS: dict[int, type[Request[Any]]] = {")
     for _, rq, _, key in sorted(imports, key=lambda t: t[3]):
         lines.append(f"    {key}: {rq},")
     lines.append("}")
     lines.append("")
     lines.append("#: API key -> response class")
-    lines.append("RESPONSES: dict[int, type[Any]] = {")
+    lines.append("RESPONSES: dict[int, type[Response]] = {")
     for _, _, rs, key in sorted(imports, key=lambda t: t[3]):
         lines.append(f"    {key}: {rs},")
     lines.append("}")

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any, ClassVar, Protocol, Self
+from typing import Any
 
+from pipeline.protocol.base import Request, Response
 from pipeline.protocol.messages import REQUESTS, RESPONSES
 
 __all__ = [
     "CLIENT_VERSIONS",
     "ApiKey",
-    "Message",
     "request_class",
     "response_class",
 ]
@@ -29,35 +29,19 @@ class ApiKey(IntEnum):
     SASL_AUTHENTICATE = 36
 
 
-class Message(Protocol):
-    """What every generated request/response class provides."""
-
-    API_KEY: ClassVar[int]
-    MIN_VERSION: ClassVar[int]
-    MAX_VERSION: ClassVar[int]
-    FLEXIBLE_VERSION: ClassVar[int | None]
-
-    def encode(self, version: int) -> bytes: ...
-
-    @classmethod
-    def decode(cls, data: bytes | bytearray | memoryview, version: int) -> Self: ...
-
-
-def request_class(api_key: int) -> type[Any]:
+def request_class(api_key: int) -> type[Request[Any]]:
     """The generated request class for ``api_key`` (``KeyError`` if we don't know it)."""
     return REQUESTS[int(api_key)]
 
 
-def response_class(api_key: int) -> type[Any]:
+def response_class(api_key: int) -> type[Response]:
     """The generated response class for ``api_key`` (``KeyError`` if we don't know it)."""
     return RESPONSES[int(api_key)]
 
 
 def _full(key: ApiKey) -> tuple[int, int]:
     cls = REQUESTS[int(key)]
-    lo: int = cls.MIN_VERSION
-    hi: int = cls.MAX_VERSION
-    return (lo, hi)
+    return (cls.MIN_VERSION, cls.MAX_VERSION)
 
 
 #: The version range *we* speak for each API (inclusive). Negotiation picks the

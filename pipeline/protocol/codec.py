@@ -10,9 +10,11 @@
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, TypeVar
 
-from pipeline.protocol.errors import DecodeError, UnsupportedVersionError
+from pipeline.protocol.api import ApiKey
+from pipeline.protocol.base import Request, Response
+from pipeline.protocol.errors import DecodeError, ErrorCode, UnsupportedVersionError
 from pipeline.protocol.header import (
     RequestHeader,
     ResponseHeader,
@@ -25,6 +27,7 @@ from pipeline.protocol.primitives import Reader, Writer
 __all__ = [
     "decode_request",
     "decode_response",
+    "decode_response_as",
     "encode_request",
     "encode_response",
     "peek_correlation_id",
@@ -32,7 +35,8 @@ __all__ = [
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_API_VERSIONS_KEY = 18
+
+R = TypeVar("R", bound=Response)
 
 
 def _check_version(cls: Any, version: int) -> None:
@@ -42,7 +46,9 @@ def _check_version(cls: Any, version: int) -> None:
         )
 
 
-def encode_request(request: Any, *, version: int, correlation_id: int, client_id: str | None) -> bytes:
+def encode_request(
+    request: Request[Any], *, version: int, correlation_id: int, client_id: str | None
+) -> bytes:
     """Header + body of ``request`` at ``version``, with the int32 size prefix."""
     cls = type(request)
     _check_version(cls, version)
@@ -60,7 +66,9 @@ def encode_request(request: Any, *, version: int, correlation_id: int, client_id
     return bytes(w.buf)
 
 
-def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, Any]:
+def decode_request(
+    frame: bytes | bytearray | memoryview,
+) -> tuple[RequestHeader, Request[Any]]:
     """Decode a request frame (no size prefix) into ``(header, request)``.
 
     Raises :class:`UnsupportedVersionError` (with ``.header`` set to a v1-decoded
@@ -84,7 +92,9 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
     return header, body
 
 
-def encode_response(response: Any, *, api_key: int, version: int, correlation_id: int) -> bytes:
+def encode_response(
+    response: Response, *, api_key: int, version: int, correlation_id: int
+) -> bytes:
     """Header + body of ``response`` at ``version``, with the int32 size prefix."""
     cls = type(response)
     if cls.API_KEY != api_key:
@@ -101,26 +111,42 @@ def encode_response(response: Any, *, api_key: int, version: int, correlation_id
 def decode_response(
     frame: bytes | bytearray | memoryview, *, api_key: int, version: int
 ) -> tuple[int, Any]:
-    """Decode a response frame (no size prefix) into ``(correlation_id, response)``.
-
-    ApiVersions: a broker that does not support our request version answers
-    with a v0 body (error UNSUPPORTED_VERSION); like the Java client we fall
-    back to decoding v0 when decoding at ``version`` fails.
-    """
+    """Decode a response frame (no size prefix) of API ``api_key`` into
+    ``(correlation_id, response)``; see :func:`decode_response_as`."""
     cls = RESPONSES.get(int(api_key))
     if cls is None:
         raise UnsupportedVersionError(f"unknown API key {api_key}")
-    _check_version(cls, version)
+    return decode_response_as(frame, cls, version=version)
+
+
+def decode_response_as(
+    frame: bytes | bytearray | memoryview, response_type: type[R], *, version: int
+) -> tuple[int, R]:
+    """Decode a response frame (no size prefix) into ``(correlation_id, response)``.
+
+    ApiVersions is the one response that may come in another version than asked
+    for: a broker that does not support our request version answers
+    UNSUPPORTED_VERSION with a v0 body (KIP-511; its header is always v0). So a
+    v1+ ApiVersions body is read as v0 when its error code says
+    UNSUPPORTED_VERSION, and, like the Java client, when reading it at
+    ``version`` fails. This is the only place that rule lives.
+    """
+    _check_version(response_type, version)
     r = Reader(frame)
+    api_key = response_type.API_KEY
     header = ResponseHeader._read(r, response_header_version(api_key, version))
-    if api_key == _API_VERSIONS_KEY and version > 0:
+    if api_key == ApiKey.API_VERSIONS and version > 0:
         start = r.pos
+        if len(frame) >= start + 2 and _I16.unpack_from(frame, start)[0] == (
+            ErrorCode.UNSUPPORTED_VERSION
+        ):
+            return header.correlation_id, response_type._read(r, 0)
         try:
-            return header.correlation_id, cls._read(r, version)
+            return header.correlation_id, response_type._read(r, version)
         except DecodeError:
             r.pos = start
-            return header.correlation_id, cls._read(r, 0)
-    return header.correlation_id, cls._read(r, version)
+            return header.correlation_id, response_type._read(r, 0)
+    return header.correlation_id, response_type._read(r, version)
 
 
 def peek_correlation_id(frame: bytes | bytearray | memoryview) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Self
 
+from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import UnsupportedVersionError
 from pipeline.protocol.messages import REQUESTS
 from pipeline.protocol.primitives import Reader, Writer
@@ -16,8 +17,8 @@ __all__ = [
     "response_header_version",
 ]
 
-_API_VERSIONS_KEY = 18
-# ControlledShutdown (key 7) v0 is the only request ever sent with header v0.
+# ControlledShutdown (key 7; an inter-broker API, not in ApiKey) v0 is the only
+# request ever sent with header v0.
 _CONTROLLED_SHUTDOWN_KEY = 7
 
 
@@ -38,7 +39,7 @@ def request_header_version(api_key: int, api_version: int) -> int:
 
 def response_header_version(api_key: int, api_version: int) -> int:
     """1 for flexible response versions, else 0; ApiVersions responses always use v0."""
-    if api_key == _API_VERSIONS_KEY:
+    if api_key == ApiKey.API_VERSIONS:
         return 0
     return 1 if _is_flexible(api_key, api_version) else 0
 

@@ -7,7 +7,11 @@ from typing import Final
 
 from pipeline.protocol.api import CLIENT_VERSIONS, ApiKey
 from pipeline.protocol.errors import ErrorCode, UnsupportedVersionError, error_code
-from pipeline.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from pipeline.protocol.messages.api_versions import (
+    ApiVersion,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+)
 
 __all__ = [
     "API_VERSIONS_FALLBACK_VERSION",
@@ -16,6 +20,7 @@ __all__ = [
     "broker_ranges",
     "negotiate",
     "negotiate_all",
+    "unsupported_api_versions_response",
 ]
 
 #: The version to fall back to when a broker rejects our ApiVersions request.
@@ -100,3 +105,20 @@ def api_versions_retry_version(response: ApiVersionsResponse) -> int | None:
         except UnsupportedVersionError:
             pass
     return API_VERSIONS_FALLBACK_VERSION
+
+
+def unsupported_api_versions_response(min_version: int, max_version: int) -> ApiVersionsResponse:
+    """A broker's answer to an ApiVersions request above its range (for fakes).
+
+    UNSUPPORTED_VERSION listing only the broker's own ApiVersions range, to be
+    encoded **as v0** whatever version was asked (KIP-511), so any client can
+    read it and retry (:func:`api_versions_retry_version` on the client side).
+    """
+    return ApiVersionsResponse(
+        error_code=ErrorCode.UNSUPPORTED_VERSION,
+        api_keys=(
+            ApiVersion(
+                api_key=ApiKey.API_VERSIONS, min_version=min_version, max_version=max_version
+            ),
+        ),
+    )

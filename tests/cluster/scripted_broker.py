@@ -18,18 +18,18 @@ from typing import Any
 
 import trio
 
+from pipeline.protocol.api import ApiKey
 from pipeline.protocol.codec import decode_request, encode_response
 from pipeline.protocol.framing import NEED_DATA, FrameBuffer
 from pipeline.protocol.header import RequestHeader
 from pipeline.protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
-
-API_VERSIONS = 18
+from pipeline.protocol.versions import unsupported_api_versions_response
 
 DEFAULT_VERSIONS: Mapping[int, tuple[int, int]] = {
-    0: (3, 11),  # Produce
-    3: (1, 12),  # Metadata
-    18: (0, 3),  # ApiVersions
-    22: (0, 5),  # InitProducerId
+    ApiKey.PRODUCE: (3, 11),
+    ApiKey.METADATA: (1, 12),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
 }
 
 
@@ -102,7 +102,7 @@ class ScriptedBroker:
                 header, request = decode_request(frame)
                 received = Received(trio.current_time(), header, request, stream)
                 self.received.append(received)
-                if header.request_api_key == API_VERSIONS and self.answer_api_versions:
+                if header.request_api_key == ApiKey.API_VERSIONS and self.answer_api_versions:
                     await self._answer_api_versions(received)
                     continue
                 if header.correlation_id not in self.expect_no_response:
@@ -122,11 +122,8 @@ class ScriptedBroker:
         )
         if limit is not None and received.version > limit:
             # Kafka: UNSUPPORTED_VERSION, v0 body, listing only ApiVersions.
-            own = self.api_versions[API_VERSIONS]
-            response = ApiVersionsResponse(
-                error_code=35,
-                api_keys=(ApiVersion(api_key=API_VERSIONS, min_version=own[0], max_version=limit),),
-            )
+            own = self.api_versions[ApiKey.API_VERSIONS]
+            response = unsupported_api_versions_response(own[0], limit)
             await self.reply(received, response, version=0, count=False)
             return
         await self.reply(received, ApiVersionsResponse(api_keys=keys), count=False)

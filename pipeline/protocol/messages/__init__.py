@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.protocol.base import Request, Response
 from pipeline.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from pipeline.protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from pipeline.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 #: API key -> request class
-REQUESTS: dict[int, type[Any]] = {
+REQUESTS: dict[int, type[Request[Any]]] = {
     0: ProduceRequest,
     1: FetchRequest,
     2: ListOffsetsRequest,
@@ -61,7 +62,7 @@ REQUESTS: dict[int, type[Any]] = {
 }
 
 #: API key -> response class
-RESPONSES: dict[int, type[Any]] = {
+RESPONSES: dict[int, type[Response]] = {
     0: ProduceResponse,
     1: FetchResponse,
     2: ListOffsetsResponse,

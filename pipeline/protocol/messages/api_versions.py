@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
+from pipeline.protocol.base import Request, Response
 from pipeline.protocol.errors import UnsupportedVersionError
 from pipeline.protocol.primitives import Reader, Writer
 
@@ -22,7 +23,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ApiVersionsRequest:
+class ApiVersionsRequest(Request["ApiVersionsResponse"]):
     """ApiVersionsRequest (API key 18, versions 0-4, from ApiVersionsRequest.json)."""
 
     API_KEY: ClassVar[int] = 18
@@ -49,6 +50,10 @@ class ApiVersionsRequest:
         if not 0 <= version <= 4:
             raise UnsupportedVersionError(f"ApiVersionsRequest version {version} is outside 0-4")
         return cls._read(Reader(data), version)
+
+    def response_type(self) -> type[ApiVersionsResponse]:
+        """The response class the broker answers this request with."""
+        return ApiVersionsResponse
 
     def _write(self, w: Writer, version: int) -> None:
         if version >= 3:
@@ -165,7 +170,7 @@ class FinalizedFeatureKey:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ApiVersionsResponse:
+class ApiVersionsResponse(Response):
     """ApiVersionsResponse (API key 18, versions 0-4, from ApiVersionsResponse.json)."""
 
     API_KEY: ClassVar[int] = 18

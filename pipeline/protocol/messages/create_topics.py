@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
+from pipeline.protocol.base import Request, Response
 from pipeline.protocol.errors import UnsupportedVersionError
 from pipeline.protocol.primitives import ZERO_UUID, Reader, Writer
 
@@ -172,7 +173,7 @@ class CreatableTopic:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CreateTopicsRequest:
+class CreateTopicsRequest(Request["CreateTopicsResponse"]):
     """CreateTopicsRequest (API key 19, versions 0-7, from CreateTopicsRequest.json)."""
 
     API_KEY: ClassVar[int] = 19
@@ -201,6 +202,10 @@ class CreateTopicsRequest:
         if not 0 <= version <= 7:
             raise UnsupportedVersionError(f"CreateTopicsRequest version {version} is outside 0-7")
         return cls._read(Reader(data), version)
+
+    def response_type(self) -> type[CreateTopicsResponse]:
+        """The response class the broker answers this request with."""
+        return CreateTopicsResponse
 
     def _write(self, w: Writer, version: int) -> None:
         if version >= 5:
@@ -390,7 +395,7 @@ class CreatableTopicResult:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CreateTopicsResponse:
+class CreateTopicsResponse(Response):
     """CreateTopicsResponse (API key 19, versions 0-7, from CreateTopicsResponse.json)."""
 
     API_KEY: ClassVar[int] = 19

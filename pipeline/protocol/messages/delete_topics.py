@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
+from pipeline.protocol.base import Request, Response
 from pipeline.protocol.errors import UnsupportedVersionError
 from pipeline.protocol.primitives import ZERO_UUID, Reader, Writer
 
@@ -46,7 +47,7 @@ class DeleteTopicState:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DeleteTopicsRequest:
+class DeleteTopicsRequest(Request["DeleteTopicsResponse"]):
     """DeleteTopicsRequest (API key 20, versions 0-6, from DeleteTopicsRequest.json)."""
 
     API_KEY: ClassVar[int] = 20
@@ -75,6 +76,10 @@ class DeleteTopicsRequest:
         if not 0 <= version <= 6:
             raise UnsupportedVersionError(f"DeleteTopicsRequest version {version} is outside 0-6")
         return cls._read(Reader(data), version)
+
+    def response_type(self) -> type[DeleteTopicsResponse]:
+        """The response class the broker answers this request with."""
+        return DeleteTopicsResponse
 
     def _write(self, w: Writer, version: int) -> None:
         if version >= 6:
@@ -183,7 +188,7 @@ class DeletableTopicResult:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DeleteTopicsResponse:
+class DeleteTopicsResponse(Response):
     """DeleteTopicsResponse (API key 20, versions 0-6, from DeleteTopicsResponse.json)."""
 
     API_KEY: ClassVar[int] = 20

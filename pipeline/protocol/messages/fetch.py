@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
+from pipeline.protocol.base import Request, Response
 from pipeline.protocol.errors import UnsupportedVersionError
 from pipeline.protocol.primitives import ZERO_UUID, Reader, Writer
 
@@ -252,7 +253,7 @@ class ForgottenTopic:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FetchRequest:
+class FetchRequest(Request["FetchResponse"]):
     """FetchRequest (API key 1, versions 0-17, from FetchRequest.json)."""
 
     API_KEY: ClassVar[int] = 1
@@ -299,6 +300,10 @@ class FetchRequest:
         if not 0 <= version <= 17:
             raise UnsupportedVersionError(f"FetchRequest version {version} is outside 0-17")
         return cls._read(Reader(data), version)
+
+    def response_type(self) -> type[FetchResponse]:
+        """The response class the broker answers this request with."""
+        return FetchResponse
 
     def _write(self, w: Writer, version: int) -> None:
         if version <= 14:
@@ -777,7 +782,7 @@ class NodeEndpoint:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FetchResponse:
+class FetchResponse(Response):
     """FetchResponse (API key 1, versions 0-17, from FetchResponse.json)."""
 
     API_KEY: ClassVar[int] = 1

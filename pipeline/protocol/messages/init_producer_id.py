@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
+from pipeline.protocol.base import Request, Response
 from pipeline.protocol.errors import UnsupportedVersionError
 from pipeline.protocol.primitives import Reader, Writer
 
@@ -19,7 +20,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class InitProducerIdRequest:
+class InitProducerIdRequest(Request["InitProducerIdResponse"]):
     """InitProducerIdRequest (API key 22, versions 0-5, from InitProducerIdRequest.json)."""
 
     API_KEY: ClassVar[int] = 22
@@ -50,6 +51,10 @@ class InitProducerIdRequest:
         if not 0 <= version <= 5:
             raise UnsupportedVersionError(f"InitProducerIdRequest version {version} is outside 0-5")
         return cls._read(Reader(data), version)
+
+    def response_type(self) -> type[InitProducerIdResponse]:
+        """The response class the broker answers this request with."""
+        return InitProducerIdResponse
 
     def _write(self, w: Writer, version: int) -> None:
         if version >= 2:
@@ -95,7 +100,7 @@ class InitProducerIdRequest:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class InitProducerIdResponse:
+class InitProducerIdResponse(Response):
     """InitProducerIdResponse (API key 22, versions 0-5, from InitProducerIdResponse.json)."""
 
     API_KEY: ClassVar[int] = 22

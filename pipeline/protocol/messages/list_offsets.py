@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
+from pipeline.protocol.base import Request, Response
 from pipeline.protocol.errors import UnsupportedVersionError
 from pipeline.protocol.primitives import Reader, Writer
 
@@ -114,7 +115,7 @@ class ListOffsetsTopic:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ListOffsetsRequest:
+class ListOffsetsRequest(Request["ListOffsetsResponse"]):
     """ListOffsetsRequest (API key 2, versions 0-10, from ListOffsetsRequest.json)."""
 
     API_KEY: ClassVar[int] = 2
@@ -145,6 +146,10 @@ class ListOffsetsRequest:
         if not 0 <= version <= 10:
             raise UnsupportedVersionError(f"ListOffsetsRequest version {version} is outside 0-10")
         return cls._read(Reader(data), version)
+
+    def response_type(self) -> type[ListOffsetsResponse]:
+        """The response class the broker answers this request with."""
+        return ListOffsetsResponse
 
     def _write(self, w: Writer, version: int) -> None:
         w.int32(self.replica_id)
@@ -314,7 +319,7 @@ class ListOffsetsTopicResponse:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ListOffsetsResponse:
+class ListOffsetsResponse(Response):
     """ListOffsetsResponse (API key 2, versions 0-10, from ListOffsetsResponse.json)."""
 
     API_KEY: ClassVar[int] = 2

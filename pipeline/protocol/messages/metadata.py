@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
+from pipeline.protocol.base import Request, Response
 from pipeline.protocol.errors import UnsupportedVersionError
 from pipeline.protocol.primitives import ZERO_UUID, Reader, Writer
 
@@ -70,7 +71,7 @@ class MetadataRequestTopic:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MetadataRequest:
+class MetadataRequest(Request["MetadataResponse"]):
     """MetadataRequest (API key 3, versions 0-12, from MetadataRequest.json)."""
 
     API_KEY: ClassVar[int] = 3
@@ -101,6 +102,10 @@ class MetadataRequest:
         if not 0 <= version <= 12:
             raise UnsupportedVersionError(f"MetadataRequest version {version} is outside 0-12")
         return cls._read(Reader(data), version)
+
+    def response_type(self) -> type[MetadataResponse]:
+        """The response class the broker answers this request with."""
+        return MetadataResponse
 
     def _write(self, w: Writer, version: int) -> None:
         if version >= 9:
@@ -412,7 +417,7 @@ class MetadataResponseTopic:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MetadataResponse:
+class MetadataResponse(Response):
     """MetadataResponse (API key 3, versions 0-12, from MetadataResponse.json)."""
 
     API_KEY: ClassVar[int] = 3

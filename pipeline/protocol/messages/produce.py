@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
+from pipeline.protocol.base import Request, Response
 from pipeline.protocol.errors import UnsupportedVersionError
 from pipeline.protocol.primitives import Reader, Writer
 
@@ -102,7 +103,7 @@ class TopicProduceData:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ProduceRequest:
+class ProduceRequest(Request["ProduceResponse"]):
     """ProduceRequest (API key 0, versions 0-11, from ProduceRequest.json)."""
 
     API_KEY: ClassVar[int] = 0
@@ -133,6 +134,10 @@ class ProduceRequest:
         if not 0 <= version <= 11:
             raise UnsupportedVersionError(f"ProduceRequest version {version} is outside 0-11")
         return cls._read(Reader(data), version)
+
+    def response_type(self) -> type[ProduceResponse]:
+        """The response class the broker answers this request with."""
+        return ProduceResponse
 
     def _write(self, w: Writer, version: int) -> None:
         if version >= 3:
@@ -424,7 +429,7 @@ class NodeEndpoint:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ProduceResponse:
+class ProduceResponse(Response):
     """ProduceResponse (API key 0, versions 0-11, from ProduceResponse.json)."""
 
     API_KEY: ClassVar[int] = 0

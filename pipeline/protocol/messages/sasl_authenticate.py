@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
+from pipeline.protocol.base import Request, Response
 from pipeline.protocol.errors import UnsupportedVersionError
 from pipeline.protocol.primitives import Reader, Writer
 
@@ -19,7 +20,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SaslAuthenticateRequest:
+class SaslAuthenticateRequest(Request["SaslAuthenticateResponse"]):
     """SaslAuthenticateRequest (API key 36, versions 0-2, from SaslAuthenticateRequest.json)."""
 
     API_KEY: ClassVar[int] = 36
@@ -45,6 +46,10 @@ class SaslAuthenticateRequest:
             raise UnsupportedVersionError(f"SaslAuthenticateRequest version {version} is outside 0-2")
         return cls._read(Reader(data), version)
 
+    def response_type(self) -> type[SaslAuthenticateResponse]:
+        """The response class the broker answers this request with."""
+        return SaslAuthenticateResponse
+
     def _write(self, w: Writer, version: int) -> None:
         if version >= 2:
             w.compact_bytes(self.auth_bytes)
@@ -66,7 +71,7 @@ class SaslAuthenticateRequest:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SaslAuthenticateResponse:
+class SaslAuthenticateResponse(Response):
     """SaslAuthenticateResponse (API key 36, versions 0-2, from SaslAuthenticateResponse.json)."""
 
     API_KEY: ClassVar[int] = 36

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
+from pipeline.protocol.base import Request, Response
 from pipeline.protocol.errors import UnsupportedVersionError
 from pipeline.protocol.primitives import Reader, Writer
 
@@ -19,7 +20,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SaslHandshakeRequest:
+class SaslHandshakeRequest(Request["SaslHandshakeResponse"]):
     """SaslHandshakeRequest (API key 17, versions 0-1, from SaslHandshakeRequest.json)."""
 
     API_KEY: ClassVar[int] = 17
@@ -45,6 +46,10 @@ class SaslHandshakeRequest:
             raise UnsupportedVersionError(f"SaslHandshakeRequest version {version} is outside 0-1")
         return cls._read(Reader(data), version)
 
+    def response_type(self) -> type[SaslHandshakeResponse]:
+        """The response class the broker answers this request with."""
+        return SaslHandshakeResponse
+
     def _write(self, w: Writer, version: int) -> None:
         w.string(self.mechanism)
 
@@ -56,7 +61,7 @@ class SaslHandshakeRequest:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SaslHandshakeResponse:
+class SaslHandshakeResponse(Response):
     """SaslHandshakeResponse (API key 17, versions 0-1, from SaslHandshakeResponse.json)."""
 
     API_KEY: ClassVar[int] = 17
