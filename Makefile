@@ -19,7 +19,7 @@ help:
 	@echo "make test-fast  pure tests only (no broker, no spark, nothing slow)"
 	@echo "make bench      benchmarks -> bench/results/*.json (codec + producer, ~5 min)"
 	@echo "make bench-quick  the same with small producer runs (100k msgs, 1 run each)"
-	@echo "make lint       ruff + mypy --strict"
+	@echo "make lint       ruff + mypy --strict (pipeline/ and the typing checks in tests/typecheck/)"
 	@echo "make clean      remove .venv and caches"
 
 # (Re)install whenever pyproject.toml changes. The venv itself is created only if missing.
@@ -47,7 +47,7 @@ bench-quick: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline tests
-	$(VENV)/bin/mypy --strict pipeline
+	$(VENV)/bin/mypy --strict pipeline tests/typecheck
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis \

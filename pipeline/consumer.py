@@ -14,13 +14,15 @@ by ``python -m pipeline consume``, the demo's read-back, and tests.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import trio
 
+from pipeline.cluster.config import ClusterConfig
 from pipeline.cluster.errors import KafkaError, UnknownTopicError
 from pipeline.cluster.pool import Cluster
 from pipeline.protocol.api import ApiKey
@@ -32,11 +34,16 @@ from pipeline.protocol.messages.list_offsets import (
     ListOffsetsTopic,
 )
 from pipeline.protocol.records import decode_record_batches
+from pipeline.util.groups import unwrap_single_errors
 
 __all__ = ["ConsumedRecord", "ConsumerError", "Start", "consume", "read_topic", "topic_offsets"]
 
 #: "beginning", "end", an absolute offset >= 0, or a negative int: that many before the end
 Start = Literal["beginning", "end"] | int
+
+#: The reader's default per-request timeout (shorter than the producer's: a
+#: reader that waits should say so early).
+DEFAULT_REQUEST_TIMEOUT = 10.0
 
 EARLIEST, LATEST = -2, -1
 #: Fetch v13+ names topics by id; the name-based versions are enough here.
@@ -67,6 +74,20 @@ class ConsumedRecord:
     headers: tuple[tuple[str, bytes | None], ...]
 
 
+def _cluster_config(config: ClusterConfig | None, request_timeout: float | None) -> ClusterConfig:
+    """The reader's cluster options: ``config`` (or the defaults), with
+    ``request_timeout`` (default 10 s without a config) also bounding metadata waits."""
+    if request_timeout is None:
+        if config is not None:
+            return config.cluster
+        request_timeout = DEFAULT_REQUEST_TIMEOUT
+    return dataclasses.replace(
+        config.cluster if config is not None else ClusterConfig(),
+        request_timeout=request_timeout,
+        metadata_timeout=request_timeout,
+    )
+
+
 async def _list_offsets(
     cluster: Cluster, topic: str, partitions: Sequence[int], timestamp: int
 ) -> dict[int, int]:
@@ -89,7 +110,7 @@ async def _list_offsets(
                 ),
             ),
         )
-        response: Any = await conn.request(request)
+        response = await conn.request(request)
         for t in response.topics:
             for pr in t.partitions:
                 if pr.error_code:
@@ -130,7 +151,7 @@ async def _high_watermarks(
                 for p in parts
             )),),
         )
-        response: Any = await conn.request(request, version=version)
+        response = await conn.request(request, version=version)
         for t in response.responses:
             for pd in t.partitions:
                 if pd.error_code:
@@ -146,16 +167,25 @@ async def _high_watermarks(
 
 
 async def topic_offsets(
-    bootstrap: str, topic: str, *, request_timeout: float = 10.0
+    bootstrap: str,
+    topic: str,
+    *,
+    request_timeout: float | None = None,
+    config: ClusterConfig | None = None,
 ) -> dict[int, tuple[int, int]]:
-    """{partition: (earliest, latest)} of a topic."""
-    async with Cluster.open(bootstrap, request_timeout=request_timeout,
-                            metadata_timeout=request_timeout) as cluster:
-        count = await cluster.partitions_for(topic)
-        parts = list(range(count))
-        lo = await _list_offsets(cluster, topic, parts, EARLIEST)
-        hi = await _high_watermarks(cluster, topic, parts)
-        return {p: (lo[p], hi[p]) for p in parts}
+    """{partition: (earliest, latest)} of a topic (``config``, ``request_timeout``: as
+    :func:`read_topic`)."""
+    with unwrap_single_errors():
+        async with Cluster.open(bootstrap, _cluster_config(config, request_timeout)) as cluster:
+            return await _topic_offsets(cluster, topic)
+
+
+async def _topic_offsets(cluster: Cluster, topic: str) -> dict[int, tuple[int, int]]:
+    count = await cluster.partitions_for(topic)
+    parts = list(range(count))
+    lo = await _list_offsets(cluster, topic, parts, EARLIEST)
+    hi = await _high_watermarks(cluster, topic, parts)
+    return {p: (lo[p], hi[p]) for p in parts}
 
 
 async def read_topic(
@@ -169,7 +199,8 @@ async def read_topic(
     idle_timeout: float | None = None,
     max_wait: float = 0.5,
     partition_max_bytes: int = 4 * 1024 * 1024,
-    request_timeout: float = 10.0,
+    request_timeout: float | None = None,
+    config: ClusterConfig | None = None,
 ) -> AsyncGenerator[ConsumedRecord, None]:
     """Yield records of ``topic`` in offset order per partition (partitions interleave).
 
@@ -178,123 +209,127 @@ async def read_topic(
     ``idle_timeout`` when no record arrived for that many seconds. With none of them
     it runs until cancelled.
 
+    ``config`` is how to reach the cluster (a ``ClusterConfig``, or a ``ProducerConfig``:
+    its cluster part is used); ``request_timeout`` bounds each request and metadata
+    wait (default: the config's, else 10 s).
+
     Raises ``UnknownTopicError``, ``ConsumerError`` (a partition that does not exist,
     a non-retriable fetch error) and connection errors (``BrokerConnectionError``).
     """
-    async with Cluster.open(
-        bootstrap, request_timeout=request_timeout, metadata_timeout=request_timeout
-    ) as cluster:
-        with trio.fail_after(request_timeout) as scope:
-            count = await cluster.partitions_for(topic)
-        del scope
-        parts = list(range(count)) if partitions is None else list(partitions)
-        bad = [p for p in parts if not 0 <= p < count]
-        if bad:
-            raise ConsumerError(f"topic {topic!r} has {count} partition(s); no partition {bad[0]}")
-        if start == "beginning":
-            positions = await _list_offsets(cluster, topic, parts, EARLIEST)
-        elif start == "end":
-            positions = await _high_watermarks(cluster, topic, parts)
-        elif isinstance(start, int) and start >= 0:
-            positions = dict.fromkeys(parts, start)
-        elif isinstance(start, int):
-            lo = await _list_offsets(cluster, topic, parts, EARLIEST)
-            hi = await _high_watermarks(cluster, topic, parts)
-            positions = {p: max(lo[p], hi[p] + start) for p in parts}
-        else:
-            raise ValueError(f"start must be 'beginning', 'end' or an int, not {start!r}")
+    cfg = _cluster_config(config, request_timeout)
+    with unwrap_single_errors():
+        async with Cluster.open(bootstrap, cfg) as cluster:
+            with trio.fail_after(cfg.request_timeout) as scope:
+                count = await cluster.partitions_for(topic)
+            del scope
+            parts = list(range(count)) if partitions is None else list(partitions)
+            bad = [p for p in parts if not 0 <= p < count]
+            if bad:
+                raise ConsumerError(f"topic {topic!r} has {count} partition(s); no partition {bad[0]}")
+            if start == "beginning":
+                positions = await _list_offsets(cluster, topic, parts, EARLIEST)
+            elif start == "end":
+                positions = await _high_watermarks(cluster, topic, parts)
+            elif isinstance(start, int) and start >= 0:
+                positions = dict.fromkeys(parts, start)
+            elif isinstance(start, int):
+                lo = await _list_offsets(cluster, topic, parts, EARLIEST)
+                hi = await _high_watermarks(cluster, topic, parts)
+                positions = {p: max(lo[p], hi[p] + start) for p in parts}
+            else:
+                raise ValueError(f"start must be 'beginning', 'end' or an int, not {start!r}")
 
-        high_water: dict[int, int] = {}
-        if stop_at_end:
-            high_water = await _high_watermarks(cluster, topic, parts)
-        done = {p for p in parts if stop_at_end and positions[p] >= high_water[p]}
-        yielded = 0
-        last_record_at = trio.current_time()
-        while len(done) < len(parts):
-            if max_messages is not None and yielded >= max_messages:
-                return
-            active = [p for p in parts if p not in done]
-            by_leader: dict[int, list[int]] = {}
-            for p in active:
-                by_leader.setdefault(await cluster.leader_for(topic, p), []).append(p)
-            got_any = False
-            for leader, lparts in by_leader.items():
-                conn = await cluster.connection(leader)
-                version = min(conn.version_for(ApiKey.FETCH), MAX_FETCH_VERSION)
-                request = FetchRequest(
-                    replica_id=-1,
-                    max_wait_ms=int(max_wait * 1000),
-                    min_bytes=1,
-                    max_bytes=64 * 1024 * 1024,
-                    isolation_level=0,
-                    session_id=0,
-                    session_epoch=-1,
-                    topics=(
-                        FetchTopic(
-                            topic=topic,
-                            partitions=tuple(
-                                FetchPartition(
-                                    partition=p,
-                                    fetch_offset=positions[p],
-                                    partition_max_bytes=partition_max_bytes,
-                                )
-                                for p in lparts
+            high_water: dict[int, int] = {}
+            if stop_at_end:
+                high_water = await _high_watermarks(cluster, topic, parts)
+            done = {p for p in parts if stop_at_end and positions[p] >= high_water[p]}
+            yielded = 0
+            last_record_at = trio.current_time()
+            while len(done) < len(parts):
+                if max_messages is not None and yielded >= max_messages:
+                    return
+                active = [p for p in parts if p not in done]
+                by_leader: dict[int, list[int]] = {}
+                for p in active:
+                    by_leader.setdefault(await cluster.leader_for(topic, p), []).append(p)
+                got_any = False
+                for leader, lparts in by_leader.items():
+                    conn = await cluster.connection(leader)
+                    version = min(conn.version_for(ApiKey.FETCH), MAX_FETCH_VERSION)
+                    request = FetchRequest(
+                        replica_id=-1,
+                        max_wait_ms=int(max_wait * 1000),
+                        min_bytes=1,
+                        max_bytes=64 * 1024 * 1024,
+                        isolation_level=0,
+                        session_id=0,
+                        session_epoch=-1,
+                        topics=(
+                            FetchTopic(
+                                topic=topic,
+                                partitions=tuple(
+                                    FetchPartition(
+                                        partition=p,
+                                        fetch_offset=positions[p],
+                                        partition_max_bytes=partition_max_bytes,
+                                    )
+                                    for p in lparts
+                                ),
                             ),
                         ),
-                    ),
-                )
-                response: Any = await conn.request(request, version=version)
-                if response.error_code:
-                    code = ErrorCode(response.error_code)
-                    raise ConsumerError(f"Fetch from {topic} failed: {code.name}")
-                for t in response.responses:
-                    for pd in t.partitions:
-                        p = pd.partition_index
-                        if pd.error_code:
-                            code = ErrorCode(pd.error_code)
-                            if code in _RETRIABLE_FETCH:
-                                await cluster.refresh([topic], force=True)
-                                continue
-                            if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                                raise UnknownTopicError(topic)
-                            raise ConsumerError(
-                                f"Fetch {topic}[{p}] at offset {positions[p]} failed: "
-                                f"{code.name} ({code.description})"
-                            )
-                        if stop_at_end:
-                            high_water[p] = max(high_water.get(p, 0), pd.high_watermark)
-                        if pd.records:
-                            for batch in decode_record_batches(pd.records):
-                                next_offset = batch.base_offset + batch.last_offset_delta + 1
-                                if batch.is_control:
-                                    positions[p] = max(positions[p], next_offset)
+                    )
+                    response = await conn.request(request, version=version)
+                    if response.error_code:
+                        code = ErrorCode(response.error_code)
+                        raise ConsumerError(f"Fetch from {topic} failed: {code.name}")
+                    for t in response.responses:
+                        for pd in t.partitions:
+                            p = pd.partition_index
+                            if pd.error_code:
+                                code = ErrorCode(pd.error_code)
+                                if code in _RETRIABLE_FETCH:
+                                    await cluster.refresh([topic], force=True)
                                     continue
-                                for rec in batch.records:
-                                    offset = batch.base_offset + rec.offset_delta
-                                    if offset < positions[p]:
+                                if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                                    raise UnknownTopicError(topic)
+                                raise ConsumerError(
+                                    f"Fetch {topic}[{p}] at offset {positions[p]} failed: "
+                                    f"{code.name} ({code.description})"
+                                )
+                            if stop_at_end:
+                                high_water[p] = max(high_water.get(p, 0), pd.high_watermark)
+                            if pd.records:
+                                for batch in decode_record_batches(pd.records):
+                                    next_offset = batch.base_offset + batch.last_offset_delta + 1
+                                    if batch.is_control:
+                                        positions[p] = max(positions[p], next_offset)
                                         continue
-                                    positions[p] = offset + 1
-                                    got_any = True
-                                    yield ConsumedRecord(
-                                        topic,
-                                        p,
-                                        offset,
-                                        batch.base_timestamp + rec.timestamp_delta,
-                                        rec.key,
-                                        rec.value,
-                                        tuple(rec.headers),
-                                    )
-                                    yielded += 1
-                                    if max_messages is not None and yielded >= max_messages:
-                                        return
-                                positions[p] = max(positions[p], next_offset)
-                        if stop_at_end and positions[p] >= high_water[p]:
-                            done.add(p)
-            now = trio.current_time()
-            if got_any:
-                last_record_at = now
-            elif idle_timeout is not None and now - last_record_at >= idle_timeout:
-                return
+                                    for rec in batch.records:
+                                        offset = batch.base_offset + rec.offset_delta
+                                        if offset < positions[p]:
+                                            continue
+                                        positions[p] = offset + 1
+                                        got_any = True
+                                        yield ConsumedRecord(
+                                            topic,
+                                            p,
+                                            offset,
+                                            batch.base_timestamp + rec.timestamp_delta,
+                                            rec.key,
+                                            rec.value,
+                                            tuple(rec.headers),
+                                        )
+                                        yielded += 1
+                                        if max_messages is not None and yielded >= max_messages:
+                                            return
+                                    positions[p] = max(positions[p], next_offset)
+                            if stop_at_end and positions[p] >= high_water[p]:
+                                done.add(p)
+                now = trio.current_time()
+                if got_any:
+                    last_record_at = now
+                elif idle_timeout is not None and now - last_record_at >= idle_timeout:
+                    return
 
 
 def consume(
@@ -307,7 +342,8 @@ def consume(
     stop_at_end: bool = True,
     idle_timeout: float | None = None,
     timeout: float = math.inf,
-    request_timeout: float = 10.0,
+    request_timeout: float | None = None,
+    config: ClusterConfig | None = None,
 ) -> list[ConsumedRecord]:
     """Blocking helper: the records ``read_topic`` yields, as a list (``timeout`` bounds it)."""
 
@@ -317,20 +353,10 @@ def consume(
             async for rec in read_topic(
                 bootstrap, topic, partitions=partitions, start=start,
                 max_messages=max_messages, stop_at_end=stop_at_end,
-                idle_timeout=idle_timeout, request_timeout=request_timeout,
+                idle_timeout=idle_timeout, request_timeout=request_timeout, config=config,
             ):
                 out.append(rec)
         return out
 
-    try:
+    with unwrap_single_errors():
         return trio.run(run)
-    except BaseExceptionGroup as group:
-        raise first_error(group) from None
-
-
-def first_error(group: BaseExceptionGroup[Any]) -> BaseException:
-    """The first real exception of a (nested) trio ExceptionGroup."""
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc

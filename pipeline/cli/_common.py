@@ -64,12 +64,6 @@ def check_bootstrap(bootstrap: str) -> str:
     return bootstrap
 
 
-def first_leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
 def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text or type(exc).__name__
@@ -78,15 +72,20 @@ def one_line(exc: BaseException) -> str:
 def run_guarded(fn: Callable[[], int]) -> int:
     """Run ``fn``; turn user-facing errors into ``error: ...`` + exit status 1."""
     from pipeline.cluster.errors import KafkaError
+    from pipeline.util.groups import real_errors
 
     try:
         return fn()
     except BaseExceptionGroup as group:
-        leaf = first_leaf(group)
-        if isinstance(leaf, UserError | KafkaError | OSError):
-            return report(leaf)
-        if isinstance(leaf, KeyboardInterrupt):
+        # Every error of the group is reported (pipeline.util.groups): one line each.
+        errors = real_errors(group)
+        if any(isinstance(e, KeyboardInterrupt) for e in errors):
+            print("interrupted", file=sys.stderr)
             return 130
+        if all(isinstance(e, UserError | KafkaError | OSError) for e in errors):
+            for error in errors:
+                report(error)
+            return EXIT_ERROR
         raise
     except (UserError, KafkaError, OSError) as exc:
         return report(exc)
@@ -112,23 +111,10 @@ def report(exc: BaseException) -> int:
     return EXIT_ERROR
 
 
-def parse_option_value(text: str) -> Any:
-    """``"10"`` -> 10, ``"0.5"`` -> 0.5, ``"true"`` -> True, ``"none"`` -> None, else the text."""
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
 def producer_option(text: str) -> tuple[str, Any]:
     """argparse type for ``-X name=value`` (ProducerConfig fields, e.g. linger=0.01)."""
+    from pipeline.cluster.config import parse_option_value
+
     name, sep, value = text.partition("=")
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
@@ -172,6 +158,7 @@ async def check_topic(bootstrap: str, topic: str, wait: float) -> int:
 
     from pipeline.cluster.errors import KafkaError, UnknownTopicError
     from pipeline.cluster.pool import Cluster
+    from pipeline.util.groups import real_errors
 
     try:
         async with Cluster.open(
@@ -180,11 +167,12 @@ async def check_topic(bootstrap: str, topic: str, wait: float) -> int:
             with trio.move_on_after(wait):
                 return await cluster.partitions_for(topic)
     except BaseExceptionGroup as group:
-        leaf = first_leaf(group)
-        if isinstance(leaf, UnknownTopicError):
+        errors = real_errors(group)
+        if any(isinstance(e, UnknownTopicError) for e in errors):
             raise UserError(f"unknown topic {topic!r}: create it first") from None
-        if isinstance(leaf, KafkaError | OSError):
-            raise UserError(f"cannot reach {bootstrap}: {one_line(leaf)}") from None
+        if all(isinstance(e, KafkaError | OSError) for e in errors):
+            detail = "; ".join(one_line(e) for e in errors)
+            raise UserError(f"cannot reach {bootstrap}: {detail}") from None
         raise
     except UnknownTopicError:
         raise UserError(f"unknown topic {topic!r}: create it first") from None

@@ -47,10 +47,11 @@ import collections
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, Literal, TypeVar, overload
 
 import trio
 
+from pipeline.cluster.config import ClusterConfig, cluster_config
 from pipeline.cluster.errors import (
     BrokerConnectionError,
     BrokerProtocolError,
@@ -58,31 +59,34 @@ from pipeline.cluster.errors import (
     RequestTimedOutError,
     UnsupportedApiError,
 )
+from pipeline.cluster.handshake import handshake
 from pipeline.cluster.transport import Connector
-from pipeline.protocol.api import CLIENT_VERSIONS, ApiKey
-from pipeline.protocol.codec import decode_response, encode_request, peek_correlation_id
-from pipeline.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersionError, error_code
+from pipeline.protocol.api import ApiKey
+from pipeline.protocol.base import Request, Response
+from pipeline.protocol.codec import decode_response_as, encode_request, peek_correlation_id
+from pipeline.protocol.errors import ProtocolError
 from pipeline.protocol.framing import NEED_DATA, FrameBuffer
-from pipeline.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
-from pipeline.protocol.versions import api_versions_retry_version, negotiate_all
 
-__all__ = ["DEFAULT_MAX_FRAME_SIZE", "BrokerConnection", "PendingResponse"]
+__all__ = ["BrokerConnection", "PendingResponse"]
 
 logger = logging.getLogger("pipeline.cluster")
 
-DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
-_CLIENT_SOFTWARE_NAME = "trio-kafka-pipeline"
-_CLIENT_SOFTWARE_VERSION = "0.1.0"
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+_DEFAULT_CONFIG = ClusterConfig()
+
+R = TypeVar("R", bound=Response)
+T_co = TypeVar("T_co", covariant=True)
 
 OnClose = Callable[["BrokerConnection", KafkaError], None]
 
 
-class PendingResponse:
+class PendingResponse(Generic[T_co]):
     """The response to one request already written to the wire.
 
     Resolved by the connection's reader task; any number of tasks may
-    :meth:`wait`. Cancelling a waiter does not affect the request.
+    :meth:`wait`. Cancelling a waiter does not affect the request. ``T_co`` is
+    the request's response class (``None`` for a request sent with
+    ``expect_response=False``).
     """
 
     __slots__ = (
@@ -92,14 +96,23 @@ class PendingResponse:
         "api_key",
         "correlation_id",
         "deadline",
+        "response_type",
         "version",
     )
 
-    def __init__(self, api_key: ApiKey, version: int, correlation_id: int, deadline: float) -> None:
+    def __init__(
+        self,
+        api_key: ApiKey,
+        version: int,
+        correlation_id: int,
+        deadline: float,
+        response_type: type[Response],
+    ) -> None:
         self.api_key = api_key
         self.version = version
         self.correlation_id = correlation_id
         self.deadline = deadline  # trio time after which the connection is declared dead
+        self.response_type = response_type  # what the reader decodes the answer as
         self._event = trio.Event()
         self._response: Any = None
         self._error: KafkaError | None = None
@@ -109,7 +122,7 @@ class PendingResponse:
         """True once the response arrived or the request failed."""
         return self._event.is_set()
 
-    async def wait(self) -> Any:
+    async def wait(self) -> T_co:
         """Wait for and return the decoded response.
 
         Raises:
@@ -120,9 +133,10 @@ class PendingResponse:
         await self._event.wait()
         if self._error is not None:
             raise self._error
-        return self._response
+        response: T_co = self._response
+        return response
 
-    def _resolve(self, response: Any) -> None:
+    def _resolve(self, response: Response | None) -> None:
         self._response = response
         self._event.set()
 
@@ -145,31 +159,26 @@ class BrokerConnection:
         port: int,
         *,
         node_id: int = -1,
-        client_id: str = "pipeline",
-        max_in_flight: int = 5,
-        request_timeout: float = 30.0,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        config: ClusterConfig = _DEFAULT_CONFIG,
         on_close: OnClose | None = None,
     ) -> None:
-        if max_in_flight < 1:
-            raise ValueError("max_in_flight must be >= 1")
         self.node_id = node_id
         self.host = host
         self.port = port
         self.api_versions: dict[ApiKey, int] = {}  # negotiated at connect
-        self.client_id = client_id
-        self.max_in_flight = max_in_flight
-        self.request_timeout = request_timeout
+        self.config = config
         self.unmatched_responses = 0  # responses whose correlation id matched nothing
         self._stream = stream
-        self._frames = FrameBuffer(max_frame_size=max_frame_size)
+        self._frames = FrameBuffer(max_frame_size=config.max_frame_size)
         self._on_close = on_close
         # {correlation_id: entry}, in send order. Protects response matching: an
         # entry leaves only when its response is read or the connection fails,
         # and the in-flight slot leaves with it.
-        self._pending: collections.OrderedDict[int, PendingResponse] = collections.OrderedDict()
+        self._pending: collections.OrderedDict[int, PendingResponse[Any]] = (
+            collections.OrderedDict()
+        )
         # Slots not owned by a pending entry or handed to a parked waiter.
-        self._free_slots = max_in_flight
+        self._free_slots = config.max_in_flight
         self._slot_lot = trio.lowlevel.ParkingLot()
         # Serialises writes: frames go out whole, in correlation-id order.
         self._write_lock = trio.Lock()
@@ -190,85 +199,45 @@ class BrokerConnection:
         port: int,
         *,
         node_id: int = -1,
-        client_id: str = "pipeline",
-        max_in_flight: int = 5,
-        request_timeout: float = 30.0,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        config: ClusterConfig | None = None,
         on_close: OnClose | None = None,
+        **options: Any,
     ) -> BrokerConnection:
-        """Open a stream, start the reader task in ``nursery`` and negotiate API versions.
+        """Open a stream, start the reader task in ``nursery`` and run the handshake.
 
         Args:
           nursery: where the reader task runs; it lives until the connection closes.
           connector: opens the stream (:func:`~pipeline.cluster.transport.tcp_connector`,
               :meth:`MemoryNetwork.connect <pipeline.cluster.transport.MemoryNetwork.connect>`).
+          config: ``client_id``, ``request_timeout``, ``max_in_flight``,
+              ``max_frame_size`` (and the handshake's options); keyword
+              ``options`` override its fields.
           on_close: called once (synchronously) when the connection fails on its own,
               not when :meth:`aclose` is called.
 
         Raises:
+          ConfigError: an unknown or invalid option.
           BrokerConnectionError: the broker is unreachable or dropped the handshake.
           BrokerProtocolError: the handshake response is malformed.
           UnsupportedApiError: no ApiVersions version in common.
         """
+        cfg = cluster_config(config, options) if options or config is not None else _DEFAULT_CONFIG
         try:
             stream = await connector(host, port)
         except (OSError, trio.BrokenResourceError) as exc:
             raise BrokerConnectionError(
                 f"cannot connect to broker {node_id} at {host}:{port}: {exc}"
             ) from exc
-        conn = cls(
-            stream,
-            host,
-            port,
-            node_id=node_id,
-            client_id=client_id,
-            max_in_flight=max_in_flight,
-            request_timeout=request_timeout,
-            max_frame_size=max_frame_size,
-        )
+        conn = cls(stream, host, port, node_id=node_id, config=cfg)
         try:
             await nursery.start(conn._run_reader)
-            await conn._handshake()
+            conn.api_versions = await handshake(conn, cfg)
         except BaseException:
             await conn.aclose()
             raise
         conn._on_close = on_close
         logger.debug("connected to %s; versions %s", conn, conn.api_versions)
         return conn
-
-    async def _handshake(self) -> None:
-        version = CLIENT_VERSIONS[ApiKey.API_VERSIONS][1]
-        request = ApiVersionsRequest(
-            client_software_name=_CLIENT_SOFTWARE_NAME,
-            client_software_version=_CLIENT_SOFTWARE_VERSION,
-        )
-        while True:
-            response: ApiVersionsResponse = await self.request(request, version=version)
-            if response.error_code == ErrorCode.NONE:
-                break
-            # A broker that does not support our version answers
-            # UNSUPPORTED_VERSION in v0 format, listing its own ApiVersions
-            # range (KIP-511): retry once at the highest common version, else v0.
-            retry_version = api_versions_retry_version(response)
-            if retry_version is not None and retry_version < version:
-                logger.debug(
-                    "%s rejected ApiVersions v%d; retrying v%d", self, version, retry_version
-                )
-                version = retry_version
-                continue
-            name = error_code(response.error_code).name
-            error = BrokerProtocolError(f"{self} rejected ApiVersions v{version}: {name}")
-            self._fail(error, notify=False)
-            raise error
-        try:
-            self.api_versions = negotiate_all(response)
-        except UnsupportedVersionError as exc:
-            unsupported = UnsupportedApiError(f"{self}: {exc}")
-            self._fail(
-                BrokerConnectionError(f"{self}: closed after failed version negotiation"),
-                notify=False,
-            )
-            raise unsupported from exc
 
     # --------------------------------------------------------------- properties
 
@@ -304,9 +273,23 @@ class BrokerConnection:
                 f"{self} supports no version of {api_key.name} that this client speaks"
             ) from None
 
+    @overload
     async def send(
-        self, request: Any, *, version: int | None = None, expect_response: bool = True
-    ) -> PendingResponse:
+        self,
+        request: Request[R],
+        *,
+        version: int | None = None,
+        expect_response: Literal[True] = True,
+    ) -> PendingResponse[R]: ...
+
+    @overload
+    async def send(
+        self, request: Request[R], *, version: int | None = None, expect_response: bool
+    ) -> PendingResponse[R | None]: ...
+
+    async def send(
+        self, request: Request[R], *, version: int | None = None, expect_response: bool = True
+    ) -> PendingResponse[R | None]:
         """Write ``request`` and return its :class:`PendingResponse`.
 
         Waits for an in-flight slot (when a response is expected) and for the
@@ -337,11 +320,15 @@ class BrokerConnection:
                     request,
                     version=version,
                     correlation_id=correlation_id,
-                    client_id=self.client_id,
+                    client_id=self.config.client_id,
                 )
                 self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
-                pending = PendingResponse(
-                    api_key, version, correlation_id, trio.current_time() + self.request_timeout
+                pending: PendingResponse[R | None] = PendingResponse(
+                    api_key,
+                    version,
+                    correlation_id,
+                    trio.current_time() + self.config.request_timeout,
+                    request.response_type(),
                 )
                 if expect_response:
                     self._register(pending)
@@ -366,7 +353,7 @@ class BrokerConnection:
             pending._resolve(None)
         return pending
 
-    async def request(self, request: Any, *, version: int | None = None) -> Any:
+    async def request(self, request: Request[R], *, version: int | None = None) -> R:
         """Send ``request`` and wait for its decoded response (see :meth:`send`)."""
         pending = await self.send(request, version=version)
         return await pending.wait()
@@ -401,7 +388,7 @@ class BrokerConnection:
 
     # ------------------------------------------------------------ bookkeeping
 
-    def _register(self, pending: PendingResponse) -> None:
+    def _register(self, pending: PendingResponse[Any]) -> None:
         was_idle = not self._pending
         self._pending[pending.correlation_id] = pending
         if was_idle and self._read_scope is not None:
@@ -491,7 +478,7 @@ class BrokerConnection:
             if entry.deadline <= trio.current_time():
                 raise RequestTimedOutError(
                     f"{self}: no response to {entry.api_key.name} v{entry.version} "
-                    f"(correlation id {entry.correlation_id}) within {self.request_timeout}s; "
+                    f"(correlation id {entry.correlation_id}) within {self.config.request_timeout}s; "
                     "closing the connection"
                 )
             return
@@ -514,7 +501,7 @@ class BrokerConnection:
                 "%s: response for correlation id %d overtook earlier requests", self, correlation_id
             )
         try:
-            response = _decode(frame, entry.api_key, entry.version)
+            _, response = decode_response_as(frame, entry.response_type, version=entry.version)
         except Exception as exc:  # any decoder failure means a malformed frame
             error = BrokerProtocolError(
                 f"{self}: malformed {entry.api_key.name} v{entry.version} response "
@@ -525,13 +512,3 @@ class BrokerConnection:
             raise error from exc
         entry._resolve(response)
 
-
-def _decode(frame: bytes, api_key: ApiKey, version: int) -> Any:
-    if api_key == ApiKey.API_VERSIONS and version > 0 and len(frame) >= 6:
-        # A broker that does not support our ApiVersions version answers
-        # UNSUPPORTED_VERSION in v0 format (ApiVersions responses always use
-        # header v0: 4 bytes of correlation id, then the body).
-        if int.from_bytes(frame[4:6], "big", signed=True) == ErrorCode.UNSUPPORTED_VERSION:
-            return ApiVersionsResponse.decode(frame[4:], 0)
-    _, response = decode_response(frame, api_key=api_key, version=version)
-    return response

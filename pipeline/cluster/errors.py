@@ -14,6 +14,7 @@ from typing import ClassVar
 __all__ = [
     "BrokerConnectionError",
     "BrokerProtocolError",
+    "ConfigError",
     "KafkaError",
     "MetadataTimeoutError",
     "RequestTimedOutError",
@@ -27,6 +28,11 @@ class KafkaError(Exception):
     """Base of every error the client raises."""
 
     retriable: ClassVar[bool] = False
+
+
+class ConfigError(KafkaError, ValueError):
+    """An invalid option (cluster, producer or consumer): the message names the
+    option and what is allowed. Raised before anything connects."""
 
 
 class BrokerConnectionError(KafkaError):

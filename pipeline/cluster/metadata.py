@@ -7,7 +7,6 @@ half-applied update.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -22,7 +21,6 @@ __all__ = [
     "PartitionInfo",
     "TopicInfo",
     "apply_metadata_response",
-    "backoff_delay",
 ]
 
 
@@ -162,18 +160,3 @@ def apply_metadata_response(
         fetched_at=now,
     )
     return MetadataUpdate(metadata, MappingProxyType(errors), frozenset(incomplete))
-
-
-def backoff_delay(
-    attempt: int, *, base: float, maximum: float, rng: random.Random, jitter: float = 0.2
-) -> float:
-    """Exponential backoff with jitter (KIP-580 style).
-
-    ``base * 2**attempt`` capped at ``maximum``, then multiplied by a factor in
-    ``[1 - jitter, 1 + jitter)`` drawn with ``rng.random()`` (so a stub whose
-    ``random()`` returns 0.5 gives exact, jitter-free delays), and capped at
-    ``maximum`` again.
-    """
-    delay = min(maximum, base * 2.0 ** min(attempt, 62))
-    factor = 1.0 - jitter + 2.0 * jitter * rng.random()
-    return min(maximum, delay * factor)

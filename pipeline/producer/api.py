@@ -52,6 +52,7 @@ from pipeline.producer.message import (
 )
 from pipeline.producer.partitioner import make_partitioner
 from pipeline.protocol.records import batch_size_for_record
+from pipeline.util.groups import unwrap_single_errors
 
 log = logging.getLogger("pipeline.producer")
 
@@ -588,7 +589,8 @@ async def open_producer(
     Args:
         bootstrap: ``"host:port"``, a comma-separated list, or a sequence of them.
         config: a ``ProducerConfig``; keyword ``options`` override its fields.
-        connector: the transport seam (tests pass a fake cluster's connector).
+        connector: the transport seam (tests pass a fake cluster's connector);
+            the same as the ``connector`` option.
 
     Leaving the block normally flushes (up to ``close_timeout``) and closes;
     whatever is still undelivered then fails with ``ProducerClosed``. Leaving
@@ -598,47 +600,23 @@ async def open_producer(
         ConfigError: an invalid option, before anything connects.
         KafkaError: no bootstrap broker answered within ``request_timeout``.
     """
+    if connector is not None:
+        options["connector"] = connector
     cfg = make_config(config, options)
-    try:
-        async with _run_producer(bootstrap, cfg, connector) as producer:
+    # Nurseries wrap errors in groups; at the public boundary one error is
+    # raised as itself (`except BrokerConnectionError:` works, a user's own
+    # exception comes out unchanged), several stay a group (pipeline.util.groups).
+    with unwrap_single_errors():
+        async with _run_producer(bootstrap, cfg) as producer:
             yield producer
-    except BaseExceptionGroup as group:
-        # Nurseries wrap errors in groups; at the public boundary a single
-        # error is raised as itself, so `except BrokerConnectionError:` works
-        # and a user's own exception comes out unchanged.
-        leaf = _single_leaf(group)
-        if leaf is None:
-            raise
-        raise leaf from None
-
-
-def _single_leaf(group: BaseExceptionGroup[Any]) -> BaseException | None:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        if len(exc.exceptions) != 1:
-            return None
-        exc = exc.exceptions[0]
-    return exc
 
 
 @asynccontextmanager
 async def _run_producer(
-    bootstrap: str | Sequence[str], cfg: ProducerConfig, connector: Any
+    bootstrap: str | Sequence[str], cfg: ProducerConfig
 ) -> AsyncIterator[Producer]:
     ledger = Ledger(cfg.buffer_memory, cfg.max_block)
-    cluster_kwargs: dict[str, Any] = dict(
-        client_id=cfg.client_id,
-        request_timeout=cfg.request_timeout,
-        metadata_max_age=cfg.metadata_max_age,
-        allow_auto_topic_creation=cfg.allow_auto_topic_creation,
-        retry_backoff=max(cfg.retry_backoff, 0.001),
-        retry_backoff_max=max(cfg.retry_backoff_max, cfg.retry_backoff, 0.001),
-        max_in_flight=cfg.max_in_flight,
-        rng=cfg.rng,
-    )
-    if connector is not None:
-        cluster_kwargs["connector"] = connector
-    async with Cluster.open(bootstrap, **cluster_kwargs) as cluster:
+    async with Cluster.open(bootstrap, cfg.cluster) as cluster:
         await _bootstrap(cluster, bootstrap, cfg.request_timeout)
         core = ProducerCore(cfg, cluster, ledger)
         producer = Producer(core)

@@ -4,16 +4,22 @@ Names follow the Java client's settings in Python spelling, with seconds for
 durations (``linger=0.005`` is Java's ``linger.ms=5``). Defaults are the Java
 client's where they make sense for Python, and every deviation is explained
 next to the field.
+
+``ProducerConfig`` extends :class:`~pipeline.cluster.config.ClusterConfig`: the
+cluster-level options (``client_id``, ``request_timeout``, ``max_in_flight``,
+the ``retry_backoff*`` trio, metadata, ``connector``, ``rng``; later the
+security options) are its fields, validated by it, and handed to the cluster
+client as ``config.cluster``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pipeline.cluster.config import ClusterConfig
 from pipeline.producer.errors import ConfigError
 from pipeline.protocol.compression import Compression
 
@@ -36,19 +42,19 @@ _PARTITIONERS = ("default", "murmur2", "murmur2_random", "round_robin", "random"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ProducerConfig:
-    """Every producer option. Pass it to ``open_producer`` or give the fields as keywords."""
+class ProducerConfig(ClusterConfig):
+    """Every producer option. Pass it to ``open_producer`` or give the fields as keywords.
+
+    The cluster-level fields (``request_timeout``, ``max_in_flight`` per broker
+    connection, ``retry_backoff*``, ``client_id``, metadata, ``rng``...) are
+    inherited from :class:`~pipeline.cluster.config.ClusterConfig`.
+    """
 
     # Delivery guarantees.
     acks: Acks = "all"
     idempotent: bool = True  # as in the Java client since 3.0 (KIP-679)
     retries: int = 2**31 - 1  # bounded in practice by delivery_timeout, as in Java
-    retry_backoff: float = 0.1
-    retry_backoff_max: float = 1.0
-    retry_backoff_jitter: float = 0.2  # +-20% (KIP-580); 0 makes retry times exact in tests
     delivery_timeout: float = 120.0
-    request_timeout: float = 30.0
-    max_in_flight: int = 5  # requests per broker connection
 
     # Batching.
     linger: float = 0.005
@@ -64,11 +70,6 @@ class ProducerConfig:
     max_block: float = 60.0
     channel_capacity: int = 1024  # items per internal channel (each item is a list of messages)
 
-    # Cluster.
-    client_id: str = "pipeline"
-    metadata_max_age: float = 300.0
-    allow_auto_topic_creation: bool = False
-
     # Results and shutdown.
     return_successes: bool = False
     close_timeout: float = 30.0
@@ -76,12 +77,8 @@ class ProducerConfig:
     # Partitioning: a name, a Partitioner object, or a callable(topic, key, value, n) -> int.
     partitioner: Any = "default"
 
-    # Injection points for deterministic tests.
-    rng: random.Random | None = field(default=None, compare=False, repr=False)
+    # Injection point for deterministic tests (rng is a ClusterConfig field).
     timestamp_ms: Callable[[], int] | None = field(default=None, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.validate()
 
     @property
     def acks_value(self) -> int:
@@ -108,6 +105,7 @@ class ProducerConfig:
         def bad(option: str, value: object, allowed: str) -> ConfigError:
             return ConfigError(f"invalid {option}={value!r}: {allowed}")
 
+        ClusterConfig.validate(self)
         if self.acks not in (0, 1, -1, "all"):
             raise bad("acks", self.acks, 'use 0, 1 or "all"')
         if self.compression not in _COMPRESSION_NAMES:
@@ -125,20 +123,12 @@ class ProducerConfig:
                     "compression_level", self.compression_level,
                     f"{self.compression} levels are {lo}..{hi}",
                 )
-        for name in ("linger", "retry_backoff"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value < 0:
-                raise bad(name, value, "must be a number of seconds >= 0")
-        for name in ("delivery_timeout", "request_timeout", "max_block", "close_timeout",
-                     "metadata_max_age", "retry_backoff_max"):
+        if not isinstance(self.linger, (int, float)) or self.linger < 0:
+            raise bad("linger", self.linger, "must be a number of seconds >= 0")
+        for name in ("delivery_timeout", "max_block", "close_timeout"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value <= 0:
                 raise bad(name, value, "must be a number of seconds > 0")
-        if not 0 <= self.retry_backoff_jitter < 1:
-            raise bad("retry_backoff_jitter", self.retry_backoff_jitter, "must be in [0, 1)")
-        if self.retry_backoff_max < self.retry_backoff:
-            raise bad("retry_backoff_max", self.retry_backoff_max,
-                      f"must be >= retry_backoff ({self.retry_backoff})")
         if self.delivery_timeout < self.linger + self.request_timeout:
             raise bad(
                 "delivery_timeout", self.delivery_timeout,
@@ -146,7 +136,7 @@ class ProducerConfig:
                 "as in the Java client, or every slow request would time out its messages",
             )
         for name in ("batch_bytes", "max_request_bytes", "max_message_bytes", "buffer_memory",
-                     "max_in_flight", "max_batch_messages", "channel_capacity"):
+                     "max_batch_messages", "channel_capacity"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise bad(name, value, "must be a positive integer")
@@ -175,8 +165,6 @@ class ProducerConfig:
         if isinstance(self.partitioner, str) and self.partitioner not in _PARTITIONERS:
             raise bad("partitioner", self.partitioner,
                       f"use one of {list(_PARTITIONERS)}, a Partitioner, or a callable")
-        if not isinstance(self.client_id, str):
-            raise bad("client_id", self.client_id, "must be a string")
 
 
 def make_config(config: ProducerConfig | None, options: dict[str, Any]) -> ProducerConfig:

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from pipeline.producer.backoff import Backoff
 from pipeline.producer.broker_producer import BrokerProducer
 from pipeline.producer.config import ProducerConfig
 from pipeline.producer.envelopes import TopicPartition
@@ -20,6 +19,7 @@ from pipeline.producer.errors import DeliveryTimeoutError
 from pipeline.producer.idempotence import Idempotence
 from pipeline.producer.ledger import Ledger
 from pipeline.producer.partition_producer import Inbound, PartitionProducer
+from pipeline.util.backoff import Backoff
 
 if TYPE_CHECKING:
     from pipeline.cluster.connection import BrokerConnection
@@ -33,8 +33,8 @@ class ProducerCore:
         self.ledger = ledger
         self.rng = config.rng if config.rng is not None else random.Random()
         self._backoff = Backoff(
-            config.retry_backoff if config.retry_backoff > 0 else 0.001,
-            max(config.retry_backoff_max, config.retry_backoff, 0.001),
+            config.retry_backoff,
+            config.retry_backoff_max,
             jitter=config.retry_backoff_jitter,
             rng=self.rng,
         )

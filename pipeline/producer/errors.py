@@ -14,15 +14,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pipeline.cluster.errors import ConfigError as ConfigError
 from pipeline.cluster.errors import KafkaError
 from pipeline.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from pipeline.producer.message import ProducerMessage
-
-
-class ConfigError(KafkaError, ValueError):
-    """An invalid producer option: the message names the option and what is allowed."""
 
 
 class MessageTooLargeError(KafkaError, ValueError):

@@ -62,7 +62,7 @@ _OWN_OPTIONS = {
 
 
 def _parse(value: str) -> Any:
-    from pipeline.cli._common import parse_option_value
+    from pipeline.cluster.config import parse_option_value
 
     return parse_option_value(value)
 

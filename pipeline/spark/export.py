@@ -335,19 +335,21 @@ def export_dataframe(
 
 
 def _check_topic(bootstrap: str, topic: str, producer_options: Mapping[str, Any]) -> None:
+    """Ask the cluster for ``topic`` with the producer's own cluster options."""
     import trio
 
+    from pipeline.cluster.errors import BrokerConnectionError
     from pipeline.cluster.pool import Cluster
+    from pipeline.producer.config import make_config
+    from pipeline.util.groups import unwrap_single_errors
 
-    timeout = float(producer_options.get("request_timeout", 30.0))
-    auto = bool(producer_options.get("allow_auto_topic_creation", False))
+    # The producers' cluster options (and later their security options), with the
+    # metadata wait bounded by their request_timeout.
+    cfg = make_config(None, dict(producer_options)).cluster
+    timeout = cfg.request_timeout
 
     async def check() -> None:
-        from pipeline.cluster.errors import BrokerConnectionError
-
-        async with Cluster.open(
-            bootstrap, allow_auto_topic_creation=auto, metadata_timeout=timeout
-        ) as cluster:
+        async with Cluster.open(bootstrap, cfg, metadata_timeout=timeout) as cluster:
             with trio.move_on_after(timeout) as scope:
                 await cluster.partitions_for(topic)
             if scope.cancelled_caught:
@@ -356,18 +358,8 @@ def _check_topic(bootstrap: str, topic: str, producer_options: Mapping[str, Any]
                     "check the address and that the broker is running"
                 )
 
-    try:
+    with unwrap_single_errors():
         trio.run(check)
-    except BaseExceptionGroup as group:
-        raise _first_leaf(group) from None
-
-
-def _first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
-    """The first real exception in a (nested) trio ExceptionGroup."""
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
 
 
 _TASK_ERROR = re.compile(r"(?:ExportTaskError|pipeline\.spark\.partition\.ExportTaskError): (.+)")

@@ -452,25 +452,28 @@ def export_partition(
 
 
 def _from_group(group: BaseExceptionGroup[Any], status: PartitionStatus) -> BaseException:
-    leaves: list[BaseException] = []
+    """The one exception a task raises for ``group``, keeping every error in it.
 
-    def walk(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for inner in exc.exceptions:
-                walk(inner)
-        else:
-            leaves.append(exc)
+    A lone ``ExportTaskError`` is raised as itself; anything else that is an
+    ``Exception`` becomes one ``ExportTaskError`` naming each error (the driver
+    only sees the text); a ``BaseException`` such as ``KeyboardInterrupt`` goes
+    up by the library's group rule (``pipeline.util.groups``).
+    """
+    from pipeline.util.groups import collapse, real_errors
 
-    walk(group)
-    for leaf in leaves:
-        if isinstance(leaf, ExportTaskError):
-            return leaf
-    first = leaves[0] if leaves else group
-    if not isinstance(first, Exception):
-        return first
+    errors = real_errors(group)
+    if not all(isinstance(e, Exception) for e in errors):
+        return collapse(group)
+    tasks = [e for e in errors if isinstance(e, ExportTaskError)]
+    others = "; ".join(f"{type(e).__name__}: {e}" for e in errors if e not in tasks)
+    if tasks:
+        if len(errors) == 1:
+            return tasks[0]
+        text = "; ".join(str(e) for e in tasks)
+        return ExportTaskError(f"{text}; also {others}" if others else text)
     return ExportTaskError(
         f"export of Spark partition {status.partition} (attempt {status.attempt}) failed: "
-        f"{type(first).__name__}: {first}"
+        f"{others}"
     )
 
 

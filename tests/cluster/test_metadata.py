@@ -18,6 +18,8 @@ import trio
 import trio.testing
 
 from pipeline.cluster import Cluster
+from pipeline.cluster.brokers import cluster_backoff
+from pipeline.cluster.config import ClusterConfig
 from pipeline.cluster.errors import (
     BrokerConnectionError,
     MetadataTimeoutError,
@@ -28,7 +30,6 @@ from pipeline.cluster.metadata import (
     ClusterMetadata,
     PartitionInfo,
     apply_metadata_response,
-    backoff_delay,
 )
 from pipeline.cluster.transport import Connector
 from pipeline.protocol.api import ApiKey
@@ -337,14 +338,15 @@ def test_leaderless_and_unknown_topics() -> None:
     ("attempt", "expected"), [(0, 0.1), (1, 0.2), (2, 0.4), (3, 0.8), (4, 1.0), (40, 1.0)]
 )
 def test_backoff_delay(attempt: int, expected: float) -> None:
-    assert backoff_delay(attempt, base=0.1, maximum=1.0, rng=MidpointRandom()) == pytest.approx(
-        expected
-    )
+    # `attempt` counts failures so far (0: the first retry), as the pool and the
+    # refresher count them.
+    backoff = cluster_backoff(ClusterConfig(), MidpointRandom())
+    assert backoff.delay(attempt + 1) == pytest.approx(expected)
 
 
 def test_backoff_jitter_stays_within_20_percent() -> None:
-    rng = random.Random(3)
-    delays = [backoff_delay(1, base=0.1, maximum=1.0, rng=rng) for _ in range(200)]
+    backoff = cluster_backoff(ClusterConfig(), random.Random(3))
+    delays = [backoff.delay(2) for _ in range(200)]
     assert min(delays) >= 0.16
     assert max(delays) < 0.24
     assert len(set(delays)) > 100

@@ -1,4 +1,4 @@
-"""pipeline.producer.backoff: exponential, capped, jittered retry delays."""
+"""pipeline.util.backoff: exponential, capped, jittered retry delays."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.producer.backoff import Backoff
+from pipeline.util.backoff import Backoff
 
 
 def test_exact_sequence_without_jitter() -> None:

@@ -1,0 +1,241 @@
+"""The broker pool: one lazily made, reconnecting connection per broker.
+
+# Strategy
+
+Connections are made on first use, by the calling task, single-flight per
+node: the first caller connects while later callers wait on its ``connecting``
+event and then take its result. A failed connect makes the next attempt to that
+node wait an exponentially growing, jittered backoff (``retry_backoff`` ..
+``retry_backoff_max``); a successful one resets it. A connection whose broker
+moved to another address (a new MetadataResponse says so) is closed and made
+again.
+
+Bootstrap addresses are pseudo-nodes with negative ids (-1, -2, ...). They are
+used only while no known broker answers, and retired by the
+:class:`~pipeline.cluster.pool.Cluster` once a MetadataResponse lists the
+brokers.
+
+The pool owns no task: the readers of its connections run in the nursery it is
+given (the Cluster's).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import trio
+
+from pipeline.cluster.config import ClusterConfig
+from pipeline.cluster.connection import BrokerConnection
+from pipeline.cluster.errors import (
+    BrokerConnectionError,
+    BrokerProtocolError,
+    KafkaError,
+    UnsupportedApiError,
+)
+from pipeline.cluster.metadata import BrokerAddress
+from pipeline.util.backoff import Backoff
+
+__all__ = ["CONNECT_ERRORS", "BrokerPool"]
+
+logger = logging.getLogger("pipeline.cluster")
+
+#: What a failed connect raises; the pool backs off and the caller may try another broker.
+CONNECT_ERRORS = (BrokerConnectionError, BrokerProtocolError, UnsupportedApiError)
+
+# The smallest backoff the cluster client waits. retry_backoff=0 is a valid
+# producer setting (retry at once), but a reconnect or metadata loop without any
+# wait would spin, and on trio's autojump clock would never let time advance.
+_MIN_BACKOFF = 0.001
+
+
+def cluster_backoff(config: ClusterConfig, rng: random.Random) -> Backoff:
+    """The reconnect / metadata-round backoff for ``config`` (never below 1 ms)."""
+    return Backoff(
+        max(config.retry_backoff, _MIN_BACKOFF),
+        max(config.retry_backoff_max, _MIN_BACKOFF),
+        jitter=config.retry_backoff_jitter,
+        rng=rng,
+    )
+
+
+@dataclass(eq=False)
+class _Node:
+    """Pool entry for one broker (or bootstrap address, with a negative id)."""
+
+    node_id: int
+    conn: BrokerConnection | None = None
+    connecting: trio.Event | None = None  # set while one task connects; others wait on it
+    failures: int = 0  # consecutive failed connects; drives the reconnect backoff
+    retry_at: float = -math.inf  # no connect attempt before this trio time
+
+
+class BrokerPool:
+    """Connections by node id. Owned by a :class:`~pipeline.cluster.pool.Cluster`."""
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        bootstrap: Sequence[BrokerAddress],
+        config: ClusterConfig,
+        *,
+        backoff: Backoff,
+        on_lost: Callable[[], None],
+    ) -> None:
+        self._nursery = nursery
+        self.bootstrap = list(bootstrap)
+        self._config = config
+        self._connector = config.make_connector()
+        self._backoff = backoff
+        # Called when a broker connection fails on its own or a connect to a
+        # known broker fails: the metadata may be stale (the Cluster refreshes).
+        self._on_lost = on_lost
+        self._nodes: dict[int, _Node] = {}
+        self._rotation = 0  # spreads connects over brokers
+        self.closed = False
+
+    def address_of(
+        self, node_id: int, brokers: Mapping[int, BrokerAddress]
+    ) -> BrokerAddress | None:
+        """The address of a broker (``brokers`` from the metadata) or bootstrap pseudo-node."""
+        if node_id < 0:
+            index = -node_id - 1
+            return self.bootstrap[index] if index < len(self.bootstrap) else None
+        return brokers.get(node_id)
+
+    async def connect(
+        self, node_id: int, address: BrokerAddress, *, wait_backoff: bool = True
+    ) -> BrokerConnection:
+        """The open connection to ``node_id`` at ``address``, connecting if needed.
+
+        With ``wait_backoff=False`` a node in reconnect backoff (or whose
+        concurrent connect just failed) raises at once instead of waiting.
+
+        Raises:
+          BrokerConnectionError, BrokerProtocolError, UnsupportedApiError: the connect failed.
+        """
+        node = self._nodes.get(node_id)
+        if node is None:
+            node = self._nodes[node_id] = _Node(node_id)
+        while True:
+            conn = node.conn
+            if conn is not None and not conn.closed:
+                if (conn.host, conn.port) == address:
+                    return conn
+                logger.info("%s moved to %s:%d; reconnecting", conn, *address)
+                await conn.aclose()
+                node.conn = None
+                continue
+            if node.connecting is not None:
+                await node.connecting.wait()
+                if node.conn is None and not wait_backoff:
+                    raise BrokerConnectionError(
+                        f"broker {node_id} at {address[0]}:{address[1]} unreachable"
+                    )
+                continue
+            delay = node.retry_at - trio.current_time()
+            if delay > 0:
+                if not wait_backoff:
+                    raise BrokerConnectionError(
+                        f"broker {node_id} at {address[0]}:{address[1]} in reconnect backoff"
+                    )
+                await trio.sleep(delay)
+                continue
+            break
+        node.connecting = trio.Event()
+        try:
+            conn = await BrokerConnection.connect(
+                self._nursery,
+                self._connector,
+                address.host,
+                address.port,
+                node_id=node_id,
+                config=self._config,
+                on_close=self._on_connection_closed,
+            )
+        except CONNECT_ERRORS as exc:
+            node.retry_at = trio.current_time() + self._backoff.delay(node.failures + 1)
+            node.failures += 1
+            logger.warning(
+                "cannot connect to broker %d at %s:%d (attempt %d, next in %.3fs): %s",
+                node_id,
+                address.host,
+                address.port,
+                node.failures,
+                node.retry_at - trio.current_time(),
+                exc,
+            )
+            if node_id >= 0 and not self.closed:
+                self._on_lost()
+            raise
+        finally:
+            event, node.connecting = node.connecting, None
+            event.set()
+        node.conn = conn
+        node.failures = 0
+        node.retry_at = -math.inf
+        return conn
+
+    async def pick(
+        self, brokers: Mapping[int, BrokerAddress], *, include_bootstrap: bool
+    ) -> BrokerConnection:
+        """An open connection to a known broker (least loaded), else connect to the
+        next candidate (brokers in rotation, then bootstrap addresses when asked or
+        when no broker is known).
+
+        Raises:
+          BrokerConnectionError: no candidate could be reached.
+        """
+        open_conns = [
+            n.conn
+            for node_id, n in self._nodes.items()
+            if node_id in brokers and n.conn is not None and not n.conn.closed
+        ]
+        if open_conns:
+            return min(open_conns, key=lambda c: c.in_flight)
+        ids = sorted(brokers)
+        if ids:
+            start = self._rotation % len(ids)
+            self._rotation += 1
+            ids = ids[start:] + ids[:start]
+        candidates: list[tuple[int, BrokerAddress]] = [(i, brokers[i]) for i in ids]
+        if include_bootstrap or not candidates:
+            candidates += [(-i - 1, a) for i, a in enumerate(self.bootstrap)]
+        last: KafkaError | None = None
+        for node_id, address in candidates:
+            try:
+                return await self.connect(node_id, address, wait_backoff=False)
+            except CONNECT_ERRORS as exc:
+                last = exc
+        raise BrokerConnectionError(
+            "no broker reachable (tried "
+            + ", ".join(f"{a.host}:{a.port}" for _, a in candidates)
+            + f"): {last}"
+        ) from last
+
+    def retire_bootstrap(self) -> list[BrokerConnection]:
+        """Detach the bootstrap pseudo-nodes' connections (the caller closes them)."""
+        retired: list[BrokerConnection] = []
+        for node_id, node in self._nodes.items():
+            if node_id < 0 and node.conn is not None:
+                retired.append(node.conn)
+                node.conn = None
+        return retired
+
+    async def aclose(self) -> None:
+        """Close every connection (shielded: runs to the end even when cancelled)."""
+        self.closed = True
+        with trio.CancelScope(shield=True):
+            for node in list(self._nodes.values()):
+                if node.conn is not None:
+                    await node.conn.aclose()
+
+    def _on_connection_closed(self, conn: BrokerConnection, error: KafkaError) -> None:
+        if self.closed or conn.node_id < 0:
+            return
+        logger.info("%s lost (%s); refreshing metadata", conn, error)
+        self._on_lost()
