@@ -53,6 +53,31 @@ class FrameBuffer:
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         self._buf += data
 
+    def _next_size(self) -> int | None:
+        """The next frame's size once its prefix is buffered; ProtocolError if bad."""
+        if len(self._buf) - self._pos < 4:
+            return None
+        size: int = _I32.unpack_from(self._buf, self._pos)[0]
+        if size < 0:
+            raise ProtocolError(f"negative frame size {size}")
+        if size > self.max_frame_size:
+            raise ProtocolError(f"frame size {size} exceeds max_frame_size {self.max_frame_size}")
+        return size
+
+    def peek(self, n: int) -> bytes | None:
+        """The first ``n`` payload bytes of the next frame (fewer if the frame is
+        shorter) as soon as they are buffered, without consuming anything; None
+        before. Lets a relay act on a frame's header before its body has arrived.
+        Raises :class:`ProtocolError` for a bad size, as :meth:`next_frame` does."""
+        size = self._next_size()
+        if size is None:
+            return None
+        want = min(n, size)
+        start = self._pos + 4
+        if len(self._buf) - start < want:
+            return None
+        return bytes(self._buf[start : start + want])
+
     def next_frame(self) -> bytes | Literal[_NeedData.NEED_DATA]:
         buf = self._buf
         pos = self._pos
@@ -60,10 +85,8 @@ class FrameBuffer:
         if avail < 4:
             return NEED_DATA
         size: int = _I32.unpack_from(buf, pos)[0]
-        if size < 0:
-            raise ProtocolError(f"negative frame size {size}")
-        if size > self.max_frame_size:
-            raise ProtocolError(f"frame size {size} exceeds max_frame_size {self.max_frame_size}")
+        if size < 0 or size > self.max_frame_size:
+            self._next_size()  # raises the ProtocolError naming the problem
         if avail < 4 + size:
             return NEED_DATA
         start = pos + 4

@@ -22,9 +22,9 @@ Faults:
   request starts arriving, close both sides instead of forwarding it: the
   request was applied, its ack is lost.
 
-The proxy parses Kafka frame boundaries in both directions (4-byte size
-prefix; request header api_key/version/correlation_id; response correlation
-id) and forwards whole frames. It listens on 127.0.0.1 only; connections and
+The proxy splits Kafka frames in both directions with the codec's
+`FrameBuffer` (request header api_key/version/correlation_id; response
+correlation id) and forwards whole frames. It listens on 127.0.0.1 only; connections and
 frame sizes are bounded.
 """
 
@@ -37,10 +37,15 @@ from typing import Literal
 
 import trio
 
+from pipeline.protocol.errors import ProtocolError
+from pipeline.protocol.framing import NEED_DATA, FrameBuffer
+
 __all__ = ["FaultProxy", "ProxyEvent", "ProxyStats"]
 
 Direction = Literal["request", "response"]
 MAX_FRAME = 100 * 1024 * 1024
+_I32 = struct.Struct(">i")
+_REQUEST_HEAD = struct.Struct(">hhi")  # api key, version, correlation id
 
 
 @dataclass(slots=True)
@@ -282,37 +287,46 @@ class FaultProxy:
         done: trio.CancelScope,
     ) -> None:
         """Forward whole frames from src to dst; returning closes the connection."""
-        buf = bytearray()
-        checked_head = False  # lose_responses looked at the frame at the head of buf
+        frames = FrameBuffer(max_frame_size=self.max_frame)
+        checked_head = False  # lose_responses looked at the frame at the head of `frames`
         try:
             while True:
                 data = await src.receive_some(65536)
                 if not data:
                     return
-                buf += data
-                while len(buf) >= 4:
-                    (size,) = struct.unpack_from(">i", buf)
-                    if size < 4 or size > self.max_frame:
-                        self._kill(conn, f"bad frame size {size}")
+                frames.receive_data(data)
+                while True:
+                    try:
+                        if direction == "response" and not checked_head:
+                            # Decide on the correlation id as soon as it arrives,
+                            # before the rest of the response does.
+                            head = frames.peek(4)
+                            if head is not None and len(head) == 4:
+                                checked_head = True
+                                (corr,) = _I32.unpack(head)
+                                if self._lose and self._should_lose(conn, corr):
+                                    self.stats.responses_lost += 1
+                                    self._event(
+                                        "lose_response", conn.conn_id, f"correlation_id={corr}"
+                                    )
+                                    self._kill(conn, "lose_response")
+                                    return
+                        payload = frames.next_frame()
+                    except ProtocolError as exc:
+                        self._kill(conn, f"bad frame: {exc}")
                         return
-                    if direction == "response" and not checked_head and len(buf) >= 8:
-                        checked_head = True
-                        (corr,) = struct.unpack_from(">i", buf, 4)
-                        if self._lose and self._should_lose(conn, corr):
-                            self.stats.responses_lost += 1
-                            self._event("lose_response", conn.conn_id, f"correlation_id={corr}")
-                            self._kill(conn, "lose_response")
-                            return
-                    if len(buf) < 4 + size:
+                    if payload is NEED_DATA:
                         break
-                    frame = bytes(buf[: 4 + size])
-                    del buf[: 4 + size]
+                    if len(payload) < 4:
+                        self._kill(conn, f"bad frame size {len(payload)}")
+                        return
                     checked_head = False
-                    if direction == "request" and size >= 8:
-                        api_key, _version, corr = struct.unpack_from(">hhi", frame, 4)
+                    frame = _I32.pack(len(payload)) + payload
+                    if direction == "request" and len(payload) >= 8:
+                        api_key, _version, corr = _REQUEST_HEAD.unpack_from(payload)
                         conn.pending[corr] = api_key
                     elif direction == "response":
-                        conn.pending.pop(struct.unpack_from(">i", frame, 4)[0], None)
+                        conn.pending.pop(_I32.unpack_from(payload)[0], None)
                     await self._gate()
                     if self._cuts[direction] > 0:
                         self._cuts[direction] -= 1

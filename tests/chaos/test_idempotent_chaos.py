@@ -52,6 +52,7 @@ import pytest
 import trio
 
 from pipeline import ProducerError, open_producer
+from pipeline.protocol.api import ApiKey
 from pipeline.testing.broker import EmbeddedBroker, create_topics, free_port
 from pipeline.testing.proxy import FaultProxy
 
@@ -62,7 +63,6 @@ pytestmark = pytest.mark.chaos
 MESSAGES = int(os.environ.get("PIPELINE_CHAOS_MESSAGES", "20000"))
 SEEDS = [1, 2, 3, 4, 5]
 PARTITIONS = 6
-PRODUCE = 0  # api key
 # Sending is paced (a pause every PACE_EVERY messages) so that each run lasts a few
 # seconds and many faults hit it (unpaced, 20k messages take ~0.5 s and see one or two),
 # while each burst still pipelines several batches per partition.
@@ -216,7 +216,7 @@ async def inject_lost_responses(proxy: FaultProxy, stop: trio.Event, seed: int) 
             return
         if proxy.stats.responses_lost >= armed:
             armed += 1
-            proxy.lose_responses(1, api_key=PRODUCE)
+            proxy.lose_responses(1, api_key=ApiKey.PRODUCE)
 
 
 async def chaos_run(

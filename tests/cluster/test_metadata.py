@@ -44,8 +44,6 @@ from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import MidpointRandom
 
-METADATA = int(ApiKey.METADATA)
-
 
 @pytest.fixture
 async def fake(nursery: trio.Nursery) -> FakeCluster:
@@ -83,7 +81,7 @@ async def open_cluster(
 
 
 def metadata_times(fake: FakeCluster) -> list[float]:
-    return [r.time for r in fake.requests_of(METADATA)]
+    return [r.time for r in fake.requests_of(ApiKey.METADATA)]
 
 
 # ------------------------------------------------------------ issue 3, acceptance 2
@@ -157,7 +155,7 @@ async def test_unknown_topic_with_auto_creation_off_is_a_clear_error(
         assert "'missing' does not exist" in message
         assert "allow_auto_topic_creation=True" in message
         assert "--create --topic missing" in message
-        [request] = fake.requests_of(METADATA)
+        [request] = fake.requests_of(ApiKey.METADATA)
         assert request.request.allow_auto_topic_creation is False
         assert "missing" not in fake.state.topics
         assert trio.current_time() == 0.0
@@ -182,7 +180,7 @@ async def test_bootstrap_with_one_dead_address_and_one_live_one(
         assert await cluster.partitions_for("t") == 3
         assert set(cluster.metadata.brokers) == {0, 1, 2}
         assert cluster.metadata.brokers[2] == BrokerAddress("fake-2", 9092)
-        [request] = fake.requests_of(METADATA)
+        [request] = fake.requests_of(ApiKey.METADATA)
         assert request.node_id == 1
         assert trio.current_time() == 0.0
 

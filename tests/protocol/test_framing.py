@@ -99,3 +99,29 @@ def test_no_quadratic_behaviour() -> None:
     assert n == 200_000
     assert time.perf_counter() - t0 < 5.0
     assert len(fb._buf) < 64 * 1024 + 4096  # compacted as it goes
+
+
+def test_peek_sees_a_frame_head_before_the_frame_is_complete() -> None:
+    fb = FrameBuffer()
+    assert fb.peek(4) is None
+    fb.receive_data(b"\x00\x00\x00\x0a\x00\x00")
+    assert fb.peek(4) is None  # only 2 payload bytes so far
+    fb.receive_data(b"\x00\x07abc")
+    assert fb.peek(4) == b"\x00\x00\x00\x07"
+    assert fb.next_frame() is NEED_DATA  # 10 bytes announced, 7 buffered
+    assert len(fb) == 11  # peek consumed nothing
+    fb.receive_data(b"def")
+    assert fb.next_frame() == b"\x00\x00\x00\x07abcdef"
+    fb.receive_data(b"\x00\x00\x00\x02hi")
+    assert fb.peek(4) == b"hi"  # a frame shorter than asked for: all of it
+
+
+def test_peek_rejects_bad_sizes_like_next_frame() -> None:
+    fb = FrameBuffer(max_frame_size=10)
+    fb.receive_data(b"\x00\x00\x00\x0b")
+    with pytest.raises(ProtocolError, match="max_frame_size"):
+        fb.peek(4)
+    neg = FrameBuffer()
+    neg.receive_data(b"\xff\xff\xff\xff")
+    with pytest.raises(ProtocolError, match="negative"):
+        neg.peek(1)

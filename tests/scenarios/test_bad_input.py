@@ -34,12 +34,11 @@ from pipeline import (
     open_producer,
 )
 from pipeline.producer.message import Delivery
+from pipeline.protocol.api import ApiKey
 from pipeline.protocol.records import batch_size_for_record
 from pipeline.testing.fake_cluster import ControlContext, FakeCluster
 
 from .conftest import open_fake_producer, producer_options, values_in_log
-
-PRODUCE = 0
 
 
 async def outcome(delivery: Delivery) -> RecordMetadata | ProducerError:
@@ -66,7 +65,7 @@ def stall_produce(fake: FakeCluster) -> trio.Event:
         await gate.wait()
         return None
 
-    fake.control(PRODUCE, hold, sticky=True)
+    fake.control(ApiKey.PRODUCE, hold, sticky=True)
     return gate
 
 

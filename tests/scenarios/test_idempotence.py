@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from pipeline import DeliveryTimeoutError, ProducerError
+from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages.init_producer_id import InitProducerIdResponse
 from pipeline.protocol.records import decode_record_batches
@@ -21,13 +22,11 @@ from pipeline.testing.fake_cluster import ControlContext, FakeCluster
 from .conftest import open_fake_producer, values_in_log
 from .test_sarama_suite import outcomes, send_all, vals
 
-PRODUCE, INIT_PRODUCER_ID = 0, 22
-
 
 def sent_batches(fake: FakeCluster, topic: str, partition: int) -> list[tuple[int, int, int, int, int]]:
     """(node, producer_id, epoch, base_sequence, records) of every batch sent for a partition."""
     out = []
-    for rec in fake.requests_of(PRODUCE):
+    for rec in fake.requests_of(ApiKey.PRODUCE):
         for t in rec.request.topic_data:
             for p in t.partition_data:
                 if t.name == topic and p.index == partition:
@@ -49,7 +48,7 @@ async def test_ack_lost_after_write_is_answered_as_duplicate(
     """The write succeeded, the ack was lost: the identical retry is a duplicate of a
     cached batch, answered with the original offset; the log holds each record once."""
     fake.create_topic("t", 1, leaders=[0])
-    fake.drop_response_after_apply(PRODUCE, node_id=0)
+    fake.drop_response_after_apply(ApiKey.PRODUCE, node_id=0)
     async with open_fake_producer(fake, **idem_options()) as producer:
         results = await outcomes(await send_all(producer, "t", vals("m", 10), partition=0))
     assert [r.offset for r in results] == list(range(10))
@@ -67,7 +66,7 @@ async def test_unexplained_sequence_gap_fails_that_batch_and_bumps_the_epoch(
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake, **idem_options()) as producer:
         first = await outcomes(await send_all(producer, "t", vals("a", 5), partition=0))
-        fake.fail_next(PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, node_id=0)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, node_id=0)
         gap = await outcomes(await send_all(producer, "t", vals("b", 5), partition=0))
         later = await outcomes(await send_all(producer, "t", vals("c", 5), partition=0))
         idem = producer._core.idempotence
@@ -87,16 +86,16 @@ async def test_five_in_flight_first_fails_retriably(fake: FakeCluster, autojump_
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake, **idem_options(max_batch_messages=10)) as producer:
         await producer.send_and_wait("t", b"warm", partition=0)  # the partition is confirmed
-        fake.delay_responses(0.05, api_key=PRODUCE, count=1, before_apply=True)
-        fake.fail_next(PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
-        before = len(fake.requests_of(PRODUCE))
+        fake.delay_responses(0.05, api_key=ApiKey.PRODUCE, count=1, before_apply=True)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        before = len(fake.requests_of(ApiKey.PRODUCE))
         results = await outcomes(await send_all(producer, "t", vals("m", 50), partition=0))
     assert [r.offset for r in results] == list(range(1, 51))
     assert values_in_log(fake, "t", 0) == [b"warm", *vals("m", 50)]
     wire = sent_batches(fake, "t", 0)[1:]
     first_round = wire[:5]
     assert [b[3] for b in first_round] == [1, 11, 21, 31, 41]  # five pipelined batches
-    assert len(fake.requests_of(PRODUCE)) - before == 10  # 5 attempts + 5 identical retries
+    assert len(fake.requests_of(ApiKey.PRODUCE)) - before == 10  # 5 attempts + 5 identical retries
     assert [b[3] for b in wire[5:]] == [1, 11, 21, 31, 41]
 
 
@@ -106,7 +105,7 @@ async def test_leader_move_with_batches_in_flight(fake: FakeCluster, autojump_cl
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake, **idem_options(max_batch_messages=10)) as producer:
         await producer.send_and_wait("t", b"warm", partition=0)
-        fake.delay_responses(0.5, api_key=PRODUCE, count=1, node_id=0, before_apply=True)
+        fake.delay_responses(0.5, api_key=ApiKey.PRODUCE, count=1, node_id=0, before_apply=True)
         deliveries = await send_all(producer, "t", vals("m", 30), partition=0)
         await trio.sleep(0.1)
         fake.move_leader("t", 0, to=2)
@@ -147,7 +146,7 @@ async def test_delivery_timeout_of_an_in_flight_batch(fake: FakeCluster, autojum
         await producer.send_and_wait("t", b"warm", partition=0)
         # First attempt: applied, answer never comes (request timeout at 10 s);
         # the identical retry at 10.1 s hangs too, past the 12 s delivery deadline.
-        fake.delay_responses(30.0, api_key=PRODUCE, count=2, node_id=0)
+        fake.delay_responses(30.0, api_key=ApiKey.PRODUCE, count=2, node_id=0)
         t0 = trio.current_time()
         timed_out = await outcomes(await send_all(producer, "t", vals("a", 3), partition=0))
         assert trio.current_time() - t0 == pytest.approx(12.0)
@@ -171,10 +170,10 @@ async def test_epoch_exhaustion_gets_a_new_producer_id(
     def last_epoch(ctx: ControlContext) -> InitProducerIdResponse:
         return InitProducerIdResponse(error_code=0, producer_id=4242, producer_epoch=32766)
 
-    fake.control(INIT_PRODUCER_ID, last_epoch)
+    fake.control(ApiKey.INIT_PRODUCER_ID, last_epoch)
     async with open_fake_producer(fake, **idem_options()) as producer:
         await producer.send_and_wait("t", b"a", partition=0)
-        fake.fail_next(PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, node_id=0)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, node_id=0)
         await outcomes([await producer.send("t", b"lost", partition=0)])
         meta = await producer.send_and_wait("t", b"b", partition=0)
         idem = producer._core.idempotence
@@ -182,7 +181,7 @@ async def test_epoch_exhaustion_gets_a_new_producer_id(
         assert idem.producer_id != 4242 and idem.producer_epoch == 0
     assert meta.offset == 1
     assert values_in_log(fake, "t", 0) == [b"a", b"b"]
-    requests = fake.requests_of(INIT_PRODUCER_ID)
+    requests = fake.requests_of(ApiKey.INIT_PRODUCER_ID)
     assert [(r.request.producer_id, r.request.producer_epoch) for r in requests] == [(-1, -1), (-1, -1)]
 
 
@@ -214,7 +213,7 @@ async def test_3354_buffered_messages_get_sequences(fake: FakeCluster, autojump_
     without sequence numbers. Every batch on the wire carries the producer id and
     the partition's sequences form one gapless chain."""
     fake.create_topic("t", 1, leaders=[0])
-    fake.fail_next(PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, node_id=0, count=2)
+    fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, node_id=0, count=2)
     async with open_fake_producer(fake, **idem_options(max_batch_messages=4)) as producer:
         results = await outcomes(await send_all(producer, "t", vals("m", 20), partition=0))
     assert [r.offset for r in results] == list(range(20))
@@ -230,7 +229,7 @@ async def test_2469_idempotent_retries_respect_backoff(fake: FakeCluster, autoju
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake, **idem_options()) as producer:
         await producer.send_and_wait("t", b"warm", partition=0)
-        fake.fail_next(PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0, count=3)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0, count=3)
         t0 = trio.current_time()
         meta = await producer.send_and_wait("t", b"x", partition=0)
         assert trio.current_time() - t0 == pytest.approx(0.3)
@@ -248,7 +247,7 @@ async def test_franz_930_close_waits_for_the_request_on_the_wire(
         fake, **idem_options(close_timeout=1.0, request_timeout=10.0)
     ) as producer:
         await producer.send_and_wait("t", b"warm", partition=0)
-        fake.delay_responses(3.0, api_key=PRODUCE, count=1, node_id=0)
+        fake.delay_responses(3.0, api_key=ApiKey.PRODUCE, count=1, node_id=0)
         delivery = await producer.send("t", b"slow", partition=0)
         with trio.move_on_after(0.5):  # a caller gives up waiting: nothing is abandoned
             await delivery
@@ -266,7 +265,7 @@ class _BreakNthProduceWrite(trio.abc.Stream):
         self.inner, self.counter, self.n = inner, counter, n
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        if len(data) >= 6 and int.from_bytes(bytes(data[4:6]), "big") == PRODUCE:
+        if len(data) >= 6 and int.from_bytes(bytes(data[4:6]), "big") == ApiKey.PRODUCE:
             self.counter[0] += 1
             if self.counter[0] == self.n:
                 await trio.lowlevel.checkpoint()
@@ -299,7 +298,7 @@ async def test_failed_write_behind_pending_requests_keeps_sequence_order(
 
     async with open_fake_producer(fake, connector=connector, **idem_options()) as producer:
         await producer.send_and_wait("t", b"A", partition=0)  # Produce 1: confirms the partition
-        fake.delay_responses(1.0, api_key=PRODUCE, count=2, before_apply=True)  # hold 2 and 3
+        fake.delay_responses(1.0, api_key=ApiKey.PRODUCE, count=2, before_apply=True)  # hold 2 and 3
         deliveries = []
         for v in (b"B1", b"B2", b"B3"):  # Produce 2, 3, 4; the write of 4 fails
             deliveries.append(await producer.send("t", v, partition=0))

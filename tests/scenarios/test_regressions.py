@@ -20,13 +20,12 @@ from pipeline import (
     ProducerError,
     ProducerMessage,
 )
+from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_producer, values_in_log
 from .test_sarama_suite import outcomes, send_all, vals
-
-PRODUCE = 0
 
 pytestmark = pytest.mark.usefixtures("both_modes")
 
@@ -38,7 +37,7 @@ async def test_2619_no_reordering_when_a_pipelined_batch_fails(
     2 succeeded, so batch 2 was written first. Partition muting keeps one batch of
     a partition in flight, so batch 2 waits for batch 1's outcome."""
     fake.create_topic("t", 1, leaders=[0])
-    fake.fail_next(PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+    fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
     async with open_fake_producer(
         fake, max_in_flight=5, max_batch_messages=10, retry_backoff_jitter=0
     ) as producer:
@@ -96,7 +95,7 @@ async def test_3645_close_during_endless_retries(fake: FakeCluster, autojump_clo
     """sarama #3645: a retry blocked handing off a batch at shutdown, so Close hung.
     Here a partition answered NOT_LEADER forever is abandoned at close_timeout."""
     fake.create_topic("t", 1, leaders=[0])
-    fake.fail_next(PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, count=None)
+    fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, count=None)
     async with open_fake_producer(fake, close_timeout=2.0) as producer:
         deliveries = await send_all(producer, "t", vals("m", 5), partition=0)
         t0 = trio.current_time()
@@ -111,7 +110,7 @@ async def test_2378_every_message_of_a_failed_batch_gets_its_error(
     """sarama #2378: a non-retriable error was reported for the first message of a
     batch only; the others never got an outcome and Close hung."""
     fake.create_topic("t", 1, leaders=[0])
-    fake.fail_next(PRODUCE, ErrorCode.INVALID_RECORD, node_id=0)
+    fake.fail_next(ApiKey.PRODUCE, ErrorCode.INVALID_RECORD, node_id=0)
     async with open_fake_producer(fake) as producer:
         await producer._core.cluster.partitions_for("t")
         deliveries = await send_all(producer, "t", vals("m", 10), partition=0)
@@ -130,7 +129,7 @@ async def test_2133_connection_lost_with_slow_responses_pending(
     deadlocked (a callback blocked on the broker producer). Here responses are
     slow, the connection drops mid-way, and everything is still delivered once."""
     fake.create_topic("t", 3, leaders=[0, 0, 0])
-    slow = fake.delay_responses(0.5, api_key=PRODUCE, node_id=0, before_apply=True)
+    slow = fake.delay_responses(0.5, api_key=ApiKey.PRODUCE, node_id=0, before_apply=True)
     async with open_fake_producer(fake, retry_backoff_jitter=0) as producer:
         await producer._core.cluster.partitions_for("t")
         deliveries = []
@@ -152,7 +151,7 @@ async def test_3689_partition_moves_while_its_batch_is_in_flight(
     batch of it was in flight on the old one, and later messages overtook it or the
     partition stalled. Here the chaser waits for the in-flight batch; order holds."""
     fake.create_topic("t", 1, leaders=[0])
-    fake.delay_responses(1.0, api_key=PRODUCE, node_id=0, before_apply=True, count=1)
+    fake.delay_responses(1.0, api_key=ApiKey.PRODUCE, node_id=0, before_apply=True, count=1)
     async with open_fake_producer(fake, retry_backoff_jitter=0) as producer:
         await producer._core.cluster.partitions_for("t")
         t0 = trio.current_time()
@@ -172,7 +171,7 @@ async def test_1681_unbounded_retries_need_no_per_level_memory(
     """sarama #1681: Retry.Max=MaxInt32 allocated retry state per possible level.
     Levels here live in a dict holding only the levels in use."""
     fake.create_topic("t", 1, leaders=[0])
-    fake.fail_next(PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, count=3)
+    fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, count=3)
     async with open_fake_producer(fake, retries=2**31 - 1, retry_backoff_jitter=0) as producer:
         meta = await producer.send_and_wait("t", b"x", partition=0)
         pp = producer._core.partition_producer(next(iter(producer._core._pps)))

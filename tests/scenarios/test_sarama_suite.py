@@ -15,12 +15,11 @@ import trio
 
 from pipeline import BrokerResponseError, ProducerClosed, ProducerError, RequestTimedOutError
 from pipeline.producer.message import Delivery
+from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import ControlContext, FakeCluster
 
 from .conftest import open_fake_producer, values_in_log
-
-PRODUCE = 0
 
 pytestmark = pytest.mark.usefixtures("both_modes")
 
@@ -57,7 +56,7 @@ async def test_failure_retry_after_not_leader(fake: FakeCluster, autojump_clock:
     assert values_in_log(fake, "t", 0) == vals("a", 10) + vals("b", 10)
     assert producer.statistics().double_settles == 0
     # The retried request went to the new leader, after one NOT_LEADER answer.
-    nodes = [r.node_id for r in fake.requests_of(PRODUCE)]
+    nodes = [r.node_id for r in fake.requests_of(ApiKey.PRODUCE)]
     assert nodes[-1] == 1 and 0 in nodes
 
 
@@ -75,10 +74,10 @@ def leader_script(fake: FakeCluster, steps: list[str]) -> list[int]:
         if step.startswith("move:"):
             fake.move_leader("t", 0, to=int(step[5:]))
         elif step == "stale":
-            fake.fail_next(PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, node_id=ctx.node_id)
+            fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, node_id=ctx.node_id)
         return None
 
-    fake.control(PRODUCE, hook, sticky=True)
+    fake.control(ApiKey.PRODUCE, hook, sticky=True)
     return seen
 
 
@@ -140,10 +139,10 @@ async def test_retry_during_shutdown(fake: FakeCluster, autojump_clock: Any) -> 
     """TestAsyncProducerRetryShutdown: close while a retry is pending; the retried
     messages are still delivered, and sends after close are refused."""
     fake.create_topic("t", 1, leaders=[0])
-    fake.fail_next(PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, node_id=0)
+    fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, node_id=0)
     async with open_fake_producer(fake, retry_backoff_jitter=0) as producer:
         deliveries = await send_all(producer, "t", vals("m", 10), partition=0)
-        await fake.wait_for_requests(PRODUCE, 1)  # the failed attempt happened
+        await fake.wait_for_requests(ApiKey.PRODUCE, 1)  # the failed attempt happened
         t0 = trio.current_time()
     assert trio.current_time() - t0 == pytest.approx(0.1)  # close waited for the retry only
     results = await outcomes(deliveries)
@@ -176,7 +175,7 @@ async def test_slow_broker_with_concurrent_requests(fake: FakeCluster, autojump_
     slower than request_timeout, several partitions with requests pipelined; every
     message fails once with a timeout, nothing hangs."""
     fake.create_topic("t", 4, leaders=[0, 0, 0, 0])
-    fake.delay_responses(30.0, api_key=PRODUCE, node_id=0)
+    fake.delay_responses(30.0, api_key=ApiKey.PRODUCE, node_id=0)
     async with open_fake_producer(
         fake, retries=1, request_timeout=1.0, retry_backoff_jitter=0, delivery_timeout=60.0
     ) as producer:
@@ -196,7 +195,7 @@ async def test_partitions_sharing_a_broker_producer(fake: FakeCluster, autojump_
     """TestAsyncProducerRetryWithReferenceOpen / FlusherRetryCondition: two partitions
     on one broker; one fails and retries, the other is not held back."""
     fake.create_topic("t", 2, leaders=[0, 0])
-    fake.fail_next(PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, node_id=0, topic="t", partition=0)
+    fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, node_id=0, topic="t", partition=0)
     async with open_fake_producer(fake, retry_backoff_jitter=0) as producer:
         await producer._core.cluster.partitions_for("t")
         t0 = trio.current_time()

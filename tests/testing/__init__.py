@@ -6,12 +6,12 @@
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import trio
 
 from pipeline.protocol.codec import decode_response, encode_request
+from pipeline.protocol.framing import NEED_DATA, FrameBuffer
 from pipeline.protocol.messages import produce as pm
 from pipeline.protocol.records import BatchBuilder
 
@@ -24,7 +24,7 @@ class RawClient:
     def __init__(self, stream: trio.abc.Stream, *, client_id: str = "tests") -> None:
         self.stream = stream
         self.client_id = client_id
-        self._buf = bytearray()
+        self._frames = FrameBuffer()
         self._next = 0
 
     async def send(self, request: Any, version: int) -> int:
@@ -35,22 +35,22 @@ class RawClient:
         await self.stream.send_all(frame)
         return self._next
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received that do not (yet) make a whole frame."""
+        return len(self._frames)
+
     async def read_frame(self) -> bytes | None:
         """The next frame (no size prefix), or None at EOF."""
-        while True:
-            if len(self._buf) >= 4:
-                (size,) = struct.unpack_from(">i", self._buf)
-                if len(self._buf) >= 4 + size:
-                    frame = bytes(self._buf[4 : 4 + size])
-                    del self._buf[: 4 + size]
-                    return frame
+        while (frame := self._frames.next_frame()) is NEED_DATA:
             try:
                 data = await self.stream.receive_some(65536)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return None
             if not data:
                 return None
-            self._buf += data
+            self._frames.receive_data(data)
+        return frame
 
     async def recv(self, api_key: int, version: int) -> tuple[int, Any]:
         frame = await self.read_frame()

@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 import trio
 
+from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages import metadata as md
 from pipeline.protocol.messages import produce as pm
 from pipeline.testing.fake_cluster import DROP, NO_RESPONSE, ControlContext, FakeCluster
 
 from . import RawClient, batch, partition_response, produce_request
-
-PRODUCE, METADATA = 0, 3
 
 
 @pytest.fixture
@@ -107,7 +106,7 @@ async def test_drop_connections_now(autojump_clock: trio.abc.Clock, fake: FakeCl
 async def test_drop_response_after_apply_then_retry_is_a_duplicate(
     autojump_clock: trio.abc.Clock, fake: FakeCluster
 ) -> None:
-    fake.drop_response_after_apply(PRODUCE, topic="t", partition=0)
+    fake.drop_response_after_apply(ApiKey.PRODUCE, topic="t", partition=0)
     c = await client(fake)
     b = batch(b"once", producer_id=11, producer_epoch=0, base_sequence=0)
     await c.send(produce_request("t", 0, b), 9)
@@ -122,7 +121,7 @@ async def test_drop_response_after_apply_then_retry_is_a_duplicate(
 async def test_drop_next_request_does_not_apply(
     autojump_clock: trio.abc.Clock, fake: FakeCluster
 ) -> None:
-    fake.drop_next_request(PRODUCE)
+    fake.drop_next_request(ApiKey.PRODUCE)
     c = await client(fake)
     await c.send(produce_request("t", 0, batch(b"lost")), 9)
     assert await c.closed()
@@ -132,7 +131,7 @@ async def test_drop_next_request_does_not_apply(
 async def test_delay_responses_exact_virtual_time(
     autojump_clock: trio.abc.Clock, fake: FakeCluster
 ) -> None:
-    handle = fake.delay_responses(2.5, api_key=PRODUCE, count=1)
+    handle = fake.delay_responses(2.5, api_key=ApiKey.PRODUCE, count=1)
     c = await client(fake)
     t0 = trio.current_time()
     assert (await produce(c, batch(b"slow"))).error_code == 0
@@ -146,7 +145,7 @@ async def test_delay_responses_exact_virtual_time(
 async def test_delay_before_apply(
     autojump_clock: trio.abc.Clock, fake: FakeCluster, nursery: trio.Nursery
 ) -> None:
-    fake.delay_responses(1.0, api_key=PRODUCE, count=1, before_apply=True)
+    fake.delay_responses(1.0, api_key=ApiKey.PRODUCE, count=1, before_apply=True)
     c = await client(fake)
     t0 = trio.current_time()
     done = trio.Event()
@@ -166,7 +165,7 @@ async def test_delay_before_apply(
 async def test_delayed_response_is_lost_when_broker_stops(
     autojump_clock: trio.abc.Clock, fake: FakeCluster, nursery: trio.Nursery
 ) -> None:
-    fake.delay_responses(5.0, api_key=PRODUCE)
+    fake.delay_responses(5.0, api_key=ApiKey.PRODUCE)
     c = await client(fake)
     t0 = trio.current_time()
     await c.send(produce_request("t", 0, batch(b"x")), 9)
@@ -180,7 +179,7 @@ async def test_delayed_response_is_lost_when_broker_stops(
 async def test_fail_next_n_for_one_partition(
     autojump_clock: trio.abc.Clock, fake: FakeCluster
 ) -> None:
-    handle = fake.fail_next(PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, count=2, topic="t", partition=0)
+    handle = fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, count=2, topic="t", partition=0)
     c0, c1 = await client(fake, 0), await client(fake, 1)
     # partition 1 does not match and does not use up the count
     assert (await produce(c1, batch(b"p1"), partition=1)).error_code == 0
@@ -225,7 +224,7 @@ async def test_control_hooks_one_shot_sticky_and_markers(
             )
         )
 
-    fake.control(PRODUCE, canned)
+    fake.control(ApiKey.PRODUCE, canned)
     c1, c0 = await client(fake, 1), await client(fake, 0)
     assert (await produce(c1, batch(b"x"), partition=1)).error_code == 0
     assert (await produce(c0, batch(b"x"))).error_code == ErrorCode.REQUEST_TIMED_OUT
@@ -234,7 +233,7 @@ async def test_control_hooks_one_shot_sticky_and_markers(
     assert fake.high_watermark("t", 0) == 1
 
     # sticky DROP until removed
-    handle = fake.control(METADATA, lambda ctx: DROP, sticky=True)
+    handle = fake.control(ApiKey.METADATA, lambda ctx: DROP, sticky=True)
     for _ in range(2):
         c = await client(fake)
         await c.send(md.MetadataRequest(topics=None), 12)
@@ -243,7 +242,7 @@ async def test_control_hooks_one_shot_sticky_and_markers(
     assert (await metadata(await client(fake))).brokers
 
     # NO_RESPONSE: the connection hangs; the client has to time out
-    fake.control(PRODUCE, lambda ctx: NO_RESPONSE)
+    fake.control(ApiKey.PRODUCE, lambda ctx: NO_RESPONSE)
     c = await client(fake)
     await c.send(produce_request("t", 0, batch(b"y")), 9)
     with trio.move_on_after(30) as scope:
@@ -256,7 +255,7 @@ async def test_async_control_hook(autojump_clock: trio.abc.Clock, fake: FakeClus
     async def slow_then_normal(ctx: ControlContext) -> None:
         await trio.sleep(0.75)
 
-    fake.control(PRODUCE, slow_then_normal)
+    fake.control(ApiKey.PRODUCE, slow_then_normal)
     c = await client(fake)
     t0 = trio.current_time()
     assert (await produce(c, batch(b"x"))).error_code == 0
@@ -269,7 +268,7 @@ async def test_recorded_requests(autojump_clock: trio.abc.Clock, fake: FakeClust
     await trio.sleep(1)
     for seq in range(3):
         await produce(c, batch(b"v", producer_id=3, producer_epoch=2, base_sequence=seq))
-    recs = fake.requests_of(PRODUCE)
+    recs = fake.requests_of(ApiKey.PRODUCE)
     assert [(r.time - t0, r.node_id, r.api_version, r.client_id) for r in recs] == [
         (1, 0, 9, "tests")
     ] * 3
@@ -281,7 +280,7 @@ async def test_recorded_requests(autojump_clock: trio.abc.Clock, fake: FakeClust
         for r in recs
     ]
     assert seqs == [0, 1, 2]
-    await fake.wait_for_requests(PRODUCE, 3)
+    await fake.wait_for_requests(ApiKey.PRODUCE, 3)
 
 
 async def test_seeded_leader_moves_are_reproducible() -> None:

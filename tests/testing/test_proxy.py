@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
+from pipeline.protocol.api import ApiKey
 from pipeline.protocol.messages import create_topics as ct
 from pipeline.protocol.messages import list_offsets as lo
 from pipeline.protocol.messages import metadata as md
@@ -16,8 +17,6 @@ from pipeline.testing.fake_cluster import FakeCluster
 from pipeline.testing.proxy import FaultProxy
 
 from . import RawClient, batch, partition_response, produce_request
-
-PRODUCE = 0
 
 
 async def open_client(proxy: FaultProxy) -> RawClient:
@@ -48,7 +47,7 @@ async def test_lose_responses_write_applied_ack_lost(
     fake_behind_proxy: tuple[FakeCluster, FaultProxy],
 ) -> None:
     fake, proxy = fake_behind_proxy
-    proxy.lose_responses(1, api_key=PRODUCE)
+    proxy.lose_responses(1, api_key=ApiKey.PRODUCE)
     c = await open_client(proxy)
     assert (await c.request(md.MetadataRequest(topics=None), 9)).brokers  # not a Produce: forwarded
     await c.send(produce_request("t", 0, batch(b"applied")), 9)
@@ -67,7 +66,7 @@ async def test_cut_mid_frame_response(fake_behind_proxy: tuple[FakeCluster, Faul
     c = await open_client(proxy)
     await c.send(md.MetadataRequest(topics=None), 9)
     assert await c.closed()  # a partial frame, then EOF
-    assert 0 < len(c._buf)
+    assert 0 < c.buffered
     assert proxy.stats.cuts == 1
 
 
@@ -193,7 +192,7 @@ async def test_tansu_lose_response_after_write(
     tansu_behind_proxy: tuple[EmbeddedBroker, FaultProxy],
 ) -> None:
     _, proxy = tansu_behind_proxy
-    proxy.lose_responses(1, api_key=PRODUCE)
+    proxy.lose_responses(1, api_key=ApiKey.PRODUCE)
     c = await open_client(proxy)
     await c.send(produce_request("t", 0, batch(b"x", producer_id=-1)), 9)
     with trio.fail_after(10):

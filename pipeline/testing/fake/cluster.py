@@ -9,50 +9,34 @@ nursery; nothing touches the network, so tests run on `autojump_clock`. With
 `tcp=True` each broker listens on a random 127.0.0.1 port and Metadata
 advertises those ports.
 
-A connection is served as Kafka serves one: a request is read, handled, and
-its response written before the next request is read (Kafka mutes a channel
-while a request is in flight). Handling a request goes:
-
-1. parse the header; an unknown API or version closes the connection, except
-   ApiVersions above its max, answered UNSUPPORTED_VERSION in v0 format;
-2. record it in `requests` (`RecordedRequest`);
-3. run the `control()` hooks for that API, oldest first: the first one that
-   returns something decides (a response object, `DROP`, `NO_RESPONSE`);
-4. apply the scripted faults: `delay_responses(before_apply=True)`,
-   `fail_next` (error codes instead of handling, nothing applied), then the
-   normal handler (`produce.py`, `handlers.py`), then
-   `drop_response_after_apply` (the write happened, the ack is lost) and
-   `delay_responses`;
-5. write the response (none for acks=0 Produce).
+How a connection is served, and where each fault and hook applies, is in
+`server.py`; the fault script in `faults.py`; the per-API rules in
+`produce.py` and `handlers.py`.
 
 All randomness comes from `random.Random(seed)`, all time from trio.
 """
 
 from __future__ import annotations
 
-import inspect
 import random
 import socket
-import struct
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 import trio.testing
 
-from pipeline.protocol.codec import decode_request, encode_response
-from pipeline.protocol.errors import ErrorCode
-from pipeline.protocol.messages import REQUESTS
-from pipeline.protocol.messages import api_versions as av
+from pipeline.protocol.api import ApiKey
 from pipeline.protocol.records import Record, RecordBatch, decode_record_batches
 
 from . import handlers, produce
+from .faults import DROP, NO_RESPONSE, ControlContext, ControlFn, FaultHandle, FaultScript
+from .server import FakeServer, RecordedRequest
 from .state import (
     BrokerState,
-    ClusterConfig,
+    FakeConfig,
     FakeState,
     PartitionState,
     TopicState,
@@ -69,48 +53,18 @@ __all__ = [
     "RecordedRequest",
 ]
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
-API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID = 18, 19, 20, 22
-
 #: The versions the fake serves (Kafka 3.x-like; Fetch from v4, Produce from
 #: v3: RecordBatch v2 only).
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    PRODUCE: (3, 11),
-    FETCH: (4, 16),
-    LIST_OFFSETS: (1, 8),
-    METADATA: (1, 12),
-    API_VERSIONS: (0, 3),
-    CREATE_TOPICS: (0, 7),
-    DELETE_TOPICS: (0, 6),
-    INIT_PRODUCER_ID: (0, 5),
+    ApiKey.PRODUCE: (3, 11),
+    ApiKey.FETCH: (4, 16),
+    ApiKey.LIST_OFFSETS: (1, 8),
+    ApiKey.METADATA: (1, 12),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (0, 7),
+    ApiKey.DELETE_TOPICS: (0, 6),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
 }
-
-MAX_FRAME = 100 * 1024 * 1024
-
-
-class _Marker(Enum):
-    DROP = "DROP"
-    NO_RESPONSE = "NO_RESPONSE"
-
-
-#: Returned by a `control()` hook: close the connection, request not applied.
-DROP = _Marker.DROP
-#: Returned by a `control()` hook: request not applied, nothing answered, the
-#: connection stays open (a hung broker, for the client's request timeout).
-NO_RESPONSE = _Marker.NO_RESPONSE
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedRequest:
-    """One request as the fake received it (`request` is None if it could not be decoded)."""
-
-    time: float  # trio.current_time() on arrival
-    node_id: int
-    api_key: int
-    api_version: int
-    correlation_id: int
-    request: Any
-    client_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,75 +74,6 @@ class LogEntry:
     offset: int
     record: Record
     batch: RecordBatch
-
-
-@dataclass(frozen=True, slots=True)
-class ControlContext:
-    """What a `control()` hook sees."""
-
-    cluster: FakeCluster
-    node_id: int
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    request: Any
-    time: float
-
-
-ControlFn = Callable[[ControlContext], Any]
-
-
-@dataclass(eq=False, slots=True)
-class FaultHandle:
-    """A scripted fault or hook; `remove()` uninstalls it. `remaining` is None when sticky."""
-
-    kind: str
-    api_key: int | None = None
-    node_id: int | None = None
-    topic: str | None = None
-    partition: int | None = None
-    remaining: int | None = 1
-    error_code: int = 0
-    seconds: float = 0.0
-    before_apply: bool = False
-    fn: ControlFn | None = None
-    fired: int = 0
-    _owner: list[FaultHandle] | None = None
-
-    def remove(self) -> None:
-        if self._owner is not None and self in self._owner:
-            self._owner.remove(self)
-
-    @property
-    def active(self) -> bool:
-        return self._owner is not None and self in self._owner
-
-
-@dataclass(eq=False, slots=True)
-class _Conn:
-    node_id: int
-    stream: trio.abc.Stream
-    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-
-
-def _touched(api_key: int, request: Any) -> list[tuple[str | None, int | None]]:
-    """The (topic, partition) pairs a request touches, for topic-filtered faults."""
-    if request is None:
-        return []
-    if api_key == PRODUCE:
-        return [(t.name, p.index) for t in request.topic_data for p in t.partition_data]
-    if api_key == FETCH:
-        return [(t.topic, p.partition) for t in request.topics for p in t.partitions]
-    if api_key == LIST_OFFSETS:
-        return [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    if api_key == METADATA:
-        return [(t.name, None) for t in request.topics or ()]
-    if api_key == CREATE_TOPICS:
-        return [(t.name, None) for t in request.topics]
-    if api_key == DELETE_TOPICS:
-        return [(n, None) for n in request.topic_names] + [(t.name, None) for t in request.topics]
-    return []
 
 
 class FakeCluster:
@@ -231,7 +116,7 @@ class FakeCluster:
         self.rng = random.Random(seed)
         self.tcp = tcp
         self.state = FakeState(
-            config=ClusterConfig(
+            config=FakeConfig(
                 max_message_bytes=max_message_bytes,
                 auto_create_topics=auto_create_topics,
                 auto_create_partitions=auto_create_partitions,
@@ -243,15 +128,12 @@ class FakeCluster:
             brokers={n: BrokerState(n, f"fake-{n}", 9092) for n in range(brokers)},
         )
         self.supported: dict[int, tuple[int, int]] = dict(api_versions or SUPPORTED_VERSIONS)
+        self._script = FaultScript()
+        self._server = FakeServer(self, self.state, self.supported, self._script, self._create)
         #: every request received, in arrival order
-        self.requests: list[RecordedRequest] = []
-        self._controls: list[FaultHandle] = []
-        self._faults: list[FaultHandle] = []
-        self._conns: set[_Conn] = set()
+        self.requests: list[RecordedRequest] = self._server.requests
         self._nursery: trio.Nursery | None = None
         self._listeners: dict[int, trio.CancelScope] = {}
-        self._data_event = trio.Event()
-        self._request_event = trio.Event()
         self._stopped_leaders: dict[int, list[tuple[str, int]]] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -312,9 +194,7 @@ class FakeCluster:
 
     def _spawn(self, node_id: int, stream: trio.abc.Stream) -> None:
         assert self._nursery is not None
-        conn = _Conn(node_id, stream)
-        self._conns.add(conn)
-        self._nursery.start_soon(self._serve_connection, conn)
+        self._server.spawn(self._nursery, node_id, stream)
 
     def _listen(self, broker: BrokerState, *, port: int) -> None:
         assert self._nursery is not None
@@ -427,18 +307,13 @@ class FakeCluster:
         return out
 
     def requests_of(self, api_key: int, *, node_id: int | None = None) -> list[RecordedRequest]:
-        return [
-            r
-            for r in self.requests
-            if r.api_key == api_key and (node_id is None or r.node_id == node_id)
-        ]
+        return self._server.requests_of(api_key, node_id)
 
     async def wait_for_requests(
         self, api_key: int, count: int, *, node_id: int | None = None
     ) -> None:
         """Wait until at least `count` requests of an API have arrived."""
-        while len(self.requests_of(api_key, node_id=node_id)) < count:
-            await self._request_event.wait()
+        await self._server.wait_for_requests(api_key, count, node_id)
 
     # ------------------------------------------------------------------ faults
 
@@ -509,18 +384,10 @@ class FakeCluster:
 
     def drop_connections(self, node_id: int | None = None) -> int:
         """Close every open connection (to one broker, or all) now. Returns how many."""
-        n = 0
-        for conn in list(self._conns):
-            if node_id is None or conn.node_id == node_id:
-                conn.scope.cancel()
-                self._conns.discard(conn)
-                n += 1
-        return n
+        return self._server.drop_connections(node_id)
 
     def _add_fault(self, handle: FaultHandle) -> FaultHandle:
-        handle._owner = self._faults
-        self._faults.append(handle)
-        return handle
+        return self._script.add(handle)
 
     def fail_next(
         self,
@@ -550,7 +417,7 @@ class FakeCluster:
 
     def drop_response_after_apply(
         self,
-        api_key: int = PRODUCE,
+        api_key: int = ApiKey.PRODUCE,
         *,
         count: int | None = 1,
         node_id: int | None = None,
@@ -565,7 +432,7 @@ class FakeCluster:
 
     def drop_next_request(
         self,
-        api_key: int = PRODUCE,
+        api_key: int = ApiKey.PRODUCE,
         *,
         count: int | None = 1,
         node_id: int | None = None,
@@ -610,248 +477,10 @@ class FakeCluster:
         """Install a hook for an API. `fn(ctx)` (sync or async) returns a response object
         to send, None to fall through (to the next hook, then normal handling), `DROP` or
         `NO_RESPONSE`. A one-shot hook is removed the first time it returns non-None."""
-        handle = FaultHandle("control", api_key, node_id, remaining=None if sticky else 1, fn=fn)
-        handle._owner = self._controls
-        self._controls.append(handle)
-        return handle
+        return self._script.add_control(
+            FaultHandle("control", api_key, node_id, remaining=None if sticky else 1, fn=fn)
+        )
 
     def clear_faults(self) -> None:
         """Remove every scripted fault and hook."""
-        self._faults.clear()
-        self._controls.clear()
-
-    # ------------------------------------------------------------------ serving
-
-    async def _serve_connection(self, conn: _Conn) -> None:
-        try:
-            with conn.scope:
-                buf = bytearray()
-                while True:
-                    frame = await self._read_frame(conn.stream, buf)
-                    if frame is None or not await self._handle_frame(conn, frame):
-                        return
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        finally:
-            self._conns.discard(conn)
-            await trio.aclose_forcefully(conn.stream)
-
-    @staticmethod
-    async def _read_frame(stream: trio.abc.Stream, buf: bytearray) -> bytes | None:
-        while True:
-            if len(buf) >= 4:
-                (size,) = struct.unpack_from(">i", buf)
-                if size < 0 or size > MAX_FRAME:
-                    return None
-                if len(buf) >= 4 + size:
-                    frame = bytes(buf[4 : 4 + size])
-                    del buf[: 4 + size]
-                    return frame
-            data = await stream.receive_some(65536)
-            if not data:
-                return None
-            buf += data
-
-    def _record(self, rec: RecordedRequest) -> None:
-        self.requests.append(rec)
-        self._request_event.set()
-        self._request_event = trio.Event()
-
-    def _take(self, kind: str, api_key: int, node_id: int, request: Any) -> FaultHandle | None:
-        for h in self._faults:
-            if h.kind != kind or (h.api_key is not None and h.api_key != api_key):
-                continue
-            if h.node_id is not None and h.node_id != node_id:
-                continue
-            if h.topic is not None and not any(
-                t == h.topic and (h.partition is None or p is None or p == h.partition)
-                for t, p in _touched(api_key, request)
-            ):
-                continue
-            h.fired += 1
-            if h.remaining is not None:
-                h.remaining -= 1
-                if h.remaining <= 0:
-                    self._faults.remove(h)
-            return h
-        return None
-
-    async def _handle_frame(self, conn: _Conn, frame: bytes) -> bool:
-        """Handle one request; False closes the connection."""
-        node_id = conn.node_id
-        if len(frame) < 8 or not self.state.brokers[node_id].alive:
-            return False
-        api_key, version, correlation_id = struct.unpack_from(">hhi", frame)
-        now = trio.current_time()
-        served = self.supported.get(api_key)
-        cls = REQUESTS.get(api_key)
-        if served is None or cls is None or not served[0] <= version <= served[1]:
-            self._record(RecordedRequest(now, node_id, api_key, version, correlation_id, None))
-            if api_key == API_VERSIONS and served is not None and version > served[1]:
-                # Kafka answers in v0 format so any client can read it and retry lower
-                response = av.ApiVersionsResponse(
-                    error_code=ErrorCode.UNSUPPORTED_VERSION,
-                    api_keys=(
-                        av.ApiVersion(
-                            api_key=API_VERSIONS, min_version=served[0], max_version=served[1]
-                        ),
-                    ),
-                )
-                await self._send(conn, response, API_VERSIONS, 0, correlation_id)
-                return True
-            return False
-        try:
-            header, request = decode_request(frame)
-        except Exception:
-            self._record(RecordedRequest(now, node_id, api_key, version, correlation_id, None))
-            return False
-        client_id = header.client_id
-        self._record(
-            RecordedRequest(now, node_id, api_key, version, correlation_id, request, client_id)
-        )
-
-        # 1. control hooks
-        ctx = ControlContext(
-            self, node_id, api_key, version, correlation_id, client_id, request, now
-        )
-        for hook in list(self._controls):
-            if hook.api_key != api_key or (hook.node_id is not None and hook.node_id != node_id):
-                continue
-            assert hook.fn is not None
-            result = hook.fn(ctx)
-            if inspect.isawaitable(result):
-                result = await result
-            if result is None:
-                continue
-            hook.fired += 1
-            if hook.remaining is not None:
-                hook.remove()
-            if result is DROP:
-                return False
-            if result is NO_RESPONSE:
-                return True
-            await self._send(conn, result, api_key, version, correlation_id)
-            return True
-
-        # 2. scripted faults
-        if self._take("drop_before_apply", api_key, node_id, request) is not None:
-            return False
-        delay = self._take("delay", api_key, node_id, request)
-        if delay is not None and delay.before_apply:
-            await trio.sleep(delay.seconds)
-            if not self.state.brokers[node_id].alive:
-                return False
-        error = self._take("error", api_key, node_id, request)
-        drop_after = self._take("drop_after_apply", api_key, node_id, request)
-
-        def inject(topic: str | None, partition: int | None) -> int | None:
-            if error is None:
-                return None
-            if error.topic is None or topic is None:
-                return error.error_code
-            if topic == error.topic and (
-                error.partition is None or partition is None or partition == error.partition
-            ):
-                return error.error_code
-            return None
-
-        response, close = await self._dispatch(node_id, api_key, version, request, inject)
-        if close or drop_after is not None or not self.state.brokers[node_id].alive:
-            return False
-        if response is None:
-            return True
-        if delay is not None and not delay.before_apply:
-            await trio.sleep(delay.seconds)
-            if not self.state.brokers[node_id].alive:
-                return False
-        await self._send(conn, response, api_key, version, correlation_id)
-        return True
-
-    async def _send(
-        self, conn: _Conn, response: Any, api_key: int, version: int, correlation_id: int
-    ) -> None:
-        await conn.stream.send_all(
-            encode_response(
-                response, api_key=api_key, version=version, correlation_id=correlation_id
-            )
-        )
-
-    async def _dispatch(
-        self,
-        node_id: int,
-        api_key: int,
-        version: int,
-        request: Any,
-        inject: Callable[[str | None, int | None], int | None],
-    ) -> tuple[Any, bool]:
-        state = self.state
-        if api_key == PRODUCE:
-            hw_before = self._total_hw()
-            outcome = produce.handle_produce(state, node_id, version, request, inject)
-            if self._total_hw() != hw_before:
-                self._data_event.set()
-                self._data_event = trio.Event()
-            return outcome.response, outcome.close
-        if api_key == API_VERSIONS:
-            return handlers.handle_api_versions(self.supported, inject(None, None)), False
-        if api_key == METADATA:
-            return (
-                handlers.handle_metadata(
-                    state,
-                    version,
-                    request,
-                    inject,
-                    lambda name: self._create(
-                        name,
-                        state.config.auto_create_partitions,
-                        state.config.default_replication_factor,
-                        None,
-                        {},
-                    ),
-                ),
-                False,
-            )
-        if api_key == INIT_PRODUCER_ID:
-            return produce.handle_init_producer_id(
-                state, version, request, inject(None, None)
-            ), False
-        if api_key == CREATE_TOPICS:
-            return handlers.handle_create_topics(
-                state, version, request, inject, self._create
-            ), False
-        if api_key == DELETE_TOPICS:
-            return handlers.handle_delete_topics(state, version, request, inject), False
-        if api_key == LIST_OFFSETS:
-            return handlers.handle_list_offsets(
-                state, node_id, version, request, inject, self._offset_for_time
-            ), False
-        if api_key == FETCH:
-            return await handlers.handle_fetch(
-                state, node_id, version, request, inject, self._wait_for_data
-            ), False
-        raise AssertionError(f"unhandled api {api_key}")  # pragma: no cover
-
-    def _total_hw(self) -> int:
-        return sum(p.high_watermark for t in self.state.topics.values() for p in t.partitions)
-
-    async def _wait_for_data(self, deadline: float) -> None:
-        with trio.move_on_at(deadline):
-            await self._data_event.wait()
-
-    def _offset_for_time(self, part: PartitionState, timestamp: int) -> tuple[int, int]:
-        best: tuple[int, int] = (-1, -1)
-        for stored in part.batches:
-            if timestamp >= 0 and stored.max_timestamp < timestamp:
-                continue
-            if stored.decoded is None:
-                stored.decoded = decode_record_batches(stored.data)[0]
-            batch: RecordBatch = stored.decoded
-            for r in batch.records:
-                ts = batch.base_timestamp + r.timestamp_delta
-                offset = batch.base_offset + r.offset_delta
-                if timestamp == -3:
-                    if ts > best[0]:
-                        best = (ts, offset)
-                elif ts >= timestamp:
-                    return ts, offset
-        return best
+        self._script.clear()

@@ -229,7 +229,7 @@ class BrokerState:
 
 
 @dataclass(slots=True)
-class ClusterConfig:
+class FakeConfig:
     max_message_bytes: int
     auto_create_topics: bool
     auto_create_partitions: int
@@ -243,7 +243,7 @@ class ClusterConfig:
 class FakeState:
     """Everything a handler may read or change. Owned by `FakeCluster`."""
 
-    config: ClusterConfig
+    config: FakeConfig
     brokers: dict[int, BrokerState]
     topics: dict[str, TopicState] = field(default_factory=dict)
     pids: ProducerIdManager = field(default_factory=ProducerIdManager)
