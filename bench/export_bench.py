@@ -8,6 +8,7 @@ on the embedded tansu broker. Target: ratio >= 1.0. The logic is
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any
@@ -19,7 +20,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
     from pipeline.spark.bench import compare_export
-    from pipeline.testing.broker import EmbeddedBroker
+    from pipeline.testing.broker import EmbeddedBroker, create_topics
 
     rows = int(os.environ.get("BENCH_EXPORT_ROWS", "200000" if quick else "1000000"))
     spark = (
@@ -33,7 +34,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     try:
         with EmbeddedBroker() as broker:
             return compare_export(spark, broker.bootstrap, rows=rows, value_bytes=100,
-                                  partitions=2, topic_partitions=6)
+                                  partitions=2, topic_partitions=6,
+                                  create_topics=functools.partial(create_topics, broker.bootstrap))
     finally:
         spark.stop()
 

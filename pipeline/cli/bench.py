@@ -141,6 +141,7 @@ async def _produce(
 
 
 def _spark_bench(args: argparse.Namespace, bootstrap: str, options: dict[str, Any]) -> dict[str, Any]:
+    import functools
     import os
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -150,6 +151,7 @@ def _spark_bench(args: argparse.Namespace, bootstrap: str, options: dict[str, An
     except ImportError:
         raise UserError("--spark needs pyspark: pip install -e '.[spark]'") from None
     from pipeline.spark.bench import compare_export
+    from pipeline.testing.broker import create_topics
 
     spark = (
         SparkSession.builder.master(args.master).appName("pipeline-bench")
@@ -159,7 +161,8 @@ def _spark_bench(args: argparse.Namespace, bootstrap: str, options: dict[str, An
     try:
         options = {k: v for k, v in options.items() if k not in ("request_timeout", "delivery_timeout")}
         return compare_export(
-            spark, bootstrap, rows=args.rows, value_bytes=args.size,
+            spark, bootstrap, create_topics=functools.partial(create_topics, bootstrap),
+            rows=args.rows, value_bytes=args.size,
             partitions=args.spark_partitions, topic_partitions=args.topic_partitions,
             keys=max(args.keys, 1), **options,
         )

@@ -47,7 +47,7 @@ import collections
 import logging
 import math
 from collections.abc import Callable
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 import trio
 
@@ -60,6 +60,7 @@ from pipeline.cluster.errors import (
     UnsupportedApiError,
 )
 from pipeline.cluster.handshake import handshake
+from pipeline.cluster.pending import PendingResponse
 from pipeline.cluster.transport import Connector
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.base import Request, Response
@@ -75,78 +76,8 @@ _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _DEFAULT_CONFIG = ClusterConfig()
 
 R = TypeVar("R", bound=Response)
-T_co = TypeVar("T_co", covariant=True)
 
 OnClose = Callable[["BrokerConnection", KafkaError], None]
-
-
-class PendingResponse(Generic[T_co]):
-    """The response to one request already written to the wire.
-
-    Resolved by the connection's reader task; any number of tasks may
-    :meth:`wait`. Cancelling a waiter does not affect the request. ``T_co`` is
-    the request's response class (``None`` for a request sent with
-    ``expect_response=False``).
-    """
-
-    __slots__ = (
-        "_error",
-        "_event",
-        "_response",
-        "api_key",
-        "correlation_id",
-        "deadline",
-        "response_type",
-        "version",
-    )
-
-    def __init__(
-        self,
-        api_key: ApiKey,
-        version: int,
-        correlation_id: int,
-        deadline: float,
-        response_type: type[Response],
-    ) -> None:
-        self.api_key = api_key
-        self.version = version
-        self.correlation_id = correlation_id
-        self.deadline = deadline  # trio time after which the connection is declared dead
-        self.response_type = response_type  # what the reader decodes the answer as
-        self._event = trio.Event()
-        self._response: Any = None
-        self._error: KafkaError | None = None
-
-    @property
-    def done(self) -> bool:
-        """True once the response arrived or the request failed."""
-        return self._event.is_set()
-
-    async def wait(self) -> T_co:
-        """Wait for and return the decoded response.
-
-        Raises:
-          BrokerConnectionError: the connection failed (``RequestTimedOutError``
-              on timeout); the request may or may not have been applied.
-          BrokerProtocolError: the broker sent a malformed frame.
-        """
-        await self._event.wait()
-        if self._error is not None:
-            raise self._error
-        response: T_co = self._response
-        return response
-
-    def _resolve(self, response: Response | None) -> None:
-        self._response = response
-        self._event.set()
-
-    def _set_error(self, error: KafkaError) -> None:
-        self._error = error
-        self._event.set()
-
-    def __repr__(self) -> str:
-        state = "done" if self.done else "pending"
-        return f"<PendingResponse {self.api_key.name} v{self.version} cid={self.correlation_id} {state}>"
 
 
 class BrokerConnection:
@@ -350,7 +281,7 @@ class BrokerConnection:
             if slot_held:
                 self._release_slot()
         if not expect_response:
-            pending._resolve(None)
+            pending.set_response(None)
         return pending
 
     async def request(self, request: Request[R], *, version: int | None = None) -> R:
@@ -414,7 +345,7 @@ class BrokerConnection:
         if pending or notify:
             logger.warning("%s; failing %d pending request(s)", error, len(pending))
         for entry in pending:
-            entry._set_error(error)
+            entry.set_error(error)
         self._slot_lot.unpark_all()  # parked senders wake and see the connection closed
         self._reader_scope.cancel()
         if notify and self._on_close is not None:
@@ -508,7 +439,7 @@ class BrokerConnection:
                 f"(correlation id {correlation_id}): {exc!r}"
             )
             error.__cause__ = exc
-            entry._set_error(error)
+            entry.set_error(error)
             raise error from exc
-        entry._resolve(response)
+        entry.set_response(response)
 

@@ -1,43 +1,46 @@
 """Kafka RecordBatch v2 (magic 2) codec: encode, decode, the producer's batch builder.
 
-Wire layout of one batch (all integers big-endian)::
-
-    offset  size  field
-         0     8  baseOffset            int64
-         8     4  batchLength           int32   bytes after this field
-        12     4  partitionLeaderEpoch  int32
-        16     1  magic                 int8    = 2
-        17     4  crc                   uint32  CRC-32C of bytes [21, end)
-        21     2  attributes            int16   bits 0-2 codec, 3 timestamp type,
-                                                4 transactional, 5 control
-        23     4  lastOffsetDelta       int32
-        27     8  baseTimestamp         int64
-        35     8  maxTimestamp          int64
-        43     8  producerId            int64
-        51     2  producerEpoch         int16
-        53     4  baseSequence          int32
-        57     4  recordCount           int32
-        61     -  records (compressed as a whole when the codec is not NONE)
-
-One record (zigzag varints; "varlong" is the same encoding, 64-bit)::
-
-    length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
-    | keyLength varint (-1 = null) | key | valueLength varint (-1 = null) | value
-    | headerCount varint | headers: keyLength varint, key utf-8,
-                                   valueLength varint (-1 = null), value
-
-This module is self-contained (its own varint helpers) and sans-I/O.
+This module is the encoder (``encode_record_batch``, the producer's hot-path
+``BatchBuilder``, ``restamp_batch``) and the one place to import the record
+codec from: it re-exports the wire format and data model
+(:mod:`~pipeline.protocol.batch_format`, where the layout is drawn) and the
+decoder (:mod:`~pipeline.protocol.batch_decoder`). Self-contained varint
+encoding, sans-I/O.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import IntEnum
 from typing import Final, Protocol
 
-from pipeline.protocol.compression import Compression, CompressionError, decompress, validate_level
+from pipeline.protocol.batch_decoder import decode_record_batches
+from pipeline.protocol.batch_format import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_TRANSACTIONAL,
+    BATCH_HEADER_SIZE,
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MAGIC,
+    ControlRecordType,
+    CorruptRecordError,
+    Record,
+    RecordBatch,
+    control_record_key,
+    control_record_type,
+)
+from pipeline.protocol.batch_format import ATTRIBUTES_OFFSET as _ATTRIBUTES_OFFSET
+from pipeline.protocol.batch_format import CRC_OFFSET as _CRC_OFFSET
+from pipeline.protocol.batch_format import IDEMPOTENCE as _IDEMPOTENCE
+from pipeline.protocol.batch_format import MAX_RECORD_OVERHEAD as _MAX_RECORD_OVERHEAD
+from pipeline.protocol.batch_format import PREFIX as _PREFIX
+from pipeline.protocol.batch_format import PRODUCER_ID_OFFSET as _PRODUCER_ID_OFFSET
+from pipeline.protocol.batch_format import TAIL as _TAIL
+from pipeline.protocol.batch_format import UINT32 as _UINT32
+from pipeline.protocol.compression import Compression, validate_level
 from pipeline.protocol.compression import compress as _compress
 from pipeline.protocol.crc import crc32c as _crc32c
 
@@ -61,53 +64,6 @@ __all__ = [
     "restamp_batch",
 ]
 
-
-class CorruptRecordError(ValueError):
-    """A record batch failed to decode: bad CRC, bad magic, malformed or truncated fields."""
-
-
-# ------------------------------------------------------------------ constants
-
-BATCH_HEADER_SIZE: Final = 61
-#: bytes before the batchLength field counts (baseOffset + batchLength)
-LOG_OVERHEAD: Final = 12
-#: the smallest legal batchLength (header after the length field, no records)
-_MIN_BATCH_LENGTH: Final = BATCH_HEADER_SIZE - LOG_OVERHEAD
-MAGIC: Final = 2
-
-_CRC_OFFSET: Final = 17
-_ATTRIBUTES_OFFSET: Final = 21
-_PRODUCER_ID_OFFSET: Final = 43
-
-ATTR_COMPRESSION_MASK: Final = 0x07
-ATTR_TIMESTAMP_TYPE: Final = 0x08
-ATTR_TRANSACTIONAL: Final = 0x10
-ATTR_CONTROL: Final = 0x20
-
-CREATE_TIME: Final = 0
-LOG_APPEND_TIME: Final = 1
-
-# upper bound of a record's overhead besides key/value/headers:
-# length varint (5) + attributes (1) + timestampDelta varlong (10) + offsetDelta varint (5)
-_MAX_RECORD_OVERHEAD: Final = 21
-
-
-class ControlRecordType(IntEnum):
-    ABORT = 0
-    COMMIT = 1
-
-
-CONTROL_ABORT: Final = ControlRecordType.ABORT
-CONTROL_COMMIT: Final = ControlRecordType.COMMIT
-
-# baseOffset, batchLength, partitionLeaderEpoch, magic, crc
-_PREFIX = struct.Struct(">qiibI")
-# attributes .. recordCount: the CRC-covered header part
-_TAIL = struct.Struct(">hiqqqhii")
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_IDEMPOTENCE = struct.Struct(">qhi")
-_UINT32 = struct.Struct(">I")
-assert _HEADER.size == BATCH_HEADER_SIZE
 
 # ------------------------------------------------------------------ varints
 
@@ -150,100 +106,6 @@ _NK: Final[tuple[bytes, ...]] = tuple(b"\x01" + b for b in _ZZ)
 _NO_TIMESTAMP: Final = object()
 _B00: Final = b"\x00"  # attributes 0 / header count 0 / length 0
 _B01: Final = b"\x01"  # zigzag(-1): null key / null value
-
-
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Decode a zigzag varint/varlong at ``pos``; return (value, next position)."""
-    shift = 0
-    z = 0
-    while True:
-        try:
-            b = buf[pos]
-        except IndexError:
-            raise CorruptRecordError("truncated varint") from None
-        pos += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (z >> 1) ^ -(z & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordError("varint longer than 10 bytes")
-
-
-# ------------------------------------------------------------------ data model
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Record:
-    offset_delta: int = 0
-    timestamp_delta: int = 0
-    key: bytes | None = None
-    value: bytes | None = None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-    attributes: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RecordBatch:
-    base_offset: int = 0
-    partition_leader_epoch: int = -1
-    magic: int = 2
-    crc: int = 0  # filled on decode; ignored on encode
-    attributes: int = 0
-    last_offset_delta: int = 0
-    base_timestamp: int = 0
-    max_timestamp: int = 0
-    producer_id: int = -1
-    producer_epoch: int = -1
-    base_sequence: int = -1
-    records: tuple[Record, ...] = ()
-
-    @property
-    def compression(self) -> Compression:
-        return Compression(self.attributes & ATTR_COMPRESSION_MASK)
-
-    @property
-    def timestamp_type(self) -> int:
-        """``CREATE_TIME`` (0) or ``LOG_APPEND_TIME`` (1)."""
-        return LOG_APPEND_TIME if self.attributes & ATTR_TIMESTAMP_TYPE else CREATE_TIME
-
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self.attributes & ATTR_TRANSACTIONAL)
-
-    @property
-    def is_control(self) -> bool:
-        return bool(self.attributes & ATTR_CONTROL)
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
-
-
-_RECORD_SETTERS: Final = tuple(
-    getattr(Record, name).__set__
-    for name in ("offset_delta", "timestamp_delta", "key", "value", "headers", "attributes")
-)
-assert len(_RECORD_SETTERS) == len(Record.__dataclass_fields__)
-
-
-def control_record_type(record: Record) -> int:
-    """The type of a control record (0 = ABORT, 1 = COMMIT, see ``ControlRecordType``).
-
-    A control record's key is ``version: int16, type: int16``.
-    """
-    key = record.key
-    if key is None or len(key) < 4:
-        raise CorruptRecordError(f"control record key must be >= 4 bytes, got {key!r}")
-    version, ctype = struct.unpack_from(">hh", key)
-    if version < 0:
-        raise CorruptRecordError(f"bad control record key version {version}")
-    return int(ctype)
-
-
-def control_record_key(ctype: int, version: int = 0) -> bytes:
-    """The key of a control record of type ``ctype`` (for writers such as a fake broker)."""
-    return struct.pack(">hh", version, ctype)
 
 
 # ------------------------------------------------------------------ encoding
@@ -566,228 +428,3 @@ def restamp_batch(batch: bytes, *, producer_id: int, producer_epoch: int,
         raise ValueError(f"producer field out of range: {exc}") from None
     _UINT32.pack_into(buf, _CRC_OFFSET, _crc32c(memoryview(buf)[_ATTRIBUTES_OFFSET:]))
     return bytes(buf)
-
-
-# ------------------------------------------------------------------ decoding
-
-
-def _decode_records(buf: bytes, pos: int, end: int, count: int) -> tuple[Record, ...]:
-    """Parse ``count`` records from ``buf[pos:end]``, which they must fill exactly."""
-    out: list[Record] = []
-    append = out.append
-    rv = _read_varint
-    # Building a frozen dataclass through __init__ costs ~1.4 us (six
-    # object.__setattr__ calls); writing the slots through their descriptors is
-    # ~3x cheaper and yields an identical, equally immutable Record.
-    new = object.__new__
-    set_od, set_ts, set_key, set_value, set_headers, set_attrs = _RECORD_SETTERS
-    try:
-        for _ in range(count):
-            if pos >= end:
-                raise CorruptRecordError(f"batch holds fewer records than its count {count}")
-            # length
-            b = buf[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                b2 = buf[pos + 1]
-                if b2 < 0x80:
-                    z = (b & 0x7F) | (b2 << 7)
-                    length = (z >> 1) ^ -(z & 1)
-                    pos += 2
-                else:
-                    length, pos = rv(buf, pos)
-            rec_end = pos + length
-            if length < 6:  # attributes, timestamp, offset, key, value, header count
-                raise CorruptRecordError(f"bad record length {length}")
-            if rec_end > end:
-                raise CorruptRecordError("record runs past the end of its batch")
-            attributes = buf[pos]
-            if attributes > 127:
-                attributes -= 256
-            pos += 1
-            # timestampDelta
-            b = buf[pos]
-            if b < 0x80:
-                tsd = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                b2 = buf[pos + 1]
-                if b2 < 0x80:
-                    z = (b & 0x7F) | (b2 << 7)
-                    tsd = (z >> 1) ^ -(z & 1)
-                    pos += 2
-                else:
-                    tsd, pos = rv(buf, pos)
-            # offsetDelta
-            b = buf[pos]
-            if b < 0x80:
-                od = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                b2 = buf[pos + 1]
-                if b2 < 0x80:
-                    z = (b & 0x7F) | (b2 << 7)
-                    od = (z >> 1) ^ -(z & 1)
-                    pos += 2
-                else:
-                    od, pos = rv(buf, pos)
-            # key
-            b = buf[pos]
-            if b < 0x80:
-                n = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                b2 = buf[pos + 1]
-                if b2 < 0x80:
-                    z = (b & 0x7F) | (b2 << 7)
-                    n = (z >> 1) ^ -(z & 1)
-                    pos += 2
-                else:
-                    n, pos = rv(buf, pos)
-            if n < 0:
-                if n != -1:
-                    raise CorruptRecordError(f"bad key length {n}")
-                key = None
-            else:
-                key = buf[pos:pos + n]
-                pos += n
-            # value
-            b = buf[pos]
-            if b < 0x80:
-                n = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                b2 = buf[pos + 1]
-                if b2 < 0x80:
-                    z = (b & 0x7F) | (b2 << 7)
-                    n = (z >> 1) ^ -(z & 1)
-                    pos += 2
-                else:
-                    n, pos = rv(buf, pos)
-            if n < 0:
-                if n != -1:
-                    raise CorruptRecordError(f"bad value length {n}")
-                value = None
-            else:
-                value = buf[pos:pos + n]
-                pos += n
-            # headers
-            b = buf[pos]
-            if b == 0:
-                pos += 1
-                headers: tuple[tuple[str, bytes | None], ...] = ()
-            else:
-                nh, pos = rv(buf, pos)
-                if nh < 0:
-                    raise CorruptRecordError(f"bad header count {nh}")
-                hl: list[tuple[str, bytes | None]] = []
-                for _h in range(nh):
-                    n, pos = rv(buf, pos)
-                    if n < 0 or pos + n > rec_end:
-                        raise CorruptRecordError(f"bad header key length {n}")
-                    hkey = buf[pos:pos + n].decode("utf-8")
-                    pos += n
-                    n, pos = rv(buf, pos)
-                    if n < 0:
-                        if n != -1:
-                            raise CorruptRecordError(f"bad header value length {n}")
-                        hval = None
-                    else:
-                        hval = buf[pos:pos + n]
-                        pos += n
-                    hl.append((hkey, hval))
-                headers = tuple(hl)
-            if pos != rec_end:
-                raise CorruptRecordError(
-                    f"record length {length} disagrees with its fields ({pos - rec_end:+d} bytes)"
-                )
-            r = new(Record)
-            set_od(r, od)
-            set_ts(r, tsd)
-            set_key(r, key)
-            set_value(r, value)
-            set_headers(r, headers)
-            set_attrs(r, attributes)
-            append(r)
-    except IndexError:
-        raise CorruptRecordError("record runs past the end of its batch") from None
-    except UnicodeDecodeError as exc:
-        raise CorruptRecordError(f"header key is not valid UTF-8: {exc}") from None
-    if pos != end:
-        raise CorruptRecordError(f"{end - pos} unexpected bytes after the last record")
-    return tuple(out)
-
-
-def decode_record_batches(data: bytes | bytearray | memoryview, *,
-                          verify_crc: bool = True) -> list[RecordBatch]:
-    """Decode the concatenated RecordBatch v2 batches in ``data``.
-
-    A truncated trailing batch (Fetch responses may end with one) is ignored.
-    Raises :class:`CorruptRecordError` on a CRC mismatch (if ``verify_crc``),
-    a magic other than 2, or malformed contents.
-    """
-    buf = data if type(data) is bytes else bytes(data)
-    total = len(buf)
-    pos = 0
-    batches: list[RecordBatch] = []
-    unpack_header = _HEADER.unpack_from
-    while total - pos >= LOG_OVERHEAD:
-        base_offset, length = struct.unpack_from(">qi", buf, pos)
-        if length < 5:  # must at least reach the magic byte
-            raise CorruptRecordError(f"batch at offset {base_offset}: bad batchLength {length}")
-        end = pos + LOG_OVERHEAD + length
-        if end > total:
-            break  # truncated trailing batch
-        magic = buf[pos + 16]
-        if magic != MAGIC:
-            raise CorruptRecordError(
-                f"batch at offset {base_offset} has magic {magic}; only RecordBatch v2 "
-                f"(magic 2) is supported"
-            )
-        if length < _MIN_BATCH_LENGTH:
-            raise CorruptRecordError(
-                f"batch at offset {base_offset}: batchLength {length} < {_MIN_BATCH_LENGTH}"
-            )
-        (_, _, leader_epoch, _, crc, attributes, last_offset_delta, base_ts, max_ts,
-         producer_id, producer_epoch, base_sequence, count) = unpack_header(buf, pos)
-        if verify_crc:
-            actual = _crc32c(memoryview(buf)[pos + _ATTRIBUTES_OFFSET:end])
-            if actual != crc:
-                raise CorruptRecordError(
-                    f"batch at offset {base_offset}: CRC mismatch "
-                    f"(stored 0x{crc:08x}, computed 0x{actual:08x})"
-                )
-        if count < 0:
-            raise CorruptRecordError(f"batch at offset {base_offset}: record count {count}")
-        codec = attributes & ATTR_COMPRESSION_MASK
-        rstart = pos + BATCH_HEADER_SIZE
-        if codec == 0:
-            records = _decode_records(buf, rstart, end, count)
-        else:
-            if codec > 4:
-                raise CorruptRecordError(
-                    f"batch at offset {base_offset}: unknown compression codec {codec}"
-                )
-            try:
-                raw = decompress(codec, memoryview(buf)[rstart:end])
-            except CompressionError as exc:
-                raise CorruptRecordError(f"batch at offset {base_offset}: {exc}") from exc
-            records = _decode_records(raw, 0, len(raw), count)
-        batches.append(RecordBatch(
-            base_offset=base_offset,
-            partition_leader_epoch=leader_epoch,
-            magic=magic,
-            crc=crc,
-            attributes=attributes,
-            last_offset_delta=last_offset_delta,
-            base_timestamp=base_ts,
-            max_timestamp=max_ts,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            base_sequence=base_sequence,
-            records=records,
-        ))
-        pos = end
-    return batches

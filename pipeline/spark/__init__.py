@@ -21,12 +21,12 @@ from pipeline.spark.export import (
     export_dataframe,
     validate_schema,
 )
-from pipeline.spark.partition import (
+from pipeline.spark.partition import export_partition
+from pipeline.spark.status import (
     DEFAULT_MESSAGE_ID_HEADER,
     ExportConfig,
     ExportTaskError,
     PartitionStatus,
-    export_partition,
 )
 
 __all__ = [

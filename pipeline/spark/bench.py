@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["compare_export", "confluent_partition_exporter", "format_comparison"]
+#: ``create_topics({name: partitions})``: how the caller makes topics on its broker
+#: (the CLI and ``bench/export_bench.py`` pass ``pipeline.testing.broker.create_topics``;
+#: the spark layer does not import the testing kit).
+CreateTopics = Callable[[Mapping[str, int]], object]
+
+__all__ = ["CreateTopics", "compare_export", "confluent_partition_exporter", "format_comparison"]
 
 
 def confluent_partition_exporter(rows: Iterator[Any], bootstrap: str, topic: str) -> None:
@@ -61,6 +66,7 @@ def compare_export(
     spark: Any,
     bootstrap: str,
     *,
+    create_topics: CreateTopics,
     rows: int = 1_000_000,
     value_bytes: int = 100,
     partitions: int = 2,
@@ -68,17 +74,19 @@ def compare_export(
     keys: int = 10_000,
     **producer_options: Any,
 ) -> dict[str, Any]:
-    """Run both exporters once on the same DataFrame; return the measurements."""
+    """Run both exporters once on the same DataFrame; return the measurements.
+
+    ``create_topics({name: partitions})`` creates the two topics on the broker.
+    """
     import functools
 
     from pyspark.sql import functions as F
 
     from pipeline.spark.export import export_dataframe
-    from pipeline.testing.broker import create_topics
 
     tag = uuid.uuid4().hex[:6]
     ours_topic, base_topic = f"bench-export-{tag}", f"bench-foreach-{tag}"
-    create_topics(bootstrap, {ours_topic: topic_partitions, base_topic: topic_partitions})
+    create_topics({ours_topic: topic_partitions, base_topic: topic_partitions})
     df = (
         spark.range(rows, numPartitions=partitions)
         .select(

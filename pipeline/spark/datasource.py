@@ -30,12 +30,12 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
-from pipeline.spark.partition import (
+from pipeline.spark.partition import export_partition
+from pipeline.spark.status import (
     DEFAULT_MESSAGE_ID_HEADER,
     ExportConfig,
     ExportTaskError,
     PartitionStatus,
-    export_partition,
 )
 
 __all__ = ["NAME", "PipelineKafkaDataSource", "register"]

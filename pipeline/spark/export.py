@@ -37,11 +37,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.spark.partition import (
+from pipeline.spark.partition import spark_task
+from pipeline.spark.status import (
     DEFAULT_MESSAGE_ID_HEADER,
     ExportConfig,
     PartitionStatus,
-    spark_task,
     status_schema_ddl,
 )
 
