@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "ClusterConfig": "pipeline.cluster.config",
     "BrokerConnectionError": "pipeline.cluster.errors",
     "KafkaError": "pipeline.cluster.errors",
     "RequestTimedOutError": "pipeline.cluster.errors",
@@ -43,6 +44,7 @@ __all__ = [
     "BrokerConnectionError",
     "BrokerResponseError",
     "BufferFullError",
+    "ClusterConfig",
     "ConfigError",
     "Delivery",
     "DeliveryGroup",
@@ -78,6 +80,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from pipeline.cluster.config import ClusterConfig
     from pipeline.cluster.errors import (
         BrokerConnectionError,
         KafkaError,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pipeline.cluster.config import ClusterConfig as ClusterConfig
 from pipeline.cluster.connection import BrokerConnection as BrokerConnection
 from pipeline.cluster.connection import PendingResponse as PendingResponse
 from pipeline.cluster.errors import BrokerConnectionError as BrokerConnectionError
 from pipeline.cluster.errors import BrokerProtocolError as BrokerProtocolError
+from pipeline.cluster.errors import ConfigError as ConfigError
 from pipeline.cluster.errors import KafkaError as KafkaError
 from pipeline.cluster.errors import MetadataTimeoutError as MetadataTimeoutError
 from pipeline.cluster.errors import RequestTimedOutError as RequestTimedOutError
