@@ -23,13 +23,13 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pipeline.cluster.errors import ConfigError
 from pipeline.cluster.transport import Connector, tcp_connector
 from pipeline.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 
-__all__ = ["ClusterConfig", "cluster_config", "parse_option_value"]
+__all__ = ["ClusterConfig", "cluster_config", "merge_options", "parse_option_value"]
 
 
 def _bad(option: str, value: object, allowed: str) -> ConfigError:
@@ -126,21 +126,27 @@ class ClusterConfig:
 
 
 _FIELDS = dataclasses.fields(ClusterConfig)
-_NAMES = frozenset(f.name for f in _FIELDS)
+
+C = TypeVar("C", bound=ClusterConfig)
+
+
+def merge_options(cls: type[C], config: C | None, options: dict[str, Any], *, kind: str) -> C:
+    """``config`` (or ``cls()`` defaults) with keyword ``options`` over it; an unknown
+    name raises :class:`ConfigError` listing every valid ``kind`` option."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"unknown {kind} option(s) {unknown}; valid options are {sorted(known)}")
+    if config is None:
+        return cls(**options)
+    return dataclasses.replace(config, **options) if options else config
 
 
 def cluster_config(config: ClusterConfig | None, options: dict[str, Any]) -> ClusterConfig:
-    """Merge keyword options over a config (or the defaults), with a clear error for
-    unknown names."""
-    unknown = sorted(set(options) - _NAMES)
-    if unknown:
-        raise ConfigError(
-            f"unknown cluster option(s) {unknown}; valid options are {sorted(_NAMES)}"
-        )
-    if config is None:
-        return ClusterConfig(**options)
-    config = config.cluster
-    return dataclasses.replace(config, **options) if options else config
+    """Merge keyword options over a config's cluster part (or the defaults)."""
+    return merge_options(
+        ClusterConfig, config.cluster if config is not None else None, options, kind="cluster"
+    )
 
 
 def parse_option_value(text: str) -> Any:

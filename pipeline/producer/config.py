@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pipeline.cluster.config import ClusterConfig
+from pipeline.cluster.config import ClusterConfig, merge_options
 from pipeline.producer.errors import ConfigError
 from pipeline.protocol.compression import Compression
 
@@ -169,12 +169,4 @@ class ProducerConfig(ClusterConfig):
 
 def make_config(config: ProducerConfig | None, options: dict[str, Any]) -> ProducerConfig:
     """Merge keyword options over a config, with a clear error for unknown names."""
-    known = {f.name for f in dataclasses.fields(ProducerConfig)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ConfigError(
-            f"unknown producer option(s) {unknown}; valid options are {sorted(known)}"
-        )
-    if config is None:
-        return ProducerConfig(**options)
-    return dataclasses.replace(config, **options) if options else config
+    return merge_options(ProducerConfig, config, options, kind="producer")
