@@ -50,7 +50,8 @@ async def handshake(conn: Requester, config: ClusterConfig) -> dict[ApiKey, int]
       BrokerProtocolError: the broker rejected ApiVersions with an error.
       UnsupportedApiError: no ApiVersions version in common.
     """
-    del config  # the security options (issue 14) will be read here
+    # ``config`` is passed for the authentication step (issue 14), which reads
+    # its security options; ApiVersions needs none of them.
     return await negotiate_api_versions(conn)
 
 

@@ -8,6 +8,7 @@ from pipeline.protocol.api import ApiKey
 from pipeline.protocol.codec import (
     decode_request,
     decode_response,
+    decode_response_as,
     encode_request,
     encode_response,
     peek_correlation_id,
@@ -147,3 +148,14 @@ def test_frames_through_frame_buffer() -> None:
         header, body = decode_request(f)
         assert header.correlation_id == v
         assert body.topics is None
+
+
+def test_api_versions_body_unreadable_at_the_asked_version_is_read_as_v0() -> None:
+    # The Java client's rule, the second half of the one fallback in
+    # decode_response_as: whatever the error code, a v1+ ApiVersions body that
+    # does not parse at the asked version is read as v0.
+    v0 = ApiVersionsResponse(api_keys=(ApiVersion(api_key=18, min_version=0, max_version=2),))
+    frame = encode_response(v0, api_key=18, version=0, correlation_id=9)
+    with pytest.raises(DecodeError):
+        ApiVersionsResponse.decode(frame[8:], 3)  # it really is unreadable as v3
+    assert decode_response_as(frame[4:], ApiVersionsResponse, version=3) == (9, v0)
