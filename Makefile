@@ -22,8 +22,9 @@ help:
 	@echo "make lint       ruff + mypy --strict (pipeline/ and the typing checks in tests/typecheck/)"
 	@echo "make clean      remove .venv and caches"
 
-# (Re)install whenever pyproject.toml changes. The venv itself is created only if missing.
-$(STAMP): pyproject.toml
+# (Re)install whenever pyproject.toml or the C kernel changes (the install builds
+# pipeline/protocol/_kernel.c in place). The venv itself is created only if missing.
+$(STAMP): pyproject.toml pipeline/protocol/_kernel.c
 	@test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPIP) install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
 	@touch $@

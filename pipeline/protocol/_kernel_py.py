@@ -1,0 +1,350 @@
+"""Pure-Python twin of the C kernel ``pipeline.protocol._kernel`` (the codec half).
+
+Same functions, same arguments, same results and same errors as ``_kernel.c``
+(tests run both on the same inputs and compare): it is what ``columnar.py``
+uses when the extension could not be built (no compiler at install time) or
+when ``PIPELINE_PURE_PYTHON=1`` is set. It loops per row, so it is slower; it
+still builds no ``Record`` object per row. The spec tuples it reads are
+described at the top of ``_kernel.c``.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from itertools import accumulate
+from typing import Any, Final
+
+from pipeline.protocol.records import _ZZ, _zigzag_varint
+
+_TABLE: Final = len(_ZZ)
+_HEADER: Final = 61  # BATCH_HEADER_SIZE
+_OVERHEAD: Final = 21  # records._MAX_RECORD_OVERHEAD
+_NULL: Final = b"\x01"  # zigzag(-1)
+_ZERO: Final = b"\x00"
+_INT64_MAX: Final = (1 << 63) - 1
+
+
+class _Bad(Exception):
+    """An invalid cell found while walking the columns (mapped to ValueError)."""
+
+
+def _vz(n: int) -> bytes:
+    return _ZZ[n] if 0 <= n < _TABLE else _zigzag_varint(n)
+
+
+def _vz_size(n: int) -> int:
+    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
+    size = 1
+    while z > 0x7F:
+        z >>= 7
+        size += 1
+    return size
+
+
+def _ints(obj: Any, wide: bool) -> memoryview:
+    return memoryview(obj).cast("B").cast("q" if wide else "i")
+
+
+class _Bin:
+    """One binary column of a spec: cells are memoryview slices of its data."""
+
+    __slots__ = ("data", "n", "name", "off", "valid", "voff")
+
+    def __init__(self, spec: tuple[Any, ...], name: str) -> None:
+        off, wide, data, valid, voff, n = spec
+        self.name = name
+        if n < 0 or voff < 0:
+            raise ValueError(f"{name}: negative length or bit offset")
+        self.n = n
+        self.voff = voff
+        offsets = _ints(off, wide)
+        if len(offsets) < n + 1:
+            raise ValueError(f"{name}: offsets buffer holds fewer than {n + 1} entries")
+        self.off = offsets
+        self.data = memoryview(data).cast("B")
+        self.valid = None
+        if valid is not None:
+            bits = memoryview(valid).cast("B")
+            if len(bits) < (voff + n + 7) // 8:
+                raise ValueError(f"{name}: validity bitmap too short for {n} rows")
+            self.valid = bits
+
+    def cell(self, row: int) -> memoryview | None:
+        valid = self.valid
+        if valid is not None:
+            k = self.voff + row
+            if not (valid[k >> 3] >> (k & 7)) & 1:
+                return None
+        a = self.off[row]
+        b = self.off[row + 1]
+        if a < 0 or b < a or b > len(self.data):
+            raise _Bad
+        return self.data[a:b]
+
+
+class _Cols:
+    """A parsed columns spec, with the per-row payload encoder."""
+
+    __slots__ = ("default_ts", "hkeys", "hoff", "hvalid", "hvalues", "hvoff", "keys", "n",
+                 "ts", "values")
+
+    def __init__(self, spec: tuple[Any, ...]) -> None:
+        n, vspec, kspec, hspec, ts, default_ts = spec
+        self.n = n
+        self.default_ts = default_ts
+        self.values = _Bin(vspec, "values")
+        self.keys = None if kspec is None else _Bin(kspec, "keys")
+        self.hoff: memoryview | None = None
+        self.hvalid: memoryview | None = None
+        self.hvoff = 0
+        self.hkeys: _Bin | None = None
+        self.hvalues: _Bin | None = None
+        if hspec is not None:
+            off, wide, valid, voff, hn, hk, hv = hspec
+            if hn < 0 or voff < 0:
+                raise ValueError("headers: negative length or bit offset")
+            self.hoff = _ints(off, wide)
+            if len(self.hoff) < hn + 1:
+                raise ValueError("headers: offsets buffer too short")
+            if valid is not None:
+                self.hvalid = memoryview(valid).cast("B")
+                if len(self.hvalid) < (voff + hn + 7) // 8:
+                    raise ValueError("headers: validity bitmap too short")
+            self.hvoff = voff
+            self.hkeys = _Bin(hk, "header keys")
+            self.hvalues = _Bin(hv, "header values")
+            if self.hkeys.n != self.hvalues.n:
+                raise ValueError("headers: key and value entry counts differ")
+            if hn != n:
+                raise ValueError("columns spec: column lengths differ")
+        if self.values.n != n or (self.keys is not None and self.keys.n != n):
+            raise ValueError("columns spec: column lengths differ")
+        self.ts: memoryview | None = None
+        if ts is not None:
+            self.ts = _ints(ts, True)
+            if len(self.ts) < n:
+                raise ValueError("timestamps: buffer holds fewer than n int64s")
+
+    def timestamp(self, row: int) -> int:
+        return self.default_ts if self.ts is None else self.ts[row]
+
+    def payload(self, row: int, out: list[Any]) -> int:
+        """Append the key, value and headers sections of ``row`` to ``out``;
+        return their size. Raises ValueError naming the column and row."""
+        size = 0
+        column = "keys"
+        try:
+            if self.keys is None:
+                out.append(_NULL)
+                size += 1
+            else:
+                key = self.keys.cell(row)
+                if key is None:
+                    out.append(_NULL)
+                    size += 1
+                else:
+                    head = _vz(len(key))
+                    out.append(head)
+                    out.append(key)
+                    size += len(head) + len(key)
+            column = "values"
+            value = self.values.cell(row)
+            if value is None:
+                out.append(_NULL)
+                size += 1
+            else:
+                head = _vz(len(value))
+                out.append(head)
+                out.append(value)
+                size += len(head) + len(value)
+            column = "headers"
+            if self.hoff is None:
+                out.append(_ZERO)
+                return size + 1
+            return size + self._headers(row, out)
+        except _Bad:
+            raise ValueError(
+                f"{column}: row {row}: offsets are not ascending or run past the data buffer"
+            ) from None
+
+    def _headers(self, row: int, out: list[Any]) -> int:
+        assert self.hoff is not None
+        assert self.hkeys is not None
+        assert self.hvalues is not None
+        valid = self.hvalid
+        k = self.hvoff + row
+        if valid is not None and not (valid[k >> 3] >> (k & 7)) & 1:
+            start = stop = 0
+        else:
+            start, stop = self.hoff[row], self.hoff[row + 1]
+            if start < 0 or stop < start or stop > self.hkeys.n:
+                raise ValueError(
+                    f"headers: row {row}: list offsets are not ascending or run past the entries"
+                )
+        head = _vz(stop - start)
+        out.append(head)
+        size = len(head)
+        for j in range(start, stop):
+            key = self.hkeys.cell(j)
+            if key is None:
+                raise ValueError(f"headers: row {row}: a header key is null")
+            head = _vz(len(key))
+            out.append(head)
+            out.append(key)
+            size += len(head) + len(key)
+            value = self.hvalues.cell(j)
+            if value is None:
+                out.append(_NULL)
+                size += 1
+            else:
+                head = _vz(len(value))
+                out.append(head)
+                out.append(value)
+                size += len(head) + len(value)
+        return size
+
+
+def _selection(rows: Any, start: int, stop: int, n: int) -> Sequence[int]:
+    if start < 0 or stop < start:
+        raise ValueError(f"bad row range [{start}, {stop})")
+    if rows is None:
+        return range(start, stop)
+    sel = _ints(rows, True)
+    if len(sel) < stop:
+        raise ValueError(f"rows: buffer holds fewer than {stop} int64s")
+    return sel[start:stop]
+
+
+def _check_row(row: int, n: int) -> None:
+    if not 0 <= row < n:
+        raise ValueError(f"row index {row} is outside the columns")
+
+
+def encode_records(spec: tuple[Any, ...], rows: Any, start: int,
+                   stop: int) -> tuple[bytes, int, int]:
+    cols = _Cols(spec)
+    n = cols.n
+    parts: list[Any] = []
+    add = parts.append
+    base = max_ts = 0
+    payload: list[Any] = []
+    for od, row in enumerate(_selection(rows, start, stop, n)):
+        _check_row(row, n)
+        ts = cols.timestamp(row)
+        if od == 0:
+            base = max_ts = ts
+        elif ts > max_ts:
+            max_ts = ts
+        payload.clear()
+        size = cols.payload(row, payload)
+        tsd = _vz(ts - base)
+        odv = _vz(od)
+        add(_vz(1 + len(tsd) + len(odv) + size))
+        add(_ZERO)
+        add(tsd)
+        add(odv)
+        parts.extend(payload)
+    return b"".join(parts), base, max_ts
+
+
+def size_bounds(spec: tuple[Any, ...], out: Any) -> None:
+    cols = _Cols(spec)
+    dst = memoryview(out).cast("B")
+    if len(dst) < cols.n * 8:
+        raise ValueError("out: buffer holds fewer than n int64s")
+    sizes = dst.cast("q")
+    scratch: list[Any] = []
+    for row in range(cols.n):
+        scratch.clear()
+        sizes[row] = _HEADER + _OVERHEAD + cols.payload(row, scratch)
+
+
+def cut_batches(spec: tuple[Any, ...], rows: Any, start: int, stop: int, max_bytes: int,
+                max_records: int) -> list[tuple[int, int]]:
+    if max_records < 1:
+        raise ValueError("max_records must be >= 1")
+    cols = _Cols(spec)
+    n = cols.n
+    cuts: list[tuple[int, int]] = []
+    base = size = in_batch = 0
+    scratch: list[Any] = []
+    for pos, row in enumerate(_selection(rows, start, stop, n), start):
+        _check_row(row, n)
+        scratch.clear()
+        pay = cols.payload(row, scratch)
+        ts = cols.timestamp(row)
+        rec = 0
+        if in_batch:
+            body = 1 + _vz_size(ts - base) + _vz_size(in_batch) + pay
+            rec = _vz_size(body) + body
+            if in_batch >= max_records or size + rec > max_bytes:
+                cuts.append((pos, size))
+                in_batch = 0
+        if not in_batch:
+            base = ts
+            size = _HEADER
+            body = 3 + pay
+            rec = _vz_size(body) + body
+        size += rec
+        in_batch += 1
+    if in_batch:
+        cuts.append((stop, size))
+    return cuts
+
+
+def pack_binary(seq: Sequence[Any], what: str) -> tuple[bytes, bytes, bytes | None, int]:
+    if not isinstance(seq, list | tuple):
+        raise TypeError("pack_binary needs a list or tuple")
+    try:
+        data = b"".join(seq)
+    except TypeError:
+        pass
+    else:
+        offsets = array("q", accumulate(map(len, seq), initial=0))
+        if offsets[-1] == len(data):  # every item's len() is its byte count
+            return offsets.tobytes(), data, None, 0
+    return _pack_slow(seq, what)
+
+
+def _pack_slow(seq: Sequence[Any], what: str) -> tuple[bytes, bytes, bytes | None, int]:
+    parts: list[Any] = []
+    offsets = array("q", [0])
+    bits = bytearray((len(seq) + 7) // 8)
+    total = nulls = 0
+    for i, item in enumerate(seq):
+        if item is None:
+            nulls += 1
+        else:
+            bits[i >> 3] |= 1 << (i & 7)
+            if type(item) is not bytes:
+                item = _as_buffer(item, what, i)
+            parts.append(item)
+            total += len(item)
+        offsets.append(total)
+    return offsets.tobytes(), b"".join(parts), bytes(bits) if nulls else None, nulls
+
+
+def _as_buffer(item: Any, what: str, i: int) -> bytes | memoryview:
+    if isinstance(item, str):
+        try:
+            return item.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{what}: row {i}: str is not encodable as UTF-8 ({exc})") from None
+    try:
+        view = memoryview(item)
+    except TypeError:
+        raise TypeError(
+            f"{what}: row {i}: expected bytes, bytearray, memoryview, str (sent as UTF-8) or "
+            f"None, not {type(item).__name__}: serialize it first"
+        ) from None
+    if not view.c_contiguous:
+        raise TypeError(f"{what}: row {i}: {type(item).__name__} is not a contiguous buffer")
+    return view.cast("B")
+
+
+def find_outside(buf: Any, wide: bool, lo: int, hi: int) -> int:
+    for i, v in enumerate(_ints(buf, wide)):
+        if v < lo or v > hi:
+            return i
+    return -1
