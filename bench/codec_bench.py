@@ -1,11 +1,20 @@
-"""RecordBatch v2 encode/decode throughput, uncompressed and per codec.
+"""RecordBatch v2 encode/decode throughput, uncompressed and per codec, per-message and columnar.
 
     python -m bench.codec_bench [--json PATH] [--records N] [--batch-records M] [--repeats R]
 
-Each run encodes N records of 100-byte values (no key, no headers) with
-``BatchBuilder`` into batches of M records (append + build, the producer's hot
-path), then decodes those bytes with ``decode_record_batches``. Numbers are the
-median of R runs. MB/s counts value payload bytes (N * 100) per second.
+Each run encodes N records of 100-byte values (no key, no headers) into batches
+of M records, then decodes those bytes with ``decode_record_batches``:
+
+* ``builder``: ``BatchBuilder`` append + build, the per-message producer path;
+* ``columnar``: ``columnar.encode_batch`` over row ranges of a ``Columns`` built
+  from an Arrow binary array (zero-copy; the build is inside the timed section);
+* ``columnar from lists``: the same, the ``Columns`` packed from a Python list of
+  bytes inside the timed section;
+* ``columnar, python kernel``: the pure-Python fallback (uncompressed only).
+
+The columnar batches are checked byte-identical to the builder's before timing.
+Numbers are the median of R runs; MB/s counts value payload bytes (N * 100) per
+second. The machine may be shared: the report records the load average.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipeline.protocol import _kernel_py, columnar
 from pipeline.protocol.compression import Compression
 from pipeline.protocol.records import BatchBuilder, decode_record_batches
 
@@ -52,38 +62,87 @@ def _encode(values: list[bytes], codec: Compression, batch_records: int,
     return batches
 
 
+def _arrow_values(values: list[bytes]) -> Any:
+    try:
+        import pyarrow as pa
+    except ImportError:  # the columnar row is then measured from the list
+        return values
+    return pa.array(values, pa.binary())
+
+
+def _encode_columnar(source: Any, codec: Compression, batch_records: int,
+                     ts0: int) -> list[bytes]:
+    cols = columnar.build_columns(source, default_timestamp=ts0)
+    n = len(cols)
+    return [
+        columnar.encode_batch(cols, range(start, min(start + batch_records, n)),
+                              compression=codec, producer_id=1000, producer_epoch=0,
+                              base_sequence=start)
+        for start in range(0, n, batch_records)
+    ]
+
+
+def _median_time(fn: Any, repeats: int) -> tuple[float, list[float], Any]:
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times, out
+
+
 def run(records: int = 100_000, repeats: int = 5, batch_records: int = 1000,
         codecs: tuple[Compression, ...] = tuple(Compression)) -> dict[str, Any]:
     """Measure and return {"meta": ..., "results": {codec: {...}}} (medians of ``repeats``)."""
     values = _values(records)
+    arrow = _arrow_values(values)
     payload = records * VALUE_SIZE
     ts0 = 1_700_000_000_000
+    load_before = os.getloadavg()
     results: dict[str, Any] = {}
     for codec in codecs:
         _encode(values[:batch_records], codec, batch_records, ts0)  # warm-up
-        enc_times, dec_times = [], []
-        batches: list[bytes] = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            batches = _encode(values, codec, batch_records, ts0)
-            enc_times.append(time.perf_counter() - t0)
-            data = b"".join(batches)
-            t0 = time.perf_counter()
-            decoded = decode_record_batches(data)
-            dec_times.append(time.perf_counter() - t0)
-            assert sum(len(b.records) for b in decoded) == records
+        # what is timed below must be the same bytes
+        assert _encode_columnar(arrow, codec, batch_records, ts0) == \
+            _encode_columnar(values, codec, batch_records, ts0) == \
+            _encode(values, codec, batch_records, ts0), codec
+        enc, enc_times, batches = _median_time(
+            lambda c=codec: _encode(values, c, batch_records, ts0), repeats)
+        col, col_times, _ = _median_time(
+            lambda c=codec: _encode_columnar(arrow, c, batch_records, ts0), repeats)
+        lst, lst_times, _ = _median_time(
+            lambda c=codec: _encode_columnar(values, c, batch_records, ts0), repeats)
+        data = b"".join(batches)
+        dec, dec_times, decoded = _median_time(lambda d=data: decode_record_batches(d), repeats)
+        assert sum(len(b.records) for b in decoded) == records
         wire = sum(len(b) for b in batches)
-        enc, dec = statistics.median(enc_times), statistics.median(dec_times)
-        results[codec.name.lower()] = {
+        row: dict[str, Any] = {
             "encode_records_per_s": records / enc,
             "encode_mb_per_s": payload / enc / 1e6,
+            "columnar_records_per_s": records / col,
+            "columnar_mb_per_s": payload / col / 1e6,
+            "columnar_from_lists_records_per_s": records / lst,
+            "columnar_vs_builder": enc / col,
             "decode_records_per_s": records / dec,
             "decode_mb_per_s": payload / dec / 1e6,
             "wire_bytes": wire,
             "ratio": payload / wire,
             "encode_runs_s": enc_times,
+            "columnar_runs_s": col_times,
+            "columnar_from_lists_runs_s": lst_times,
             "decode_runs_s": dec_times,
         }
+        if codec is Compression.NONE:
+            saved = columnar._impl
+            columnar._impl = _kernel_py
+            try:
+                py, py_times, _ = _median_time(
+                    lambda c=codec: _encode_columnar(arrow, c, batch_records, ts0), repeats)
+            finally:
+                columnar._impl = saved
+            row["columnar_python_kernel_records_per_s"] = records / py
+            row["columnar_python_kernel_runs_s"] = py_times
+        results[codec.name.lower()] = row
     return {
         "meta": {
             "records": records,
@@ -91,6 +150,10 @@ def run(records: int = 100_000, repeats: int = 5, batch_records: int = 1000,
             "batch_records": batch_records,
             "repeats": repeats,
             "statistic": "median",
+            "kernel": columnar.KERNEL,
+            "columnar_source": "list" if arrow is values else "arrow",
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
             "python": sys.version.split()[0],
             "implementation": platform.python_implementation(),
             "machine": platform.machine(),
@@ -100,19 +163,35 @@ def run(records: int = 100_000, repeats: int = 5, batch_records: int = 1000,
     }
 
 
+COLUMNAR_TARGET = 5_000_000  # records/s, uncompressed (issue 15, goal 5)
+
+
 def format_table(report: dict[str, Any]) -> str:
     meta = report["meta"]
+    load = meta.get("loadavg_before", (0.0,))[0], meta.get("loadavg_after", (0.0,))[0]
     lines = [
         f"RecordBatch v2 codec: {meta['records']} records x {meta['value_size']} B, "
-        f"{meta['batch_records']} records/batch, median of {meta['repeats']} runs",
-        f"{'codec':<8} {'encode rec/s':>14} {'encode MB/s':>12} "
-        f"{'decode rec/s':>14} {'decode MB/s':>12} {'ratio':>7}",
+        f"{meta['batch_records']} records/batch, median of {meta['repeats']} runs, "
+        f"{meta.get('kernel', '?')} kernel, load avg {load[0]:.2f} -> {load[1]:.2f} "
+        f"on {meta['cpus']} CPUs (records/s)",
+        f"{'codec':<8} {'builder':>12} {'columnar':>12} {'col/builder':>11} "
+        f"{'col (lists)':>12} {'decode':>12} {'ratio':>6}",
     ]
     for name, r in report["results"].items():
         lines.append(
-            f"{name:<8} {r['encode_records_per_s']:>14,.0f} {r['encode_mb_per_s']:>12.1f} "
-            f"{r['decode_records_per_s']:>14,.0f} {r['decode_mb_per_s']:>12.1f} {r['ratio']:>7.2f}"
+            f"{name:<8} {r['encode_records_per_s']:>12,.0f} {r['columnar_records_per_s']:>12,.0f} "
+            f"{r['columnar_vs_builder']:>10.1f}x {r['columnar_from_lists_records_per_s']:>12,.0f} "
+            f"{r['decode_records_per_s']:>12,.0f} {r['ratio']:>6.2f}"
         )
+    none = report["results"].get("none")
+    if none is not None:
+        rate = none["columnar_records_per_s"]
+        verdict = "PASS" if rate >= COLUMNAR_TARGET else "MISS"
+        lines.append(f"target: columnar encode, none >= {COLUMNAR_TARGET:,} records/s: "
+                     f"{rate:,.0f} {verdict}")
+        if "columnar_python_kernel_records_per_s" in none:
+            lines.append("columnar, python kernel (fallback), none: "
+                         f"{none['columnar_python_kernel_records_per_s']:,.0f} records/s")
     return "\n".join(lines)
 
 
