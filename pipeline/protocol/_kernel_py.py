@@ -164,9 +164,7 @@ class _Cols:
                 return size + 1
             return size + self._headers(row, out)
         except _Bad:
-            raise ValueError(
-                f"{column}: row {row}: offsets are not ascending or run past the data buffer"
-            ) from None
+            raise _bad_cell(column, row) from None
 
     def _headers(self, row: int, out: list[Any]) -> int:
         assert self.hoff is not None
@@ -224,12 +222,69 @@ def _check_row(row: int, n: int) -> None:
 def encode_records(spec: tuple[Any, ...], rows: Any, start: int,
                    stop: int) -> tuple[bytes, int, int]:
     cols = _Cols(spec)
+    if cols.hoff is not None:
+        return _encode_general(cols, _selection(rows, start, stop, cols.n))
+    # No headers (the bulk case): the key and value cells are read inline, with
+    # the same checks in the same order as _Cols.payload (the general path).
+    n = cols.n
+    zz = _ZZ
+    vals = cols.values
+    voffs, vdata, vvalid, vbit, vsize = vals.off, vals.data, vals.valid, vals.voff, len(vals.data)
+    keys = cols.keys
+    if keys is not None:
+        koffs, kdata, kvalid, kbit, ksize = keys.off, keys.data, keys.valid, keys.voff, len(keys.data)
+    ts = cols.ts
+    default = cols.default_ts
+    parts: list[Any] = []
+    add = parts.extend
+    base = max_ts = 0
+    for od, row in enumerate(_selection(rows, start, stop, n)):
+        _check_row(row, n)
+        t = default if ts is None else ts[row]
+        if od:
+            if t > max_ts:
+                max_ts = t
+        else:
+            base = max_ts = t
+        d = t - base
+        tsd = zz[d] if 0 <= d < _TABLE else _zigzag_varint(d)
+        odv = zz[od] if od < _TABLE else _zigzag_varint(od)
+        if keys is None or (kvalid is not None
+                            and not (kvalid[(kbit + row) >> 3] >> ((kbit + row) & 7)) & 1):
+            kh: bytes = _NULL
+            kb: Any = b""
+        else:
+            a, b = koffs[row], koffs[row + 1]
+            if a < 0 or b < a or b > ksize:
+                raise _bad_cell("keys", row)
+            kb = kdata[a:b]
+            kh = zz[b - a] if b - a < _TABLE else _zigzag_varint(b - a)
+        if vvalid is not None and not (vvalid[(vbit + row) >> 3] >> ((vbit + row) & 7)) & 1:
+            vh: bytes = _NULL
+            vb: Any = b""
+        else:
+            a, b = voffs[row], voffs[row + 1]
+            if a < 0 or b < a or b > vsize:
+                raise _bad_cell("values", row)
+            vb = vdata[a:b]
+            vh = zz[b - a] if b - a < _TABLE else _zigzag_varint(b - a)
+        size = 2 + len(tsd) + len(odv) + len(kh) + len(kb) + len(vh) + len(vb)
+        add((zz[size] if size < _TABLE else _zigzag_varint(size), _ZERO, tsd, odv, kh, kb, vh,
+             vb, _ZERO))
+    return b"".join(parts), base, max_ts
+
+
+def _bad_cell(column: str, row: int) -> ValueError:
+    return ValueError(f"{column}: row {row}: offsets are not ascending or run past the data buffer")
+
+
+def _encode_general(cols: _Cols, selection: Sequence[int]) -> tuple[bytes, int, int]:
     n = cols.n
     parts: list[Any] = []
     add = parts.append
     base = max_ts = 0
     payload: list[Any] = []
-    for od, row in enumerate(_selection(rows, start, stop, n)):
+    for od, row in enumerate(selection):
         _check_row(row, n)
         ts = cols.timestamp(row)
         if od == 0:
