@@ -228,6 +228,9 @@ def test_cut_batches_edges(kernel: str) -> None:
     assert [c[:2] for c in cut_batches(cols, max_bytes=1)] == [(i, i + 1) for i in range(10)]
     with pytest.raises(ValueError, match="max_records must be >= 1"):
         cut_batches(cols, max_bytes=100, max_records=0)
+    exact = len(encode_batch(cols, range(3)))  # a batch of exactly max_bytes is allowed
+    assert cut_batches(cols, max_bytes=exact)[0] == (0, 3, exact)
+    assert cut_batches(cols, max_bytes=exact - 1)[0][:2] == (0, 2)
 
 
 # --------------------------------------------------------------------------- inputs
