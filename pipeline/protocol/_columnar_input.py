@@ -387,7 +387,10 @@ def _arrow_ints(arr: Any, what: str, wide: bool, fill: int | None) -> memoryview
     if pa.types.is_timestamp(t) and wide:
         per_ms = {"s": 1, "ms": 1, "us": 1000, "ns": 1_000_000}[t.unit]
         raw = arr.cast(pa.int64())
-        arr = pc.multiply(raw, 1000) if t.unit == "s" else pc.divide(raw, per_ms)
+        try:  # checked: a seconds value past int64 ms raises instead of wrapping
+            arr = pc.multiply_checked(raw, 1000) if t.unit == "s" else pc.divide(raw, per_ms)
+        except pa.ArrowInvalid as exc:
+            raise ValueError(f"{what}: {exc} converting timestamp[s] to milliseconds") from None
     elif not pa.types.is_integer(t):
         raise TypeError(f"{what}: Arrow type {t} is not an integer type")
     if len(arr) - arr.null_count:

@@ -14,7 +14,8 @@ pure-Python twin (``_kernel_py.py``); both give the same bytes as
   (compression through ``compression.compress``, CRC-32C, producer fields).
 * :func:`record_size_bounds` gives each row's ``batch_size_for_record``
   bound, the number the per-message path reserves from ``buffer_memory``
-  and checks against ``max_message_bytes``.
+  and checks against ``max_message_bytes`` (:func:`first_row_over` finds the
+  first row over such a limit).
 * :func:`cut_batches` splits a row selection into consecutive batches of at
   most ``max_bytes`` encoded (uncompressed, header included) and
   ``max_records`` records, using the exact encoded sizes.
@@ -50,6 +51,7 @@ __all__ = [
     "build_columns",
     "cut_batches",
     "encode_batch",
+    "first_row_over",
     "record_size_bounds",
 ]
 
@@ -290,6 +292,12 @@ def record_size_bounds(columns: Columns) -> memoryview:
     out = bytearray(8 * len(columns))
     _impl.size_bounds(columns.spec, out)
     return memoryview(out).cast("q")
+
+
+def first_row_over(sizes: memoryview, limit: int) -> int:
+    """The first row whose size (from :func:`record_size_bounds`) exceeds
+    ``limit`` (e.g. ``max_message_bytes``), or -1: one C pass, no int per row."""
+    return _impl.find_outside(sizes, True, 0, limit)
 
 
 def cut_batches(columns: Columns, rows: Rows = None, *, max_bytes: int,

@@ -190,6 +190,9 @@ def test_size_bounds_are_batch_size_for_record(kernel: str) -> None:
         bounds = columnar.record_size_bounds(cols)
         records = expected_rows(rows, default_ts)
         assert list(bounds) == [batch_size_for_record(k, v, h) for _, k, v, h in records]
+        limit = sorted(bounds)[len(bounds) // 2]
+        over = [i for i, b in enumerate(bounds) if b > limit]
+        assert columnar.first_row_over(bounds, limit) == (over[0] if over else -1)
         for i, (ts, k, v, h) in enumerate(records):  # a bound, also at any position
             builder = BatchBuilder()
             builder.append(BASE, b"", b"")
@@ -366,6 +369,8 @@ ARROW_BAD: list[tuple[Any, type[Exception], str]] = [
      ValueError, "partitions: row 1: -3 is out of range"),
     ({"values": pa.array([b"a", b"b"]), "timestamps": pa.array([1, None])}, ValueError,
      "timestamps: row 1 is null"),
+    ({"values": pa.array([b"a"]), "timestamps": pa.array([1 << 60], pa.timestamp("s"))},
+     ValueError, r"timestamps: .*overflow.* converting timestamp\[s\] to milliseconds"),
     ({"values": pa.array([b"a"]), "timestamps": pa.array([1.0])}, TypeError,
      "timestamps: Arrow type double is not an integer type"),
     ({"values": pa.array([b"a"]), "headers": pa.array([[1]])}, TypeError,
