@@ -16,6 +16,7 @@ from itertools import accumulate
 from typing import Any, Final
 
 from pipeline.protocol.records import _ZZ, _zigzag_varint
+from pipeline.protocol.records import _varint_size as _vz_size
 
 _TABLE: Final = len(_ZZ)
 _HEADER: Final = 61  # BATCH_HEADER_SIZE
@@ -31,15 +32,6 @@ class _Bad(Exception):
 
 def _vz(n: int) -> bytes:
     return _ZZ[n] if 0 <= n < _TABLE else _zigzag_varint(n)
-
-
-def _vz_size(n: int) -> int:
-    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-    size = 1
-    while z > 0x7F:
-        z >>= 7
-        size += 1
-    return size
 
 
 def _ints(obj: Any, wide: bool) -> memoryview:
@@ -132,32 +124,11 @@ class _Cols:
     def payload(self, row: int, out: list[Any]) -> int:
         """Append the key, value and headers sections of ``row`` to ``out``;
         return their size. Raises ValueError naming the column and row."""
-        size = 0
         column = "keys"
         try:
-            if self.keys is None:
-                out.append(_NULL)
-                size += 1
-            else:
-                key = self.keys.cell(row)
-                if key is None:
-                    out.append(_NULL)
-                    size += 1
-                else:
-                    head = _vz(len(key))
-                    out.append(head)
-                    out.append(key)
-                    size += len(head) + len(key)
+            size = _field(None if self.keys is None else self.keys.cell(row), out)
             column = "values"
-            value = self.values.cell(row)
-            if value is None:
-                out.append(_NULL)
-                size += 1
-            else:
-                head = _vz(len(value))
-                out.append(head)
-                out.append(value)
-                size += len(head) + len(value)
+            size += _field(self.values.cell(row), out)
             column = "headers"
             if self.hoff is None:
                 out.append(_ZERO)
@@ -187,20 +158,20 @@ class _Cols:
             key = self.hkeys.cell(j)
             if key is None:
                 raise ValueError(f"headers: row {row}: a header key is null")
-            head = _vz(len(key))
-            out.append(head)
-            out.append(key)
-            size += len(head) + len(key)
-            value = self.hvalues.cell(j)
-            if value is None:
-                out.append(_NULL)
-                size += 1
-            else:
-                head = _vz(len(value))
-                out.append(head)
-                out.append(value)
-                size += len(head) + len(value)
+            size += _field(key, out)
+            size += _field(self.hvalues.cell(j), out)
         return size
+
+
+def _field(cell: memoryview | None, out: list[Any]) -> int:
+    """Append a nullable bytes field (length varint + bytes, or the null marker)."""
+    if cell is None:
+        out.append(_NULL)
+        return 1
+    head = _vz(len(cell))
+    out.append(head)
+    out.append(cell)
+    return len(head) + len(cell)
 
 
 def _selection(rows: Any, start: int, stop: int, n: int) -> Sequence[int]:

@@ -11,7 +11,6 @@ import itertools
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,7 @@ from pipeline.protocol.records import (
     batch_size_for_record,
     decode_record_batches,
 )
-from tests.protocol.columnar_support import KERNELS, as_arrow, expected_rows, use_kernel
+from tests.protocol.columnar_support import as_arrow, expected_rows
 
 pa = pytest.importorskip("pyarrow")
 
@@ -36,12 +35,6 @@ Headers = tuple[tuple[str, bytes | None], ...]
 Row = tuple[int | None, bytes | str | None, bytes | str | None, Any]
 BASE = 1_700_000_000_000
 CHECK = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@pytest.fixture(params=KERNELS)
-def kernel(request: pytest.FixtureRequest) -> Iterator[str]:
-    with use_kernel(request.param):
-        yield request.param
 
 
 @dataclass

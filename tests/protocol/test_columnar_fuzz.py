@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,16 +21,9 @@ from pipeline.protocol import _kernel_py, columnar
 from pipeline.protocol.columnar import build_columns, cut_batches, encode_batch
 from pipeline.protocol.compression import Compression
 from pipeline.protocol.records import BatchBuilder, batch_size_for_record, decode_record_batches
-from tests.protocol.columnar_support import KERNELS, use_kernel
 
 BASE = 1_700_000_000_000
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@pytest.fixture(params=KERNELS)
-def kernel(request: pytest.FixtureRequest) -> Iterator[str]:
-    with use_kernel(request.param):
-        yield request.param
 
 
 def _builder(records: list[tuple[int, bytes | None, bytes | None, Any]],
