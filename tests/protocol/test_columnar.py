@@ -413,3 +413,20 @@ def test_env_var_forces_the_python_kernel() -> None:
     env_out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                              check=True, env=env, timeout=60)
     assert env_out.stdout.strip() == "python"
+
+
+def test_lists_need_neither_pyarrow_nor_numpy() -> None:
+    """The core package works without pyarrow/numpy installed (both imported lazily)."""
+    probe = (
+        "import sys\n"
+        "sys.modules['pyarrow'] = None; sys.modules['numpy'] = None  # imports now fail\n"
+        "from pipeline.protocol.columnar import build_columns, encode_batch\n"
+        "from pipeline.producer.column_partitioner import key_partitions\n"
+        "cols = build_columns([b'v', None], [b'k', None], [[('h', b'1')], None], [1, None],"
+        " [None, 0], default_timestamp=5)\n"
+        "assert len(encode_batch(cols)) > 61 and list(key_partitions(cols, 3))[1] == 0\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
