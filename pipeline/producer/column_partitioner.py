@@ -102,7 +102,7 @@ _PURE = _PurePython()
 
 def _kernel() -> _PartitionKernel:
     """The C loops when the codec uses the C kernel, else the fallbacks
-    (tests switch both with ``columnar._impl``)."""
+    (tests switch both with ``_columns._impl``)."""
     impl = columnar.kernel()
     return impl if hasattr(impl, "murmur2_hashes") else _PURE  # type: ignore[return-value]
 

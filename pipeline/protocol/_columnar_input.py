@@ -28,19 +28,19 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeAlias, cast
+from typing import Any, cast
 
-from pipeline.protocol import columnar
-from pipeline.protocol.columnar import BinaryColumn, Columns, HeaderColumn
+from pipeline.protocol._columns import (
+    BinaryColumn,
+    ColumnInput,
+    Columns,
+    HeaderColumn,
+    HeadersInput,
+    IntsInput,
+    kernel,
+)
 
-__all__ = ["ColumnInput", "HeadersInput", "IntsInput", "normalize"]
-
-ColumnInput: TypeAlias = Any
-"""A binary column: Arrow array, list/tuple of bytes-like | str | None, numpy array."""
-HeadersInput: TypeAlias = Any
-"""Arrow list<struct<key, value>>, or per row None | mapping | sequence of pairs."""
-IntsInput: TypeAlias = Any
-"""Arrow/numpy integer array, array.array, or a list of int | None."""
+__all__ = ["normalize"]
 
 _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
@@ -132,7 +132,7 @@ def _binary(obj: Any, what: str) -> BinaryColumn:
 
 
 def _pack(seq: Sequence[Any], what: str) -> BinaryColumn:
-    offsets, data, validity, nulls = columnar.kernel().pack_binary(seq, what)
+    offsets, data, validity, nulls = kernel().pack_binary(seq, what)
     return BinaryColumn(memoryview(offsets).cast("q"), memoryview(data),
                         None if validity is None else memoryview(validity), 0, nulls)
 
@@ -372,7 +372,7 @@ def _list_ints(seq: Sequence[Any], what: str, wide: bool, fill: int | None) -> m
             else:
                 out.append(v)
         return memoryview(out)
-    bad = columnar.kernel().find_outside(out, wide, 0, top)
+    bad = kernel().find_outside(out, wide, 0, top)
     if bad >= 0:
         raise ValueError(f"{what}: row {bad}: {out[bad]} is out of range 0..{top}")
     return memoryview(out)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.protocol import _kernel_py, columnar
+from pipeline.protocol import _columns, _kernel_py, columnar
 
 KERNELS = ["c", "python"]
 Headers = tuple[tuple[str, bytes | None], ...]
@@ -21,15 +21,15 @@ def use_kernel(name: str) -> Iterator[None]:
     if name == "c":
         if columnar.KERNEL != "c":
             pytest.skip("the C kernel is not built in this environment")
-        impl = columnar._impl
+        impl = _columns._impl
     else:
         impl = _kernel_py
-    saved = columnar._impl
-    columnar._impl = impl
+    saved = _columns._impl
+    _columns._impl = impl
     try:
         yield
     finally:
-        columnar._impl = saved
+        _columns._impl = saved
 
 
 def _b(x: bytes | str | None) -> bytes | None:

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.protocol import _kernel_py, columnar
+from pipeline.protocol import _columns, _kernel_py, columnar
 from pipeline.protocol.columnar import build_columns, cut_batches, encode_batch
 from pipeline.protocol.compression import Compression
 from pipeline.protocol.records import BatchBuilder, batch_size_for_record, decode_record_batches
@@ -150,7 +150,7 @@ def test_hostile_specs_never_crash_and_both_kernels_agree(
         pytest.skip("the C kernel is not built in this environment")
     from array import array
 
-    c = columnar._impl
+    c = _columns._impl
     sel = array("q", rows).tobytes()
     for call in (
         lambda k: k.encode_records(spec, sel, 0, len(rows)),
@@ -164,7 +164,7 @@ def test_hostile_specs_never_crash_and_both_kernels_agree(
 def test_malformed_arguments_raise_instead_of_crashing() -> None:
     if columnar.KERNEL != "c":
         pytest.skip("the C kernel is not built in this environment")
-    c: Any = columnar._impl
+    c: Any = _columns._impl
     good = build_columns([b"a"], default_timestamp=0).spec
     for args in [(None, None, 0, 1), ((1, 2), None, 0, 1), (good, b"\x00", 0, 1),
                  (good, None, -1, 1), (good, None, 1, 0), (good, "rows", 0, 1)]:
