@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.protocol import _kernel_py, columnar
+from pipeline.protocol import _columns, _kernel_py, columnar
 from pipeline.protocol.compression import Compression
 from pipeline.protocol.records import BatchBuilder, decode_record_batches
 
@@ -150,13 +150,13 @@ def run(records: int = 100_000, repeats: int = 5, batch_records: int = 1000,
             "decode_runs_s": dec_times,
         }
         if codec is Compression.NONE:
-            saved = columnar._impl
-            columnar._impl = _kernel_py
+            saved = _columns._impl
+            _columns._impl = _kernel_py
             try:
                 py, py_times, _, _ = _median_time(
                     lambda c=codec: _encode_columnar(arrow, c, batch_records, ts0), repeats)
             finally:
-                columnar._impl = saved
+                _columns._impl = saved
             row["columnar_python_kernel_records_per_s"] = records / py
             row["columnar_python_kernel_runs_s"] = py_times
         results[codec.name.lower()] = row
