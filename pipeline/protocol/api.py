@@ -26,7 +26,12 @@ class ApiKey(IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
+    ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
 
 
 def request_class(api_key: int) -> type[Request[Any]]:
@@ -57,4 +62,10 @@ CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: _full(ApiKey.DELETE_TOPICS),
     ApiKey.SASL_HANDSHAKE: _full(ApiKey.SASL_HANDSHAKE),
     ApiKey.SASL_AUTHENTICATE: _full(ApiKey.SASL_AUTHENTICATE),
+    # Admin APIs (pipeline.cluster.admin); each version proven against Kafka 4.1.
+    ApiKey.DESCRIBE_CONFIGS: _full(ApiKey.DESCRIBE_CONFIGS),
+    ApiKey.ELECT_LEADERS: _full(ApiKey.ELECT_LEADERS),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _full(ApiKey.INCREMENTAL_ALTER_CONFIGS),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _full(ApiKey.ALTER_PARTITION_REASSIGNMENTS),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: _full(ApiKey.LIST_PARTITION_REASSIGNMENTS),
 }

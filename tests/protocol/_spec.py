@@ -43,6 +43,11 @@ MODULE_FOR_KEY: dict[ApiKey, str] = {
     ApiKey.DELETE_TOPICS: "delete_topics",
     ApiKey.INIT_PRODUCER_ID: "init_producer_id",
     ApiKey.SASL_AUTHENTICATE: "sasl_authenticate",
+    ApiKey.DESCRIBE_CONFIGS: "describe_configs",
+    ApiKey.ELECT_LEADERS: "elect_leaders",
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: "alter_partition_reassignments",
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: "list_partition_reassignments",
 }
 
 

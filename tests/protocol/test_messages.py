@@ -26,6 +26,7 @@ from pipeline.protocol.messages import sasl_authenticate as sa
 from pipeline.protocol.messages import sasl_handshake as sh
 
 from ._spec import all_cases, gen, message_strategy, specs
+from .admin_fixtures import ADMIN_FIXTURES
 
 CASES = all_cases()
 
@@ -731,6 +732,9 @@ FIXTURES: list[tuple[str, int, Any, bytes]] = [
      b"\x00\x00\x00\x00\x00\x00\x00\x00"  # session_lifetime_ms
      b"\x00"),  # tagged fields
 ]
+
+
+FIXTURES += ADMIN_FIXTURES
 
 
 @pytest.mark.parametrize(("name", "version", "obj", "data"), FIXTURES,

@@ -5,15 +5,32 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.protocol.base import Request, Response
+from pipeline.protocol.messages.alter_partition_reassignments import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+)
 from pipeline.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from pipeline.protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from pipeline.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
+from pipeline.protocol.messages.describe_configs import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+)
+from pipeline.protocol.messages.elect_leaders import ElectLeadersRequest, ElectLeadersResponse
 from pipeline.protocol.messages.fetch import FetchRequest, FetchResponse
+from pipeline.protocol.messages.incremental_alter_configs import (
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 from pipeline.protocol.messages.init_producer_id import (
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
 from pipeline.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from pipeline.protocol.messages.list_partition_reassignments import (
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+)
 from pipeline.protocol.messages.metadata import MetadataRequest, MetadataResponse
 from pipeline.protocol.messages.produce import ProduceRequest, ProduceResponse
 from pipeline.protocol.messages.sasl_authenticate import (
@@ -25,18 +42,28 @@ from pipeline.protocol.messages.sasl_handshake import SaslHandshakeRequest, Sasl
 __all__ = [
     "REQUESTS",
     "RESPONSES",
+    "AlterPartitionReassignmentsRequest",
+    "AlterPartitionReassignmentsResponse",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
     "CreateTopicsRequest",
     "CreateTopicsResponse",
     "DeleteTopicsRequest",
     "DeleteTopicsResponse",
+    "DescribeConfigsRequest",
+    "DescribeConfigsResponse",
+    "ElectLeadersRequest",
+    "ElectLeadersResponse",
     "FetchRequest",
     "FetchResponse",
+    "IncrementalAlterConfigsRequest",
+    "IncrementalAlterConfigsResponse",
     "InitProducerIdRequest",
     "InitProducerIdResponse",
     "ListOffsetsRequest",
     "ListOffsetsResponse",
+    "ListPartitionReassignmentsRequest",
+    "ListPartitionReassignmentsResponse",
     "MetadataRequest",
     "MetadataResponse",
     "ProduceRequest",
@@ -58,7 +85,12 @@ REQUESTS: dict[int, type[Request[Any]]] = {
     19: CreateTopicsRequest,
     20: DeleteTopicsRequest,
     22: InitProducerIdRequest,
+    32: DescribeConfigsRequest,
     36: SaslAuthenticateRequest,
+    43: ElectLeadersRequest,
+    44: IncrementalAlterConfigsRequest,
+    45: AlterPartitionReassignmentsRequest,
+    46: ListPartitionReassignmentsRequest,
 }
 
 #: API key -> response class
@@ -72,5 +104,10 @@ RESPONSES: dict[int, type[Response]] = {
     19: CreateTopicsResponse,
     20: DeleteTopicsResponse,
     22: InitProducerIdResponse,
+    32: DescribeConfigsResponse,
     36: SaslAuthenticateResponse,
+    43: ElectLeadersResponse,
+    44: IncrementalAlterConfigsResponse,
+    45: AlterPartitionReassignmentsResponse,
+    46: ListPartitionReassignmentsResponse,
 }
