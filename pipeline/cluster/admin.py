@@ -1,0 +1,634 @@
+"""An async admin client on the cluster layer: topics, configs, reassignments, elections.
+
+# Strategy
+
+An :class:`Admin` sends admin requests over a :class:`~pipeline.cluster.pool.Cluster`'s
+connections: versions are negotiated per connection like every other request, so a broker
+that lacks an API gives :class:`~pipeline.cluster.errors.UnsupportedApiError` naming it.
+
+On KRaft any broker forwards admin requests to the active controller (the Java client sends
+them to Metadata's ``controller_id``, which KRaft fills with a random live broker), so a
+request goes to any connected broker, or to one node when the resource lives there (broker
+configs, a node's own view of the metadata).
+
+Every call has one deadline (``timeout``). Until then, a connection failure, a request that
+timed out, and a whole-request error that is retriable (NOT_CONTROLLER, REQUEST_TIMED_OUT...)
+are retried on another connection after a backoff; then the call raises
+:class:`AdminError` (REQUEST_TIMED_OUT) naming the last failure. Per-resource errors are
+returned, never retried: ``create_topics`` answers ``{name: None | AdminError}``, and
+:func:`~pipeline.cluster.admin_types.raise_errors` turns that into an exception. A retried
+mutation may report what its lost first attempt did (TOPIC_ALREADY_EXISTS for a topic it
+created itself), as in every Kafka client.
+
+:meth:`Admin.open` is the one place that builds the Cluster an Admin owns; ``Admin(cluster)``
+borrows one that is already open (a producer's, say). ``Admin.open(..., direct=True)`` talks
+to the bootstrap addresses themselves and never to addresses learned from metadata: for a
+broker that advertises an address this host cannot reach, or one behind a fault proxy.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from pipeline.cluster.admin_types import (
+    AdminError,
+    ClusterDescription,
+    ConfigEntry,
+    ConfigSource,
+    ElectionType,
+    NewTopic,
+    PartitionDescription,
+    Reassignment,
+    TopicDescription,
+    TopicPartition,
+)
+from pipeline.cluster.connection import BrokerConnection
+from pipeline.cluster.errors import (
+    BrokerConnectionError,
+    BrokerProtocolError,
+    KafkaError,
+    MetadataTimeoutError,
+)
+from pipeline.cluster.metadata import BrokerAddress, backoff_delay
+from pipeline.cluster.pool import Cluster
+from pipeline.cluster.transport import Connector, parse_address, tcp_connector
+from pipeline.protocol.api import ApiKey
+from pipeline.protocol.errors import ErrorCode, error_code
+from pipeline.protocol.messages import alter_partition_reassignments as apr
+from pipeline.protocol.messages import create_topics as ct
+from pipeline.protocol.messages import delete_topics as dt
+from pipeline.protocol.messages import describe_configs as dc
+from pipeline.protocol.messages import elect_leaders as el
+from pipeline.protocol.messages import incremental_alter_configs as iac
+from pipeline.protocol.messages import list_partition_reassignments as lpr
+from pipeline.protocol.messages import metadata as md
+
+__all__ = ["Admin"]
+
+logger = logging.getLogger("pipeline.cluster.admin")
+
+_TOPIC, _BROKER = 2, 4  # config resource types
+_SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations
+# Worth another try on another connection (RequestTimedOutError is a BrokerConnectionError).
+_RETRY_ERRORS = (BrokerConnectionError, BrokerProtocolError, MetadataTimeoutError)
+
+
+class Admin:
+    """Admin operations over a cluster client. Open with :meth:`open`."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        timeout: float = 60.0,
+        rng: random.Random | None = None,
+        direct: _Direct | None = None,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, not {timeout!r}")
+        self.cluster = cluster
+        self.timeout = timeout
+        self._rng = rng if rng is not None else random.Random()
+        self._direct = direct
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        bootstrap: str | Sequence[str],
+        *,
+        connector: Connector | None = None,
+        client_id: str = "pipeline-admin",
+        timeout: float = 60.0,  # noqa: ASYNC109 - bounds each admin call, not this one
+        rng: random.Random | None = None,
+        direct: bool = False,
+    ) -> AsyncIterator[Admin]:
+        """Open an admin client (and the cluster client it owns) on ``bootstrap``.
+
+        ``timeout`` bounds every call, retries included; each request may take it all, so
+        connections wait a little longer than that for a response. ``direct``: send every
+        request to a bootstrap address (then calls naming a ``node`` are refused).
+        """
+        try:
+            async with cls._open(bootstrap, connector, client_id, timeout, rng, direct) as admin:
+                yield admin
+        except BaseExceptionGroup as group:
+            # Nurseries wrap errors in groups; at this public boundary a single error is
+            # raised as itself (as Producer does), so `except AdminError:` works.
+            leaf = _single_leaf(group)
+            if leaf is None:
+                raise
+            raise leaf from None
+
+    @classmethod
+    @asynccontextmanager
+    async def _open(
+        cls,
+        bootstrap: str | Sequence[str],
+        connector: Connector | None,
+        client_id: str,
+        timeout: float,  # noqa: ASYNC109 - bounds each admin call, not this one
+        rng: random.Random | None,
+        direct: bool,
+    ) -> AsyncIterator[Admin]:
+        async with Cluster.open(
+            bootstrap,
+            connector=connector,
+            client_id=client_id,
+            request_timeout=timeout + 5.0,
+            metadata_timeout=timeout,
+            retry_backoff=0.05,
+            retry_backoff_max=1.0,
+            rng=rng,
+        ) as cluster:
+            if not direct:
+                yield cls(cluster, timeout=timeout, rng=rng)
+                return
+            async with trio.open_nursery() as nursery:
+                pinned = _Direct(nursery, cluster, connector or tcp_connector(), bootstrap)
+                try:
+                    yield cls(cluster, timeout=timeout, rng=rng, direct=pinned)
+                finally:
+                    await pinned.aclose()
+
+    # ---------------------------------------------------------------- cluster
+
+    async def describe_cluster(self, *, node: int | None = None) -> ClusterDescription:
+        """The brokers, cluster id and controller as one broker (``node``, else any) sees them."""
+        response = await self._metadata([], node=node)
+        return ClusterDescription(
+            cluster_id=response.cluster_id,
+            controller_id=response.controller_id,
+            brokers={b.node_id: BrokerAddress(b.host, b.port) for b in response.brokers},
+        )
+
+    async def describe_topics(
+        self, topics: Iterable[str] | None = None, *, node: int | None = None
+    ) -> dict[str, TopicDescription]:
+        """Describe ``topics`` (every topic when None) as one broker (``node``, else any)
+        sees them. A topic that does not exist is described with its error
+        (UNKNOWN_TOPIC_OR_PARTITION), not raised."""
+        names = None if topics is None else _names(topics)
+        response = await self._metadata(names, node=node)
+        out: dict[str, TopicDescription] = {}
+        for t in response.topics:
+            if t.name is None:
+                continue
+            partitions = tuple(
+                PartitionDescription(
+                    partition=p.partition_index,
+                    leader=p.leader_id,
+                    leader_epoch=p.leader_epoch,
+                    replicas=tuple(p.replica_nodes),
+                    isr=tuple(p.isr_nodes),
+                    offline=tuple(p.offline_replicas),
+                    error=error_code(p.error_code),
+                )
+                for p in sorted(t.partitions, key=lambda p: p.partition_index)
+            )
+            out[t.name] = TopicDescription(
+                name=t.name,
+                error=error_code(t.error_code),
+                topic_id=t.topic_id if any(t.topic_id.bytes) else None,
+                internal=bool(t.is_internal),
+                partitions=partitions,
+            )
+        return out
+
+    # ----------------------------------------------------------------- topics
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], *, validate_only: bool = False
+    ) -> dict[str, AdminError | None]:
+        """Create ``topics``; ``{name: None}`` for each one created (or valid, with
+        ``validate_only``), ``{name: AdminError}`` for each refused."""
+        if not topics:
+            return {}
+        names = [t.name for t in topics]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate topic names in {names!r}")
+
+        def build(version: int, timeout_ms: int) -> ct.CreateTopicsRequest:
+            return ct.CreateTopicsRequest(
+                topics=tuple(_creatable(t) for t in topics),
+                timeout_ms=timeout_ms,
+                validate_only=validate_only,
+            )
+
+        response = await self._call(ApiKey.CREATE_TOPICS, build)
+        results = {
+            r.name: _error(r.error_code, r.error_message, r.name) for r in response.topics
+        }
+        return _complete(results, names, "CreateTopics")
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = -1,
+        replication_factor: int = -1,
+        config: Mapping[str, str] | None = None,
+        *,
+        exist_ok: bool = False,
+    ) -> bool:
+        """Create one topic; True if created, False if it existed (only with ``exist_ok``).
+
+        Raises:
+          AdminError: the broker refused (TOPIC_ALREADY_EXISTS unless ``exist_ok``).
+        """
+        topic = NewTopic(name, partitions, replication_factor, dict(config or {}))
+        error = (await self.create_topics([topic]))[name]
+        if error is None:
+            return True
+        if exist_ok and error.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+            return False
+        raise error
+
+    async def delete_topics(self, topics: Iterable[str]) -> dict[str, AdminError | None]:
+        """Delete topics by name; ``{name: None | AdminError}``."""
+        names = _names(topics)
+        if not names:
+            return {}
+
+        def build(version: int, timeout_ms: int) -> dt.DeleteTopicsRequest:
+            if version >= 6:
+                return dt.DeleteTopicsRequest(
+                    topics=tuple(dt.DeleteTopicState(name=n) for n in names),
+                    timeout_ms=timeout_ms,
+                )
+            return dt.DeleteTopicsRequest(topic_names=tuple(names), timeout_ms=timeout_ms)
+
+        response = await self._call(ApiKey.DELETE_TOPICS, build)
+        results = {
+            r.name: _error(r.error_code, getattr(r, "error_message", None), r.name)
+            for r in response.responses
+            if r.name is not None
+        }
+        return _complete(results, names, "DeleteTopics")
+
+    # ----------------------------------------------------- partitions, leaders
+
+    async def alter_partition_reassignments(
+        self, reassignments: Mapping[tuple[str, int], Sequence[int] | None]
+    ) -> dict[TopicPartition, AdminError | None]:
+        """Start moving partitions to new replica lists (preferred leader first), or cancel
+        a reassignment in progress with ``None``. Returns once the controller accepted them;
+        the data moves in the background (:meth:`list_partition_reassignments`)."""
+        wanted = {TopicPartition(*tp): r for tp, r in reassignments.items()}
+        if not wanted:
+            return {}
+        by_topic: dict[str, list[apr.ReassignablePartition]] = {}
+        for tp, replicas in sorted(wanted.items()):
+            by_topic.setdefault(tp.topic, []).append(
+                apr.ReassignablePartition(
+                    partition_index=tp.partition,
+                    replicas=None if replicas is None else tuple(replicas),
+                )
+            )
+
+        def build(version: int, timeout_ms: int) -> apr.AlterPartitionReassignmentsRequest:
+            return apr.AlterPartitionReassignmentsRequest(
+                timeout_ms=timeout_ms,
+                topics=tuple(
+                    apr.ReassignableTopic(name=t, partitions=tuple(ps))
+                    for t, ps in by_topic.items()
+                ),
+            )
+
+        response = await self._call(ApiKey.ALTER_PARTITION_REASSIGNMENTS, build, top_error=True)
+        results = {
+            TopicPartition(t.name, p.partition_index): _error(
+                p.error_code, p.error_message, f"{t.name}-{p.partition_index}"
+            )
+            for t in response.responses
+            for p in t.partitions
+        }
+        return _complete(results, list(wanted), "AlterPartitionReassignments")
+
+    async def list_partition_reassignments(
+        self, partitions: Iterable[tuple[str, int]] | None = None
+    ) -> dict[TopicPartition, Reassignment]:
+        """The reassignments in progress (among ``partitions``, or all of them)."""
+        topics: tuple[lpr.ListPartitionReassignmentsTopics, ...] | None = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, index in sorted(set(partitions)):
+                by_topic.setdefault(topic, []).append(index)
+            topics = tuple(
+                lpr.ListPartitionReassignmentsTopics(name=t, partition_indexes=tuple(ps))
+                for t, ps in by_topic.items()
+            )
+
+        def build(version: int, timeout_ms: int) -> lpr.ListPartitionReassignmentsRequest:
+            return lpr.ListPartitionReassignmentsRequest(timeout_ms=timeout_ms, topics=topics)
+
+        response = await self._call(ApiKey.LIST_PARTITION_REASSIGNMENTS, build, top_error=True)
+        return {
+            TopicPartition(t.name, p.partition_index): Reassignment(
+                replicas=tuple(p.replicas),
+                adding=tuple(p.adding_replicas),
+                removing=tuple(p.removing_replicas),
+            )
+            for t in response.topics
+            for p in t.partitions
+        }
+
+    async def elect_leaders(
+        self,
+        partitions: Iterable[tuple[str, int]] | None = None,
+        *,
+        election: ElectionType = ElectionType.PREFERRED,
+    ) -> dict[TopicPartition, AdminError | None]:
+        """Run leader elections (preferred by default) for ``partitions`` (None: all).
+
+        A partition already led by its preferred replica answers ELECTION_NOT_NEEDED."""
+        topic_partitions: tuple[el.TopicPartitions, ...] | None = None
+        wanted: list[TopicPartition] = []
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, index in sorted(set(partitions)):
+                by_topic.setdefault(topic, []).append(index)
+                wanted.append(TopicPartition(topic, index))
+            topic_partitions = tuple(
+                el.TopicPartitions(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()
+            )
+
+        def build(version: int, timeout_ms: int) -> el.ElectLeadersRequest:
+            if version == 0 and election != ElectionType.PREFERRED:
+                raise AdminError(
+                    ErrorCode.UNSUPPORTED_VERSION, "this broker only runs preferred elections"
+                )
+            return el.ElectLeadersRequest(
+                election_type=int(election) if version >= 1 else 0,
+                topic_partitions=topic_partitions,
+                timeout_ms=timeout_ms,
+            )
+
+        response = await self._call(ApiKey.ELECT_LEADERS, build, top_error=True)
+        results = {
+            TopicPartition(r.topic, p.partition_id): _error(
+                p.error_code, p.error_message, f"{r.topic}-{p.partition_id}"
+            )
+            for r in response.replica_election_results
+            for p in r.partition_result
+        }
+        return _complete(results, wanted, "ElectLeaders")
+
+    # ---------------------------------------------------------------- configs
+
+    async def describe_topic_config(
+        self, topic: str, names: Iterable[str] | None = None
+    ) -> dict[str, ConfigEntry]:
+        """The topic's configs (``names`` only, or all)."""
+        return await self._describe_configs(_TOPIC, topic, names, node=None)
+
+    async def describe_broker_config(
+        self, node_id: int, names: Iterable[str] | None = None
+    ) -> dict[str, ConfigEntry]:
+        """Broker ``node_id``'s configs (asked of that broker itself)."""
+        return await self._describe_configs(_BROKER, str(node_id), names, node=node_id)
+
+    async def alter_topic_config(
+        self,
+        topic: str,
+        updates: Mapping[str, str] | None = None,
+        delete: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Set (``updates``) and/or ``delete`` (back to the default) topic configs,
+        incrementally: configs not named keep their values.
+
+        Raises:
+          AdminError: the broker refused (INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION...).
+        """
+        await self._alter_configs(_TOPIC, topic, updates or {}, delete, validate_only, node=None)
+
+    async def alter_broker_config(
+        self,
+        node_id: int,
+        updates: Mapping[str, str] | None = None,
+        delete: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Set and/or delete dynamic configs of broker ``node_id`` (sent to that broker)."""
+        await self._alter_configs(
+            _BROKER, str(node_id), updates or {}, delete, validate_only, node=node_id
+        )
+
+    async def _describe_configs(
+        self, rtype: int, name: str, names: Iterable[str] | None, *, node: int | None
+    ) -> dict[str, ConfigEntry]:
+        keys = None if names is None else tuple(_names(names))
+        resource = dc.DescribeConfigsResource(
+            resource_type=rtype, resource_name=name, configuration_keys=keys
+        )
+
+        def build(version: int, timeout_ms: int) -> dc.DescribeConfigsRequest:
+            return dc.DescribeConfigsRequest(resources=(resource,))
+
+        response = await self._call(ApiKey.DESCRIBE_CONFIGS, build, node=node)
+        for result in response.results:
+            error = _error(result.error_code, result.error_message, name)
+            if error is not None:
+                raise error
+            return {
+                c.name: ConfigEntry(
+                    name=c.name,
+                    value=c.value,
+                    source=_config_source(c.config_source),
+                    read_only=c.read_only,
+                    sensitive=c.is_sensitive,
+                )
+                for c in result.configs
+            }
+        raise AdminError(ErrorCode.UNKNOWN_SERVER_ERROR, "no result in the response", resource=name)
+
+    async def _alter_configs(
+        self,
+        rtype: int,
+        name: str,
+        to_set: Mapping[str, str],
+        delete: Iterable[str],
+        validate_only: bool,
+        *,
+        node: int | None,
+    ) -> None:
+        ops = [iac.AlterableConfig(name=k, config_operation=_SET, value=v)
+               for k, v in to_set.items()]
+        ops += [iac.AlterableConfig(name=k, config_operation=_DELETE, value=None)
+                for k in _names(delete)]
+        if not ops:
+            return
+        resource = iac.AlterConfigsResource(
+            resource_type=rtype, resource_name=name, configs=tuple(ops)
+        )
+
+        def build(version: int, timeout_ms: int) -> iac.IncrementalAlterConfigsRequest:
+            return iac.IncrementalAlterConfigsRequest(
+                resources=(resource,), validate_only=validate_only
+            )
+
+        response = await self._call(ApiKey.INCREMENTAL_ALTER_CONFIGS, build, node=node)
+        for r in response.responses:
+            error = _error(r.error_code, r.error_message, name)
+            if error is not None:
+                raise error
+
+    # ---------------------------------------------------------------- sending
+
+    async def _metadata(self, topics: list[str] | None, *, node: int | None) -> Any:
+        def build(version: int, timeout_ms: int) -> md.MetadataRequest:
+            return md.MetadataRequest(
+                topics=None if topics is None else tuple(
+                    md.MetadataRequestTopic(name=t) for t in topics
+                ),
+                allow_auto_topic_creation=False,
+            )
+
+        return await self._call(ApiKey.METADATA, build, node=node)
+
+    async def _call(
+        self,
+        api: ApiKey,
+        build: Callable[[int, int], Any],
+        *,
+        node: int | None = None,
+        top_error: bool = False,
+    ) -> Any:
+        """Send ``build(version, timeout_ms)`` to ``node`` (else any broker) and return the
+        response, retrying connection failures and retriable whole-request errors (when
+        ``top_error``: the response's ``error_code``) until the call's deadline."""
+        deadline = trio.current_time() + self.timeout
+        attempt = 0
+        last: KafkaError | None = None
+        while True:
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                raise AdminError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"{api.name} did not complete within {self.timeout}s "
+                    f"({f'last error: {last}' if last is not None else 'no answer'})",
+                ) from last
+            try:
+                with trio.move_on_at(deadline):
+                    conn = await self._connection(node)
+                    version = conn.version_for(api)
+                    request = build(version, max(1, int(remaining * 1000)))
+                    response = await conn.request(request, version=version)
+                    code = error_code(response.error_code) if top_error else ErrorCode.NONE
+                    if code == ErrorCode.NONE:
+                        return response
+                    error = AdminError(code, getattr(response, "error_message", None),
+                                       resource=api.name)
+                    if not code.retriable:
+                        raise error
+                    last = error
+                    self.cluster.request_refresh()
+            except _RETRY_ERRORS as exc:
+                last = exc
+            await trio.sleep(min(self._backoff(attempt), max(0.0, deadline - trio.current_time())))
+            attempt += 1
+            logger.info("%s: retrying (attempt %d) after %s", api.name, attempt, last)
+
+    async def _connection(self, node: int | None) -> BrokerConnection:
+        if self._direct is not None:
+            if node is not None:
+                raise ValueError("an Admin opened with direct=True cannot address a node")
+            return await self._direct.connection()
+        if node is not None:
+            return await self.cluster.connection(node)
+        return await self.cluster.any_connection()
+
+    def _backoff(self, attempt: int) -> float:
+        return backoff_delay(attempt, base=0.05, maximum=1.0, rng=self._rng)
+
+
+class _Direct:
+    """Connections to the bootstrap addresses themselves (``Admin.open(direct=True)``)."""
+
+    def __init__(self, nursery: trio.Nursery, cluster: Cluster, connector: Connector,
+                 bootstrap: str | Sequence[str]) -> None:
+        items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+        self._addresses = [parse_address(a) for a in items if a.strip()]
+        self._nursery = nursery
+        self._cluster = cluster
+        self._connector = connector
+        self._conn: BrokerConnection | None = None
+
+    async def connection(self) -> BrokerConnection:
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        last: KafkaError | None = None
+        for host, port in self._addresses:
+            try:
+                self._conn = await BrokerConnection.connect(
+                    self._nursery, self._connector, host, port,
+                    client_id=self._cluster.client_id,
+                    request_timeout=self._cluster.request_timeout,
+                )
+                return self._conn
+            except _RETRY_ERRORS as exc:
+                last = exc
+        raise BrokerConnectionError(f"no bootstrap broker reachable: {last}") from last
+
+    async def aclose(self) -> None:
+        if self._conn is not None:
+            await self._conn.aclose()
+
+
+def _single_leaf(group: BaseExceptionGroup[Any]) -> BaseException | None:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        if len(exc.exceptions) != 1:
+            return None
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _names(items: Iterable[str]) -> list[str]:
+    if isinstance(items, str):
+        raise TypeError(f"expected an iterable of names, not the string {items!r}")
+    return list(dict.fromkeys(items))
+
+
+def _creatable(t: NewTopic) -> ct.CreatableTopic:
+    return ct.CreatableTopic(
+        name=t.name,
+        num_partitions=t.partitions,
+        replication_factor=t.replication_factor,
+        assignments=tuple(
+            ct.CreatableReplicaAssignment(partition_index=p, broker_ids=tuple(r))
+            for p, r in (t.assignments or {}).items()
+        ),
+        configs=tuple(ct.CreatableTopicConfig(name=k, value=v) for k, v in t.config.items()),
+    )
+
+
+def _error(code: int, message: str | None, resource: Any) -> AdminError | None:
+    ec = error_code(code)
+    return None if ec == ErrorCode.NONE else AdminError(ec, message, resource=resource)
+
+
+def _complete(results: dict[Any, AdminError | None], wanted: Iterable[Any], api: str
+              ) -> dict[Any, AdminError | None]:
+    """Every requested key gets an answer: one the response left out is an error."""
+    for key in wanted:
+        if key not in results:
+            results[key] = AdminError(
+                ErrorCode.UNKNOWN_SERVER_ERROR, f"missing from the {api} response", resource=key
+            )
+    return results
+
+
+def _config_source(value: int) -> ConfigSource:
+    try:
+        return ConfigSource(value)
+    except ValueError:
+        return ConfigSource.UNKNOWN

@@ -1,0 +1,34 @@
+"""Apache Kafka itself for tests: ``KafkaCluster`` runs 1..n KRaft nodes from Maven Central jars.
+
+    from pipeline.testing.kafka import KafkaCluster
+    with KafkaCluster(nodes=3, broker_config={"min.insync.replicas": "2"}) as cluster:
+        cluster.create_topic("t", partitions=6, replication_factor=3)
+        cluster.leader("t", 0); cluster.kill(2); cluster.start(2); cluster.move_leader("t", 0, to_node=3)
+
+Needs Java 17+ (and Maven for the first fetch: ``make kafka`` or
+``python -m pipeline.testing.kafka``). See :mod:`pipeline.testing.kafka.cluster`.
+"""
+
+from __future__ import annotations
+
+from pipeline.testing.kafka.cluster import KafkaCluster, KafkaStartError, test_kit_config
+from pipeline.testing.kafka.dist import (
+    CACHE_ENV,
+    KAFKA_VERSION,
+    KafkaClusterError,
+    KafkaSetupError,
+    cache_dir,
+    ensure_kafka,
+)
+
+__all__ = [
+    "CACHE_ENV",
+    "KAFKA_VERSION",
+    "KafkaCluster",
+    "KafkaClusterError",
+    "KafkaSetupError",
+    "KafkaStartError",
+    "cache_dir",
+    "ensure_kafka",
+    "test_kit_config",
+]

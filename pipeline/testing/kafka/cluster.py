@@ -1,0 +1,602 @@
+"""``KafkaCluster``: 1..n Apache Kafka nodes (KRaft, combined broker + controller) on 127.0.0.1.
+
+# Listeners
+
+Every node has three listeners, four with ``advertised_ports``:
+
+* CLIENT: for the code under test; :attr:`KafkaCluster.bootstrap` lists these;
+* INTERNAL: replication between brokers and the cluster's own admin calls
+  (:attr:`KafkaCluster.internal_bootstrap`), so neither ever goes through a fault proxy;
+* CONTROLLER: the static KRaft quorum (``controller.quorum.voters``);
+* PROXIED (only with ``advertised_ports={node: port}``): listens on a port of its own and
+  advertises ``port``, where the caller runs a :class:`~pipeline.testing.proxy.FaultProxy`
+  forwarding to :meth:`KafkaCluster.proxy_upstream`. Clients that bootstrap from
+  :attr:`KafkaCluster.proxied_bootstrap` only ever learn proxy addresses.
+
+# Waiting
+
+Blocking methods wait for what they did to be visible: ``start()`` until every broker is
+registered and a probe topic with replication factor = nodes has a full ISR; ``start(n)``
+until node n is registered and back in the ISR of every partition it replicates;
+``create_topic`` until every running broker's metadata has a leader for every partition;
+``move_leader`` until every running broker's metadata names the new leader. Admin calls run
+:class:`~pipeline.cluster.admin.Admin` on a private trio loop in a worker thread, so they
+also work when called from a trio test (whose loop blocks meanwhile: use :meth:`call`, or
+:meth:`admin` for the async API, to keep it running).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import trio
+
+from pipeline.cluster.admin import Admin
+from pipeline.cluster.admin_types import (
+    NewTopic,
+    TopicDescription,
+    raise_errors,
+)
+from pipeline.testing._threads import run_trio
+from pipeline.testing.kafka import waits
+from pipeline.testing.kafka.cds import cds_archive
+from pipeline.testing.kafka.dist import (
+    KAFKA_VERSION,
+    KafkaClusterError,
+    check_tools,
+    ensure_kafka,
+    java_binary,
+)
+from pipeline.testing.kafka.node import DEFAULT_JVM_OPTIONS, KafkaNode, NodePorts
+
+__all__ = ["KafkaCluster", "KafkaStartError"]
+
+log = logging.getLogger("pipeline.testing.kafka")
+T = TypeVar("T")
+
+HOST = "127.0.0.1"
+PROBE_TOPIC = "pipeline-ready-probe"
+# Set by KafkaCluster itself: a broker_config entry for one of these is refused.
+_OWNED = frozenset({
+    "process.roles", "node.id", "broker.id", "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers", "listeners", "advertised.listeners",
+    "listener.security.protocol.map", "controller.listener.names",
+    "inter.broker.listener.name", "log.dirs", "log.dir", "metadata.log.dir",
+})
+
+
+class KafkaStartError(KafkaClusterError):
+    """A node did not start (its log's tail is in the message) or the cluster never got ready."""
+
+
+def test_kit_config(nodes: int) -> dict[str, str]:
+    """Broker settings for tests (overridable by ``broker_config``): Kafka's own test kit
+    choices (small internal topics, no rebalance delay, a small cleaner buffer), topics only
+    created on purpose, and failure detection within seconds."""
+    rf, isr = str(min(nodes, 3)), str(min(nodes, 2))
+    return {
+        "offsets.topic.replication.factor": rf,
+        "offsets.topic.num.partitions": "3",
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": isr,
+        "transaction.state.log.num.partitions": "3",
+        "share.coordinator.state.topic.replication.factor": rf,
+        "share.coordinator.state.topic.min.isr": isr,
+        "share.coordinator.state.topic.num.partitions": "3",
+        "group.initial.rebalance.delay.ms": "0",
+        "log.cleaner.dedupe.buffer.size": "2097152",
+        "auto.create.topics.enable": "false",
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+        "num.recovery.threads.per.data.dir": "1",
+        # A SIGKILLed broker is fenced (its leaderships and ISR places move) after 6 s, not 9.
+        "broker.heartbeat.interval.ms": "500",
+        "broker.session.timeout.ms": "6000",
+    }
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct ports that were free a moment ago (all bound at once, then closed)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind((HOST, 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+def _cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def _cleanup(nodes: list[KafkaNode], workdir: Path | None) -> None:
+    """Finalizer and close(): kill every node process, remove a temporary work dir."""
+    for node in nodes:
+        node.kill()
+    if workdir is not None:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _sweep_stale_workdirs() -> None:
+    """Remove temporary work dirs left by processes that died without cleaning up."""
+    for path in Path(tempfile.gettempdir()).glob("pipeline-kafka-*-*"):
+        try:
+            pid = int(path.name.split("-")[2])
+        except (IndexError, ValueError):
+            continue
+        if pid != os.getpid() and not Path(f"/proc/{pid}").exists() and os.path.isdir("/proc"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+class KafkaCluster:
+    """Apache Kafka :data:`~pipeline.testing.kafka.dist.KAFKA_VERSION` on 127.0.0.1: ``nodes``
+    combined broker + controller nodes (ids 1..n), a static KRaft quorum.
+
+    Args:
+      nodes: how many nodes (1..9).
+      broker_config: broker settings on top of :func:`test_kit_config` (listeners, ids,
+          quorum and directories are the cluster's own and refused here).
+      advertised_ports: ``{node id: port}`` for every node: adds the PROXIED listener (see
+          the module doc) advertising that port.
+      workdir: keep data and logs here (not removed on exit); default: a temporary
+          directory removed on exit.
+      jvm_options: replaces :data:`~pipeline.testing.kafka.node.DEFAULT_JVM_OPTIONS`.
+      startup_timeout: seconds for the whole cluster to become ready.
+      class_data_sharing: start nodes from a CDS archive of their start-up classes (made
+          once per machine: see :mod:`pipeline.testing.kafka.cds`).
+    """
+
+    def __init__(
+        self,
+        nodes: int = 1,
+        broker_config: Mapping[str, str] | None = None,
+        *,
+        advertised_ports: Mapping[int, int] | None = None,
+        workdir: str | os.PathLike[str] | None = None,
+        jvm_options: Sequence[str] | None = None,
+        startup_timeout: float = 180.0,
+        version: str = KAFKA_VERSION,
+        class_data_sharing: bool = True,
+    ) -> None:
+        if not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= 9:
+            raise ValueError(f"nodes must be an int from 1 to 9, not {nodes!r}")
+        config = dict(broker_config or {})
+        bad = {k: v for k, v in config.items() if not isinstance(k, str) or not isinstance(v, str)}
+        if bad:
+            raise ValueError(f"broker_config keys and values must be strings, got {bad!r}")
+        owned = sorted(set(config) & _OWNED)
+        if owned:
+            raise ValueError(
+                f"broker_config may not set {', '.join(owned)}: KafkaCluster sets listeners, "
+                "node ids, the quorum and directories itself (see advertised_ports and workdir)"
+            )
+        ids = list(range(1, nodes + 1))
+        if advertised_ports is not None and sorted(advertised_ports) != ids:
+            raise ValueError(
+                f"advertised_ports needs exactly one port per node {ids}, got "
+                f"{dict(advertised_ports)!r}"
+            )
+        self._ids = ids
+        self.broker_config = config
+        self.advertised_ports = dict(advertised_ports) if advertised_ports else None
+        self.version = version
+        self.jvm_options = tuple(DEFAULT_JVM_OPTIONS if jvm_options is None else jvm_options)
+        self.startup_timeout = startup_timeout
+        self.class_data_sharing = class_data_sharing
+        self._user_workdir = Path(workdir) if workdir is not None else None
+        self.workdir: Path | None = None
+        self._nodes: dict[int, KafkaNode] = {}
+        self._lock = threading.RLock()
+        self._finalizer: weakref.finalize[Any, KafkaCluster] | None = None
+        self.cluster_id = _cluster_id()
+        self.start_seconds: float | None = None  # how long start() took (wall clock)
+
+    # ------------------------------------------------------------------ names
+
+    @property
+    def nodes(self) -> list[int]:
+        """The node ids, ``[1, ..., n]``."""
+        return list(self._ids)
+
+    @property
+    def bootstrap(self) -> str:
+        """The CLIENT listeners: ``"127.0.0.1:p1,127.0.0.1:p2,..."``."""
+        return ",".join(f"{HOST}:{self._node(n).ports.client}" for n in self._ids)
+
+    @property
+    def internal_bootstrap(self) -> str:
+        """The INTERNAL listeners (never proxied): for readers that judge what was written."""
+        return ",".join(f"{HOST}:{self._node(n).ports.internal}" for n in self._ids)
+
+    @property
+    def proxied_bootstrap(self) -> str:
+        """The advertised proxy addresses (needs ``advertised_ports``)."""
+        if self.advertised_ports is None:
+            raise KafkaClusterError("this cluster was started without advertised_ports")
+        return ",".join(f"{HOST}:{self.advertised_ports[n]}" for n in self._ids)
+
+    def proxy_upstream(self, node: int) -> tuple[str, int]:
+        """Where a proxy for ``node`` forwards to: its PROXIED listener."""
+        port = self._node(node).ports.proxied
+        if port is None:
+            raise KafkaClusterError("this cluster was started without advertised_ports")
+        return HOST, port
+
+    def port(self, node: int) -> int:
+        """Node ``node``'s CLIENT port."""
+        return self._node(node).ports.client
+
+    def running(self, node: int) -> bool:
+        return self._node(node).running
+
+    def pid(self, node: int) -> int | None:
+        return self._node(node).pid
+
+    def pids(self) -> list[int]:
+        """The process ids of the running nodes."""
+        return [p for p in (self._node(n).pid for n in self._ids) if p is not None]
+
+    def log_path(self, node: int) -> Path:
+        return self._node(node).log_path
+
+    def log_tail(self, node: int, lines: int = 40) -> str:
+        return self._node(node).log_tail(lines)
+
+    def _node(self, node: int) -> KafkaNode:
+        try:
+            return self._nodes[node]
+        except KeyError:
+            if not self._nodes:
+                raise KafkaClusterError("the cluster is not started") from None
+            raise ValueError(f"no node {node!r}; the nodes are {self._ids}") from None
+
+    # -------------------------------------------------------------- lifecycle
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def start(self, node: int | None = None, *, timeout: float | None = None) -> KafkaCluster:
+        """Start the cluster, or with ``node``, restart that node.
+
+        ``start()``: fetch the jars if needed, format and start every node, wait (up to
+        ``startup_timeout``) until every broker is registered and a probe topic with
+        replication factor = nodes has a full ISR.
+
+        ``start(n)``: restart node n with its data; wait (up to ``timeout``, default 120 s)
+        until it is registered and back in the ISR of every partition it replicates.
+
+        Raises:
+          KafkaSetupError: java/mvn missing or the fetch failed.
+          KafkaStartError: a node exited (its log tail is in the message) or the cluster was
+              not ready within ``startup_timeout``. Nothing is left running.
+        """
+        if node is not None:
+            self._start_node(node, timeout=120.0 if timeout is None else timeout)
+            return self
+        with self._lock:
+            if self._nodes:
+                raise KafkaClusterError("the cluster is already started")
+            t0 = time.monotonic()
+            libs = ensure_kafka(self.version)
+            check_tools(need_mvn=False)
+            java = java_binary()
+            assert java is not None
+            # Explicit and sorted (a "libs/*" wildcard's order is unspecified): a CDS archive
+            # only serves the class path it was made with.
+            classpath = ":".join(str(j) for j in sorted(libs.glob("*.jar")))
+            jvm_options = self.jvm_options
+            if self.class_data_sharing:
+                archive = cds_archive(libs.parent, java, classpath, self._train)
+                if archive is not None:
+                    jvm_options = (*jvm_options, f"-XX:SharedArchiveFile={archive}")
+            if self._user_workdir is None:
+                _sweep_stale_workdirs()
+                self.workdir = Path(tempfile.mkdtemp(prefix=f"pipeline-kafka-{os.getpid()}-"))
+            else:
+                self.workdir = self._user_workdir
+                self.workdir.mkdir(parents=True, exist_ok=True)
+            self._build_nodes(java, classpath, jvm_options)
+            self._finalizer = weakref.finalize(
+                self, _cleanup, list(self._nodes.values()),
+                self.workdir if self._user_workdir is None else None,
+            )
+            try:
+                self._format_all(time.monotonic() + self.startup_timeout)
+                for each in self._nodes.values():
+                    each.start()
+                self._wait_listening(t0 + self.startup_timeout)
+                self._run(waits.wait_ready, self._ids, PROBE_TOPIC,
+                          timeout=max(1.0, t0 + self.startup_timeout - time.monotonic()))
+            except BaseException:
+                self.close()
+                raise
+            self.start_seconds = time.monotonic() - t0
+            log.info("Kafka %s: %d node(s) ready in %.1fs at %s", self.version,
+                     len(self._ids), self.start_seconds, self.bootstrap)
+            return self
+
+    def close(self) -> None:
+        """Kill every node and remove the temporary work dir. Idempotent."""
+        with self._lock:
+            if self._user_workdir is not None:  # kept data: shut down cleanly, all at once
+                running = [node for node in self._nodes.values() if node.running]
+                for node in running:
+                    node.signal_stop()
+                deadline = time.monotonic() + 20.0
+                for node in running:
+                    if not node.terminate(timeout=max(0.1, deadline - time.monotonic())):
+                        node.kill()
+            if self._finalizer is not None:
+                self._finalizer()  # kills, removes a temporary workdir; runs once
+                self._finalizer = None
+
+    def _build_nodes(self, java: str, classpath: str, jvm_options: Sequence[str]) -> None:
+        assert self.workdir is not None
+        per_node = 4 if self.advertised_ports else 3
+        ports = _free_ports(per_node * len(self._ids))
+        plan: dict[int, NodePorts] = {}
+        for i, n in enumerate(self._ids):
+            p = ports[i * per_node:(i + 1) * per_node]
+            plan[n] = NodePorts(
+                client=p[0], internal=p[1], controller=p[2],
+                proxied=p[3] if self.advertised_ports else None,
+                advertised=self.advertised_ports[n] if self.advertised_ports else None,
+            )
+        voters = ",".join(f"{n}@{HOST}:{plan[n].controller}" for n in self._ids)
+        for n in self._ids:
+            directory = self.workdir / f"node-{n}"
+            self._nodes[n] = KafkaNode(
+                n, plan[n], directory, java=java, classpath=classpath,
+                jvm_options=jvm_options,
+                config=self._node_config(n, plan[n], voters, directory),
+            )
+            self._nodes[n].write_files()
+
+    def _node_config(self, n: int, ports: NodePorts, voters: str, directory: Path
+                     ) -> dict[str, str]:
+        listeners = [f"CLIENT://{HOST}:{ports.client}", f"INTERNAL://{HOST}:{ports.internal}",
+                     f"CONTROLLER://{HOST}:{ports.controller}"]
+        advertised = listeners[:2]
+        protocols = ["CLIENT:PLAINTEXT", "INTERNAL:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+        if ports.proxied is not None:
+            listeners.append(f"PROXIED://{HOST}:{ports.proxied}")
+            advertised.append(f"PROXIED://{HOST}:{ports.advertised}")
+            protocols.append("PROXIED:PLAINTEXT")
+        config = {
+            "process.roles": "broker,controller",
+            "node.id": str(n),
+            "controller.quorum.voters": voters,
+            "listeners": ",".join(listeners),
+            "advertised.listeners": ",".join(advertised),
+            "listener.security.protocol.map": ",".join(protocols),
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "INTERNAL",
+            "log.dirs": str(directory / "data"),
+        }
+        config.update(test_kit_config(len(self._ids)))
+        config.update(self.broker_config)
+        return config
+
+    def _train(self, extra_jvm_options: Sequence[str]) -> None:
+        """The CDS training run: a 1-node cluster, started, ready, cleanly stopped."""
+        with tempfile.TemporaryDirectory(prefix="pipeline-kafka-cds-") as tmp:
+            trainee = KafkaCluster(
+                1, workdir=tmp, version=self.version, class_data_sharing=False,
+                jvm_options=(*self.jvm_options, *extra_jvm_options),
+                startup_timeout=self.startup_timeout,
+            )
+            with trainee:
+                trainee.create_topic("pipeline-cds-training", partitions=2)
+
+    def _wait_listening(self, deadline: float) -> None:
+        """Until every node accepts TCP connections on its INTERNAL listener (so the admin
+        client's first connects do not fail and log)."""
+        pending = {n: self._node(n).ports.internal for n in self._ids if self._node(n).running}
+        while pending:
+            self._check_running()
+            for n, port in list(pending.items()):
+                with contextlib.suppress(OSError), socket.create_connection((HOST, port), 0.5):
+                    del pending[n]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise KafkaStartError(
+                    f"nodes {sorted(pending)} did not listen within the start-up timeout; "
+                    + "; ".join(f"node {n}'s log ends with:\n{self._node(n).log_tail(15)}"
+                                for n in pending)
+                )
+            time.sleep(0.1)
+
+    def _format_all(self, deadline: float) -> None:
+        if all((node.directory / "data" / "meta.properties").exists()
+               for node in self._nodes.values()):
+            return  # a kept workdir, formatted before
+        procs = {n: node.start_format(self.cluster_id) for n, node in self._nodes.items()}
+        for n, proc in procs.items():
+            try:
+                rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except Exception:
+                for p in procs.values():
+                    p.kill()
+                raise KafkaStartError(
+                    f"formatting node {n}'s storage did not finish in time; its log "
+                    f"({self._nodes[n].log_path}) ends with:\n{self._nodes[n].log_tail()}"
+                ) from None
+            if rc != 0:
+                raise KafkaStartError(
+                    f"formatting node {n}'s storage failed (exit {rc}); its log "
+                    f"({self._nodes[n].log_path}) ends with:\n{self._nodes[n].log_tail()}"
+                )
+
+    # ---------------------------------------------------------------- failures
+
+    def kill(self, node: int) -> None:
+        """SIGKILL node ``node`` (a crash: no controlled shutdown) and reap it.
+
+        Returns at once: the controller fences the node after ``broker.session.timeout.ms``
+        (6 s here); until then metadata may still name it leader."""
+        with self._lock:
+            self._node(node).kill()
+
+    def stop(self, node: int, *, timeout: float = 60.0) -> None:
+        """SIGTERM node ``node`` (controlled shutdown: its leaderships move first) and wait
+        for it to exit.
+
+        Raises:
+          KafkaClusterError: it had not exited after ``timeout`` s (it is SIGKILLed then).
+        """
+        with self._lock:
+            target = self._node(node)
+            if not target.terminate(timeout):
+                target.kill()
+                raise KafkaClusterError(
+                    f"node {node} did not exit within {timeout:.0f}s of SIGTERM; killed. Its log "
+                    f"ends with:\n{target.log_tail()}"
+                )
+
+    def _start_node(self, node: int, *, timeout: float) -> None:
+        with self._lock:
+            target = self._node(node)
+            target.start()
+            try:
+                self._wait_listening(time.monotonic() + timeout)
+                self._run(waits.wait_rejoined, node, timeout=timeout)
+            except KafkaClusterError as exc:
+                raise KafkaStartError(f"{exc}\nnode {node}'s log ends with:\n"
+                                      f"{target.log_tail()}") from exc
+
+    def start_all(self, *, timeout: float = 120.0) -> list[int]:
+        """Restart every node that is not running (a test's cleanup); returns their ids."""
+        with self._lock:
+            stopped = [n for n in self._ids if not self._node(n).running]
+            for n in stopped:
+                self._start_node(n, timeout=timeout)
+            return stopped
+
+    # ----------------------------------------------------------------- topics
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int | None = None,
+        config: Mapping[str, str] | None = None,
+        *,
+        timeout: float = 60.0,
+    ) -> TopicDescription:
+        """Create a topic and wait until every running broker sees a leader for each of its
+        partitions. ``replication_factor`` defaults to min(nodes, 3).
+
+        Raises:
+          AdminError: the broker refused (TOPIC_ALREADY_EXISTS, INVALID_CONFIG, ...).
+        """
+        rf = min(len(self._ids), 3) if replication_factor is None else replication_factor
+        topic = NewTopic(name, partitions, rf, dict(config or {}))
+
+        async def create(admin: Admin) -> TopicDescription:
+            raise_errors(await admin.create_topics([topic]))
+            return await waits.wait_leaders_everywhere(
+                admin, name, self._running_ids(), self._check_running, timeout)
+
+        return self._with_admin(create, timeout)
+
+    def delete_topic(self, name: str, *, timeout: float = 60.0) -> None:
+        async def delete(admin: Admin) -> None:
+            raise_errors(await admin.delete_topics([name]))
+
+        self._with_admin(delete, timeout)
+
+    def describe_topic(self, name: str, *, timeout: float = 30.0) -> TopicDescription:
+        """The topic (replicas, ISR, leaders) as a running broker sees it now."""
+        async def describe(admin: Admin) -> TopicDescription:
+            return (await admin.describe_topics([name]))[name]
+
+        return self._with_admin(describe, timeout)
+
+    def leader(self, topic: str, partition: int, *, timeout: float = 30.0) -> int:
+        """The node id of the partition's leader, as a running broker sees it now (waiting
+        up to ``timeout`` s while it has none)."""
+        return self._run(waits.current_leader, topic, partition, timeout=timeout)
+
+    def move_leader(self, topic: str, partition: int, *, to_node: int,
+                    timeout: float = 60.0) -> None:
+        """Make ``to_node`` the partition's leader: reassign it as the first replica (swapped
+        in for the last replica if it was not one), run a preferred election, and wait until
+        every running broker names it leader."""
+        if not self._node(to_node).running:
+            raise KafkaClusterError(f"node {to_node} is not running; start it first")
+        self._run(waits.move_leader, topic, partition, to_node, self._running_ids(),
+                  timeout=timeout)
+
+    # ------------------------------------------------------------ async access
+
+    @contextlib.asynccontextmanager
+    async def admin(
+        self, *, timeout: float = 30.0  # noqa: ASYNC109 - bounds each admin call
+    ) -> AsyncIterator[Admin]:
+        """An :class:`~pipeline.cluster.admin.Admin` on the INTERNAL listeners (never
+        proxied), for trio code."""
+        async with Admin.open(self.internal_bootstrap, timeout=timeout,
+                              client_id="pipeline-kafka-cluster") as admin:
+            yield admin
+
+    async def call(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Run one of the blocking methods in a trio worker thread, so the calling trio loop
+        keeps running: ``await cluster.call(cluster.kill, 2)``."""
+        result: T = await trio.to_thread.run_sync(functools.partial(method, *args, **kwargs))
+        return result
+
+    # ---------------------------------------------------------------- helpers
+
+    def _running_ids(self) -> list[int]:
+        return [n for n in self._ids if self._node(n).running]
+
+    def _check_running(self) -> None:
+        """Raise if a node died that nobody killed or stopped (a crash, a failed start)."""
+        for n in self._ids:
+            node = self._node(n)
+            if node.proc is not None and not node.running and not node.stopped_on_purpose:
+                raise KafkaStartError(
+                    f"Kafka node {n} exited with code {node.proc.returncode}; its log "
+                    f"({node.log_path}) ends with:\n{node.log_tail()}"
+                )
+
+    def _with_admin(self, fn: Callable[[Admin], Awaitable[T]], timeout: float) -> T:
+        bootstrap = ",".join(f"{HOST}:{self._node(n).ports.internal}"
+                             for n in (self._running_ids() or self._ids))
+
+        async def run() -> T:
+            async with Admin.open(bootstrap, timeout=min(timeout, 30.0),
+                                  client_id="pipeline-kafka-cluster") as admin:
+                with trio.move_on_after(timeout + 5.0):
+                    return await fn(admin)
+            raise KafkaClusterError(f"no answer from the cluster within {timeout + 5.0:.0f}s")
+
+        return run_trio(run)
+
+    def _run(self, wait: Callable[..., Awaitable[T]], *args: Any, timeout: float) -> T:
+        """``wait(admin, *args, check, timeout)`` on a fresh admin client."""
+        return self._with_admin(lambda admin: wait(admin, *args, self._check_running, timeout),
+                                timeout)
+
+    def __repr__(self) -> str:
+        state = ", ".join(repr(self._nodes[n]) for n in self._ids) if self._nodes else "not started"
+        return f"<KafkaCluster {self.version} nodes={len(self._ids)}: {state}>"
