@@ -8,17 +8,18 @@ VPIP := $(VENV)/bin/pip
 EXTRAS ?= test,spark,broker,bench,lint
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
-FAST_MARKERS := not integration and not chaos and not spark and not slow
+FAST_MARKERS := not integration and not chaos and not spark and not slow and not kafka
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-fast demo bench bench-quick lint clean
+.PHONY: help venv test test-fast demo bench bench-quick lint clean kafka
 
 help:
 	@echo "make demo       the main job: 1M order events exported from Spark into the embedded broker, read back, verified"
-	@echo "make test       the whole suite (unit, integration, chaos quick mode, spark)"
+	@echo "make test       the whole suite (unit, integration, chaos quick mode, spark, Apache Kafka)"
 	@echo "make test-fast  pure tests only (no broker, no spark, nothing slow)"
 	@echo "make bench      benchmarks -> bench/results/*.json (codec + producer, ~5 min)"
 	@echo "make bench-quick  the same with small producer runs (100k msgs, 1 run each)"
+	@echo "make kafka      fetch the Apache Kafka jars (Maven Central) into ~/.cache/pipeline"
 	@echo "make lint       ruff + mypy --strict (pipeline/ and the typing checks in tests/typecheck/)"
 	@echo "make clean      remove .venv and caches"
 
@@ -31,7 +32,10 @@ $(STAMP): pyproject.toml pipeline/protocol/_kernel.c
 
 venv: $(STAMP)
 
+# The kafka tests fetch the jars themselves; fetching first keeps that out of a test's
+# timing and says up front when java/mvn are missing (the kafka tests then skip).
 test: $(STAMP)
+	$(VPY) -m pipeline.testing.kafka --if-tools
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
@@ -45,6 +49,9 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(VPY) -m bench --quick
+
+kafka: $(STAMP)
+	$(VPY) -m pipeline.testing.kafka
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline tests

@@ -19,6 +19,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -27,13 +28,19 @@ from pipeline.testing.broker import (
     BrokerKind,
     EmbeddedBroker,
     create_topics,
+    free_port,
     open_test_broker,
 )
+
+if TYPE_CHECKING:
+    from pipeline.testing.kafka import KafkaCluster
 
 _TESTS_DIR = Path(__file__).parent
 # Tests under these directories get the marker automatically (so "-m 'not integration'"
 # never starts a broker even if a module forgets its pytestmark).
-_DIR_MARKERS = {"integration": "integration", "chaos": "chaos", "spark": "spark"}
+_DIR_MARKERS = {
+    "integration": "integration", "chaos": "chaos", "spark": "spark", "kafka": "kafka"
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -89,3 +96,70 @@ def new_topic(request: pytest.FixtureRequest, kafka_bootstrap: str) -> NewTopic:
         return name
 
     return _create
+
+
+# --------------------------------------------------------------------------- Apache Kafka
+#
+# Session clusters, started only when a test asks for them (the `kafka` marker goes with
+# them: tests/kafka/ is marked by directory). Where java (or, before the jars are cached,
+# mvn) is missing, every such test skips with the one reason `make test` printed first.
+# The function-scoped fixtures restart any node an earlier test left down, so each test
+# starts from a whole cluster.
+
+
+@pytest.fixture(scope="session")
+def kafka_unavailable() -> str | None:
+    """Why Apache Kafka cannot run here, or None."""
+    from pipeline.testing.kafka.dist import missing_tools_reason
+
+    return missing_tools_reason()
+
+
+def _kafka_session(reason: str | None, **kwargs: Any) -> Iterator[KafkaCluster]:
+    if reason is not None:
+        pytest.skip(reason)
+    from pipeline.testing.kafka import KafkaCluster
+
+    with KafkaCluster(**kwargs) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster_session(kafka_unavailable: str | None) -> Iterator[KafkaCluster]:
+    """A 3-node cluster for the whole session. Each node also has a PROXIED listener
+    advertising a free port, where a test may run a FaultProxy
+    (``cluster.proxied_bootstrap``, ``cluster.proxy_upstream(n)``)."""
+    yield from _kafka_session(
+        kafka_unavailable, nodes=3, advertised_ports={n: free_port() for n in (1, 2, 3)}
+    )
+
+
+@pytest.fixture(scope="session")
+def kafka_single_session(kafka_unavailable: str | None) -> Iterator[KafkaCluster]:
+    """A 1-node cluster for the whole session."""
+    yield from _kafka_session(kafka_unavailable, nodes=1)
+
+
+@pytest.fixture
+def kafka_cluster(kafka_cluster_session: KafkaCluster) -> KafkaCluster:
+    """The session's 3-node cluster, every node running."""
+    kafka_cluster_session.start_all()
+    return kafka_cluster_session
+
+
+@pytest.fixture
+def kafka_single(kafka_single_session: KafkaCluster) -> KafkaCluster:
+    """The session's 1-node cluster, running."""
+    kafka_single_session.start_all()
+    return kafka_single_session
+
+
+@pytest.fixture
+def kafka_topic(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``kafka_topic(prefix) -> name``: a topic name unique to this test (not created)."""
+
+    def _name(prefix: str = "") -> str:
+        base = _UNSAFE.sub("-", prefix or request.node.name).strip("-._")[:80] or "topic"
+        return f"{base}-{uuid.uuid4().hex[:8]}"
+
+    return _name

@@ -142,7 +142,8 @@ class Admin:
             connector=connector,
             client_id=client_id,
             request_timeout=timeout + 5.0,
-            metadata_timeout=timeout,
+            # Shorter than a call, so a call that cannot reach any broker reports why.
+            metadata_timeout=0.8 * timeout,
             retry_backoff=0.05,
             retry_backoff_max=1.0,
             rng=rng,

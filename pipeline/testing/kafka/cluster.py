@@ -120,7 +120,13 @@ def _free_ports(count: int) -> list[int]:
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A random cluster id as Kafka writes them (URL-safe base64 of 16 bytes), never starting
+    with "-", which StorageTool's argument parser would take for an option (Kafka's own
+    ``Uuid.randomUuid`` avoids those too)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 def _cleanup(nodes: list[KafkaNode], workdir: Path | None) -> None:

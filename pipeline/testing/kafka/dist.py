@@ -36,6 +36,7 @@ __all__ = [
     "cache_dir",
     "ensure_kafka",
     "java_binary",
+    "missing_tools_reason",
 ]
 
 #: The Apache Kafka release the test cluster runs (KRaft; Java 17+).
@@ -44,8 +45,8 @@ KAFKA_VERSION = "4.1.2"
 CACHE_ENV = "PIPELINE_KAFKA_CACHE"
 MIN_JAVA = 17
 _INSTALL_HINT = (
-    "install them and put them on PATH (Debian/Ubuntu: `apt-get install openjdk-17-jdk-headless "
-    "maven`; elsewhere a JDK 17+ and Apache Maven 3.6+)"
+    "(Debian/Ubuntu: `apt-get install openjdk-17-jdk-headless maven`; elsewhere a JDK 17+ and "
+    "Apache Maven 3.6+, on PATH)"
 )
 
 
@@ -105,14 +106,24 @@ def check_tools(*, need_mvn: bool) -> None:
     if missing:
         raise KafkaSetupError(
             f"Apache Kafka for the tests needs {' and '.join(missing)}, not found on PATH: "
-            f"{_INSTALL_HINT}"
+            f"install {'it' if len(missing) == 1 else 'them'} {_INSTALL_HINT}"
         )
     major = java_major_version()
     if major < MIN_JAVA:
         raise KafkaSetupError(
             f"Apache Kafka {KAFKA_VERSION} needs Java {MIN_JAVA}+, but {java_binary()} is Java "
-            f"{major}: {_INSTALL_HINT}, or point $JAVA_HOME at a newer JDK"
+            f"{major}: install a newer one {_INSTALL_HINT}, or point $JAVA_HOME at one"
         )
+
+
+def missing_tools_reason(version: str = KAFKA_VERSION) -> str | None:
+    """Why Kafka cannot run here (java missing or too old; mvn missing while the jars are not
+    cached yet), or None. Cheap: never fetches."""
+    try:
+        check_tools(need_mvn=_complete(cache_dir(version), version) is None)
+    except KafkaSetupError as exc:
+        return str(exc)
+    return None
 
 
 def java_binary(*, required: bool = True) -> str | None:
