@@ -175,7 +175,7 @@ def _run_kafka(args: argparse.Namespace) -> int:
             print(f"Kafka ready in {cluster.start_seconds:.1f}s; nodes {cluster.nodes}",
                   flush=True)
             for n in cluster.nodes:
-                print(f"node {n} log: {cluster.log_path(n)}", flush=True)
+                print(f"node {n} pid {cluster.pid(n)} log: {cluster.log_path(n)}", flush=True)
             for name, partitions in args.topics:
                 try:
                     cluster.create_topic(name, partitions)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pytest
 import trio
+import trio.lowlevel
 
 from pipeline.cluster.admin_types import AdminError
 from pipeline.protocol.errors import ErrorCode
@@ -200,7 +201,7 @@ async def test_from_trio(kafka_cluster: KafkaCluster, kafka_topic: Topic) -> Non
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ticker)
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         before = ticks
         desc = await kafka_cluster.call(kafka_cluster.create_topic, name, 2)
         during = ticks - before
