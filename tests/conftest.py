@@ -39,7 +39,7 @@ _TESTS_DIR = Path(__file__).parent
 # Tests under these directories get the marker automatically (so "-m 'not integration'"
 # never starts a broker even if a module forgets its pytestmark).
 _DIR_MARKERS = {
-    "integration": "integration", "chaos": "chaos", "spark": "spark", "kafka": "kafka"
+    "integration": "integration", "chaos": "chaos", "spark": "spark", "apache_kafka": "kafka"
 }
 
 
@@ -101,7 +101,7 @@ def new_topic(request: pytest.FixtureRequest, kafka_bootstrap: str) -> NewTopic:
 # --------------------------------------------------------------------------- Apache Kafka
 #
 # Session clusters, started only when a test asks for them (the `kafka` marker goes with
-# them: tests/kafka/ is marked by directory). Where java (or, before the jars are cached,
+# them: tests/apache_kafka/ is marked by directory). Where java (or, before the jars are cached,
 # mvn) is missing, every such test skips with the one reason `make test` printed first.
 # The function-scoped fixtures restart any node an earlier test left down, so each test
 # starts from a whole cluster.

@@ -1,7 +1,7 @@
 """The admin client on the fake cluster (virtual time): topics, retries, deadlines, errors.
 
 The fake serves Metadata, CreateTopics and DeleteTopics; the rest of the admin APIs (configs,
-reassignments, elections) are proven against Apache Kafka in tests/kafka/test_admin_kafka.py.
+reassignments, elections) are proven against Apache Kafka in tests/apache_kafka/test_admin_kafka.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The JSON specs of these APIs (tools/kafka-specs/{DescribeConfigs,ElectLeaders,
 IncrementalAlterConfigs,AlterPartitionReassignments,ListPartitionReassignments}*.json) were
 written for this project, so these bytes are the first independent check of them: each
 fixture spells out the wire layout field by field. The second check is the real broker
-(tests/kafka/test_admin_kafka.py).
+(tests/apache_kafka/test_admin_kafka.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Helpers for the Apache Kafka tests (the cluster fixtures live in tests/conftest.py).
 
-Everything under tests/kafka/ is marked ``kafka``. What a test wrote is judged by
+Everything under tests/apache_kafka/ is marked ``kafka``. What a test wrote is judged by
 confluent-kafka (librdkafka), an independent reader and admin client, never only by ours.
 """
 
