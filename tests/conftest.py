@@ -10,6 +10,9 @@
 
 ``broker_kind`` lets tests adjust for tansu's deviations (docs: broker-tansu.md), e.g.
 a duplicate idempotent batch gets 46 instead of NONE, and bad CRCs are only logged.
+
+Apache Kafka itself (``pipeline.testing.kafka``): ``kafka_cluster`` (3 nodes) and
+``kafka_single`` (1 node), started once per session when a test asks for them (see below).
 """
 
 from __future__ import annotations

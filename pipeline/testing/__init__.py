@@ -1,4 +1,5 @@
-"""Test infrastructure: the embedded tansu broker (``broker``), the scripted in-memory
+"""Test infrastructure: the embedded tansu broker (``broker``), Apache Kafka clusters
+(``kafka``: ``from pipeline.testing.kafka import KafkaCluster``), the scripted in-memory
 ``fake_cluster`` and the TCP ``proxy`` for fault injection.
 
 Only the broker helpers are re-exported here; they import nothing async at import time.
