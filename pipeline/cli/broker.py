@@ -165,12 +165,15 @@ def _run_kafka(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"starting Apache Kafka {KAFKA_VERSION}, {nodes} node(s)...", flush=True)
+    try:
+        cluster.start()  # Ctrl-C here interrupts the start; it leaves nothing running
+    except KafkaClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; nothing left running", file=sys.stderr)
+        return 130
     with _until_signal() as stop:
-        try:
-            cluster.start()
-        except KafkaClusterError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
         try:
             print(f"Kafka ready in {cluster.start_seconds:.1f}s; nodes {cluster.nodes}",
                   flush=True)

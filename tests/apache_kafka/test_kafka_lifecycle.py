@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -160,3 +161,29 @@ def test_kept_workdir_survives_and_restarts(tmp_path: Path) -> None:
     with KafkaCluster(1, workdir=workdir) as again:
         assert len(again.describe_topic("kept-topic").partitions) == 2
     assert os.path.isdir(workdir / "node-1" / "data")
+
+
+def test_a_port_taken_before_the_node_binds_it_is_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pipeline.testing.kafka import cluster as cluster_module
+
+    real = cluster_module._free_ports
+    picks: list[list[int]] = []
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+
+        def first_pick_taken(count: int) -> list[int]:
+            ports = real(count)
+            if not picks:
+                ports[0] = taken  # node 1's CLIENT listener: another process has it
+            picks.append(ports)
+            return ports
+
+        monkeypatch.setattr(cluster_module, "_free_ports", first_pick_taken)
+        with KafkaCluster(1) as cluster:
+            assert len(picks) == 2
+            assert cluster.port(1) == picks[1][0] != taken
+            assert cluster.describe_topic("pipeline-ready-probe").fully_replicated

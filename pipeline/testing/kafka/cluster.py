@@ -84,6 +84,15 @@ class KafkaStartError(KafkaClusterError):
     """A node did not start (its log's tail is in the message) or the cluster never got ready."""
 
 
+# Ports are picked free, then bound by Java a few seconds later: another process may take
+# one meanwhile (the machine is shared). Such a start is retried on new ports.
+_START_ATTEMPTS = 3
+
+
+def _lost_a_port(error: KafkaStartError) -> bool:
+    return "Address already in use" in str(error)
+
+
 def test_kit_config(nodes: int) -> dict[str, str]:
     """Broker settings for tests (overridable by ``broker_config``): Kafka's own test kit
     choices (small internal topics, no rebalance delay, a small cleaner buffer), topics only
@@ -313,31 +322,45 @@ class KafkaCluster:
                 archive = cds_archive(libs.parent, java, classpath, self._train)
                 if archive is not None:
                     jvm_options = (*jvm_options, f"-XX:SharedArchiveFile={archive}")
-            if self._user_workdir is None:
-                _sweep_stale_workdirs()
-                self.workdir = Path(tempfile.mkdtemp(prefix=f"pipeline-kafka-{os.getpid()}-"))
-            else:
-                self.workdir = self._user_workdir
-                self.workdir.mkdir(parents=True, exist_ok=True)
-            self._build_nodes(java, classpath, jvm_options)
-            self._finalizer = weakref.finalize(
-                self, _cleanup, list(self._nodes.values()),
-                self.workdir if self._user_workdir is None else None,
-            )
-            try:
-                self._format_all(time.monotonic() + self.startup_timeout)
-                for each in self._nodes.values():
-                    each.start()
-                self._wait_listening(t0 + self.startup_timeout)
-                self._run(waits.wait_ready, self._ids, PROBE_TOPIC,
-                          timeout=max(1.0, t0 + self.startup_timeout - time.monotonic()))
-            except BaseException:
-                self.close()
-                raise
+            for attempt in range(1, _START_ATTEMPTS + 1):
+                try:
+                    self._launch(java, classpath, jvm_options, t0 + self.startup_timeout)
+                    break
+                except KafkaStartError as exc:
+                    if attempt == _START_ATTEMPTS or not _lost_a_port(exc):
+                        raise
+                    log.warning("a Kafka port was taken by another process; retrying on new "
+                                "ports (attempt %d)", attempt + 1)
             self.start_seconds = time.monotonic() - t0
             log.info("Kafka %s: %d node(s) ready in %.1fs at %s", self.version,
                      len(self._ids), self.start_seconds, self.bootstrap)
             return self
+
+    def _launch(self, java: str, classpath: str, jvm_options: Sequence[str],
+                deadline: float) -> None:
+        """One attempt at starting every node; on failure nothing is left running."""
+        self._nodes = {}
+        if self._user_workdir is None:
+            _sweep_stale_workdirs()
+            self.workdir = Path(tempfile.mkdtemp(prefix=f"pipeline-kafka-{os.getpid()}-"))
+        else:
+            self.workdir = self._user_workdir
+            self.workdir.mkdir(parents=True, exist_ok=True)
+        self._build_nodes(java, classpath, jvm_options)
+        self._finalizer = weakref.finalize(
+            self, _cleanup, list(self._nodes.values()),
+            self.workdir if self._user_workdir is None else None,
+        )
+        try:
+            self._format_all(deadline)
+            for each in self._nodes.values():
+                each.start()
+            self._wait_listening(deadline)
+            self._run(waits.wait_ready, self._ids, PROBE_TOPIC,
+                      timeout=max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         """Kill every node and remove the temporary work dir. Idempotent."""
