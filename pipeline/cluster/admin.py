@@ -28,7 +28,6 @@ broker that advertises an address this host cannot reach, or one behind a fault 
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -36,11 +35,18 @@ from typing import Any
 
 import trio
 
+from pipeline.cluster.admin_configs import alter_configs, describe_configs
+from pipeline.cluster.admin_sender import (
+    AdminSender,
+    DirectConnection,
+    error_or_none,
+    single_leaf,
+    unique_names,
+)
 from pipeline.cluster.admin_types import (
     AdminError,
     ClusterDescription,
     ConfigEntry,
-    ConfigSource,
     ElectionType,
     NewTopic,
     PartitionDescription,
@@ -48,35 +54,21 @@ from pipeline.cluster.admin_types import (
     TopicDescription,
     TopicPartition,
 )
-from pipeline.cluster.connection import BrokerConnection
-from pipeline.cluster.errors import (
-    BrokerConnectionError,
-    BrokerProtocolError,
-    KafkaError,
-    MetadataTimeoutError,
-)
-from pipeline.cluster.metadata import BrokerAddress, backoff_delay
+from pipeline.cluster.metadata import BrokerAddress
 from pipeline.cluster.pool import Cluster
-from pipeline.cluster.transport import Connector, parse_address, tcp_connector
+from pipeline.cluster.transport import Connector, tcp_connector
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode, error_code
 from pipeline.protocol.messages import alter_partition_reassignments as apr
 from pipeline.protocol.messages import create_topics as ct
 from pipeline.protocol.messages import delete_topics as dt
-from pipeline.protocol.messages import describe_configs as dc
 from pipeline.protocol.messages import elect_leaders as el
-from pipeline.protocol.messages import incremental_alter_configs as iac
 from pipeline.protocol.messages import list_partition_reassignments as lpr
 from pipeline.protocol.messages import metadata as md
 
 __all__ = ["Admin"]
 
-logger = logging.getLogger("pipeline.cluster.admin")
-
 _TOPIC, _BROKER = 2, 4  # config resource types
-_SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations
-# Worth another try on another connection (RequestTimedOutError is a BrokerConnectionError).
-_RETRY_ERRORS = (BrokerConnectionError, BrokerProtocolError, MetadataTimeoutError)
 
 
 class Admin:
@@ -88,14 +80,13 @@ class Admin:
         *,
         timeout: float = 60.0,
         rng: random.Random | None = None,
-        direct: _Direct | None = None,
+        direct: DirectConnection | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, not {timeout!r}")
         self.cluster = cluster
         self.timeout = timeout
-        self._rng = rng if rng is not None else random.Random()
-        self._direct = direct
+        self._sender = AdminSender(cluster, timeout=timeout, rng=rng, direct=direct)
 
     @classmethod
     @asynccontextmanager
@@ -121,7 +112,7 @@ class Admin:
         except BaseExceptionGroup as group:
             # Nurseries wrap errors in groups; at this public boundary a single error is
             # raised as itself (as Producer does), so `except AdminError:` works.
-            leaf = _single_leaf(group)
+            leaf = single_leaf(group)
             if leaf is None:
                 raise
             raise leaf from None
@@ -152,7 +143,8 @@ class Admin:
                 yield cls(cluster, timeout=timeout, rng=rng)
                 return
             async with trio.open_nursery() as nursery:
-                pinned = _Direct(nursery, cluster, connector or tcp_connector(), bootstrap)
+                pinned = DirectConnection(nursery, cluster, connector or tcp_connector(),
+                                          bootstrap)
                 try:
                     yield cls(cluster, timeout=timeout, rng=rng, direct=pinned)
                 finally:
@@ -175,7 +167,7 @@ class Admin:
         """Describe ``topics`` (every topic when None) as one broker (``node``, else any)
         sees them. A topic that does not exist is described with its error
         (UNKNOWN_TOPIC_OR_PARTITION), not raised."""
-        names = None if topics is None else _names(topics)
+        names = None if topics is None else unique_names(topics)
         response = await self._metadata(names, node=node)
         out: dict[str, TopicDescription] = {}
         for t in response.topics:
@@ -224,7 +216,7 @@ class Admin:
 
         response = await self._call(ApiKey.CREATE_TOPICS, build)
         results = {
-            r.name: _error(r.error_code, r.error_message, r.name) for r in response.topics
+            r.name: error_or_none(r.error_code, r.error_message, r.name) for r in response.topics
         }
         return _complete(results, names, "CreateTopics")
 
@@ -252,7 +244,7 @@ class Admin:
 
     async def delete_topics(self, topics: Iterable[str]) -> dict[str, AdminError | None]:
         """Delete topics by name; ``{name: None | AdminError}``."""
-        names = _names(topics)
+        names = unique_names(topics)
         if not names:
             return {}
 
@@ -266,7 +258,7 @@ class Admin:
 
         response = await self._call(ApiKey.DELETE_TOPICS, build)
         results = {
-            r.name: _error(r.error_code, getattr(r, "error_message", None), r.name)
+            r.name: error_or_none(r.error_code, getattr(r, "error_message", None), r.name)
             for r in response.responses
             if r.name is not None
         }
@@ -303,7 +295,7 @@ class Admin:
 
         response = await self._call(ApiKey.ALTER_PARTITION_REASSIGNMENTS, build, top_error=True)
         results = {
-            TopicPartition(t.name, p.partition_index): _error(
+            TopicPartition(t.name, p.partition_index): error_or_none(
                 p.error_code, p.error_message, f"{t.name}-{p.partition_index}"
             )
             for t in response.responses
@@ -372,7 +364,7 @@ class Admin:
 
         response = await self._call(ApiKey.ELECT_LEADERS, build, top_error=True)
         results = {
-            TopicPartition(r.topic, p.partition_id): _error(
+            TopicPartition(r.topic, p.partition_id): error_or_none(
                 p.error_code, p.error_message, f"{r.topic}-{p.partition_id}"
             )
             for r in response.replica_election_results
@@ -386,13 +378,13 @@ class Admin:
         self, topic: str, names: Iterable[str] | None = None
     ) -> dict[str, ConfigEntry]:
         """The topic's configs (``names`` only, or all)."""
-        return await self._describe_configs(_TOPIC, topic, names, node=None)
+        return await describe_configs(self._sender, _TOPIC, topic, names, node=None)
 
     async def describe_broker_config(
         self, node_id: int, names: Iterable[str] | None = None
     ) -> dict[str, ConfigEntry]:
         """Broker ``node_id``'s configs (asked of that broker itself)."""
-        return await self._describe_configs(_BROKER, str(node_id), names, node=node_id)
+        return await describe_configs(self._sender, _BROKER, str(node_id), names, node=node_id)
 
     async def alter_topic_config(
         self,
@@ -408,7 +400,7 @@ class Admin:
         Raises:
           AdminError: the broker refused (INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION...).
         """
-        await self._alter_configs(_TOPIC, topic, updates or {}, delete, validate_only, node=None)
+        await alter_configs(self._sender, _TOPIC, topic, updates or {}, delete, validate_only, node=None)
 
     async def alter_broker_config(
         self,
@@ -419,68 +411,9 @@ class Admin:
         validate_only: bool = False,
     ) -> None:
         """Set and/or delete dynamic configs of broker ``node_id`` (sent to that broker)."""
-        await self._alter_configs(
+        await alter_configs(self._sender,
             _BROKER, str(node_id), updates or {}, delete, validate_only, node=node_id
         )
-
-    async def _describe_configs(
-        self, rtype: int, name: str, names: Iterable[str] | None, *, node: int | None
-    ) -> dict[str, ConfigEntry]:
-        keys = None if names is None else tuple(_names(names))
-        resource = dc.DescribeConfigsResource(
-            resource_type=rtype, resource_name=name, configuration_keys=keys
-        )
-
-        def build(version: int, timeout_ms: int) -> dc.DescribeConfigsRequest:
-            return dc.DescribeConfigsRequest(resources=(resource,))
-
-        response = await self._call(ApiKey.DESCRIBE_CONFIGS, build, node=node)
-        for result in response.results:
-            error = _error(result.error_code, result.error_message, name)
-            if error is not None:
-                raise error
-            return {
-                c.name: ConfigEntry(
-                    name=c.name,
-                    value=c.value,
-                    source=_config_source(c.config_source),
-                    read_only=c.read_only,
-                    sensitive=c.is_sensitive,
-                )
-                for c in result.configs
-            }
-        raise AdminError(ErrorCode.UNKNOWN_SERVER_ERROR, "no result in the response", resource=name)
-
-    async def _alter_configs(
-        self,
-        rtype: int,
-        name: str,
-        to_set: Mapping[str, str],
-        delete: Iterable[str],
-        validate_only: bool,
-        *,
-        node: int | None,
-    ) -> None:
-        ops = [iac.AlterableConfig(name=k, config_operation=_SET, value=v)
-               for k, v in to_set.items()]
-        ops += [iac.AlterableConfig(name=k, config_operation=_DELETE, value=None)
-                for k in _names(delete)]
-        if not ops:
-            return
-        resource = iac.AlterConfigsResource(
-            resource_type=rtype, resource_name=name, configs=tuple(ops)
-        )
-
-        def build(version: int, timeout_ms: int) -> iac.IncrementalAlterConfigsRequest:
-            return iac.IncrementalAlterConfigsRequest(
-                resources=(resource,), validate_only=validate_only
-            )
-
-        response = await self._call(ApiKey.INCREMENTAL_ALTER_CONFIGS, build, node=node)
-        for r in response.responses:
-            error = _error(r.error_code, r.error_message, name)
-            if error is not None:
-                raise error
 
     # ---------------------------------------------------------------- sending
 
@@ -503,100 +436,7 @@ class Admin:
         node: int | None = None,
         top_error: bool = False,
     ) -> Any:
-        """Send ``build(version, timeout_ms)`` to ``node`` (else any broker) and return the
-        response, retrying connection failures and retriable whole-request errors (when
-        ``top_error``: the response's ``error_code``) until the call's deadline."""
-        deadline = trio.current_time() + self.timeout
-        attempt = 0
-        last: KafkaError | None = None
-        while True:
-            remaining = deadline - trio.current_time()
-            if remaining <= 0:
-                raise AdminError(
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    f"{api.name} did not complete within {self.timeout}s "
-                    f"({f'last error: {last}' if last is not None else 'no answer'})",
-                ) from last
-            try:
-                with trio.move_on_at(deadline):
-                    conn = await self._connection(node)
-                    version = conn.version_for(api)
-                    request = build(version, max(1, int(remaining * 1000)))
-                    response = await conn.request(request, version=version)
-                    code = error_code(response.error_code) if top_error else ErrorCode.NONE
-                    if code == ErrorCode.NONE:
-                        return response
-                    error = AdminError(code, getattr(response, "error_message", None),
-                                       resource=api.name)
-                    if not code.retriable:
-                        raise error
-                    last = error
-                    self.cluster.request_refresh()
-            except _RETRY_ERRORS as exc:
-                last = exc
-            await trio.sleep(min(self._backoff(attempt), max(0.0, deadline - trio.current_time())))
-            attempt += 1
-            logger.info("%s: retrying (attempt %d) after %s", api.name, attempt, last)
-
-    async def _connection(self, node: int | None) -> BrokerConnection:
-        if self._direct is not None:
-            if node is not None:
-                raise ValueError("an Admin opened with direct=True cannot address a node")
-            return await self._direct.connection()
-        if node is not None:
-            return await self.cluster.connection(node)
-        return await self.cluster.any_connection()
-
-    def _backoff(self, attempt: int) -> float:
-        return backoff_delay(attempt, base=0.05, maximum=1.0, rng=self._rng)
-
-
-class _Direct:
-    """Connections to the bootstrap addresses themselves (``Admin.open(direct=True)``)."""
-
-    def __init__(self, nursery: trio.Nursery, cluster: Cluster, connector: Connector,
-                 bootstrap: str | Sequence[str]) -> None:
-        items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
-        self._addresses = [parse_address(a) for a in items if a.strip()]
-        self._nursery = nursery
-        self._cluster = cluster
-        self._connector = connector
-        self._conn: BrokerConnection | None = None
-
-    async def connection(self) -> BrokerConnection:
-        if self._conn is not None and not self._conn.closed:
-            return self._conn
-        last: KafkaError | None = None
-        for host, port in self._addresses:
-            try:
-                self._conn = await BrokerConnection.connect(
-                    self._nursery, self._connector, host, port,
-                    client_id=self._cluster.client_id,
-                    request_timeout=self._cluster.request_timeout,
-                )
-                return self._conn
-            except _RETRY_ERRORS as exc:
-                last = exc
-        raise BrokerConnectionError(f"no bootstrap broker reachable: {last}") from last
-
-    async def aclose(self) -> None:
-        if self._conn is not None:
-            await self._conn.aclose()
-
-
-def _single_leaf(group: BaseExceptionGroup[Any]) -> BaseException | None:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        if len(exc.exceptions) != 1:
-            return None
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _names(items: Iterable[str]) -> list[str]:
-    if isinstance(items, str):
-        raise TypeError(f"expected an iterable of names, not the string {items!r}")
-    return list(dict.fromkeys(items))
+        return await self._sender.call(api, build, node=node, top_error=top_error)
 
 
 def _creatable(t: NewTopic) -> ct.CreatableTopic:
@@ -612,11 +452,6 @@ def _creatable(t: NewTopic) -> ct.CreatableTopic:
     )
 
 
-def _error(code: int, message: str | None, resource: Any) -> AdminError | None:
-    ec = error_code(code)
-    return None if ec == ErrorCode.NONE else AdminError(ec, message, resource=resource)
-
-
 def _complete(results: dict[Any, AdminError | None], wanted: Iterable[Any], api: str
               ) -> dict[Any, AdminError | None]:
     """Every requested key gets an answer: one the response left out is an error."""
@@ -626,10 +461,3 @@ def _complete(results: dict[Any, AdminError | None], wanted: Iterable[Any], api:
                 ErrorCode.UNKNOWN_SERVER_ERROR, f"missing from the {api} response", resource=key
             )
     return results
-
-
-def _config_source(value: int) -> ConfigSource:
-    try:
-        return ConfigSource(value)
-    except ValueError:
-        return ConfigSource.UNKNOWN

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.testing.kafka import KafkaCluster, KafkaStartError
-from pipeline.testing.kafka.cluster import _sweep_stale_workdirs
+from pipeline.testing.kafka.settings import sweep_stale_workdirs
 
 from .conftest import pid_alive, wait_until
 
@@ -107,7 +107,7 @@ def test_no_process_survives_its_python_process_being_killed(tmp_path: Path) -> 
             child.kill()
     # The next cluster's start sweeps the dead process's temporary work dir.
     assert Path(started["workdir"]).exists()
-    _sweep_stale_workdirs()
+    sweep_stale_workdirs()
     assert not Path(started["workdir"]).exists()
 
 
@@ -166,9 +166,9 @@ def test_kept_workdir_survives_and_restarts(tmp_path: Path) -> None:
 def test_a_port_taken_before_the_node_binds_it_is_retried(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pipeline.testing.kafka import cluster as cluster_module
+    from pipeline.testing.kafka import settings
 
-    real = cluster_module._free_ports
+    real = settings.free_ports
     picks: list[list[int]] = []
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
@@ -182,7 +182,7 @@ def test_a_port_taken_before_the_node_binds_it_is_retried(
             picks.append(ports)
             return ports
 
-        monkeypatch.setattr(cluster_module, "_free_ports", first_pick_taken)
+        monkeypatch.setattr(settings, "free_ports", first_pick_taken)
         with KafkaCluster(1) as cluster:
             assert len(picks) == 2
             assert cluster.port(1) == picks[1][0] != taken

@@ -11,15 +11,17 @@ Needs Java 17+ (and Maven for the first fetch: ``make kafka`` or
 
 from __future__ import annotations
 
-from pipeline.testing.kafka.cluster import KafkaCluster, KafkaStartError, test_kit_config
+from pipeline.testing.kafka.cluster import KafkaCluster
 from pipeline.testing.kafka.dist import (
     CACHE_ENV,
     KAFKA_VERSION,
     KafkaClusterError,
     KafkaSetupError,
+    KafkaStartError,
     cache_dir,
     ensure_kafka,
 )
+from pipeline.testing.kafka.settings import test_kit_config
 
 __all__ = [
     "CACHE_ENV",

@@ -27,7 +27,6 @@ also work when called from a trio test (whose loop blocks meanwhile: use :meth:`
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import functools
 import logging
@@ -37,7 +36,6 @@ import socket
 import tempfile
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -53,36 +51,23 @@ from pipeline.cluster.admin_types import (
     raise_errors,
 )
 from pipeline.testing._threads import run_trio
-from pipeline.testing.kafka import waits
+from pipeline.testing.kafka import settings, waits
 from pipeline.testing.kafka.cds import cds_archive
 from pipeline.testing.kafka.dist import (
     KAFKA_VERSION,
     KafkaClusterError,
+    KafkaStartError,
     check_tools,
     ensure_kafka,
     java_binary,
 )
-from pipeline.testing.kafka.node import DEFAULT_JVM_OPTIONS, KafkaNode, NodePorts
+from pipeline.testing.kafka.node import DEFAULT_JVM_OPTIONS, KafkaNode, format_storage
+from pipeline.testing.kafka.settings import HOST, PROBE_TOPIC
 
 __all__ = ["KafkaCluster", "KafkaStartError"]
 
 log = logging.getLogger("pipeline.testing.kafka")
 T = TypeVar("T")
-
-HOST = "127.0.0.1"
-PROBE_TOPIC = "pipeline-ready-probe"
-# Set by KafkaCluster itself: a broker_config entry for one of these is refused.
-_OWNED = frozenset({
-    "process.roles", "node.id", "broker.id", "controller.quorum.voters",
-    "controller.quorum.bootstrap.servers", "listeners", "advertised.listeners",
-    "listener.security.protocol.map", "controller.listener.names",
-    "inter.broker.listener.name", "log.dirs", "log.dir", "metadata.log.dir",
-})
-
-
-class KafkaStartError(KafkaClusterError):
-    """A node did not start (its log's tail is in the message) or the cluster never got ready."""
-
 
 # Ports are picked free, then bound by Java a few seconds later: another process may take
 # one meanwhile (the machine is shared). Such a start is retried on new ports.
@@ -93,68 +78,12 @@ def _lost_a_port(error: KafkaStartError) -> bool:
     return "Address already in use" in str(error)
 
 
-def test_kit_config(nodes: int) -> dict[str, str]:
-    """Broker settings for tests (overridable by ``broker_config``): Kafka's own test kit
-    choices (small internal topics, no rebalance delay, a small cleaner buffer), topics only
-    created on purpose, and failure detection within seconds."""
-    rf, isr = str(min(nodes, 3)), str(min(nodes, 2))
-    return {
-        "offsets.topic.replication.factor": rf,
-        "offsets.topic.num.partitions": "3",
-        "transaction.state.log.replication.factor": rf,
-        "transaction.state.log.min.isr": isr,
-        "transaction.state.log.num.partitions": "3",
-        "share.coordinator.state.topic.replication.factor": rf,
-        "share.coordinator.state.topic.min.isr": isr,
-        "share.coordinator.state.topic.num.partitions": "3",
-        "group.initial.rebalance.delay.ms": "0",
-        "log.cleaner.dedupe.buffer.size": "2097152",
-        "auto.create.topics.enable": "false",
-        "num.network.threads": "2",
-        "num.io.threads": "4",
-        "num.recovery.threads.per.data.dir": "1",
-        # A SIGKILLed broker is fenced (its leaderships and ISR places move) after 6 s, not 9.
-        "broker.heartbeat.interval.ms": "500",
-        "broker.session.timeout.ms": "6000",
-    }
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct ports that were free a moment ago (all bound at once, then closed)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in socks:
-            s.bind((HOST, 0))
-        return [s.getsockname()[1] for s in socks]
-
-
-def _cluster_id() -> str:
-    """A random cluster id as Kafka writes them (URL-safe base64 of 16 bytes), never starting
-    with "-", which StorageTool's argument parser would take for an option (Kafka's own
-    ``Uuid.randomUuid`` avoids those too)."""
-    while True:
-        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        if not text.startswith("-"):
-            return text
-
-
 def _cleanup(nodes: list[KafkaNode], workdir: Path | None) -> None:
     """Finalizer and close(): kill every node process, remove a temporary work dir."""
     for node in nodes:
         node.kill()
     if workdir is not None:
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _sweep_stale_workdirs() -> None:
-    """Remove temporary work dirs left by processes that died without cleaning up."""
-    for path in Path(tempfile.gettempdir()).glob("pipeline-kafka-*-*"):
-        try:
-            pid = int(path.name.split("-")[2])
-        except (IndexError, ValueError):
-            continue
-        if pid != os.getpid() and not Path(f"/proc/{pid}").exists() and os.path.isdir("/proc"):
-            shutil.rmtree(path, ignore_errors=True)
 
 
 class KafkaCluster:
@@ -193,7 +122,7 @@ class KafkaCluster:
         bad = {k: v for k, v in config.items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:
             raise ValueError(f"broker_config keys and values must be strings, got {bad!r}")
-        owned = sorted(set(config) & _OWNED)
+        owned = sorted(set(config) & settings.OWNED)
         if owned:
             raise ValueError(
                 f"broker_config may not set {', '.join(owned)}: KafkaCluster sets listeners, "
@@ -217,7 +146,7 @@ class KafkaCluster:
         self._nodes: dict[int, KafkaNode] = {}
         self._lock = threading.RLock()
         self._finalizer: weakref.finalize[Any, KafkaCluster] | None = None
-        self.cluster_id = _cluster_id()
+        self.cluster_id = settings.new_cluster_id()
         self.start_seconds: float | None = None  # how long start() took (wall clock)
 
     # ------------------------------------------------------------------ names
@@ -341,7 +270,7 @@ class KafkaCluster:
         """One attempt at starting every node; on failure nothing is left running."""
         self._nodes = {}
         if self._user_workdir is None:
-            _sweep_stale_workdirs()
+            settings.sweep_stale_workdirs()
             self.workdir = Path(tempfile.mkdtemp(prefix=f"pipeline-kafka-{os.getpid()}-"))
         else:
             self.workdir = self._user_workdir
@@ -352,7 +281,7 @@ class KafkaCluster:
             self.workdir if self._user_workdir is None else None,
         )
         try:
-            self._format_all(deadline)
+            format_storage(list(self._nodes.values()), self.cluster_id, deadline)
             for each in self._nodes.values():
                 each.start()
             self._wait_listening(deadline)
@@ -379,50 +308,15 @@ class KafkaCluster:
 
     def _build_nodes(self, java: str, classpath: str, jvm_options: Sequence[str]) -> None:
         assert self.workdir is not None
-        per_node = 4 if self.advertised_ports else 3
-        ports = _free_ports(per_node * len(self._ids))
-        plan: dict[int, NodePorts] = {}
-        for i, n in enumerate(self._ids):
-            p = ports[i * per_node:(i + 1) * per_node]
-            plan[n] = NodePorts(
-                client=p[0], internal=p[1], controller=p[2],
-                proxied=p[3] if self.advertised_ports else None,
-                advertised=self.advertised_ports[n] if self.advertised_ports else None,
-            )
-        voters = ",".join(f"{n}@{HOST}:{plan[n].controller}" for n in self._ids)
+        plan = settings.plan_ports(self._ids, self.advertised_ports)
         for n in self._ids:
             directory = self.workdir / f"node-{n}"
-            self._nodes[n] = KafkaNode(
-                n, plan[n], directory, java=java, classpath=classpath,
-                jvm_options=jvm_options,
-                config=self._node_config(n, plan[n], voters, directory),
-            )
+            config = settings.node_config(n, plan, directory / "data")
+            config.update(settings.test_kit_config(len(self._ids)))
+            config.update(self.broker_config)
+            self._nodes[n] = KafkaNode(n, plan[n], directory, java=java, classpath=classpath,
+                                       jvm_options=jvm_options, config=config)
             self._nodes[n].write_files()
-
-    def _node_config(self, n: int, ports: NodePorts, voters: str, directory: Path
-                     ) -> dict[str, str]:
-        listeners = [f"CLIENT://{HOST}:{ports.client}", f"INTERNAL://{HOST}:{ports.internal}",
-                     f"CONTROLLER://{HOST}:{ports.controller}"]
-        advertised = listeners[:2]
-        protocols = ["CLIENT:PLAINTEXT", "INTERNAL:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
-        if ports.proxied is not None:
-            listeners.append(f"PROXIED://{HOST}:{ports.proxied}")
-            advertised.append(f"PROXIED://{HOST}:{ports.advertised}")
-            protocols.append("PROXIED:PLAINTEXT")
-        config = {
-            "process.roles": "broker,controller",
-            "node.id": str(n),
-            "controller.quorum.voters": voters,
-            "listeners": ",".join(listeners),
-            "advertised.listeners": ",".join(advertised),
-            "listener.security.protocol.map": ",".join(protocols),
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "INTERNAL",
-            "log.dirs": str(directory / "data"),
-        }
-        config.update(test_kit_config(len(self._ids)))
-        config.update(self.broker_config)
-        return config
 
     def _train(self, extra_jvm_options: Sequence[str]) -> None:
         """The CDS training run: a 1-node cluster, started, ready, cleanly stopped."""
@@ -453,27 +347,6 @@ class KafkaCluster:
                                 for n in pending)
                 )
             time.sleep(0.1)
-
-    def _format_all(self, deadline: float) -> None:
-        if all((node.directory / "data" / "meta.properties").exists()
-               for node in self._nodes.values()):
-            return  # a kept workdir, formatted before
-        procs = {n: node.start_format(self.cluster_id) for n, node in self._nodes.items()}
-        for n, proc in procs.items():
-            try:
-                rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except Exception:
-                for p in procs.values():
-                    p.kill()
-                raise KafkaStartError(
-                    f"formatting node {n}'s storage did not finish in time; its log "
-                    f"({self._nodes[n].log_path}) ends with:\n{self._nodes[n].log_tail()}"
-                ) from None
-            if rc != 0:
-                raise KafkaStartError(
-                    f"formatting node {n}'s storage failed (exit {rc}); its log "
-                    f"({self._nodes[n].log_path}) ends with:\n{self._nodes[n].log_tail()}"
-                )
 
     # ---------------------------------------------------------------- failures
 

@@ -33,6 +33,7 @@ __all__ = [
     "KAFKA_VERSION",
     "KafkaClusterError",
     "KafkaSetupError",
+    "KafkaStartError",
     "cache_dir",
     "ensure_kafka",
     "java_binary",
@@ -56,6 +57,10 @@ class KafkaClusterError(RuntimeError):
 
 class KafkaSetupError(KafkaClusterError):
     """Java or Maven is missing, or the Kafka jars could not be fetched."""
+
+
+class KafkaStartError(KafkaClusterError):
+    """A node did not start (its log's tail is in the message) or the cluster never got ready."""
 
 
 def cache_dir(version: str = KAFKA_VERSION) -> Path:

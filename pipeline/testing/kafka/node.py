@@ -31,7 +31,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_JVM_OPTIONS", "KafkaNode", "NodePorts", "kill_process_group", "spawn"]
+from pipeline.testing.kafka.dist import KafkaStartError
+
+__all__ = [
+    "DEFAULT_JVM_OPTIONS",
+    "KafkaNode",
+    "NodePorts",
+    "format_storage",
+    "kill_process_group",
+    "spawn",
+]
 
 #: JVM options of a broker node: fast start, a small heap (tests, 2-core machines), the serial collector
 #: (fewer threads, less memory than G1 on a heap this size), exit on OOM instead of limping.
@@ -295,3 +304,33 @@ class KafkaNode:
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.running else "stopped"
         return f"<KafkaNode {self.node_id} 127.0.0.1:{self.ports.client} {state}>"
+
+
+def format_storage(nodes: Sequence[KafkaNode], cluster_id: str, deadline: float) -> None:
+    """Format every node's storage, in parallel (``StorageTool format``, one JVM each),
+    unless all of them were formatted before (a kept work dir).
+
+    Raises:
+      KafkaStartError: a format failed or ran past ``deadline`` (``time.monotonic()``); its
+          log tail is in the message, and no format process is left running.
+    """
+    if all((node.directory / "data" / "meta.properties").exists() for node in nodes):
+        return
+    procs = [(node, node.start_format(cluster_id)) for node in nodes]
+    try:
+        for node, proc in procs:
+            try:
+                rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise KafkaStartError(
+                    f"formatting node {node.node_id}'s storage did not finish in time; its "
+                    f"log ({node.log_path}) ends with:\n{node.log_tail()}"
+                ) from None
+            if rc != 0:
+                raise KafkaStartError(
+                    f"formatting node {node.node_id}'s storage failed (exit {rc}); its log "
+                    f"({node.log_path}) ends with:\n{node.log_tail()}"
+                )
+    finally:
+        for _, proc in procs:
+            kill_process_group(proc)

@@ -1,0 +1,167 @@
+"""How the admin client sends a request: which connection, one deadline, retries.
+
+:class:`AdminSender` is :class:`~pipeline.cluster.admin.Admin`'s transport: it picks a
+connection (a given node, else any broker of the :class:`~pipeline.cluster.pool.Cluster`, or
+only the bootstrap address with :class:`DirectConnection`), negotiates the version, and
+retries connection failures and retriable whole-request errors with jittered exponential
+backoff until the call's deadline. Per-resource errors are the caller's.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import trio
+
+from pipeline.cluster.admin_types import AdminError
+from pipeline.cluster.connection import BrokerConnection
+from pipeline.cluster.errors import (
+    BrokerConnectionError,
+    BrokerProtocolError,
+    KafkaError,
+    MetadataTimeoutError,
+)
+from pipeline.cluster.metadata import backoff_delay
+from pipeline.cluster.pool import Cluster
+from pipeline.cluster.transport import Connector, parse_address
+from pipeline.protocol.api import ApiKey
+from pipeline.protocol.errors import ErrorCode, error_code
+
+__all__ = [
+    "RETRY_ERRORS",
+    "AdminSender",
+    "DirectConnection",
+    "error_or_none",
+    "single_leaf",
+    "unique_names",
+]
+
+logger = logging.getLogger("pipeline.cluster.admin")
+
+#: Worth another try on another connection (RequestTimedOutError is a BrokerConnectionError).
+RETRY_ERRORS = (BrokerConnectionError, BrokerProtocolError, MetadataTimeoutError)
+
+
+class AdminSender:
+    """Sends one admin request per :meth:`call`, within ``timeout`` seconds."""
+
+    def __init__(self, cluster: Cluster, *, timeout: float, rng: random.Random | None,
+                 direct: DirectConnection | None) -> None:
+        self.cluster = cluster
+        self.timeout = timeout
+        self._rng = rng if rng is not None else random.Random()
+        self._direct = direct
+
+    async def call(
+        self,
+        api: ApiKey,
+        build: Callable[[int, int], Any],
+        *,
+        node: int | None = None,
+        top_error: bool = False,
+    ) -> Any:
+        """Send ``build(version, timeout_ms)`` to ``node`` (else any broker) and return the
+        response, retrying connection failures and retriable whole-request errors (when
+        ``top_error``: the response's ``error_code``) until the call's deadline."""
+        deadline = trio.current_time() + self.timeout
+        attempt = 0
+        last: KafkaError | None = None
+        while True:
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                raise AdminError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"{api.name} did not complete within {self.timeout}s "
+                    f"({f'last error: {last}' if last is not None else 'no answer'})",
+                ) from last
+            try:
+                with trio.move_on_at(deadline):
+                    conn = await self.connection(node)
+                    version = conn.version_for(api)
+                    request = build(version, max(1, int(remaining * 1000)))
+                    response = await conn.request(request, version=version)
+                    code = error_code(response.error_code) if top_error else ErrorCode.NONE
+                    if code == ErrorCode.NONE:
+                        return response
+                    error = AdminError(code, getattr(response, "error_message", None),
+                                       resource=api.name)
+                    if not code.retriable:
+                        raise error
+                    last = error
+                    self.cluster.request_refresh()
+            except RETRY_ERRORS as exc:
+                last = exc
+            await trio.sleep(min(self._backoff(attempt), max(0.0, deadline - trio.current_time())))
+            attempt += 1
+            logger.info("%s: retrying (attempt %d) after %s", api.name, attempt, last)
+
+    async def connection(self, node: int | None) -> BrokerConnection:
+        if self._direct is not None:
+            if node is not None:
+                raise ValueError("an Admin opened with direct=True cannot address a node")
+            return await self._direct.connection()
+        if node is not None:
+            return await self.cluster.connection(node)
+        return await self.cluster.any_connection()
+
+    def _backoff(self, attempt: int) -> float:
+        return backoff_delay(attempt, base=0.05, maximum=1.0, rng=self._rng)
+
+
+class DirectConnection:
+    """Connections to the bootstrap addresses themselves (``Admin.open(direct=True)``)."""
+
+    def __init__(self, nursery: trio.Nursery, cluster: Cluster, connector: Connector,
+                 bootstrap: str | Sequence[str]) -> None:
+        items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+        self._addresses = [parse_address(a) for a in items if a.strip()]
+        self._nursery = nursery
+        self._cluster = cluster
+        self._connector = connector
+        self._conn: BrokerConnection | None = None
+
+    async def connection(self) -> BrokerConnection:
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        last: KafkaError | None = None
+        for host, port in self._addresses:
+            try:
+                self._conn = await BrokerConnection.connect(
+                    self._nursery, self._connector, host, port,
+                    client_id=self._cluster.client_id,
+                    request_timeout=self._cluster.request_timeout,
+                )
+                return self._conn
+            except RETRY_ERRORS as exc:
+                last = exc
+        raise BrokerConnectionError(f"no bootstrap broker reachable: {last}") from last
+
+    async def aclose(self) -> None:
+        if self._conn is not None:
+            await self._conn.aclose()
+
+
+def single_leaf(group: BaseExceptionGroup[Any]) -> BaseException | None:
+    """The one exception inside (nested) single-member groups, else None."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        if len(exc.exceptions) != 1:
+            return None
+        exc = exc.exceptions[0]
+    return exc
+
+
+def unique_names(items: Iterable[str]) -> list[str]:
+    """``items`` without repeats, in order (a lone string is refused: it is iterable too)."""
+    if isinstance(items, str):
+        raise TypeError(f"expected an iterable of names, not the string {items!r}")
+    return list(dict.fromkeys(items))
+
+
+def error_or_none(code: int, message: str | None, resource: Any) -> AdminError | None:
+    """None for NONE, else the :class:`AdminError` for ``resource``."""
+    ec = error_code(code)
+    return None if ec == ErrorCode.NONE else AdminError(ec, message, resource=resource)

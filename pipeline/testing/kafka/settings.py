@@ -1,0 +1,140 @@
+"""What each node of a :class:`~pipeline.testing.kafka.KafkaCluster` is configured with: its
+ports, listeners and the broker settings tests start from. Pure functions, no processes.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import shutil
+import socket
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pipeline.testing.kafka.node import NodePorts
+
+__all__ = [
+    "HOST",
+    "OWNED",
+    "PROBE_TOPIC",
+    "free_ports",
+    "new_cluster_id",
+    "node_config",
+    "plan_ports",
+    "sweep_stale_workdirs",
+    "test_kit_config",
+]
+
+HOST = "127.0.0.1"
+#: Created with replication factor = nodes by start(): ready means it is fully in sync.
+PROBE_TOPIC = "pipeline-ready-probe"
+#: Set by KafkaCluster itself: a broker_config entry for one of these is refused.
+OWNED = frozenset({
+    "process.roles", "node.id", "broker.id", "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers", "listeners", "advertised.listeners",
+    "listener.security.protocol.map", "controller.listener.names",
+    "inter.broker.listener.name", "log.dirs", "log.dir", "metadata.log.dir",
+})
+
+
+def test_kit_config(nodes: int) -> dict[str, str]:
+    """Broker settings for tests (overridable by ``broker_config``): Kafka's own test kit
+    choices (small internal topics, no rebalance delay, a small cleaner buffer), topics only
+    created on purpose, and failure detection within seconds."""
+    rf, isr = str(min(nodes, 3)), str(min(nodes, 2))
+    return {
+        "offsets.topic.replication.factor": rf,
+        "offsets.topic.num.partitions": "3",
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": isr,
+        "transaction.state.log.num.partitions": "3",
+        "share.coordinator.state.topic.replication.factor": rf,
+        "share.coordinator.state.topic.min.isr": isr,
+        "share.coordinator.state.topic.num.partitions": "3",
+        "group.initial.rebalance.delay.ms": "0",
+        "log.cleaner.dedupe.buffer.size": "2097152",
+        "auto.create.topics.enable": "false",
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+        "num.recovery.threads.per.data.dir": "1",
+        # A SIGKILLed broker is fenced (its leaderships and ISR places move) after 6 s, not 9.
+        "broker.heartbeat.interval.ms": "500",
+        "broker.session.timeout.ms": "6000",
+    }
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports that were free a moment ago (all bound at once, then closed)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind((HOST, 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+def plan_ports(nodes: Sequence[int], advertised: Mapping[int, int] | None
+               ) -> dict[int, NodePorts]:
+    """Free ports for every node's listeners (PROXIED too when ``advertised`` is given)."""
+    per_node = 4 if advertised else 3
+    ports = free_ports(per_node * len(nodes))
+    plan: dict[int, NodePorts] = {}
+    for i, n in enumerate(nodes):
+        p = ports[i * per_node:(i + 1) * per_node]
+        plan[n] = NodePorts(
+            client=p[0], internal=p[1], controller=p[2],
+            proxied=p[3] if advertised else None,
+            advertised=advertised[n] if advertised else None,
+        )
+    return plan
+
+
+def node_config(n: int, plan: Mapping[int, NodePorts], data_dir: Path) -> dict[str, str]:
+    """Node ``n``'s identity, listeners and quorum (the settings in :data:`OWNED`)."""
+    ports = plan[n]
+    listeners = [f"CLIENT://{HOST}:{ports.client}", f"INTERNAL://{HOST}:{ports.internal}",
+                 f"CONTROLLER://{HOST}:{ports.controller}"]
+    advertised = listeners[:2]
+    protocols = ["CLIENT:PLAINTEXT", "INTERNAL:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+    if ports.proxied is not None:
+        listeners.append(f"PROXIED://{HOST}:{ports.proxied}")
+        advertised.append(f"PROXIED://{HOST}:{ports.advertised}")
+        protocols.append("PROXIED:PLAINTEXT")
+    return {
+        "process.roles": "broker,controller",
+        "node.id": str(n),
+        "controller.quorum.voters": ",".join(
+            f"{m}@{HOST}:{plan[m].controller}" for m in sorted(plan)),
+        "listeners": ",".join(listeners),
+        "advertised.listeners": ",".join(advertised),
+        "listener.security.protocol.map": ",".join(protocols),
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "INTERNAL",
+        "log.dirs": str(data_dir),
+    }
+
+
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka writes them (URL-safe base64 of 16 bytes), never starting
+    with "-", which StorageTool's argument parser would take for an option (Kafka's own
+    ``Uuid.randomUuid`` avoids those too)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
+
+
+def sweep_stale_workdirs() -> None:
+    """Remove temporary work dirs (``pipeline-kafka-<pid>-*``) left by processes that died
+    without cleaning up (SIGKILL)."""
+    if not os.path.isdir("/proc"):
+        return
+    for path in Path(tempfile.gettempdir()).glob("pipeline-kafka-*-*"):
+        try:
+            pid = int(path.name.split("-")[2])
+        except (IndexError, ValueError):
+            continue
+        if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(path, ignore_errors=True)
