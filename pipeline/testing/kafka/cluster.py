@@ -17,7 +17,8 @@ Every node has three listeners, four with ``advertised_ports``:
 
 Blocking methods wait for what they did to be visible: ``start()`` until every broker is
 registered and a probe topic with replication factor = nodes has a full ISR; ``start(n)``
-until node n is registered and back in the ISR of every partition it replicates;
+until node n is registered and every running broker sees it back in the ISR of every
+partition it replicates;
 ``create_topic`` until every running broker's metadata has a leader for every partition;
 ``move_leader`` until every running broker's metadata names the new leader. Admin calls run
 :class:`~pipeline.cluster.admin.Admin` on a private trio loop in a worker thread, so they
@@ -380,7 +381,7 @@ class KafkaCluster:
             target.start()
             try:
                 self._wait_listening(time.monotonic() + timeout)
-                self._run(waits.wait_rejoined, node, timeout=timeout)
+                self._run(waits.wait_rejoined, node, self._running_ids(), timeout=timeout)
             except KafkaClusterError as exc:
                 raise KafkaStartError(f"{exc}\nnode {node}'s log ends with:\n"
                                       f"{target.log_tail()}") from exc

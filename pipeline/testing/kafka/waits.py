@@ -89,23 +89,27 @@ async def wait_ready(admin: Admin, nodes: Sequence[int], probe_topic: str, check
     await _poll(f"probe topic {probe_topic!r} fully replicated", patience, check, replicated)
 
 
-async def wait_rejoined(admin: Admin, node: int, check: Check, patience: float) -> None:
-    """``node`` registered, answering, and in the ISR of every partition it replicates."""
+async def wait_rejoined(admin: Admin, node: int, running: Sequence[int], check: Check,
+                        patience: float) -> None:
+    """``node`` registered, answering, and, as every running broker sees it, in the ISR of
+    every partition it replicates."""
 
     async def rejoined(seen: _Seen) -> bool | None:
         brokers = (await admin.describe_cluster()).brokers
         if node not in brokers:
             seen.state = f"node {node} not registered (brokers {sorted(brokers)})"
             return None
-        await admin.describe_cluster(node=node)  # it answers on its own listener
-        lagging = [
-            f"{t.name}-{p.partition}"
-            for t in (await admin.describe_topics()).values()
-            for p in t.partitions
-            if node in p.replicas and node not in p.isr
-        ]
-        seen.state = f"node {node} not yet in the ISR of {lagging[:10]}"
-        return None if lagging else True
+        for viewer in running:
+            lagging = [
+                f"{t.name}-{p.partition}"
+                for t in (await admin.describe_topics(node=viewer)).values()
+                for p in t.partitions
+                if node in p.replicas and node not in p.isr
+            ]
+            if lagging:
+                seen.state = f"node {viewer} sees {node} outside the ISR of {lagging[:10]}"
+                return None
+        return True
 
     await _poll(f"node {node} rejoining", patience, check, rejoined)
 
