@@ -18,9 +18,11 @@ Apache Kafka itself (``pipeline.testing.kafka``): ``kafka_cluster`` (3 nodes) an
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
+import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +57,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = _DIR_MARKERS.get(rel.parts[0]) if len(rel.parts) > 1 else None
         if marker is not None and item.get_closest_marker(marker) is None:
             item.add_marker(getattr(pytest.mark, marker))
+    kafka_items = [item for item in items if item.get_closest_marker("kafka") is not None]
+    reason = _kafka_reason() if kafka_items else None
+    if reason is not None:
+        for item in kafka_items:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@functools.cache
+def _kafka_reason() -> str | None:
+    """Why Apache Kafka cannot run here (java/mvn missing), or None. Asked once."""
+    from pipeline.testing.kafka.dist import missing_tools_reason
+
+    return missing_tools_reason()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Skips for a missing Kafka all report from here, so ``-ra`` prints the reason once
+    ("SKIPPED [30] tests/conftest.py:N: ...") instead of once per test."""
+    report = yield
+    reason = _kafka_reason() if _kafka_reason.cache_info().currsize else None
+    longrepr = report.longrepr
+    if (report.skipped and reason is not None and isinstance(longrepr, tuple)
+            and longrepr[2].endswith(reason)):
+        # The same place for every such test, whether a mark or a fixture skipped it (pytest
+        # drops the line of mark skips: without their "skip" keyword it keeps it), so pytest
+        # folds them into one summary line.
+        report.longrepr = (str(Path(__file__)), _FOLD_LINE, longrepr[2])
+        report.keywords = {k: v for k, v in report.keywords.items() if k != "skip"}
+    return report
+
+
+_FOLD_LINE = sys._getframe().f_lineno
 
 
 @pytest.fixture(scope="session")
@@ -113,9 +149,7 @@ def new_topic(request: pytest.FixtureRequest, kafka_bootstrap: str) -> NewTopic:
 @pytest.fixture(scope="session")
 def kafka_unavailable() -> str | None:
     """Why Apache Kafka cannot run here, or None."""
-    from pipeline.testing.kafka.dist import missing_tools_reason
-
-    return missing_tools_reason()
+    return _kafka_reason()
 
 
 def _kafka_session(reason: str | None, **kwargs: Any) -> Iterator[KafkaCluster]:
