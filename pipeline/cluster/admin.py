@@ -20,15 +20,15 @@ returned, never retried: ``create_topics`` answers ``{name: None | AdminError}``
 mutation may report what its lost first attempt did (TOPIC_ALREADY_EXISTS for a topic it
 created itself), as in every Kafka client.
 
-:meth:`Admin.open` is the one place that builds the Cluster an Admin owns; ``Admin(cluster)``
-borrows one that is already open (a producer's, say). ``Admin.open(..., direct=True)`` talks
+:meth:`Admin.open` builds the Cluster an Admin owns from a ``ClusterConfig`` (with an admin
+client's defaults: :func:`~pipeline.cluster.admin_sender.admin_cluster_config`);
+``Admin(cluster)`` borrows one that is already open (a producer's, say). ``Admin.open(..., direct=True)`` talks
 to the bootstrap addresses themselves and never to addresses learned from metadata: for a
 broker that advertises an address this host cannot reach, or one behind a fault proxy.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -39,8 +39,8 @@ from pipeline.cluster.admin_configs import alter_configs, describe_configs
 from pipeline.cluster.admin_sender import (
     AdminSender,
     DirectConnection,
+    admin_cluster_config,
     error_or_none,
-    single_leaf,
     unique_names,
 )
 from pipeline.cluster.admin_types import (
@@ -54,9 +54,10 @@ from pipeline.cluster.admin_types import (
     TopicDescription,
     TopicPartition,
 )
+from pipeline.cluster.config import ClusterConfig
+from pipeline.cluster.errors import ConfigError
 from pipeline.cluster.metadata import BrokerAddress
 from pipeline.cluster.pool import Cluster
-from pipeline.cluster.transport import Connector, tcp_connector
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode, error_code
 from pipeline.protocol.messages import alter_partition_reassignments as apr
@@ -65,6 +66,7 @@ from pipeline.protocol.messages import delete_topics as dt
 from pipeline.protocol.messages import elect_leaders as el
 from pipeline.protocol.messages import list_partition_reassignments as lpr
 from pipeline.protocol.messages import metadata as md
+from pipeline.util.groups import unwrap_single_errors
 
 __all__ = ["Admin"]
 
@@ -79,76 +81,53 @@ class Admin:
         cluster: Cluster,
         *,
         timeout: float = 60.0,
-        rng: random.Random | None = None,
         direct: DirectConnection | None = None,
     ) -> None:
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, not {timeout!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ConfigError(f"invalid timeout={timeout!r}: must be a number of seconds > 0")
         self.cluster = cluster
         self.timeout = timeout
-        self._sender = AdminSender(cluster, timeout=timeout, rng=rng, direct=direct)
+        self._sender = AdminSender(cluster, timeout=timeout, direct=direct)
 
     @classmethod
     @asynccontextmanager
     async def open(
         cls,
         bootstrap: str | Sequence[str],
+        config: ClusterConfig | None = None,
         *,
-        connector: Connector | None = None,
-        client_id: str = "pipeline-admin",
         timeout: float = 60.0,  # noqa: ASYNC109 - bounds each admin call, not this one
-        rng: random.Random | None = None,
         direct: bool = False,
+        **options: Any,
     ) -> AsyncIterator[Admin]:
         """Open an admin client (and the cluster client it owns) on ``bootstrap``.
 
-        ``timeout`` bounds every call, retries included; each request may take it all, so
-        connections wait a little longer than that for a response. ``direct``: send every
-        request to a bootstrap address (then calls naming a ``node`` are refused).
-        """
-        try:
-            async with cls._open(bootstrap, connector, client_id, timeout, rng, direct) as admin:
-                yield admin
-        except BaseExceptionGroup as group:
-            # Nurseries wrap errors in groups; at this public boundary a single error is
-            # raised as itself (as Producer does), so `except AdminError:` works.
-            leaf = single_leaf(group)
-            if leaf is None:
-                raise
-            raise leaf from None
+        Args:
+          config, options: the cluster client's settings, as for ``Cluster.open``
+              (:class:`~pipeline.cluster.config.ClusterConfig`; keyword ``options`` over
+              it). Without a ``config``, an admin client's own defaults apply first:
+              ``client_id="pipeline-admin"``, a request timeout a little longer than
+              ``timeout`` (a request may take all of it) and a metadata timeout a little
+              shorter (so a call that reaches no broker says why).
+          timeout: bounds every call, retries included.
+          direct: send every request to a bootstrap address, never to one learned from
+              metadata (then calls naming a ``node`` are refused).
 
-    @classmethod
-    @asynccontextmanager
-    async def _open(
-        cls,
-        bootstrap: str | Sequence[str],
-        connector: Connector | None,
-        client_id: str,
-        timeout: float,  # noqa: ASYNC109 - bounds each admin call, not this one
-        rng: random.Random | None,
-        direct: bool,
-    ) -> AsyncIterator[Admin]:
-        async with Cluster.open(
-            bootstrap,
-            connector=connector,
-            client_id=client_id,
-            request_timeout=timeout + 5.0,
-            # Shorter than a call, so a call that cannot reach any broker reports why.
-            metadata_timeout=0.8 * timeout,
-            retry_backoff=0.05,
-            retry_backoff_max=1.0,
-            rng=rng,
-        ) as cluster:
-            if not direct:
-                yield cls(cluster, timeout=timeout, rng=rng)
-                return
-            async with trio.open_nursery() as nursery:
-                pinned = DirectConnection(nursery, cluster, connector or tcp_connector(),
-                                          bootstrap)
-                try:
-                    yield cls(cluster, timeout=timeout, rng=rng, direct=pinned)
-                finally:
-                    await pinned.aclose()
+        Raises:
+          ConfigError: an unknown or invalid option, before anything connects.
+        """
+        cfg = admin_cluster_config(config, options, timeout)
+        with unwrap_single_errors():  # one real error comes out as itself
+            async with Cluster.open(bootstrap, cfg) as cluster:
+                if not direct:
+                    yield cls(cluster, timeout=timeout)
+                    return
+                async with trio.open_nursery() as nursery:
+                    pinned = DirectConnection(nursery, cluster, bootstrap)
+                    try:
+                        yield cls(cluster, timeout=timeout, direct=pinned)
+                    finally:
+                        await pinned.aclose()
 
     # ---------------------------------------------------------------- cluster
 

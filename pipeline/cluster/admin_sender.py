@@ -17,6 +17,7 @@ from typing import Any
 import trio
 
 from pipeline.cluster.admin_types import AdminError
+from pipeline.cluster.config import ClusterConfig, cluster_config
 from pipeline.cluster.connection import BrokerConnection
 from pipeline.cluster.errors import (
     BrokerConnectionError,
@@ -24,18 +25,18 @@ from pipeline.cluster.errors import (
     KafkaError,
     MetadataTimeoutError,
 )
-from pipeline.cluster.metadata import backoff_delay
 from pipeline.cluster.pool import Cluster
-from pipeline.cluster.transport import Connector, parse_address
+from pipeline.cluster.transport import parse_address
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode, error_code
+from pipeline.util.backoff import Backoff
 
 __all__ = [
     "RETRY_ERRORS",
     "AdminSender",
     "DirectConnection",
+    "admin_cluster_config",
     "error_or_none",
-    "single_leaf",
     "unique_names",
 ]
 
@@ -45,14 +46,35 @@ logger = logging.getLogger("pipeline.cluster.admin")
 RETRY_ERRORS = (BrokerConnectionError, BrokerProtocolError, MetadataTimeoutError)
 
 
+def admin_cluster_config(config: ClusterConfig | None, options: dict[str, Any],
+                         timeout: float) -> ClusterConfig:
+    """The cluster settings of an admin client whose calls take up to ``timeout`` seconds:
+    ``config`` with ``options`` over it; without a ``config``, an admin client's defaults
+    under ``options`` (its client id, a request timeout longer than a call, a metadata
+    timeout shorter than one, short reconnect backoff)."""
+    if config is not None:
+        return cluster_config(config, options)
+    defaults: dict[str, Any] = {
+        "client_id": "pipeline-admin",
+        "request_timeout": timeout + 5.0,
+        "metadata_timeout": 0.8 * timeout,
+        "retry_backoff": 0.05,
+        "retry_backoff_max": 1.0,
+    }
+    return cluster_config(None, {**defaults, **options})
+
+
 class AdminSender:
     """Sends one admin request per :meth:`call`, within ``timeout`` seconds."""
 
-    def __init__(self, cluster: Cluster, *, timeout: float, rng: random.Random | None,
+    def __init__(self, cluster: Cluster, *, timeout: float,
                  direct: DirectConnection | None) -> None:
         self.cluster = cluster
         self.timeout = timeout
-        self._rng = rng if rng is not None else random.Random()
+        cfg = cluster.config
+        self._backoff = Backoff(cfg.retry_backoff, cfg.retry_backoff_max,
+                                jitter=cfg.retry_backoff_jitter,
+                                rng=cfg.rng if cfg.rng is not None else random.Random())
         self._direct = direct
 
     async def call(
@@ -94,7 +116,8 @@ class AdminSender:
                     self.cluster.request_refresh()
             except RETRY_ERRORS as exc:
                 last = exc
-            await trio.sleep(min(self._backoff(attempt), max(0.0, deadline - trio.current_time())))
+            delay = self._backoff.delay(attempt + 1)
+            await trio.sleep(min(delay, max(0.0, deadline - trio.current_time())))
             attempt += 1
             logger.info("%s: retrying (attempt %d) after %s", api.name, attempt, last)
 
@@ -107,20 +130,18 @@ class AdminSender:
             return await self.cluster.connection(node)
         return await self.cluster.any_connection()
 
-    def _backoff(self, attempt: int) -> float:
-        return backoff_delay(attempt, base=0.05, maximum=1.0, rng=self._rng)
 
 
 class DirectConnection:
     """Connections to the bootstrap addresses themselves (``Admin.open(direct=True)``)."""
 
-    def __init__(self, nursery: trio.Nursery, cluster: Cluster, connector: Connector,
+    def __init__(self, nursery: trio.Nursery, cluster: Cluster,
                  bootstrap: str | Sequence[str]) -> None:
         items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
         self._addresses = [parse_address(a) for a in items if a.strip()]
         self._nursery = nursery
-        self._cluster = cluster
-        self._connector = connector
+        self._config = cluster.config
+        self._connector = cluster.config.make_connector()
         self._conn: BrokerConnection | None = None
 
     async def connection(self) -> BrokerConnection:
@@ -130,9 +151,7 @@ class DirectConnection:
         for host, port in self._addresses:
             try:
                 self._conn = await BrokerConnection.connect(
-                    self._nursery, self._connector, host, port,
-                    client_id=self._cluster.client_id,
-                    request_timeout=self._cluster.request_timeout,
+                    self._nursery, self._connector, host, port, config=self._config
                 )
                 return self._conn
             except RETRY_ERRORS as exc:
@@ -142,16 +161,6 @@ class DirectConnection:
     async def aclose(self) -> None:
         if self._conn is not None:
             await self._conn.aclose()
-
-
-def single_leaf(group: BaseExceptionGroup[Any]) -> BaseException | None:
-    """The one exception inside (nested) single-member groups, else None."""
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        if len(exc.exceptions) != 1:
-            return None
-        exc = exc.exceptions[0]
-    return exc
 
 
 def unique_names(items: Iterable[str]) -> list[str]:

@@ -33,7 +33,6 @@ import functools
 import logging
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -62,7 +61,12 @@ from pipeline.testing.kafka.dist import (
     ensure_kafka,
     java_binary,
 )
-from pipeline.testing.kafka.node import DEFAULT_JVM_OPTIONS, KafkaNode, format_storage
+from pipeline.testing.kafka.node import (
+    DEFAULT_JVM_OPTIONS,
+    KafkaNode,
+    format_storage,
+    wait_listening,
+)
 from pipeline.testing.kafka.settings import HOST, PROBE_TOPIC
 
 __all__ = ["KafkaCluster", "KafkaStartError"]
@@ -285,7 +289,7 @@ class KafkaCluster:
             format_storage(list(self._nodes.values()), self.cluster_id, deadline)
             for each in self._nodes.values():
                 each.start()
-            self._wait_listening(deadline)
+            wait_listening(list(self._nodes.values()), self._check_running, deadline)
             self._run(waits.wait_ready, self._ids, PROBE_TOPIC,
                       timeout=max(1.0, deadline - time.monotonic()))
         except BaseException:
@@ -330,25 +334,6 @@ class KafkaCluster:
             with trainee:
                 trainee.create_topic("pipeline-cds-training", partitions=2)
 
-    def _wait_listening(self, deadline: float) -> None:
-        """Until every node accepts TCP connections on its INTERNAL listener (so the admin
-        client's first connects do not fail and log)."""
-        pending = {n: self._node(n).ports.internal for n in self._ids if self._node(n).running}
-        while pending:
-            self._check_running()
-            for n, port in list(pending.items()):
-                with contextlib.suppress(OSError), socket.create_connection((HOST, port), 0.5):
-                    del pending[n]
-            if not pending:
-                return
-            if time.monotonic() > deadline:
-                raise KafkaStartError(
-                    f"nodes {sorted(pending)} did not listen within the start-up timeout; "
-                    + "; ".join(f"node {n}'s log ends with:\n{self._node(n).log_tail(15)}"
-                                for n in pending)
-                )
-            time.sleep(0.1)
-
     # ---------------------------------------------------------------- failures
 
     def kill(self, node: int) -> None:
@@ -380,7 +365,7 @@ class KafkaCluster:
             target = self._node(node)
             target.start()
             try:
-                self._wait_listening(time.monotonic() + timeout)
+                wait_listening([target], self._check_running, time.monotonic() + timeout)
                 self._run(waits.wait_rejoined, node, self._running_ids(), timeout=timeout)
             except KafkaClusterError as exc:
                 raise KafkaStartError(f"{exc}\nnode {node}'s log ends with:\n"

@@ -22,6 +22,7 @@ import ctypes
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -40,6 +41,7 @@ __all__ = [
     "format_storage",
     "kill_process_group",
     "spawn",
+    "wait_listening",
 ]
 
 #: JVM options of a broker node: fast start, a small heap (tests, 2-core machines), the serial collector
@@ -334,3 +336,26 @@ def format_storage(nodes: Sequence[KafkaNode], cluster_id: str, deadline: float)
     finally:
         for _, proc in procs:
             kill_process_group(proc)
+
+
+def wait_listening(nodes: Sequence[KafkaNode], check: Callable[[], None], deadline: float
+                   ) -> None:
+    """Until every running node accepts TCP connections on its INTERNAL listener (so an admin
+    client's first connects neither fail nor log); ``check()`` raises if one died."""
+    pending = {n.node_id: n for n in nodes if n.running}
+    while pending:
+        check()
+        for node_id, node in list(pending.items()):
+            with contextlib.suppress(OSError), socket.create_connection(
+                ("127.0.0.1", node.ports.internal), 0.5
+            ):
+                del pending[node_id]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise KafkaStartError(
+                f"nodes {sorted(pending)} did not listen within the start-up timeout; "
+                + "; ".join(f"node {n}'s log ends with:\n{node.log_tail(15)}"
+                            for n, node in pending.items())
+            )
+        time.sleep(0.1)
