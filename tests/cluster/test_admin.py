@@ -17,7 +17,8 @@ from pipeline.cluster.admin_types import (
     TopicPartition,
     raise_errors,
 )
-from pipeline.cluster.errors import UnsupportedApiError
+from pipeline.cluster.config import ClusterConfig
+from pipeline.cluster.errors import ConfigError, UnsupportedApiError
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages import list_partition_reassignments as lpr
@@ -256,3 +257,20 @@ def test_raise_errors_raises_the_first_and_counts_the_rest() -> None:
         raise_errors(failures)
     assert info.value.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT  # t-0 sorts first
     assert any("1 more failed" in note for note in info.value.__notes__)
+
+
+async def test_cluster_settings_come_from_a_cluster_config(
+    fake: FakeCluster, autojump_clock: trio.testing.MockClock
+) -> None:
+    with pytest.raises(ConfigError, match="unknown cluster option"):
+        async with open_admin(fake, no_such_option=1):
+            pass
+    async with open_admin(fake) as admin:  # an admin client's defaults
+        await admin.describe_cluster()
+        assert admin.cluster.config.client_id == "pipeline-admin"
+        assert admin.cluster.config.request_timeout == 65.0
+    config = ClusterConfig(client_id="ops", connector=fake.connector, rng=MidpointRandom())
+    async with Admin.open(fake.bootstrap, config, timeout=5.0) as admin:  # the caller's
+        await admin.create_topics([NewTopic("configured", 1, 1)])
+        assert admin.cluster.config.request_timeout == 30.0
+    assert {r.client_id for r in fake.requests if r.api_key == ApiKey.CREATE_TOPICS} == {"ops"}
