@@ -132,11 +132,16 @@ class Ledger:
         # release their own (_finish) or were settled before (a bug, counted).
         released = sum(map(_size_of, msgs))
         count = len(msgs)
+        repeats: set[int] | None = None  # ids settled before (a bug): left as they are
         for msg in msgs:
             if msg._state:  # not PENDING
                 self._double_settle(msg)
                 count -= 1
                 released -= msg._size
+                offset += step  # the others keep their own positions in the batch
+                if repeats is None:
+                    repeats = set()
+                repeats.add(id(msg))
                 continue
             msg._state = OK
             msg.offset = offset
@@ -157,7 +162,7 @@ class Ledger:
                 self._finish(msg)
         if timestamp >= 0:
             for msg in msgs:
-                if msg._state == OK:
+                if msg._state == OK and (repeats is None or id(msg) not in repeats):
                     msg.timestamp = timestamp
         self.succeeded += count
         if released:

@@ -102,7 +102,7 @@ class PartitionProducer:
         # completed: re-attaching earlier would pick the stale leader again.
         self._metadata_fresh = True
         self._refreshing = False
-        self._reroute = False  # set by leader_changed(): check the leader at the next tick
+        self._reroute = False  # set by leader_changed(): leave our broker producer at the next tick
         self._nursery: trio.Nursery | None = None
         self._out: list[Unit] = []  # for ``bp``, gathered during one pass
         # Items for broker producers in the order they must arrive; a Fin must
@@ -115,8 +115,10 @@ class PartitionProducer:
         self._retries_ready.set()
 
     def leader_changed(self) -> None:
-        """A broker failed this partition for leadership without a retry (retries
-        exhausted or disabled): re-resolve the leader anyway (sarama #294)."""
+        """Our broker producer gave up on this partition and sent nothing back
+        (retries exhausted or disabled). It keeps bouncing the partition until our
+        chaser reaches it, so at the next tick we leave it with one (and come back
+        if it is still the leader), once a fresh leader is known (sarama #294)."""
         self._reroute = True
         self._refresh_metadata()
 
@@ -222,7 +224,7 @@ class PartitionProducer:
             else:
                 self._send_or_hold(item)
 
-    def _raise_watermark(self, level: int) -> None:
+    def _raise_watermark(self, level: int, *, retry: bool = True) -> None:
         log.debug("%s: retry level %d (was %d)", self.tp, level, self.hwm)
         self._flush_out()
         if self._held:
@@ -235,8 +237,19 @@ class PartitionProducer:
             state.expect_chaser = True
             self._outbox.append((self.bp, Fin(self.tp, level - 1)))
             self.bp = None
-        self._backoff_until = trio.current_time() + self.core.backoff(level)
-        self._refresh_metadata()
+        if retry:
+            self._backoff_until = trio.current_time() + self.core.backoff(level)
+            self._refresh_metadata()
+
+    def _leave_with_chaser(self) -> None:
+        """Leave our broker producer after it gave up on the partition
+        (``leader_changed``): like a retry, a level above ``hwm`` with a chaser
+        down the old path, but no backoff (nothing failed here yet) and no second
+        refresh (``leader_changed`` started one). What was gathered for it stays
+        here: it would only be bounced (or failed, with retries disabled)."""
+        self._held[:0] = self._out
+        self._out = []
+        self._raise_watermark(self.hwm + 1, retry=False)
 
     def _flush_retry_buffers(self) -> None:
         while self.hwm > 0:
@@ -268,11 +281,10 @@ class PartitionProducer:
         now = trio.current_time()
         if self._oldest_deadline() <= now:
             self._expire(now)
-        if self._reroute and self._metadata_fresh:
+        if self._reroute:
             self._reroute = False
-            if self.bp is not None and self.core.leader_nowait(self.tp) != self.bp.node_id:
-                self._flush_out()
-                self.bp = None  # the next message re-attaches to the current leader
+            if self.bp is not None:
+                self._leave_with_chaser()
         if self.bp is None and self._held and now >= self._backoff_until and self._metadata_fresh:
             await self._attach()
         if self.bp is not None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -31,26 +33,79 @@ async def fake(nursery: trio.Nursery) -> FakeCluster:
     return cluster
 
 
+class HalfRandom(random.Random):
+    """A seeded ``random.Random`` whose ``random()`` is always 0.5: every jittered
+    backoff (the cluster's metadata and reconnect backoffs) is then exactly its
+    base value, so scenario tests can assert exact virtual times. Choices
+    (``randrange``, ``choice``) still come from the seeded generator."""
+
+    def random(self) -> float:
+        return 0.5
+
+
 def producer_options(**overrides: Any) -> dict[str, Any]:
     options: dict[str, Any] = dict(
         acks="all",
         idempotent=MODE["idempotent"],
         linger=0.0,
-        retry_backoff=0.1,
-        retry_backoff_max=0.1,
+        # Durations are dyadic (exact in binary floating point) and nothing is
+        # jittered, so the virtual times a schedule implies are exact sums.
+        retry_backoff=0.125,
+        retry_backoff_max=0.125,
+        retry_backoff_jitter=0,
         request_timeout=5.0,
         delivery_timeout=60.0,
         close_timeout=10.0,
-        rng=random.Random(1),
+        rng=HalfRandom(1),
         timestamp_ms=lambda: 1_700_000_000_000,
     )
     options.update(overrides)
     return options
 
 
+# [producer, block left normally] for every producer a test opened with
+# open_fake_producer: the autouse fixture below checks them when the test ends.
+_OPENED: list[list[Any]] = []
+
+
+@asynccontextmanager
+async def _tracked(manager: Any) -> AsyncIterator[Producer]:
+    async with manager as producer:
+        entry: list[Any] = [producer, False]
+        _OPENED.append(entry)
+        yield producer
+    entry[1] = True  # the block was left normally and the shutdown completed
+
+
 def open_fake_producer(fake: FakeCluster, **overrides: Any) -> Any:
     connector = overrides.pop("connector", fake.connector)
-    return open_producer(fake.bootstrap, connector=connector, **producer_options(**overrides))
+    return _tracked(
+        open_producer(fake.bootstrap, connector=connector, **producer_options(**overrides))
+    )
+
+
+def check_producer_statistics(producer: Producer, closed: bool) -> None:
+    """What every scenario must end with (docs/architecture.md, Invariants): no
+    message settled twice and, once the producer is closed, every accepted
+    message settled exactly once and every buffer byte released."""
+    stats = producer.statistics()
+    assert stats.double_settles == 0, stats
+    if closed:
+        assert stats.outstanding == 0, stats
+        assert stats.succeeded + stats.failed == stats.accepted, stats
+        assert stats.buffered_bytes == 0, stats
+
+
+@pytest.fixture(autouse=True)
+def every_producer_settles_each_message_once() -> Iterator[None]:
+    """Autouse: checks every producer the test opened with open_fake_producer
+    (so no scenario can forget to). A failure here shows as a teardown error."""
+    _OPENED.clear()
+    yield
+    opened = list(_OPENED)
+    _OPENED.clear()
+    for producer, closed in opened:
+        check_producer_statistics(producer, closed=closed)
 
 
 def values_in_log(fake: FakeCluster, topic: str, partition: int) -> list[bytes | None]:

@@ -478,7 +478,7 @@ async def test_broker_unreachable_at_start(
     raised, elapsed = await _open_unreachable(fake, bootstrap, timeout)
     exc = single(raised)
     assert isinstance(exc, BrokerConnectionError), repr(exc)
-    assert elapsed == pytest.approx(timeout, abs=1e-9)
+    assert elapsed == timeout
     text = str(exc)
     assert f"request_timeout={timeout}s" in text
     assert repr(bootstrap) in text
@@ -529,13 +529,13 @@ async def test_buffer_full(fake: FakeCluster, autojump_clock: Any) -> None:
         with pytest.raises(
             BufferFullError, match=r"buffer_memory \(4000 bytes\) stayed full for max_block=2.5s"
         ):
-            await producer.send("t", b"too many")
-        assert trio.current_time() - t0 == pytest.approx(2.5, abs=1e-9)
+            await producer.send("t", b"too many" * 25)  # more than the space left
+        assert trio.current_time() == t0 + 2.5
         # send_many too (it reserves in chunks and waits like send()).
         t0 = trio.current_time()
         with pytest.raises(BufferFullError):
             await producer.send_many([ProducerMessage("t", b"many-%d" % i) for i in range(3)])
-        assert trio.current_time() - t0 == pytest.approx(2.5, abs=1e-9)
+        assert trio.current_time() == t0 + 2.5
         assert producer.statistics().accepted == len(accepted)
         # The broker recovers: every accepted message is delivered, in order.
         gate.set()
@@ -564,11 +564,11 @@ async def test_send_waits_for_space_then_succeeds(fake: FakeCluster, autojump_cl
         async with trio.open_nursery() as nursery:
             nursery.start_soon(release_later)
             t0 = trio.current_time()
-            waited = await producer.send("t", b"waited")
-            assert trio.current_time() - t0 == pytest.approx(3.0, abs=1e-9)
+            waited = await producer.send("t", b"waited" * 30)  # more than the space left
+            assert trio.current_time() == t0 + 3.0
         meta = await waited
     assert meta.offset == len(accepted)
-    assert values_in_log(fake, "t", 0)[-1] == b"waited"
+    assert values_in_log(fake, "t", 0)[-1] == b"waited" * 30
 
 
 # --------------------------------------------------------------------------- closed
@@ -608,7 +608,7 @@ async def test_cancel_send_blocked_on_buffer_sends_nothing(
         stats = producer.statistics()
         log_before = values_in_log(fake, "t", 0)
         with trio.move_on_after(1.0) as scope:
-            await producer.send("t", b"CANCELLED")
+            await producer.send("t", b"CANCELLED" * 20)  # more than the space left
         assert scope.cancelled_caught
         with trio.move_on_after(1.0) as scope:
             await producer.send_many([ProducerMessage("t", b"CANCELLED-MANY")])

@@ -1,0 +1,240 @@
+"""The ordering protocol's guards, each pinned by the schedule that needs it.
+
+Every test here is deterministic (FakeCluster, autojump_clock, HalfRandom so
+every jittered backoff is exact) and its docstring walks through the schedule
+step by step; where the protocol fixes a virtual time, the test asserts it
+exactly. docs/architecture.md ("Guards and the schedules that need them")
+maps each guard to its test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from pipeline import ProducerError
+from pipeline.protocol.errors import ErrorCode
+from pipeline.testing.fake_cluster import FakeCluster
+
+from .conftest import HalfRandom, open_fake_producer, values_in_log
+from .test_sarama_suite import outcomes, send_all, vals
+
+PRODUCE, METADATA = 0, 3
+
+
+def exact(**overrides: Any) -> dict[str, Any]:
+    """Options with dyadic durations (exact in binary floating point) and no jitter."""
+    options: dict[str, Any] = dict(
+        retry_backoff=0.125, retry_backoff_max=0.125, retry_backoff_jitter=0, rng=HalfRandom(1)
+    )
+    options.update(overrides)
+    return options
+
+
+async def test_retries_disabled_transient_error_does_not_kill_the_partition(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Bug (found writing these tests): with retries=0, one retriable error left the
+    broker producer's retry state for the partition set for good. The exhausted
+    batch failed (right), the leader was re-resolved (still broker 0, so the
+    partition producer stayed attached), and every later message of the
+    partition was bounced and failed at once with the stale cause, forever.
+
+    Schedule: leader 0 answers NOT_ENOUGH_REPLICAS once (t=0): a0..a2 fail. At
+    t=1 b0..b2 are sent: they must be written (offsets 0..2), at t=1 exactly
+    (nothing is retried, nothing waits)."""
+    fake.create_topic("t", 1, leaders=[0])
+    fake.fail_next(PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+    async with open_fake_producer(fake, **exact(retries=0, idempotent=False)) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        first = await outcomes(await send_all(producer, "t", vals("a", 3), partition=0))
+        assert trio.current_time() == t0
+        await trio.sleep(1.0)
+        second = await outcomes(await send_all(producer, "t", vals("b", 3), partition=0))
+        assert trio.current_time() == t0 + 1.0
+    assert all(isinstance(r, ProducerError) for r in first)
+    assert {r.cause.code for r in first} == {ErrorCode.NOT_ENOUGH_REPLICAS}
+    assert [r.offset for r in second] == [0, 1, 2]
+    assert values_in_log(fake, "t", 0) == vals("b", 3)
+
+
+async def test_reattach_waits_for_metadata_fresher_than_the_failure(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Guard: a partition producer re-attaches only once a metadata refresh that
+    started after the failure has completed (``_metadata_fresh`` in ``_tick``).
+
+    Schedule (retries=1, backoff 0.125 s, Metadata answered 1 s late):
+    1. t0: the leader of t[0] moves 0 -> 1; m is sent to broker 0, which answers
+       NOT_LEADER_OR_FOLLOWER. m comes back at level 1; the partition producer
+       raises its watermark, sends its chaser to broker 0 (back at once) and
+       asks for a refresh.
+    2. t0 + 0.5: the backoff is over and n arrives, but the refresh is still
+       out. Re-attaching now would use the cached (stale) leader 0: a second
+       NOT_LEADER, and with retries=1 m would fail although broker 1 was ready.
+    3. Broker 0's error queued a metadata round at once (answered at t0 + 1); the
+       refresh the partition producer waits for must start after it asked, so it
+       is the next round: it starts 0.125 s (the refresh spacing) after the first
+       one ends and is answered 1 s later. Only then, at t0 + 2.125 exactly, does
+       the partition producer attach to broker 1: m and n are written, in order.
+    """
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(retries=1)) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        await trio.sleep(1.0)  # past the refresh spacing: the next round starts at once
+        fake.delay_responses(1.0, api_key=METADATA)
+        fake.move_leader("t", 0, to=1)
+        t0 = trio.current_time()
+        m = await producer.send("t", b"m", partition=0)
+        await trio.sleep(0.5)
+        n = await producer.send("t", b"n", partition=0)
+        results = await outcomes([m, n])
+        assert trio.current_time() == t0 + 2.125
+    assert [r.offset for r in results] == [1, 2]
+    assert values_in_log(fake, "t", 0) == [b"warm", b"m", b"n"]
+    produce = [r.node_id for r in fake.requests_of(PRODUCE)]
+    # warm, m refused by the old leader, then at the new one m (its sealed batch,
+    # re-sent as it was) and n.
+    assert produce == [0, 0, 1, 1]
+
+
+# Key and value lengths around every varint width of a zigzag length prefix
+# (1 byte below 64, 2 below 8192, 3 below 2**20, 4 below 2**27).
+_LENGTHS = [None, 0, 1, 63, 64, 100, 8191, 8192, 70_000, 2**20 - 1, 2**20]
+
+
+async def test_every_entry_point_sizes_a_message_as_batch_size_for_record(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Guard: ``send()`` inlines the size bound of the common call (bytes value,
+    optional bytes key) instead of calling ``batch_size_for_record``; ``_prepare``
+    inlines it for every other header-less message. The bound decides
+    ``MessageTooLargeError``, buffer memory and batch cuts, so every entry point
+    must compute the same number as ``batch_size_for_record`` (Java's
+    ``estimateSizeInBytesUpperBound``: exact varint widths for the key and value
+    lengths). A bound a few bytes too high refuses messages the broker would
+    take; a few bytes too low lets through batches the broker refuses."""
+    from pipeline import ProducerMessage
+    from pipeline.protocol.records import batch_size_for_record
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(
+        fake, **exact(max_message_bytes=4 * 2**20, max_request_bytes=8 * 2**20, buffer_memory=64 * 2**20)
+    ) as producer:
+        for klen in (None, 0, 63, 64, 8192):
+            for vlen in _LENGTHS:
+                key = None if klen is None else b"k" * klen
+                value = None if vlen is None else b"v" * vlen
+                want = batch_size_for_record(key, value)
+                sizes = []
+                if value is not None:
+                    sizes.append((await producer.send("t", value, key=key))._size)  # inlined path
+                sizes.append((await producer.send("t", value, key=key, partition=0))._size)
+                sizes.append(producer.send_nowait("t", value, key=key)._size)
+                many = [ProducerMessage("t", value, key)]
+                await producer.send_many(many)
+                sizes.append(many[0]._size)
+                assert set(sizes) == {want}, (klen, vlen, sizes, want)
+                await producer.flush()  # keep the buffer small
+
+
+@pytest.mark.parametrize(("klen", "vlen"), [(None, 100), (3, 8191), (64, 9000), (None, 63)])
+async def test_size_limit_is_exact_at_the_boundary(
+    fake: FakeCluster, autojump_clock: Any, klen: int | None, vlen: int
+) -> None:
+    """With ``max_message_bytes`` equal to a message's bound it is accepted by
+    ``send()`` (inlined path) and written by a broker whose max.message.bytes is
+    the same number (the bound is never below the real batch); one byte less and
+    every entry point refuses it with MessageTooLargeError."""
+    from pipeline import MessageTooLargeError, ProducerMessage
+    from pipeline.protocol.records import batch_size_for_record
+
+    key = None if klen is None else b"k" * klen
+    value = b"v" * vlen
+    bound = batch_size_for_record(key, value)
+    fake.create_topic("t", 1, leaders=[0], configs={"max.message.bytes": str(bound)})
+    async with open_fake_producer(fake, **exact(max_message_bytes=bound)) as producer:
+        meta = await producer.send_and_wait("t", value, key=key)
+    assert meta.offset == 0
+    async with open_fake_producer(fake, **exact(max_message_bytes=bound - 1)) as producer:
+        with pytest.raises(MessageTooLargeError, match=f"message of {bound} bytes"):
+            await producer.send("t", value, key=key)
+        with pytest.raises(MessageTooLargeError, match=f"message of {bound} bytes"):
+            await producer.send("t", value, key=key, partition=0)
+        with pytest.raises(MessageTooLargeError, match=f"message of {bound} bytes"):
+            producer.send_nowait("t", value, key=key)
+        with pytest.raises(MessageTooLargeError, match=f"message of {bound} bytes"):
+            await producer.send_many([ProducerMessage("t", value, key)])
+        assert producer.statistics().accepted == 0
+    assert values_in_log(fake, "t", 0) == [value]
+
+
+def offsets(results: list[Any]) -> list[Any]:
+    """Offsets, or the error's cause code for a failed message (readable diffs)."""
+    return [
+        r.offset if not isinstance(r, ProducerError) else getattr(r.cause, "code", r.cause)
+        for r in results
+    ]
+
+
+async def test_retries_disabled_leader_ping_pong(fake: FakeCluster, autojump_clock: Any) -> None:
+    """With retries=0 a NOT_LEADER fails the batch; the partition producer leaves
+    the old leader's broker producer with a chaser (which ends that broker
+    producer's retry state for the partition) and re-attaches to the new leader
+    once fresh metadata names it. The leader then moves back: the first broker
+    producer must serve the partition again, not go on failing it with the
+    error of the first move (sarama #294, leader ping-pong).
+
+    Schedule: leader 0 -> 1: a fails at broker 0; b (t0 + 1) is written at
+    broker 1 at once. Leader 1 -> 0: c fails at broker 1; d (t0 + 2) is written
+    at broker 0 at once."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(retries=0, idempotent=False)) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        t0 = trio.current_time()
+        fake.move_leader("t", 0, to=1)
+        a = await outcomes([await producer.send("t", b"a", partition=0)])
+        await trio.sleep_until(t0 + 1)
+        b = await outcomes([await producer.send("t", b"b", partition=0)])
+        assert trio.current_time() == t0 + 1
+        fake.move_leader("t", 0, to=0)
+        c = await outcomes([await producer.send("t", b"c", partition=0)])
+        await trio.sleep_until(t0 + 2)
+        d = await outcomes([await producer.send("t", b"d", partition=0)])
+        assert trio.current_time() == t0 + 2
+    not_leader = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert offsets(a + b + c + d) == [not_leader, 1, not_leader, 2]
+    assert values_in_log(fake, "t", 0) == [b"warm", b"b", b"d"]
+    assert [r.node_id for r in fake.requests_of(PRODUCE)] == [0, 0, 1, 1, 0]
+
+
+async def test_exhausted_batch_leaves_no_retry_state_behind(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """retries=1: a batch fails twice at broker 0 (NOT_ENOUGH_REPLICAS, no leader
+    move) and is failed for good. Broker 0 bounced nothing, so no chaser would
+    have come: its retry state for the partition used to stay, and the next
+    message was bounced once without being sent (a retry burnt, a backoff
+    waited) before the chaser of that bounce cleared it. Now the partition
+    producer leaves with a chaser as soon as the batch is given up, and the
+    next message goes out the moment it is sent, on its first attempt.
+
+    Schedule: t0: a sent, fails; t0 + 0.125 (backoff): a re-sent, fails: a is
+    failed. t0 + 1: b sent and written at t0 + 1 exactly, in one request."""
+    fake.create_topic("t", 1, leaders=[0])
+    fake.fail_next(PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0, count=2)
+    async with open_fake_producer(fake, **exact(retries=1)) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        a = await outcomes([await producer.send("t", b"a", partition=0)])
+        assert trio.current_time() == t0 + 0.125
+        await trio.sleep_until(t0 + 1)
+        before = len(fake.requests_of(PRODUCE))
+        b = await outcomes([await producer.send("t", b"b", partition=0)])
+        assert trio.current_time() == t0 + 1
+        assert len(fake.requests_of(PRODUCE)) == before + 1
+    assert offsets(a + b) == [ErrorCode.NOT_ENOUGH_REPLICAS, 0]
+    assert values_in_log(fake, "t", 0) == [b"b"]
