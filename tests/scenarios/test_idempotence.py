@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import trio
 
 from pipeline import DeliveryTimeoutError, ProducerError
@@ -149,7 +148,7 @@ async def test_delivery_timeout_of_an_in_flight_batch(fake: FakeCluster, autojum
         fake.delay_responses(30.0, api_key=ApiKey.PRODUCE, count=2, node_id=0)
         t0 = trio.current_time()
         timed_out = await outcomes(await send_all(producer, "t", vals("a", 3), partition=0))
-        assert trio.current_time() - t0 == pytest.approx(12.0)
+        assert trio.current_time() == t0 + 12.0
         later = await outcomes(await send_all(producer, "t", vals("b", 3), partition=0))
         idem = producer._core.idempotence
         assert idem is not None and idem.producer_epoch == 1
@@ -232,7 +231,7 @@ async def test_2469_idempotent_retries_respect_backoff(fake: FakeCluster, autoju
         fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0, count=3)
         t0 = trio.current_time()
         meta = await producer.send_and_wait("t", b"x", partition=0)
-        assert trio.current_time() - t0 == pytest.approx(0.3)
+        assert trio.current_time() == t0 + 3 * 0.125
     assert meta.offset == 1
 
 
@@ -252,7 +251,7 @@ async def test_franz_930_close_waits_for_the_request_on_the_wire(
         with trio.move_on_after(0.5):  # a caller gives up waiting: nothing is abandoned
             await delivery
         t0 = trio.current_time()
-    assert trio.current_time() - t0 == pytest.approx(2.5)
+    assert trio.current_time() == t0 + 2.5
     assert (await delivery).offset == 1
     assert values_in_log(fake, "t", 0) == [b"warm", b"slow"]
 
