@@ -20,7 +20,10 @@ once none of its batches is in flight any more, everything it has here goes
 back to its partition producer in order: the failed batches (in sequence
 order), then batches waiting to be re-sent, then loose messages. Input that
 arrives later follows the same way, until the partition's ``Fin`` chaser
-arrives; the chaser itself is returned only after all of that.
+arrives. The partition producer sends the chaser only after hearing of the
+failure (a bounce, or ``leader_changed`` when nothing went back), so when it
+arrives nothing of the partition is in flight, failed or queued here: it is
+returned at once, and the partition is served again.
 
 Muting: at most ``max_in_flight_per_partition`` batches of one partition are
 in flight (1 without idempotence, so a retry can never be overtaken, sarama
@@ -47,7 +50,6 @@ from pipeline.producer.envelopes import (
     Fin,
     RetryItem,
     SealedBatch,
-    Syn,
     TopicPartition,
 )
 from pipeline.producer.errors import BrokerResponseError, DeliveryTimeoutError
@@ -105,7 +107,6 @@ class _Partition:
     # of it is sent, and everything goes back, until its Fin arrives.
     retrying: BaseException | None = None
     failed: list[SealedBatch] = field(default_factory=list)  # to bounce once in_flight == 0
-    parked_fins: list[Fin] = field(default_factory=list)  # waiting for in_flight == 0
 
 
 @dataclass(slots=True)
@@ -179,13 +180,14 @@ class BrokerProducer:
                 part.nbytes += sum(map(_size_of, items))
             if part.retrying is not None:
                 self._maybe_bounce(item.tp, part)
-        elif isinstance(item, Fin):
-            if part.in_flight or part.failed:
-                part.parked_fins.append(item)
-            else:
-                self._return_fin(item.tp, part, item)
-        elif isinstance(item, Syn):
+        else:  # a Fin: the chaser
+            # Sent only after the partition producer heard of the failure,
+            # which we report only once nothing of the partition is in flight,
+            # and we sent nothing of it since: nothing is left here for it.
+            drained = not (part.in_flight or part.failed or part.msgs or part.sealed)
+            assert drained, "a chaser finds its partition drained"
             part.retrying = None
+            self.core.partition_producer(item.tp).retry([Fin(item.tp, item.level + 1)])
 
     # -- bouncing (the retry back-edge; never blocks) ----------------------
     def _schedule_bounce(self, part: _Partition, batch: SealedBatch, cause: BaseException) -> None:
@@ -232,25 +234,14 @@ class BrokerProducer:
         if again:
             core.partition_producer(tp).retry(again)
 
-    def _return_fin(self, tp: TopicPartition, part: _Partition, fin: Fin) -> None:
-        if part.retrying is None and (part.msgs or part.sealed):
-            part.retrying = KafkaError("partition moved to another broker")
-        self._maybe_bounce(tp, part)  # defensive: normally nothing is left here
-        part.retrying = None
-        self.core.partition_producer(tp).retry([Fin(tp, fin.level + 1)])
-
     def _settled(self, tp: TopicPartition) -> None:
-        """One batch of ``tp`` left the wire: unmute, bounce, return parked chasers."""
+        """One batch of ``tp`` left the wire: unmute, and bounce once none is left."""
         part = self._parts[tp]
         part.in_flight -= 1
         if self._idem is not None:
             self._idem.batch_done()
         if not part.in_flight:
             self._maybe_bounce(tp, part)
-            if part.parked_fins:
-                fins, part.parked_fins = part.parked_fins, []
-                for fin in fins:
-                    self._return_fin(tp, part, fin)
 
     # -- flushing ----------------------------------------------------------
     def _sendable(self, part: _Partition, tp: TopicPartition) -> bool:

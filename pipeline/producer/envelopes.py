@@ -1,6 +1,6 @@
 """Typed items that travel between stages.
 
-Control envelopes (``Syn``, ``Fin``) are distinct types, never
+The control envelope (``Fin``) is a distinct type, never
 ``ProducerMessage`` instances with a flag: nothing that builds a record batch
 or reports to a user accepts them, so they cannot leak to the wire (sarama
 #2150, where the fin chaser was produced as an empty record) or to a user.
@@ -20,23 +20,12 @@ class TopicPartition(NamedTuple):
 
 
 @dataclass(slots=True)
-class Syn:
-    """Partition producer -> broker producer: "I now send ``tp`` to you".
-
-    Clears any retry state the broker producer still holds for ``tp`` from an
-    earlier leadership (leader ping-pong).
-    """
-
-    tp: TopicPartition
-
-
-@dataclass(slots=True)
 class Fin:
     """The chaser: sent down the *old* path when a partition moves on.
 
-    The old broker producer bounces it back (at ``level + 1``) only after every
-    message of ``tp`` it will ever bounce, and after every in-flight batch of
-    ``tp`` has completed, so its return proves the old path is drained.
+    The old broker producer returns it (at ``level + 1``) once it reaches its
+    intake: by then it has bounced (or failed) everything of ``tp`` it had,
+    with nothing in flight, so the return proves the old path is drained.
     """
 
     tp: TopicPartition
@@ -110,7 +99,7 @@ class SealedBatch:
         )
 
 
-BrokerItem = Batch | Syn | Fin
+BrokerItem = Batch | Fin
 # What a broker producer sends back to a partition producer (never blocks):
 # messages at their new level, in their original order, or a returning chaser.
 RetryItem = ProducerMessage | SealedBatch | Fin

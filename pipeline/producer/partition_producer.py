@@ -5,22 +5,31 @@ Strategy (sarama's watermark / fin-chaser protocol, see docs/architecture.md):
 Every message carries a retry *level* (how often a broker producer sent it
 back). ``hwm`` is the highest level this partition is working on.
 
-1. A message arrives at a level above ``hwm``: a broker failed the partition.
-   Raise ``hwm`` to that level, send a ``Fin`` chaser down the old path (the
-   old broker producer), detach, back off, then re-attach to the current
-   leader and send the message there.
-2. A message below ``hwm`` is buffered in its level's buffer (this includes
-   every new level-0 message while a retry is under way). A ``Fin`` below
-   ``hwm`` marks that level's old path as drained.
-3. A ``Fin`` at ``hwm`` is our chaser coming back: the old path is empty, so
-   buffered levels are flushed top-down, stopping at a level whose own chaser
-   is still out.
+1. A message arrives at a level above ``hwm``: our broker producer failed the
+   partition. Raise ``hwm`` to that level, send a ``Fin`` chaser down the old
+   path (that broker producer), detach, back off, then re-attach to the
+   current leader and send the message there. Leaving a broker producer that
+   gave up on the partition without sending anything back (``leader_changed``)
+   works the same way, one level up, without a backoff: a broker producer ends
+   its retry state for a partition only when the chaser reaches it.
+2. A message below ``hwm`` is held back in its level's buffer (this includes
+   every new level-0 message while a retry is under way).
+3. The ``Fin`` comes back (at ``hwm``): the old path is empty, so the held-back
+   levels are sent top-down.
 4. A message at ``hwm`` goes to the current broker producer.
 
 Invariant: a message at a higher level was accepted before every pending
-message at a lower level, so flushing top-down keeps the partition's order.
-The old broker producer returns the chaser only after every in-flight batch of
-the partition has completed, which closes the pipelining gap (sarama #2619).
+message at a lower level, so sending top-down keeps the partition's order.
+A broker producer bounces a partition only once none of its batches is in
+flight, and sends nothing more of it until the chaser arrives, so the chaser
+finds nothing left there (this closes the pipelining gap, sarama #2619). We
+leave a broker producer only with a chaser, and re-attach only once a
+metadata refresh completes after we left; the old broker producer answers
+the chaser from its intake, which runs as soon as the chaser is in its input,
+while a refresh needs a network round trip, and both reach us through the
+same loopback, so the chaser is handled first. Hence at most one chaser is
+ever out, it returns at ``hwm``, and only the broker producer we are attached
+to can send anything above ``hwm`` back (both asserted).
 
 Backoff never blocks: while backing off or waiting for a leader, the task
 keeps draining its input into buffers, so other partitions never wait on this
@@ -33,7 +42,6 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import trio
@@ -44,7 +52,6 @@ from pipeline.producer.envelopes import (
     Fin,
     RetryItem,
     SealedBatch,
-    Syn,
     TopicPartition,
 )
 from pipeline.producer.errors import DeliveryTimeoutError
@@ -67,14 +74,6 @@ Inbound = list[ProducerMessage] | RetryList
 Unit = ProducerMessage | SealedBatch
 
 
-@dataclass(slots=True)
-class _Level:
-    # Messages of this level held back until every higher level has drained.
-    buf: list[Unit] = field(default_factory=list)
-    # True while the chaser that drains this level's old path is still out.
-    expect_chaser: bool = False
-
-
 class PartitionProducer:
     def __init__(
         self,
@@ -93,7 +92,8 @@ class PartitionProducer:
         self._retries_ready = trio.Event()
         self._loopback = loopback
         self.hwm = 0
-        self._levels: dict[int, _Level] = {}
+        # Per level below hwm: its messages, held back until the chaser is back.
+        self._levels: dict[int, list[Unit]] = {}
         self.bp: BrokerProducer | None = None
         # Messages at level ``hwm`` waiting for a leader or for the backoff.
         self._held: list[Unit] = []
@@ -189,9 +189,9 @@ class PartitionProducer:
         oldest = math.inf
         if self._held:
             oldest = self._held[0]._deadline
-        for level in self._levels.values():
-            if level.buf:
-                oldest = min(oldest, level.buf[0]._deadline)
+        for buf in self._levels.values():
+            if buf:
+                oldest = min(oldest, buf[0]._deadline)
         return oldest
 
     # -- the watermark rules ----------------------------------------------
@@ -204,23 +204,22 @@ class PartitionProducer:
                 else:
                     self._held.extend(items)  # type: ignore[arg-type]
             else:
-                self._levels.setdefault(0, _Level()).buf.extend(items)  # type: ignore[arg-type]
+                self._levels.setdefault(0, []).extend(items)  # type: ignore[arg-type]
             return
         for item in items:
-            level = item.level if isinstance(item, Fin) else item._level
+            if isinstance(item, Fin):
+                # Our chaser is back. It is the only one out (see the module
+                # doc): we left its broker producer at this level and have not
+                # raised since, because only that broker producer held anything.
+                assert item.level == self.hwm, "one chaser out at a time, at hwm"
+                self._flush_retry_buffers()
+                continue
+            level = item._level
             if level > self.hwm:
-                assert not isinstance(item, Fin), "a chaser never returns above the watermark"
                 self._raise_watermark(level)
                 self._held.append(item)
             elif level < self.hwm:
-                state = self._levels.setdefault(level, _Level())
-                if isinstance(item, Fin):
-                    state.expect_chaser = False
-                else:
-                    state.buf.append(item)
-            elif isinstance(item, Fin):
-                self._levels.setdefault(level, _Level()).expect_chaser = False
-                self._flush_retry_buffers()
+                self._levels.setdefault(level, []).append(item)
             else:
                 self._send_or_hold(item)
 
@@ -229,14 +228,15 @@ class PartitionProducer:
         self._flush_out()
         if self._held:
             # Messages held at the old level now sit below the watermark.
-            self._levels.setdefault(self.hwm, _Level()).buf[:0] = self._held
+            self._levels.setdefault(self.hwm, [])[:0] = self._held
             self._held = []
+        # Only the broker producer we are attached to holds anything of the
+        # partition (every one we left before returned its chaser before we
+        # attached again), so only it can send something above hwm back.
+        assert self.bp is not None, "a raise always has a path to chase"
         self.hwm = level
-        state = self._levels.setdefault(level, _Level())
-        if self.bp is not None:
-            state.expect_chaser = True
-            self._outbox.append((self.bp, Fin(self.tp, level - 1)))
-            self.bp = None
+        self._outbox.append((self.bp, Fin(self.tp, level - 1)))
+        self.bp = None
         if retry:
             self._backoff_until = trio.current_time() + self.core.backoff(level)
             self._refresh_metadata()
@@ -252,17 +252,12 @@ class PartitionProducer:
         self._raise_watermark(self.hwm + 1, retry=False)
 
     def _flush_retry_buffers(self) -> None:
+        """The old path is drained: send every held-back level, top-down (a higher
+        level was accepted before every message of a lower one)."""
         while self.hwm > 0:
             self.hwm -= 1
-            state = self._levels.pop(self.hwm, None)
-            if state is not None:
-                for msg in state.buf:
-                    self._send_or_hold(msg)
-                if state.expect_chaser:
-                    # That level's own chaser is still out: keep waiting for it.
-                    state.buf = []
-                    self._levels[self.hwm] = state
-                    return
+            for msg in self._levels.pop(self.hwm, ()):
+                self._send_or_hold(msg)
 
     def _send_or_hold(self, msg: Unit) -> None:
         if self.bp is not None:
@@ -304,7 +299,6 @@ class PartitionProducer:
             self._backoff_until = trio.current_time() + self.core.backoff(max(self.hwm, 1))
             return
         self.bp = await self.core.broker_producer(leader)
-        self._outbox.append((self.bp, Syn(self.tp)))
         held, self._held = self._held, []
         self._out.extend(held)
 
@@ -323,5 +317,5 @@ class PartitionProducer:
             return alive
 
         self._held = split(self._held)
-        for state in self._levels.values():
-            state.buf = split(state.buf)
+        for level, buf in self._levels.items():
+            self._levels[level] = split(buf)
