@@ -270,13 +270,16 @@ class BrokerProducer:
                 return True
         return False
 
-    def _next_wake(self) -> float:
+    def _next_wake(self, slot_free: bool) -> float:
+        """The next expiry, and, when a request slot is free, the next linger
+        deadline. Without a free slot a response wakes the flusher: waking at a
+        linger deadline already past would only spin until then."""
         linger = self.core.config.linger
         wake = math.inf
         for tp, part in self._parts.items():
             if part.msgs:
                 wake = min(wake, part.msgs[0]._deadline)
-                if self._sendable(part, tp):
+                if slot_free and self._sendable(part, tp):
                     wake = min(wake, part.first_at + linger)
             if part.sealed:
                 wake = min(wake, part.sealed[0]._deadline)
@@ -290,10 +293,11 @@ class BrokerProducer:
         while True:
             now = trio.current_time()
             self._expire(now)
-            if len(self._in_flight) < max_in_flight and self._ready(now):
+            slot_free = len(self._in_flight) < max_in_flight
+            if slot_free and self._ready(now):
                 await self._send_one()
                 continue
-            with trio.move_on_at(self._next_wake()):
+            with trio.move_on_at(self._next_wake(slot_free)):
                 await self._wake_flusher.wait()
             self._wake_flusher = trio.Event()
 

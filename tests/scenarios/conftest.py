@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
@@ -116,3 +116,38 @@ def assert_one_outcome(producer: Producer, msgs: list[ProducerMessage]) -> None:
     stats = producer.statistics()
     assert stats.double_settles == 0
     assert all(m.done() for m in msgs)
+
+
+class _SameInstantSteps(trio.abc.Instrument):
+    """Counts task steps at one virtual instant; too many means a task spins
+    (on autojump_clock a spinning task also stops virtual time, so the test
+    would hang instead of failing): cancel the guarded scope."""
+
+    def __init__(self, scope: trio.CancelScope, limit: int) -> None:
+        self.scope, self.limit = scope, limit
+        self.instant, self.steps, self.tripped = -1.0, 0, False
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        now = trio.current_time()
+        if now != self.instant:
+            self.instant, self.steps = now, 0
+        self.steps += 1
+        if self.steps > self.limit and not self.tripped:
+            self.tripped = True
+            self.scope.cancel()
+
+
+@contextmanager
+def livelock_guard(limit: int = 20_000) -> Iterator[None]:
+    """Fail (instead of hanging) if some task keeps running without virtual time
+    advancing: more than ``limit`` task steps at one instant."""
+    with trio.CancelScope() as scope:
+        instrument = _SameInstantSteps(scope, limit)
+        trio.lowlevel.add_instrument(instrument)
+        try:
+            yield
+        finally:
+            trio.lowlevel.remove_instrument(instrument)
+    assert not instrument.tripped, (
+        f"livelock: over {limit} task steps at virtual time {instrument.instant}"
+    )

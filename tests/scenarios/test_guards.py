@@ -18,7 +18,7 @@ from pipeline import ProducerError
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import HalfRandom, open_fake_producer, values_in_log
+from .conftest import HalfRandom, livelock_guard, open_fake_producer, values_in_log
 from .test_sarama_suite import outcomes, send_all, vals
 
 PRODUCE, METADATA = 0, 3
@@ -238,3 +238,30 @@ async def test_exhausted_batch_leaves_no_retry_state_behind(
         assert len(fake.requests_of(PRODUCE)) == before + 1
     assert offsets(a + b) == [ErrorCode.NOT_ENOUGH_REPLICAS, 0]
     assert values_in_log(fake, "t", 0) == [b"b"]
+
+
+async def test_flusher_waits_for_a_free_request_slot_without_spinning(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Bug (found by a random schedule): with every request slot of a connection
+    taken (max_in_flight) and another partition's messages ready to go, the
+    broker producer's flusher woke at their (past) linger deadline, found no
+    free slot, and looped: a busy loop until a response came (in real time a
+    CPU spinning; on autojump_clock virtual time stopped and the run hung).
+
+    Schedule (max_in_flight=1, two partitions on broker 0): t0: a (t[0]) goes
+    out; its answer takes 1 s. b (t[1]) is ready at once but waits for the
+    slot, without running in the meantime. t0 + 1: a's answer; b goes out and
+    is answered at once."""
+    fake.create_topic("t", 2, leaders=[0, 0])
+    async with open_fake_producer(fake, **exact(max_in_flight=1)) as producer:
+        await producer._core.cluster.partitions_for("t")
+        with livelock_guard():
+            fake.delay_responses(1.0, api_key=PRODUCE, count=1)
+            t0 = trio.current_time()
+            a = await producer.send("t", b"a", partition=0)
+            await trio.sleep(0.25)
+            b = await producer.send("t", b"b", partition=1)
+            results = await outcomes([a, b])
+            assert trio.current_time() == t0 + 1.0
+    assert offsets(results) == [0, 0]
