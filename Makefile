@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 FAST_MARKERS := not integration and not chaos and not spark and not slow and not kafka
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-fast demo bench bench-quick lint clean kafka
+.PHONY: help venv test test-fast demo bench bench-quick lint mutants clean kafka
 
 help:
 	@echo "make demo       the main job: 1M order events exported from Spark into the embedded broker, read back, verified"
@@ -21,6 +21,7 @@ help:
 	@echo "make bench-quick  the same with small producer runs (100k msgs, 1 run each)"
 	@echo "make kafka      fetch the Apache Kafka jars (Maven Central) into ~/.cache/pipeline"
 	@echo "make lint       ruff + mypy --strict (pipeline/ and the typing checks in tests/typecheck/)"
+	@echo "make mutants    mutation testing of the ordering-critical producer code (docs/mutation.md)"
 	@echo "make clean      remove .venv and caches"
 
 # (Re)install whenever pyproject.toml or the C kernel changes (the install builds
@@ -53,11 +54,17 @@ bench-quick: $(STAMP)
 kafka: $(STAMP)
 	$(VPY) -m pipeline.testing.kafka
 
+# JOBS workers (default 2), each in its own scratch copy; results are cached in
+# .mutants/, so a rerun only runs mutants whose code or tests changed.
+JOBS ?= 2
+mutants: $(STAMP)
+	$(VPY) tools/mutants.py --jobs $(JOBS) $(MUTANTS_ARGS)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline tests
 	$(VENV)/bin/mypy --strict pipeline tests/typecheck
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis \
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .mutants \
 		.demo spark-warehouse metastore_db derby.log
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

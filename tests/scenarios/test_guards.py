@@ -265,3 +265,32 @@ async def test_flusher_waits_for_a_free_request_slot_without_spinning(
             results = await outcomes([a, b])
             assert trio.current_time() == t0 + 1.0
     assert offsets(results) == [0, 0]
+
+
+async def test_retries_disabled_next_message_waits_for_the_new_leader(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Guard: ``leader_changed`` asks for a metadata refresh of its own, so the
+    partition producer re-attaches only once metadata fresher than the failure
+    is in, not as soon as its chaser is back.
+
+    Schedule (retries=0, Metadata answered 1 s late): t0: the leader moves
+    0 -> 1 and a fails at broker 0 (NOT_LEADER, no retry). b is sent right
+    after: re-attaching at once would send it to the stale leader 0 and fail it
+    too. It waits for the refresh instead: ``leader_changed`` asks in the same
+    step as broker 0's error queues a round, before that round starts, so
+    both wait for it; it is answered at t0 + 1, and b is written at broker 1
+    then."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(retries=0, idempotent=False)) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        await trio.sleep(1.0)
+        fake.delay_responses(1.0, api_key=METADATA)
+        fake.move_leader("t", 0, to=1)
+        t0 = trio.current_time()
+        a = await outcomes([await producer.send("t", b"a", partition=0)])
+        assert trio.current_time() == t0
+        b = await outcomes([await producer.send("t", b"b", partition=0)])
+        assert trio.current_time() == t0 + 1
+    assert offsets(a + b) == [ErrorCode.NOT_LEADER_OR_FOLLOWER, 1]
+    assert [r.node_id for r in fake.requests_of(PRODUCE)] == [0, 0, 1]

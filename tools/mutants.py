@@ -1,0 +1,553 @@
+"""Mutation testing of the ordering-critical producer code: ``make mutants``.
+
+A small AST mutation runner (mutmut-style, built for this repository): it
+changes one thing at a time in the target code, runs the deterministic tests
+that execute the changed function, and counts the mutant *killed* when a test
+fails (or the run times out: a mutant that makes the pipeline spin or hang is
+caught too), *survived* when they all pass.
+
+Why our own and not mutmut: mutmut 3 rewrites every function into a
+trampoline that dispatches on an environment variable at each call, which
+puts a lookup on the producer's per-message hot path and on every trio task
+step, and runs its own copy of the tree; here each mutant is a plain source
+edit in a scratch copy, so the tests run the same code they run in CI.
+
+How it runs (2 cores):
+
+1. ``map``: the selected tests run once under ``sys.setprofile`` (a pytest
+   plugin in this file); for each test it records which target functions ran.
+   Cached by the hash of the sources and tests.
+2. For each mutant, only the tests that ran its function (all tests touching
+   the module, for module-level code), ``-x`` (stop at the first failure),
+   with a wall-clock timeout of 3x their unmutated time + 20 s. Workers run
+   in parallel, each in its own scratch copy of the tree.
+3. Results are cached per mutant (keyed by the file's and the tests' hashes),
+   so a rerun only runs mutants whose code or tests changed.
+
+Mutations: comparison operators (< <= > >= == != is/is not, in/not in),
+and/or, dropping ``not``, +/- and an int constant +/- 1, True/False, an if or
+while condition forced to True/False, and deleting a statement (an
+assignment, augmented assignment or call statement). Not mutated: docstrings,
+logging calls, ``assert`` statements (they check invariants, they are not
+guards: see docs/architecture.md), type annotations and TYPE_CHECKING blocks.
+
+Equivalent mutants (no test can kill them) are listed, with the reason, in
+``tools/mutants_equivalent.txt`` (``file:line: description | reason``); the
+score is reported with and without them. docs/mutation.md has the figures.
+
+Usage::
+
+    python tools/mutants.py [--jobs 2] [--only FILE] [--list] [--rerun]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE = ROOT / ".mutants"
+EQUIVALENT = ROOT / "tools" / "mutants_equivalent.txt"
+
+# file -> functions to mutate (None: the whole module)
+TARGETS: dict[str, set[str] | None] = {
+    "pipeline/producer/partition_producer.py": None,
+    "pipeline/producer/broker_producer.py": None,
+    "pipeline/producer/topic_producer.py": None,
+    "pipeline/producer/idempotence.py": None,
+    "pipeline/producer/ledger.py": None,
+    # the send() hot path
+    "pipeline/producer/api.py": {
+        "_prefix_size",
+        "Producer._prepare",
+        "Producer.send",
+        "Producer._enqueue_nowait",
+        "Producer._close_open_batch",
+    },
+}
+TESTS = ["tests/scenarios", "tests/producer"]
+PYTEST = [
+    "-q", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=1",
+    "-W", "ignore::pytest.PytestUnraisableExceptionWarning",
+]
+COPY = ["pipeline", "tests/conftest.py", "tests/scenarios",
+        "tests/producer", "pyproject.toml"]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    file: str
+    line: int
+    function: str  # qualname of the enclosing function, "" at module level
+    kind: str
+    before: str
+    after: str
+    start: tuple[int, int]  # (line, col) of the replaced span, 1-based line
+    end: tuple[int, int]
+    replacement: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.file}:{self.line}: {self.kind}: {self.before} -> {self.after}"
+
+
+# -- generating mutants -----------------------------------------------------
+
+_CMP_SWAP: dict[type, type] = {
+    ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is,
+    ast.In: ast.NotIn, ast.NotIn: ast.In,
+}
+_CMP_FLIP: dict[type, type] = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt}
+_BIN_SWAP: dict[type, type] = {ast.Add: ast.Sub, ast.Sub: ast.Add}
+
+
+def _is_log_call(stmt: ast.stmt) -> bool:
+    if not isinstance(stmt, ast.Expr) or not isinstance(stmt.value, ast.Call):
+        return False
+    func = stmt.value.func
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (
+        func.value.id in ("log", "logger", "logging")
+    )
+
+
+class _Collector(ast.NodeVisitor):
+    def __init__(self, file: str, source: str, only: set[str] | None) -> None:
+        self.file = file
+        self.lines = source.splitlines(keepends=True)
+        self.only = only
+        self.scope: list[str] = []
+        self.functions: list[str] = []
+        self.mutants: list[Mutant] = []
+
+    # scope tracking
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    def _visit_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.scope.append(node.name)
+        self.functions.append(".".join(self.scope))
+        for stmt in node.body:
+            self.visit(stmt)
+        self.scope.pop()
+        self.functions.pop()
+
+    visit_FunctionDef = _visit_function
+    visit_AsyncFunctionDef = _visit_function
+
+    def visit_If(self, node: ast.If) -> None:
+        test = node.test
+        if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING":
+            return
+        self._condition(test)
+        self.generic_visit(node)
+
+    def visit_While(self, node: ast.While) -> None:
+        self._condition(node.test)
+        self.generic_visit(node)
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        return  # invariant checks, not guards
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self.visit(node.value)
+            if self._function():
+                self._delete(node)
+
+    def visit_Expr(self, node: ast.Expr) -> None:
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return  # docstring
+        if _is_log_call(node):
+            return
+        self.generic_visit(node)
+        if isinstance(node.value, ast.Call | ast.Await) and self._function():
+            self._delete(node)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self.generic_visit(node)
+        if self._function():
+            self._delete(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Add | ast.Sub):
+            swapped = ast.AugAssign(node.target, _BIN_SWAP[type(node.op)](), node.value)
+            self._add(node, "augassign", ast.unparse(swapped), statement=True)
+        if self._function():
+            self._delete(node)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        self.generic_visit(node)
+        for i, op in enumerate(node.ops):
+            for table, kind in ((_CMP_SWAP, "compare"), (_CMP_FLIP, "compare-flip")):
+                new = table.get(type(op))
+                if new is None:
+                    continue
+                ops = list(node.ops)
+                ops[i] = new()
+                self._add(node, kind, ast.unparse(ast.Compare(node.left, ops, node.comparators)))
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> None:
+        self.generic_visit(node)
+        new = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+        self._add(node, "boolop", ast.unparse(ast.BoolOp(new, node.values)))
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Not):
+            self._add(node, "drop-not", ast.unparse(node.operand))
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        self.generic_visit(node)
+        new = _BIN_SWAP.get(type(node.op))
+        if new is not None:
+            self._add(node, "binop", ast.unparse(ast.BinOp(node.left, new(), node.right)))
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        value = node.value
+        if isinstance(value, bool):
+            self._add(node, "bool", repr(not value))
+        elif isinstance(value, int):
+            self._add(node, "int+1", repr(value + 1))
+            if value != 0:
+                self._add(node, "int-1", repr(value - 1))
+
+    def visit_arguments(self, node: ast.arguments) -> None:
+        return  # defaults and annotations
+
+    def visit_arg(self, node: ast.arg) -> None:
+        return
+
+    # helpers
+    def _function(self) -> str:
+        return self.functions[-1] if self.functions else ""
+
+    def _selected(self) -> bool:
+        if self.only is None:
+            return True
+        return bool(self.functions) and self.functions[-1] in self.only
+
+    def _condition(self, test: ast.expr) -> None:
+        self._add(test, "condition-true", "True")
+        self._add(test, "condition-false", "False")
+
+    def _delete(self, node: ast.stmt) -> None:
+        self._add(node, "delete", "pass", statement=True)
+
+    def _add(self, node: ast.AST, kind: str, replacement: str, statement: bool = False) -> None:
+        if not self._selected():
+            return
+        start = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+        end = (node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+        before = _span(self.lines, start, end)
+        text = replacement if statement else f"({replacement})"
+        if " ".join(before.split()) == " ".join(replacement.split()):
+            return
+        self.mutants.append(Mutant(
+            self.file, node.lineno, self._function(), kind,  # type: ignore[attr-defined]
+            _short(before), _short(replacement), start, end, text,  # type: ignore[arg-type]
+        ))
+
+
+def _span(lines: list[str], start: tuple[int, int], end: tuple[int, int]) -> str:
+    (l1, c1), (l2, c2) = start, end
+    if l1 == l2:
+        return lines[l1 - 1][c1:c2]
+    return lines[l1 - 1][c1:] + "".join(lines[l1:l2 - 1]) + lines[l2 - 1][:c2]
+
+
+def _short(text: str, width: int = 70) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def mutate_source(source: str, mutant: Mutant) -> str:
+    lines = source.splitlines(keepends=True)
+    (l1, c1), (l2, c2) = mutant.start, mutant.end
+    head = "".join(lines[: l1 - 1]) + lines[l1 - 1][:c1]
+    tail = lines[l2 - 1][c2:] + "".join(lines[l2:])
+    return head + mutant.replacement + tail
+
+
+def collect(only_file: str | None = None) -> list[Mutant]:
+    mutants: list[Mutant] = []
+    for file, only in TARGETS.items():
+        if only_file and file != only_file:
+            continue
+        source = (ROOT / file).read_text()
+        collector = _Collector(file, source, only)
+        collector.visit(ast.parse(source))
+        for m in collector.mutants:
+            compile(mutate_source(source, m), file, "exec")  # every mutant must compile
+        mutants.extend(collector.mutants)
+    return mutants
+
+
+# -- the coverage map (which tests run which functions) -------------------------
+
+class MapPlugin:
+    """pytest plugin: per test, the target functions that ran (sys.setprofile)."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.base = os.getcwd()  # the scratch copy the tests run in
+        self.files = {os.path.join(self.base, f) for f in TARGETS}
+        self.current: set[str] | None = None
+        self.result: dict[str, list[str]] = {}
+        self.durations: dict[str, float] = {}
+        self._t0 = 0.0
+
+    def _profile(self, frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "call" and self.current is not None:
+            code = frame.f_code
+            if code.co_filename in self.files:
+                self.current.add(f"{os.path.relpath(code.co_filename, self.base)}::{code.co_qualname}")
+
+    def pytest_runtest_setup(self, item):  # type: ignore[no-untyped-def]
+        self.current = set()
+        self._t0 = time.perf_counter()
+        sys.setprofile(self._profile)
+
+    def pytest_runtest_teardown(self, item, nextitem):  # type: ignore[no-untyped-def]
+        # Teardown (closing producers) counts: it runs the code too.
+        pass
+
+    def pytest_runtest_logfinish(self, nodeid, location):  # type: ignore[no-untyped-def]
+        sys.setprofile(None)
+        if self.current is not None:
+            self.result[nodeid] = sorted(self.current)
+            self.durations[nodeid] = time.perf_counter() - self._t0
+        self.current = None
+
+    def pytest_sessionfinish(self, session, exitstatus):  # type: ignore[no-untyped-def]
+        Path(self.out).write_text(json.dumps(
+            {"functions": self.result, "durations": self.durations}, indent=0
+        ))
+
+
+def _tree_hash() -> str:
+    h = hashlib.sha256()
+    for pattern in [*TARGETS, *(f"{t}/**/*.py" for t in TESTS), "tests/conftest.py"]:
+        for path in sorted(ROOT.glob(pattern)):
+            h.update(str(path.relative_to(ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _scratch(n: int) -> Path:
+    path = STATE / f"work{n}"
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    for item in COPY:
+        src = ROOT / item
+        dst = path / item
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dst)
+    return path
+
+
+def build_map(tree: str) -> dict[str, object]:
+    cached = STATE / f"map-{tree}.json"
+    if cached.exists():
+        return json.loads(cached.read_text())  # type: ignore[no-any-return]
+    print("mapping which tests run which functions (one run of the suite)...", flush=True)
+    work = _scratch(0)
+    out = STATE / "map-partial.json"
+    tools, args = str(ROOT / "tools"), [*PYTEST[2:], "-q", *TESTS]
+    code = (
+        f"import sys, pytest; sys.path.insert(0, {tools!r}); import mutants; "
+        f"sys.exit(pytest.main({args!r}, plugins=[mutants.MapPlugin({str(out)!r})]))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=work, env=_env(work))
+    if proc.returncode != 0:
+        raise SystemExit("the unmutated tests fail: fix them first")
+    out.replace(cached)
+    return json.loads(cached.read_text())  # type: ignore[no-any-return]
+
+
+def _env(work: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(work)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.pop("PYTEST_ADDOPTS", None)
+    return env
+
+
+def select_tests(mutant: Mutant, cmap: dict[str, object]) -> list[str]:
+    functions: dict[str, list[str]] = cmap["functions"]  # type: ignore[assignment]
+    if mutant.function:
+        want = f"{mutant.file}::{mutant.function}"
+        return [t for t, fs in functions.items() if want in fs]
+    prefix = f"{mutant.file}::"
+    return [t for t, fs in functions.items() if any(f.startswith(prefix) for f in fs)]
+
+
+# -- running mutants ---------------------------------------------------------
+
+def run_one(
+    mutant: Mutant, original: str, work: Path, tests: list[str], timeout: float
+) -> tuple[str, float]:
+    if not tests:
+        return "no-tests", 0.0
+    target = work / mutant.file
+    target.write_text(mutate_source(original, mutant))
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest", *PYTEST, *tests],
+            cwd=work, env=_env(work), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return "timeout", time.perf_counter() - t0
+    finally:
+        target.write_text(original)
+    status = "survived" if code == 0 else "killed" if code == 1 else f"error{code}"
+    return status, time.perf_counter() - t0
+
+
+def load_equivalents() -> dict[str, str]:
+    out: dict[str, str] = {}
+    if EQUIVALENT.exists():
+        for raw in EQUIVALENT.read_text().splitlines():
+            line = raw.strip()
+            if line and not line.startswith("#"):
+                key, _, reason = line.partition(" | ")
+                out[key.strip()] = reason.strip()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", help="one target file")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--rerun", action="store_true", help="ignore cached results")
+    args = parser.parse_args()
+
+    mutants = collect(args.only)
+    if args.list:
+        for m in mutants:
+            print(m.key)
+        print(f"{len(mutants)} mutants")
+        return
+    STATE.mkdir(exist_ok=True)
+    tree = _tree_hash()
+    cmap = build_map(tree)
+    durations: dict[str, float] = cmap["durations"]  # type: ignore[assignment]
+    cache_path = STATE / "results.json"
+    cache: dict[str, dict[str, object]] = {} if args.rerun or not cache_path.exists() else (
+        json.loads(cache_path.read_text())
+    )
+    # Read once: the sources may be edited while the run goes on.
+    sources = {f: (ROOT / f).read_text() for f in TARGETS}
+    file_hash = {f: hashlib.sha256(sources[f].encode()).hexdigest()[:16] for f in TARGETS}
+
+    todo: list[tuple[Mutant, list[str], float, str]] = []
+    results: dict[str, dict[str, object]] = {}
+    for m in mutants:
+        # Fastest first: with -x a killed mutant stops at its first failing test.
+        tests = sorted(select_tests(m, cmap), key=lambda t: durations.get(t, 1.0))
+        # A killed mutant stays killed while its file is unchanged; any other
+        # result is rerun whenever the tests (or the file) changed.
+        ident = f"{m.key}|{m.start}|{file_hash[m.file]}"
+        hit = cache.get(m.key)
+        if hit is not None and hit.get("ident") == ident and (
+            hit["status"] in ("killed", "timeout") or hit.get("tree") == tree
+        ):
+            results[m.key] = hit
+            continue
+        timeout = 3 * sum(durations.get(t, 1.0) for t in tests) + 20
+        todo.append((m, tests, timeout, ident))
+    print(f"{len(mutants)} mutants, {len(mutants) - len(todo)} cached, {len(todo)} to run "
+          f"with {args.jobs} workers", flush=True)
+
+    workers = [_scratch(n) for n in range(args.jobs)]
+    free = list(workers)
+    started = time.perf_counter()
+    done = 0
+
+    def job(item: tuple[Mutant, list[str], float, str]) -> None:
+        nonlocal done
+        m, tests, timeout, ident = item
+        work = free.pop()
+        try:
+            status, seconds = run_one(m, sources[m.file], work, tests, timeout)
+        finally:
+            free.append(work)
+        results[m.key] = {"status": status, "seconds": round(seconds, 2), "ident": ident,
+                          "tree": tree, "tests": len(tests), **asdict(m)}
+        done += 1
+        if status != "killed" or done % 25 == 0:
+            print(f"[{done}/{len(todo)} {time.perf_counter() - started:.0f}s] {status}: {m.key}",
+                  flush=True)
+        if done % 10 == 0:
+            cache_path.write_text(json.dumps({**cache, **results}, indent=0))
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(job, todo))
+    cache_path.write_text(json.dumps({**cache, **results}, indent=0))
+    report(mutants, results, time.perf_counter() - started)
+
+
+def report(mutants: list[Mutant], results: dict[str, dict[str, object]], seconds: float) -> None:
+    equivalents = load_equivalents()
+    per_file: dict[str, list[int]] = {}
+    survivors: list[str] = []
+    for m in mutants:
+        status = results[m.key]["status"]
+        killed = status in ("killed", "timeout")
+        equivalent = m.key in equivalents
+        counts = per_file.setdefault(m.file, [0, 0, 0])  # total, killed, equivalent
+        counts[0] += 1
+        counts[1] += killed
+        counts[2] += (not killed) and equivalent
+        if not killed and not equivalent:
+            survivors.append(f"{status}: {m.key}")
+    lines = ["file | mutants | killed | equivalent | score | score without equivalents",
+             "---|---|---|---|---|---"]
+    tot = [0, 0, 0]
+    for file, (n, k, e) in per_file.items():
+        tot = [tot[0] + n, tot[1] + k, tot[2] + e]
+        lines.append(f"{file} | {n} | {k} | {e} | {100 * k / n:.1f}% | {100 * k / max(1, n - e):.1f}%")
+    n, k, e = tot
+    lines.append(f"total | {n} | {k} | {e} | {100 * k / n:.1f}% | {100 * k / max(1, n - e):.1f}%")
+    text = "\n".join(lines)
+    print(text)
+    stale = sorted(set(equivalents) - {m.key for m in mutants})
+    if stale:
+        print(f"\n{len(stale)} entries of {EQUIVALENT.name} match no mutant any more:")
+        print("\n".join(stale))
+    if survivors:
+        print(f"\n{len(survivors)} surviving mutants (not listed as equivalent):")
+        print("\n".join(survivors))
+    print(f"\nran in {seconds:.0f}s")
+    (STATE / "report.txt").write_text(text + "\n\n" + "\n".join(survivors) + "\n")
+    if survivors:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
