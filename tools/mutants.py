@@ -138,7 +138,8 @@ class _Collector(ast.NodeVisitor):
         self.scope.pop()
 
     def _visit_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        self.scope.append(node.name)
+        # As co_qualname spells it: a function inside a function is "f.<locals>.g".
+        self.scope.append(f"<locals>.{node.name}" if self.functions else node.name)
         self.functions.append(".".join(self.scope))
         for stmt in node.body:
             self.visit(stmt)
@@ -283,11 +284,13 @@ def mutate_source(source: str, mutant: Mutant) -> str:
     return head + mutant.replacement + tail
 
 
-def collect(only_file: str | None = None) -> list[Mutant]:
+def collect(only_file: str | None = None, functions: set[str] | None = None) -> list[Mutant]:
     mutants: list[Mutant] = []
     for file, only in TARGETS.items():
         if only_file and file != only_file:
             continue
+        if functions:
+            only = functions if only is None else only & functions
         source = (ROOT / file).read_text()
         collector = _Collector(file, source, only)
         collector.visit(ast.parse(source))
@@ -337,6 +340,26 @@ class MapPlugin:
         Path(self.out).write_text(json.dumps(
             {"functions": self.result, "durations": self.durations}, indent=0
         ))
+
+
+class TimeoutPlugin:
+    """pytest plugin for mutant runs: a test that runs past 3x its unmutated time
+    + 10 s ends the process (faulthandler, exit status 1: the mutant is killed),
+    so a mutant that hangs the first test costs seconds, not the whole budget."""
+
+    def __init__(self, durations: str) -> None:
+        self.durations: dict[str, float] = json.loads(Path(durations).read_text())
+
+    def pytest_runtest_setup(self, item):  # type: ignore[no-untyped-def]
+        import faulthandler
+
+        limit = 3 * self.durations.get(item.nodeid, 5.0) + 10
+        faulthandler.dump_traceback_later(limit, exit=True, file=sys.__stderr__)
+
+    def pytest_runtest_logfinish(self, nodeid, location):  # type: ignore[no-untyped-def]
+        import faulthandler
+
+        faulthandler.cancel_dump_traceback_later()
 
 
 def _tree_hash() -> str:
@@ -411,8 +434,14 @@ def run_one(
     target.write_text(mutate_source(original, mutant))
     t0 = time.perf_counter()
     try:
+        tools, durations = str(ROOT / "tools"), str(STATE / "durations.json")
+        code = (
+            f"import sys, pytest; sys.path.insert(0, {tools!r}); import mutants; "
+            f"sys.exit(pytest.main({[*PYTEST, *tests]!r}, "
+            f"plugins=[mutants.TimeoutPlugin({durations!r})]))"
+        )
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest", *PYTEST, *tests],
+            [sys.executable, "-c", code],
             cwd=work, env=_env(work), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
@@ -424,7 +453,13 @@ def run_one(
             return "timeout", time.perf_counter() - t0
     finally:
         target.write_text(original)
-    status = "survived" if code == 0 else "killed" if code == 1 else f"error{code}"
+    # 1: a test failed (or the per-test timeout ended the run); < 0: the run
+    # crashed on a signal (a mutant can break the interpreter's invariants,
+    # e.g. recurse until the C stack overflows): both detect the mutant.
+    status = (
+        "survived" if code == 0 else "killed" if code == 1 else "crashed" if code < 0
+        else f"error{code}"
+    )
     return status, time.perf_counter() - t0
 
 
@@ -434,7 +469,7 @@ def load_equivalents() -> dict[str, str]:
         for raw in EQUIVALENT.read_text().splitlines():
             line = raw.strip()
             if line and not line.startswith("#"):
-                key, _, reason = line.partition(" | ")
+                key, _, reason = line.rpartition(" | ")
                 out[key.strip()] = reason.strip()
     return out
 
@@ -443,11 +478,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", help="one target file")
+    parser.add_argument("--functions", help="comma-separated qualnames (e.g. BrokerProducer._accept)")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--rerun", action="store_true", help="ignore cached results")
     args = parser.parse_args()
 
-    mutants = collect(args.only)
+    mutants = collect(args.only, set(args.functions.split(",")) if args.functions else None)
     if args.list:
         for m in mutants:
             print(m.key)
@@ -457,6 +493,7 @@ def main() -> None:
     tree = _tree_hash()
     cmap = build_map(tree)
     durations: dict[str, float] = cmap["durations"]  # type: ignore[assignment]
+    (STATE / "durations.json").write_text(json.dumps(durations))
     cache_path = STATE / "results.json"
     cache: dict[str, dict[str, object]] = {} if args.rerun or not cache_path.exists() else (
         json.loads(cache_path.read_text())
@@ -475,7 +512,7 @@ def main() -> None:
         ident = f"{m.key}|{m.start}|{file_hash[m.file]}"
         hit = cache.get(m.key)
         if hit is not None and hit.get("ident") == ident and (
-            hit["status"] in ("killed", "timeout") or hit.get("tree") == tree
+            hit["status"] in ("killed", "timeout", "crashed") or hit.get("tree") == tree
         ):
             results[m.key] = hit
             continue
@@ -518,7 +555,7 @@ def report(mutants: list[Mutant], results: dict[str, dict[str, object]], seconds
     survivors: list[str] = []
     for m in mutants:
         status = results[m.key]["status"]
-        killed = status in ("killed", "timeout")
+        killed = status in ("killed", "timeout", "crashed")
         equivalent = m.key in equivalents
         counts = per_file.setdefault(m.file, [0, 0, 0])  # total, killed, equivalent
         counts[0] += 1

@@ -294,3 +294,26 @@ async def test_retries_disabled_next_message_waits_for_the_new_leader(
         assert trio.current_time() == t0 + 1
     assert offsets(a + b) == [ErrorCode.NOT_LEADER_OR_FOLLOWER, 1]
     assert [r.node_id for r in fake.requests_of(PRODUCE)] == [0, 0, 1]
+
+
+async def test_retries_disabled_no_backoff_after_a_give_up(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """When a broker producer gives up on a partition (retries=0 here), the
+    partition producer leaves it without backing off: nothing is retried, so
+    the next message waits only for fresh metadata, never for retry_backoff.
+
+    Schedule (retry_backoff 1 s, instant metadata, the last refresh long ago):
+    t0: a fails at broker 0 (NOT_ENOUGH_REPLICAS, given up at once); b is sent
+    right after and written at t0 exactly (the refresh round starts at once)."""
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(retries=0, idempotent=False, retry_backoff=1.0, retry_backoff_max=1.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        await trio.sleep(5.0)
+        fake.fail_next(PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        t0 = trio.current_time()
+        a = await outcomes([await producer.send("t", b"a", partition=0)])
+        b = await outcomes([await producer.send("t", b"b", partition=0)])
+        assert trio.current_time() == t0
+    assert offsets(a + b) == [ErrorCode.NOT_ENOUGH_REPLICAS, 1]

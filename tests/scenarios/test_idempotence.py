@@ -224,14 +224,20 @@ async def test_3354_buffered_messages_get_sequences(fake: FakeCluster, autojump_
 
 async def test_2469_idempotent_retries_respect_backoff(fake: FakeCluster, autojump_clock: Any) -> None:
     """sarama #2469: idempotent batch retries ignored the backoff and burned all
-    retries in microseconds."""
+    retries in microseconds. Each retry also waits for a metadata refresh,
+    and refresh rounds are spaced by the same retry_backoff; the first round
+    here starts at once (the last one was long ago), so without the backoff
+    the three retries would take 0 + 0.5 + 0.5 s, with it 3 x 0.5 s."""
     fake.create_topic("t", 1, leaders=[0])
-    async with open_fake_producer(fake, **idem_options()) as producer:
+    async with open_fake_producer(
+        fake, **idem_options(retry_backoff=0.5, retry_backoff_max=0.5)
+    ) as producer:
         await producer.send_and_wait("t", b"warm", partition=0)
         fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0, count=3)
+        await trio.sleep(1.0)
         t0 = trio.current_time()
         meta = await producer.send_and_wait("t", b"x", partition=0)
-        assert trio.current_time() == t0 + 3 * 0.125
+        assert trio.current_time() == t0 + 3 * 0.5
     assert meta.offset == 1
 
 
