@@ -81,7 +81,7 @@ PYTEST = [
     "-q", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=1",
     "-W", "ignore::pytest.PytestUnraisableExceptionWarning",
 ]
-COPY = ["pipeline", "tests/conftest.py", "tests/scenarios",
+COPY = ["pipeline", "tests/conftest.py", "tests/scenarios", "tests/protocol",
         "tests/producer", "pyproject.toml"]
 
 
