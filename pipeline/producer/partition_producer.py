@@ -116,9 +116,9 @@ class PartitionProducer:
 
     def leader_changed(self) -> None:
         """Our broker producer gave up on this partition and sent nothing back
-        (retries exhausted or disabled). It keeps bouncing the partition until our
-        chaser reaches it, so at the next tick we leave it with one (and come back
-        if it is still the leader), once a fresh leader is known (sarama #294)."""
+        (retries exhausted or disabled). It bounces the partition until our chaser
+        reaches it: we leave it with one at the next tick, and re-attach (to it if
+        still the leader) once metadata fresher than the failure is in (#294)."""
         self._reroute = True
         self._refresh_metadata()
 
