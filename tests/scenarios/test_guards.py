@@ -317,3 +317,50 @@ async def test_retries_disabled_no_backoff_after_a_give_up(
         b = await outcomes([await producer.send("t", b"b", partition=0)])
         assert trio.current_time() == t0
     assert offsets(a + b) == [ErrorCode.NOT_ENOUGH_REPLICAS, 1]
+
+
+async def test_flush_sends_at_once_and_linger_holds_otherwise(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``flush()`` ignores linger (the Java client's flush semantics), and only
+    while it runs (``core.flushing > 0`` in the broker producer's readiness).
+
+    Schedule (linger 5 s): t0: a is sent and flushed: written at t0. Then b is
+    sent without a flush: it waits its linger and is written at t0 + 5."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(linger=5.0)) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        a = await producer.send("t", b"a", partition=0)
+        await producer.flush()
+        assert a.done() and trio.current_time() == t0
+        b = await producer.send("t", b"b", partition=0)
+        results = await outcomes([a, b])
+        assert trio.current_time() == t0 + 5.0
+    assert offsets(results) == [0, 1]
+
+
+async def test_a_full_batch_does_not_wait_for_linger(fake: FakeCluster, autojump_clock: Any) -> None:
+    """Linger holds a partition's messages only until a batch is full: at
+    ``max_batch_messages`` messages, or at ``batch_bytes`` bytes (a message of
+    exactly that size fills it), the batch goes at once.
+
+    Schedule (linger 5 s, max_batch_messages 2, batch_bytes = the size of x):
+    t0: m0, m1 are written at t0 (two messages); x alone is written at t0 (its
+    bytes); y, smaller, waits for its linger: t0 + 5."""
+    from pipeline.protocol.records import batch_size_for_record
+
+    x_value = b"x" * 100
+    fake.create_topic("t", 2, leaders=[0, 0])
+    options = exact(linger=5.0, max_batch_messages=2,
+                    batch_bytes=batch_size_for_record(None, x_value))
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        pair = await outcomes([await producer.send("t", b"m%d" % i, partition=0) for i in range(2)])
+        assert trio.current_time() == t0
+        x = await outcomes([await producer.send("t", x_value, partition=1)])
+        assert trio.current_time() == t0
+        y = await outcomes([await producer.send("t", b"y", partition=1)])
+        assert trio.current_time() == t0 + 5.0
+    assert offsets(pair + x + y) == [0, 1, 0, 1]
