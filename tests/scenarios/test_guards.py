@@ -364,3 +364,35 @@ async def test_a_full_batch_does_not_wait_for_linger(fake: FakeCluster, autojump
         y = await outcomes([await producer.send("t", b"y", partition=1)])
         assert trio.current_time() == t0 + 5.0
     assert offsets(pair + x + y) == [0, 1, 0, 1]
+
+
+async def test_a_batch_of_unknown_fate_is_not_restamped_after_a_bump(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Restamp rule: after an epoch bump, a batch waiting for its retry is
+    re-stamped (new epoch, sequence from 0) only if it was definitely not
+    written. One whose answer was lost may be in the log: re-stamped, the
+    broker would take it again (a new epoch starts a new sequence space), so
+    it fails instead, with its fate unknown.
+
+    Schedule (idempotent; t[0] on broker 0, t[1] on broker 1, both confirmed):
+    t0: a (t[0]) is written but its answer is lost (the connection drops);
+    b (t[1]) gets an OUT_OF_ORDER_SEQUENCE_NUMBER nothing explains: it fails
+    and the epoch is bumped. a's retry comes after the bump: it fails, and the
+    log holds a once."""
+    from pipeline import ProducerError
+
+    fake.create_topic("t", 2, leaders=[0, 1])
+    async with open_fake_producer(fake, **exact(idempotent=True)) as producer:
+        await producer.send_and_wait("t", b"warm0", partition=0)
+        await producer.send_and_wait("t", b"warm1", partition=1)
+        fake.drop_response_after_apply(PRODUCE, node_id=0)
+        fake.fail_next(PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, node_id=1)
+        a = await producer.send("t", b"a", partition=0)
+        b = await producer.send("t", b"b", partition=1)
+        results = await outcomes([a, b])
+        idem = producer._core.idempotence
+        assert idem is not None and idem.producer_epoch == 1
+    assert isinstance(results[0], ProducerError) and "may or may not" in str(results[0].cause)
+    assert offsets(results[1:]) == [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]
+    assert values_in_log(fake, "t", 0) == [b"warm0", b"a"]
