@@ -8,10 +8,12 @@ Built on the project's own codec, for the error paths a real single-node broker
     await nursery.start(fake.run)
     stream = await fake.connector("fake-0", 9092)
 
-Semantics follow Apache Kafka 3.x, not tansu. Sequence checking (per
-partition, producer id and epoch; the last 5 batches cached):
+Semantics follow Apache Kafka, not tansu (tests/testing/test_fake_vs_kafka.py
+sends the same raw requests to both and compares the answers). Sequence
+checking (per partition, producer id and epoch; the last 5 batches cached):
 
-* a duplicate of a cached batch -> NONE with the ORIGINAL base offset;
+* a duplicate of a cached batch -> NONE with the ORIGINAL base offset (and,
+  as Kafka does, the cached batch's max timestamp as `log_append_time_ms`);
 * a gap, or a new epoch not starting at 0 -> OUT_OF_ORDER_SEQUENCE_NUMBER;
 * an older epoch -> INVALID_PRODUCER_EPOCH;
 * sequences wrap from 2**31-1 to 0;
@@ -22,12 +24,16 @@ partition, producer id and epoch; the last 5 batches cached):
   UNKNOWN_PRODUCER_ID for a non-zero first sequence, so clients can test
   their recovery path.
 
-InitProducerId v3+ with the current (pid, epoch) bumps the epoch the way
-Kafka's transaction coordinator does (KIP-360): a retried bump gets the same
-answer, an exhausted epoch (>= 32766) rotates to a new producer id, anything
-else is PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v4). Real Kafka gives a
-null-transactional-id producer a brand-new id instead;
-`FakeCluster(kip360_bump=False)` does that.
+InitProducerId without a transactional id always gives a new producer id with
+epoch 0, whatever id and epoch the request carries (Kafka's transaction
+coordinator does the same). A producer bumps its own epoch (KIP-360, the Java
+client's idempotent path): a higher epoch starting at sequence 0 is accepted,
+a lower one is fenced.
+
+Size limits: a batch over `max.message.bytes` -> MESSAGE_TOO_LARGE, records
+over `segment.bytes` -> RECORD_LIST_TOO_LARGE. Replication: the in-sync
+replicas are the replicas on running brokers; an acks=-1 produce with fewer
+than `min.insync.replicas` of them -> NOT_ENOUGH_REPLICAS.
 
 See `pipeline/testing/fake/cluster.py` for how a request is handled and
 where each fault applies, `fake/produce.py` and `fake/handlers.py` for the

@@ -543,43 +543,23 @@ async def test_sequence_wraps_at_int32_max(fake: FakeCluster) -> None:
 # ---------------------------------------------------------------- InitProducerId
 
 
-async def test_init_producer_id_bump_retry_fence_rotate(fake: FakeCluster) -> None:
+async def test_init_producer_id_always_a_new_id(fake: FakeCluster) -> None:
+    """As Kafka's coordinator without a transactional id: every request gets a new
+    producer id with epoch 0, whatever id and epoch it carries (so an epoch is only
+    ever bumped by the producer itself; tests/testing/test_fake_vs_kafka.py checks the
+    same sequence against Kafka)."""
     c = await client(fake)
     first = await init_pid(c)
     assert (first.error_code, first.producer_epoch) == (0, 0)
     pid = first.producer_id
-    assert (await init_pid(c)).producer_id == pid + 1  # -1/-1: always a new id
-
-    bumped = await init_pid(c, pid, 0)
-    assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (0, pid, 1)
-    retry = await init_pid(c, pid, 0)  # the bump's response was lost: same answer
-    assert (retry.error_code, retry.producer_id, retry.producer_epoch) == (0, pid, 1)
-    assert (await init_pid(c, pid, 5)).error_code == ErrorCode.PRODUCER_FENCED
-    assert (await init_pid(c, pid, 5, version=3)).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
-
-    # epoch exhaustion: >= 32766 rotates to a new producer id, epoch 0
-    fake.state.pids.lineages[pid].epoch = 32766
-    rotated = await init_pid(c, pid, 32766)
-    assert rotated.error_code == 0
-    assert rotated.producer_id not in (pid, -1)
-    assert rotated.producer_epoch == 0
-    again = await init_pid(c, pid, 32766)  # retry of the rotation
-    assert (again.producer_id, again.producer_epoch) == (rotated.producer_id, 0)
-
-    # v0-v2 cannot carry a pid: always a fresh one
-    assert (await init_pid(c, version=2)).producer_id not in (pid, rotated.producer_id)
-    # unknown pid: a fresh one
-    fresh = await init_pid(c, 999_999, 3)
-    assert (fresh.error_code, fresh.producer_epoch) == (0, 0)
-
-
-async def test_init_producer_id_kafka_null_txn_mode(nursery: trio.Nursery) -> None:
-    fake = FakeCluster(brokers=1, kip360_bump=False)
-    await nursery.start(fake.run)
-    c = await client(fake)
-    first = await init_pid(c)
-    second = await init_pid(c, first.producer_id, 0)
-    assert (second.producer_id, second.producer_epoch) == (first.producer_id + 1, 0)
+    assert (await init_pid(c)).producer_id == pid + 1
+    current = await init_pid(c, pid, 0)  # what a KIP-360 bump by InitProducerId would send
+    assert (current.error_code, current.producer_id, current.producer_epoch) == (0, pid + 2, 0)
+    bogus = await init_pid(c, 999_999, 32766)
+    assert (bogus.error_code, bogus.producer_id, bogus.producer_epoch) == (0, pid + 3, 0)
+    assert (await init_pid(c, version=2)).producer_id == pid + 4  # v0-v2 carry no id
+    for half in ((-1, 0), (pid, -1)):  # an id without an epoch, or the reverse
+        assert (await init_pid(c, *half)).error_code == ErrorCode.INVALID_REQUEST
 
 
 # ---------------------------------------------------------------- modes

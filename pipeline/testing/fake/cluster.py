@@ -85,6 +85,11 @@ class FakeCluster:
             random leader moves.
         max_message_bytes: the broker-wide max.message.bytes (a topic config
             `max.message.bytes` overrides it); a bigger batch gets MESSAGE_TOO_LARGE.
+        segment_bytes: the broker-wide segment.bytes (topic config `segment.bytes`
+            overrides it); bigger records get RECORD_LIST_TOO_LARGE.
+        min_insync_replicas: the broker-wide min.insync.replicas (topic config
+            `min.insync.replicas` overrides it); an acks=-1 produce to a partition
+            with fewer replicas on running brokers gets NOT_ENOUGH_REPLICAS.
         tcp: serve real sockets on 127.0.0.1 instead of in-memory streams.
         auto_create_topics: Kafka's auto.create.topics.enable (Metadata only).
         auto_create_partitions: Kafka's num.partitions, for auto-created topics
@@ -92,8 +97,6 @@ class FakeCluster:
         strict_unknown_producer: answer UNKNOWN_PRODUCER_ID to a non-zero
             first sequence from a producer a partition has no state for
             (Kafka < 2.5). Off: accept it, as Kafka 3.x does.
-        kip360_bump: InitProducerId v3+ with the current pid/epoch bumps the
-            epoch (see `produce.handle_init_producer_id`).
         api_versions: override the served version ranges {api_key: (min, max)}.
     """
 
@@ -103,11 +106,12 @@ class FakeCluster:
         brokers: int = 3,
         seed: int = 0,
         max_message_bytes: int = 1048588,
+        segment_bytes: int = 1 << 30,
+        min_insync_replicas: int = 1,
         tcp: bool = False,
         auto_create_topics: bool = True,
         auto_create_partitions: int = 1,
         strict_unknown_producer: bool = False,
-        kip360_bump: bool = True,
         api_versions: dict[int, tuple[int, int]] | None = None,
         cluster_id: str = "fake-cluster",
     ) -> None:
@@ -118,11 +122,12 @@ class FakeCluster:
         self.state = FakeState(
             config=FakeConfig(
                 max_message_bytes=max_message_bytes,
+                segment_bytes=segment_bytes,
+                min_insync_replicas=min_insync_replicas,
                 auto_create_topics=auto_create_topics,
                 auto_create_partitions=auto_create_partitions,
                 default_replication_factor=min(3, brokers),
                 strict_unknown_producer=strict_unknown_producer,
-                kip360_bump=kip360_bump,
                 cluster_id=cluster_id,
             ),
             brokers={n: BrokerState(n, f"fake-{n}", 9092) for n in range(brokers)},

@@ -1,18 +1,28 @@
-"""Produce and InitProducerId, with Kafka 3.x's idempotence rules.
+"""Produce and InitProducerId, with Apache Kafka's idempotence rules (checked
+against Kafka 4.1 by tests/testing/test_fake_vs_kafka.py).
 
 Per partition, in Kafka's order (`ReplicaManager.appendToLocalLog`,
-`UnifiedLog.analyzeAndValidateRecords`, `ProducerAppendInfo`):
+`Partition.appendRecordsToLeader`, `UnifiedLog.analyzeAndValidateRecords`,
+`UnifiedLog.append`, `ProducerAppendInfo`):
 
 1. unknown topic or partition -> UNKNOWN_TOPIC_OR_PARTITION (3);
    this node is not the leader -> NOT_LEADER_OR_FOLLOWER (6), with
    `current_leader` and `node_endpoints` filled at v10+ (KIP-951);
+   acks=-1 and fewer in-sync replicas (replicas on running brokers) than
+   `min.insync.replicas` -> NOT_ENOUGH_REPLICAS (19), nothing appended;
 2. not exactly one batch, or magic != 2 -> INVALID_RECORD (87);
    a batch larger than max.message.bytes -> MESSAGE_TOO_LARGE (10);
    a bad CRC or inconsistent lengths -> CORRUPT_MESSAGE (2);
+   the records larger than the topic's segment.bytes -> RECORD_LIST_TOO_LARGE
+   (18; Kafka 4.x refuses segment.bytes below 1 MiB, so a batch between that
+   and max.message.bytes);
 3. idempotent batches (producer_id >= 0):
    * epoch lower than the partition's -> INVALID_PRODUCER_EPOCH (47);
    * same epoch and the same (first, last) sequence as one of the last 5
      batches -> NONE with that batch's ORIGINAL base offset, nothing appended;
+     Kafka puts the cached batch's max timestamp in `log_append_time_ms`
+     (`appendInfo.setLogAppendTime(duplicate.timestamp)`), also on a
+     CreateTime topic, where a fresh append answers -1;
    * a new (higher) epoch must start at sequence 0, else
      OUT_OF_ORDER_SEQUENCE_NUMBER (45);
    * same epoch: the first sequence must be last + 1 (2**31-1 wraps to 0),
@@ -52,7 +62,6 @@ from .state import (
     PartitionState,
     ProducerEntry,
     StoredBatch,
-    epoch_exhausted,
     in_sequence,
     parse_batch_header,
     restamp_offsets,
@@ -98,7 +107,9 @@ def handle_produce(
             if injected is not None:
                 resp = _partition_error(p.index, injected)
             else:
-                resp = _produce_partition(state, node_id, version, t.name, p.index, p.records)
+                resp = _produce_partition(
+                    state, node_id, request.acks, t.name, p.index, p.records
+                )
             if resp.error_code != 0:
                 any_error = True
                 if resp.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 10:
@@ -157,7 +168,7 @@ def _split_batches(data: bytes) -> list[bytes] | int:
 def _produce_partition(
     state: FakeState,
     node_id: int,
-    version: int,
+    acks: int,
     topic: str,
     index: int,
     records: bytes | None,
@@ -167,6 +178,11 @@ def _produce_partition(
         return _partition_error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if part.leader != node_id:
         return _partition_error(index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    topic_state = state.topics[topic]
+    min_isr = topic_state.config_int("min.insync.replicas", state.config.min_insync_replicas)
+    if acks == -1 and len(state.isr(part)) < min_isr:
+        # Partition.appendRecordsToLeader checks this before anything is validated
+        return _partition_error(index, ErrorCode.NOT_ENOUGH_REPLICAS)
     batches = _split_batches(bytes(records or b""))
     if isinstance(batches, int):
         return _partition_error(index, batches)
@@ -177,13 +193,16 @@ def _produce_partition(
     header = parse_batch_header(raw)
     if header.magic != 2:
         return _partition_error(index, ErrorCode.INVALID_RECORD)
-    limit = state.topics[topic].max_message_bytes(state.config.max_message_bytes)
+    limit = topic_state.config_int("max.message.bytes", state.config.max_message_bytes)
     if header.size > limit:
         return _partition_error(index, ErrorCode.MESSAGE_TOO_LARGE)
     if crc32c(raw[CRC_START:]) != header.crc:
         return _partition_error(index, ErrorCode.CORRUPT_MESSAGE)
     if header.records_count != header.last_offset_delta + 1 or header.records_count <= 0:
         return _partition_error(index, ErrorCode.INVALID_RECORD)
+    if len(raw) > topic_state.config_int("segment.bytes", state.config.segment_bytes):
+        # UnifiedLog.append, after validation and before the producer-state checks
+        return _partition_error(index, ErrorCode.RECORD_LIST_TOO_LARGE)
 
     now = trio.current_time()
     pid = header.producer_id
@@ -201,7 +220,7 @@ def _produce_partition(
                     index=index,
                     error_code=0,
                     base_offset=dup.base_offset,
-                    log_append_time_ms=-1,
+                    log_append_time_ms=dup.timestamp,  # what Kafka answers, see above
                     log_start_offset=part.log_start_offset,
                 )
             code = _check_sequence(entry, header.producer_epoch, header.base_sequence)
@@ -262,20 +281,16 @@ def reset_producer_state(part: PartitionState) -> None:
 def handle_init_producer_id(
     state: FakeState, version: int, request: ipi.InitProducerIdRequest, injected: int | None
 ) -> ipi.InitProducerIdResponse:
-    """Allocate a producer id, or bump the epoch of a known one (KIP-360).
+    """A new producer id with epoch 0, as Kafka gives any InitProducerId without a
+    transactional id (`TransactionCoordinator.handleInitProducerId`: "if the
+    transactional id is null, then always blindly accept the request and return a
+    new producerId"), whatever producer id and epoch it carries (v3+). Bumping an
+    idempotent producer's epoch is the producer's own business (KIP-360): the
+    Produce rules above accept a higher epoch that starts at sequence 0.
 
-    Transactions are not supported: a non-null transactional id is answered
-    with COORDINATOR_NOT_AVAILABLE.
-
-    With `kip360_bump=True` (the default) a v3+ request carrying the current
-    (producer_id, epoch) follows Kafka's transaction coordinator
-    (`TransactionCoordinator.handleInitProducerId`): the epoch is bumped; a
-    retry of that bump (the previous epoch) gets the current one back; an
-    exhausted epoch (>= 32766) rotates to a new producer id with epoch 0;
-    any other pid/epoch -> PRODUCER_FENCED (90) at v4+, INVALID_PRODUCER_EPOCH
-    (47) before (KIP-588). An unknown producer id gets a fresh id.
-    With `kip360_bump=False` the fake does what Kafka does for a null
-    transactional id: every request gets a brand-new producer id, epoch 0.
+    A producer id set without an epoch, or the reverse, is INVALID_REQUEST
+    (KafkaApis.handleInitProducerIdRequest). Transactions are not supported: a
+    transactional id is answered with COORDINATOR_NOT_AVAILABLE.
     """
 
     def fail(code: int) -> ipi.InitProducerIdResponse:
@@ -283,36 +298,10 @@ def handle_init_producer_id(
 
     if injected is not None:
         return fail(injected)
+    if version >= 3 and (request.producer_id == -1) != (request.producer_epoch == -1):
+        return fail(ErrorCode.INVALID_REQUEST)
     if request.transactional_id is not None:
         return fail(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    pids = state.pids
-    expected_pid = request.producer_id if version >= 3 else -1
-    expected_epoch = request.producer_epoch if version >= 3 else -1
-
-    def ok(pid: int, epoch: int) -> ipi.InitProducerIdResponse:
-        return ipi.InitProducerIdResponse(error_code=0, producer_id=pid, producer_epoch=epoch)
-
-    if expected_pid < 0 or not state.config.kip360_bump:
-        lineage = pids.allocate()
-        return ok(lineage.producer_id, lineage.epoch)
-    lineage_or_none = pids.lineages.get(expected_pid)
-    if lineage_or_none is None:
-        lineage = pids.allocate()
-        return ok(lineage.producer_id, lineage.epoch)
-    lineage = lineage_or_none
-    fenced = ErrorCode.PRODUCER_FENCED if version >= 4 else ErrorCode.INVALID_PRODUCER_EPOCH
-    valid = expected_pid == lineage.producer_id or (
-        expected_pid == lineage.last_producer_id and epoch_exhausted(expected_epoch)
+    return ipi.InitProducerIdResponse(
+        error_code=0, producer_id=state.pids.allocate(), producer_epoch=0
     )
-    if not valid:
-        return fail(fenced)
-    if epoch_exhausted(lineage.epoch) and expected_epoch == lineage.epoch:
-        pids.rotate(lineage)
-        return ok(lineage.producer_id, lineage.epoch)
-    if expected_epoch == lineage.epoch:
-        lineage.last_epoch = lineage.epoch
-        lineage.epoch += 1
-        return ok(lineage.producer_id, lineage.epoch)
-    if expected_epoch == lineage.last_epoch:
-        return ok(lineage.producer_id, lineage.epoch)
-    return fail(fenced)

@@ -13,7 +13,11 @@ Theory of operation (the parts Kafka is picky about):
   does: for each producer id, its epoch and the metadata of its last five
   batches (first/last sequence, base/last offset). A retried batch whose
   sequence range equals a cached one is answered with the cached offsets.
-* The producer-id "coordinator" hands out ids and bumps epochs (KIP-360).
+* The producer-id "coordinator" hands out a new id, epoch 0, for every
+  InitProducerId without a transactional id, as Kafka's does; an epoch is
+  only ever bumped by the producer itself (KIP-360, the Java client's way).
+* The ISR of a partition is its replicas on running brokers (a stopped
+  broker leaves every ISR at once, as a fenced Kafka broker does).
 """
 
 from __future__ import annotations
@@ -174,49 +178,23 @@ class TopicState:
     partitions: list[PartitionState]
     configs: dict[str, str] = field(default_factory=dict)
 
-    def max_message_bytes(self, default: int) -> int:
-        value = self.configs.get("max.message.bytes")
+    def config_int(self, name: str, default: int) -> int:
+        """A topic config as an int (`max.message.bytes`, `segment.bytes`,
+        `min.insync.replicas`), else the broker-wide default."""
+        value = self.configs.get(name)
         return int(value) if value is not None else default
 
 
 @dataclass(slots=True)
-class ProducerLineage:
-    """What the coordinator knows of one producer: Kafka's `TransactionMetadata`
-    reduced to the fields KIP-360 epoch bumps use."""
-
-    producer_id: int
-    epoch: int
-    last_producer_id: int = NO_PRODUCER_ID
-    last_epoch: int = NO_EPOCH
-
-
-def epoch_exhausted(epoch: int) -> bool:
-    """Kafka's `TransactionMetadata.isEpochExhausted`: the epoch can't be bumped
-    again when it is >= Short.MAX_VALUE - 1 (the last value is reserved)."""
-    return epoch >= MAX_EPOCH - 1
-
-
-@dataclass(slots=True)
 class ProducerIdManager:
-    """Hands out producer ids and bumps epochs (see `init_producer_id`)."""
+    """Hands out producer ids: Kafka's `ProducerIdManager`, one id after the other."""
 
     next_id: int = 1000
-    lineages: dict[int, ProducerLineage] = field(
-        default_factory=dict
-    )  # {any pid of the lineage: lineage}
 
-    def allocate(self) -> ProducerLineage:
-        lineage = ProducerLineage(self.next_id, 0)
+    def allocate(self) -> int:
+        pid = self.next_id
         self.next_id += 1
-        self.lineages[lineage.producer_id] = lineage
-        return lineage
-
-    def rotate(self, lineage: ProducerLineage) -> None:
-        old_pid, old_epoch = lineage.producer_id, lineage.epoch
-        lineage.last_producer_id, lineage.last_epoch = old_pid, old_epoch
-        lineage.producer_id, lineage.epoch = self.next_id, 0
-        self.next_id += 1
-        self.lineages[lineage.producer_id] = lineage
+        return pid
 
 
 @dataclass(slots=True)
@@ -231,11 +209,12 @@ class BrokerState:
 @dataclass(slots=True)
 class FakeConfig:
     max_message_bytes: int
+    segment_bytes: int
+    min_insync_replicas: int
     auto_create_topics: bool
     auto_create_partitions: int
     default_replication_factor: int
     strict_unknown_producer: bool
-    kip360_bump: bool
     cluster_id: str
 
 
@@ -254,6 +233,10 @@ class FakeState:
     def controller_id(self) -> int:
         alive = self.alive_brokers()
         return min(b.node_id for b in alive) if alive else -1
+
+    def isr(self, part: PartitionState) -> tuple[int, ...]:
+        """The in-sync replicas: those on running brokers."""
+        return tuple(r for r in part.replicas if self.brokers[r].alive)
 
     def partition(self, topic: str, index: int) -> PartitionState | None:
         t = self.topics.get(topic)
