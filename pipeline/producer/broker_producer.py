@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from pipeline.cluster.errors import KafkaError
+from pipeline.producer.batches import split_batch, unless_duplicate_echo
 from pipeline.producer.envelopes import (
     Batch,
     BrokerItem,
@@ -94,6 +95,10 @@ _REFRESH_CODES = frozenset({
     ErrorCode.KAFKA_STORAGE_ERROR,
 })
 _EPOCH_CODES = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
+# The broker found the batch too large: over max.message.bytes (MESSAGE_TOO_LARGE) or
+# over segment.bytes (RECORD_LIST_TOO_LARGE). Nothing was written; a batch of several
+# records is split in two and retried (KIP-126), a single record fails with that cause.
+_TOO_LARGE = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE})
 
 
 @dataclass(slots=True)
@@ -218,10 +223,10 @@ class BrokerProducer:
             msgs = [m for m in msgs if m._state == PENDING]
             if not msgs:
                 continue
-            if unit._level >= limit:
-                exhausted.extend(msgs)
-            elif unit._deadline <= now:
-                expired.extend(msgs)
+            if unit._level >= limit or unit._deadline <= now:
+                (exhausted if unit._level >= limit else expired).extend(msgs)
+                if self._idem is not None and isinstance(unit, SealedBatch):
+                    self._idem.batch_failed(unit, "retries or delivery_timeout ran out")
             else:
                 unit._level += 1
                 again.append(unit)
@@ -232,6 +237,7 @@ class BrokerProducer:
         if expired:
             core.ledger.fail(expired, core.delivery_timeout_error(tp, cause))
         if again:
+            core.last_error[tp] = cause
             core.partition_producer(tp).retry(again)
 
     def _settled(self, tp: TopicPartition) -> None:
@@ -491,13 +497,19 @@ class BrokerProducer:
             return
         code = error_code(result.error_code)
         if code == ErrorCode.NONE:
-            ledger.succeed(batch.messages, result.base_offset, result.log_append_time_ms)
+            append_time = result.log_append_time_ms
+            if append_time >= 0 and batch._level and batch.producer_id >= 0:
+                append_time = unless_duplicate_echo(batch, append_time)
+            ledger.succeed(batch.messages, result.base_offset, append_time)
             if idem is not None and batch.producer_epoch == idem.producer_epoch:
                 idem.confirmed.add(tp)
+            if self.core.last_error:
+                self.core.last_error.pop(tp, None)
             return
         cause = BrokerResponseError(code, result.error_message)
         if code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and idem is not None:
-            # A retry of a batch the broker already has: written, offset unknown.
+            # tansu only: it answers a re-sent batch it already has with 46 and no
+            # offset (Kafka answers NONE with the original offset, above). Written.
             ledger.succeed(batch.messages, -1, -1)
             if batch.producer_epoch == idem.producer_epoch:
                 idem.confirmed.add(tp)
@@ -519,15 +531,33 @@ class BrokerProducer:
             self._schedule_bounce(part, batch, cause)
             idem.request_bump(f"UNKNOWN_PRODUCER_ID on {tp}")
         elif code in _EPOCH_CODES and idem is not None:
+            # Not written. The current epoch fenced (tansu refuses an epoch the
+            # producer bumped itself): recover with a new producer id; re-sent then.
             self._schedule_bounce(part, batch, cause)
-            if (batch.producer_id, batch.producer_epoch) == (idem.producer_id, idem.producer_epoch):
-                idem.request_bump(f"{code.name} on {tp}")
+            idem.epoch_fenced(batch.producer_id, batch.producer_epoch, code)
         elif code.retriable:
             self._schedule_bounce(part, batch, cause)
             if code in _REFRESH_CODES:
                 self.core.request_refresh(tp.topic)
+        elif code in _TOO_LARGE and len(batch.messages) > 1 and not batch.fate_unknown:
+            # KIP-126, as the Java client: two halves, in order, retried (each split
+            # takes a retry level); with idempotence they share the batch's sequence
+            # range, so later batches (answered OUT_OF_ORDER meanwhile) follow them
+            # unchanged. A batch whose fate is unknown is never split: a half of a
+            # written batch would not be recognised as its duplicate.
+            log.info("%s: %s for a batch of %d records; splitting it", tp, code.name,
+                     len(batch.messages))
+            n, first_bytes = _fill(batch.messages, batch.nbytes // 2, len(batch.messages) - 1)
+            for half in split_batch(batch, n, first_bytes, self.core.config):
+                self._schedule_bounce(part, half, cause)
         else:
             ledger.fail(batch.messages, cause)
+            if idem is not None:
+                # Not written, but its sequences were taken: later batches of the
+                # partition in flight are answered OUT_OF_ORDER (explained by
+                # ``retrying``: they come back) and are re-sent in a new epoch.
+                part.retrying = cause
+                idem.batch_failed(batch, code.name)
 
     # -- delivery timeout --------------------------------------------------
     def _expire(self, now: float) -> None:
@@ -547,6 +577,8 @@ class BrokerProducer:
                     [m for m in batch.messages if m._state == PENDING],
                     core.delivery_timeout_error(tp, None),
                 )
+                if self._idem is not None:
+                    self._idem.batch_failed(batch, "delivery timeout")
         for flight in self._in_flight:
             if not flight.expired and flight.deadline <= now:
                 # The request may still succeed: its outcome is unknown. The

@@ -46,6 +46,9 @@ class ProducerCore:
         self._pp_inputs: dict[TopicPartition, trio.MemorySendChannel[Inbound]] = {}
         self._bps: dict[int, BrokerProducer] = {}
         self.idempotence: Idempotence | None = Idempotence(self) if config.idempotent else None
+        # The error that last sent each partition's messages back for a retry, until a
+        # batch of it succeeds: a delivery timeout names it ("last error: ...").
+        self.last_error: dict[TopicPartition, BaseException] = {}
 
     # -- stage registry ----------------------------------------------------
     async def partition_input(self, tp: TopicPartition) -> trio.MemorySendChannel[Inbound]:
@@ -100,11 +103,14 @@ class ProducerCore:
     def delivery_timeout_error(
         self, tp: TopicPartition, cause: BaseException | None, *, in_flight: bool = False
     ) -> DeliveryTimeoutError:
+        """``cause`` None: the partition's last retry error, if any."""
         what = (
             "its request was still in flight, so it may or may not have been written"
             if in_flight
             else "it was never acknowledged"
         )
+        if cause is None:
+            cause = self.last_error.get(tp)
         last = f"; last error: {cause}" if cause is not None else ""
         return DeliveryTimeoutError(
             f"delivery_timeout={self.config.delivery_timeout}s expired for "

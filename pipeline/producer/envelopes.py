@@ -13,6 +13,9 @@ from typing import NamedTuple
 
 from pipeline.producer.message import ProducerMessage
 
+#: Sequence numbers are int32 and wrap from 2**31-1 to 0 (Kafka's DefaultRecordBatch).
+SEQUENCE_WRAP = 2**31
+
 
 class TopicPartition(NamedTuple):
     topic: str

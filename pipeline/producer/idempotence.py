@@ -1,21 +1,32 @@
-"""Idempotence: producer id and epoch, per-partition sequences, epoch bumps.
+"""Idempotence: producer id and epoch, per-partition sequences, recovery.
 
 Strategy. Sequences are assigned when a broker producer *seals* a batch for a
 live leader (never to a message that may still fail before it is sent), so
 the broker sees every partition's sequences without gaps. A retried batch is
 re-sent byte for byte.
 
-Recovery (KIP-360) happens when a partition's sequence state can no longer be
-trusted: an OUT_OF_ORDER_SEQUENCE_NUMBER that no earlier failure explains,
-UNKNOWN_PRODUCER_ID, or a batch whose delivery timed out while its outcome was
-unknown. Then:
+Recovery happens when a partition's sequence state can no longer be trusted:
+an OUT_OF_ORDER_SEQUENCE_NUMBER that no earlier failure explains,
+UNKNOWN_PRODUCER_ID (Kafka < 2.5), a sealed batch that failed for good
+(``batch_failed``: its delivery timed out, in flight or waiting for a retry,
+its retries ran out, or the broker refused it for good; its sequences are a gap
+the broker waits for forever), or a broker fencing the current epoch. Then:
 
 1. ``request_bump()``: every broker producer stops sealing new batches;
 2. the bump task waits until no batch is in flight anywhere, so no answer
    under the old epoch is still to come;
-3. InitProducerId with the current id and epoch (KIP-360, v3+) bumps the
-   epoch; when the broker refuses that (tansu) or the epoch is exhausted
-   (sarama #2178), a new producer id is obtained instead;
+3. the producer bumps its own epoch (KIP-360, what the Java client does for an
+   idempotent producer). No request is needed: a broker accepts a higher epoch
+   whose first sequence is 0, and from then on fences the old epoch on that
+   partition (INVALID_PRODUCER_EPOCH), so a stale request of the old epoch
+   still queued somewhere can never be written after the new epoch's batches.
+   A *new producer id* (InitProducerId with -1/-1) is taken instead when the
+   epoch is exhausted (32767, sarama #2178) or a broker fenced the current
+   epoch; once a broker refused a locally bumped epoch (tansu answers
+   PRODUCER_FENCED to it), every later recovery takes a new id directly.
+   InitProducerId is never sent with the current id and epoch: for a producer
+   without a transactional id Kafka ignores them and allocates a new id anyway
+   (``TransactionCoordinator.handleInitProducerId``);
 4. every partition's sequence restarts at 0, sealing resumes. Batches waiting
    for a retry are re-stamped lazily when they are next sent, in order; a batch
    whose fate is unknown is failed rather than re-stamped, since a re-stamped
@@ -33,7 +44,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from pipeline.cluster.errors import KafkaError
-from pipeline.producer.envelopes import TopicPartition
+from pipeline.producer.envelopes import SEQUENCE_WRAP, SealedBatch, TopicPartition
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode, error_code
 from pipeline.protocol.messages.init_producer_id import InitProducerIdRequest
@@ -43,8 +54,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pipeline.producer")
 
-MAX_EPOCH = 32767
-SEQUENCE_WRAP = 2**31
+MAX_EPOCH = 32767  # int16: the last epoch a batch can carry (the Java client's Short.MAX_VALUE)
+__all__ = ["MAX_EPOCH", "SEQUENCE_WRAP", "Idempotence", "InitProducerIdError"]
 
 
 class InitProducerIdError(KafkaError):
@@ -69,8 +80,17 @@ class Idempotence:
         # True from request_bump() until the new epoch is in place: no sealing.
         self.paused = True  # until the first producer id arrives
         self._bump_requested = trio.Event()
-        self.bumps = 0  # epoch bumps and new producer ids (statistics, tests)
+        # Statistics, true on every broker: epochs bumped by the producer itself,
+        # and producer ids obtained in a recovery (the first id is not counted).
+        self.bumps = 0
         self.new_ids = 0
+        # False once a broker refused an epoch this producer bumped itself (tansu
+        # fences it): recoveries then take a new producer id straight away.
+        self.local_bumps = True
+        # The current epoch was bumped here (no broker has vouched for it yet).
+        self._bumped_locally = False
+        # The next recovery must take a new producer id (the current one is fenced).
+        self._need_new_id = False
 
     # -- sequences ---------------------------------------------------------
     def take_sequence(self, tp: TopicPartition, count: int) -> int:
@@ -92,71 +112,88 @@ class Idempotence:
             self._drained = trio.Event()
             await self._drained.wait()
 
-    # -- bumps -------------------------------------------------------------
+    # -- recovery ----------------------------------------------------------
     def request_bump(self, reason: str) -> None:
+        """Start a recovery (a new epoch, or a new id when that is impossible)."""
         if not self._bump_requested.is_set():
-            log.warning("idempotent producer: bumping the epoch (%s)", reason)
+            log.warning("idempotent producer: starting a new epoch (%s)", reason)
         self.paused = True
         self._bump_requested.set()
 
+    def batch_failed(self, batch: SealedBatch, reason: str) -> None:
+        """A sealed batch failed for good (expired, retries exhausted, refused). Its
+        sequences were taken: the broker waits for them (or has them, if its fate is
+        unknown), so every later batch of its partition would be out of order. Unless
+        it belongs to an older epoch, recover."""
+        if (batch.producer_id, batch.producer_epoch) == (self.producer_id, self.producer_epoch):
+            tp = batch.tp
+            self.request_bump(f"{reason} on {tp.topic}[{tp.partition}] after the batch took "
+                              f"sequences {batch.base_sequence}..")
+
+    def epoch_fenced(self, producer_id: int, producer_epoch: int, code: ErrorCode) -> None:
+        """A broker answered INVALID_PRODUCER_EPOCH / PRODUCER_FENCED to a batch of
+        (producer_id, producer_epoch). The batch was not written. If that is the
+        current epoch, it is unusable: recover with a new producer id."""
+        if (producer_id, producer_epoch) != (self.producer_id, self.producer_epoch):
+            return  # an older epoch: the recovery that replaced it is done or under way
+        if self._bumped_locally and self.local_bumps:
+            log.warning("the broker refused the epoch this producer bumped itself (%s); "
+                        "recovering with new producer ids from now on", code.name)
+            self.local_bumps = False
+        self._need_new_id = True
+        self.request_bump(f"{code.name} for producer id {producer_id} epoch {producer_epoch}")
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The bump task: obtains the first producer id, then serves bump requests."""
-        await self._init(bump=False)
+        """The recovery task: obtains the first producer id, then serves bump requests."""
+        self._start_epoch(*await self._obtain_id(), bumped_locally=False)
         task_status.started()
         while True:
             await self._bump_requested.wait()
             await self.wait_drained()
-            await self._init(bump=True)
+            if self._need_new_id or not self.local_bumps or self.producer_epoch >= MAX_EPOCH:
+                pid, epoch = await self._obtain_id()
+                self.new_ids += 1
+                self._start_epoch(pid, epoch, bumped_locally=False)
+            else:
+                self.bumps += 1
+                self._start_epoch(self.producer_id, self.producer_epoch + 1, bumped_locally=True)
             self._bump_requested = trio.Event()
 
-    async def _init(self, *, bump: bool) -> None:
-        core = self.core
+    def _start_epoch(self, pid: int, epoch: int, *, bumped_locally: bool) -> None:
+        self.producer_id, self.producer_epoch = pid, epoch
+        self._bumped_locally = bumped_locally
+        self._need_new_id = False
+        self._next_sequence.clear()
+        self.confirmed.clear()
+        self.paused = False
+        for bp in self.core.broker_producers():
+            bp.wake()
+
+    async def _obtain_id(self) -> tuple[int, int]:
+        """A new producer id (InitProducerId -1/-1), retried with backoff until it works."""
         attempt = 0
         while True:
             attempt += 1
             try:
-                pid, epoch = await self._request(bump=bump)
+                return await self._request()
             except (KafkaError, OSError) as exc:
-                delay = core.backoff(attempt)
+                delay = self.core.backoff(attempt)
                 log.info("InitProducerId failed (%s); retrying in %.3fs", exc, delay)
                 await trio.sleep(delay)
-                continue
-            if bump and pid == self.producer_id:
-                self.bumps += 1
-            elif bump:
-                self.new_ids += 1
-            self.producer_id, self.producer_epoch = pid, epoch
-            self._next_sequence.clear()
-            self.confirmed.clear()
-            self.paused = False
-            for bp in core.broker_producers():
-                bp.wake()
-            return
 
-    async def _request(self, *, bump: bool) -> tuple[int, int]:
+    async def _request(self) -> tuple[int, int]:
         conn = await self.core.cluster.any_connection()
+        # Some brokers only serve InitProducerId properly from v3 (tansu); any
+        # version works with -1/-1, so the highest both sides speak is used.
         version = conn.version_for(ApiKey.INIT_PRODUCER_ID)
-        kip360 = bump and version >= 3 and 0 <= self.producer_epoch < MAX_EPOCH - 1
         request = InitProducerIdRequest(
             transactional_id=None,
             transaction_timeout_ms=int(self.core.config.delivery_timeout * 1000),
-            producer_id=self.producer_id if kip360 else -1,
-            producer_epoch=self.producer_epoch if kip360 else -1,
+            producer_id=-1,
+            producer_epoch=-1,
         )
         response = await conn.request(request, version=version)
         code = error_code(response.error_code)
-        if code != ErrorCode.NONE and kip360:
-            # The broker cannot bump this id (tansu never can): a new id is the
-            # other way to a fresh sequence space.
-            log.info("KIP-360 epoch bump refused (%s); requesting a new producer id", code.name)
-            request = InitProducerIdRequest(
-                transactional_id=None,
-                transaction_timeout_ms=request.transaction_timeout_ms,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-            response = await conn.request(request, version=version)
-            code = error_code(response.error_code)
         if code != ErrorCode.NONE:
             raise InitProducerIdError(f"InitProducerId v{version}: {code.name} {code.description}")
         if response.producer_id < 0:

@@ -303,6 +303,8 @@ class PartitionProducer:
         self._out.extend(held)
 
     def _expire(self, now: float) -> None:
+        idem = self.core.idempotence
+
         def split(units: list[Unit]) -> list[Unit]:
             alive = [u for u in units if u._deadline > now]
             if len(alive) != len(units):
@@ -310,12 +312,19 @@ class PartitionProducer:
                 for u in units:
                     if u._deadline <= now:
                         dead.extend(u.messages if isinstance(u, SealedBatch) else [u])
-                self.core.ledger.fail([m for m in dead if m._state == PENDING], DeliveryTimeoutError(
-                    f"not delivered within delivery_timeout={self.core.config.delivery_timeout}s "
-                    f"(partition {self.tp.topic}[{self.tp.partition}] had no usable leader)"
-                ))
+                        if isinstance(u, SealedBatch) and idem is not None:
+                            idem.batch_failed(u, "delivery timeout")
+                self.core.ledger.fail([m for m in dead if m._state == PENDING], self._timeout_error())
             return alive
 
         self._held = split(self._held)
         for level, buf in self._levels.items():
             self._levels[level] = split(buf)
+
+    def _timeout_error(self) -> DeliveryTimeoutError:
+        if self.tp in self.core.last_error:  # waiting to retry after a broker error
+            return self.core.delivery_timeout_error(self.tp, None)
+        return DeliveryTimeoutError(
+            f"not delivered within delivery_timeout={self.core.config.delivery_timeout}s "
+            f"(partition {self.tp.topic}[{self.tp.partition}] had no usable leader)"
+        )

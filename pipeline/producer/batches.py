@@ -1,0 +1,65 @@
+"""What a broker producer does to a sealed batch after a broker's answer, besides
+re-sending it: split one that was too large, read a duplicate's answer right.
+
+Pure functions on ``SealedBatch`` (no I/O, no trio): the broker producer calls them from
+its response handling.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pipeline.producer.envelopes import SEQUENCE_WRAP, SealedBatch
+from pipeline.protocol.batch_format import ATTRIBUTES_OFFSET, TAIL
+from pipeline.protocol.records import BatchBuilder
+
+if TYPE_CHECKING:
+    from pipeline.producer.config import ProducerConfig
+
+__all__ = ["split_batch", "unless_duplicate_echo"]
+
+
+def split_batch(batch: SealedBatch, n: int, first_bytes: int, config: ProducerConfig
+                ) -> tuple[SealedBatch, SealedBatch]:
+    """KIP-126: a batch of two or more records that the broker found too large, as two
+    batches of its messages in order (the first ``n`` of them, ``first_bytes`` bytes, then
+    the rest), with its producer id and epoch and its sequence range cut at the same point.
+    So the halves take exactly the sequences the whole batch had, and the batches sealed
+    after it stay in sequence. They keep its retry level (the caller sends them back over
+    the retry path)."""
+    msgs = batch.messages
+    assert 0 < n < len(msgs)
+    halves = []
+    seq = batch.base_sequence
+    for part, nbytes in ((msgs[:n], first_bytes), (msgs[n:], batch.nbytes - first_bytes)):
+        builder = BatchBuilder(
+            compression=config.compression_codec, compression_level=config.compression_level
+        )
+        builder.extend(part)
+        if batch.producer_id >= 0:
+            records = builder.build(producer_id=batch.producer_id,
+                                    producer_epoch=batch.producer_epoch, base_sequence=seq)
+        else:
+            records = builder.build()
+        half = SealedBatch(batch.tp, part, records, batch.producer_id, batch.producer_epoch,
+                           seq, nbytes)
+        half._level = batch._level
+        halves.append(half)
+        if seq >= 0:
+            seq = (seq + len(part)) % SEQUENCE_WRAP
+    return halves[0], halves[1]
+
+
+def unless_duplicate_echo(batch: SealedBatch, append_time: int) -> int:
+    """The LogAppendTime to report for a re-sent idempotent batch answered NONE.
+
+    Kafka answers a duplicate with the cached batch's max timestamp in
+    ``log_append_time_ms`` (``UnifiedLog.append``: ``setLogAppendTime(duplicate.timestamp)``),
+    also on a CreateTime topic, where a fresh append answers -1; the Java client then
+    reports that one timestamp for every record. An answer equal to this batch's own max
+    timestamp is taken for that echo: the records keep their own timestamps (-1). On a
+    LogAppendTime topic the two coincide only when the original append happened in the
+    batch's last millisecond; the records' timestamps are then off by at most the batch's
+    spread of CreateTimes."""
+    max_timestamp = TAIL.unpack_from(batch.records, ATTRIBUTES_OFFSET)[3]
+    return -1 if append_time == max_timestamp else append_time
