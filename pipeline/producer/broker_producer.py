@@ -350,7 +350,9 @@ class BrokerProducer:
         ):
             return True
         pending = [m for m in batch.messages if m._state == PENDING]
-        if batch.fate_unknown or len(pending) != len(batch.messages):
+        if (batch.fate_unknown and not idem.never_written(batch)) or len(pending) != len(
+            batch.messages
+        ):
             # It may have been written under the old epoch: a re-stamped copy
             # would be a duplicate. Its outcome stays unknown.
             self.core.ledger.fail(pending, KafkaError(

@@ -91,6 +91,10 @@ class Idempotence:
         self._bumped_locally = False
         # The next recovery must take a new producer id (the current one is fenced).
         self._need_new_id = False
+        # (producer id, epoch) of local bumps a broker refused: no batch of them was
+        # ever written (tansu refuses every batch of such an epoch), so one whose
+        # answer was lost may still be re-stamped under the new id.
+        self._refused: set[tuple[int, int]] = set()
 
     # -- sequences ---------------------------------------------------------
     def take_sequence(self, tp: TopicPartition, count: int) -> int:
@@ -130,16 +134,22 @@ class Idempotence:
             self.request_bump(f"{reason} on {tp.topic}[{tp.partition}] after the batch took "
                               f"sequences {batch.base_sequence}..")
 
+    def never_written(self, batch: SealedBatch) -> bool:
+        """True if ``batch`` belongs to a locally bumped epoch that a broker refused."""
+        return (batch.producer_id, batch.producer_epoch) in self._refused
+
     def epoch_fenced(self, producer_id: int, producer_epoch: int, code: ErrorCode) -> None:
         """A broker answered INVALID_PRODUCER_EPOCH / PRODUCER_FENCED to a batch of
         (producer_id, producer_epoch). The batch was not written. If that is the
         current epoch, it is unusable: recover with a new producer id."""
         if (producer_id, producer_epoch) != (self.producer_id, self.producer_epoch):
             return  # an older epoch: the recovery that replaced it is done or under way
-        if self._bumped_locally and self.local_bumps:
-            log.warning("the broker refused the epoch this producer bumped itself (%s); "
-                        "recovering with new producer ids from now on", code.name)
+        if self._bumped_locally:
+            if self.local_bumps:
+                log.warning("the broker refused the epoch this producer bumped itself (%s); "
+                            "recovering with new producer ids from now on", code.name)
             self.local_bumps = False
+            self._refused.add((producer_id, producer_epoch))
         self._need_new_id = True
         self.request_bump(f"{code.name} for producer id {producer_id} epoch {producer_epoch}")
 

@@ -28,7 +28,7 @@ from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages import produce as pm
 from pipeline.protocol.records import decode_record_batches
-from pipeline.testing.fake_cluster import ControlContext, FakeCluster
+from pipeline.testing.fake_cluster import DROP, ControlContext, FakeCluster
 
 from .conftest import open_fake_producer, values_in_log
 from .test_idempotence import idem_options, sent_batches
@@ -114,6 +114,37 @@ async def test_refused_bump_falls_back_to_new_producer_ids(
     assert init_requests(fake) == [(-1, -1)] * 3
     fenced = [b for b in sent_batches(fake, "t", 0) if b[2] == 1]
     assert len(fenced) == 1  # one batch tried the bumped epoch, then a new id
+
+
+async def test_lost_answer_in_a_refused_epoch_is_not_a_lost_message(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """tansu again: the first batch of the self-bumped epoch loses its connection (fate
+    unknown), its identical retry is fenced. A broker that refuses an epoch never wrote a
+    batch of it, so the batch is re-stamped under the new producer id and delivered,
+    not failed as "may or may not have been written"."""
+    fake.create_topic("t", 1, leaders=[0])
+    dropped: list[int] = []
+
+    def drop_first_then_refuse(ctx: ControlContext) -> Any:
+        if refuse_bumped_epochs(ctx) is None:
+            return None
+        if not dropped:
+            dropped.append(1)
+            return DROP  # the connection closes: no answer
+        return refuse_bumped_epochs(ctx)
+
+    fake.control(ApiKey.PRODUCE, drop_first_then_refuse, sticky=True)
+    async with open_fake_producer(fake, **idem_options()) as producer:
+        await producer.send_and_wait("t", b"a", partition=0)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, node_id=0)
+        await outcomes(await send_all(producer, "t", vals("gap", 1), partition=0))
+        results = await outcomes(await send_all(producer, "t", vals("b", 2), partition=0))
+        assert (idem(producer).bumps, idem(producer).new_ids) == (1, 1)
+    assert dropped == [1]
+    assert [r.offset for r in results] == [1, 2]
+    assert values_in_log(fake, "t", 0) == [b"a", *vals("b", 2)]
+    assert [b[2:] for b in sent_batches(fake, "t", 0)][-3:] == [(1, 0, 2), (1, 0, 2), (0, 0, 2)]
 
 
 async def test_late_request_of_the_old_epoch_is_fenced(
