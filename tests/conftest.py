@@ -13,6 +13,13 @@ a duplicate idempotent batch gets 46 instead of NONE, and bad CRCs are only logg
 
 Apache Kafka itself (``pipeline.testing.kafka``): ``kafka_cluster`` (3 nodes) and
 ``kafka_single`` (1 node), started once per session when a test asks for them (see below).
+
+Broker-parametrized tests (tests/integration, tests/cli, a few Spark tests) ask for
+``any_broker`` (or override ``kafka_bootstrap``/``new_topic``/``broker_kind``/
+``embedded_broker`` with it, as tests/integration/conftest.py does): each runs twice,
+``[tansu]`` on the session broker above and ``[kafka]`` on the 1-node Apache Kafka
+(marked ``kafka``). On ``[kafka]`` they assert Kafka's real semantics; where tansu
+differs, the test says so.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import re
 import sys
 import uuid
 from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -200,3 +208,54 @@ def kafka_topic(request: pytest.FixtureRequest) -> Callable[[str], str]:
         return f"{base}-{uuid.uuid4().hex[:8]}"
 
     return _name
+
+
+# --------------------------------------------------------------------------- tansu and Kafka
+#
+# ``any_broker``: the same test on the session broker ("tansu": tansu unless
+# PIPELINE_BOOTSTRAP or a Docker engine chose another) and on Apache Kafka ("kafka", the
+# session's 1-node KafkaCluster, marked ``kafka`` so it skips with the one reason where
+# java/mvn are missing and ``-m "not kafka"`` leaves it out).
+
+BROKERS = [pytest.param("tansu", id="tansu"),
+           pytest.param("kafka", id="kafka", marks=pytest.mark.kafka)]
+
+
+@dataclass(frozen=True)
+class AnyBroker:
+    """The broker a parametrized test runs on."""
+
+    bootstrap: str
+    kind: BrokerKind
+    embedded: EmbeddedBroker | None  # tansu's process (its log), else None
+    kafka: KafkaCluster | None  # the KafkaCluster on [kafka], else None
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        """Create ``name``; on Kafka, return only once every broker knows its leaders
+        (Kafka propagates new topics' metadata asynchronously)."""
+        if self.kafka is not None:
+            self.kafka.create_topic(name, partitions, replication_factor=1)
+        else:
+            create_topics(self.bootstrap, {name: partitions})
+
+
+@pytest.fixture(params=BROKERS)
+def any_broker(request: pytest.FixtureRequest) -> AnyBroker:
+    if request.param == "kafka":
+        cluster: KafkaCluster = request.getfixturevalue("kafka_single")
+        return AnyBroker(cluster.bootstrap, "kafka", None, cluster)
+    endpoint: BrokerEndpoint = request.getfixturevalue("broker_endpoint")
+    return AnyBroker(endpoint.bootstrap, endpoint.kind, endpoint.embedded, None)
+
+
+@pytest.fixture
+def any_new_topic(request: pytest.FixtureRequest, any_broker: AnyBroker) -> NewTopic:
+    """``new_topic`` on ``any_broker``."""
+
+    def _create(partitions: int = 1, prefix: str | None = None) -> str:
+        base = _UNSAFE.sub("-", prefix or request.node.name).strip("-._")[:80] or "topic"
+        name = f"{base}-{uuid.uuid4().hex[:8]}"
+        any_broker.create_topic(name, partitions)
+        return name
+
+    return _create

@@ -146,6 +146,21 @@ def test_produce_files_and_consume_formats(
         (["consume", "-b", "nonsense", "-t", "x"], "bad bootstrap address"),
         (["produce", "-b", "127.0.0.1:1", "-t", "x", "--timeout", "1"], "127.0.0.1:1"),
         (["consume", "-b", "127.0.0.1:1", "-t", "x", "--timeout", "1"], "127.0.0.1:1"),
+        (["bench", "-b", "nonsense"], "bad bootstrap address"),
+    ],
+)
+def test_user_errors_without_a_broker_are_one_line(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _stdin(monkeypatch, b"x\n")
+    assert main(argv) == 1
+    _one_error_line(capsys.readouterr().err, needle)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
         (["produce", "-b", "{b}", "-t", "no-such-topic-cli"], "unknown topic 'no-such-topic-cli'"),
         (["consume", "-b", "{b}", "-t", "no-such-topic-cli", "-e"], "unknown topic"),
         (["produce", "-b", "{b}", "-t", "{t}", "/no/such/file.txt"], "/no/such/file.txt"),
@@ -156,7 +171,6 @@ def test_produce_files_and_consume_formats(
         (["produce", "-b", "{b}", "-t", "{t}", "-z", "brotli"], "compression"),
         (["export", "-b", "{b}", "-t", "{t}", "/no/such/input.parquet"], "no such file"),
         (["export", "-b", "{b}", "-t", "{t}", "{dir}"], "cannot tell the format"),
-        (["bench", "-b", "nonsense"], "bad bootstrap address"),
     ],
 )
 def test_user_errors_are_one_line(

@@ -1,5 +1,9 @@
 """Integration fixtures (real broker). Everything here is marked ``integration``.
 
+Every test that uses the session broker runs twice, ``[tansu]`` and ``[kafka]`` (Apache
+Kafka, marked ``kafka``): ``kafka_bootstrap``, ``new_topic``, ``broker_kind`` and
+``embedded_broker`` are overridden here with ``any_broker``'s (tests/conftest.py).
+
 * ``broker_factory(**kwargs)``: a private EmbeddedBroker for tests that must not share the
   session broker (own port layout, fault proxy in front, log assertions); stopped at teardown.
 * ``consume``: read records back with confluent-kafka via ``assign()`` (never group
@@ -14,10 +18,32 @@ from typing import Any
 
 import pytest
 
-from pipeline.testing.broker import EmbeddedBroker
+from pipeline.testing.broker import BrokerKind, EmbeddedBroker
 
 BrokerFactory = Callable[..., EmbeddedBroker]
 Consume = Callable[..., list[Any]]
+NewTopic = Callable[..., str]
+AnyBroker = Any  # tests/conftest.py's AnyBroker (the root conftest is no importable package)
+
+
+@pytest.fixture
+def kafka_bootstrap(any_broker: AnyBroker) -> str:
+    return any_broker.bootstrap
+
+
+@pytest.fixture
+def broker_kind(any_broker: AnyBroker) -> BrokerKind:
+    return any_broker.kind
+
+
+@pytest.fixture
+def embedded_broker(any_broker: AnyBroker) -> EmbeddedBroker | None:
+    return any_broker.embedded
+
+
+@pytest.fixture
+def new_topic(any_new_topic: NewTopic) -> NewTopic:
+    return any_new_topic
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -245,12 +246,21 @@ def test_create_topics_unreachable_broker_is_bounded() -> None:
 
 def test_session_fixtures_agree(
     broker_endpoint: BrokerEndpoint,
+    any_broker: Any,
     kafka_bootstrap: str,
     broker_kind: str,
     embedded_broker: EmbeddedBroker | None,
 ) -> None:
+    """[tansu]: the overridden fixtures are the session broker's; [kafka]: the
+    session's 1-node KafkaCluster's."""
     assert broker_kind in ("external", "kafka", "tansu")
+    if any_broker.kafka is not None:
+        assert (kafka_bootstrap, broker_kind, embedded_broker) == (
+            any_broker.kafka.bootstrap, "kafka", None)
+        assert len(any_broker.kafka.nodes) == 1
+        return
     assert kafka_bootstrap == broker_endpoint.bootstrap
+    assert broker_kind == broker_endpoint.kind
     if broker_kind == "tansu":
         assert embedded_broker is not None
         assert embedded_broker.running

@@ -7,6 +7,11 @@ for each codec and each acks level. acks=0 promises only that records arrive: th
 ``RecordMetadata`` has ``offset == -1`` and ``offset_known is False`` (tansu answers
 acks=0 requests anyway; the connection must drop those stray responses unharmed).
 
+Every test runs on ``[tansu]`` and ``[kafka]`` (Apache Kafka 4.1, tests/integration/
+conftest.py). The tansu-only parts say so: tansu stores a batch with a bad CRC and only
+logs ``crc=``, so on tansu the log is checked; Kafka refuses such a batch
+(CORRUPT_MESSAGE), so there an acknowledged write already proves its CRC.
+
 Keyed records must land where confluent-kafka's ``partitioner=murmur2_random`` (the
 Java client's murmur2) puts them.
 
@@ -125,6 +130,7 @@ def assert_partition_order(
 
 
 def check_no_crc_errors(embedded: EmbeddedBroker | None, before: int) -> None:
+    """tansu only (``embedded`` is None elsewhere): it accepts a bad CRC and logs it."""
     if embedded is not None:
         assert embedded.crc_errors_in_log()[before:] == []
 
@@ -191,7 +197,8 @@ async def test_acks0_connection_survives_stray_responses(
     kafka_bootstrap: str, new_topic: NewTopic, consume: Consume
 ) -> None:
     """tansu answers acks=0 produce requests: many requests on one connection (each
-    leaving a stray response behind) must neither break the connection nor lose records."""
+    leaving a stray response behind) must neither break the connection nor lose records.
+    On [kafka] no response ever comes (Kafka's acks=0), and the same must hold."""
     topic = new_topic(2)
     n = 400
     async with open_producer(kafka_bootstrap, **options(acks=0, linger=0.0)) as producer:

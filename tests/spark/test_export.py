@@ -1,5 +1,7 @@
 """export_dataframe on the session-scoped local[1,2] Spark session, read back with
-confluent-kafka (assign mode)."""
+confluent-kafka (assign mode). The two end-to-end writes (every column; the data source)
+run on ``[tansu]`` and ``[kafka]`` (Apache Kafka, ``any_broker``); the rest on the
+session broker only (their broker is incidental)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,10 @@ def _frame(spark: Any, rows: list[tuple[Any, ...]], schema: str, partitions: int
     return spark.createDataFrame(rows, schema).repartition(partitions)
 
 
-def test_every_column_arrives(spark: Any, kafka_bootstrap: str, new_topic: Any, kafka_records: Any) -> None:
+def test_every_column_arrives(
+    spark: Any, any_broker: Any, any_new_topic: Any, kafka_records: Any
+) -> None:
+    kafka_bootstrap, new_topic = any_broker.bootstrap, any_new_topic
     t1, t2 = new_topic(partitions=3), new_topic(partitions=2)
     rows = []
     for i in range(60):
@@ -188,9 +193,12 @@ def test_progress_callback_and_empty_partitions(
     assert sorted(p.rows for p in report.partitions)[0] == 0  # an empty partition reports too
 
 
-def test_datasource_write(spark: Any, kafka_bootstrap: str, new_topic: Any, kafka_records: Any) -> None:
+def test_datasource_write(
+    spark: Any, any_broker: Any, any_new_topic: Any, kafka_records: Any
+) -> None:
     from pipeline.spark.datasource import register
 
+    kafka_bootstrap, new_topic = any_broker.bootstrap, any_new_topic
     register(spark)
     topic = new_topic(partitions=2)
     df = spark.range(200, numPartitions=2).selectExpr(
