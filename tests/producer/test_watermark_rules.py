@@ -48,6 +48,8 @@ class StubCore:
     config: Any = field(default_factory=lambda: type("C", (), {
         "request_timeout": 5.0, "delivery_timeout": 60.0})())
     refreshes: int = 0
+    idempotence: Any = None  # ProducerCore's: None, not idempotent
+    last_error: dict[TopicPartition, BaseException] = field(default_factory=dict)
 
     def leader_nowait(self, tp: TopicPartition) -> int:
         return self.leader
