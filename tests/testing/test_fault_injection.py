@@ -75,12 +75,26 @@ async def test_stop_and_restart_broker(autojump_clock: trio.abc.Clock, fake: Fak
 
     fake.restart_broker(2, lose_producer_state=True)
     assert [b.node_id for b in (await metadata(c0)).brokers] == [0, 1, 2]
-    assert fake.producer_state("t", 2) == {}  # lost: the next batch is from an unknown producer
+    # The partition moved to another leader while 2 was down: that one keeps its state.
+    assert set(fake.producer_state("t", 2)) == {pid}
     cl = await client(fake, new_leader)
     r = await produce(
         cl, batch(b"b", producer_id=pid, producer_epoch=0, base_sequence=1), partition=2
     )
     assert (r.error_code, r.base_offset) == (0, 1)
+    # A partition that was offline comes back to the restarted broker without it:
+    # the next batch is from an unknown producer, accepted at any sequence.
+    c1 = await client(fake, 1)
+    first = batch(b"c", producer_id=pid, producer_epoch=0, base_sequence=0)
+    assert (await produce(c1, first, partition=1)).error_code == 0
+    fake.stop_broker(1, elect=False)
+    fake.restart_broker(1, lose_producer_state=True)
+    assert fake.producer_state("t", 1) == {}
+    c1 = await client(fake, 1)
+    r = await produce(c1, first, partition=1)  # a retry of a written batch: written again
+    assert (r.error_code, r.base_offset) == (0, 1)
+    stored = fake.partition("t", 1).batches
+    assert [b.state_lost for b in stored] == [False, True]
 
 
 async def test_stop_broker_without_election_takes_partitions_offline(
@@ -291,3 +305,52 @@ async def test_seeded_leader_moves_are_reproducible() -> None:
 
     assert moves(42) == moves(42)
     assert moves(42) != moves(43)
+
+
+async def test_fail_after_apply_writes_then_answers_the_error(
+    autojump_clock: trio.abc.Clock, fake: FakeCluster
+) -> None:
+    """Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND: the batch is in the leader's log,
+    the answer is an error; a retry without idempotence writes it again, an
+    idempotent retry is recognised as a duplicate (its original offset)."""
+    handle = fake.fail_after_apply(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, topic="t",
+                                   partition=0, count=2)
+    c = await client(fake)
+    plain = batch(b"plain")
+    r = await produce(c, plain)
+    assert (r.error_code, r.base_offset) == (ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, -1)
+    other = await produce(await client(fake, 1), batch(b"elsewhere"), partition=1)  # unmatched
+    assert (other.error_code, other.base_offset) == (0, 0)
+    idem = batch(b"idem", producer_id=21, producer_epoch=0, base_sequence=0)
+    assert (await produce(c, idem)).error_code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    assert not handle.active  # count used up
+    assert (await produce(c, plain)).base_offset == 2  # the retry: a second copy
+    r = await produce(c, idem)  # the idempotent retry: answered as the original
+    assert (r.error_code, r.base_offset) == (0, 1)
+    assert [e.record.value for e in fake.log("t", 0)] == [b"plain", b"idem", b"plain"]
+
+
+async def test_stale_metadata_answers_the_old_view_until_removed(
+    autojump_clock: trio.abc.Clock, fake: FakeCluster
+) -> None:
+    """A broker whose metadata cache lags: it keeps answering with the leaders,
+    leader epochs and live brokers of the moment the fault was installed."""
+    handle = fake.stale_metadata(1)
+    fake.move_leader("t", 0, to=2)
+    fake.stop_broker(0)
+    c1, c2 = await client(fake, 1), await client(fake, 2)
+    stale = await metadata(c1)
+    assert [b.node_id for b in stale.brokers] == [0, 1, 2]  # still lists the stopped one
+    part = stale.topics[0].partitions[0]
+    assert (part.leader_id, part.leader_epoch) == (0, 0)
+    fresh = (await metadata(c2)).topics[0].partitions[0]  # other brokers are current
+    assert (fresh.leader_id, fresh.leader_epoch) == (2, 1)
+    assert handle.active  # sticky until removed
+    handle.remove()
+    part = (await metadata(c1)).topics[0].partitions[0]
+    assert (part.leader_id, part.leader_epoch) == (2, 1)
+    # count=1: one stale answer, then current again
+    fake.stale_metadata(None, count=1)
+    fake.move_leader("t", 0, to=1)
+    assert (await metadata(c2)).topics[0].partitions[0].leader_id == 2
+    assert (await metadata(c2)).topics[0].partitions[0].leader_id == 1

@@ -368,9 +368,8 @@ class FakeCluster:
 
     def restart_broker(self, node_id: int, *, lose_producer_state: bool = False) -> None:
         """Bring a stopped broker back (same address). Offline partitions it led get it
-        back as leader (epoch bump). With `lose_producer_state`, the partitions it led
-        when stopped forget all producer state (their next idempotent batch is from an
-        unknown producer)."""
+        back as leader (epoch bump). With `lose_producer_state`, those (the ones it leads
+        again) forget all producer state; partitions led elsewhere meanwhile keep theirs."""
         broker = self.state.brokers[node_id]
         if broker.alive:
             return
@@ -384,7 +383,7 @@ class FakeCluster:
             if part.leader == -1:
                 part.leader = node_id
                 part.leader_epoch += 1
-            if lose_producer_state:
+            if lose_producer_state and part.leader == node_id:
                 produce.reset_producer_state(part)
 
     def drop_connections(self, node_id: int | None = None) -> int:
@@ -419,6 +418,21 @@ class FakeCluster:
                 error_code=int(error_code),
             )
         )
+
+    def fail_after_apply(self, error_code: int, *, count: int | None = 1,
+                         node_id: int | None = None, topic: str | None = None,
+                         partition: int | None = None) -> FaultHandle:
+        """Apply the next `count` matching Produce requests, then answer the written
+        partitions with `error_code`, as Kafka answers an acks=all produce completed
+        after the append (NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT)."""
+        return self._add_fault(FaultHandle("error_after_apply", ApiKey.PRODUCE, node_id, topic,
+                                           partition, remaining=count, error_code=int(error_code)))
+
+    def stale_metadata(self, node_id: int | None = None, *, count: int | None = None) -> FaultHandle:
+        """Broker `node_id` (None: all) answers the next `count` Metadata requests (None:
+        until removed) with the cluster as it is now: a lagging broker metadata cache."""
+        return self._add_fault(FaultHandle("stale_metadata", ApiKey.METADATA, node_id,
+                                           remaining=count, snapshot=self.state.metadata_view()))
 
     def drop_response_after_apply(
         self,

@@ -73,6 +73,8 @@ class FaultHandle:
     before_apply: bool = False
     fn: ControlFn | None = None
     fired: int = 0
+    # stale_metadata: the cluster view (a FakeState) this broker keeps answering with
+    snapshot: Any = None
     _owner: list[FaultHandle] | None = None
 
     def remove(self) -> None:

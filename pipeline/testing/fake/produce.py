@@ -42,6 +42,7 @@ client refreshes its metadata.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Callable
 
@@ -143,6 +144,33 @@ def handle_produce(
     )
 
 
+def errors_after_apply(
+    response: pm.ProduceResponse, code: int, topic: str | None, partition: int | None
+) -> pm.ProduceResponse:
+    """The answer when the write happened but the request still fails (Kafka's
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT from the acks=all wait):
+    every matching partition that was written is answered with `code`."""
+
+    def hit(name: str, p: pm.PartitionProduceResponse) -> bool:
+        if p.error_code != 0:
+            return False
+        return topic is None or (name == topic and (partition is None or p.index == partition))
+
+    return dataclasses.replace(
+        response,
+        responses=tuple(
+            dataclasses.replace(
+                t,
+                partition_responses=tuple(
+                    _partition_error(p.index, code) if hit(t.name, p) else p
+                    for p in t.partition_responses
+                ),
+            )
+            for t in response.responses
+        ),
+    )
+
+
 def _partition_error(index: int, code: int) -> pm.PartitionProduceResponse:
     return pm.PartitionProduceResponse(
         index=index, error_code=code, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1
@@ -236,6 +264,7 @@ def _produce_partition(
         data=restamp_offsets(raw, base_offset=base_offset, leader_epoch=part.leader_epoch),
         max_timestamp=header.max_timestamp,
         append_time=now,
+        state_lost=pid >= 0 and entry is None and pid in part.forgotten,
     )
     part.append(stored)
     if pid >= 0:
@@ -271,6 +300,7 @@ def _check_sequence(entry: ProducerEntry, epoch: int, first_seq: int) -> int:
 
 
 def reset_producer_state(part: PartitionState) -> None:
+    part.forgotten.update(part.producers)
     part.producers.clear()
 
 

@@ -11,9 +11,10 @@ while a request is in flight). Handling a request goes:
    returns something decides (a response object, `DROP`, `NO_RESPONSE`);
 4. apply the scripted faults: `delay_responses(before_apply=True)`,
    `fail_next` (error codes instead of handling, nothing applied), then the
-   normal handler (`produce.py`, `handlers.py`), then
-   `drop_response_after_apply` (the write happened, the ack is lost) and
-   `delay_responses`;
+   normal handler (`produce.py`, `handlers.py`; Metadata from a
+   `stale_metadata` snapshot), then `fail_after_apply` (the write happened,
+   the answer is an error), `drop_response_after_apply` (the write happened,
+   the ack is lost) and `delay_responses`;
 5. write the response (none for acks=0 Produce).
 
 Frames are split by the codec's `FrameBuffer`, as the client splits them.
@@ -209,6 +210,8 @@ class FakeServer:
             if not self.state.brokers[node_id].alive:
                 return False
         error = take("error", api_key, node_id, request)
+        error_after = take("error_after_apply", api_key, node_id, request)
+        stale = take("stale_metadata", api_key, node_id, request)
         drop_after = take("drop_after_apply", api_key, node_id, request)
 
         def inject(topic: str | None, partition: int | None) -> int | None:
@@ -222,16 +225,23 @@ class FakeServer:
                 return error.error_code
             return None
 
-        response, close = await self._dispatch(node_id, api_key, version, request, inject)
+        answer, close = await self._dispatch(
+            node_id, api_key, version, request, inject,
+            stale.snapshot if stale is not None else None,
+        )
+        if error_after is not None and answer is not None:
+            answer = produce.errors_after_apply(
+                answer, error_after.error_code, error_after.topic, error_after.partition
+            )
         if close or drop_after is not None or not self.state.brokers[node_id].alive:
             return False
-        if response is None:
+        if answer is None:
             return True
         if delay is not None and not delay.before_apply:
             await trio.sleep(delay.seconds)
             if not self.state.brokers[node_id].alive:
                 return False
-        await self._send(conn, response, api_key, version, correlation_id)
+        await self._send(conn, answer, api_key, version, correlation_id)
         return True
 
     async def _send(
@@ -250,6 +260,7 @@ class FakeServer:
         version: int,
         request: Any,
         inject: Callable[[str | None, int | None], int | None],
+        metadata_view: FakeState | None = None,
     ) -> tuple[Any, bool]:
         state = self.state
         if api_key == ApiKey.PRODUCE:
@@ -264,7 +275,7 @@ class FakeServer:
         if api_key == ApiKey.METADATA:
             return (
                 handlers.handle_metadata(
-                    state,
+                    metadata_view or state,
                     version,
                     request,
                     inject,

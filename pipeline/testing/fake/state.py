@@ -23,6 +23,7 @@ Theory of operation (the parts Kafka is picky about):
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import struct
 from collections import deque
 from dataclasses import dataclass, field
@@ -143,6 +144,10 @@ class StoredBatch:
     max_timestamp: int
     append_time: float  # trio time of the append
     decoded: Any = None  # cache for FakeCluster.log(): a records.RecordBatch
+    # Appended for a producer id this partition had state for and then forgot
+    # (`reset_producer_state`): accepted at whatever sequence it carried, so it
+    # may duplicate or overtake one of that producer's earlier batches.
+    state_lost: bool = False
 
 
 @dataclass(slots=True)
@@ -156,6 +161,7 @@ class PartitionState:
     _last_offsets: list[int] = field(default_factory=list)
     producers: dict[int, ProducerEntry] = field(default_factory=dict)
     log_start_offset: int = 0
+    forgotten: set[int] = field(default_factory=set)  # producer ids whose state was lost
 
     @property
     def high_watermark(self) -> int:
@@ -226,6 +232,29 @@ class FakeState:
     brokers: dict[int, BrokerState]
     topics: dict[str, TopicState] = field(default_factory=dict)
     pids: ProducerIdManager = field(default_factory=ProducerIdManager)
+
+    def metadata_view(self) -> FakeState:
+        """A frozen copy of what Metadata reports (live brokers, topics, leaders,
+        epochs, replicas), for a broker whose metadata cache stops following the
+        controller (`FakeCluster.stale_metadata`). Logs and producer state are
+        not copied: Metadata never reads them."""
+        return FakeState(
+            config=self.config,
+            brokers={n: dataclasses.replace(b) for n, b in self.brokers.items()},
+            topics={
+                name: TopicState(
+                    name=t.name,
+                    topic_id=t.topic_id,
+                    partitions=[
+                        PartitionState(p.topic, p.index, p.leader, p.leader_epoch, p.replicas)
+                        for p in t.partitions
+                    ],
+                    configs=dict(t.configs),
+                )
+                for name, t in self.topics.items()
+            },
+            pids=self.pids,
+        )
 
     def alive_brokers(self) -> list[BrokerState]:
         return [b for b in self.brokers.values() if b.alive]
