@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 FAST_MARKERS := not integration and not chaos and not spark and not slow and not kafka
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-fast demo bench bench-quick lint mutants clean kafka
+.PHONY: help venv test test-fast demo bench bench-quick lint mutants clean kafka explore
 
 help:
 	@echo "make demo       the main job: 1M order events exported from Spark into the embedded broker, read back, verified"
@@ -22,6 +22,7 @@ help:
 	@echo "make kafka      fetch the Apache Kafka jars (Maven Central) into ~/.cache/pipeline"
 	@echo "make lint       ruff + mypy --strict (pipeline/ and the typing checks in tests/typecheck/)"
 	@echo "make mutants    mutation testing of the ordering-critical producer code (docs/mutation.md)"
+	@echo "make explore    N seeded fault schedules against the fake cluster (N=1000, SEED=random)"
 	@echo "make clean      remove .venv and caches"
 
 # (Re)install whenever pyproject.toml or the C kernel changes (the install builds
@@ -59,6 +60,14 @@ kafka: $(STAMP)
 JOBS ?= 2
 mutants: $(STAMP)
 	$(VPY) tools/mutants.py --jobs $(JOBS) $(MUTANTS_ARGS)
+
+# The schedule explorer (docs/architecture.md, Testing). `make test` runs its
+# 1,000-schedule CI sweep (tests/explore); this runs more, from a random seed by
+# default (printed first): make explore N=100000 SEED=7
+N ?= 1000
+SEED ?=
+explore: $(STAMP)
+	$(VPY) -m pipeline.testing.explore --schedules $(N) $(if $(SEED),--seed $(SEED),) $(EXPLORE_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline tests

@@ -1,0 +1,240 @@
+"""The invariants a run must keep, checked on the fake's logs and the outcomes.
+
+Notation: *accepted* messages are those ``send()``/``send_many()`` accepted
+(ledger ids give their acceptance order, which is the send order);
+*acknowledged* ones got a success; *failed* ones got an error. The log of a
+partition is the fake broker's, record by record (values are unique, so a
+record names its message).
+
+Per partition, with idempotence (the producer's promise, as Kafka's for an
+idempotent producer):
+
+* I1 no record is written twice;
+* I2 the log holds its records in send order: all of them, acknowledged or
+  failed (a failed message's fate may be unknown, but if it was written it
+  is in its place);
+* except for a record the broker appended after it had *forgotten* this
+  producer's state (a restart that lost it): Kafka (>= 2.5, KIP-360) accepts
+  any sequence from a producer it has no state for, so a retry of a batch
+  it had written is written again, and a later batch can overtake. No client
+  can prevent that; the fake marks such records and I1/I2 exempt them.
+
+Without idempotence (acks 1 or all, one batch per partition in flight, as
+Kafka's Java client and sarama >= 1.48 guarantee it): a retry after a lost
+answer can write a batch twice, so
+
+* N1 duplicates are allowed;
+* N2 the *first* copy of an acknowledged message comes before the first copy
+  of every message sent after it. A failed message may be anywhere after its
+  predecessors (a request the client gave up on can still be applied later:
+  Kafka handles requests of a closed connection, and so does the fake).
+
+Both modes:
+
+* A1 every acknowledged message is in its partition's log, at the offset it
+  was acknowledged with (when the broker gave one);
+* A2 every record in a log is an accepted message routed to that partition
+  (nothing else reaches the wire: sarama #2150);
+* O1 every accepted message is settled exactly once (``double_settles == 0``,
+  none outstanding after close), and no later than its delivery deadline +
+  ``request_timeout`` (the answer a batch in flight may still wait for); every
+  byte of ``buffer_memory`` reserved is released by the end of the close;
+* O2 a ``flush()`` returns by its start + ``delivery_timeout`` +
+  ``request_timeout``, with every message accepted before it settled;
+* O3 close returns within ``close_timeout``, plus ``request_timeout`` when
+  idempotent (the bounded drain of requests on the wire);
+* L1 once the cluster is healed and everything older has settled (``heal_at
+  + delivery_timeout + request_timeout``), every message accepted no later
+  than ``close_at - delivery_timeout`` succeeds, if ``retries >= 5`` (a
+  first answer after healing may still be NOT_LEADER from stale metadata);
+  with fewer retries, such a message may fail, but only after it was sent
+  (a partition must not stay dead after a failure);
+* S1 ``send()`` refuses a message with MessageTooLargeError exactly when its
+  size bound (``batch_size_for_record``) exceeds ``max_message_bytes``, and
+  no broker (enforcing the same limit) ever answers MESSAGE_TOO_LARGE;
+* no exception escapes the producer (a crash is a violation).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from .runner import Message, Trace
+
+EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail}"
+
+
+def check(trace: Trace) -> list[Violation]:
+    out: list[Violation] = []
+    if trace.crash:
+        out.append(Violation("crash", trace.crash.strip().splitlines()[0][:300]))
+    if trace.double_settles:
+        out.append(Violation("O1 double settle", f"{trace.double_settles} messages settled twice"))
+    if trace.outstanding_after_close:
+        out.append(Violation("O1 unsettled", f"{trace.outstanding_after_close} messages "
+                             "still outstanding after close"))
+    if trace.buffered_after_close and not trace.crash:
+        out.append(Violation("O1 buffer", f"{trace.buffered_after_close} bytes of "
+                             "buffer_memory still reserved after close"))
+    out += _outcomes(trace)
+    out += _logs(trace)
+    out += _flushes_and_close(trace)
+    out += _liveness(trace)
+    out += _sizes(trace)
+    return out
+
+
+def _outcomes(trace: Trace) -> list[Violation]:
+    s = trace.schedule
+    late_by = s.option("request_timeout")
+    out: list[Violation] = []
+    for m in trace.messages:
+        if m.settled_at is None:
+            out.append(Violation("O1 no outcome", f"message #{m.index} (id {m.id}) never settled"))
+        elif m.settled_at > m.deadline + late_by + EPS:
+            out.append(Violation("O1 late", f"message #{m.index} settled at {m.settled_at:.4f}, "
+                                 f"deadline {m.deadline:.4f} + request_timeout {late_by}"))
+    return out
+
+
+def _index_of(value: bytes) -> int:
+    head, _, _ = value.partition(b"|")
+    return int(head) if head.isdigit() else -1
+
+
+def _logs(trace: Trace) -> list[Violation]:
+    s = trace.schedule
+    out: list[Violation] = []
+    by_index = {m.index: m for m in trace.messages}
+    for p, values in sorted(trace.logs.items()):
+        lost = trace.state_lost.get(p, set())
+        first: dict[int, int] = {}  # message index -> position of its first copy
+        for pos, value in enumerate(values):
+            m = by_index.get(_index_of(value))
+            if m is None or m.value != value:
+                out.append(Violation("A2 phantom", f"partition {p} offset {pos}: {value[:30]!r} "
+                                     "is no accepted message"))
+                continue
+            if m.partition != p:
+                out.append(Violation("A2 wrong partition", f"message #{m.index} routed to "
+                                     f"{m.partition} but written to {p} (offset {pos})"))
+            if m.index in first:
+                if s.idempotent and pos not in lost:
+                    out.append(Violation("I1 duplicate", f"partition {p}: message #{m.index} at "
+                                         f"offsets {first[m.index]} and {pos}"))
+                continue
+            first[m.index] = pos
+        present = [by_index[i] for i in first]
+        out += _order(p, present, first, s.idempotent, lost)
+        for m in trace.messages:
+            if m.ok and m.partition == p:
+                if m.index not in first:
+                    out.append(Violation("A1 lost", f"message #{m.index} acknowledged "
+                                         f"(offset {m.offset}) but not in partition {p}'s log"))
+                elif m.offset >= 0 and (m.offset >= len(values) or values[m.offset] != m.value):
+                    out.append(Violation("A1 offset", f"message #{m.index} acknowledged at "
+                                         f"offset {m.offset}, found at {first[m.index]}"))
+    return out
+
+
+def _order(p: int, present: list[Message], first: dict[int, int], idem: bool,
+           lost: set[int]) -> list[Violation]:
+    """I2 / N2 on the messages present in partition p's log.
+
+    Message a must come before b when a's call returned before b's call
+    started, or both are in one send_many() call and a is earlier in it."""
+    out: list[Violation] = []
+    by_start = sorted(present, key=lambda m: m.call[0])
+    starts = [m.call[0] for m in by_start]
+    # suffix[k]: the earliest first copy among by_start[k:]
+    suffix = [(math.inf, -1)] * (len(by_start) + 1)
+    for k in range(len(by_start) - 1, -1, -1):
+        suffix[k] = min(suffix[k + 1], (first[by_start[k].index], k))
+    calls: dict[tuple[int, int], list[Message]] = {}
+    for m in present:
+        calls.setdefault(m.call[:2], []).append(m)
+    for m in present:
+        if not (idem or m.ok):
+            continue
+        pos_m = first[m.index]
+        earliest, k = suffix[bisect_right(starts, m.call[1])]
+        overtaker = by_start[k] if earliest < pos_m else None
+        if overtaker is None:
+            overtaker = next((x for x in calls[m.call[:2]]
+                              if x.call[2] > m.call[2] and first[x.index] < pos_m), None)
+        if overtaker is not None and not (idem and {pos_m, first[overtaker.index]} & lost):
+            out.append(Violation(
+                "I2 reordered" if idem else "N2 reordered",
+                f"partition {p}: message #{overtaker.index} (sent later) written at offset "
+                f"{first[overtaker.index]}, before {'acknowledged' if m.ok else 'failed'} "
+                f"message #{m.index} at {pos_m}",
+            ))
+            break  # one is enough; the rest usually follows from it
+    return out
+
+
+def _flushes_and_close(trace: Trace) -> list[Violation]:
+    s = trace.schedule
+    dt, rt, ct = (s.option(n) for n in ("delivery_timeout", "request_timeout", "close_timeout"))
+    out: list[Violation] = []
+    for f in trace.flushes:
+        if f.cut or f.end > f.start + dt + rt + EPS:
+            out.append(Violation("O2 flush late", f"flush() at {f.start:.4f} returned at "
+                                 f"{f.end:.4f}{' (cut)' if f.cut else ''}, bound "
+                                 f"{f.start + dt + rt:.4f}"))
+        if f.unsettled:
+            out.append(Violation("O2 flush early", f"flush() at {f.start:.4f} returned with "
+                                 f"{len(f.unsettled)} earlier messages unsettled"))
+    if trace.close_start >= 0:
+        if trace.close_end < 0:
+            out.append(Violation("O3 close", "close never returned"))
+        else:
+            bound = ct + (rt if s.idempotent else 0.0)
+            took = trace.close_end - trace.close_start
+            if took > bound + EPS:
+                out.append(Violation("O3 close", f"close took {took:.4f}s, bound {bound}s"))
+    return out
+
+
+def _liveness(trace: Trace) -> list[Violation]:
+    s = trace.schedule
+    dt, rt = s.option("delivery_timeout"), s.option("request_timeout")
+    patient = s.option("retries") >= 5
+    start, end = s.heal_at + dt + rt, s.close_at - dt
+    out: list[Violation] = []
+    for m in trace.messages:
+        if start <= m.accepted_at <= end and not m.ok and not m.cause.startswith("MessageTooLarge"):
+            if patient or m.value not in trace.sent:
+                what = "failed" if patient else "failed without ever being sent"
+                out.append(Violation("L1 stuck", f"message #{m.index} accepted at "
+                                     f"{m.accepted_at:.4f}, after healing, {what}: "
+                                     f"{m.cause[:160]}"))
+    return out[:3]
+
+
+def _sizes(trace: Trace) -> list[Violation]:
+    limit = trace.schedule.max_message_bytes
+    out: list[Violation] = []
+    for a in trace.attempts:
+        too_big = any(b > limit for b in a.bounds)
+        if too_big and a.refused not in ("MessageTooLargeError", "ProducerClosed"):
+            out.append(Violation("S1 size", f"sends {a.indexes} with size bounds {a.bounds} > "
+                                 f"{limit} were {a.refused or 'accepted'}"))
+        elif not too_big and a.refused == "MessageTooLargeError":
+            out.append(Violation("S1 size", f"sends {a.indexes} with size bounds {a.bounds} <= "
+                                 f"{limit} refused: {a.detail[:120]}"))
+    for m in trace.messages:
+        if "MESSAGE_TOO_LARGE" in m.cause:
+            out.append(Violation("S1 broker size", f"message #{m.index} failed: {m.cause[:160]}"))
+    return out

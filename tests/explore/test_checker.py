@@ -1,0 +1,145 @@
+"""The explorer's invariant checker on hand-made traces: each invariant flags
+the outcome it forbids and accepts what it allows (duplicates and late failed
+copies without idempotence, overlapping calls in any order)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pipeline.testing.explore import generate
+from pipeline.testing.explore.checker import check
+from pipeline.testing.explore.runner import Attempt, Flush, Message, Trace, value_of
+from pipeline.testing.explore.schedule import Schedule, with_options
+
+
+def schedule(idempotent: bool) -> Schedule:
+    s = generate(1)
+    s = replace(s, idempotent=idempotent, heal_at=1.0, close_at=50.0, max_message_bytes=300)
+    return with_options(s, delivery_timeout=5.0, request_timeout=1.0, close_timeout=2.0,
+                        retries=2**31 - 1)
+
+
+def msg(index: int, *, ok: bool = True, offset: int = -1, call: int | None = None,
+        at: float = 0.0, settled: float | None = 0.5, partition: int = 0) -> Message:
+    """Message `index`, sent by its own call number `call` (default: index)."""
+    step = 2 * (index if call is None else call)
+    return Message(index, index + 1, value_of(index, 0), at, at + 5.0, call=(step, step + 1, 0),
+                   partition=partition, ok=ok, offset=offset, settled_at=settled,
+                   cause="" if ok else "DeliveryTimeoutError: expired")
+
+
+def trace(idempotent: bool, messages: list[Message], log: list[int]) -> Trace:
+    t = Trace(schedule(idempotent), messages=messages, close_start=50.0, close_end=50.0)
+    t.logs = {0: [value_of(i, 0) for i in log]}
+    return t
+
+
+def kinds(t: Trace) -> list[str]:
+    return [v.kind for v in check(t)]
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_a_clean_trace_passes(idempotent: bool) -> None:
+    assert kinds(trace(idempotent, [msg(0, offset=0), msg(1, offset=1)], [0, 1])) == []
+
+
+def test_duplicates_only_without_idempotence() -> None:
+    ms = [msg(0, offset=0), msg(1, offset=2)]
+    assert kinds(trace(False, ms, [0, 0, 1])) == []  # a retry after a lost ack
+    assert kinds(trace(True, ms, [0, 0, 1])) == ["I1 duplicate"]
+
+
+def test_order_of_acknowledged_messages() -> None:
+    ms = [msg(0), msg(1)]
+    assert kinds(trace(False, ms, [1, 0])) == ["N2 reordered"]
+    assert kinds(trace(True, ms, [1, 0])) == ["I2 reordered"]
+
+
+def test_a_failed_message_may_be_written_late_only_without_idempotence() -> None:
+    ms = [msg(0, ok=False), msg(1)]  # 0's request was given up, then applied late
+    assert kinds(trace(False, ms, [1, 0])) == []
+    assert kinds(trace(True, ms, [1, 0])) == ["I2 reordered"]
+
+
+def test_overlapping_calls_have_no_order() -> None:
+    ms = [msg(0, call=0), msg(1, call=0)]  # same call step range: overlapping
+    ms[0].call, ms[1].call = (0, 5, 0), (1, 4, 0)
+    assert kinds(trace(True, ms, [1, 0])) == []
+    ms[1].call = (0, 5, 1)  # one send_many call: list order counts
+    assert kinds(trace(True, ms, [1, 0])) == ["I2 reordered"]
+
+
+def test_acknowledged_but_missing_or_elsewhere() -> None:
+    assert kinds(trace(True, [msg(0, offset=0), msg(1, offset=1)], [0])) == ["A1 lost"]
+    assert kinds(trace(True, [msg(0, offset=1)], [0])) == ["A1 offset"]
+    assert kinds(trace(True, [msg(0, partition=1)], [0])) == ["A2 wrong partition"]
+
+
+def test_phantom_records() -> None:
+    t = trace(False, [msg(0)], [0])
+    t.logs[0].append(b"")  # e.g. an empty record: a control item on the wire (sarama #2150)
+    assert kinds(t) == ["A2 phantom"]
+
+
+def test_outcomes_and_timing() -> None:
+    assert kinds(trace(True, [msg(0, ok=False, settled=None)], [])) == ["O1 no outcome"]
+    assert kinds(trace(True, [msg(0, ok=False, settled=6.0)], [])) == []  # deadline 5 + 1
+    assert kinds(trace(True, [msg(0, ok=False, settled=6.01)], [])) == ["O1 late"]
+    t = trace(True, [], [])
+    t.double_settles, t.outstanding_after_close, t.buffered_after_close = 1, 2, 3
+    assert kinds(t) == ["O1 double settle", "O1 unsettled", "O1 buffer"]
+
+
+def test_flush_and_close_bounds() -> None:
+    t = trace(False, [], [])
+    t.flushes = [Flush(1.0, 7.0, 0, (), False), Flush(1.0, 7.01, 0, (), False),
+                 Flush(1.0, 2.0, 3, (3,), False)]
+    assert kinds(t) == ["O2 flush late", "O2 flush early"]
+    t.flushes = []
+    t.close_end = 52.01  # close_timeout 2
+    assert kinds(t) == ["O3 close"]
+    t = trace(True, [], [])
+    t.close_end = 53.0  # + request_timeout 1 when idempotent
+    assert kinds(t) == []
+
+
+def test_liveness_after_healing() -> None:
+    # heal 1 + delivery 5 + request 1 = 7; close 50 - delivery 5 = 45
+    assert kinds(trace(True, [msg(0, ok=False, at=7.5)], [])) == ["L1 stuck"]
+    assert kinds(trace(True, [msg(0, ok=False, at=6.5)], [])) == []  # older than the window
+    assert kinds(trace(True, [msg(0, ok=False, at=45.5)], [])) == []  # close may fail it
+
+
+def test_size_refusals_follow_the_documented_bound() -> None:
+    t = trace(False, [], [])
+    t.attempts = [Attempt((0,), (300,), ""), Attempt((1,), (301,), "MessageTooLargeError"),
+                  Attempt((2,), (301,), "ProducerClosed")]
+    assert kinds(t) == []
+    t.attempts = [Attempt((0,), (300,), "MessageTooLargeError"), Attempt((1,), (301,), "")]
+    assert kinds(t) == ["S1 size", "S1 size"]
+    t = trace(False, [msg(0, ok=False)], [])
+    t.messages[0].cause = "BrokerResponseError: MESSAGE_TOO_LARGE (10)"
+    assert kinds(t) == ["S1 broker size"]
+
+
+def test_a_crash_is_a_violation() -> None:
+    t = trace(False, [], [])
+    t.crash = "RuntimeError: boom\nTraceback ..."
+    assert kinds(t) == ["crash"]
+
+
+def test_records_written_after_the_broker_forgot_the_producer_are_exempt() -> None:
+    """Kafka accepts any sequence from a producer it has no state for: after a
+    restart that lost the state, a retry is written again, a later batch can
+    overtake. The fake marks those records; I1/I2 exempt them, nothing else."""
+    ms = [msg(0), msg(1)]
+    t = trace(True, ms, [0, 0, 1])
+    t.state_lost = {0: {1}}
+    assert kinds(t) == []
+    t = trace(True, ms, [1, 0])
+    t.state_lost = {0: {0}}
+    assert kinds(t) == []
+    t.state_lost = {0: set()}
+    assert kinds(t) == ["I2 reordered"]
