@@ -65,6 +65,7 @@ from pipeline.protocol.messages.produce import (
 from pipeline.protocol.records import BatchBuilder, batch_size_for_record, restamp_batch
 
 if TYPE_CHECKING:
+    from pipeline.cluster.connection import BrokerConnection
     from pipeline.producer.core import ProducerCore
 
 log = logging.getLogger("pipeline.producer")
@@ -99,6 +100,19 @@ _EPOCH_CODES = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_F
 # over segment.bytes (RECORD_LIST_TOO_LARGE). Nothing was written; a batch of several
 # records is split in two and retried (KIP-126), a single record fails with that cause.
 _TOO_LARGE = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE})
+# Errors Kafka also answers *after* appending the batch to the leader's log (an
+# acks=all produce waiting in purgatory completes with them: it timed out, the
+# ISR shrank, the leadership or the log dir went away), so the batch may be
+# written. Such a batch must never be re-stamped with a new epoch (a copy under
+# new sequences would be a duplicate), only re-sent identical. Found by the
+# schedule explorer (a bump between a REQUEST_TIMED_OUT and its retry).
+_MAYBE_WRITTEN = frozenset({
+    ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+})
 
 
 @dataclass(slots=True)
@@ -138,6 +152,13 @@ class BrokerProducer:
         self._wake_flusher = trio.Event()
         self._wake_responder = trio.Event()
         self._per_partition = config.max_in_flight_per_partition
+        # The largest batch sealed: batch_bytes, but never above max_message_bytes,
+        # the limit the broker applies to a whole batch (sarama caps its batches
+        # at MaxMessageBytes too). A batch of batch_bytes > max_message_bytes was
+        # refused with MESSAGE_TOO_LARGE, failing every message in it although
+        # each one fits. Found by the schedule explorer. The per-message sizes
+        # summed here are upper bounds, so the encoded batch is never larger.
+        self._batch_cap = min(config.batch_bytes, config.max_message_bytes)
         self._acks = config.acks_value
         self._timeout_ms = int(config.request_timeout * 1000)
         self._idem = core.idempotence
@@ -269,7 +290,7 @@ class BrokerProducer:
                 return True
             if part.msgs and (
                 flushing
-                or part.nbytes >= config.batch_bytes
+                or part.nbytes >= self._batch_cap
                 or len(part.msgs) >= config.max_batch_messages
                 or now >= part.first_at + config.linger
             ):
@@ -279,7 +300,9 @@ class BrokerProducer:
     def _next_wake(self, slot_free: bool) -> float:
         """The next expiry, and, when a request slot is free, the next linger
         deadline. Without a free slot a response wakes the flusher: waking at a
-        linger deadline already past would only spin until then."""
+        linger deadline already past would only spin until then. The same holds
+        while sealing is paused for an epoch bump (the flusher passes False
+        then; the bump's end wakes it): the explorer found that spin too."""
         linger = self.core.config.linger
         wake = math.inf
         for tp, part in self._parts.items():
@@ -303,7 +326,8 @@ class BrokerProducer:
             if slot_free and self._ready(now):
                 await self._send_one()
                 continue
-            with trio.move_on_at(self._next_wake(slot_free)):
+            paused = self._idem is not None and self._idem.paused
+            with trio.move_on_at(self._next_wake(slot_free and not paused)):
                 await self._wake_flusher.wait()
             self._wake_flusher = trio.Event()
 
@@ -311,7 +335,7 @@ class BrokerProducer:
         config = self.core.config
         msgs = part.msgs
         if (
-            part.nbytes <= config.batch_bytes
+            part.nbytes <= self._batch_cap
             and part.nbytes <= budget
             and len(msgs) <= config.max_batch_messages
         ):
@@ -320,7 +344,7 @@ class BrokerProducer:
             part.nbytes = 0
             part.first_at = math.inf
             return msgs, size
-        n, size = _fill(msgs, min(config.batch_bytes, budget), config.max_batch_messages)
+        n, size = _fill(msgs, min(self._batch_cap, budget), config.max_batch_messages)
         taken = msgs[:n]
         del msgs[:n]
         part.nbytes -= size
@@ -416,7 +440,15 @@ class BrokerProducer:
     async def _send_one(self) -> None:
         core = self.core
         try:
-            conn = await core.connection(self.node_id)
+            # Connecting (reconnect backoff, then a handshake of up to
+            # request_timeout) must not hold up expiry: what waits here is
+            # failed at its delivery deadline, and the flusher tries again. (It
+            # waited for the whole connect; found by the schedule explorer.)
+            conn: BrokerConnection | None = None
+            with trio.move_on_at(self._next_wake(False)):
+                conn = await core.connection(self.node_id)
+            if conn is None:
+                return
         except KafkaError as exc:
             # Unreachable broker: everything here goes back to its partition
             # producer, which re-resolves the leader after a backoff.
@@ -538,6 +570,8 @@ class BrokerProducer:
             self._schedule_bounce(part, batch, cause)
             idem.epoch_fenced(batch.producer_id, batch.producer_epoch, code)
         elif code.retriable:
+            if code in _MAYBE_WRITTEN:
+                batch.fate_unknown = True
             self._schedule_bounce(part, batch, cause)
             if code in _REFRESH_CODES:
                 self.core.request_refresh(tp.topic)
