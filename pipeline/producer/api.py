@@ -30,7 +30,7 @@ import trio
 
 from pipeline.cluster.errors import BrokerConnectionError, KafkaError
 from pipeline.cluster.pool import Cluster
-from pipeline.producer.async_producer import Dispatcher, FlushMark, IntakeItem
+from pipeline.producer.async_producer import Dispatcher, FlushMark, InputChannel, IntakeItem
 from pipeline.producer.config import ProducerConfig, make_config
 from pipeline.producer.core import ProducerCore
 from pipeline.producer.errors import (
@@ -112,6 +112,20 @@ def _as_headers(headers: object) -> tuple[tuple[str, bytes | None], ...]:
     return tuple(out)
 
 
+# The intake's send side closes at the end of a close; a call still waiting then
+# sees one of these, and reports ProducerClosed instead.
+_CLOSED = (trio.ClosedResourceError, trio.BrokenResourceError)
+
+
+def _closed_while_waiting(what: str) -> ProducerClosed:
+    """A send that waited for `what` while the producer closed: not accepted.
+    (Before, the message stayed registered forever and trio.ClosedResourceError
+    reached the caller; found by the schedule explorer.)"""
+    return ProducerClosed(
+        f"the producer closed while this call waited for {what}: the message was not accepted"
+    )
+
+
 def _reused_error(msg: ProducerMessage) -> ValueError:
     return ValueError(
         f"{msg!r} was already sent: a ProducerMessage is sent once (it carries that send's "
@@ -151,12 +165,15 @@ class Producer:
         )
         #: sarama-style input: put ``ProducerMessage`` objects here; their outcomes
         #: arrive on ``successes`` (when ``return_successes``) and ``errors``.
-        self.input = self._intake_send.clone()
+        self.input = InputChannel(self, self._intake_send.clone())
         self._ledger.return_successes = config.return_successes
         self._closing = False
         self._until_yield = _YIELD_EVERY
         self._open_batch: list[ProducerMessage] | None = None
-        self._reserving: ProducerMessage | None = None  # input message awaiting buffer bytes
+        # Messages whose producer.input.send() waits for buffer space: shutdown
+        # accepts and fails them (ProducerClosed) with the rest.
+        self._input_waiting: set[ProducerMessage] = set()
+        self._shut_down = False  # set once the close has failed everything outstanding
         self._open_deadline = 0.0  # delivery deadline shared by the open burst
         self._open_topic: str | None = None  # the burst's one topic (None: maybe mixed)
         # send()'s CreateTime: the current millisecond, and when it ends (time.time()
@@ -309,6 +326,9 @@ class Producer:
             ledger.buffered_bytes = used + size
         else:
             await ledger.reserve(size)
+            if self._closing:
+                ledger.release(size)
+                raise _closed_while_waiting("buffer space")
         # Registered before it is enqueued: once in the intake the dispatcher
         # may see it at any moment, and must see it as accepted (ledger.accept,
         # inlined: this is the per-message hot path).
@@ -330,8 +350,11 @@ class Producer:
         if not self._enqueue_nowait(msg, deadline):
             try:
                 await self._intake_send.send([msg])
-            except BaseException:
-                ledger.unaccept(msg)  # cancelled before acceptance: leave no trace
+            except BaseException as exc:
+                if msg._state == PENDING:  # (else the close failed it meanwhile)
+                    ledger.unaccept(msg)  # cancelled before acceptance: leave no trace
+                if isinstance(exc, _CLOSED):
+                    raise _closed_while_waiting("room in the intake") from None
                 raise
         return msg
 
@@ -429,6 +452,14 @@ class Producer:
                     # Accepted chunks keep their outcome; the rest never happened.
                     group._shrink(len(msgs) - start)
                     raise
+                if self._closing:
+                    ledger.release(chunk_bytes)
+                    group._shrink(len(msgs) - start)
+                    raise _closed_while_waiting("buffer space")
+            elif self._closing:  # closed while an earlier chunk waited to be enqueued
+                ledger.release(chunk_bytes)
+                group._shrink(len(msgs) - start)
+                raise _closed_while_waiting("room in the intake")
             # ledger.accept for the chunk: consecutive ids, one deadline.
             deadline = self._now() + self._delivery_timeout
             first_id = ledger._next_id
@@ -443,12 +474,20 @@ class Producer:
             except trio.WouldBlock:
                 try:
                     await self._intake_send.send(chunk)
-                except BaseException:
-                    for m in chunk:
+                except BaseException as exc:
+                    pending = [m for m in chunk if m._state == PENDING]
+                    for m in pending:
                         m._sink = None
                         ledger.unaccept(m)
-                    group._shrink(len(msgs) - start)
+                    # Messages the close failed meanwhile keep that outcome.
+                    group._shrink(len(pending) + len(msgs) - end)
+                    if isinstance(exc, _CLOSED):
+                        raise _closed_while_waiting("room in the intake") from None
                     raise
+            # The chunk now sits in the intake behind the open send() burst, if
+            # any: a later send() must not join that burst (it would be written
+            # before this chunk, although sent after it). Found by the explorer.
+            self._open_batch = None
             start = end
         # A schedule point, as trio's async calls are: without it a caller
         # feeding lists would run ahead until the buffer is full, and the
@@ -457,8 +496,84 @@ class Producer:
         await trio.lowlevel.cancel_shielded_checkpoint()
         return group
 
-    async def _accept_from_channel(self, msg: ProducerMessage) -> bool:
+    # -- producer.input ----------------------------------------------------
+    # Invariant: every item in the intake holds its buffer bytes already, so the
+    # dispatcher never waits for space. It used to reserve for input messages
+    # itself, in intake order; then a message queued behind one (send() from
+    # another task) could hold the very bytes it waited for, and the whole
+    # intake stalled for max_block before failing it. Found by the schedule
+    # explorer. So producer.input.send() reserves in the sender's task, as
+    # send() does, and applies the same backpressure.
+
+    def _input_reserved(self, msg: ProducerMessage) -> bool:
+        return msg._sink is TO_CHANNELS and msg._size > 0 and not msg._id
+
+    def _reserve_input_nowait(self, msg: ProducerMessage) -> bool | None:
+        """Reserve for a message put on ``producer.input``: True (enqueue it),
+        False (no space now), None (wait for space). A reused or invalid
+        message is enqueued unreserved: the dispatcher accepts and fails it, so
+        its outcome reaches ``producer.errors``."""
+        if msg._id or self._closing or self._input_reserved(msg):
+            return True  # (closing: the intake closes soon and refuses it itself)
+        try:
+            size = self._prepare(msg)
+        except (TypeError, ValueError):
+            msg._size = 0
+            return True
+        if self._ledger.try_reserve(size):
+            msg._sink = TO_CHANNELS
+            return True
+        return None
+
+    async def _reserve_input(self, msg: ProducerMessage) -> bool:
+        """As ``_reserve_input_nowait``, waiting up to max_block. False: the
+        message is settled already (it waited past max_block: accepted and
+        failed with BufferFullError; or the producer closed meanwhile)."""
+        ready = self._reserve_input_nowait(msg)
+        if ready is not None:
+            return ready
+        size, ledger = msg._size, self._ledger
+        self._input_waiting.add(msg)
+        try:
+            await ledger.reserve(size)
+        except BufferFullError as exc:
+            if not msg._id:  # (else shutdown took it meanwhile)
+                msg._sink, msg._size = TO_CHANNELS, 0
+                self._accept(msg)
+                ledger.fail([msg], exc)
+            return False
+        except BaseException:
+            msg._size = 0  # cancelled: nothing reserved, nothing accepted
+            raise
+        finally:
+            self._input_waiting.discard(msg)
+        if msg._id:  # shutdown accepted and failed it while this task woke up
+            ledger.release(size)
+            return False
+        msg._sink = TO_CHANNELS
+        return True
+
+    def _unreserve_input(self, msg: ProducerMessage) -> None:
+        """The enqueue of a reserved input message failed (cancelled, closed)."""
+        if self._input_reserved(msg):
+            self._ledger.release(msg._size)
+            msg._sink, msg._size = None, 0
+
+    def _accept_from_channel(self, msg: ProducerMessage) -> bool:
         """Accept a message a user put on ``producer.input`` (runs in the dispatcher)."""
+        if self._shut_down and not msg._id:
+            # The dispatcher was handed this message in the instant the close
+            # failed everything outstanding, and runs once more before its
+            # cancellation lands: accepted now, it would never be settled. It
+            # fails like the rest (nobody reads producer.errors any more, so its
+            # outcome is only on the message). Found by the schedule explorer.
+            if self._input_reserved(msg):
+                self._ledger.release(msg._size)
+            msg._sink, msg._size = None, 0
+            self._accept(msg)
+            self._ledger.fail([msg], ProducerClosed("the producer closed before this "
+                                                    "message was accepted"))
+            return False
         if msg._id:
             # Already accepted once: its outcome belongs to that send. The error
             # carries a fresh copy, so the first outcome is left untouched.
@@ -468,6 +583,9 @@ class Producer:
             self._accept(copy)
             self._ledger.fail([copy], _reused_error(msg))
             return False
+        if self._input_reserved(msg):
+            self._accept(msg)
+            return True
         msg._sink = TO_CHANNELS
         try:
             size = self._prepare(msg)
@@ -476,29 +594,22 @@ class Producer:
             self._accept(msg)
             self._ledger.fail([msg], exc)
             return False
-        self._reserving = msg  # shutdown accepts (and fails) it if it never gets the bytes
-        try:
-            await self._ledger.reserve(size)
-        except BufferFullError as exc:
-            # The user handed it over already: its outcome goes to producer.errors
-            # and the dispatcher goes on (a raise here would end the producer).
-            msg._size = 0
-            self._accept(msg)
-            self._ledger.fail([msg], exc)
-            return False
-        finally:
-            self._reserving = None
-        if msg._id:  # shutdown took it while this task was waking up
-            self._ledger.release(size)
-            return False
+        # Valid but unreserved: changed after it was put on producer.input, or put
+        # there while the producer closed. Its bytes are counted (the buffer may
+        # go over by this one message) rather than waited for here.
+        self._ledger.buffered_bytes += size
         self._accept(msg)
         return True
 
     def _take_unaccepted_input(self) -> None:
         """At shutdown: accept what users put on ``producer.input`` that the
-        dispatcher never accepted, so it fails with the rest instead of
-        vanishing; release flushes waiting for a FlushMark."""
-        pending = [self._reserving] if self._reserving is not None else []
+        dispatcher never accepted (and messages whose ``input.send()`` still
+        waits for space), so it fails with the rest instead of vanishing;
+        release flushes waiting for a FlushMark."""
+        pending: list[ProducerMessage] = []
+        for msg in self._input_waiting:  # holds no bytes yet
+            msg._size = 0
+            pending.append(msg)
         while True:
             try:
                 item = self._intake_receive.receive_nowait()
@@ -507,13 +618,14 @@ class Producer:
             if type(item) is FlushMark:
                 item.reached.set()
             elif isinstance(item, ProducerMessage):
+                if not self._input_reserved(item):
+                    item._size = 0  # holds no bytes
                 pending.append(item)
             # a list was accepted by its sender: the ledger already holds it
         for msg in pending:
             if msg._id:
                 continue
             msg._sink = TO_CHANNELS
-            msg._size = 0
             self._accept(msg)
 
     # -- flushing and closing ---------------------------------------------
@@ -698,6 +810,7 @@ async def _shutdown(producer: Producer, pipeline_scope: trio.CancelScope, *, gra
                 await idem.wait_drained()
         pipeline_scope.cancel()
         producer._take_unaccepted_input()
+        producer._shut_down = True
         left = producer._ledger.fail_all_outstanding(ProducerClosed(
             "the producer closed before this message was acknowledged"
             + (f" (close_timeout={cfg.close_timeout}s ran out)" if graceful else "")

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import trio
 
-from pipeline import ProducerError
+from pipeline import ProducerClosed, ProducerError, ProducerMessage
 from pipeline.producer.api import open_producer
 from pipeline.protocol.errors import ErrorCode
-from pipeline.testing.fake_cluster import FakeCluster
+from pipeline.testing.fake_cluster import ControlContext, FakeCluster
 
 PRODUCE = 0
 
@@ -43,6 +43,30 @@ def log(fake: FakeCluster, partition: int = 0) -> list[bytes | None]:
     return [e.record.value for e in fake.log("t", partition)]
 
 
+@pytest.mark.parametrize("idempotent", [False, True])
+@pytest.mark.parametrize("middle", ["send_many", "input"])
+async def test_one_task_send_then_other_entry_then_send_keeps_order(
+    fake: FakeCluster, autojump_clock: Any, idempotent: bool, middle: str
+) -> None:
+    """send(a); send_many([b]) (or producer.input.send(b)); send(c), all from one
+    task without a pause: c joined a's open burst, a list already queued ahead
+    of b, and was written before b (b even after the next round's a)."""
+    expected: list[bytes] = []
+    async with producer(fake, idempotent=idempotent) as p:
+        for r in range(20):
+            await p.send("t", b"a%d" % r, partition=0)
+            b = ProducerMessage("t", b"b%d" % r, partition=0)
+            if middle == "send_many":
+                await p.send_many([b])
+            else:
+                await p.input.send(b)
+            await p.send("t", b"c%d" % r, partition=0)
+            expected += [b"a%d" % r, b"b%d" % r, b"c%d" % r]
+        await p.flush()
+    assert log(fake) == expected
+    assert p.statistics().double_settles == 0
+
+
 async def test_batches_never_exceed_max_message_bytes(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
@@ -55,6 +79,43 @@ async def test_batches_never_exceed_max_message_bytes(
     assert offsets == list(range(20))
     assert all(len(r.request.topic_data[0].partition_data[0].records) <= 600
                for r in fake.requests_of(PRODUCE))
+
+
+async def test_send_waiting_for_space_when_the_producer_closes(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A send() blocked on a full buffer while the producer closed got space
+    from the close, registered its message and then hit the closed intake:
+    trio.ClosedResourceError reached the caller and the message stayed
+    outstanding forever. It now raises ProducerClosed and leaves no trace."""
+    gate = trio.Event()
+
+    async def hold(ctx: ControlContext) -> None:
+        await gate.wait()
+
+    fake.control(PRODUCE, hold, sticky=True)
+    raised: list[BaseException] = []
+    async with trio.open_nursery() as nursery:
+        async with producer(fake, idempotent=False, buffer_memory=1200, close_timeout=1.0,
+                            max_block=30.0) as p:
+            first = await p.send("t", b"x" * 500, partition=0)
+            second = await p.send("t", b"y" * 500, partition=0)
+
+            async def blocked() -> None:
+                try:
+                    await p.send("t", b"z" * 500, partition=0)
+                except ProducerClosed as exc:
+                    raised.append(exc)
+
+            nursery.start_soon(blocked)
+            await trio.sleep(0.5)
+        gate.set()
+    assert [type(e) for e in raised] == [ProducerClosed]
+    for d in (first, second):
+        with pytest.raises(ProducerError):
+            await d
+    stats = p.statistics()
+    assert (stats.accepted, stats.outstanding, stats.buffered_bytes) == (2, 0, 0)
 
 
 async def test_idempotent_fatal_error_does_not_fail_the_next_batch(
@@ -72,3 +133,64 @@ async def test_idempotent_fatal_error_does_not_fail_the_next_batch(
     assert meta.offset == 0
     assert log(fake) == [b"next"]
     assert p._core.idempotence is not None and p._core.idempotence.bumps == 1
+
+
+async def test_input_and_send_share_a_small_buffer_without_stalling(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """producer.input messages got their buffer bytes in the dispatcher, in intake
+    order; with send() from another task queued behind one of them holding the
+    bytes it waited for, the whole intake stalled for max_block and the input
+    message failed with BufferFullError on a healthy cluster."""
+    async with trio.open_nursery() as nursery:
+        async with producer(fake, idempotent=False, buffer_memory=1200, max_block=5.0,
+                            linger=0.0) as p:
+            errors: list[ProducerError] = []
+
+            async def drain() -> None:
+                errors.extend([e async for e in p.errors])
+
+            nursery.start_soon(drain)
+            t0 = trio.current_time()
+            inputs = [ProducerMessage("t", b"i%d-" % i + b"x" * 480, partition=0)
+                      for i in range(4)]
+            async with trio.open_nursery() as senders:
+                async def put() -> None:
+                    for m in inputs:
+                        await p.input.send(m)
+
+                async def send() -> None:
+                    for i in range(4):
+                        await p.send("t", b"s%d-" % i + b"x" * 480, partition=0)
+
+                senders.start_soon(put)
+                senders.start_soon(send)
+            await p.flush()
+            assert trio.current_time() - t0 < 1.0  # no max_block stall
+    assert errors == []
+    assert all(m.done() and m.offset >= 0 for m in inputs)
+    assert len(log(fake)) == 8
+
+
+async def test_input_message_handed_over_as_the_producer_closes_gets_an_outcome(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """The dispatcher, idle, is handed a producer.input message in the instant the
+    producer closes (here: the block is left by an exception right after
+    input.send_nowait, so nothing yields in between). The close failed what was
+    outstanding, and only then did the dispatcher run once more and accept the
+    message, which was never settled. It now fails with ProducerClosed."""
+
+    class Leave(Exception):
+        pass
+
+    m = ProducerMessage("t", b"last", partition=0)
+    with pytest.raises(Leave):  # noqa: PT012
+        async with producer(fake, idempotent=False) as p:
+            await p.send_and_wait("t", b"first", partition=0)
+            await trio.sleep(0.1)  # the dispatcher waits on the intake
+            p.input.send_nowait(m)  # handed straight to the waiting dispatcher
+            raise Leave
+    assert m.done() and isinstance(m._outcome, ProducerClosed)
+    stats = p.statistics()
+    assert (stats.outstanding, stats.double_settles) == (0, 0)

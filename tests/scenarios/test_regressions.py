@@ -244,12 +244,14 @@ async def test_concurrent_senders_share_the_open_intake_list(
 async def test_close_fails_input_messages_never_accepted(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
-    """sarama's Close drains what is on the input channel. Here messages put on
-    ``producer.input`` that the dispatcher could not accept yet (the buffer is
-    full and every broker is down) fail with ProducerClosed on ``errors``, and a
-    flush waiting on them is released: nothing vanishes, nothing hangs."""
+    """sarama's Close drains what is on the input channel. Here a message whose
+    ``producer.input.send()`` still waits for buffer space (the buffer is full
+    and every broker is down) fails with ProducerClosed on ``errors``, its
+    sender is released, later puts see the channel closed, and a flush waiting
+    on them is released: nothing vanishes, nothing hangs."""
     fake.create_topic("t", 1, leaders=[0])
     flushed: list[float] = []
+    refused: list[ProducerMessage] = []
     with trio.fail_after(30):  # virtual seconds: a lost FlushMark would hang
         async with trio.open_nursery() as nursery:
             async with open_fake_producer(fake, close_timeout=2.0, buffer_memory=1024,
@@ -259,8 +261,15 @@ async def test_close_fails_input_messages_never_accepted(
                 for node in range(3):
                     fake.stop_broker(node, elect=False)
                 msgs = [ProducerMessage("t", b"%03d" % i + b"x" * 300) for i in range(7)]
-                for m in msgs:
-                    await producer.input.send(m)  # the buffer holds 2; the rest wait
+
+                async def put_all() -> None:
+                    for m in msgs:
+                        try:
+                            await producer.input.send(m)  # the buffer holds 2; the 3rd waits
+                        except trio.ClosedResourceError:
+                            refused.append(m)  # after the close: never accepted
+
+                nursery.start_soon(put_all)
                 await trio.sleep(0.5)
                 assert producer.statistics().accepted == 1 + 2
 
@@ -279,9 +288,10 @@ async def test_close_fails_input_messages_never_accepted(
                 t0 = trio.current_time()
     assert trio.current_time() == t0 + 2.0
     assert flushed == [t0 + 2.0]
-    assert sorted(e.message.value for e in errors) == sorted(m.value for m in msgs)
+    assert sorted(e.message.value for e in errors) == sorted(m.value for m in msgs[:3])
     assert all(isinstance(e.cause, ProducerClosed) for e in errors)
-    assert all(m.done() for m in msgs)
+    assert all(m.done() for m in msgs[:3])
+    assert refused == msgs[3:]
     stats = producer.statistics()
     assert (stats.double_settles, stats.outstanding) == (0, 0)
 
@@ -290,8 +300,9 @@ async def test_input_message_past_max_block_fails_alone(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """A message on ``producer.input`` that waits for buffer space longer than
-    max_block fails with BufferFullError on ``errors``; the producer goes on
-    and delivers what comes after once the brokers are back."""
+    max_block (its ``input.send()`` waits, as ``send()`` does) fails with
+    BufferFullError on ``errors``; the producer goes on and delivers what comes
+    after once the brokers are back."""
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake, buffer_memory=1024, max_message_bytes=1024,
                                   max_block=5.0, delivery_timeout=120.0,
@@ -300,11 +311,12 @@ async def test_input_message_past_max_block_fails_alone(
         fake.stop_broker(0, elect=False)
         held = [ProducerMessage("t", b"h%d" % i + b"x" * 300) for i in range(2)]
         late = ProducerMessage("t", b"late" + b"x" * 300)
-        for m in [*held, late]:
+        for m in held:
             await producer.input.send(m)
-        t0 = trio.current_time()  # the dispatcher starts waiting for late's bytes now
-        error = await producer.errors.receive()
+        t0 = trio.current_time()
+        await producer.input.send(late)  # waits max_block for buffer space, then fails it
         assert trio.current_time() == t0 + 5.0
+        error = await producer.errors.receive()
         assert error.message is late and isinstance(error.cause, BufferFullError)
         fake.restart_broker(0)
         ok = [await producer.successes.receive() for _ in held]
