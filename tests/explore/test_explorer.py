@@ -1,4 +1,5 @@
-"""The schedule explorer itself: deterministic replays and the command line."""
+"""The schedule explorer itself: deterministic replays, the command line, and
+the CI sweep (`make test` runs 1,000 schedules from fixed seeds)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from pipeline.testing.explore import Violation, from_json, generate, run_schedule, to_json
+
+from pipeline.testing.explore import Violation, check, from_json, generate, run_schedule, to_json
 from pipeline.testing.explore import __main__ as cli
+
+# The CI sweep: schedules CI_SEED .. CI_SEED + CI_CHUNKS * CI_CHUNK - 1, both
+# idempotence modes drawn per schedule. Replay one with
+# `python -m pipeline.testing.explore --replay <seed> --idempotent both`.
+CI_SEED = 20_000
+CI_CHUNKS = 10
+CI_CHUNK = 100
 
 
 def digest(seed: int) -> str:
@@ -41,6 +50,13 @@ def test_schedules_round_trip_through_json() -> None:
         assert from_json(to_json(s)) == s
 
 
+def test_cli_clean_run(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--schedules", "4", "--seed", "7"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0] == "seed 7: 4 schedules (seeds 7..10), idempotent=both"
+    assert out[-1] == "explored 4 schedules: 0 violations"
+
+
 def test_cli_reports_a_violation_with_its_replay(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -67,3 +83,17 @@ def test_cli_reports_a_violation_with_its_replay(
     assert json.loads(written.read_text())["seed"] == 9
     assert cli.main(["--file", str(written)]) == 1
     assert cli.main(["--replay", "9", "--idempotent", "off", "--no-shrink"]) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunk", range(CI_CHUNKS))
+def test_sweep(chunk: int) -> None:
+    """1,000 seeded schedules (this chunk: 100) keep every invariant."""
+    first = CI_SEED + chunk * CI_CHUNK
+    found = []
+    for seed in range(first, first + CI_CHUNK):
+        violations = check(run_schedule(generate(seed)))
+        if violations:
+            found.append(f"seed {seed}: {violations[0]} (replay: python -m "
+                         f"pipeline.testing.explore --replay {seed} --idempotent both)")
+    assert not found, "\n".join(found)
