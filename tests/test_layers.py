@@ -14,6 +14,9 @@ The layers (docs/architecture.md)::
     protocol                             sans-I/O codec
     util                                 backoff, exception groups
     testing                              beside them: uses cluster, protocol, util
+    testing.explore                      the schedule explorer: drives the producer
+                                         against the fake (above producer and testing;
+                                         nothing in pipeline/ imports it)
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "consumer": frozenset({"cluster", "protocol", "util"}),
     "spark": frozenset({"producer", "consumer", "cluster", "protocol", "util"}),
     "testing": frozenset({"cluster", "protocol", "util"}),
+    # the schedule explorer (python -m pipeline.testing.explore) runs the producer
+    # against the fake cluster: a test harness above both, imported by nothing
+    "testing.explore": frozenset({"producer", "testing", "cluster", "protocol", "util"}),
     "cli": frozenset({"spark", "producer", "consumer", "cluster", "protocol", "testing", "util"}),
     # pipeline/__init__.py: the public facade; pipeline/__main__.py: the CLI's entry
     "pipeline": frozenset({"producer", "consumer", "cluster", "protocol", "util"}),
@@ -106,6 +112,8 @@ GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
 
 def _layer(module: str) -> str:
     parts = module.split(".")
+    if parts[1:3] == ["testing", "explore"]:
+        return "testing.explore"
     return parts[1] if len(parts) > 1 else "pipeline"
 
 
@@ -183,6 +191,9 @@ def test_the_checks_see_what_they_must() -> None:
     fake = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": {"a.x"}}
     assert _cycles(fake) == [frozenset({"a.x", "a.y", "a.z"})]
     assert _layer("pipeline.testing.fake.cluster") == "testing"
+    assert _layer("pipeline.testing.explore.runner") == "testing.explore"
+    assert not any(_layer(t) == "testing.explore"
+                   for m, ts in GRAPH.items() if _layer(m) != "testing.explore" for t in ts)
     assert "testing" not in ALLOWED["spark"] and "cli" not in ALLOWED["producer"]
 
 

@@ -1,8 +1,8 @@
 """Run one `Schedule` against a FakeCluster on virtual time, deterministically.
 
-The run happens in its own ``trio.run`` with a ``MockClock`` that jumps ahead
-whenever every task is blocked, so seconds of faults and timeouts cost
-milliseconds. Everything that could differ between two runs of one schedule
+The run happens in its own ``trio.run`` on a virtual clock (`clock.py`) that
+jumps ahead whenever every task is blocked, so seconds of faults and timeouts
+cost milliseconds. Everything that could differ between two runs of one schedule
 is pinned: the fake's and the producer's ``random.Random`` are seeded from the
 schedule, timestamps are a fixed clock, and trio's own scheduler (which
 shuffles the tasks it wakes in one batch) is put in its deterministic mode
@@ -14,8 +14,8 @@ What happens in a run:
 * the producer opens against the fake; one task per message *source* sends
   that source's messages at their times (``send()``, ``send()`` with a
   header, or ``send_many()``), recording refusals;
-* the fault driver applies the schedule's events at their times and heals
-  the cluster at ``heal_at``;
+* the fault driver (`driver.py`) applies the schedule's events at their
+  times and heals the cluster at ``heal_at``;
 * flush tasks call ``flush()`` at their times;
 * at ``close_at`` the producer's ``async with`` block ends (close), faults
   or not.
@@ -26,30 +26,30 @@ partition logs, flushes and the close, for `checker.check`.
 
 from __future__ import annotations
 
-import gc
-import math
 import random
-import signal
-import sys
-import threading
-import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
-from trio._core import _run as trio_run
 
 from pipeline.producer.api import Producer, open_producer
 from pipeline.producer.errors import BufferFullError, MessageTooLargeError, ProducerClosed
 from pipeline.producer.message import OK, PENDING, ProducerMessage
 from pipeline.protocol.records import batch_size_for_record, decode_record_batches
-from pipeline.testing.fake_cluster import FakeCluster, FaultHandle
+from pipeline.testing.fake_cluster import FakeCluster
 
-from .schedule import TOPIC, Event, Schedule, Send
+from .clock import (
+    HangError,
+    VirtualClock,
+    collect_abandoned,
+    describe_exception,
+    deterministic_trio,
+    time_limit,
+)
+from .driver import PRODUCE, drive_faults
+from .schedule import TOPIC, Schedule, Send
 
-PRODUCE, INIT_PRODUCER_ID = 0, 22
+__all__ = ["HangError", "Message", "Trace", "run_schedule", "value_of"]
 HEADERS = (("h", b"v"),)
 # Refusals send() may raise by design; anything else escaping send() is a crash.
 _REFUSALS = (MessageTooLargeError, BufferFullError, ProducerClosed)
@@ -158,133 +158,12 @@ def bound_of(send: Send, index: int) -> int:
     return batch_size_for_record(key, value_of(index, send.size), headers)
 
 
-class HangError(Exception):
-    """A schedule ran longer than its real-time limit (a hang on virtual time)."""
-
-
-class Deadlock(Exception):
-    """Every task waits and no deadline is set anywhere: nothing can ever happen."""
-
-
-class Spin(Exception):
-    """Tasks keep running while virtual time stands still: a busy loop."""
-
-
-# Scheduler passes at one virtual instant before the run counts as a busy loop
-# (the most seen in normal runs: about 120).
-SPIN_PASSES = 10_000
-
-
-class VirtualClock(trio.abc.Clock, trio.abc.Instrument):
-    """Virtual time that jumps to the next deadline whenever every task waits
-    (trio's MockClock with autojump_threshold=0, minus its machinery). It ends
-    the run instead of hanging: a deadlock (every task waits, no deadline
-    anywhere) and a busy loop (trio keeps scheduling at one virtual instant)
-    would otherwise never finish, since virtual time only moves when idle."""
-
-    def __init__(self) -> None:
-        self._now = 0.0
-        self._stalled = 0  # consecutive asks with no deadline at all
-        self._passes = 0  # scheduler passes at the current instant
-        self._passes_at = 0.0
-        self._spin: str | None = None
-
-    def start_clock(self) -> None:
-        pass
-
-    def current_time(self) -> float:
-        if self._spin is not None:
-            raise Spin(self._spin)  # from trio's run loop too: the run ends
-        return self._now
-
-    def before_io_wait(self, timeout: float) -> None:  # the Instrument hook, once per pass
-        if self._now != self._passes_at:
-            self._passes_at, self._passes = self._now, 0
-            return
-        self._passes += 1
-        if self._passes > SPIN_PASSES and self._spin is None:
-            self._spin = f"busy loop at t={self._now:.4f}:\n" + task_tree()
-
-    def deadline_to_sleep_time(self, deadline: float) -> float:
-        # trio asks only when no task is runnable: every task waits.
-        if deadline < math.inf:
-            self._stalled = 0
-            self._now = max(self._now, deadline)
-            return 0.0
-        # No deadline: only real I/O could still wake a task (trio's own wakeup
-        # socket, e.g. while it finishes after the main task). Give that a few
-        # short real waits; then nothing can ever happen.
-        self._stalled += 1
-        if self._stalled > 5 and trio_run.GLOBAL_RUN_CONTEXT.runner.main_task_outcome is None:
-            raise Deadlock(f"deadlock at t={self._now:.4f}:\n" + task_tree())
-        return 0.001
-
-
-def task_tree() -> str:
-    """Every task and where it waits (for a deadlock report)."""
-    lines: list[str] = []
-
-    def walk(task: trio.lowlevel.Task, depth: int) -> None:
-        chain: list[str] = []
-        coro: Any = task.coro
-        while coro is not None:
-            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-            if frame is not None:
-                chain.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
-            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-        lines.append("  " * depth + task.name.rsplit(".", 2)[-1] + "  " + " > ".join(chain[-6:]))
-        for nursery in task.child_nurseries:
-            for child in nursery.child_tasks:
-                walk(child, depth + 1)
-
-    root = trio.lowlevel.current_root_task()
-    if root is not None:
-        walk(root, 0)
-    return "\n".join(lines)
-
-
-@contextmanager
-def _deterministic_trio(seed: int) -> Iterator[None]:
-    # trio wakes the tasks of one scheduling batch in random order (to flush out
-    # order dependencies). Its Hypothesis mode sorts them by creation and then
-    # shuffles with trio_run._r, which we seed: same schedule, same interleaving.
-    allowed = trio_run._ALLOW_DETERMINISTIC_SCHEDULING
-    state = trio_run._r.getstate()
-    trio_run._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[misc]
-    trio_run._r.seed(seed)
-    try:
-        yield
-    finally:
-        trio_run._ALLOW_DETERMINISTIC_SCHEDULING = allowed  # type: ignore[misc]
-        trio_run._r.setstate(state)
-
-
-@contextmanager
-def _real_time_limit(seconds: float | None) -> Iterator[None]:
-    """A backstop against a hang that virtual time cannot end (a task blocked
-    forever with no deadline anywhere, inside a shielded scope)."""
-    if not seconds or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def alarm(signum: int, frame: Any) -> None:
-        raise HangError(f"schedule still running after {seconds}s of real time")
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) -> Trace:
     """Run `schedule` to the end and return what happened."""
     trace = Trace(schedule)
     abandoned = False
     try:
-        with _deterministic_trio(schedule.seed), _real_time_limit(real_time_limit):
+        with deterministic_trio(schedule.seed), time_limit(real_time_limit):
             clock = VirtualClock()
             trio.run(_main, schedule, trace, clock=clock, instruments=[clock])
     except trio.TrioInternalError as exc:
@@ -296,35 +175,10 @@ def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) ->
     except BaseException as exc:  # a crash anywhere is a finding, reported as such
         if isinstance(exc, KeyboardInterrupt):
             raise
-        trace.crash = _describe(exc)
+        trace.crash = describe_exception(exc)
     if abandoned:
-        _collect_abandoned()
+        collect_abandoned()
     return trace
-
-
-def _describe(exc: BaseException) -> str:
-    """First line: the innermost exceptions (what went wrong); then the traceback."""
-    leaves: list[BaseException] = []
-
-    def walk(e: BaseException) -> None:
-        if isinstance(e, BaseExceptionGroup):
-            for inner in e.exceptions:
-                walk(inner)
-        else:
-            leaves.append(e)
-
-    walk(exc)
-    summary = "; ".join(f"{type(e).__name__}: {e}" for e in leaves)
-    return summary.replace("\n", " ") + "\n" + "".join(traceback.format_exception(exc))
-
-
-def _collect_abandoned() -> None:
-    hook = sys.unraisablehook
-    sys.unraisablehook = lambda unraisable: None
-    try:
-        gc.collect()
-    finally:
-        sys.unraisablehook = hook
 
 
 async def _main(schedule: Schedule, trace: Trace) -> None:
@@ -347,7 +201,7 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
                     fake.bootstrap, connector=fake.connector, **producer_options(schedule)
                 ) as producer:
                     settled = _instrument(producer)
-                    root.start_soon(_drive_faults, fake, schedule)
+                    root.start_soon(drive_faults, fake, schedule)
                     for source in sorted({s.source for s in schedule.sends}):
                         users.start_soon(
                             _source, producer, schedule, source, accepted, inputs, trace
@@ -361,7 +215,7 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
                     trace.close_start = trio.current_time()
                 trace.close_end = trio.current_time()
         except Exception as exc:
-            trace.crash = _describe(exc)
+            trace.crash = describe_exception(exc)
         if producer is not None:
             stats = producer.statistics()
             trace.double_settles = stats.double_settles
@@ -546,68 +400,3 @@ async def _flush(producer: Producer, schedule: Schedule, at: float, trace: Trace
     trace.flushes.append(Flush(start, trio.current_time(), last_id, unsettled,
                                scope.cancelled_caught))
 
-
-async def _drive_faults(fake: FakeCluster, schedule: Schedule) -> None:
-    async with trio.open_nursery() as nursery:
-        for event in schedule.events:
-            if event.at >= schedule.heal_at:
-                break
-            await trio.sleep_until(event.at)
-            handle = _apply(fake, event)
-            if handle is not None and event.duration > 0:
-                nursery.start_soon(_remove_at, handle, event.at + event.duration)
-        await trio.sleep_until(schedule.heal_at)
-        heal(fake)
-        nursery.cancel_scope.cancel()
-
-
-async def _remove_at(handle: FaultHandle, at: float) -> None:
-    await trio.sleep_until(at)
-    handle.remove()
-
-
-def heal(fake: FakeCluster) -> None:
-    """Every fault removed, every broker back (keeping its producer state)."""
-    fake.clear_faults()
-    for node, broker in fake.state.brokers.items():
-        if not broker.alive:
-            fake.restart_broker(node)
-    alive = [b.node_id for b in fake.state.alive_brokers()]
-    for part in fake.state.topics[TOPIC].partitions:
-        if part.leader not in alive:  # offline since a stop without election
-            fake.move_leader(TOPIC, part.index, to=alive[0])
-
-
-def _apply(fake: FakeCluster, event: Event) -> FaultHandle | None:
-    kind, node = event.kind, event.node
-    brokers = fake.state.brokers
-    if node >= len(brokers) or event.partition >= len(fake.state.topics[TOPIC].partitions):
-        return None  # the shrinker removed that broker or partition
-    if kind == "move":
-        if brokers[node].alive:
-            fake.move_leader(TOPIC, event.partition, to=node)
-    elif kind == "error":
-        return fake.fail_next(PRODUCE, event.code, count=event.count, topic=TOPIC,
-                              partition=event.partition)
-    elif kind == "error_after":
-        return fake.fail_after_apply(event.code, count=event.count, topic=TOPIC,
-                                     partition=event.partition)
-    elif kind == "lost_ack":
-        return fake.drop_response_after_apply(PRODUCE, count=event.count, node_id=node)
-    elif kind == "drop_request":
-        return fake.drop_next_request(PRODUCE, count=event.count, node_id=node)
-    elif kind == "drop_conns":
-        fake.drop_connections(node)
-    elif kind == "slow":
-        return fake.delay_responses(event.seconds, node_id=node, before_apply=event.flag)
-    elif kind == "stale":
-        return fake.stale_metadata(node)
-    elif kind == "stop":
-        fake.stop_broker(node, elect=event.flag)
-    elif kind == "restart":
-        fake.restart_broker(node, lose_producer_state=event.flag)
-    elif kind == "pid_error":
-        return fake.fail_next(INIT_PRODUCER_ID, event.code, count=event.count)
-    else:
-        raise ValueError(f"unknown fault kind {kind!r}")
-    return None
