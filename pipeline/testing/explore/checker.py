@@ -18,14 +18,15 @@ idempotent producer):
   any sequence from a producer it has no state for, so a retry of a batch
   it had written is written again, and a later batch can overtake. No client
   can prevent that; the fake marks such records and I1/I2 exempt them;
-* and except for a *failed* message written under a producer id that the
-  producer had already replaced (a later message of the new id is before it):
-  a request the client gave up on can still be applied by the broker, and
-  Kafka cannot fence an old producer id of an idempotent producer. This
-  producer recovers with InitProducerId, which real Kafka always answers
-  with a new id; the Java client and librdkafka bump the epoch themselves,
-  which fences such stragglers (tansu refuses that bump). A known limit
-  (README, "What it found").
+* a failed message gets no exemption: the producer recovers by bumping its
+  own epoch (KIP-360), which the broker accepts and which fences a request of
+  the old epoch still on its way (INVALID_PRODUCER_EPOCH) once the new epoch
+  has written to the partition, so a message whose fate was unknown is absent
+  or in its place. (With a new producer id instead, such a straggler is in
+  sequence for the old id and lands after later messages: that is what the
+  checker catches when the local bump is disabled, README "Does it have
+  teeth?". On tansu, which refuses the bump, the producer falls back to new
+  ids and keeps that weakness; docs/architecture.md, Recovery.)
 
 Without idempotence (acks 1 or all, one batch per partition in flight, as
 Kafka's Java client and sarama >= 1.48 guarantee it): a retry after a lost
@@ -144,8 +145,7 @@ def _logs(trace: Trace) -> list[Violation]:
                 continue
             first[m.index] = pos
         present = [by_index[i] for i in first]
-        pids = trace.pids.get(p, [])
-        out += _order(p, present, first, s.idempotent, lost, pids)
+        out += _order(p, present, first, s.idempotent, lost)
         for m in trace.messages:
             if m.ok and m.partition == p:
                 if m.index not in first:
@@ -158,7 +158,7 @@ def _logs(trace: Trace) -> list[Violation]:
 
 
 def _order(p: int, present: list[Message], first: dict[int, int], idem: bool,
-           lost: set[int], pids: list[int]) -> list[Violation]:
+           lost: set[int]) -> list[Violation]:
     """I2 / N2 on the messages present in partition p's log.
 
     Message a must come before b when a's call returned before b's call
@@ -182,15 +182,6 @@ def _order(p: int, present: list[Message], first: dict[int, int], idem: bool,
         if overtaker is None:
             overtaker = next((x for x in calls[m.call[:2]]
                               if x.call[2] > m.call[2] and first[x.index] < pos_m), None)
-        if overtaker is not None and idem and not m.ok and pids \
-                and pids[pos_m] != pids[first[overtaker.index]]:
-            # a straggler of a replaced producer id (see above): only an
-            # overtaker of its own producer id counts
-            overtaker = next((x for x in present
-                              if first[x.index] < pos_m and pids[first[x.index]] == pids[pos_m]
-                              and (x.call[0] > m.call[1] or (x.call[:2] == m.call[:2]
-                                                             and x.call[2] > m.call[2]))),
-                             None)
         if overtaker is not None and not (idem and {pos_m, first[overtaker.index]} & lost):
             out.append(Violation(
                 "I2 reordered" if idem else "N2 reordered",

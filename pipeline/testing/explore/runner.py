@@ -104,8 +104,6 @@ class Trace:
     # Values of every record some Produce request carried (filled only when a
     # message accepted after healing failed: L1 asks whether it was ever sent).
     sent: set[bytes] = field(default_factory=set)
-    # {partition: the producer id of each record, by offset}
-    pids: dict[int, list[int]] = field(default_factory=dict)
     # {partition: offsets of records the broker appended after it had forgotten
     # the producer's state (Kafka accepts any sequence then)}
     state_lost: dict[int, set[int]] = field(default_factory=dict)
@@ -187,7 +185,6 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
         seed=schedule.seed,
         max_message_bytes=schedule.max_message_bytes,
         auto_create_topics=False,
-        kip360_bump=schedule.kip360_bump,
     )
     accepted: list[tuple[int, ProducerMessage, float, tuple[int, int, int]]] = []
     inputs: Inputs = []
@@ -238,7 +235,6 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
         for p in range(schedule.partitions):
             entries = fake.log(TOPIC, p)
             trace.logs[p] = [e.record.value or b"" for e in entries]
-            trace.pids[p] = [e.batch.producer_id for e in entries]
             trace.state_lost[p] = {
                 offset
                 for stored in fake.partition(TOPIC, p).batches if stored.state_lost

@@ -112,11 +112,6 @@ class Schedule:
     close_at: float
     max_message_bytes: int  # the producer's and the fake broker's limit
     note: str = field(default="", compare=False)
-    # How the fake answers an epoch bump (InitProducerId with the current id and
-    # epoch): True bumps the epoch (Kafka's transaction coordinator path), False
-    # hands out a new producer id, as Kafka does for a producer without a
-    # transactional id (FakeCluster(kip360_bump=...)).
-    kip360_bump: bool = True
 
     def option(self, name: str) -> Any:
         return dict(self.options)[name]
@@ -304,8 +299,6 @@ def generate(seed: int, mode: str = "both") -> Schedule:
     sends = _sends(rng, partitions, close_at, mmb)
     events = _events(rng, brokers, partitions, heal_at, idempotent)
     flushes = tuple(sorted(round(rng.uniform(0, close_at), 3) for _ in range(rng.randint(0, 3))))
-    # drawn from its own stream, so adding it left every other draw as it was
-    kip360_bump = random.Random(seed ^ 0x6B1D).random() < 0.5
     return Schedule(
         seed=seed,
         idempotent=idempotent,
@@ -319,7 +312,6 @@ def generate(seed: int, mode: str = "both") -> Schedule:
         heal_at=heal_at,
         close_at=close_at,
         max_message_bytes=mmb,
-        kip360_bump=kip360_bump,
     )
 
 
