@@ -226,6 +226,12 @@ class BrokerProducer:
             return
         cause = part.retrying
         items: list[SealedBatch | ProducerMessage] = [*part.failed, *part.sealed, *part.msgs]
+        # Only a batch that was sent and failed spends a retry; what merely waited
+        # here behind it (never on the wire this time) goes back a level up
+        # without being judged: with retries=0 it failed unsent, with the cause of
+        # the batch ahead of it (the schedule explorer, seed 300086; the Java
+        # client leaves such batches in its accumulator).
+        sent = len(part.failed)
         part.failed = []
         part.sealed.clear()
         part.msgs = []
@@ -239,13 +245,14 @@ class BrokerProducer:
         again: list[RetryItem] = []
         exhausted: list[ProducerMessage] = []
         expired: list[ProducerMessage] = []
-        for unit in items:
+        for i, unit in enumerate(items):
             msgs = unit.messages if isinstance(unit, SealedBatch) else [unit]
             msgs = [m for m in msgs if m._state == PENDING]
             if not msgs:
                 continue
-            if unit._level >= limit or unit._deadline <= now:
-                (exhausted if unit._level >= limit else expired).extend(msgs)
+            spent = i < sent and unit._level >= limit
+            if spent or unit._deadline <= now:
+                (exhausted if spent else expired).extend(msgs)
                 if self._idem is not None and isinstance(unit, SealedBatch):
                     self._idem.batch_failed(unit, "retries or delivery_timeout ran out")
             else:

@@ -194,3 +194,23 @@ async def test_input_message_handed_over_as_the_producer_closes_gets_an_outcome(
     assert m.done() and isinstance(m._outcome, ProducerClosed)
     stats = p.statistics()
     assert (stats.outstanding, stats.double_settles) == (0, 0)
+
+
+async def test_retries_zero_fails_only_what_was_sent(fake: FakeCluster, autojump_clock: Any) -> None:
+    """retries=0, the leader moved unseen (stale metadata): the first message goes
+    to the old leader and fails with NOT_LEADER_OR_FOLLOWER, as it must. The
+    second, sent right behind it, waited in the broker producer (one batch in
+    flight per partition) and was never on the wire, yet it went back with the
+    failed batch and failed as out of retries, with the first one's cause. Now
+    only a batch that was sent spends a retry; the second goes to the new leader
+    (explorer seed 300086)."""
+    async with producer(fake, idempotent=False, retries=0, metadata_max_age=300.0,
+                        max_batch_messages=1) as p:
+        await p.send_and_wait("t", b"warm", partition=1)  # metadata: both led by 0
+        fake.move_leader("t", 0, to=1)
+        first = await p.send("t", b"first", partition=0)
+        second = await p.send("t", b"second", partition=0)
+        with pytest.raises(ProducerError, match="NOT_LEADER_OR_FOLLOWER"):
+            await first
+        assert (await second).offset == 0
+    assert log(fake) == [b"second"]
