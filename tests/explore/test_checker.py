@@ -122,6 +122,10 @@ def test_size_refusals_follow_the_documented_bound() -> None:
     t = trace(False, [msg(0, ok=False)], [])
     t.messages[0].cause = "BrokerResponseError: MESSAGE_TOO_LARGE (10)"
     assert kinds(t) == ["S1 broker size"]
+    t = trace(False, [msg(0)], [0])
+    assert kinds(t) == []
+    t.oversized = [(0, 301), (0, 400)]  # a batch the broker would refuse (one report)
+    assert kinds(t) == ["S1 batch size"]
 
 
 def test_a_crash_is_a_violation() -> None:

@@ -59,8 +59,11 @@ Both modes:
   with fewer retries, such a message may fail, but only after it was sent
   (a partition must not stay dead after a failure);
 * S1 ``send()`` refuses a message with MessageTooLargeError exactly when its
-  size bound (``batch_size_for_record``) exceeds ``max_message_bytes``, and
-  no broker (enforcing the same limit) ever answers MESSAGE_TOO_LARGE;
+  size bound (``batch_size_for_record``) exceeds ``max_message_bytes``; no
+  batch on the wire is larger than ``max_message_bytes`` (the broker, enforcing
+  the same limit, would refuse it: the producer splits a refused batch, KIP-126,
+  but that costs a round trip and a retry level per split), and no message
+  fails with MESSAGE_TOO_LARGE;
 * no exception escapes the producer (a crash is a violation).
 """
 
@@ -243,6 +246,9 @@ def _sizes(trace: Trace) -> list[Violation]:
         elif not too_big and a.refused == "MessageTooLargeError":
             out.append(Violation("S1 size", f"sends {a.indexes} with size bounds {a.bounds} <= "
                                  f"{limit} refused: {a.detail[:120]}"))
+    for p, nbytes in trace.oversized[:1]:
+        out.append(Violation("S1 batch size", f"a batch of {nbytes} bytes for partition {p} "
+                             f"was sent, over max_message_bytes={limit}"))
     for m in trace.messages:
         if "MESSAGE_TOO_LARGE" in m.cause:
             out.append(Violation("S1 broker size", f"message #{m.index} failed: {m.cause[:160]}"))

@@ -104,6 +104,8 @@ class Trace:
     # Values of every record some Produce request carried (filled only when a
     # message accepted after healing failed: L1 asks whether it was ever sent).
     sent: set[bytes] = field(default_factory=set)
+    # (partition, bytes) of every batch a Produce request carried over max_message_bytes
+    oversized: list[tuple[int, int]] = field(default_factory=list)
     # {partition: offsets of records the broker appended after it had forgotten
     # the producer's state (Kafka accepts any sequence then)}
     state_lost: dict[int, set[int]] = field(default_factory=dict)
@@ -245,6 +247,7 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
                   schedule.close_at - schedule.option("delivery_timeout"))
         if any(not m.ok and window[0] <= m.accepted_at <= window[1] for m in trace.messages):
             trace.sent = _sent_values(fake)
+        trace.oversized = _oversized(fake, schedule.max_message_bytes)
         trace.end_time = trio.current_time()
         root.cancel_scope.cancel()
 
@@ -259,6 +262,16 @@ def _sent_values(fake: FakeCluster) -> set[bytes]:
                 for batch in decode_record_batches(bytes(part.records or b"")):
                     sent.update(rec.value or b"" for rec in batch.records)
     return sent
+
+
+def _oversized(fake: FakeCluster, limit: int) -> list[tuple[int, int]]:
+    return [
+        (part.index, len(part.records))
+        for r in fake.requests_of(PRODUCE) if r.request is not None
+        for topic in r.request.topic_data
+        for part in topic.partition_data
+        if part.records is not None and len(part.records) > limit
+    ]
 
 
 def _record(index: int, msg: ProducerMessage, at: float, settled: dict[int, float]) -> Message:
