@@ -172,6 +172,7 @@ def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) ->
         cause = exc.__cause__ or exc
         trace.crash = f"{type(cause).__name__}: {cause}"
         abandoned = True
+        del cause  # its traceback holds the abandoned tasks' frames: let them go
     except BaseException as exc:  # a crash anywhere is a finding, reported as such
         if isinstance(exc, KeyboardInterrupt):
             raise
