@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pipeline.testing.kafka.dist import _exclusive
+from pipeline.util.maven import exclusive
 
 __all__ = ["CDS_ENV", "cds_archive"]
 
@@ -55,7 +55,7 @@ def cds_archive(
         return archive
     if failed.exists():
         return None
-    with _exclusive(home / "cds.lock"):
+    with exclusive(home / "cds.lock"):
         if archive.is_file():
             return archive
         fd, tmp_name = tempfile.mkstemp(prefix="broker-", suffix=".jsa.tmp", dir=home)
