@@ -6,8 +6,9 @@
 
 ``pipeline.spark.partition`` is the part that runs inside each Spark task (testable
 without Spark); ``pipeline.spark.export`` is the driver side; ``pipeline.spark.datasource``
-registers ``df.write.format("pipeline-kafka")``. Importing this package does not import
-pyspark.
+registers ``df.write.format("pipeline-kafka")``; :func:`kafka_sink_jars` fetches the jars of
+Spark's own ``format("kafka")`` sink, to run it beside ours. Importing this package does not
+import pyspark.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pipeline.spark.export import (
     validate_schema,
 )
 from pipeline.spark.partition import export_partition
+from pipeline.spark.sink_jars import KafkaSinkJarsError, kafka_sink_jars
 from pipeline.spark.status import (
     DEFAULT_MESSAGE_ID_HEADER,
     ExportConfig,
@@ -36,10 +38,12 @@ __all__ = [
     "ExportReport",
     "ExportSchemaError",
     "ExportTaskError",
+    "KafkaSinkJarsError",
     "PartitionStatus",
     "SpeculationWarning",
     "build_report",
     "export_dataframe",
     "export_partition",
+    "kafka_sink_jars",
     "validate_schema",
 ]

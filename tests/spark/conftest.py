@@ -9,6 +9,10 @@ session. A test that expects a job to fail pays for the second attempt.
 
 ``kafka_records`` reads a topic back with confluent-kafka in assign mode (a tansu group
 join takes ~23 s).
+
+The session also carries Spark's own Kafka sink (``spark.jars`` =
+``pipeline.spark.kafka_sink_jars()``, fetched from Maven Central once per machine), so
+tests can run it beside ours; ``sink_jars`` says why it is missing when it is.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +35,33 @@ def _java_available() -> bool:
     return shutil.which("java") is not None
 
 
+@dataclass(frozen=True)
+class SinkJars:
+    jars: list[str]
+    error: str | None  # why there are none
+
+    def require(self) -> None:
+        """Skip when only mvn is missing (as the Kafka tests do); any other failure to get
+        the jars (Maven Central unreachable, no connector for this PySpark) fails."""
+        if self.error is None:
+            return
+        if "needs mvn" in self.error:
+            pytest.skip(self.error)
+        pytest.fail(f"Spark's Kafka sink jars could not be had: {self.error}")
+
+
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def sink_jars() -> SinkJars:
+    from pipeline.spark import KafkaSinkJarsError, kafka_sink_jars
+
+    try:
+        return SinkJars(kafka_sink_jars(), None)
+    except KafkaSinkJarsError as exc:
+        return SinkJars([], str(exc))
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory, sink_jars: SinkJars) -> Iterator[Any]:
     pytest.importorskip("pyspark")
     if not _java_available():
         pytest.skip("no java on PATH / JAVA_HOME (Spark needs Java 17+)")
@@ -44,8 +74,11 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     work = tmp_path_factory.mktemp("spark")
     jvm_flags = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    builder = SparkSession.builder
+    if sink_jars.jars:
+        builder = builder.config("spark.jars", ",".join(sink_jars.jars))
     session = (
-        SparkSession.builder.master("local[1,2]")
+        builder.master("local[1,2]")
         .appName("pipeline-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
