@@ -1,65 +1,57 @@
-"""Export throughput: ``export_dataframe`` vs a hand-written ``foreachPartition`` exporter.
+"""Export throughput: ``export_dataframe`` beside the other ways to write a DataFrame to Kafka.
 
-The baseline is what people write without this package: ``df.foreachPartition`` with a
-confluent-kafka ``Producer`` per partition, ``produce()`` per ``Row`` and a final
-``flush()``. Both run on the same cached DataFrame, in the same Spark session, against
-the same broker, each into its own topic; both counts are checked on the broker (sum
-of high watermarks) so a fast-but-lossy run cannot win.
+Four writers (:mod:`pipeline.spark.bench_writers`): ours, a hand-written
+``foreachPartition`` + confluent-kafka exporter, Spark's own ``format("kafka")`` sink, and
+a ``mapInArrow`` no-op (the ceiling). For each row shape they run on the same cached
+DataFrame, in the same Spark session, against the same broker, each into its own fresh
+topic, in rounds (the writers' order rotates each round, so drift hits all alike); what
+each wrote is read back with confluent-kafka and a run that lost, duplicated or changed a
+row is INVALID. Reported per (shape, writer): the median, min and max rows/s of the
+verified runs; ratios are of medians, with the per-round ratios beside them.
 
-Used by ``python -m pipeline bench --spark`` and ``bench/export_bench.py`` (``make bench``).
+Used by ``bench/export_bench.py`` (``make bench``) and ``python -m pipeline bench --spark``.
 """
 
 from __future__ import annotations
 
+import os
+import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pipeline.spark.bench_writers import (
+    SHAPES,
+    WRITERS,
+    bench_frame,
+    read_back,
+    sample_rows,
+    sink_jars_reason,
+    write,
+)
+
 #: ``create_topics({name: partitions})``: how the caller makes topics on its broker
-#: (the CLI and ``bench/export_bench.py`` pass ``pipeline.testing.broker.create_topics``;
-#: the spark layer does not import the testing kit).
+#: (the CLI and ``bench/export_bench.py`` pass the testing kit's; the spark layer does
+#: not import the testing kit).
 CreateTopics = Callable[[Mapping[str, int]], object]
+Log = Callable[[str], None]
 
-__all__ = ["CreateTopics", "compare_export", "confluent_partition_exporter", "format_comparison"]
+__all__ = ["LABELS", "TARGETS", "CreateTopics", "compare_export", "format_comparison",
+           "summarize"]
 
-
-def confluent_partition_exporter(rows: Iterator[Any], bootstrap: str, topic: str) -> None:
-    """The baseline: one confluent-kafka Producer per partition, produce() per Row."""
-    from confluent_kafka import KafkaException, Producer
-
-    producer = Producer({
-        "bootstrap.servers": bootstrap,
-        "acks": "all",
-        "linger.ms": 5,
-        "enable.idempotence": False,
-    })
-    errors: list[str] = []
-
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None and len(errors) < 5:
-            errors.append(str(err))
-
-    for row in rows:
-        while True:
-            try:
-                producer.produce(topic, value=row.value, key=row.key, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    remaining = producer.flush(120)
-    if remaining or errors:
-        raise KafkaException(f"{remaining} undelivered; errors: {errors}")
+LABELS = {
+    "pipeline": "pipeline export_dataframe",
+    "foreach": "foreachPartition + confluent-kafka",
+    "spark_kafka": 'Spark format("kafka") sink',
+    "noop_arrow": "mapInArrow no-op (ceiling)",
+}
+#: (numerator, denominator, threshold): issue 15's targets for the export
+TARGETS = (("pipeline", "foreach", 3.0), ("pipeline", "spark_kafka", 1.0))
 
 
-def _high_watermark_sum(bootstrap: str, topic: str) -> int:
-    import trio
-
-    from pipeline.consumer import topic_offsets
-
-    offsets = trio.run(topic_offsets, bootstrap, topic)
-    return sum(hi - lo for lo, hi in offsets.values())
+def _quiet(_: str) -> None:
+    pass
 
 
 def compare_export(
@@ -67,76 +59,254 @@ def compare_export(
     bootstrap: str,
     *,
     create_topics: CreateTopics,
-    rows: int = 1_000_000,
-    value_bytes: int = 100,
+    rows: int = 500_000,
+    rounds: int = 1,
+    shapes: Sequence[str] = SHAPES,
+    writers: Sequence[str] = WRITERS,
     partitions: int = 2,
     topic_partitions: int = 6,
-    keys: int = 10_000,
+    warmup_rows: int = 2_000,
+    log: Log = _quiet,
     **producer_options: Any,
 ) -> dict[str, Any]:
-    """Run both exporters once on the same DataFrame; return the measurements.
+    """Run every writer ``rounds`` times per shape; return the report (JSON-ready).
 
-    ``create_topics({name: partitions})`` creates the two topics on the broker.
+    First each writer runs once, untimed, on ``warmup_rows`` rows (0: no warm-up).
+    ``producer_options`` go to the ``pipeline`` writer (``ProducerConfig`` fields).
+    Spark's sink is reported ``n/a`` when the session lacks its jars.
     """
-    import functools
-
-    from pyspark.sql import functions as F
-
-    from pipeline.spark.export import export_dataframe
-
+    unknown = [w for w in writers if w not in WRITERS] + [s for s in shapes if s not in SHAPES]
+    if unknown:
+        raise ValueError(f"unknown writer/shape {unknown}: writers {WRITERS}, shapes {SHAPES}")
+    unavailable: dict[str, str] = {}
+    reason = sink_jars_reason(spark)
+    if reason and "spark_kafka" in writers:
+        unavailable["spark_kafka"] = reason
+    active = [w for w in writers if w not in unavailable]
     tag = uuid.uuid4().hex[:6]
-    ours_topic, base_topic = f"bench-export-{tag}", f"bench-foreach-{tag}"
-    create_topics({ours_topic: topic_partitions, base_topic: topic_partitions})
-    df = (
-        spark.range(rows, numPartitions=partitions)
-        .select(
-            F.concat(F.lit("k-"), (F.col("id") % keys).cast("string")).cast("binary").alias("key"),
-            F.expr(f"repeat('x', {value_bytes})").cast("binary").alias("value"),
-        )
-        .cache()
-    )
-    df.count()  # materialize the cache: neither exporter pays for generating rows
-
-    started = time.perf_counter()
-    df.foreachPartition(
-        functools.partial(confluent_partition_exporter, bootstrap=bootstrap, topic=base_topic)
-    )
-    base_seconds = time.perf_counter() - started
-
-    report = export_dataframe(df, bootstrap=bootstrap, topic=ours_topic, **producer_options)
-    df.unpersist()
-
-    base_count = _high_watermark_sum(bootstrap, base_topic)
-    ours_count = _high_watermark_sum(bootstrap, ours_topic)
-    base_rate = rows / base_seconds
+    started = time.time()
+    load_before = os.getloadavg()
+    warmup = _warm_up(spark, bootstrap, create_topics, active, shapes, tag, topic_partitions,
+                      partitions, producer_options, warmup_rows) if warmup_rows else {}
+    log("[export] warm-up (untimed; Python workers, imports, class loading, Spark's producer "
+        "cache): " + ", ".join(f"{k} {v:.1f} s" for k, v in warmup.items()))
+    runs: list[dict[str, Any]] = []
+    for shape in shapes:
+        t0 = time.perf_counter()
+        df = bench_frame(spark, shape, rows, partitions=partitions)
+        sample = sample_rows(df, rows)
+        log(f"[export] {shape}: {rows:,} rows cached in {time.perf_counter() - t0:.1f} s, "
+            f"{len(sample)} sampled for the content check")
+        try:
+            for rnd in range(rounds):
+                order = active[rnd % len(active):] + active[:rnd % len(active)]
+                for writer in order:
+                    run = _run_once(writer, df, bootstrap, create_topics, shape=shape,
+                                    rows=rows, topic=f"bench-{writer}-{shape}-{tag}-{rnd}",
+                                    topic_partitions=topic_partitions, sample=sample,
+                                    producer_options=producer_options)
+                    run["round"] = rnd + 1
+                    runs.append(run)
+                    log(_run_line(run, rounds))
+        finally:
+            df.unpersist()
+    results = summarize(runs, shapes, writers, unavailable)
     return {
-        "rows": rows,
-        "value_bytes": value_bytes,
-        "spark_partitions": partitions,
-        "topic_partitions": topic_partitions,
-        "pipeline_seconds": round(report.seconds, 3),
-        "pipeline_rows_per_s": round(report.rows_per_second, 1),
-        "pipeline_mb_per_s": round(report.mb_per_second, 2),
-        "pipeline_rows_on_broker": ours_count,
-        "foreach_confluent_seconds": round(base_seconds, 3),
-        "foreach_confluent_rows_per_s": round(base_rate, 1),
-        "foreach_confluent_rows_on_broker": base_count,
-        "ratio": round(report.rows_per_second / base_rate, 3) if base_rate else None,
-        "producer_options": {k: repr(v) for k, v in producer_options.items()},
+        "meta": {
+            "rows": rows, "rounds": rounds, "shapes": list(shapes), "writers": list(writers),
+            "spark_partitions": partitions, "topic_partitions": topic_partitions,
+            "spark_master": spark.sparkContext.master, "spark_version": spark.version,
+            "acks": "all", "idempotent": True, "linger_ms": 5, "statistic": "median",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "duration_s": round(time.time() - started, 1),
+            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+            "producer_options": {k: repr(v) for k, v in producer_options.items()},
+            "warmup_seconds": warmup,
+        },
+        "results": results,
+        "ratios": _ratios(results, runs, shapes),
+        "targets": _targets(results, shapes),
+        "runs": runs,
     }
 
 
-def format_comparison(result: dict[str, Any]) -> str:
-    return "\n".join([
-        f"export of {result['rows']:,} rows x {result['value_bytes']} B values, "
-        f"{result['spark_partitions']} Spark partitions -> {result['topic_partitions']} "
-        "topic partitions (same cached DataFrame, same session)",
-        f"  pipeline export_dataframe (mapInArrow + trio): "
-        f"{result['pipeline_rows_per_s']:>12,.0f} rows/s  ({result['pipeline_seconds']} s, "
-        f"{result['pipeline_rows_on_broker']:,} on broker)",
-        f"  foreachPartition + confluent-kafka Producer:   "
-        f"{result['foreach_confluent_rows_per_s']:>12,.0f} rows/s  "
-        f"({result['foreach_confluent_seconds']} s, "
-        f"{result['foreach_confluent_rows_on_broker']:,} on broker)",
-        f"  ratio (pipeline / baseline): {result['ratio']}x  (target >= 1.0x)",
-    ])
+def _warm_up(spark: Any, bootstrap: str, create_topics: CreateTopics, writers: list[str],
+             shapes: Sequence[str], tag: str, topic_partitions: int, partitions: int,
+             producer_options: dict[str, Any], rows: int) -> dict[str, float]:
+    """One small untimed run per writer, so that no measured run pays for what only the
+    first one would (starting Python workers, importing the package, loading the
+    connector's classes, creating Spark's cached producer)."""
+    shape = "keyed_headers" if "keyed_headers" in shapes else shapes[0]
+    df = bench_frame(spark, shape, rows, partitions=partitions)
+    took: dict[str, float] = {}
+    try:
+        for writer in writers:
+            topic = f"bench-warmup-{writer}-{tag}"
+            if writer != "noop_arrow":
+                create_topics({topic: topic_partitions})
+            took[writer] = round(write(writer, df, bootstrap, topic, **(
+                {"producer_options": producer_options} if writer == "pipeline" else {}
+            ))["seconds"], 2)
+    finally:
+        df.unpersist()
+    return took
+
+
+def _run_once(writer: str, df: Any, bootstrap: str, create_topics: CreateTopics, *,
+              shape: str, rows: int, topic: str, topic_partitions: int,
+              sample: dict[bytes, tuple[Any, ...]],
+              producer_options: dict[str, Any]) -> dict[str, Any]:
+    run: dict[str, Any] = {"writer": writer, "shape": shape, "rows": rows, "topic": topic,
+                           "loadavg_1m_before": os.getloadavg()[0]}
+    if writer != "noop_arrow":
+        create_topics({topic: topic_partitions})
+    try:
+        measured = write(writer, df, bootstrap, topic, **(
+            {"producer_options": producer_options} if writer == "pipeline" else {}))
+    except Exception as exc:
+        run.update(status="failed", error=f"{type(exc).__name__}: {str(exc)[:2000]}")
+        return run
+    run.update(measured)
+    run["rows_per_s"] = rows / measured["seconds"]
+    run["loadavg_1m_after"] = os.getloadavg()[0]
+    if writer == "noop_arrow":
+        ok = measured.get("rows_seen") == rows
+        run["verify"] = {"ok": ok, "rows_seen": measured.get("rows_seen")}
+    else:
+        run["verify"] = read_back(bootstrap, topic, rows=rows, partitions=topic_partitions,
+                                  sample=sample, keyed=shape != "plain")
+    run["status"] = "ok" if run["verify"]["ok"] else "INVALID"
+    return run
+
+
+def _run_line(run: dict[str, Any], rounds: int) -> str:
+    head = f"[export] round {run.get('round', '?')}/{rounds} {run['shape']:<13} {run['writer']:<11}"
+    if run["status"] == "failed":
+        return f"{head} FAILED: {run['error'][:300]}"
+    v = run["verify"]
+    check = (f"{v.get('rows_seen', 0):,} rows seen" if "rows_seen" in v else
+             f"read back {v['records']:,} (dupes {v['duplicates']}, missing {v['missing']}, "
+             f"sample {v['sample_checked'] - len(v['sample_bad'])}/{v['sample_checked']} exact)")
+    return (f"{head} {run['rows_per_s']:>11,.0f} rows/s  {run['seconds']:6.2f} s  "
+            f"load {run['loadavg_1m_before']:.1f}  {check}  {run['status']}")
+
+
+def summarize(runs: list[dict[str, Any]], shapes: Sequence[str], writers: Sequence[str],
+              unavailable: Mapping[str, str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{shape: {writer: row}}: median/min/max rows/s of the verified runs and a status."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for shape in shapes:
+        out[shape] = {}
+        for writer in writers:
+            row: dict[str, Any] = {"label": LABELS[writer]}
+            if writer in unavailable:
+                row.update(status="n/a", reason=unavailable[writer])
+                out[shape][writer] = row
+                continue
+            mine = [r for r in runs if r["shape"] == shape and r["writer"] == writer]
+            good = [r["rows_per_s"] for r in mine if r["status"] == "ok"]
+            bad = [r for r in mine if r["status"] != "ok"]
+            if good:
+                row.update(rows_per_s=statistics.median(good), min=min(good), max=max(good),
+                           runs_rows_per_s=good)
+            if not mine:
+                row.update(status="not run")
+            elif bad:
+                first = bad[0]
+                why = first.get("error") or f"read-back check failed: {first.get('verify')}"
+                row.update(status="failed" if not good else "INVALID", reason=why[:2000])
+            else:
+                row["status"] = "ok"
+            out[shape][writer] = row
+    return out
+
+
+def _rate(results: Mapping[str, Mapping[str, Any]], shape: str, writer: str) -> float | None:
+    row = results.get(shape, {}).get(writer)
+    if row is None or row.get("status") != "ok":
+        return None
+    value: float = row["rows_per_s"]
+    return value
+
+
+def _ratios(results: dict[str, dict[str, dict[str, Any]]], runs: list[dict[str, Any]],
+            shapes: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per shape: ours / each other writer, of the medians and round by round."""
+    out: dict[str, dict[str, Any]] = {}
+    for shape in shapes:
+        ours = _rate(results, shape, "pipeline")
+        if ours is None:
+            continue
+        ratios: dict[str, Any] = {}
+        for other in ("foreach", "spark_kafka", "noop_arrow"):
+            theirs = _rate(results, shape, other)
+            if theirs is None:
+                continue
+            by_round = {}
+            for r in runs:
+                if r["shape"] == shape and r["writer"] == "pipeline" and r["status"] == "ok":
+                    peer = next((p for p in runs if p["shape"] == shape and p["writer"] == other
+                                 and p["round"] == r["round"] and p["status"] == "ok"), None)
+                    if peer is not None:
+                        by_round[r["round"]] = round(r["rows_per_s"] / peer["rows_per_s"], 3)
+            ratios[f"vs_{other}"] = {"median": round(ours / theirs, 3),
+                                     "rounds": list(by_round.values())}
+        out[shape] = ratios
+    return out
+
+
+def _targets(results: dict[str, dict[str, dict[str, Any]]],
+             shapes: Sequence[str]) -> list[dict[str, Any]]:
+    targets = []
+    for shape in shapes:
+        for num, den, threshold in TARGETS:
+            a, b = _rate(results, shape, num), _rate(results, shape, den)
+            entry: dict[str, Any] = {
+                "target": f"{shape}: {num} >= {threshold:g}x {den}", "shape": shape,
+                "numerator": num, "denominator": den, "threshold": threshold}
+            if a is None or b is None:
+                missing = [w for w, v in ((num, a), (den, b)) if v is None]
+                entry.update(ratio=None, verdict="n/a", reason="; ".join(
+                    f"{w}: {results.get(shape, {}).get(w, {}).get('status', 'not run')}"
+                    for w in missing))
+            else:
+                entry.update(ratio=round(a / b, 3), verdict="PASS" if a / b >= threshold else "MISS")
+            targets.append(entry)
+    return targets
+
+
+def format_comparison(report: dict[str, Any]) -> str:
+    meta = report["meta"]
+    lines = [
+        f"Spark export: {meta['rows']:,} rows per run, {meta['spark_partitions']} Spark partitions "
+        f"-> {meta['topic_partitions']} topic partitions, {meta['spark_master']}, Spark "
+        f"{meta['spark_version']}, acks=all, idempotent, linger 5 ms; median [min - max] of "
+        f"{meta['rounds']} round(s), every run read back with confluent-kafka "
+        f"({meta['date']}, load average {meta['loadavg_before'][0]:.1f} -> "
+        f"{meta['loadavg_after'][0]:.1f})",
+        f"{'shape':<14} {'writer':<36} {'rows/s':>10} {'min':>10} {'max':>10}  "
+        f"{'ours / it':>9}  status",
+    ]
+    for shape, rows in report["results"].items():
+        ratios = report["ratios"].get(shape, {})
+        for writer, row in rows.items():
+            ratio = ratios.get(f"vs_{writer}", {}).get("median")
+            cell = "" if ratio is None else f"{ratio:.2f}x"
+            if row.get("rows_per_s") is None:
+                lines.append(f"{shape:<14} {row['label']:<36} {row['status']}: "
+                             f"{row.get('reason', '')[:200]}")
+                continue
+            status = row["status"] if row["status"] == "ok" else (
+                f"{row['status']}: {row.get('reason', '')[:200]}")
+            lines.append(
+                f"{shape:<14} {row['label']:<36} {row['rows_per_s']:>10,.0f} {row['min']:>10,.0f} "
+                f"{row['max']:>10,.0f}  {cell:>9}  {status}")
+    lines.append("targets:")
+    for t in report["targets"]:
+        got = "" if t["ratio"] is None else f"{t['ratio']:.2f}x"
+        rounds = report["ratios"].get(t["shape"], {}).get(f"vs_{t['denominator']}", {})
+        per = (" (rounds: " + ", ".join(f"{x:.2f}" for x in rounds.get("rounds", [])) + ")"
+               if rounds.get("rounds") else "")
+        why = f" ({t['reason']})" if t.get("reason") else ""
+        lines.append(f"  {t['verdict']:<4} {t['target']:<44} {got}{per}{why}")
+    return "\n".join(lines)

@@ -1,0 +1,257 @@
+"""The pieces of the export bench: its DataFrames, the four writers, the read-back check.
+
+Writers, each given the same cached DataFrame and its own fresh topic:
+
+* ``pipeline``: :func:`~pipeline.spark.export_dataframe` (mapInArrow + the trio producer);
+* ``foreach``: what people write without this package: ``df.foreachPartition`` with one
+  confluent-kafka ``Producer`` per partition, ``produce()`` per ``Row``, ``flush()``;
+* ``spark_kafka``: Spark's own sink, ``df.write.format("kafka")`` (the session must have
+  been started with ``spark.jars`` = :func:`~pipeline.spark.kafka_sink_jars`);
+* ``noop_arrow``: a ``mapInArrow`` that only counts the rows it receives: the ceiling of
+  any exporter fed by Arrow batches (Spark's side of the cost alone).
+
+Every producing writer runs acks=all, idempotent, linger 5 ms, Java's murmur2 partitioner
+for keyed rows. What each wrote is judged by an independent reader (confluent-kafka), not
+by our own decoder: every row exactly once (the row id is in the value), and a sample of
+rows exactly as the DataFrame holds them (key, value, headers, and for keyed rows the
+murmur2 partition).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = [
+    "SHAPES",
+    "WRITERS",
+    "bench_frame",
+    "confluent_partition_exporter",
+    "count_arrow_rows",
+    "read_back",
+    "sample_rows",
+    "sink_jars_reason",
+    "write",
+]
+
+WRITERS = ("pipeline", "foreach", "spark_kafka", "noop_arrow")
+#: plain: a 100-byte value, no key, no headers. keyed_headers: the demo's rows: a
+#: customer key (10k keys), a JSON order value (~190 B), 3 headers.
+SHAPES = ("plain", "keyed_headers")
+LINGER_MS = 5
+_ID_DIGITS = 12
+
+
+def bench_frame(spark: Any, shape: str, rows: int, *, partitions: int = 2,
+                keys: int = 10_000) -> Any:
+    """A cached, materialized DataFrame of ``rows`` rows of ``shape`` in ``partitions``
+    Spark partitions. Every value starts with its row id (12 digits), so a reader can
+    tell every row apart."""
+    from pyspark.sql import functions as F
+
+    id_ = F.col("id")
+    row_id = F.lpad(id_.cast("string"), _ID_DIGITS, "0")
+    base = spark.range(rows, numPartitions=partitions)
+    if shape == "plain":
+        df = base.select(
+            F.concat(row_id, F.expr(f"repeat('x', {100 - _ID_DIGITS})")).cast("binary")
+            .alias("value"))
+    elif shape == "keyed_headers":
+        customer = F.concat(F.lit("c-"), F.lpad((id_ % keys).cast("string"), 6, "0"))
+        seq = (id_ / keys).cast("long")
+        order = F.struct(
+            customer.alias("customer_id"), seq.alias("seq"),
+            (F.abs(F.hash(id_)) % 50_000 + 199).alias("amount_cents"),
+            F.element_at(F.array(*[F.lit(c) for c in ("EUR", "USD", "GBP", "CHF")]),
+                         (F.abs(F.hash(id_ * 3)) % 4 + 1).cast("int")).alias("currency"),
+            F.element_at(F.array(*[F.lit(s) for s in ("web", "ios", "android", "store")]),
+                         (F.abs(F.hash(id_ * 7)) % 4 + 1).cast("int")).alias("channel"),
+            (F.lit(1_767_225_600_000) + id_ * 37).alias("created_ms"),
+        )
+        df = base.select(
+            customer.alias("key"),
+            F.concat(row_id, F.to_json(order)).alias("value"),
+            F.array(
+                F.struct(F.lit("event-type").alias("key"),
+                         F.lit(b"order-created").alias("value")),
+                F.struct(F.lit("schema").alias("key"), F.lit(b"orders/v1").alias("value")),
+                F.struct(F.lit("seq").alias("key"), seq.cast("string").cast("binary")
+                         .alias("value")),
+            ).alias("headers"),
+        )
+    else:
+        raise ValueError(f"unknown shape {shape!r}: choose from {', '.join(SHAPES)}")
+    df = df.cache()
+    df.count()  # materialize: no writer pays for generating the rows
+    return df
+
+
+def sample_rows(df: Any, rows: int, target: int = 200) -> dict[bytes, tuple[Any, ...]]:
+    """About ``target`` rows of ``df`` (a deterministic hash sample):
+    ``{value: (key bytes | None, headers list)}``."""
+    from pyspark.sql import functions as F
+
+    modulus = max(1, rows // target)
+    picked = df.where(F.expr(f"pmod(hash(value), {modulus}) = 0")).collect()
+    out: dict[bytes, tuple[Any, ...]] = {}
+    for row in picked:
+        data = row.asDict()
+        key = data.get("key")
+        headers = [(h["key"], bytes(h["value"])) for h in (data.get("headers") or [])]
+        value = data["value"]
+        value = value.encode() if isinstance(value, str) else bytes(value)
+        out[value] = (key.encode() if isinstance(key, str) else key, headers)
+    return out
+
+
+def sink_jars_reason(spark: Any) -> str | None:
+    """Why Spark's own Kafka sink cannot run in this session (None: it can)."""
+    jars = spark.sparkContext.getConf().get("spark.jars", "") or ""
+    if "spark-sql-kafka" not in jars:
+        return ("Spark's Kafka sink is not on this session's class path: start the session "
+                "with spark.jars = ','.join(pipeline.spark.kafka_sink_jars())")
+    return None
+
+
+def confluent_partition_exporter(rows: Iterator[Any], bootstrap: str, topic: str) -> None:
+    """The hand-written baseline: one confluent-kafka Producer per partition, produce() per
+    Row (headers converted to the (str, bytes) pairs confluent-kafka takes)."""
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer({
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": LINGER_MS,
+        "partitioner": "murmur2_random",  # Java's, as the other writers
+    })
+    errors: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None and len(errors) < 5:
+            errors.append(str(err))
+
+    produce, poll = producer.produce, producer.poll
+    for row in rows:
+        data = row.asDict()
+        headers = data.get("headers")
+        kwargs: dict[str, Any] = {"key": data.get("key"), "on_delivery": on_delivery}
+        if headers:
+            kwargs["headers"] = [(h["key"], bytes(h["value"])) for h in headers]
+        while True:
+            try:
+                produce(topic, value=data["value"], **kwargs)
+                break
+            except BufferError:
+                poll(0.05)
+        poll(0)
+    remaining = producer.flush(120)
+    if remaining or errors:
+        raise KafkaException(f"{remaining} undelivered; errors: {errors}")
+
+
+def count_arrow_rows(batches: Iterator[Any]) -> Iterator[Any]:
+    """The no-op sink: receive every Arrow batch, keep nothing, yield the row count."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    n = 0
+    for batch in batches:
+        n += batch.num_rows
+    yield pa.RecordBatch.from_pydict({"rows": pa.array([n], pa.int64())})
+
+
+def write(writer: str, df: Any, bootstrap: str, topic: str, *,
+          producer_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run ``writer`` once on ``df`` into ``topic``; ``{"seconds", "rows_seen"?, ...}``.
+    The clock is the driver's wall clock around the whole action, alike for all four.
+    ``producer_options``: ``ProducerConfig`` fields for the ``pipeline`` writer."""
+    started = time.perf_counter()
+    extra: dict[str, Any] = {}
+    if writer == "pipeline":
+        from pipeline.spark.export import export_dataframe
+
+        options = {"linger": LINGER_MS / 1000, **(producer_options or {})}
+        report = export_dataframe(df, bootstrap=bootstrap, topic=topic, **options)
+        extra = {"job_seconds": report.seconds, "delivered": report.delivered,
+                 "failed": report.failed}
+    elif writer == "foreach":
+        df.foreachPartition(functools.partial(confluent_partition_exporter,
+                                              bootstrap=bootstrap, topic=topic))
+    elif writer == "spark_kafka":
+        (df.write.format("kafka")
+         .option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", topic)
+         .option("kafka.acks", "all")
+         .option("kafka.enable.idempotence", "true")
+         .option("kafka.linger.ms", str(LINGER_MS))
+         .save())
+    elif writer == "noop_arrow":
+        counted = df.mapInArrow(count_arrow_rows, "rows long").collect()
+        extra = {"rows_seen": sum(r["rows"] for r in counted)}
+    else:
+        raise ValueError(f"unknown writer {writer!r}: choose from {', '.join(WRITERS)}")
+    return {"seconds": time.perf_counter() - started, **extra}
+
+
+def read_back(bootstrap: str, topic: str, *, rows: int, partitions: int,
+              sample: dict[bytes, tuple[Any, ...]], keyed: bool,
+              timeout: float = 300.0) -> dict[str, Any]:
+    """Read ``topic`` whole with confluent-kafka (assign mode, to each partition's end)
+    and judge it: ``ok`` when it holds every row id 0..rows-1 exactly once and every
+    sampled row is there unchanged (key, value, headers; keyed rows on the murmur2
+    partition Java's client picks)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from pipeline.producer.partitioner import java_positive, murmur2
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"export-bench-{time.monotonic_ns()}",
+        "enable.auto.commit": False, "enable.partition.eof": True,
+        "auto.offset.reset": "earliest", "fetch.max.bytes": 16 << 20,
+    })
+    ids: list[int] = []
+    found: dict[bytes, tuple[Any, ...]] = {}
+    eof: set[int] = set()
+    errors: list[str] = []
+    started = time.perf_counter()
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        deadline = time.monotonic() + timeout
+        while len(eof) < partitions and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=20_000, timeout=0.5):
+                err = msg.error()
+                partition = msg.partition() or 0  # None only for non-partition events
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        eof.add(partition)
+                    elif len(errors) < 5:
+                        errors.append(str(err))
+                    continue
+                value: bytes = msg.value() or b""
+                eof.discard(partition)
+                ids.append(int(value[:_ID_DIGITS] or b"-1"))
+                if value in sample:
+                    found[value] = (msg.key(), msg.headers() or [], msg.partition())
+    finally:
+        consumer.close()
+    distinct = set(ids)
+    bad_sample = []
+    for value, (key, headers) in sample.items():
+        got = found.get(value)
+        want_partition = java_positive(murmur2(key)) % partitions if keyed and key else None
+        if got is None or got[0] != key or list(got[1]) != headers or (
+                want_partition is not None and got[2] != want_partition):
+            bad_sample.append(value[:_ID_DIGITS].decode())
+    result = {
+        "records": len(ids), "distinct_ids": len(distinct),
+        "duplicates": len(ids) - len(distinct),
+        "missing": rows - sum(1 for i in distinct if 0 <= i < rows),
+        "sample_checked": len(sample), "sample_bad": bad_sample[:5],
+        "complete": len(eof) == partitions, "errors": errors,
+        "read_seconds": round(time.perf_counter() - started, 2),
+    }
+    result["ok"] = (result["records"] == rows and result["distinct_ids"] == rows
+                    and result["missing"] == 0 and not bad_sample and not errors)
+    return result
