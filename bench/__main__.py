@@ -3,9 +3,11 @@
 A benchmark is a module ``bench/<name>_bench.py`` with ``run(**kwargs) -> dict`` (a
 JSON-serialisable report) and optionally ``format_table(report) -> str``. ``--quick``
 (``make bench-quick``) passes ``quick=True`` to the ``run()`` functions that take a
-``quick`` argument (the producer bench: 100k messages, 1 run) and runs the others as usual. Each report is
-printed and written to ``bench/results/<name>.json``; a module that is missing (not written
-yet) or lacks ``run`` is reported and skipped, so this runner works while the suite grows.
+``quick`` argument (the producer bench: 100k messages, 1 run; latency and export: 1 short
+round) and runs the others as usual. Each report is printed and written to
+``bench/results/<name>.json``; a module that is missing (not written yet) or lacks ``run``
+is reported and skipped, so this runner works while the suite grows. At the end the PNG
+charts (``bench/charts.py``) are drawn beside the reports.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
 # Run first, in this order; any other bench/*_bench.py found is run after them.
-PREFERRED = ["codec", "producer", "compare"]
+PREFERRED = ["codec", "producer", "latency", "export"]
 
 
 def discover() -> list[str]:
@@ -79,6 +81,20 @@ def run_one(name: str, results_dir: Path, *, quick: bool = False) -> str:
     return "ok"
 
 
+def draw_charts(results_dir: Path) -> list[Path]:
+    """The PNG charts of whatever reports are in ``results_dir`` (bench/charts.py)."""
+    try:
+        from bench.charts import draw_all
+
+        written = draw_all(results_dir)
+    except ModuleNotFoundError as exc:
+        print(f"[charts] skipped: missing dependency {exc.name!r} (pip install -e '.[bench]')")
+        return []
+    for path in written:
+        print(f"[charts] wrote {path}")
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
@@ -97,8 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     if not names:
         print("no benchmark modules yet (bench/*_bench.py)")
         return 0
+    started = time.perf_counter()
     outcomes = {name: run_one(name, args.results_dir, quick=args.quick) for name in names}
-    print("summary: " + ", ".join(f"{n}={o}" for n, o in outcomes.items()))
+    draw_charts(args.results_dir)
+    print("summary: " + ", ".join(f"{n}={o}" for n, o in outcomes.items())
+          + f" ({time.perf_counter() - started:.0f} s)")
     return 1 if "failed" in outcomes.values() else 0
 
 

@@ -299,6 +299,7 @@ def run_client_once(client: str, bootstrap: str, n: int, *, broker_pid: int | No
                     "error": f"worker exited {proc.returncode} without a report: "
                              + " | ".join(tail)}
     record["subprocess_wall_s"] = wall
+    record["loadavg_1m"] = os.getloadavg()[0]
     if load_before is not None:
         record["load_before_cores"] = load_before
         record["quiet_wait_s"] = waited
@@ -400,6 +401,9 @@ def _summarize(spec_label: str, group: str, runs: list[dict[str, Any]],
         msgs_per_cpu_s=med("msgs_per_cpu_s"),
         elapsed_s=med("elapsed_s"), other_load_cores=med("other_load_cores"),
         runs_msgs_per_s=[r["msgs_per_s"] for r in measured],
+        min_msgs_per_s=min(r["msgs_per_s"] for r in measured),
+        max_msgs_per_s=max(r["msgs_per_s"] for r in measured),
+        loadavg_1m=med("loadavg_1m"),
     )
     wire = {r.get("idempotent_on_wire") for r in measured}
     row["idempotent_on_wire"] = wire.pop() if len(wire) == 1 else None
@@ -497,6 +501,7 @@ def run(n: int | None = None, repeats: int | None = None,
         raise ValueError(f"broker_scope must be one of {BROKER_SCOPES}")
     names = _resolve_clients(clients)
     started = _dt.datetime.now(_dt.UTC)
+    load_before = os.getloadavg()
     log(f"[producer] {n:,} x 100 B -> {PARTITIONS} partitions, acks=all, {repeats} round(s), "
         f"clients: {', '.join(names)}; fresh broker per {broker_scope}")
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
@@ -537,6 +542,7 @@ def run(n: int | None = None, repeats: int | None = None,
             "date": started.isoformat(timespec="seconds"),
             "duration_s": round(time.perf_counter() - t_start, 1),
             "machine": _machine(),
+            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
             "platform": platform.platform(),
             "versions": _versions(),
             "cpu_note": "cpu_s: getrusage(RUSAGE_SELF) user+sys of the client's own "
