@@ -11,14 +11,15 @@ PYTEST_ARGS ?=
 FAST_MARKERS := not integration and not chaos and not spark and not slow and not kafka
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-fast demo bench bench-quick lint mutants clean kafka explore
+.PHONY: help venv test test-fast demo bench bench-quick bench-charts lint mutants clean kafka explore
 
 help:
 	@echo "make demo       the main job: 1M order events exported from Spark into the embedded broker, read back, verified"
 	@echo "make test       the whole suite (unit, integration, chaos quick mode, spark, Apache Kafka)"
 	@echo "make test-fast  pure tests only (no broker, no spark, nothing slow)"
-	@echo "make bench      benchmarks -> bench/results/*.json (codec + producer, ~5 min)"
-	@echo "make bench-quick  the same with small producer runs (100k msgs, 1 run each)"
+	@echo "make bench      benchmarks -> bench/results/*.json + *.png charts (codec, producer, latency, Spark export; 32 min on 2 shared cores)"
+	@echo "make bench-quick  the same with small runs (producer 100k msgs, latency 2 s, export 50k rows; 1 round each)"
+	@echo "make bench-charts  redraw the charts from bench/results/*.json into docs/bench/ (what the README shows)"
 	@echo "make kafka      fetch the Apache Kafka jars (Maven Central) into ~/.cache/pipeline"
 	@echo "make lint       ruff + mypy --strict (pipeline/ and the typing checks in tests/typecheck/)"
 	@echo "make mutants    mutation testing of the ordering-critical producer code (docs/mutation.md)"
@@ -51,6 +52,9 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(VPY) -m bench --quick
+
+bench-charts: $(STAMP)
+	$(VPY) -m bench.charts --out docs/bench
 
 kafka: $(STAMP)
 	$(VPY) -m pipeline.testing.kafka

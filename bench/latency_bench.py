@@ -9,10 +9,12 @@ Each client sends 100-byte values (no key) at a paced ``rate`` (default 20k msg/
 per message the time from the send call to its acknowledgement, on one clock
 (``time.perf_counter``) in both clients:
 
-* pipeline: ``await producer.send()``, then a waiter task awaits the deliveries in send
-  order (the awaited result: an awaited ``Delivery`` wakes the waiter; every later one
-  already settled at that instant is stamped with the same time, so the waiter's own
-  checkpoints never add to anyone's latency);
+* pipeline: ``await producer.send()``; each pacing step's deliveries are awaited by a
+  task of their own (the awaited result): every wake-up stamps all of that step's
+  settled deliveries with the same instant (no checkpoint per message, and a delivery
+  that settles before an older one, on another partition, is not held back behind
+  it), and drops them, as a user would (a million live ``Delivery`` objects would bill
+  the producer for the GC passes over them);
 * confluent-kafka: ``produce(on_delivery=cb)``; the pacing loop waits in ``poll()``, so
   delivery callbacks run as soon as librdkafka queues them.
 
@@ -80,59 +82,57 @@ def _pipeline(bootstrap: str, topic: str, n: int, rate: float
     import trio
 
     from pipeline.producer.api import open_producer
+    from pipeline.producer.errors import ProducerError
 
     perf = time.perf_counter
     scheduled = [0.0] * n
     sent = [0.0] * n
     acked = [0.0] * n
-    deliveries: list[Any] = [None] * n
+
+    async def watch(burst: list[Any]) -> None:
+        """Await one pacing step's deliveries: each wake-up stamps *every* settled one
+        of them with that instant, so one settling before an older one is not held back
+        behind it; then await the oldest still pending. Nothing kept once settled."""
+        while burst:
+            now = perf()
+            pending = []
+            for k, d in burst:
+                if d.done():
+                    # what awaiting it gives: the metadata, or the error
+                    acked[k] = now if _succeeded(d) else 0.0
+                else:
+                    pending.append((k, d))
+            burst = pending
+            if burst:
+                try:
+                    await burst[0][1]
+                except ProducerError:
+                    pass
 
     async def main() -> None:
         async with open_producer(bootstrap, acks="all", idempotent=True,
                                  linger=LINGER_MS / 1000) as producer:
             await producer.send_and_wait(topic, VALUE)  # connect, producer id, metadata
-            progress_send, progress_receive = trio.open_memory_channel[int](1024)
-
-            async def waiter() -> None:
-                j = 0
-                async with progress_receive:
-                    async for upto in progress_receive:
-                        while j < upto:
-                            d = deliveries[j]
-                            if not d.done():
-                                try:
-                                    await d
-                                except Exception:
-                                    pass
-                            now = perf()
-                            while j < upto and deliveries[j].done():
-                                acked[j] = now  # success or failure: sorted out below
-                                j += 1
-
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(waiter)
                 send = producer.send
                 clock_offset = trio.current_time() - perf()
                 start = perf() + 0.01
                 i = 0
-                async with progress_send:
-                    while i < n:
-                        due = min(n, int((perf() - start) * rate) + 1)
-                        if due > i:
-                            while i < due:
-                                scheduled[i] = start + i / rate
-                                sent[i] = perf()
-                                deliveries[i] = await send(topic, VALUE)
-                                i += 1
-                            progress_send.send_nowait(i)
-                        if i < n:
-                            await trio.sleep_until(start + i / rate + clock_offset)
+                while i < n:
+                    due = min(n, int((perf() - start) * rate) + 1)
+                    if due > i:
+                        burst = []
+                        while i < due:
+                            scheduled[i] = start + i / rate
+                            sent[i] = perf()
+                            burst.append((i, await send(topic, VALUE)))
+                            i += 1
+                        nursery.start_soon(watch, burst)
+                    if i < n:
+                        await trio.sleep_until(start + i / rate + clock_offset)
             await producer.flush()
 
     trio.run(main)
-    for k, d in enumerate(deliveries):  # after the clock: a failure counts as not acked
-        if d is not None and not _succeeded(d):
-            acked[k] = 0.0
     return scheduled, sent, acked
 
 
@@ -285,6 +285,9 @@ def _summarize(client: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         k: statistics.median(r["schedule_lateness_ms"][k] for r in good)
         for k in ("p50", "p99", "max")}
     row["cpu_s"] = statistics.median(r["cpu_s"] for r in good)
+    # CPU per message (the client's whole process, every thread): steady where wall-clock
+    # latency is not, on a shared machine; the share of a core the rate needs.
+    row["cpu_us_per_msg"] = statistics.median(r["cpu_s"] / r["messages"] * 1e6 for r in good)
     row["latency_curve_ms"] = [statistics.median(v) for v in
                                zip(*(r["latency_curve_ms"] for r in good), strict=True)]
     bad = [r for r in runs if r.get("status") != "ok"]
@@ -361,7 +364,7 @@ def format_table(report: dict[str, Any]) -> str:
         f"{meta['rounds']} round(s) ({meta['date']}, load average "
         f"{meta['loadavg_before'][0]:.1f} -> {meta['loadavg_after'][0]:.1f})",
         f"{'client':<48} {'p50':>16} {'p95':>16} {'p99':>16} {'p99.9':>16} "
-        f"{'achieved msg/s':>15} {'late p99':>8}",
+        f"{'achieved msg/s':>15} {'late p99':>8} {'CPU us/msg':>10}",
     ]
 
     def cell(v: dict[str, float]) -> str:
@@ -377,8 +380,9 @@ def format_table(report: dict[str, Any]) -> str:
             f"{row['label']:<48} {cell(lat['p50']):>16} {cell(lat['p95']):>16} "
             f"{cell(lat['p99']):>16} {cell(lat['p99.9']):>16} "
             f"{row['achieved_rate']['median']:>15,.0f} "
-            f"{row['schedule_lateness_ms']['p99']:>7.2f}{status}")
-    lines.append("(late p99: how late the 99th-percentile send was against its schedule, ms)")
+            f"{row['schedule_lateness_ms']['p99']:>8.2f} {row['cpu_us_per_msg']:>10.1f}{status}")
+    lines.append("(late p99: how late the 99th-percentile send was against its schedule, ms; "
+                 "CPU us/msg: the client process's CPU per message, all threads)")
     lines.append("targets:")
     for t in report["targets"]:
         got = "" if t["value"] is None else f"{t['value']:.2f} ms"
