@@ -54,12 +54,6 @@ ALLOWED: dict[str, frozenset[str]] = {
 #: no longer a cycle (remove it).
 ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset({
     frozenset({"pipeline.producer.errors", "pipeline.producer.message"}),
-    frozenset({
-        "pipeline.producer.broker_producer",
-        "pipeline.producer.core",
-        "pipeline.producer.idempotence",
-        "pipeline.producer.partition_producer",
-    }),
     frozenset({"pipeline.producer.api", "pipeline.producer.async_producer"}),
 })
 

@@ -74,6 +74,16 @@ class _Round:
     done: trio.Event = field(default_factory=trio.Event)
     error: KafkaError | None = None
 
+    async def wait(self) -> None:
+        """Until the round completed; raises its error if it failed."""
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+
+
+#: What ``Cluster.queue_refresh`` returns: one round, to ``await rnd.wait()``.
+RefreshRound = _Round
+
 
 class Cluster:
     """Broker pool and metadata cache. Create with :meth:`open`."""
@@ -244,6 +254,19 @@ class Cluster:
         await rnd.done.wait()
         if rnd.error is not None:
             raise rnd.error
+
+    def queue_refresh(self, topics: Iterable[str] | None = None) -> RefreshRound:
+        """The refresh round that starts next, queued now if none is: ``await
+        rnd.wait()`` returns once metadata fetched after this call is in. As
+        ``refresh(force=True)``, except that the round is chosen when this is
+        called, not when a task gets round to awaiting it (the producer's
+        partition producers re-attach on metadata fresher than a failure).
+
+        Raises:
+          BrokerConnectionError: the cluster client was closed.
+        """
+        self._use(topics)
+        return self._queue_round()
 
     def request_refresh(self, topics: Iterable[str] | None = None) -> None:
         """Ask for a refresh without waiting (after NOT_LEADER_OR_FOLLOWER,

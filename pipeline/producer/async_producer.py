@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 import trio
 
 from pipeline.producer.message import ProducerMessage
-from pipeline.producer.topic_producer import TopicProducer
 
 if TYPE_CHECKING:
     from pipeline.producer.api import Producer
@@ -167,7 +166,7 @@ class Dispatcher:
         send, receive = trio.open_memory_channel[list[ProducerMessage]](
             self.core.config.channel_capacity
         )
-        tp = TopicProducer(self.core, topic, receive, self.producer._partitioner)
+        tp = self.core.topic_producer(topic, receive, self.producer._partitioner)
         await nursery.start(tp.run)
         self._topics[topic] = send
         return send

@@ -66,7 +66,8 @@ from pipeline.protocol.records import BatchBuilder, batch_size_for_record, resta
 
 if TYPE_CHECKING:
     from pipeline.cluster.connection import BrokerConnection
-    from pipeline.producer.core import ProducerCore
+    from pipeline.producer.context import StageContext
+    from pipeline.producer.ports import RetrySinks
 
 log = logging.getLogger("pipeline.producer")
 _size_of = attrgetter("_size")
@@ -141,10 +142,15 @@ class _InFlight:
 
 
 class BrokerProducer:
-    def __init__(self, core: ProducerCore, node_id: int) -> None:
-        self.core = core
+    def __init__(self, ctx: StageContext, node_id: int, sinks: RetrySinks) -> None:
         self.node_id = node_id
-        config = core.config
+        self._config = config = ctx.config
+        self._cluster = ctx.cluster
+        self._ledger = ctx.ledger
+        self._errors = ctx.retry_errors
+        self._flush = ctx.flush
+        # The retry back-edge: the partition producer of a partition we were sent.
+        self._sinks = sinks
         self.input: trio.MemorySendChannel[BrokerItem]
         self.input, self._input = trio.open_memory_channel[BrokerItem](config.channel_capacity)
         self._parts: dict[TopicPartition, _Partition] = {}
@@ -161,7 +167,7 @@ class BrokerProducer:
         self._batch_cap = min(config.batch_bytes, config.max_message_bytes)
         self._acks = config.acks_value
         self._timeout_ms = int(config.request_timeout * 1000)
-        self._idem = core.idempotence
+        self._idem = ctx.idempotence
         self.requests_sent = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -213,7 +219,7 @@ class BrokerProducer:
             drained = not (part.in_flight or part.failed or part.msgs or part.sealed)
             assert drained, "a chaser finds its partition drained"
             part.retrying = None
-            self.core.partition_producer(item.tp).retry([Fin(item.tp, item.level + 1)])
+            self._sinks.retry_sink(item.tp).retry([Fin(item.tp, item.level + 1)])
 
     # -- bouncing (the retry back-edge; never blocks) ----------------------
     def _schedule_bounce(self, part: _Partition, batch: SealedBatch, cause: BaseException) -> None:
@@ -239,8 +245,7 @@ class BrokerProducer:
         part.first_at = math.inf
         if not items:
             return
-        core = self.core
-        limit = core.config.retries
+        limit = self._config.retries
         now = trio.current_time()
         again: list[RetryItem] = []
         exhausted: list[ProducerMessage] = []
@@ -259,14 +264,14 @@ class BrokerProducer:
                 unit._level += 1
                 again.append(unit)
         if exhausted:
-            core.ledger.fail(exhausted, cause)
+            self._ledger.fail(exhausted, cause)
             if not again:
-                core.partition_producer(tp).leader_changed()
+                self._sinks.retry_sink(tp).leader_changed()
         if expired:
-            core.ledger.fail(expired, core.delivery_timeout_error(tp, cause))
+            self._ledger.fail(expired, self._errors.delivery_timeout_error(tp, cause))
         if again:
-            core.last_error[tp] = cause
-            core.partition_producer(tp).retry(again)
+            self._errors.last[tp] = cause
+            self._sinks.retry_sink(tp).retry(again)
 
     def _settled(self, tp: TopicPartition) -> None:
         """One batch of ``tp`` left the wire: unmute, and bounce once none is left."""
@@ -288,8 +293,8 @@ class BrokerProducer:
     def _ready(self, now: float) -> bool:
         if self._idem is not None and self._idem.paused:
             return False
-        config = self.core.config
-        flushing = self.core.flushing > 0
+        config = self._config
+        flushing = self._flush.depth > 0
         for tp, part in self._parts.items():
             if not self._sendable(part, tp):
                 continue
@@ -310,7 +315,7 @@ class BrokerProducer:
         linger deadline already past would only spin until then. The same holds
         while sealing is paused for an epoch bump (the flusher passes False
         then; the bump's end wakes it): the explorer found that spin too."""
-        linger = self.core.config.linger
+        linger = self._config.linger
         wake = math.inf
         for tp, part in self._parts.items():
             if part.msgs:
@@ -325,7 +330,7 @@ class BrokerProducer:
         return wake
 
     async def _flusher(self) -> None:
-        max_in_flight = self.core.config.max_in_flight
+        max_in_flight = self._config.max_in_flight
         while True:
             now = trio.current_time()
             self._expire(now)
@@ -339,7 +344,7 @@ class BrokerProducer:
             self._wake_flusher = trio.Event()
 
     def _take_loose(self, part: _Partition, budget: int) -> tuple[list[ProducerMessage], int]:
-        config = self.core.config
+        config = self._config
         msgs = part.msgs
         if (
             part.nbytes <= self._batch_cap
@@ -359,7 +364,7 @@ class BrokerProducer:
         return taken, size
 
     def _seal(self, tp: TopicPartition, msgs: list[ProducerMessage], nbytes: int) -> SealedBatch:
-        config = self.core.config
+        config = self._config
         builder = BatchBuilder(
             compression=config.compression_codec, compression_level=config.compression_level
         )
@@ -386,7 +391,7 @@ class BrokerProducer:
         ):
             # It may have been written under the old epoch: a re-stamped copy
             # would be a duplicate. Its outcome stays unknown.
-            self.core.ledger.fail(pending, KafkaError(
+            self._ledger.fail(pending, KafkaError(
                 f"batch for {tp.topic}[{tp.partition}] may or may not have been written "
                 "before the producer epoch was bumped; not re-sent, to avoid a duplicate"
             ))
@@ -404,7 +409,7 @@ class BrokerProducer:
         return True
 
     def _drain(self) -> dict[TopicPartition, SealedBatch]:
-        budget = self.core.config.max_request_bytes
+        budget = self._config.max_request_bytes
         taken: dict[TopicPartition, SealedBatch] = {}
         for tp, part in self._parts.items():
             if not self._sendable(part, tp):
@@ -445,7 +450,6 @@ class BrokerProducer:
         )
 
     async def _send_one(self) -> None:
-        core = self.core
         try:
             # Connecting (reconnect backoff, then a handshake of up to
             # request_timeout) must not hold up expiry: what waits here is
@@ -453,7 +457,7 @@ class BrokerProducer:
             # waited for the whole connect; found by the schedule explorer.)
             conn: BrokerConnection | None = None
             with trio.move_on_at(self._next_wake(False)):
-                conn = await core.connection(self.node_id)
+                conn = await self._cluster.connection(self.node_id)
             if conn is None:
                 return
         except KafkaError as exc:
@@ -464,7 +468,7 @@ class BrokerProducer:
                 if (part.msgs or part.sealed) and self._sendable(part, tp):
                     part.retrying = exc
                     self._maybe_bounce(tp, part)
-                    core.request_refresh(tp.topic)
+                    self._cluster.request_refresh([tp.topic])
             return
         taken = self._drain()
         if not taken:
@@ -495,7 +499,7 @@ class BrokerProducer:
                 self._in_flight.popleft()
                 for tp, batch in flight.batches.items():
                     if not flight.expired:
-                        self.core.ledger.succeed(batch.messages, -1, -1)
+                        self._ledger.succeed(batch.messages, -1, -1)
                     self._settled(tp)
             else:
                 try:
@@ -515,7 +519,7 @@ class BrokerProducer:
             if not flight.expired:
                 self._schedule_bounce(self._parts[tp], batch, exc)
             self._settled(tp)
-            self.core.request_refresh(tp.topic)
+            self._cluster.request_refresh([tp.topic])
 
     def _handle_response(self, flight: _InFlight, response: ProduceResponse) -> None:
         results: dict[TopicPartition, Any] = {}
@@ -529,7 +533,7 @@ class BrokerProducer:
 
     def _handle_partition(self, tp: TopicPartition, batch: SealedBatch, result: Any) -> None:
         part = self._parts[tp]
-        ledger = self.core.ledger
+        ledger = self._ledger
         idem = self._idem
         if result is None:
             self._schedule_bounce(part, batch, KafkaError(
@@ -544,8 +548,9 @@ class BrokerProducer:
             ledger.succeed(batch.messages, result.base_offset, append_time)
             if idem is not None and batch.producer_epoch == idem.producer_epoch:
                 idem.confirmed.add(tp)
-            if self.core.last_error:
-                self.core.last_error.pop(tp, None)
+            last_error = self._errors.last
+            if last_error:
+                last_error.pop(tp, None)
             return
         cause = BrokerResponseError(code, result.error_message)
         if code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and idem is not None:
@@ -581,7 +586,7 @@ class BrokerProducer:
                 batch.fate_unknown = True
             self._schedule_bounce(part, batch, cause)
             if code in _REFRESH_CODES:
-                self.core.request_refresh(tp.topic)
+                self._cluster.request_refresh([tp.topic])
         elif code in _TOO_LARGE and len(batch.messages) > 1 and not batch.fate_unknown:
             # KIP-126, as the Java client: two halves, in order, retried (each split
             # takes a retry level); with idempotence they share the batch's sequence
@@ -591,7 +596,7 @@ class BrokerProducer:
             log.info("%s: %s for a batch of %d records; splitting it", tp, code.name,
                      len(batch.messages))
             n, first_bytes = _fill(batch.messages, batch.nbytes // 2, len(batch.messages) - 1)
-            for half in split_batch(batch, n, first_bytes, self.core.config):
+            for half in split_batch(batch, n, first_bytes, self._config):
                 self._schedule_bounce(part, half, cause)
         else:
             ledger.fail(batch.messages, cause)
@@ -604,7 +609,8 @@ class BrokerProducer:
 
     # -- delivery timeout --------------------------------------------------
     def _expire(self, now: float) -> None:
-        core = self.core
+        ledger = self._ledger
+        timeout_error = self._errors.delivery_timeout_error
         for tp, part in self._parts.items():
             if part.msgs and part.msgs[0]._deadline <= now:
                 alive = [m for m in part.msgs if m._deadline > now]
@@ -613,12 +619,11 @@ class BrokerProducer:
                 part.nbytes = sum(map(_size_of, alive))
                 if not alive:
                     part.first_at = math.inf
-                core.ledger.fail(dead, core.delivery_timeout_error(tp, None))
+                ledger.fail(dead, timeout_error(tp, None))
             while part.sealed and part.sealed[0]._deadline <= now:
                 batch = part.sealed.popleft()
-                core.ledger.fail(
-                    [m for m in batch.messages if m._state == PENDING],
-                    core.delivery_timeout_error(tp, None),
+                ledger.fail(
+                    [m for m in batch.messages if m._state == PENDING], timeout_error(tp, None)
                 )
                 if self._idem is not None:
                     self._idem.batch_failed(batch, "delivery timeout")
@@ -630,9 +635,9 @@ class BrokerProducer:
                 flight.expired = True
                 for tp, batch in flight.batches.items():
                     batch.fate_unknown = True
-                    core.ledger.fail(
+                    ledger.fail(
                         [m for m in batch.messages if m._state == PENDING],
-                        core.delivery_timeout_error(tp, None, in_flight=True),
+                        timeout_error(tp, None, in_flight=True),
                     )
                     if self._idem is not None:
                         # Its sequence may or may not be used now: later batches

@@ -1,28 +1,36 @@
-"""ProducerCore: what every stage shares, and where stages are started.
+"""ProducerCore: the composition root of the pipeline's stages.
 
-The core owns the pipeline nursery. Topic, partition and broker producers are
-started lazily with ``nursery.start`` the first time they are needed, and live
-until the producer closes; nothing is fire-and-forget.
+The core owns the pipeline nursery and is the one place that builds stages.
+Topic, partition and broker producers are started lazily with
+``nursery.start`` the first time they are needed, and live until the
+producer closes; nothing is fire-and-forget.
+
+Stages never see the core. Each is given the shared services
+(``StageContext``) and the one lookup it needs to reach its neighbours
+(``ports.py``), which the core implements: a topic producer gets
+``PartitionInputs``, a partition producer ``BrokerInputs``, a broker producer
+``RetrySinks``. So every edge of the import graph points from the core to a
+stage, never back.
 """
 
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from pipeline.producer.broker_producer import BrokerProducer
 from pipeline.producer.config import ProducerConfig
+from pipeline.producer.context import FlushState, RetryErrors, StageContext, retry_backoff
 from pipeline.producer.envelopes import TopicPartition
-from pipeline.producer.errors import DeliveryTimeoutError
 from pipeline.producer.idempotence import Idempotence
 from pipeline.producer.ledger import Ledger
-from pipeline.producer.partition_producer import Inbound, PartitionProducer
-from pipeline.util.backoff import Backoff
+from pipeline.producer.message import ProducerMessage
+from pipeline.producer.partition_producer import PartitionProducer
+from pipeline.producer.topic_producer import TopicProducer
 
 if TYPE_CHECKING:
-    from pipeline.cluster.connection import BrokerConnection
     from pipeline.cluster.pool import Cluster
 
 
@@ -32,87 +40,83 @@ class ProducerCore:
         self.cluster = cluster
         self.ledger = ledger
         self.rng = config.rng if config.rng is not None else random.Random()
-        self._backoff = Backoff(
-            config.retry_backoff,
-            config.retry_backoff_max,
-            jitter=config.retry_backoff_jitter,
-            rng=self.rng,
+        backoff = retry_backoff(config, self.rng)
+        self.flush = FlushState()
+        self.idempotence: Idempotence | None = (
+            Idempotence(config, cluster, backoff, self._wake_broker_producers)
+            if config.idempotent
+            else None
         )
-        # > 0 while flush() or close() waits: linger is ignored, so everything
-        # accumulated is sent now (the Java client's flush semantics).
-        self.flushing = 0
+        self.context = StageContext(
+            config=config,
+            cluster=cluster,
+            ledger=ledger,
+            idempotence=self.idempotence,
+            backoff=backoff,
+            retry_errors=RetryErrors(config.delivery_timeout),
+            flush=self.flush,
+        )
         self.nursery: trio.Nursery | None = None
         self._pps: dict[TopicPartition, PartitionProducer] = {}
-        self._pp_inputs: dict[TopicPartition, trio.MemorySendChannel[Inbound]] = {}
+        self._pp_inputs: dict[TopicPartition, trio.MemorySendChannel[list[ProducerMessage]]] = {}
         self._bps: dict[int, BrokerProducer] = {}
-        self.idempotence: Idempotence | None = Idempotence(self) if config.idempotent else None
-        # The error that last sent each partition's messages back for a retry, until a
-        # batch of it succeeds: a delivery timeout names it ("last error: ...").
-        self.last_error: dict[TopicPartition, BaseException] = {}
 
-    # -- stage registry ----------------------------------------------------
-    async def partition_input(self, tp: TopicPartition) -> trio.MemorySendChannel[Inbound]:
+    @property
+    def last_error(self) -> dict[TopicPartition, BaseException]:
+        """Each partition's last retry error, until a batch of it succeeds."""
+        return self.context.retry_errors.last
+
+    # -- building stages ----------------------------------------------------
+    def topic_producer(
+        self,
+        topic: str,
+        inbox: trio.MemoryReceiveChannel[list[ProducerMessage]],
+        partitioner: Any,
+    ) -> TopicProducer:
+        """A topic producer for the dispatcher, which starts it in its own nursery
+        (so closing its topic channels cascades shutdown down the forward path)."""
+        return TopicProducer(self.context, topic, inbox, partitioner, self)
+
+    # -- PartitionInputs (for topic producers) -------------------------------
+    async def partition_input(
+        self, tp: TopicPartition
+    ) -> trio.MemorySendChannel[list[ProducerMessage]]:
         send = self._pp_inputs.get(tp)
         if send is None:
             assert self.nursery is not None
-            send, receive = trio.open_memory_channel[Inbound](self.config.channel_capacity)
-            pp = PartitionProducer(self, tp, receive, send.clone())
+            send, receive = trio.open_memory_channel[list[ProducerMessage]](
+                self.config.channel_capacity
+            )
+            pp = PartitionProducer(self.context, tp, receive, self)
             self._pps[tp] = pp
             self._pp_inputs[tp] = send
             await self.nursery.start(pp.run)
         return send
 
-    def partition_producer(self, tp: TopicPartition) -> PartitionProducer:
+    # -- RetrySinks (for broker producers) -----------------------------------
+    def retry_sink(self, tp: TopicPartition) -> PartitionProducer:
         return self._pps[tp]
 
+    # -- BrokerInputs (for partition producers) ------------------------------
     async def broker_producer(self, node_id: int) -> BrokerProducer:
         bp = self._bps.get(node_id)
         if bp is None:
             assert self.nursery is not None
-            bp = self._bps[node_id] = BrokerProducer(self, node_id)
+            bp = self._bps[node_id] = BrokerProducer(self.context, node_id, self)
             await self.nursery.start(bp.run)
         return bp
 
     def broker_producers(self) -> list[BrokerProducer]:
         return list(self._bps.values())
 
-    def start_flushing(self) -> None:
-        self.flushing += 1
+    def _wake_broker_producers(self) -> None:
         for bp in self._bps.values():
             bp.wake()
 
+    # -- flush (for the Producer) --------------------------------------------
+    def start_flushing(self) -> None:
+        self.flush.depth += 1
+        self._wake_broker_producers()
+
     def stop_flushing(self) -> None:
-        self.flushing -= 1
-
-    # -- cluster helpers ---------------------------------------------------
-    def leader_nowait(self, tp: TopicPartition) -> int | None:
-        leader = self.cluster.metadata.leader_for(tp.topic, tp.partition)
-        return leader if leader is not None and leader >= 0 else None
-
-    def request_refresh(self, topic: str) -> None:
-        self.cluster.request_refresh([topic])
-
-    async def connection(self, node_id: int) -> BrokerConnection:
-        return await self.cluster.connection(node_id)
-
-    def backoff(self, level: int) -> float:
-        if self.config.retry_backoff == 0:
-            return 0.0
-        return self._backoff.delay(max(level, 1))
-
-    def delivery_timeout_error(
-        self, tp: TopicPartition, cause: BaseException | None, *, in_flight: bool = False
-    ) -> DeliveryTimeoutError:
-        """``cause`` None: the partition's last retry error, if any."""
-        what = (
-            "its request was still in flight, so it may or may not have been written"
-            if in_flight
-            else "it was never acknowledged"
-        )
-        if cause is None:
-            cause = self.last_error.get(tp)
-        last = f"; last error: {cause}" if cause is not None else ""
-        return DeliveryTimeoutError(
-            f"delivery_timeout={self.config.delivery_timeout}s expired for "
-            f"{tp.topic}[{tp.partition}]: {what}{last}"
-        )
+        self.flush.depth -= 1

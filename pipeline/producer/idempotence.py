@@ -39,6 +39,7 @@ until it succeeds, and messages keep their delivery timeouts meanwhile.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -50,7 +51,8 @@ from pipeline.protocol.errors import ErrorCode, error_code
 from pipeline.protocol.messages.init_producer_id import InitProducerIdRequest
 
 if TYPE_CHECKING:
-    from pipeline.producer.core import ProducerCore
+    from pipeline.cluster.pool import Cluster
+    from pipeline.producer.config import ProducerConfig
 
 log = logging.getLogger("pipeline.producer")
 
@@ -63,8 +65,18 @@ class InitProducerIdError(KafkaError):
 
 
 class Idempotence:
-    def __init__(self, core: ProducerCore) -> None:
-        self.core = core
+    def __init__(
+        self,
+        config: ProducerConfig,
+        cluster: Cluster,
+        backoff: Callable[[int], float],
+        on_new_epoch: Callable[[], None],
+    ) -> None:
+        self._config = config
+        self._cluster = cluster
+        self._backoff = backoff
+        # Called when sealing may resume: wakes every broker producer.
+        self._on_new_epoch = on_new_epoch
         self.producer_id = -1
         self.producer_epoch = -1
         self._next_sequence: dict[TopicPartition, int] = {}
@@ -176,8 +188,7 @@ class Idempotence:
         self._next_sequence.clear()
         self.confirmed.clear()
         self.paused = False
-        for bp in self.core.broker_producers():
-            bp.wake()
+        self._on_new_epoch()
 
     async def _obtain_id(self) -> tuple[int, int]:
         """A new producer id (InitProducerId -1/-1), retried with backoff until it works."""
@@ -187,18 +198,18 @@ class Idempotence:
             try:
                 return await self._request()
             except (KafkaError, OSError) as exc:
-                delay = self.core.backoff(attempt)
+                delay = self._backoff(attempt)
                 log.info("InitProducerId failed (%s); retrying in %.3fs", exc, delay)
                 await trio.sleep(delay)
 
     async def _request(self) -> tuple[int, int]:
-        conn = await self.core.cluster.any_connection()
+        conn = await self._cluster.any_connection()
         # Some brokers only serve InitProducerId properly from v3 (tansu); any
         # version works with -1/-1, so the highest both sides speak is used.
         version = conn.version_for(ApiKey.INIT_PRODUCER_ID)
         request = InitProducerIdRequest(
             transactional_id=None,
-            transaction_timeout_ms=int(self.core.config.delivery_timeout * 1000),
+            transaction_timeout_ms=int(self._config.delivery_timeout * 1000),
             producer_id=-1,
             producer_epoch=-1,
         )

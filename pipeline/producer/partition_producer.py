@@ -26,10 +26,17 @@ finds nothing left there (this closes the pipelining gap, sarama #2619). We
 leave a broker producer only with a chaser, and re-attach only once a
 metadata refresh completes after we left; the old broker producer answers
 the chaser from its intake, which runs as soon as the chaser is in its input,
-while a refresh needs a network round trip, and both reach us through the
-same loopback, so the chaser is handled first. Hence at most one chaser is
-ever out, it returns at ``hwm``, and only the broker producer we are attached
-to can send anything above ``hwm`` back (both asserted).
+and hands it straight back to us (``retry``), while a refresh needs a network
+round trip, so the chaser is back first. Hence at most one chaser is ever out,
+it returns at ``hwm``, and only the broker producer we are attached to can
+send anything above ``hwm`` back (both asserted).
+
+The retry back-edge is direct: a broker producer's ``retry()`` appends to a
+deque and interrupts our wait for the inbox; the next pass handles the deque
+(in order) with whatever the inbox holds. No forwarder task, no loopback
+channel: the deque never blocks (the pipeline is a cycle; a blocking
+back-edge would deadlock it), and it is bounded by ``buffer_memory`` like
+every queue here, since each item is an accepted message holding its bytes.
 
 Backoff never blocks: while backing off or waiting for a leader, the task
 keeps draining its input into buffers, so other partitions never wait on this
@@ -46,6 +53,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from pipeline.cluster.errors import KafkaError
 from pipeline.producer.envelopes import (
     Batch,
     BrokerItem,
@@ -58,14 +66,16 @@ from pipeline.producer.errors import DeliveryTimeoutError
 from pipeline.producer.message import PENDING, ProducerMessage
 
 if TYPE_CHECKING:
-    from pipeline.producer.broker_producer import BrokerProducer
-    from pipeline.producer.core import ProducerCore
+    from pipeline.cluster.pool import RefreshRound
+    from pipeline.producer.context import StageContext
+    from pipeline.producer.ports import BrokerInput, BrokerInputs
 
 log = logging.getLogger("pipeline.producer")
 
 class RetryList(list[RetryItem]):
-    """Items coming back from broker producers (the loopback); anything else
-    in the inbox is a list of fresh level-0 messages from the topic producer."""
+    """Items that came back from broker producers, handed to ``_handle`` as one
+    list; anything else it is given is a list of fresh level-0 messages from
+    the topic producer (the inbox carries only those)."""
 
 
 Inbound = list[ProducerMessage] | RetryList
@@ -77,24 +87,32 @@ Unit = ProducerMessage | SealedBatch
 class PartitionProducer:
     def __init__(
         self,
-        core: ProducerCore,
+        ctx: StageContext,
         tp: TopicPartition,
-        inbox: trio.MemoryReceiveChannel[Inbound],
-        loopback: trio.MemorySendChannel[Inbound],
+        inbox: trio.MemoryReceiveChannel[list[ProducerMessage]],
+        brokers: BrokerInputs,
     ) -> None:
-        self.core = core
         self.tp = tp
+        self._config = ctx.config
+        self._cluster = ctx.cluster
+        self._ledger = ctx.ledger
+        self._idem = ctx.idempotence
+        self._backoff = ctx.backoff
+        self._errors = ctx.retry_errors
+        self._brokers = brokers
         self._inbox = inbox
         # The retry back-edge: broker producers append here without ever
         # blocking (the pipeline is a cycle; a blocking back-edge deadlocks it,
-        # sarama wiki). A forwarder task moves them into our own inbox.
+        # sarama wiki), then ``_wake`` us.
         self._retries: deque[RetryItem] = deque()
-        self._retries_ready = trio.Event()
-        self._loopback = loopback
+        # Set by ``_wake``: the next pass must not wait for the inbox. While the
+        # main loop waits for it, ``_waiting`` is that wait's cancel scope.
+        self._woken = False
+        self._waiting: trio.CancelScope | None = None
         self.hwm = 0
         # Per level below hwm: its messages, held back until the chaser is back.
         self._levels: dict[int, list[Unit]] = {}
-        self.bp: BrokerProducer | None = None
+        self.bp: BrokerInput | None = None
         # Messages at level ``hwm`` waiting for a leader or for the backoff.
         self._held: list[Unit] = []
         self._backoff_until = 0.0
@@ -107,12 +125,12 @@ class PartitionProducer:
         self._out: list[Unit] = []  # for ``bp``, gathered during one pass
         # Items for broker producers in the order they must arrive; a Fin must
         # follow every message sent before it on the same path.
-        self._outbox: list[tuple[BrokerProducer, BrokerItem]] = []
+        self._outbox: list[tuple[BrokerInput, BrokerItem]] = []
 
     # -- called by broker producers (sync, never blocks) --------------------
     def retry(self, items: list[RetryItem]) -> None:
         self._retries.extend(items)
-        self._retries_ready.set()
+        self._wake()
 
     def leader_changed(self) -> None:
         """Our broker producer gave up on this partition and sent nothing back
@@ -123,63 +141,80 @@ class PartitionProducer:
         self._refresh_metadata()
 
     # -- tasks -------------------------------------------------------------
+    def _wake(self) -> None:
+        """Make the main loop run a pass now: interrupt its wait for the inbox."""
+        self._woken = True
+        if self._waiting is not None:
+            self._waiting.cancel()
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self._forward_retries)
+            self._nursery = nursery  # the metadata waiter runs here
             task_status.started()
             await self._main()
             nursery.cancel_scope.cancel()
 
     def _refresh_metadata(self) -> None:
-        """Start one bounded metadata refresh; its end wakes us via the loopback."""
+        """Start one bounded metadata refresh; its end wakes us. The round is
+        chosen now (the next one to start), so it is fresher than whatever made
+        us ask, whenever the waiter task runs."""
         self._metadata_fresh = False
         if self._refreshing or self._nursery is None:
             return
         self._refreshing = True
-        self._nursery.start_soon(self._await_refresh)
-
-    async def _await_refresh(self) -> None:
         try:
-            with trio.move_on_after(self.core.config.request_timeout):
-                await self.core.cluster.refresh([self.tp.topic], force=True)
+            round_: RefreshRound | None = self._cluster.queue_refresh([self.tp.topic])
+        except KafkaError as exc:  # the cluster client closed: the cached view
+            log.debug("%s: no metadata refresh: %s", self.tp, exc)
+            round_ = None
+        self._nursery.start_soon(self._await_refresh, round_)
+
+    async def _await_refresh(self, round_: RefreshRound | None) -> None:
+        try:
+            if round_ is not None:
+                with trio.move_on_after(self._config.request_timeout):
+                    await round_.wait()
         except Exception as exc:  # any failure: fall back to the cached view
             log.debug("%s: metadata refresh failed: %s", self.tp, exc)
         finally:
             self._refreshing = False
             self._metadata_fresh = True
-            self._retries_ready.set()  # an empty item wakes the main loop
-
-    async def _forward_retries(self) -> None:
-        async with self._loopback:
-            while True:
-                await self._retries_ready.wait()
-                self._retries_ready = trio.Event()
-                items = RetryList(self._retries)
-                self._retries.clear()
-                await self._loopback.send(items)
+            self._wake()
 
     async def _main(self) -> None:
         inbox = self._inbox
+        retries = self._retries
         while True:
-            with trio.move_on_at(self._wake_at()):
-                try:
-                    first = await inbox.receive()
-                except trio.EndOfChannel:
-                    return
-                self._handle(first)
-                while True:
+            if not self._woken:
+                # Wait for the inbox until the next deadline, or until _wake.
+                # A cancelled receive takes nothing out of the channel.
+                first: list[ProducerMessage] | None = None
+                self._waiting = wait = trio.CancelScope(deadline=self._wake_at())
+                with wait:
                     try:
-                        more = inbox.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                    self._handle(more)
+                        first = await inbox.receive()
+                    except trio.EndOfChannel:
+                        return
+                self._waiting = None
+                if first is not None:
+                    self._handle(first)
+            self._woken = False
+            if retries:
+                items = RetryList(retries)
+                retries.clear()
+                self._handle(items)
+            while True:
+                try:
+                    more = inbox.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+                self._handle(more)
             await self._tick()
 
     def _wake_at(self) -> float:
         wake = math.inf
-        # While a refresh runs, its completion wakes us through the loopback;
-        # waiting on an expired backoff instead would spin.
+        # While a refresh runs, its completion wakes us (_wake); waiting on an
+        # expired backoff instead would spin.
         if self.bp is None and self._held and self._metadata_fresh:
             wake = self._backoff_until
         head = self._oldest_deadline()
@@ -238,7 +273,7 @@ class PartitionProducer:
         self._outbox.append((self.bp, Fin(self.tp, level - 1)))
         self.bp = None
         if retry:
-            self._backoff_until = trio.current_time() + self.core.backoff(level)
+            self._backoff_until = trio.current_time() + self._backoff(level)
             self._refresh_metadata()
 
     def _leave_with_chaser(self) -> None:
@@ -293,17 +328,17 @@ class PartitionProducer:
                     await bp.input.send(item)
 
     async def _attach(self) -> None:
-        leader = self.core.leader_nowait(self.tp)
-        if leader is None:
+        leader = self._cluster.metadata.leader_for(self.tp.topic, self.tp.partition)
+        if leader is None or leader < 0:
             self._refresh_metadata()
-            self._backoff_until = trio.current_time() + self.core.backoff(max(self.hwm, 1))
+            self._backoff_until = trio.current_time() + self._backoff(max(self.hwm, 1))
             return
-        self.bp = await self.core.broker_producer(leader)
+        self.bp = await self._brokers.broker_producer(leader)
         held, self._held = self._held, []
         self._out.extend(held)
 
     def _expire(self, now: float) -> None:
-        idem = self.core.idempotence
+        idem = self._idem
 
         def split(units: list[Unit]) -> list[Unit]:
             alive = [u for u in units if u._deadline > now]
@@ -314,7 +349,7 @@ class PartitionProducer:
                         dead.extend(u.messages if isinstance(u, SealedBatch) else [u])
                         if isinstance(u, SealedBatch) and idem is not None:
                             idem.batch_failed(u, "delivery timeout")
-                self.core.ledger.fail([m for m in dead if m._state == PENDING], self._timeout_error())
+                self._ledger.fail([m for m in dead if m._state == PENDING], self._timeout_error())
             return alive
 
         self._held = split(self._held)
@@ -322,9 +357,9 @@ class PartitionProducer:
             self._levels[level] = split(buf)
 
     def _timeout_error(self) -> DeliveryTimeoutError:
-        if self.tp in self.core.last_error:  # waiting to retry after a broker error
-            return self.core.delivery_timeout_error(self.tp, None)
+        if self.tp in self._errors.last:  # waiting to retry after a broker error
+            return self._errors.delivery_timeout_error(self.tp, None)
         return DeliveryTimeoutError(
-            f"not delivered within delivery_timeout={self.core.config.delivery_timeout}s "
+            f"not delivered within delivery_timeout={self._config.delivery_timeout}s "
             f"(partition {self.tp.topic}[{self.tp.partition}] had no usable leader)"
         )

@@ -25,7 +25,8 @@ from pipeline.producer.message import ProducerMessage
 from pipeline.producer.partitioner import DefaultPartitioner
 
 if TYPE_CHECKING:
-    from pipeline.producer.core import ProducerCore
+    from pipeline.producer.context import StageContext
+    from pipeline.producer.ports import PartitionInputs
 
 log = logging.getLogger("pipeline.producer")
 _key_of = attrgetter("key")
@@ -42,12 +43,16 @@ class PartitionOutOfRangeError(KafkaError, ValueError):
 class TopicProducer:
     def __init__(
         self,
-        core: ProducerCore,
+        ctx: StageContext,
         topic: str,
         inbox: trio.MemoryReceiveChannel[list[ProducerMessage]],
         partitioner: Any,
+        partitions: PartitionInputs,
     ) -> None:
-        self.core = core
+        self._cluster = ctx.cluster
+        self._ledger = ctx.ledger
+        self._config = ctx.config
+        self._partitions = partitions
         self.topic = topic
         self._inbox = inbox
         self._partitioner = partitioner
@@ -70,7 +75,7 @@ class TopicProducer:
             await self._route(batch)
 
     async def _partition_count(self, msgs: list[ProducerMessage]) -> int | None:
-        cluster = self.core.cluster
+        cluster = self._cluster
         n = cluster.partition_count_nowait(self.topic)
         if n is not None:
             return n
@@ -79,12 +84,12 @@ class TopicProducer:
             with trio.fail_at(deadline):
                 return await cluster.partitions_for(self.topic)
         except trio.TooSlowError:
-            self.core.ledger.fail(msgs, DeliveryTimeoutError(
+            self._ledger.fail(msgs, DeliveryTimeoutError(
                 f"no metadata for topic {self.topic!r} within delivery_timeout="
-                f"{self.core.config.delivery_timeout}s"
+                f"{self._config.delivery_timeout}s"
             ))
         except KafkaError as exc:
-            self.core.ledger.fail(msgs, exc)
+            self._ledger.fail(msgs, exc)
         return None
 
     async def _route(self, msgs: list[ProducerMessage]) -> None:
@@ -105,13 +110,13 @@ class TopicProducer:
             by_partition = self._assign(msgs, n, bad)
         if bad:
             for msg in bad:
-                self.core.ledger.fail([msg], PartitionOutOfRangeError(
+                self._ledger.fail([msg], PartitionOutOfRangeError(
                     f"partition {msg.partition} does not exist: topic {topic!r} has {n} "
                     f"partitions (0..{n - 1})"
                 ))
-        core = self.core
+        partitions = self._partitions
         for p, group in by_partition.items():
-            send = await core.partition_input(TopicPartition(topic, p))
+            send = await partitions.partition_input(TopicPartition(topic, p))
             try:
                 send.send_nowait(group)
             except trio.WouldBlock:
@@ -131,7 +136,7 @@ class TopicProducer:
         sticky_partition = self._sticky_partition
         sticky_bytes = self._sticky_bytes
         by_partition: dict[int, list[ProducerMessage]] = {}
-        batch_bytes = self.core.config.batch_bytes
+        batch_bytes = self._config.batch_bytes
         last_p = -1
         last_group: list[ProducerMessage] = []
         for msg in msgs:
@@ -144,7 +149,7 @@ class TopicProducer:
                     try:
                         p = partition_of(topic, key, msg.value, n)
                     except Exception as exc:  # a user partitioner's bug fails its message only
-                        self.core.ledger.fail([msg], exc)
+                        self._ledger.fail([msg], exc)
                         continue
                     if key is None and cache_sticky:
                         sticky_now = p
@@ -184,7 +189,7 @@ class TopicProducer:
         sizes instead of a per-message partitioner call."""
         topic = self.topic
         partitioner = self._partitioner
-        batch_bytes = self.core.config.batch_bytes
+        batch_bytes = self._config.batch_bytes
         sticky_partition = self._sticky_partition
         sticky_bytes = self._sticky_bytes
         cumulative = list(accumulate(map(_size_of, msgs)))

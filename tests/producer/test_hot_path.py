@@ -118,8 +118,9 @@ async def test_a_message_is_sent_once(fake: FakeCluster) -> None:
 
 
 def _topic_producer(batch_bytes: int, seed: int) -> TopicProducer:
-    core: Any = SimpleNamespace(config=SimpleNamespace(batch_bytes=batch_bytes), ledger=None)
-    return TopicProducer(core, "t", None, DefaultPartitioner(random.Random(seed)))  # type: ignore[arg-type]
+    ctx: Any = SimpleNamespace(config=SimpleNamespace(batch_bytes=batch_bytes), ledger=None,
+                               cluster=None)
+    return TopicProducer(ctx, "t", None, DefaultPartitioner(random.Random(seed)), None)  # type: ignore[arg-type]
 
 
 @settings(max_examples=200, deadline=None)

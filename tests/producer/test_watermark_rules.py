@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 
+from pipeline.producer.context import RetryErrors
 from pipeline.producer.envelopes import Batch, Fin, TopicPartition
 from pipeline.producer.errors import DeliveryTimeoutError
 from pipeline.producer.ledger import Ledger
@@ -42,17 +43,16 @@ class StubBroker:
 
 @dataclass
 class StubCore:
+    """The partition producer's StageContext and its BrokerInputs in one stub."""
+
     leader: int = 0
     brokers: dict[int, StubBroker] = field(default_factory=dict)
     ledger: Ledger = field(default_factory=lambda: Ledger(10**9, 1.0))
     config: Any = field(default_factory=lambda: type("C", (), {
         "request_timeout": 5.0, "delivery_timeout": 60.0})())
     refreshes: int = 0
-    idempotence: Any = None  # ProducerCore's: None, not idempotent
-    last_error: dict[TopicPartition, BaseException] = field(default_factory=dict)
-
-    def leader_nowait(self, tp: TopicPartition) -> int:
-        return self.leader
+    idempotence: Any = None  # not idempotent
+    retry_errors: RetryErrors = field(default_factory=lambda: RetryErrors(60.0))
 
     async def broker_producer(self, node: int) -> StubBroker:
         return self.brokers.setdefault(node, StubBroker(node))
@@ -64,9 +64,20 @@ class StubCore:
     def cluster(self) -> Any:
         core = self
 
+        class Metadata:
+            def leader_for(self, topic: str, partition: int) -> int:
+                return core.leader
+
+        class Round:
+            async def wait(self) -> None:
+                pass
+
         class Cluster:
-            async def refresh(self, topics: Any, force: bool = False) -> None:
+            metadata = Metadata()
+
+            def queue_refresh(self, topics: Any) -> Round:
                 core.refreshes += 1
+                return Round()
 
         return Cluster()
 
@@ -88,8 +99,8 @@ def values(batch: Any) -> list[bytes]:
 
 async def attached(core: StubCore) -> PartitionProducer:
     """A partition producer attached to broker 0, as after its first message."""
-    send, receive = trio.open_memory_channel[Any](10)
-    pp = PartitionProducer(core, TP, receive, send)  # type: ignore[arg-type]
+    _, receive = trio.open_memory_channel[Any](10)
+    pp = PartitionProducer(core, TP, receive, core)  # type: ignore[arg-type]
     pp._handle(msgs("first"))
     await pp._tick()
     assert pp.bp is core.brokers[0]

@@ -75,11 +75,14 @@ async def test_reattach_waits_for_metadata_fresher_than_the_failure(
     2. t0 + 0.5: the backoff is over and n arrives, but the refresh is still
        out. Re-attaching now would use the cached (stale) leader 0: a second
        NOT_LEADER, and with retries=1 m would fail although broker 1 was ready.
-    3. Broker 0's error queued a metadata round at once (answered at t0 + 1); the
-       refresh the partition producer waits for must start after it asked, so it
-       is the next round: it starts 0.125 s (the refresh spacing) after the first
-       one ends and is answered 1 s later. Only then, at t0 + 2.125 exactly, does
-       the partition producer attach to broker 1: m and n are written, in order.
+    3. Broker 0's error queued a metadata round at once; the refresh the
+       partition producer waits for must start after it asked, and it asks (in
+       the same instant, ``Cluster.queue_refresh``) before the refresher starts
+       that round, so it waits for that one, answered 1 s later. Only then, at
+       t0 + 1 exactly, does the partition producer attach to broker 1: m and n
+       are written, in order. (Through the old loopback the partition producer
+       asked later, after that round had started, so it waited for the next one,
+       0.125 s of refresh spacing plus 1 s later: t0 + 2.125.)
     """
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake, **exact(retries=1)) as producer:
@@ -92,7 +95,7 @@ async def test_reattach_waits_for_metadata_fresher_than_the_failure(
         await trio.sleep(0.5)
         n = await producer.send("t", b"n", partition=0)
         results = await outcomes([m, n])
-        assert trio.current_time() == t0 + 2.125
+        assert trio.current_time() == t0 + 1.0
     assert [r.offset for r in results] == [1, 2]
     assert values_in_log(fake, "t", 0) == [b"warm", b"m", b"n"]
     produce = [r.node_id for r in fake.requests_of(PRODUCE)]
@@ -323,7 +326,7 @@ async def test_flush_sends_at_once_and_linger_holds_otherwise(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """``flush()`` ignores linger (the Java client's flush semantics), and only
-    while it runs (``core.flushing > 0`` in the broker producer's readiness).
+    while it runs (``FlushState.depth > 0`` in the broker producer's readiness).
 
     Schedule (linger 5 s): t0: a is sent and flushed: written at t0. Then b is
     sent without a flush: it waits its linger and is written at t0 + 5."""

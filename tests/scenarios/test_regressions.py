@@ -174,7 +174,7 @@ async def test_1681_unbounded_retries_need_no_per_level_memory(
     fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, count=3)
     async with open_fake_producer(fake, retries=2**31 - 1, retry_backoff_jitter=0) as producer:
         meta = await producer.send_and_wait("t", b"x", partition=0)
-        pp = producer._core.partition_producer(next(iter(producer._core._pps)))
+        pp = next(iter(producer._core._pps.values()))
         assert len(pp._levels) <= 1
     assert meta.offset == 0
 
