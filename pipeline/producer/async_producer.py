@@ -11,14 +11,14 @@ scheduler pass per hop instead of one per message.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from pipeline.producer.message import ProducerMessage
 
 if TYPE_CHECKING:
-    from pipeline.producer.api import Producer
+    from pipeline.producer.core import ProducerCore
 
 
 
@@ -34,6 +34,27 @@ class FlushMark:
 
 
 IntakeItem = ProducerMessage | list[ProducerMessage] | FlushMark
+
+
+class IntakeOwner(Protocol):
+    """What the intake's two ends use of the ``Producer`` (api.py implements
+    it): the send-side burst state, the input reservation, acceptance of a raw
+    input message, the partitioner and the core. Named here so this module
+    does not import api.py (which imports it)."""
+
+    _core: ProducerCore
+    _partitioner: Any
+    _open_batch: list[ProducerMessage] | None
+
+    def _close_open_batch(self, batch: list[ProducerMessage]) -> str | None: ...
+
+    def _accept_from_channel(self, msg: ProducerMessage) -> bool: ...
+
+    def _reserve_input_nowait(self, msg: ProducerMessage) -> bool | None: ...
+
+    async def _reserve_input(self, msg: ProducerMessage) -> bool: ...
+
+    def _unreserve_input(self, msg: ProducerMessage) -> None: ...
 
 
 class InputChannel(trio.abc.SendChannel[ProducerMessage]):
@@ -52,7 +73,9 @@ class InputChannel(trio.abc.SendChannel[ProducerMessage]):
 
     __slots__ = ("_channel", "_producer")
 
-    def __init__(self, producer: Producer, channel: trio.MemorySendChannel[IntakeItem]) -> None:
+    def __init__(
+        self, producer: IntakeOwner, channel: trio.MemorySendChannel[IntakeItem]
+    ) -> None:
         self._producer = producer
         self._channel = channel
 
@@ -101,7 +124,9 @@ class InputChannel(trio.abc.SendChannel[ProducerMessage]):
 
 
 class Dispatcher:
-    def __init__(self, producer: Producer, intake: trio.MemoryReceiveChannel[IntakeItem]) -> None:
+    def __init__(
+        self, producer: IntakeOwner, intake: trio.MemoryReceiveChannel[IntakeItem]
+    ) -> None:
         self.producer = producer
         self.core = producer._core
         self._intake = intake

@@ -8,18 +8,16 @@ Two families, kept apart on purpose:
 * reported as the outcome of an accepted message: always a ``ProducerError``
   carrying the message and the specific ``cause``. Every accepted message gets
   exactly one outcome: a ``RecordMetadata`` or a ``ProducerError``.
+  ``ProducerError`` is defined in ``message.py``, beside the message it carries
+  (each refers to the other), and re-exported here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pipeline.cluster.errors import ConfigError as ConfigError
 from pipeline.cluster.errors import KafkaError
+from pipeline.producer.message import ProducerError as ProducerError
 from pipeline.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from pipeline.producer.message import ProducerMessage
 
 
 class MessageTooLargeError(KafkaError, ValueError):
@@ -57,24 +55,3 @@ class BrokerResponseError(KafkaError):
     @property
     def retriable(self) -> bool:  # type: ignore[override]
         return self.code.retriable
-
-
-class ProducerError(KafkaError):
-    """The terminal failure of one accepted message.
-
-    Attributes:
-        message: the ``ProducerMessage`` that was not delivered.
-        cause: the specific error (``BrokerResponseError``, ``DeliveryTimeoutError``,
-            ``ProducerClosed``, ``UnknownTopicError``, a connection error, ...).
-    """
-
-    def __init__(self, message: ProducerMessage, cause: BaseException) -> None:
-        self.message = message
-        self.cause = cause
-        where = message.topic if message.partition is None or message.partition < 0 else (
-            f"{message.topic}[{message.partition}]"
-        )
-        super().__init__(f"message to {where} not delivered: {type(cause).__name__}: {cause}")
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.message, self.cause))

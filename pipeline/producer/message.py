@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from pipeline.producer.errors import ProducerError
+from pipeline.cluster.errors import KafkaError
 
 PENDING, OK, FAILED = 0, 1, 2
 
@@ -25,6 +25,27 @@ PENDING, OK, FAILED = 0, 1, 2
 TO_CHANNELS = object()
 
 Headers = Sequence[tuple[str, bytes | None]]
+
+
+class ProducerError(KafkaError):
+    """The terminal failure of one accepted message.
+
+    Attributes:
+        message: the ``ProducerMessage`` that was not delivered.
+        cause: the specific error (``BrokerResponseError``, ``DeliveryTimeoutError``,
+            ``ProducerClosed``, ``UnknownTopicError``, a connection error, ...).
+    """
+
+    def __init__(self, message: ProducerMessage, cause: BaseException) -> None:
+        self.message = message
+        self.cause = cause
+        where = message.topic if message.partition is None or message.partition < 0 else (
+            f"{message.topic}[{message.partition}]"
+        )
+        super().__init__(f"message to {where} not delivered: {type(cause).__name__}: {cause}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.message, self.cause))
 
 
 @dataclass(frozen=True, slots=True)
