@@ -4,13 +4,14 @@ Strategy: three tasks share this object's state (one trio thread, so every
 mutation between two awaits is atomic):
 
 * ``_intake`` drains the input channel (fan-in from partition producers)
-  into per-partition accumulators. It never blocks on anything but its own
-  input, so partition producers always make progress.
+  into the per-partition queues of its ``Accumulator`` (accumulator.py:
+  queues, readiness, muting, sealing). It never blocks on anything but its
+  own input, so partition producers always make progress.
 * ``_flusher`` waits until some partition is ready (linger, batch bytes,
   batch messages, a retried batch, or a flush) and a request slot is free,
-  then *seals* one batch per ready partition (encoding it with the producer
-  id, epoch and sequence current at that moment) and writes one
-  ProduceRequest, like the Java client's drain.
+  then has the accumulator *seal* one batch per ready partition (encoding it
+  with the producer id, epoch and sequence current at that moment) and writes
+  one ProduceRequest, like the Java client's drain.
 * ``_responder`` handles responses strictly in request order: settles
   messages, or schedules a failed batch to go back to its partition producer.
 
@@ -25,25 +26,24 @@ failure (a bounce, or ``leader_changed`` when nothing went back), so when it
 arrives nothing of the partition is in flight, failed or queued here: it is
 returned at once, and the partition is served again.
 
-Muting: at most ``max_in_flight_per_partition`` batches of one partition are
-in flight (1 without idempotence, so a retry can never be overtaken, sarama
-#2619; up to 5 with idempotence, where sequence numbers keep the order).
+Muting (``Accumulator.sendable``): at most ``max_in_flight_per_partition``
+batches of one partition are in flight (1 without idempotence, so a retry can
+never be overtaken, sarama #2619; up to 5 with idempotence, where sequence
+numbers keep the order).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from bisect import bisect_right
 from collections import deque
-from dataclasses import dataclass, field
-from itertools import accumulate, islice
-from operator import attrgetter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from pipeline.cluster.errors import KafkaError
+from pipeline.producer.accumulator import Accumulator, PartitionQueue, fill
 from pipeline.producer.batches import split_batch, unless_duplicate_echo
 from pipeline.producer.envelopes import (
     Batch,
@@ -62,7 +62,6 @@ from pipeline.protocol.messages.produce import (
     ProduceResponse,
     TopicProduceData,
 )
-from pipeline.protocol.records import BatchBuilder, batch_size_for_record, restamp_batch
 
 if TYPE_CHECKING:
     from pipeline.cluster.connection import BrokerConnection
@@ -70,23 +69,6 @@ if TYPE_CHECKING:
     from pipeline.producer.ports import RetrySinks
 
 log = logging.getLogger("pipeline.producer")
-_size_of = attrgetter("_size")
-# Every accepted message counts at least this many bytes (an empty record's
-# worst-case batch share), so a batch of ``cap`` bytes holds at most
-# ``cap // _MIN_RECORD_BYTES`` of them: _fill never scans a long backlog.
-_MIN_RECORD_BYTES = batch_size_for_record(None, None)
-
-
-def _fill(msgs: list[ProducerMessage], cap: int, max_messages: int) -> tuple[int, int]:
-    """How many messages from the front of ``msgs`` make the next batch, and
-    their bytes: the longest run within ``cap`` bytes and ``max_messages``, at
-    least one (an oversized message goes alone). Prefix sums and a bisection
-    over a bounded window: no per-message Python loop on the flush path."""
-    window = min(max_messages, len(msgs), max(cap, 0) // _MIN_RECORD_BYTES + 1)
-    cumulative = list(accumulate(map(_size_of, islice(msgs, window))))
-    n = bisect_right(cumulative, cap) or 1
-    return n, cumulative[n - 1]
-
 # Errors after which the partition's leader may have moved.
 _REFRESH_CODES = frozenset({
     ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -117,19 +99,6 @@ _MAYBE_WRITTEN = frozenset({
 
 
 @dataclass(slots=True)
-class _Partition:
-    sealed: deque[SealedBatch] = field(default_factory=deque)  # retried batches, sent first
-    msgs: list[ProducerMessage] = field(default_factory=list)  # loose, in order
-    nbytes: int = 0
-    first_at: float = math.inf  # when the oldest loose message arrived (linger)
-    in_flight: int = 0  # batches of this partition on the wire (muting)
-    # Set when a batch of this partition failed retriably here: nothing more
-    # of it is sent, and everything goes back, until its Fin arrives.
-    retrying: BaseException | None = None
-    failed: list[SealedBatch] = field(default_factory=list)  # to bounce once in_flight == 0
-
-
-@dataclass(slots=True)
 class _InFlight:
     pending: Any  # PendingResponse | None (acks=0)
     batches: dict[TopicPartition, SealedBatch]
@@ -153,18 +122,12 @@ class BrokerProducer:
         self._sinks = sinks
         self.input: trio.MemorySendChannel[BrokerItem]
         self.input, self._input = trio.open_memory_channel[BrokerItem](config.channel_capacity)
-        self._parts: dict[TopicPartition, _Partition] = {}
+        # Per-partition queues, readiness and sealing (accumulator.py).
+        self._acc = Accumulator(ctx)
+        self._parts = self._acc.parts
         self._in_flight: deque[_InFlight] = deque()
         self._wake_flusher = trio.Event()
         self._wake_responder = trio.Event()
-        self._per_partition = config.max_in_flight_per_partition
-        # The largest batch sealed: batch_bytes, but never above max_message_bytes,
-        # the limit the broker applies to a whole batch (sarama caps its batches
-        # at MaxMessageBytes too). A batch of batch_bytes > max_message_bytes was
-        # refused with MESSAGE_TOO_LARGE, failing every message in it although
-        # each one fits. Found by the schedule explorer. The per-message sizes
-        # summed here are upper bounds, so the encoded batch is never larger.
-        self._batch_cap = min(config.batch_bytes, config.max_message_bytes)
         self._acks = config.acks_value
         self._timeout_ms = int(config.request_timeout * 1000)
         self._idem = ctx.idempotence
@@ -194,22 +157,9 @@ class BrokerProducer:
             self._wake_flusher.set()
 
     def _accept(self, item: BrokerItem) -> None:
-        part = self._parts.get(item.tp)
-        if part is None:
-            part = self._parts[item.tp] = _Partition()
+        part = self._acc.queue(item.tp)
         if isinstance(item, Batch):
-            items = item.messages
-            if isinstance(items[0], SealedBatch):
-                n = 0
-                while n < len(items) and isinstance(items[n], SealedBatch):
-                    n += 1
-                part.sealed.extend(items[:n])  # type: ignore[arg-type]
-                items = items[n:]
-            if items:
-                if not part.msgs:
-                    part.first_at = trio.current_time()
-                part.msgs.extend(items)  # type: ignore[arg-type]
-                part.nbytes += sum(map(_size_of, items))
+            self._acc.add(part, item.messages)
             if part.retrying is not None:
                 self._maybe_bounce(item.tp, part)
         else:  # a Fin: the chaser
@@ -222,11 +172,11 @@ class BrokerProducer:
             self._sinks.retry_sink(item.tp).retry([Fin(item.tp, item.level + 1)])
 
     # -- bouncing (the retry back-edge; never blocks) ----------------------
-    def _schedule_bounce(self, part: _Partition, batch: SealedBatch, cause: BaseException) -> None:
+    def _schedule_bounce(self, part: PartitionQueue, batch: SealedBatch, cause: BaseException) -> None:
         part.retrying = cause
         part.failed.append(batch)
 
-    def _maybe_bounce(self, tp: TopicPartition, part: _Partition) -> None:
+    def _maybe_bounce(self, tp: TopicPartition, part: PartitionQueue) -> None:
         """Send everything of a retrying partition back, once nothing of it is in flight."""
         if part.in_flight or part.retrying is None:
             return
@@ -283,47 +233,13 @@ class BrokerProducer:
             self._maybe_bounce(tp, part)
 
     # -- flushing ----------------------------------------------------------
-    def _sendable(self, part: _Partition, tp: TopicPartition) -> bool:
-        if part.retrying is not None:
-            return False
-        if self._idem is not None and tp not in self._idem.confirmed:
-            return part.in_flight == 0
-        return part.in_flight < self._per_partition
-
-    def _ready(self, now: float) -> bool:
-        if self._idem is not None and self._idem.paused:
-            return False
-        config = self._config
-        flushing = self._flush.depth > 0
-        for tp, part in self._parts.items():
-            if not self._sendable(part, tp):
-                continue
-            if part.sealed:
-                return True
-            if part.msgs and (
-                flushing
-                or part.nbytes >= self._batch_cap
-                or len(part.msgs) >= config.max_batch_messages
-                or now >= part.first_at + config.linger
-            ):
-                return True
-        return False
-
     def _next_wake(self, slot_free: bool) -> float:
         """The next expiry, and, when a request slot is free, the next linger
         deadline. Without a free slot a response wakes the flusher: waking at a
         linger deadline already past would only spin until then. The same holds
         while sealing is paused for an epoch bump (the flusher passes False
         then; the bump's end wakes it): the explorer found that spin too."""
-        linger = self._config.linger
-        wake = math.inf
-        for tp, part in self._parts.items():
-            if part.msgs:
-                wake = min(wake, part.msgs[0]._deadline)
-                if slot_free and self._sendable(part, tp):
-                    wake = min(wake, part.first_at + linger)
-            if part.sealed:
-                wake = min(wake, part.sealed[0]._deadline)
+        wake = self._acc.next_wake(slot_free)
         for flight in self._in_flight:
             if not flight.expired:
                 wake = min(wake, flight.deadline)
@@ -335,103 +251,13 @@ class BrokerProducer:
             now = trio.current_time()
             self._expire(now)
             slot_free = len(self._in_flight) < max_in_flight
-            if slot_free and self._ready(now):
+            if slot_free and self._acc.ready(now):
                 await self._send_one()
                 continue
             paused = self._idem is not None and self._idem.paused
             with trio.move_on_at(self._next_wake(slot_free and not paused)):
                 await self._wake_flusher.wait()
             self._wake_flusher = trio.Event()
-
-    def _take_loose(self, part: _Partition, budget: int) -> tuple[list[ProducerMessage], int]:
-        config = self._config
-        msgs = part.msgs
-        if (
-            part.nbytes <= self._batch_cap
-            and part.nbytes <= budget
-            and len(msgs) <= config.max_batch_messages
-        ):
-            size = part.nbytes  # the common case: the whole accumulator is one batch
-            part.msgs = []
-            part.nbytes = 0
-            part.first_at = math.inf
-            return msgs, size
-        n, size = _fill(msgs, min(self._batch_cap, budget), config.max_batch_messages)
-        taken = msgs[:n]
-        del msgs[:n]
-        part.nbytes -= size
-        part.first_at = trio.current_time() if msgs else math.inf
-        return taken, size
-
-    def _seal(self, tp: TopicPartition, msgs: list[ProducerMessage], nbytes: int) -> SealedBatch:
-        config = self._config
-        builder = BatchBuilder(
-            compression=config.compression_codec, compression_level=config.compression_level
-        )
-        builder.extend(msgs)
-        idem = self._idem
-        if idem is None:
-            return SealedBatch(tp, msgs, builder.build(), -1, -1, -1, nbytes)
-        seq = idem.take_sequence(tp, len(msgs))
-        records = builder.build(
-            producer_id=idem.producer_id, producer_epoch=idem.producer_epoch, base_sequence=seq
-        )
-        return SealedBatch(tp, msgs, records, idem.producer_id, idem.producer_epoch, seq, nbytes)
-
-    def _restamp(self, tp: TopicPartition, batch: SealedBatch) -> bool:
-        """Bring a retried batch to the current epoch; False if it must not be re-sent."""
-        idem = self._idem
-        if idem is None or (batch.producer_id, batch.producer_epoch) == (
-            idem.producer_id, idem.producer_epoch
-        ):
-            return True
-        pending = [m for m in batch.messages if m._state == PENDING]
-        if (batch.fate_unknown and not idem.never_written(batch)) or len(pending) != len(
-            batch.messages
-        ):
-            # It may have been written under the old epoch: a re-stamped copy
-            # would be a duplicate. Its outcome stays unknown.
-            self._ledger.fail(pending, KafkaError(
-                f"batch for {tp.topic}[{tp.partition}] may or may not have been written "
-                "before the producer epoch was bumped; not re-sent, to avoid a duplicate"
-            ))
-            return False
-        seq = idem.take_sequence(tp, len(batch.messages))
-        batch.records = restamp_batch(
-            batch.records,
-            producer_id=idem.producer_id,
-            producer_epoch=idem.producer_epoch,
-            base_sequence=seq,
-        )
-        batch.producer_id, batch.producer_epoch, batch.base_sequence = (
-            idem.producer_id, idem.producer_epoch, seq,
-        )
-        return True
-
-    def _drain(self) -> dict[TopicPartition, SealedBatch]:
-        budget = self._config.max_request_bytes
-        taken: dict[TopicPartition, SealedBatch] = {}
-        for tp, part in self._parts.items():
-            if not self._sendable(part, tp):
-                continue
-            batch: SealedBatch | None = None
-            while part.sealed and batch is None:
-                candidate = part.sealed.popleft()
-                if self._restamp(tp, candidate):
-                    batch = candidate
-            if batch is None:
-                if not part.msgs:
-                    continue
-                msgs, size = self._take_loose(part, budget)
-                batch = self._seal(tp, msgs, size)
-            taken[tp] = batch
-            part.in_flight += 1
-            if self._idem is not None:
-                self._idem.batch_sent()
-            budget -= batch.nbytes
-            if budget <= 0:
-                break
-        return taken
 
     def _build(self, taken: dict[TopicPartition, SealedBatch]) -> ProduceRequest:
         topics: dict[str, list[PartitionProduceData]] = {}
@@ -465,12 +291,12 @@ class BrokerProducer:
             # producer, which re-resolves the leader after a backoff.
             log.info("broker %d unreachable: %s", self.node_id, exc)
             for tp, part in list(self._parts.items()):
-                if (part.msgs or part.sealed) and self._sendable(part, tp):
+                if (part.msgs or part.sealed) and self._acc.sendable(part, tp):
                     part.retrying = exc
                     self._maybe_bounce(tp, part)
                     self._cluster.request_refresh([tp.topic])
             return
-        taken = self._drain()
+        taken = self._acc.drain()
         if not taken:
             return
         request = self._build(taken)
@@ -595,7 +421,7 @@ class BrokerProducer:
             # written batch would not be recognised as its duplicate.
             log.info("%s: %s for a batch of %d records; splitting it", tp, code.name,
                      len(batch.messages))
-            n, first_bytes = _fill(batch.messages, batch.nbytes // 2, len(batch.messages) - 1)
+            n, first_bytes = fill(batch.messages, batch.nbytes // 2, len(batch.messages) - 1)
             for half in split_batch(batch, n, first_bytes, self._config):
                 self._schedule_bounce(part, half, cause)
         else:
@@ -611,22 +437,7 @@ class BrokerProducer:
     def _expire(self, now: float) -> None:
         ledger = self._ledger
         timeout_error = self._errors.delivery_timeout_error
-        for tp, part in self._parts.items():
-            if part.msgs and part.msgs[0]._deadline <= now:
-                alive = [m for m in part.msgs if m._deadline > now]
-                dead = [m for m in part.msgs if m._deadline <= now]
-                part.msgs = alive
-                part.nbytes = sum(map(_size_of, alive))
-                if not alive:
-                    part.first_at = math.inf
-                ledger.fail(dead, timeout_error(tp, None))
-            while part.sealed and part.sealed[0]._deadline <= now:
-                batch = part.sealed.popleft()
-                ledger.fail(
-                    [m for m in batch.messages if m._state == PENDING], timeout_error(tp, None)
-                )
-                if self._idem is not None:
-                    self._idem.batch_failed(batch, "delivery timeout")
+        self._acc.expire(now, timeout_error)
         for flight in self._in_flight:
             if not flight.expired and flight.deadline <= now:
                 # The request may still succeed: its outcome is unknown. The

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.producer import api
-from pipeline.producer.broker_producer import _MIN_RECORD_BYTES, _fill
+from pipeline.producer.accumulator import MIN_RECORD_BYTES, fill
 from pipeline.producer.message import Delivery, ProducerMessage
 from pipeline.producer.partitioner import DefaultPartitioner
 from pipeline.producer.topic_producer import TopicProducer
@@ -161,7 +161,7 @@ def _fill_by_loop(sizes: list[int], cap: int, max_messages: int) -> tuple[int, i
 
 @settings(max_examples=300, deadline=None)
 @given(
-    sizes=st.lists(st.integers(_MIN_RECORD_BYTES, 3000), min_size=1, max_size=400),
+    sizes=st.lists(st.integers(MIN_RECORD_BYTES, 3000), min_size=1, max_size=400),
     cap=st.integers(1, 40_000),
     max_messages=st.integers(1, 500),
 )
@@ -173,7 +173,7 @@ def test_next_batch_is_what_the_per_message_loop_takes(
     msgs = [ProducerMessage("t", b"") for _ in sizes]
     for msg, size in zip(msgs, sizes, strict=True):
         msg._size = size
-    assert _fill(msgs, cap, max_messages) == _fill_by_loop(sizes, cap, max_messages)
+    assert fill(msgs, cap, max_messages) == _fill_by_loop(sizes, cap, max_messages)
 
 
 async def test_send_many_reserves_in_chunks_of_a_quarter_buffer(
