@@ -36,14 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pipeline.testing.broker import (
-    BrokerEndpoint,
-    BrokerKind,
-    EmbeddedBroker,
-    create_topics,
-    free_port,
-    open_test_broker,
-)
+from pipeline.testing.broker import EmbeddedBroker, create_topics, free_port
+from pipeline.testing.choose_broker import BrokerEndpoint, BrokerKind, open_test_broker
 
 if TYPE_CHECKING:
     from pipeline.testing.kafka import KafkaCluster

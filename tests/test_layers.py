@@ -50,12 +50,10 @@ ALLOWED: dict[str, frozenset[str]] = {
 
 
 MAX_LINES = 500
-#: Hand-written modules still over MAX_LINES, each to be split by its owner's work
-#: (the producer restructure; the embedded broker's move to the admin client).
+#: Hand-written modules still over MAX_LINES: api.py waits for the intake split
+#: (issue 13), after the send-path work of issue 15 has landed.
 OVERSIZED: frozenset[str] = frozenset({
     "producer/api.py",
-    "producer/broker_producer.py",
-    "testing/broker.py",
 })
 GENERATED = "protocol/messages/"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pipeline.testing.broker import (
     TOPIC_ALREADY_EXISTS,
-    BrokerEndpoint,
     BrokerStartError,
     EmbeddedBroker,
     TopicCreationError,
@@ -19,6 +18,7 @@ from pipeline.testing.broker import (
     create_topics,
     tansu_binary,
 )
+from pipeline.testing.choose_broker import BrokerEndpoint
 
 __all__ = [
     "TOPIC_ALREADY_EXISTS",

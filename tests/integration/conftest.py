@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.testing.broker import BrokerKind, EmbeddedBroker
+from pipeline.testing.broker import EmbeddedBroker
+from pipeline.testing.choose_broker import BrokerKind
 
 BrokerFactory = Callable[..., EmbeddedBroker]
 Consume = Callable[..., list[Any]]

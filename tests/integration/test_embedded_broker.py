@@ -21,17 +21,15 @@ import pytest
 
 from pipeline.testing.broker import (
     TOPIC_ALREADY_EXISTS,
-    BrokerEndpoint,
     BrokerStartError,
     EmbeddedBroker,
     create_topic,
     create_topic_sync,
     create_topics,
-    docker_engine_available,
-    open_test_broker,
     parse_bootstrap,
     tansu_binary,
 )
+from pipeline.testing.choose_broker import BrokerEndpoint, docker_engine_available, open_test_broker
 
 BrokerFactory = Callable[..., EmbeddedBroker]
 
