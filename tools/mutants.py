@@ -64,6 +64,7 @@ EQUIVALENT = ROOT / "tools" / "mutants_equivalent.txt"
 TARGETS: dict[str, set[str] | None] = {
     "pipeline/producer/partition_producer.py": None,
     "pipeline/producer/broker_producer.py": None,
+    "pipeline/producer/accumulator.py": None,
     "pipeline/producer/topic_producer.py": None,
     "pipeline/producer/idempotence.py": None,
     "pipeline/producer/ledger.py": None,
