@@ -161,19 +161,21 @@ class PartitionProducer:
         self._metadata_fresh = False
         if self._refreshing or self._nursery is None:
             return
-        self._refreshing = True
         try:
-            round_: RefreshRound | None = self._cluster.queue_refresh([self.tp.topic])
-        except KafkaError as exc:  # the cluster client closed: the cached view
+            round_ = self._cluster.queue_refresh([self.tp.topic])
+        except KafkaError as exc:
+            # The cluster client closed (it does only after the pipeline was
+            # cancelled): nothing fresher will come; the cached view it is.
             log.debug("%s: no metadata refresh: %s", self.tp, exc)
-            round_ = None
+            self._metadata_fresh = True
+            return
+        self._refreshing = True
         self._nursery.start_soon(self._await_refresh, round_)
 
-    async def _await_refresh(self, round_: RefreshRound | None) -> None:
+    async def _await_refresh(self, round_: RefreshRound) -> None:
         try:
-            if round_ is not None:
-                with trio.move_on_after(self._config.request_timeout):
-                    await round_.wait()
+            with trio.move_on_after(self._config.request_timeout):
+                await round_.wait()
         except Exception as exc:  # any failure: fall back to the cached view
             log.debug("%s: metadata refresh failed: %s", self.tp, exc)
         finally:

@@ -295,3 +295,38 @@ async def test_a_full_broker_input_delays_the_chaser_but_never_drops_it(autojump
         await pp._tick()
         assert trio.current_time() == t0 + 1  # waited for room, then went on
     assert [values(got[0]), got[1]] == [[b"s"], Fin(TP, 0)]
+
+
+async def test_a_retry_handed_over_while_the_main_loop_is_busy_is_not_lost(
+    autojump_clock: Any,
+) -> None:
+    """The retry back-edge is a deque plus a wake-up. A retry handed over while
+    the main loop is not waiting for its inbox (here: blocked on a full broker
+    input inside ``_tick``) must still be handled in the next pass (``_woken``);
+    otherwise it sits in the deque until some unrelated message arrives, and
+    here none does: the chaser never goes out and the partition stalls.
+
+    Steps: broker 0's input holds one item. a goes to broker 0, b waits for
+    room; meanwhile c comes back at level 1. At t0 + 1 broker 0 takes a and b;
+    then the partition producer raises for c and sends the chaser, at once."""
+    core = StubCore()
+    core.brokers[0] = StubBroker(0, capacity=1)
+    send, receive = trio.open_memory_channel[Any](10)
+    pp = PartitionProducer(core, TP, receive, core)  # type: ignore[arg-type]
+    got: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pp.run)
+        t0 = trio.current_time()
+        await send.send(msgs("a"))
+        await trio.sleep(0.1)
+        await send.send(msgs("b"))
+        await trio.sleep(0.1)  # b waits for room in broker 0's input
+        (c,) = msgs("c", level=1)
+        pp.retry([c])
+        await trio.sleep_until(t0 + 1)
+        with trio.fail_after(10):
+            while len(got) < 3:
+                got.append(await core.brokers[0].received.receive())
+        assert trio.current_time() == t0 + 1
+        nursery.cancel_scope.cancel()
+    assert [values(got[0]), values(got[1]), got[2]] == [[b"a"], [b"b"], Fin(TP, 0)]
