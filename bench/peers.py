@@ -77,6 +77,21 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                 send = producer.send
                 for i in range(n):
                     await send(topic, values[i & mask])
+            elif api == "await":  # issue 15 goal 1: keep every delivery, await each
+                send = producer.send
+                deliveries = [await send(topic, values[i & mask]) for i in range(n)]
+                for d in deliveries:
+                    await d
+                del deliveries
+            elif api == "callback":  # issue 15 goal 1: on_delivery per message
+                send = producer.send
+                counts = [0, 0]
+
+                def count(meta: Any, error: Any) -> None:
+                    counts[meta is None] += 1
+
+                for i in range(n):
+                    await send(topic, values[i & mask], on_delivery=count)
             elif api == "send_many":
                 send_many = producer.send_many
                 for start in range(0, n, SEND_MANY_CHUNK):
@@ -208,6 +223,10 @@ def _pipeline(api: str, **options: Any) -> Callable[..., ClientResult]:
 CLIENTS: dict[str, ClientSpec] = {spec.name: spec for spec in (
     ClientSpec("pipeline-send", "pipeline send()", _pipeline("send"), "pipeline"),
     ClientSpec("pipeline-send_many", "pipeline send_many(10k)", _pipeline("send_many"),
+               "pipeline"),
+    ClientSpec("pipeline-await", "pipeline send() + await each", _pipeline("await"),
+               "pipeline"),
+    ClientSpec("pipeline-callback", "pipeline send(on_delivery=)", _pipeline("callback"),
                "pipeline"),
     ClientSpec("aiokafka", "aiokafka send() [not idem.]", produce_aiokafka, "aiokafka",
                wants_idempotent=False),

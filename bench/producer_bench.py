@@ -58,7 +58,9 @@ BROKER_SCOPES = ("run", "round", "session")
 # (name, numerator, denominator, threshold)
 TARGETS = [
     ("per-message send() >= 2x aiokafka", "pipeline-send", "aiokafka", 2.0),
-    ("per-message send() >= 0.4x confluent", "pipeline-send", "confluent", 0.4),
+    ("per-message send() >= 0.6x confluent", "pipeline-send", "confluent", 0.6),
+    ("send() + await each >= 0.8x send() + flush", "pipeline-await", "pipeline-send", 0.8),
+    ("send(on_delivery=) >= 0.8x send() + flush", "pipeline-callback", "pipeline-send", 0.8),
     ("idempotent mif=5 >= 0.9x non-idempotent", "pipeline-idem-mif5", "pipeline-nonidem", 0.9),
 ]
 

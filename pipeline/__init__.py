@@ -31,6 +31,7 @@ _EXPORTS = {
     "Delivery": "pipeline.producer.message",
     "DeliveryGroup": "pipeline.producer.message",
     "GroupResult": "pipeline.producer.message",
+    "wait_all": "pipeline.producer.message",
     "ProducerMessage": "pipeline.producer.message",
     "RecordMetadata": "pipeline.producer.message",
     "ProducerConfig": "pipeline.producer.config",
@@ -63,6 +64,7 @@ __all__ = [
     "SyncProducer",
     "UnknownTopicError",
     "open_producer",
+    "wait_all",
 ]
 
 
@@ -104,5 +106,6 @@ if TYPE_CHECKING:
         GroupResult,
         ProducerMessage,
         RecordMetadata,
+        wait_all,
     )
     from pipeline.producer.sync import SyncProducer

@@ -45,8 +45,10 @@ from pipeline.producer.message import (
     PENDING,
     TO_CHANNELS,
     Delivery,
+    DeliveryCallback,
     DeliveryGroup,
     Headers,
+    OnDelivery,
     ProducerMessage,
     RecordMetadata,
 )
@@ -126,6 +128,14 @@ def _closed_while_waiting(what: str) -> ProducerClosed:
     )
 
 
+def _on_delivery(fn: DeliveryCallback) -> OnDelivery:
+    if not callable(fn):
+        raise TypeError(
+            f"on_delivery must be a callable taking (metadata, error), not {type(fn).__name__}"
+        )
+    return OnDelivery(fn)
+
+
 def _reused_error(msg: ProducerMessage) -> ValueError:
     return ValueError(
         f"{msg!r} was already sent: a ProducerMessage is sent once (it carries that send's "
@@ -142,6 +152,7 @@ class ProducerStatistics:
     buffered_bytes: int
     requests_sent: int
     double_settles: int  # a bug if ever > 0: a message settled twice
+    callback_errors: int = 0  # on_delivery callbacks that raised (each one logged)
 
 
 class Producer:
@@ -261,12 +272,17 @@ class Producer:
         partition: int | None = None,
         timestamp: int | None = None,
         metadata: Any = None,
+        on_delivery: DeliveryCallback | None = None,
     ) -> Delivery:
         """Queue one message; return once it is accepted (backpressure).
 
         Returns a ``Delivery``: ``await`` it for ``RecordMetadata`` (or a
-        ``ProducerError``). Raises, without accepting the message, on bad
-        input, ``BufferFullError`` after ``max_block``, or ``ProducerClosed``.
+        ``ProducerError``). ``on_delivery(metadata, error)``, if given, is
+        called exactly once when the message settles (in the pipeline's task:
+        keep it short; an exception from it is logged and counted in
+        ``statistics().callback_errors``). Raises, without accepting the
+        message, on bad input, ``BufferFullError`` after ``max_block``, or
+        ``ProducerClosed``.
         """
         # A schedule point every _YIELD_EVERY calls (and whenever it must wait
         # below), not on every call: a checkpoint costs more than the rest of
@@ -313,13 +329,15 @@ class Producer:
             msg._level = 0
             msg._state = PENDING
             msg._outcome = None
-            msg._sink = None
+            msg._sink = None if on_delivery is None else _on_delivery(on_delivery)
             msg._size = size
             if size > self._max_message_bytes:
                 self._prepare(msg)  # raises MessageTooLargeError
         else:
             msg = Delivery(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
             size = self._prepare(msg)
+            if on_delivery is not None:
+                msg._sink = _on_delivery(on_delivery)
         ledger = self._ledger
         used = ledger.buffered_bytes
         if used + size <= ledger.buffer_memory or not used:
@@ -399,11 +417,14 @@ class Producer:
         partition: int | None = None,
         timestamp: int | None = None,
         metadata: Any = None,
+        on_delivery: DeliveryCallback | None = None,
     ) -> Delivery:
         """Like ``send`` but never waits: raises ``BufferFullError`` instead."""
         self._check_open()
         msg = Delivery(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
         size = self._prepare(msg)
+        if on_delivery is not None:
+            msg._sink = _on_delivery(on_delivery)
         ledger = self._ledger
         if not ledger.try_reserve(size):
             raise ledger.buffer_full_error(size)
@@ -655,6 +676,7 @@ class Producer:
             buffered_bytes=ledger.buffered_bytes,
             requests_sent=sum(bp.requests_sent for bp in self._core.broker_producers()),
             double_settles=ledger.double_settles,
+            callback_errors=ledger.callback_errors,
         )
 
     async def _report(self) -> None:

@@ -30,6 +30,7 @@ from pipeline.producer.message import (
     PENDING,
     TO_CHANNELS,
     DeliveryGroup,
+    OnDelivery,
     ProducerMessage,
 )
 
@@ -58,6 +59,7 @@ class Ledger:
         self.succeeded = 0
         self.failed = 0
         self.double_settles = 0
+        self.callback_errors = 0  # on_delivery callbacks that raised
 
     # -- memory ------------------------------------------------------------
     def try_reserve(self, size: int) -> bool:
@@ -194,9 +196,29 @@ class Ledger:
                 return  # its bytes stay reserved until the user takes the outcome
         elif type(sink) is DeliveryGroup:
             sink._settle(msg)
+        elif type(sink) is OnDelivery:
+            self._call_back(msg, sink)
         elif sink is not None:
             sink.set()  # type: ignore[attr-defined]  # a trio.Event: someone awaits it
         self.release(msg._size)
+
+    def _call_back(self, msg: ProducerMessage, sink: OnDelivery) -> None:
+        """Run the message's ``on_delivery`` callback, once. An exception from
+        it is the user's bug: logged with its traceback and counted
+        (``statistics().callback_errors``), never allowed into the stage that
+        settled the message (it would stop the pipeline)."""
+        if msg._state == OK:
+            args: tuple[object, object] = (msg.record_metadata(), None)
+        else:
+            assert msg._outcome is not None
+            args = (None, ProducerError(msg, msg._outcome))
+        try:
+            sink.fn(*args)  # type: ignore[arg-type]
+        except Exception:
+            self.callback_errors += 1
+            log.exception("on_delivery callback %r raised for %r", sink.fn, msg)
+        if sink.event is not None:
+            sink.event.set()
 
     def _signal_progress(self) -> None:
         if self._progress is not None:
