@@ -53,6 +53,9 @@ from pipeline.producer.message import (
     RecordMetadata,
 )
 from pipeline.producer.partitioner import make_partitioner
+from pipeline.producer.rows import RowChunk, RowRun, slice_columns
+from pipeline.protocol.columnar import build_columns, first_row_over, record_size_bounds
+from pipeline.protocol._columns import ColumnInput, HeadersInput, IntsInput
 from pipeline.protocol.records import batch_size_for_record
 from pipeline.util.groups import unwrap_single_errors
 
@@ -514,6 +517,109 @@ class Producer:
         # feeding lists would run ahead until the buffer is full, and the
         # pipeline would only ever see a full buffer. Shielded: everything is
         # accepted now, so the caller must get the group.
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return group
+
+    async def send_batch(
+        self,
+        topic: str,
+        values: ColumnInput,
+        keys: ColumnInput | None = None,
+        headers: HeadersInput | None = None,
+        partitions: IntsInput | None = None,
+        timestamps: IntsInput | None = None,
+    ) -> DeliveryGroup:
+        """Queue many rows given as columns: the columnar bulk path.
+
+        Each column is an Arrow array (borrowed, not copied), a Python list,
+        or a numpy array (``protocol/_columnar_input.py`` lists every form);
+        ``headers`` per row, ``partitions`` (None/null: the partitioner
+        decides; keyed rows go on Java's murmur2 partition) and
+        ``timestamps`` (ms; None/null: now) are optional. The rows move
+        through the same stages as ``send()``'s messages, as runs of rows
+        (``producer/rows.py``), and are encoded without a Python object per
+        record. Returns a ``DeliveryGroup``: ``await`` it for the counts
+        (delivered, failed, first errors), one outcome per row.
+
+        Every row is checked before any is accepted: bad input (lengths that
+        differ, a wrong type, a row over ``max_message_bytes``) raises
+        ``TypeError``/``ValueError``/``MessageTooLargeError`` naming the
+        column and row, and nothing of the call is sent. Rows are accepted in
+        chunks of at most a quarter of ``buffer_memory``, waiting for space
+        as ``send()`` does; if the call is cancelled or fails while waiting,
+        the chunks already accepted keep their outcomes (the group counts only
+        them) and the rest was never sent.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        if type(topic) is not str or not topic:
+            raise TypeError(f"topic must be a non-empty str, not {topic!r}")
+        columns = build_columns(values, keys, headers, timestamps, partitions,
+                                default_timestamp=self._current_ms())
+        total = len(columns)
+        bounds = record_size_bounds(columns)
+        over = first_row_over(bounds, self._max_message_bytes)
+        if over >= 0:
+            raise MessageTooLargeError(
+                f"send_batch row {over} is {bounds[over]} bytes (key, value, headers and batch "
+                f"overhead), over max_message_bytes={self._max_message_bytes}: raise "
+                "max_message_bytes (and the topic's max.message.bytes) or split that value; "
+                "no row of this call was sent"
+            )
+        group = DeliveryGroup(total)
+        ledger = self._ledger
+        limit = max(1, ledger.buffer_memory // 4)
+        per_chunk = max(1, int(limit * total / max(1, sum(bounds)))) if total else 1
+        start = 0
+        while start < total:
+            stop = min(total, start + per_chunk)
+            nbytes = sum(bounds[start:stop])
+            while nbytes > limit and stop - start > 1:  # uneven rows: a smaller chunk
+                stop = start + (stop - start) // 2
+                nbytes = sum(bounds[start:stop])
+            rows = stop - start
+            if not ledger.try_reserve(nbytes):
+                try:
+                    await ledger.reserve(nbytes)
+                except BaseException:
+                    group._shrink(total - start)  # accepted chunks keep their outcome
+                    raise
+                if self._closing:
+                    ledger.release(nbytes)
+                    group._shrink(total - start)
+                    raise _closed_while_waiting("buffer space")
+            elif self._closing:
+                ledger.release(nbytes)
+                group._shrink(total - start)
+                raise _closed_while_waiting("room in the intake")
+            # Accepted: ids start .. start + rows - 1, one ledger entry.
+            chunk = RowChunk(group, rows)
+            chunk._id = ledger._next_id
+            ledger._next_id += rows
+            run = RowRun(topic, slice_columns(columns, start, stop), None, rows, nbytes, chunk,
+                         start)
+            run._deadline = self._now() + self._delivery_timeout
+            chunk.runs = [run]
+            ledger.outstanding[chunk._id] = chunk
+            try:
+                self._intake_send.send_nowait(run)
+            except trio.WouldBlock:
+                try:
+                    await self._intake_send.send(run)
+                except BaseException as exc:
+                    if run._state == PENDING:  # (else the close failed it meanwhile)
+                        del ledger.outstanding[chunk._id]
+                        ledger._unaccepted += rows
+                        ledger.release(nbytes)
+                        group._shrink(total - start)
+                    else:
+                        group._shrink(total - stop)
+                    if isinstance(exc, _CLOSED):
+                        raise _closed_while_waiting("room in the intake") from None
+                    raise
+            self._open_batch = None  # a later send() must not join a burst queued before it
+            start = stop
+        # A schedule point (see send_many); shielded: what is accepted has its group.
         await trio.lowlevel.cancel_shielded_checkpoint()
         return group
 

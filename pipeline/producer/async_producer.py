@@ -1,7 +1,7 @@
 """asyncProducer (the dispatcher): intake -> one topic producer per topic.
 
 The intake channel carries lists (bursts of ``send`` calls, ``send_many``
-chunks) and raw ``ProducerMessage`` objects a user put on ``producer.input``.
+chunks), ``RowRun`` chunks of ``send_batch`` calls, and raw ``ProducerMessage`` objects a user put on ``producer.input``.
 Lists were validated and accepted by the caller; raw messages are validated,
 sized and accepted here, and a bad one is failed onto ``producer.errors``
 (it has no other way to report). The dispatcher drains whatever is ready
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from pipeline.producer.message import ProducerMessage
+from pipeline.producer.rows import RowRun
 
 if TYPE_CHECKING:
     from pipeline.producer.core import ProducerCore
@@ -33,7 +34,7 @@ class FlushMark:
         self.reached = trio.Event()
 
 
-IntakeItem = ProducerMessage | list[ProducerMessage] | FlushMark
+IntakeItem = ProducerMessage | list[ProducerMessage] | FlushMark | RowRun
 
 
 class IntakeOwner(Protocol):
@@ -145,6 +146,8 @@ class Dispatcher:
                             self._sort_list(item, by_topic, producer._close_open_batch(item))
                         elif isinstance(item, FlushMark):
                             item.reached.set()
+                        elif isinstance(item, RowRun):  # a send_batch chunk, accepted already
+                            by_topic.setdefault(item.topic, []).append(item)  # type: ignore[arg-type]
                         elif self.producer._accept_from_channel(item):
                             by_topic.setdefault(item.topic, []).append(item)
                         try:

@@ -24,6 +24,7 @@ from operator import attrgetter
 import trio
 
 from pipeline.producer.errors import BufferFullError, ProducerError
+from pipeline.producer.rows import RowChunk, RowsError
 from pipeline.producer.message import (
     FAILED,
     OK,
@@ -44,7 +45,8 @@ class Ledger:
         self.max_block = max_block
         # {message id: message}, insertion ordered: the oldest unsettled
         # message is first, which is what flush() waits on.
-        self.outstanding: dict[int, ProducerMessage] = {}
+        # A send_batch chunk is one entry (a RowChunk, under its first id).
+        self.outstanding: dict[int, ProducerMessage | RowChunk] = {}
         self.buffered_bytes = 0
         self._next_id = 1
         self._space_freed: trio.Event | None = None  # exists only while someone waits
@@ -157,6 +159,9 @@ class Ledger:
                 sink.pending -= 1
                 if not sink.pending:
                     sink._event.set()  # waiters run after this loop, timestamps set
+            elif type(sink) is RowChunk:
+                count += msg.count - 1  # type: ignore[attr-defined]  # a RowRun: its rows
+                self._rows_settled(msg, sink)  # (its bytes: released below with the rest)
             else:
                 if timestamp >= 0:
                     msg.timestamp = timestamp  # before anyone hears of the outcome
@@ -182,6 +187,12 @@ class Ledger:
                 continue
             msg._state = FAILED
             msg._outcome = cause
+            sink = msg._sink
+            if type(sink) is RowChunk:
+                self.failed += msg.count  # type: ignore[attr-defined]
+                self._rows_settled(msg, sink)
+                self.release(msg._size)
+                continue
             self.failed += 1
             self._finish(msg)
         self._signal_progress()
@@ -201,6 +212,26 @@ class Ledger:
         elif sink is not None:
             sink.set()  # type: ignore[attr-defined]  # a trio.Event: someone awaits it
         self.release(msg._size)
+
+    def _rows_settled(self, run: ProducerMessage, chunk: RowChunk) -> None:
+        """A run of a ``send_batch`` chunk settled (``_state`` set): count its
+        rows into the call's group; the chunk leaves ``outstanding`` (flush
+        waits on it) with its last row."""
+        n: int = run.count  # type: ignore[attr-defined]
+        group = chunk.group
+        if run._state == OK:
+            group.delivered += n
+        else:
+            group.failed += n
+            if len(group.errors) < group.MAX_ERRORS_KEPT:
+                assert run._outcome is not None
+                group.errors.append(RowsError(run, run._outcome))
+        group.pending -= n
+        if not group.pending:
+            group._event.set()
+        chunk.pending -= n
+        if not chunk.pending:
+            del self.outstanding[chunk._id]
 
     def _call_back(self, msg: ProducerMessage, sink: OnDelivery) -> None:
         """Run the message's ``on_delivery`` callback, once. An exception from
@@ -239,9 +270,19 @@ class Ledger:
             await self._progress.wait()
 
     def fail_all_outstanding(self, cause: BaseException) -> int:
-        msgs = list(self.outstanding.values())
+        """Fail everything not settled yet; returns how many messages (rows) that was."""
+        msgs: list[ProducerMessage] = []
+        rows = 0
+        for entry in list(self.outstanding.values()):
+            if type(entry) is RowChunk:
+                pending = [r for r in entry.runs if r._state == PENDING]
+                rows += entry.pending
+                msgs.extend(pending)  # type: ignore[arg-type]  # RowRuns settle as messages
+            else:
+                msgs.append(entry)  # type: ignore[arg-type]
+                rows += 1
         self.fail(msgs, cause)
-        return len(msgs)
+        return rows
 
     def error_for(self, msg: ProducerMessage) -> ProducerError:
         assert msg._state == FAILED

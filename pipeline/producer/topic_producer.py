@@ -22,7 +22,8 @@ from pipeline.cluster.errors import KafkaError
 from pipeline.producer.envelopes import TopicPartition
 from pipeline.producer.errors import DeliveryTimeoutError
 from pipeline.producer.message import ProducerMessage
-from pipeline.producer.partitioner import DefaultPartitioner
+from pipeline.producer.partitioner import DefaultPartitioner, Murmur2Partitioner
+from pipeline.producer.rows import RowRun, assign_rows
 
 if TYPE_CHECKING:
     from pipeline.producer.context import StageContext
@@ -98,7 +99,9 @@ class TopicProducer:
             return
         topic = self.topic
         bad: list[ProducerMessage] = []
-        if (
+        if RowRun in set(map(type, msgs)):
+            by_partition = self._assign_mixed(msgs, n, bad)
+        elif (
             type(self._partitioner) is DefaultPartitioner
             and n >= 1
             and len(msgs) >= _RUN_MIN
@@ -121,6 +124,44 @@ class TopicProducer:
                 send.send_nowait(group)
             except trio.WouldBlock:
                 await send.send(group)
+
+    def _assign_mixed(
+        self, items: list[ProducerMessage], n: int, bad: list[ProducerMessage]
+    ) -> dict[int, list[ProducerMessage]]:
+        """A list holding send_batch runs: runs are split by ``rows.assign_rows``,
+        the messages between them by ``_assign``; per partition in list order."""
+        by_partition: dict[int, list[Any]] = {}
+        config = self.core.config
+        cap = min(config.batch_bytes, config.max_message_bytes)
+        vectorized = type(self._partitioner) in (DefaultPartitioner, Murmur2Partitioner)
+        segment: list[ProducerMessage] = []
+        item: Any
+        for item in [*items, None]:
+            if item is not None and type(item) is not RowRun:
+                segment.append(item)
+                continue
+            if segment:
+                for p, group in self._assign(segment, n, bad).items():
+                    by_partition.setdefault(p, []).extend(group)
+                segment = []
+            if item is None:
+                break
+            run: RowRun = item
+            runs, out_of_range = assign_rows(run, n, self._partitioner, vectorized=vectorized,
+                                             cap=cap, max_records=config.max_batch_messages)
+            split = [r for _, r in runs]
+            run._sink.runs = split + ([out_of_range] if out_of_range is not None else [])
+            # The chunk reserved the per-row bound; its runs hold their exact sizes.
+            self.core.ledger.release(run._size - sum(r._size for r in split))
+            for p, part_run in runs:
+                part_run.partition = p
+                by_partition.setdefault(p, []).append(part_run)
+            if out_of_range is not None:
+                self.core.ledger.fail([out_of_range], PartitionOutOfRangeError(  # type: ignore[list-item]
+                    f"rows pinned to partitions the topic {self.topic!r} does not have: it has "
+                    f"{n} partitions (0..{n - 1})"
+                ))
+        return by_partition
 
     def _assign(
         self, msgs: list[ProducerMessage], n: int, bad: list[ProducerMessage]

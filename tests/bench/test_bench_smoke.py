@@ -77,6 +77,7 @@ def test_summary_medians_ratios_and_targets() -> None:
             "p", "peers", [_run(300e3), _run(100e3), _run(200e3)], None),
         "aiokafka": producer_bench._summarize("a", "peers", [_run(90e3)], False),
         "confluent": producer_bench._summarize("c", "peers", [_run(500e3, idem=True)], True),
+        "pipeline-await": producer_bench._summarize("w", "peers", [_run(150e3)], None),
         "pipeline-idem-mif5": producer_bench._summarize(
             "i5", "idempotence", [_run(100e3, idem=False)], True),
         "pipeline-nonidem": producer_bench._summarize(
@@ -89,7 +90,11 @@ def test_summary_medians_ratios_and_targets() -> None:
     ratios, targets = producer_bench._ratios_and_targets(results)
     assert ratios["pipeline-send"]["vs_aiokafka"] == pytest.approx(200 / 90)
     verdicts = {t["target"]: t["verdict"] for t in targets}
-    assert list(verdicts.values()) == ["PASS", "PASS", "n/a"]
+    assert verdicts["per-message send() >= 2x aiokafka"] == "PASS"
+    assert verdicts["per-message send() >= 0.6x confluent"] == "MISS"  # 200k / 500k = 0.4
+    assert verdicts["send() + await each >= 0.8x send() + flush"] == "MISS"  # 0.75
+    assert verdicts["send_batch(list) >= 1.5x confluent"] == "n/a"  # not run
+    assert verdicts["idempotent mif=5 >= 0.9x non-idempotent"] == "n/a"
     report = {"meta": {"n": 6, "value_size": 100, "partitions": 6, "repeats": 3,
                        "date": "d", "machine": "m"},
               "results": results, "ratios": ratios, "targets": targets}
