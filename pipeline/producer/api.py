@@ -54,8 +54,8 @@ from pipeline.producer.message import (
 )
 from pipeline.producer.partitioner import make_partitioner
 from pipeline.producer.rows import RowChunk, RowRun, slice_columns
-from pipeline.protocol.columnar import build_columns, first_row_over, record_size_bounds
 from pipeline.protocol._columns import ColumnInput, HeadersInput, IntsInput
+from pipeline.protocol.columnar import build_columns, first_row_over, record_size_bounds
 from pipeline.protocol.records import batch_size_for_record
 from pipeline.util.groups import unwrap_single_errors
 

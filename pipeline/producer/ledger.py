@@ -24,7 +24,6 @@ from operator import attrgetter
 import trio
 
 from pipeline.producer.errors import BufferFullError, ProducerError
-from pipeline.producer.rows import RowChunk, RowsError
 from pipeline.producer.message import (
     FAILED,
     OK,
@@ -34,6 +33,7 @@ from pipeline.producer.message import (
     OnDelivery,
     ProducerMessage,
 )
+from pipeline.producer.rows import RowChunk, RowsError
 
 log = logging.getLogger("pipeline.producer")
 _size_of = attrgetter("_size")

@@ -69,7 +69,7 @@ async def test_arrow_numpy_and_list_inputs_with_headers_and_timestamps(
     log = fake.log("t", 0)
     assert [e.record.value for e in log] == [b"a0", b"a1", b"n0", b"n1", b"s0", None]
     assert [e.record.key for e in log][:2] == [b"k0", None]
-    assert [tuple(e.record.headers) for e in log][0] == (("h", b"x"),)
+    assert tuple(log[0].record.headers) == (("h", b"x"),)
     assert [tuple(e.record.headers) for e in log][4] == (("a", b"1"),)
     assert [e.batch.base_timestamp + e.record.timestamp_delta for e in log][:2] == [5, 6]
     assert log[2].batch.base_timestamp == 1_700_000_000_000  # the producer clock for rows without one
@@ -107,11 +107,11 @@ async def test_bad_input_raises_naming_what_and_where_and_sends_nothing(
     fake.create_topic("t", 2)
     async with open_fake_producer(fake, max_message_bytes=1000) as producer:
         accepted = await producer.send_batch("t", rows("ok", 10))
-        with pytest.raises(ValueError, match="keys.*3 rows.*values has 2"):
+        with pytest.raises(ValueError, match=r"keys.*3 rows.*values has 2"):
             await producer.send_batch("t", [b"a", b"b"], keys=[b"1", b"2", b"3"])
-        with pytest.raises(TypeError, match="values.*row 1"):
+        with pytest.raises(TypeError, match=r"values.*row 1"):
             await producer.send_batch("t", [b"a", 42])
-        with pytest.raises(MessageTooLargeError, match="row 2 is .* max_message_bytes=1000"):
+        with pytest.raises(MessageTooLargeError, match=r"row 2 is .* max_message_bytes=1000"):
             await producer.send_batch("t", [b"a", b"b", b"x" * 2000])
         with pytest.raises(TypeError, match="topic"):
             await producer.send_batch("", [b"a"])
