@@ -32,17 +32,20 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from pipeline.producer.column_partitioner import group_by_partition, key_partitions
 from pipeline.producer.errors import ProducerError
 from pipeline.producer.message import PENDING, DeliveryGroup
 from pipeline.protocol.columnar import (
+    KERNEL,
     BinaryColumn,
     Columns,
     HeaderColumn,
     cut_batches,
     encode_batch,
+    kernel,
 )
 
 if TYPE_CHECKING:
@@ -53,6 +56,7 @@ __all__ = [
     "RowRun",
     "RowsError",
     "assign_rows",
+    "encode_messages",
     "record_count",
     "slice_columns",
     "take_until_run",
@@ -159,6 +163,38 @@ def take_until_run(msgs: list[Any]) -> list[Any] | None:
         if type(msg) is RowRun:
             return msgs[:i]
     return None
+
+
+# ------------------------------------------------------------------ messages
+
+
+_value_of = attrgetter("value")
+_key_of = attrgetter("key")
+_timestamp_of = attrgetter("timestamp")
+_headers_of = attrgetter("headers")
+
+
+def encode_messages(msgs: Sequence[ProducerMessage], **fields: Any) -> bytes | None:
+    """``send()``'s messages (validated already) as one RecordBatch, encoded by
+    the columnar C kernel: three C-level gathers and one kernel call instead of
+    a Python loop per record; the same bytes as ``BatchBuilder`` (the codec's
+    tests prove the kernels byte-identical to it). None when that would not be
+    faster: the pure-Python kernel, or a message with headers (rare: the
+    caller's ``BatchBuilder`` handles them)."""
+    if KERNEL != "c" or any(map(_headers_of, msgs)):
+        return None
+    pack = kernel().pack_binary
+    offsets, data, validity, nulls = pack(list(map(_value_of, msgs)), "values")
+    values = BinaryColumn(memoryview(offsets).cast("q"), memoryview(data),
+                          None if validity is None else memoryview(validity), 0, nulls)
+    key_list = list(map(_key_of, msgs))
+    keys = None
+    if key_list.count(None) != len(key_list):
+        offsets, data, validity, nulls = pack(key_list, "keys")
+        keys = BinaryColumn(memoryview(offsets).cast("q"), memoryview(data),
+                            None if validity is None else memoryview(validity), 0, nulls)
+    timestamps = memoryview(array("q", map(_timestamp_of, msgs)))
+    return encode_batch(Columns(values, keys, None, timestamps), **fields)
 
 
 # ------------------------------------------------------------------ slicing
