@@ -206,3 +206,45 @@ def test_speculation_warning_and_schema_check_without_a_cluster(monkeypatch: Any
     assert any(issubclass(w.category, export_mod.SpeculationWarning) for w in caught)
     assert report.warnings
     assert "speculation" in report.warnings[0]
+
+
+def test_message_ids_join_existing_headers_without_row_objects() -> None:
+    from pipeline.spark.partition import _with_message_ids
+
+    batch = _batch(10, 30).slice(3, 20)  # a sliced batch: offsets do not start at 0
+    merged = _with_message_ids(batch.column(batch.schema.names.index("headers")), 20, "mid",
+                               "p7-", 100)
+    for j, row in enumerate(merged.to_pylist()):
+        i = 13 + j
+        before = [] if i % 7 == 0 else [{"key": "i", "value": str(i).encode()}] * (1 + i % 3)
+        assert row == [*before, {"key": "mid", "value": f"p7-{100 + j}".encode()}]
+    alone = _with_message_ids(None, 3, "mid", "x", 0).to_pylist()
+    assert alone == [[{"key": "mid", "value": f"x{i}".encode()}] for i in range(3)]
+
+
+@integration
+def test_export_builds_no_producer_message_per_row(
+    kafka_bootstrap: str, new_topic: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15 goal 4: the export goes through send_batch (columns), not ProducerMessage."""
+    from pipeline.producer import message
+
+    built = []
+    original = message.ProducerMessage.__init__
+
+    def counting(self: Any, *args: Any, **kw: Any) -> None:
+        built.append(1)
+        original(self, *args, **kw)
+
+    monkeypatch.setattr(message.ProducerMessage, "__init__", counting)
+    topic = new_topic(partitions=2)
+    cfg = ExportConfig(bootstrap=kafka_bootstrap, topic=topic, chunk_rows=300,
+                       message_id_header=DEFAULT_MESSAGE_ID_HEADER,
+                       producer_options={"linger": 0.001})
+    status = export_partition([_batch(0, 1000)], cfg, partition=1)
+    assert (status.rows, status.delivered) == (1000, 1000)
+    assert not built
+    got = consume(kafka_bootstrap, topic, timeout=20)
+    assert len(got) == 1000
+    assert {dict(r.headers)[DEFAULT_MESSAGE_ID_HEADER] for r in got} == {  # type: ignore[arg-type]
+        f"1-{i}".encode() for i in range(1000)}

@@ -10,15 +10,19 @@ returns a :class:`PartitionStatus`.
 How the rows move (spark-notes.md §2):
 
 * Batches are pulled off the event loop with ``trio.to_thread.run_sync``, one chunk
-  (about ``chunk_rows`` rows) per call, and converted to ``ProducerMessage`` objects in
-  that worker thread, column by column (``to_pylist`` per column, never per-row
-  Python objects from Arrow). A slow upstream (Spark computing the partition) then
-  never blocks the producer's I/O, timers or retries.
-* Each chunk goes to ``Producer.send_many``: one call, no per-row scheduler checkpoint.
-  Backpressure is the producer's ``buffer_memory``.
-* Outcomes are counted through the ``DeliveryGroup`` of each chunk; failures are
+  (about ``chunk_rows`` rows) per call, and cut into Arrow slices in that worker
+  thread: no Python object per row (the message-id header is added with Arrow and
+  numpy kernels). A slow upstream (Spark computing the partition) then never blocks
+  the producer's I/O, timers or retries.
+* Each slice goes to ``Producer.send_batch`` as its columns (borrowed, zero-copy):
+  the rows move through the producer's stages as columnar runs and are encoded by
+  the columnar codec (issue 15). A ``topic`` column is split per topic with Arrow's
+  ``filter``. Backpressure is the producer's ``buffer_memory``.
+* Outcomes are counted through the ``DeliveryGroup`` of each slice; failures are
   checked after every chunk so an unrecoverable error (unknown topic, message too
-  large) stops the task early instead of after the whole partition.
+  large) stops the task early instead of after the whole partition. A slice that
+  ``send_batch`` refuses as invalid (a row over ``max_message_bytes``) is sent row
+  by row, so only the bad rows fail.
 
 Failure semantics: retriable broker errors are retried inside the producer (up to
 ``delivery_timeout``). Rows that still fail are counted; more than
@@ -46,7 +50,7 @@ from pipeline.spark.status import (
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
 
-    from pipeline.producer.message import DeliveryGroup, ProducerMessage
+    from pipeline.producer.message import DeliveryGroup
 
 __all__ = [
     "DEFAULT_MESSAGE_ID_HEADER",
@@ -63,21 +67,6 @@ __all__ = [
 # --------------------------------------------------------------------------- conversion
 
 
-def _binary_values(column: pa.Array | pa.ChunkedArray) -> list[bytes | None]:
-    """A string/binary column as a list of ``bytes`` (strings cast without copying)."""
-    import pyarrow as pa
-
-    kind = column.type
-    if pa.types.is_string(kind):
-        column = column.cast(pa.binary())
-    elif pa.types.is_large_string(kind):
-        column = column.cast(pa.large_binary())
-    elif pa.types.is_string_view(kind):
-        column = column.cast(pa.binary())
-    values: list[bytes | None] = column.to_pylist()
-    return values
-
-
 def _byte_count(column: pa.Array) -> int:
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
@@ -85,55 +74,68 @@ def _byte_count(column: pa.Array) -> int:
     return int(total or 0)
 
 
-def _header_lists(column: pa.Array) -> list[tuple[tuple[str, bytes | None], ...] | None]:
-    """``array<struct<key, value>>`` -> one tuple of (key, value) pairs per row (or None).
-
-    Flattens once and slices by the list offsets, so the per-row cost is a tuple/zip,
-    not a dict per header as ``to_pylist`` on the list column would build.
-    """
+def _with_message_ids(headers: pa.Array | None, n: int, name: str, prefix: str,
+                      first: int) -> pa.Array:
+    """``headers`` (``list<struct<key, value>>`` or None) with one more header per row,
+    ``name = f"{prefix}{first + i}"``, built with Arrow/numpy kernels (no row objects)."""
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if isinstance(column, pa.LargeListArray | pa.ListArray):
-        offsets = column.offsets.to_pylist()
-        items = column.values
-    else:  # pragma: no cover - validated on the driver
-        raise ExportTaskError(f"headers column has type {column.type}, expected array<struct>")
-    n = len(column)
-    lo, hi = offsets[0], offsets[n]
-    keys = _str_values(items.field("key").slice(lo, hi - lo))
-    values = _binary_values(items.field("value").slice(lo, hi - lo))
-    pairs = list(zip(keys, values, strict=True))  # every header of the batch, in order
-    if column.null_count == 0 and n and (hi - lo) % n == 0:
-        width = (hi - lo) // n
-        if offsets == list(range(lo, hi + 1, width)):  # every row has `width` headers
-            if width == 0:
-                return [None] * n
-            it = iter(pairs)
-            return list(zip(*([it] * width), strict=True))  # row tuples, built in C
-    valid = column.is_valid().to_pylist() if column.null_count else None
-    out: list[tuple[tuple[str, bytes | None], ...] | None] = []
-    append = out.append
-    for i in range(n):
-        start, end = offsets[i] - lo, offsets[i + 1] - lo
-        if start == end or (valid is not None and not valid[i]):
-            append(None)
-        else:
-            append(tuple(pairs[start:end]))
-    return out
+    ids = pc.binary_join_element_wise(
+        pa.scalar(prefix.encode(), pa.binary()),
+        pa.array(np.arange(first, first + n, dtype=np.int64)).cast(pa.string()).cast(pa.binary()),
+        pa.scalar(b"", pa.binary()),
+    )
+    id_keys = pa.array(np.full(n, name, dtype=object), pa.string())
+    header_type = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    id_items = pa.StructArray.from_arrays([id_keys, ids], fields=list(header_type))
+    if headers is None:
+        return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)), id_items)
+    if isinstance(headers, pa.ChunkedArray):
+        headers = headers.combine_chunks()
+    offsets = np.asarray(headers.offsets, dtype=np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    items = headers.values.slice(lo, hi - lo)
+    old_keys = items.field("key").cast(pa.string())
+    old_values = items.field("value").cast(pa.binary())
+    rel = offsets - lo
+    new_offsets = rel + np.arange(n + 1, dtype=np.int64)  # each row one entry longer
+    total = (hi - lo) + n
+    is_id = np.zeros(total, dtype=bool)
+    is_id[new_offsets[1:] - 1] = True  # the id goes last in its row
+    take = np.empty(total, dtype=np.int64)
+    take[~is_id] = np.arange(hi - lo, dtype=np.int64)
+    take[is_id] = (hi - lo) + np.arange(n, dtype=np.int64)
+    keys = pa.concat_arrays([old_keys, id_keys]).take(pa.array(take))
+    values = pa.concat_arrays([old_values, ids]).take(pa.array(take))
+    merged = pa.StructArray.from_arrays([keys, values], fields=list(header_type))
+    return pa.ListArray.from_arrays(pa.array(new_offsets.astype(np.int32)), merged)
 
 
-def _str_values(column: pa.Array) -> list[Any]:
-    import pyarrow as pa
+class _Rows:
+    """One slice of an Arrow batch, as the columns ``send_batch`` takes (no row objects)."""
 
-    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
-        return [None if v is None else v.decode() for v in column.to_pylist()]
-    return list(column.to_pylist())
+    __slots__ = ("headers", "keys", "partitions", "topics", "values")
+
+    def __init__(self, values: Any, keys: Any, headers: Any, partitions: Any,
+                 topics: Any) -> None:
+        self.values, self.keys, self.headers = values, keys, headers
+        self.partitions, self.topics = partitions, topics
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def slice(self, start: int, length: int) -> _Rows:
+        def cut(col: Any) -> Any:
+            return None if col is None else col.slice(start, length)
+        return _Rows(cut(self.values), cut(self.keys), cut(self.headers),
+                     cut(self.partitions), cut(self.topics))
 
 
 class _Converter:
-    """Pulls Arrow batches and turns them into ``ProducerMessage`` lists (runs in a thread)."""
+    """Pulls Arrow batches off Spark and cuts them into slices of about
+    ``chunk_rows`` rows for ``send_batch`` (runs in a worker thread)."""
 
     def __init__(
         self, batches: Iterable[pa.RecordBatch], cfg: ExportConfig, partition: int
@@ -160,70 +162,47 @@ class _Converter:
             batch = batch.slice(0, budget)
         return batch
 
-    def next_chunk(self) -> list[ProducerMessage] | None:
-        """About ``chunk_rows`` messages, or None at the end of the partition."""
-        msgs: list[ProducerMessage] = []
+    def next_chunk(self) -> list[_Rows] | None:
+        """Slices of about ``chunk_rows`` rows in all, or None at the end of the partition."""
+        out: list[_Rows] = []
         budget = self._cfg.chunk_rows
-        while len(msgs) < budget:
-            batch = self._next_slice(budget - len(msgs))
+        while budget > 0:
+            batch = self._next_slice(budget)
             if batch is None:
                 break
-            msgs.extend(self._convert(batch))
-        return msgs or None
+            out.append(self._convert(batch))
+            budget -= batch.num_rows
+        return out or None
 
-    def _convert(self, batch: pa.RecordBatch) -> list[ProducerMessage]:
-        from pipeline.producer.message import ProducerMessage
-
+    def _convert(self, batch: pa.RecordBatch) -> _Rows:
         cfg = self._cfg
         n = batch.num_rows
         names = batch.schema.names
-        value_col = batch.column(names.index("value"))
-        values = _binary_values(value_col)
-        nbytes = _byte_count(value_col)
-        keys: list[bytes | None] | None = None
-        if "key" in names:
-            key_col = batch.column(names.index("key"))
-            keys = _binary_values(key_col)
-            nbytes += _byte_count(key_col)
-        headers = _header_lists(batch.column(names.index("headers"))) if "headers" in names else None
-        topics: list[Any] | None = None
+
+        def column(name: str) -> Any:
+            return batch.column(names.index(name)) if name in names else None
+
+        values = column("value")
+        keys = column("key")
+        nbytes = _byte_count(values) + (0 if keys is None else _byte_count(keys))
+        headers = column("headers")
+        topics = None
         if cfg.topic is None:
-            topics = _str_values(batch.column(names.index("topic")))
-            if None in topics:
-                row = self.rows + topics.index(None)
+            topics = column("topic")
+            if topics.null_count:
+                import pyarrow.compute as pc
+
+                row = self.rows + int(pc.index(pc.is_null(topics), True).as_py())
                 raise ExportTaskError(
                     f"row {row} of Spark partition {self._partition} has a null topic and no "
                     "topic option was given: set the topic argument or fill the column"
                 )
-        partitions = (
-            batch.column(names.index("partition")).to_pylist() if "partition" in names else None
-        )
         if cfg.message_id_header is not None:
-            name = cfg.message_id_header
-            prefix = f"{cfg.message_id_prefix}{self._partition}-"
-            first = self.rows
-            ids = [(name, f"{prefix}{first + i}".encode()) for i in range(n)]
-            if headers is None:
-                headers = [(h,) for h in ids]
-            else:
-                headers = [
-                    (*(h or ()), mid) for h, mid in zip(headers, ids, strict=True)
-                ]
+            headers = _with_message_ids(headers, n, cfg.message_id_header,
+                                        f"{cfg.message_id_prefix}{self._partition}-", self.rows)
         self.rows += n
         self.bytes += nbytes
-
-        Msg = ProducerMessage
-        topic = cfg.topic
-        if keys is None and headers is None and topics is None and partitions is None:
-            return [Msg(topic, v) for v in values]  # type: ignore[arg-type]
-        keys_ = keys if keys is not None else [None] * n
-        headers_ = headers if headers is not None else [None] * n
-        topics_ = topics if topics is not None else [topic] * n
-        parts_ = partitions if partitions is not None else [None] * n
-        return [
-            Msg(t, v, key=k, headers=h, partition=p)
-            for t, v, k, h, p in zip(topics_, values, keys_, headers_, parts_, strict=True)
-        ]
+        return _Rows(values, keys, headers, column("partition"), topics)
 
 
 # --------------------------------------------------------------------------- the export
@@ -275,21 +254,35 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-async def _send_chunk(producer: Any, msgs: list[ProducerMessage], outcomes: _Outcomes) -> None:
-    """``send_many``; if validation refuses the chunk, send row by row to count the bad ones."""
+async def _send_rows(producer: Any, rows: _Rows, topic: str | None,
+                     outcomes: _Outcomes) -> None:
+    """``send_batch`` per topic; if validation refuses the rows, send them one at a
+    time to count the bad ones (the rest still go)."""
+    if rows.topics is not None:
+        import pyarrow.compute as pc
+
+        for name in pc.unique(rows.topics).to_pylist():
+            mask = pc.equal(rows.topics, name)
+            def pick(col: Any, mask: Any = mask) -> Any:
+                return None if col is None else col.filter(mask)
+            picked = _Rows(pick(rows.values), pick(rows.keys), pick(rows.headers),
+                           pick(rows.partitions), None)
+            await _send_rows(producer, picked, name, outcomes)
+        return
+    assert topic is not None
     try:
-        outcomes.add(await producer.send_many(msgs))
+        outcomes.add(await producer.send_batch(
+            topic, rows.values, keys=rows.keys, headers=rows.headers,
+            partitions=rows.partitions))
         return
     except (TypeError, ValueError):
-        pass
-
-    for msg in msgs:  # rare path: at least one row is invalid (too large, bad header...)
+        if len(rows) == 1:
+            raise
+    for i in range(len(rows)):  # rare path: at least one row is invalid (too large, ...)
         try:
-            group: DeliveryGroup = await producer.send_many([msg])
+            await _send_rows(producer, rows.slice(i, 1), topic, outcomes)
         except (TypeError, ValueError) as exc:
             outcomes.fail_rows(1, exc)
-        else:
-            outcomes.add(group)
 
 
 async def _export_async(
@@ -312,18 +305,20 @@ async def _export_async(
     try:
         if first is not None:
             async with open_producer(cfg.bootstrap, **cfg.producer_options) as producer:
-                chunk: list[ProducerMessage] | None = first
+                chunk: list[_Rows] | None = first
                 sent = 0
                 while chunk is not None:
-                    if fault_at is not None and sent + len(chunk) >= fault_at:
-                        await _send_chunk(producer, chunk[: fault_at - sent], outcomes)
-                        await outcomes.wait_all()
-                        raise ExportTaskError(
-                            f"injected fault: Spark partition {status.partition} attempt 0 "
-                            f"failed on purpose after {fault_at} rows"
-                        )
-                    await _send_chunk(producer, chunk, outcomes)
-                    sent += len(chunk)
+                    for rows in chunk:
+                        if fault_at is not None and sent + len(rows) >= fault_at:
+                            await _send_rows(producer, rows.slice(0, fault_at - sent), cfg.topic,
+                                             outcomes)
+                            await outcomes.wait_all()
+                            raise ExportTaskError(
+                                f"injected fault: Spark partition {status.partition} attempt 0 "
+                                f"failed on purpose after {fault_at} rows"
+                            )
+                        await _send_rows(producer, rows, cfg.topic, outcomes)
+                        sent += len(rows)
                     check()
                     chunk = await trio.to_thread.run_sync(converter.next_chunk)
                 await outcomes.wait_all()
