@@ -32,7 +32,10 @@ from pipeline.producer.message import (
     DeliveryGroup,
     OnDelivery,
     ProducerMessage,
+    RecordMetadata,
 )
+
+_new_metadata = tuple.__new__
 from pipeline.producer.rows import RowChunk, RowsError
 
 log = logging.getLogger("pipeline.producer")
@@ -159,6 +162,17 @@ class Ledger:
                 sink.pending -= 1
                 if not sink.pending:
                     sink._event.set()  # waiters run after this loop, timestamps set
+            elif type(sink) is OnDelivery:  # _finish + _call_back, inlined (per message)
+                del outstanding[msg._id]
+                if timestamp >= 0:
+                    msg.timestamp = timestamp  # before anyone hears of the outcome
+                try:
+                    sink.fn(_new_metadata(RecordMetadata, (
+                        msg.topic, msg.partition, msg.offset, msg.timestamp, step == 1)), None)
+                except Exception:
+                    self._callback_failed(sink, msg)
+                if sink.event is not None:
+                    sink.event.set()
             elif type(sink) is RowChunk:
                 count += msg.count - 1  # type: ignore[attr-defined]  # a RowRun: its rows
                 self._rows_settled(msg, sink)  # (its bytes: released below with the rest)
@@ -246,10 +260,14 @@ class Ledger:
         try:
             sink.fn(*args)  # type: ignore[arg-type]
         except Exception:
-            self.callback_errors += 1
-            log.exception("on_delivery callback %r raised for %r", sink.fn, msg)
+            self._callback_failed(sink, msg)
         if sink.event is not None:
             sink.event.set()
+
+    def _callback_failed(self, sink: OnDelivery, msg: ProducerMessage) -> None:
+        """(called from an ``except`` block: logs the exception in flight)"""
+        self.callback_errors += 1
+        log.exception("on_delivery callback %r raised for %r", sink.fn, msg)
 
     def _signal_progress(self) -> None:
         if self._progress is not None:

@@ -161,3 +161,23 @@ async def test_wait_all_counts_and_first_errors(fake: FakeCluster, autojump_cloc
     assert (result.delivered, result.failed) == (6, 3)
     assert len(result.errors) == 3 and "partition 2 does not exist" in str(result.first_error)
     assert all(d.done() for d in ds)
+
+
+async def test_cancellation_check_falls_back_to_trio_public_api(
+    fake: FakeCluster, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If trio's internals change (no Task._cancel_status), awaiting a settled delivery
+    still works and is still a cancellation point (the public checkpoint_if_cancelled)."""
+    from pipeline.producer import message
+
+    monkeypatch.setattr(message, "_current_task", lambda: object())
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        d = await producer.send("t", b"x")
+        assert (await d).offset == 0
+        assert (await d).offset == 0  # settled: the fallback path
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await d
+            pytest.fail("not a cancellation point")
+        assert scope.cancelled_caught
