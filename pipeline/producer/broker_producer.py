@@ -55,7 +55,13 @@ from pipeline.producer.envelopes import (
 )
 from pipeline.producer.errors import BrokerResponseError, DeliveryTimeoutError
 from pipeline.producer.message import PENDING, ProducerMessage
-from pipeline.producer.rows import RowRun, encode_messages, record_count, take_until_run
+from pipeline.producer.rows import (
+    RowRun,
+    encode_messages,
+    record_count,
+    split_run_batch,
+    take_until_run,
+)
 from pipeline.protocol.errors import ErrorCode, error_code
 from pipeline.protocol.messages.produce import (
     PartitionProduceData,
@@ -414,16 +420,21 @@ class BrokerProducer:
             self._schedule_bounce(part, batch, cause)
             if code in _REFRESH_CODES:
                 self._cluster.request_refresh([tp.topic])
-        elif code in _TOO_LARGE and len(batch.messages) > 1 and not batch.fate_unknown:
+        elif code in _TOO_LARGE and record_count(batch.messages) > 1 and not batch.fate_unknown:
             # KIP-126, as the Java client: two halves, in order, retried (each split
             # takes a retry level); with idempotence they share the batch's sequence
             # range, so later batches (answered OUT_OF_ORDER meanwhile) follow them
             # unchanged. A batch whose fate is unknown is never split: a half of a
             # written batch would not be recognised as its duplicate.
             log.info("%s: %s for a batch of %d records; splitting it", tp, code.name,
-                     len(batch.messages))
-            n, first_bytes = fill(batch.messages, batch.nbytes // 2, len(batch.messages) - 1)
-            for half in split_batch(batch, n, first_bytes, self._config):
+                     record_count(batch.messages))
+            head: Any = batch.messages[0]
+            if type(head) is RowRun:  # a send_batch run: its rows in two
+                halves = split_run_batch(batch, self._config)
+            else:
+                n, first_bytes = fill(batch.messages, batch.nbytes // 2, len(batch.messages) - 1)
+                halves = split_batch(batch, n, first_bytes, self._config)
+            for half in halves:
                 self._schedule_bounce(part, half, cause)
         else:
             ledger.fail(batch.messages, cause)

@@ -34,11 +34,10 @@ from pipeline.producer.message import (
     ProducerMessage,
     RecordMetadata,
 )
-
-_new_metadata = tuple.__new__
 from pipeline.producer.rows import RowChunk, RowsError
 
 log = logging.getLogger("pipeline.producer")
+_new_metadata = tuple.__new__
 _size_of = attrgetter("_size")
 
 

@@ -173,20 +173,14 @@ _checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
 _checkpoint = trio.lowlevel.checkpoint
 
 
+# The cancellation check of a settled ``await``: the test
+# ``checkpoint_if_cancelled`` starts with, read without creating its coroutine
+# (measured: 180 ns against 550; it was most of the cost of awaiting a settled
+# delivery). It reads trio internals (``Task._cancel_status``), so a trio
+# without them takes the public ``checkpoint_if_cancelled`` (correct, only
+# slower; tested). A pending KeyboardInterrupt is noticed at the next full
+# schedule point instead (at most _SCHEDULE_EVERY awaits later).
 _current_task = trio.lowlevel.current_task
-
-
-def _cancelled() -> bool:
-    """Whether the current task is cancelled: the test ``checkpoint_if_cancelled``
-    starts with, read without creating its coroutine (measured: 180 ns against 550;
-    it is most of the cost of awaiting a settled delivery). It reads trio internals
-    (``Task._cancel_status``), so any surprise there answers True, which takes the
-    public ``checkpoint_if_cancelled`` (correct, only slower). A pending
-    KeyboardInterrupt is noticed at the next full schedule point instead."""
-    try:
-        return bool(_current_task()._cancel_status.effectively_cancelled)
-    except AttributeError:
-        return True
 
 
 class Delivery(ProducerMessage):
@@ -207,23 +201,26 @@ class Delivery(ProducerMessage):
     __slots__ = ()
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        state = self._state
-        if state == PENDING:
-            yield from self._park().__await__()
-            state = self._state
-        else:  # nothing to wait for: a cancellation check, a schedule point per 512
+        if self._state == OK:  # settled: the per-message path, every step inlined
             left = _budget[0] - 1
             if left:
                 _budget[0] = left
-                if _cancelled():
+                try:
+                    cancelled = _current_task()._cancel_status.effectively_cancelled
+                except AttributeError:
+                    cancelled = True
+                if cancelled:
                     yield from _checkpoint_if_cancelled().__await__()  # raises Cancelled
             else:
                 _budget[0] = _SCHEDULE_EVERY
                 yield from _checkpoint().__await__()
-        if state == OK:
             return _new_metadata(RecordMetadata, (
                 self.topic, self.partition, self.offset, self.timestamp, self.offset >= 0
             ))
+        if self._state == PENDING:
+            yield from self._park().__await__()
+        else:  # failed: rare, a full checkpoint
+            yield from _checkpoint().__await__()
         return self.result()
 
     def __repr__(self) -> str:

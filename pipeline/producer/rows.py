@@ -36,6 +36,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from pipeline.producer.column_partitioner import group_by_partition, key_partitions
+from pipeline.producer.envelopes import SEQUENCE_WRAP, SealedBatch
 from pipeline.producer.errors import ProducerError
 from pipeline.producer.message import PENDING, DeliveryGroup
 from pipeline.protocol.columnar import (
@@ -59,6 +60,7 @@ __all__ = [
     "encode_messages",
     "record_count",
     "slice_columns",
+    "split_run_batch",
     "take_until_run",
 ]
 
@@ -163,6 +165,40 @@ def take_until_run(msgs: list[Any]) -> list[Any] | None:
         if type(msg) is RowRun:
             return msgs[:i]
     return None
+
+
+def split_run_batch(batch: SealedBatch, config: Any) -> tuple[SealedBatch, SealedBatch]:
+    """KIP-126 for a sealed run the broker found too large: its rows in two halves,
+    in order, each sealed with the batch's producer id and epoch and its part of the
+    batch's sequence range (as ``batches.split_batch`` does for messages). The
+    halves replace the run in its chunk's ``runs`` (so a close fails them), and
+    hold the run's buffer bytes between them (the first its exact size, the
+    second the rest), so the ledger releases exactly what was reserved."""
+    run: RowRun = batch.messages[0]  # type: ignore[assignment]
+    rows = range(run.count) if run.rows is None else run.rows
+    k = run.count // 2
+    fields: dict[str, Any] = {"compression": config.compression_codec,
+                              "compression_level": config.compression_level}
+    first_size = len(encode_batch(run.columns, rows[:k]))
+    halves = [run.split(rows[:k], k, first_size),
+              run.split(rows[k:], run.count - k, run._size - first_size)]
+    chunk: RowChunk = run._sink
+    at = chunk.runs.index(run)
+    chunk.runs[at:at + 1] = halves
+    out = []
+    seq = batch.base_sequence
+    for half in halves:
+        ids = {}
+        if batch.producer_id >= 0:
+            ids = {"producer_id": batch.producer_id, "producer_epoch": batch.producer_epoch,
+                   "base_sequence": seq}
+        sealed = SealedBatch(batch.tp, [half], half.encode(**fields, **ids),  # type: ignore[list-item]
+                             batch.producer_id, batch.producer_epoch, seq, half._size)
+        sealed._level = batch._level
+        out.append(sealed)
+        if seq >= 0:
+            seq = (seq + half.count) % SEQUENCE_WRAP
+    return out[0], out[1]
 
 
 # ------------------------------------------------------------------ messages

@@ -255,3 +255,25 @@ async def test_close_fails_every_undelivered_row_once(
     assert (result.delivered, result.failed) == (50, 50)
     assert isinstance(result.errors[0].cause, ProducerClosed)
     assert values_in_log(fake, "t", 1) == rows("c", 100)[1::2]
+
+
+@pytest.mark.parametrize("limit", ["max.message.bytes", "segment.bytes"])
+async def test_too_large_run_is_split_and_delivered(
+    nursery: trio.Nursery, autojump_clock: Any, both_modes: bool, limit: str
+) -> None:
+    """KIP-126 for a run: a 40-row batch over the topic's limit is halved until each
+    half fits; every row once, in order, sequences without a gap."""
+    fake = FakeCluster(brokers=1, seed=3, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("t", 1, configs={limit: "1200"})
+    values = [b"%03d:" % i + b"x" * 100 for i in range(40)]
+    options = idem_options() if both_modes else {}
+    async with open_fake_producer(fake, **options) as producer:
+        result = await (await producer.send_batch("t", values))
+    assert (result.delivered, result.failed) == (40, 0)
+    assert values_in_log(fake, "t", 0) == values
+    wire = sent_batches(fake, "t", 0)
+    assert [b[4] for b in wire] == [40, 20, 10, 10, 20, 10, 10]
+    if both_modes:
+        assert [b[2:4] for b in wire] == [(0, 0), (0, 0), (0, 0), (0, 10), (0, 20), (0, 20),
+                                          (0, 30)]
