@@ -332,7 +332,14 @@ class Producer:
             msg._level = 0
             msg._state = PENDING
             msg._outcome = None
-            msg._sink = None if on_delivery is None else _on_delivery(on_delivery)
+            if on_delivery is None:
+                msg._sink = None
+            elif callable(on_delivery):  # OnDelivery(on_delivery), inlined
+                msg._sink = sink = _new_delivery(OnDelivery)
+                sink.fn = on_delivery
+                sink.event = None
+            else:
+                msg._sink = _on_delivery(on_delivery)  # raises TypeError
             msg._size = size
             if size > self._max_message_bytes:
                 self._prepare(msg)  # raises MessageTooLargeError
