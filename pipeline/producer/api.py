@@ -131,6 +131,34 @@ def _closed_while_waiting(what: str) -> ProducerClosed:
     )
 
 
+def _copied_bytes(columns: Any) -> Any:
+    """``(start, stop) -> bytes`` of the rows' copies that ``build_columns`` made
+    (Python lists and numpy object arrays are packed into new buffers; Arrow
+    buffers are borrowed): a chunk reserves them from ``buffer_memory`` too,
+    because they live until its last row settles, beside the encoded batches."""
+    parts = []
+    for col in (columns.values, columns.keys):
+        if col is not None and type(col.data.obj) is bytes:
+            parts.append(col.offsets)
+    headers = columns.headers
+    if headers is not None and type(headers.values.data.obj) is bytes:
+        parts.append(None)  # header entries: counted per row below (rare and small)
+
+    def copied(start: int, stop: int) -> int:
+        total = 0
+        for offsets in parts:
+            if offsets is None:
+                hoff = headers.offsets
+                a, b = hoff[start], hoff[stop]
+                total += (headers.keys.offsets[b] - headers.keys.offsets[a]
+                          + headers.values.offsets[b] - headers.values.offsets[a] + 16 * (b - a))
+            else:
+                total += offsets[stop] - offsets[start] + 8 * (stop - start)
+        return total
+
+    return copied
+
+
 def _on_delivery(fn: DeliveryCallback) -> OnDelivery:
     if not callable(fn):
         raise TypeError(
@@ -576,14 +604,17 @@ class Producer:
         group = DeliveryGroup(total)
         ledger = self._ledger
         limit = max(1, ledger.buffer_memory // 4)
-        per_chunk = max(1, int(limit * total / max(1, sum(bounds)))) if total else 1
+        copied = _copied_bytes(columns)
+        per_chunk = max(1, int(limit * total / max(1, sum(bounds) + copied(0, total))))
         start = 0
         while start < total:
             stop = min(total, start + per_chunk)
-            nbytes = sum(bounds[start:stop])
-            while nbytes > limit and stop - start > 1:  # uneven rows: a smaller chunk
+            bound = sum(bounds[start:stop])
+            while bound + copied(start, stop) > limit and stop - start > 1:  # uneven rows
                 stop = start + (stop - start) // 2
-                nbytes = sum(bounds[start:stop])
+                bound = sum(bounds[start:stop])
+            extra = copied(start, stop)
+            nbytes = bound + extra
             rows = stop - start
             if not ledger.try_reserve(nbytes):
                 try:
@@ -602,8 +633,9 @@ class Producer:
             # Accepted: ids start .. start + rows - 1, one ledger entry.
             chunk = RowChunk(group, rows)
             chunk._id = ledger._next_id
+            chunk.extra = extra
             ledger._next_id += rows
-            run = RowRun(topic, slice_columns(columns, start, stop), None, rows, nbytes, chunk,
+            run = RowRun(topic, slice_columns(columns, start, stop), None, rows, bound, chunk,
                          start)
             run._deadline = self._now() + self._delivery_timeout
             chunk.runs = [run]

@@ -245,6 +245,12 @@ class Ledger:
         chunk.pending -= n
         if not chunk.pending:
             del self.outstanding[chunk._id]
+            # Runs point at their chunk (_sink) and it at them: break the cycle now,
+            # or the chunk's columns wait for the cyclic GC (found measuring peak RSS:
+            # seven calls' columns alive at once instead of the two in flight).
+            chunk.runs = []
+            if chunk.extra:
+                self.release(chunk.extra)  # the chunk's copied columns
 
     def _call_back(self, msg: ProducerMessage, sink: OnDelivery) -> None:
         """Run the message's ``on_delivery`` callback, once. An exception from

@@ -68,13 +68,17 @@ __all__ = [
 class RowChunk:
     """Ledger entry of one accepted chunk (ids ``_id .. _id + rows - 1``)."""
 
-    __slots__ = ("_id", "group", "pending", "runs")
+    __slots__ = ("_id", "extra", "group", "pending", "runs")
 
     def __init__(self, group: DeliveryGroup, rows: int) -> None:
         self._id = 0
         self.group = group
         self.pending = rows  # rows not settled yet
         self.runs: list[RowRun] = []
+        # Reserved bytes of the copies build_columns made of these rows (lists are
+        # packed; Arrow is borrowed): held until the last row settles, since every
+        # run of the chunk shares those buffers.
+        self.extra = 0
 
 
 class RowRun:

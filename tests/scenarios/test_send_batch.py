@@ -277,3 +277,25 @@ async def test_too_large_run_is_split_and_delivered(
     if both_modes:
         assert [b[2:4] for b in wire] == [(0, 0), (0, 0), (0, 0), (0, 10), (0, 20), (0, 20),
                                           (0, 30)]
+
+
+async def test_send_batch_leaves_no_reference_cycles(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A settled chunk drops its runs (they point back at it): otherwise every call's
+    columns wait for the cyclic GC, and the process holds several calls' copies at
+    once (found measuring peak RSS at 1M rows)."""
+    import gc
+
+    fake.create_topic("t", 3)
+    async with open_fake_producer(fake) as producer:
+        await (await producer.send_batch("t", rows("w", 10)))
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(3):
+                await (await producer.send_batch("t", rows("v", 2000),
+                                                 keys=[b"%d" % i for i in range(2000)]))
+            assert gc.collect() == 0
+        finally:
+            gc.enable()
