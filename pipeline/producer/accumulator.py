@@ -28,13 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate, islice
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from pipeline.cluster.errors import KafkaError
 from pipeline.producer.envelopes import SealedBatch, TopicPartition
 from pipeline.producer.message import PENDING, ProducerMessage
+from pipeline.producer.rows import RowRun, encode_messages, record_count, take_until_run
 from pipeline.protocol.records import BatchBuilder, batch_size_for_record, restamp_batch
 
 if TYPE_CHECKING:
@@ -70,6 +71,9 @@ class PartitionQueue:
     # of it is sent, and everything goes back, until its Fin arrives.
     retrying: BaseException | None = None
     failed: list[SealedBatch] = field(default_factory=list)  # to bounce once in_flight == 0
+    # True once a send_batch RowRun joined ``msgs`` (until a take finds none left):
+    # a run is sealed alone, so a take must not run past one.
+    has_runs: bool = False
 
 
 class Accumulator:
@@ -108,6 +112,8 @@ class Accumulator:
                 part.first_at = trio.current_time()
             part.msgs.extend(items)  # type: ignore[arg-type]
             part.nbytes += sum(map(_size_of, items))
+            if not part.has_runs and RowRun in set(map(type, items)):
+                part.has_runs = True
 
     # -- readiness -----------------------------------------------------------
     def sendable(self, part: PartitionQueue, tp: TopicPartition) -> bool:
@@ -181,6 +187,20 @@ class Accumulator:
     def _take_loose(self, part: PartitionQueue, budget: int) -> tuple[list[ProducerMessage], int]:
         config = self._config
         msgs = part.msgs
+        if part.has_runs:
+            taken = take_until_run(msgs)
+            if taken is not None:
+                if type(taken[0]) is RowRun:
+                    size = taken[0]._size
+                else:  # the messages before a run, as below
+                    n, size = fill(taken, min(self._batch_cap, budget),
+                                   config.max_batch_messages)
+                    taken = taken[:n]
+                del msgs[:len(taken)]
+                part.nbytes -= size
+                part.first_at = trio.current_time() if msgs else math.inf
+                return taken, size
+            part.has_runs = False
         if (
             part.nbytes <= self._batch_cap
             and part.nbytes <= budget
@@ -200,18 +220,25 @@ class Accumulator:
 
     def _seal(self, tp: TopicPartition, msgs: list[ProducerMessage], nbytes: int) -> SealedBatch:
         config = self._config
-        builder = BatchBuilder(
-            compression=config.compression_codec, compression_level=config.compression_level
-        )
-        builder.extend(msgs)
         idem = self._idem
-        if idem is None:
-            return SealedBatch(tp, msgs, builder.build(), -1, -1, -1, nbytes)
-        seq = idem.take_sequence(tp, len(msgs))
-        records = builder.build(
-            producer_id=idem.producer_id, producer_epoch=idem.producer_epoch, base_sequence=seq
-        )
-        return SealedBatch(tp, msgs, records, idem.producer_id, idem.producer_epoch, seq, nbytes)
+        first: Any = msgs[0]
+        count = first.count if type(first) is RowRun else len(msgs)
+        ids: dict[str, int] = {}
+        if idem is not None:
+            ids = {"producer_id": idem.producer_id, "producer_epoch": idem.producer_epoch,
+                   "base_sequence": idem.take_sequence(tp, count)}
+        codec, level = config.compression_codec, config.compression_level
+        records: bytes | None
+        if type(first) is RowRun:  # a send_batch run: encoded from its columns
+            records = first.encode(compression=codec, compression_level=level, **ids)
+        else:  # the columnar kernel when built, else the Python builder
+            records = encode_messages(msgs, compression=codec, compression_level=level, **ids)
+            if records is None:
+                builder = BatchBuilder(compression=codec, compression_level=level)
+                builder.extend(msgs)
+                records = builder.build(**ids)  # type: ignore[arg-type]
+        return SealedBatch(tp, msgs, records, ids.get("producer_id", -1),
+                           ids.get("producer_epoch", -1), ids.get("base_sequence", -1), nbytes)
 
     def restamp(self, tp: TopicPartition, batch: SealedBatch) -> bool:
         """Bring a retried batch to the current epoch; False if it must not be re-sent."""
@@ -231,7 +258,7 @@ class Accumulator:
                 "before the producer epoch was bumped; not re-sent, to avoid a duplicate"
             ))
             return False
-        seq = idem.take_sequence(tp, len(batch.messages))
+        seq = idem.take_sequence(tp, record_count(batch.messages))
         batch.records = restamp_batch(
             batch.records,
             producer_id=idem.producer_id,

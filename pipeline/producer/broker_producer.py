@@ -55,13 +55,7 @@ from pipeline.producer.envelopes import (
 )
 from pipeline.producer.errors import BrokerResponseError, DeliveryTimeoutError
 from pipeline.producer.message import PENDING, ProducerMessage
-from pipeline.producer.rows import (
-    RowRun,
-    encode_messages,
-    record_count,
-    split_run_batch,
-    take_until_run,
-)
+from pipeline.producer.rows import RowRun, record_count, split_run_batch
 from pipeline.protocol.errors import ErrorCode, error_code
 from pipeline.protocol.messages.produce import (
     PartitionProduceData,

@@ -131,7 +131,7 @@ class TopicProducer:
         """A list holding send_batch runs: runs are split by ``rows.assign_rows``,
         the messages between them by ``_assign``; per partition in list order."""
         by_partition: dict[int, list[Any]] = {}
-        config = self.core.config
+        config = self._config
         cap = min(config.batch_bytes, config.max_message_bytes)
         vectorized = type(self._partitioner) in (DefaultPartitioner, Murmur2Partitioner)
         segment: list[ProducerMessage] = []
@@ -152,12 +152,12 @@ class TopicProducer:
             split = [r for _, r in runs]
             run._sink.runs = split + ([out_of_range] if out_of_range is not None else [])
             # The chunk reserved the per-row bound; its runs hold their exact sizes.
-            self.core.ledger.release(run._size - sum(r._size for r in split))
+            self._ledger.release(run._size - sum(r._size for r in split))
             for p, part_run in runs:
                 part_run.partition = p
                 by_partition.setdefault(p, []).append(part_run)
             if out_of_range is not None:
-                self.core.ledger.fail([out_of_range], PartitionOutOfRangeError(  # type: ignore[list-item]
+                self._ledger.fail([out_of_range], PartitionOutOfRangeError(  # type: ignore[list-item]
                     f"rows pinned to partitions the topic {self.topic!r} does not have: it has "
                     f"{n} partitions (0..{n - 1})"
                 ))
