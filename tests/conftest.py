@@ -179,6 +179,42 @@ def kafka_single_session(kafka_unavailable: str | None) -> Iterator[KafkaCluster
     yield from _kafka_session(kafka_unavailable, nodes=1)
 
 
+#: Users of the secured session clusters (PLAIN users and SCRAM credentials).
+SECURE_USERS = {"alice": "alice-pw-4242", "bob": "bob-pw-4343", "carol": "carol-pw-4444"}
+#: KIP-368 session lifetimes (ms) of the SASL_SSL cluster, per mechanism: short, so a
+#: paced send of a few seconds re-authenticates several times.
+REAUTH_MS = {"scram-sha-512": 3000, "oauthbearer": 4000}
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl_ssl(kafka_unavailable: str | None) -> Iterator[KafkaCluster]:
+    """1 node whose CLIENT listener is SASL_SSL with PLAIN, SCRAM-SHA-256/512 and
+    OAUTHBEARER (unsecured JWS validator); SCRAM-SHA-512 and OAUTHBEARER sessions must
+    re-authenticate (REAUTH_MS)."""
+    yield from _kafka_session(
+        kafka_unavailable, nodes=1, security_protocol="SASL_SSL", scram_users=SECURE_USERS,
+        broker_config={f"listener.name.client.{m}.connections.max.reauth.ms": str(ms)
+                       for m, ms in REAUTH_MS.items()},
+    )
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl_plaintext(kafka_unavailable: str | None) -> Iterator[KafkaCluster]:
+    """1 node, SASL_PLAINTEXT, PLAIN and SCRAM-SHA-256/512 (no OAUTHBEARER: the
+    mechanism-not-enabled case)."""
+    yield from _kafka_session(
+        kafka_unavailable, nodes=1, security_protocol="SASL_PLAINTEXT", scram_users=SECURE_USERS,
+        sasl_mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+    )
+
+
+@pytest.fixture(scope="session")
+def kafka_mtls(kafka_unavailable: str | None) -> Iterator[KafkaCluster]:
+    """1 node, SSL with ``ssl.client.auth=required`` (mTLS)."""
+    yield from _kafka_session(kafka_unavailable, nodes=1, security_protocol="SSL",
+                              ssl_client_auth="required")
+
+
 @pytest.fixture
 def kafka_cluster(kafka_cluster_session: KafkaCluster) -> KafkaCluster:
     """The session's 3-node cluster, every node running."""

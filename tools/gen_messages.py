@@ -65,6 +65,14 @@ PRIMITIVES = {
 }
 VARIABLE = {"string", "bytes", "records"}
 
+#: (class, field) pairs that carry credentials: left out of the generated ``repr``, so a
+#: logged or recorded request never shows a password or token (SASL PLAIN and OAUTHBEARER
+#: send them in auth_bytes; SCRAM's proofs are no business of a log either).
+SECRET_FIELDS = {
+    ("SaslAuthenticateRequest", "auth_bytes"),
+    ("SaslAuthenticateResponse", "auth_bytes"),
+}
+
 
 # --------------------------------------------------------------------------- spec model
 
@@ -606,7 +614,10 @@ def emit_struct(
         if f.tag is not None:
             extra.append(f"tag {f.tag}")
         em.line(f"#: {about} ({'; '.join(extra)})" if about else f"#: ({'; '.join(extra)})")
-        em.line(f"{f.py}: {py_type(f)} = {default_expr(f)}")
+        if (st.name, f.py) in SECRET_FIELDS:
+            em.line(f"{f.py}: {py_type(f)} = field(default={default_expr(f)}, repr=False)")
+        else:
+            em.line(f"{f.py}: {py_type(f)} = {default_expr(f)}")
     if not st.fields:
         em.line("pass" if not top else "")
     em.line()
@@ -803,7 +814,8 @@ def generate_module(module: str, base: str) -> str:
     text = "\n".join(body.lines)
     if "uuid.UUID" in text:
         em.line("import uuid")
-    em.line("from dataclasses import dataclass")
+    em.line("from dataclasses import dataclass, field" if "= field(" in text
+            else "from dataclasses import dataclass")
     em.line("from typing import ClassVar, Self")
     em.line()
     prims = ["Reader", "Writer"]

@@ -15,12 +15,21 @@ used only while no known broker answers, and retired by the
 :class:`~pipeline.cluster.pool.Cluster` once a MetadataResponse lists the
 brokers.
 
+A connect that fails authentication (TLS refused a certificate, SASL refused the
+credentials: :class:`~pipeline.cluster.errors.AuthenticationError`) is not
+retriable: it backs off like any failure, and until that backoff ends every
+caller asking for that node gets the same error at once, without a new attempt
+(KIP-152: no retry storm against a broker that refuses us, and the caller fails
+fast with the real reason). After the backoff the next caller tries again.
+
 The pool owns no task: the readers of its connections run in the nursery it is
-given (the Cluster's).
+given (the Cluster's). One SASL :class:`~pipeline.cluster.sasl.Authenticator`
+serves all its connections (OAUTHBEARER tokens are shared).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import random
@@ -32,12 +41,15 @@ import trio
 from pipeline.cluster.config import ClusterConfig
 from pipeline.cluster.connection import BrokerConnection
 from pipeline.cluster.errors import (
+    AuthenticationError,
     BrokerConnectionError,
     BrokerProtocolError,
     KafkaError,
     UnsupportedApiError,
 )
 from pipeline.cluster.metadata import BrokerAddress
+from pipeline.cluster.sasl import Authenticator
+from pipeline.cluster.security import uses_sasl
 from pipeline.util.backoff import Backoff
 
 __all__ = ["CONNECT_ERRORS", "BrokerPool"]
@@ -72,6 +84,8 @@ class _Node:
     connecting: trio.Event | None = None  # set while one task connects; others wait on it
     failures: int = 0  # consecutive failed connects; drives the reconnect backoff
     retry_at: float = -math.inf  # no connect attempt before this trio time
+    # The last connect failed authentication: raised to callers until retry_at.
+    refused: AuthenticationError | None = None
 
 
 class BrokerPool:
@@ -90,6 +104,9 @@ class BrokerPool:
         self.bootstrap = list(bootstrap)
         self._config = config
         self._connector = config.make_connector()
+        self.authenticator = (
+            Authenticator(config) if uses_sasl(config.security_protocol) else None
+        )
         self._backoff = backoff
         # Called when a broker connection fails on its own or a connect to a
         # known broker fails: the metadata may be stale (the Cluster refreshes).
@@ -97,6 +114,7 @@ class BrokerPool:
         self._nodes: dict[int, _Node] = {}
         self._rotation = 0  # spreads connects over brokers
         self.closed = False
+        self.connects = 0  # connections made (handshake done), for tests and statistics
 
     def address_of(
         self, node_id: int, brokers: Mapping[int, BrokerAddress]
@@ -117,6 +135,8 @@ class BrokerPool:
 
         Raises:
           BrokerConnectionError, BrokerProtocolError, UnsupportedApiError: the connect failed.
+          AuthenticationError: this connect, or the last one within its backoff, was
+              refused by TLS or SASL.
         """
         node = self._nodes.get(node_id)
         if node is None:
@@ -132,12 +152,16 @@ class BrokerPool:
                 continue
             if node.connecting is not None:
                 await node.connecting.wait()
+                if node.conn is None and node.refused is not None:
+                    raise copy.copy(node.refused)
                 if node.conn is None and not wait_backoff:
                     raise BrokerConnectionError(
                         f"broker {node_id} at {address[0]}:{address[1]} unreachable"
                     )
                 continue
             delay = node.retry_at - trio.current_time()
+            if delay > 0 and node.refused is not None:
+                raise copy.copy(node.refused)
             if delay > 0:
                 if not wait_backoff:
                     raise BrokerConnectionError(
@@ -156,10 +180,12 @@ class BrokerPool:
                 node_id=node_id,
                 config=self._config,
                 on_close=self._on_connection_closed,
+                authenticator=self.authenticator,
             )
-        except CONNECT_ERRORS as exc:
+        except (*CONNECT_ERRORS, AuthenticationError) as exc:
             node.retry_at = trio.current_time() + self._backoff.delay(node.failures + 1)
             node.failures += 1
+            node.refused = exc if isinstance(exc, AuthenticationError) else None
             logger.warning(
                 "cannot connect to broker %d at %s:%d (attempt %d, next in %.3fs): %s",
                 node_id,
@@ -175,9 +201,11 @@ class BrokerPool:
         finally:
             event, node.connecting = node.connecting, None
             event.set()
+        self.connects += 1
         node.conn = conn
         node.failures = 0
         node.retry_at = -math.inf
+        node.refused = None
         return conn
 
     async def pick(
@@ -189,6 +217,8 @@ class BrokerPool:
 
         Raises:
           BrokerConnectionError: no candidate could be reached.
+          AuthenticationError: a candidate refused us (TLS or SASL): not worth trying
+              the others with the same credentials.
         """
         open_conns = [
             n.conn
@@ -216,6 +246,10 @@ class BrokerPool:
             + ", ".join(f"{a.host}:{a.port}" for _, a in candidates)
             + f"): {last}"
         ) from last
+
+    def open_connections(self) -> list[BrokerConnection]:
+        """The connections that are open now."""
+        return [n.conn for n in self._nodes.values() if n.conn is not None and not n.conn.closed]
 
     def retire_bootstrap(self) -> list[BrokerConnection]:
         """Detach the bootstrap pseudo-nodes' connections (the caller closes them)."""

@@ -10,22 +10,30 @@ every field here is also a producer option of the same name.
 Names follow the Java client's settings in Python spelling, with seconds for
 durations (``request_timeout=30.0`` is ``request.timeout.ms=30000``).
 
-Adding an option (issue 14's ``security_protocol``, ``ssl_*``, ``sasl_*``, a
-token provider) means: a field here, its check in :meth:`ClusterConfig.validate`,
-and reading it where it acts (the stream in :meth:`ClusterConfig.make_connector`,
-the authentication step in ``handshake.py``). Every entry point then accepts it:
-``Cluster.open(**options)``, ``open_producer(**options)``, ``ProducerConfig``,
-the consumer's ``config=``. A secret field must be declared ``repr=False``.
+Security (TLS and SASL) options use the names users know from the Java client
+and librdkafka (``security_protocol``, ``ssl_cafile``, ``sasl_mechanism``,
+``sasl_username``...); their checks, and the TLS context they build, live in
+:mod:`pipeline.cluster.security`. They act in two places: the stream
+(:meth:`ClusterConfig.make_connector` wraps TCP in TLS) and the connection
+handshake (``handshake.py``: SASL after ApiVersions). Every entry point accepts
+them: ``Cluster.open(**options)``, ``open_producer(**options)``,
+``ProducerConfig``, the consumer's ``config=``, ``Admin.open``.
+
+Adding an option means: a field here, its check in :meth:`ClusterConfig.validate`,
+and reading it where it acts. A secret field is declared ``repr=False`` and listed
+in :data:`~pipeline.cluster.security.SECRET_OPTIONS`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
+import ssl
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pipeline.cluster.errors import ConfigError
+from pipeline.cluster.security import TokenProvider, uses_tls, validate_security
 from pipeline.cluster.transport import Connector, tcp_connector
 from pipeline.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 
@@ -75,6 +83,24 @@ class ClusterConfig:
     # rng: jitter source (and the producer's partitioner); None = a fresh Random().
     rng: random.Random | None = field(default=None, compare=False, repr=False)
 
+    # Security (pipeline.cluster.security has the table). Secrets are repr=False:
+    # a config is logged, echoed and pickled to Spark executors.
+    security_protocol: str = "PLAINTEXT"  # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
+    ssl_cafile: str | None = None  # None: the system's trusted CAs
+    ssl_certfile: str | None = None  # client certificate (mTLS)
+    ssl_keyfile: str | None = None
+    ssl_password: str | None = field(default=None, repr=False)
+    ssl_check_hostname: bool = True
+    ssl_context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
+    sasl_mechanism: str | None = None  # PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 | OAUTHBEARER
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    sasl_oauth_token_provider: TokenProvider | None = field(
+        default=None, compare=False, repr=False
+    )
+    # The TLS context the options above describe, built (and so checked) once.
+    _tls: ssl.SSLContext | None = field(default=None, init=False, compare=False, repr=False)
+
     def __post_init__(self) -> None:
         self.validate()
 
@@ -110,6 +136,7 @@ class ClusterConfig:
                        "must be an async callable (host, port) -> trio.abc.Stream")
         if self.rng is not None and not isinstance(self.rng, random.Random):
             raise _bad("rng", self.rng, "must be a random.Random")
+        object.__setattr__(self, "_tls", validate_security(self))
 
     @property
     def cluster(self) -> ClusterConfig:
@@ -118,14 +145,29 @@ class ClusterConfig:
             return self
         return ClusterConfig(**{f.name: getattr(self, f.name) for f in _FIELDS})
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (a Spark task's config) as its options; unpickling validates again
+        # and rebuilds the TLS context, which cannot be pickled, where it is used.
+        return (_rebuild, (type(self), {f.name: getattr(self, f.name)
+                                        for f in dataclasses.fields(self) if f.init}))
+
+    @property
+    def uses_tls(self) -> bool:
+        return uses_tls(self.security_protocol)
+
     def make_connector(self) -> Connector:
-        """The stream opener: the injected ``connector``, else TCP with ``connect_timeout``."""
+        """The stream opener: the injected ``connector`` (which then provides TLS itself,
+        if any), else TCP with ``connect_timeout``, TLS-wrapped for SSL and SASL_SSL."""
         if self.connector is not None:
             return self.connector
-        return tcp_connector(connect_timeout=self.connect_timeout)
+        return tcp_connector(ssl_context=self._tls, connect_timeout=self.connect_timeout)
 
 
-_FIELDS = dataclasses.fields(ClusterConfig)
+_FIELDS = tuple(f for f in dataclasses.fields(ClusterConfig) if f.init)
+
+
+def _rebuild(cls: type[ClusterConfig], options: dict[str, Any]) -> ClusterConfig:
+    return cls(**options)
 
 C = TypeVar("C", bound=ClusterConfig)
 
@@ -133,7 +175,7 @@ C = TypeVar("C", bound=ClusterConfig)
 def merge_options(cls: type[C], config: C | None, options: dict[str, Any], *, kind: str) -> C:
     """``config`` (or ``cls()`` defaults) with keyword ``options`` over it; an unknown
     name raises :class:`ConfigError` listing every valid ``kind`` option."""
-    known = {f.name for f in dataclasses.fields(cls)}
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ConfigError(f"unknown {kind} option(s) {unknown}; valid options are {sorted(known)}")

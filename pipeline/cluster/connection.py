@@ -39,11 +39,20 @@ Invariants:
 * Every failure path goes through ``_fail()``, which runs once: it marks the
   connection closed, fails all pending entries with one typed error, wakes
   slot waiters and cancels the reader, whose ``finally`` closes the stream.
+
+# Re-authentication (KIP-368)
+
+A SASL session with a lifetime is renewed on the same connection by
+:mod:`pipeline.cluster.reauth`, which closes ``_gate`` while it runs: ``send``
+waits for the gate (and checks it again under the write lock, after waiting for
+a slot), so nothing is written between the re-authentication's requests, while
+requests already on the wire are answered as always.
 """
 
 from __future__ import annotations
 
 import collections
+import copy
 import logging
 import math
 from collections.abc import Callable
@@ -53,6 +62,7 @@ import trio
 
 from pipeline.cluster.config import ClusterConfig, cluster_config
 from pipeline.cluster.errors import (
+    AuthenticationError,
     BrokerConnectionError,
     BrokerProtocolError,
     KafkaError,
@@ -61,6 +71,14 @@ from pipeline.cluster.errors import (
 )
 from pipeline.cluster.handshake import handshake
 from pipeline.cluster.pending import PendingResponse
+from pipeline.cluster.reauth import reauthenticate
+from pipeline.cluster.sasl import Authenticator
+from pipeline.cluster.security import (
+    describe_broker,
+    early_close_hint,
+    stream_error,
+    tls_answer_error,
+)
 from pipeline.cluster.transport import Connector
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.base import Request, Response
@@ -118,6 +136,14 @@ class BrokerConnection:
         self._reader_scope = trio.CancelScope()
         self._read_scope: trio.CancelScope | None = None  # the reader's receive, while in it
         self._reader_done = trio.Event()
+        # KIP-368: set while a re-authentication runs; senders wait for it (module doc).
+        self._gate: trio.Event | None = None
+        self._reauth_scope = trio.CancelScope()  # the re-authentication timer task
+        self.session_lifetime = 0.0  # seconds the broker granted the current session (0: none)
+        # Responses read, and how many the handshake took (early_close_hint).
+        self._responses = 0
+        self._handshake_responses: int | None = None
+        self.reauthentications = 0  # completed re-authentications (tests, statistics)
 
     # ------------------------------------------------------------------ connect
 
@@ -132,6 +158,7 @@ class BrokerConnection:
         node_id: int = -1,
         config: ClusterConfig | None = None,
         on_close: OnClose | None = None,
+        authenticator: Authenticator | None = None,
         **options: Any,
     ) -> BrokerConnection:
         """Open a stream, start the reader task in ``nursery`` and run the handshake.
@@ -145,28 +172,35 @@ class BrokerConnection:
               ``options`` override its fields.
           on_close: called once (synchronously) when the connection fails on its own,
               not when :meth:`aclose` is called.
+          authenticator: the cluster client's SASL authenticator (shared tokens);
+              without one a SASL config gets its own.
 
         Raises:
           ConfigError: an unknown or invalid option.
           BrokerConnectionError: the broker is unreachable or dropped the handshake.
           BrokerProtocolError: the handshake response is malformed.
           UnsupportedApiError: no ApiVersions version in common.
+          AuthenticationError: TLS refused a certificate, or SASL failed (not retriable).
         """
         cfg = cluster_config(config, options) if options or config is not None else _DEFAULT_CONFIG
         try:
             stream = await connector(host, port)
         except (OSError, trio.BrokenResourceError) as exc:
-            raise BrokerConnectionError(
-                f"cannot connect to broker {node_id} at {host}:{port}: {exc}"
-            ) from exc
+            raise stream_error(exc, describe_broker(node_id, host, port), "connect") from exc
         conn = cls(stream, host, port, node_id=node_id, config=cfg)
         try:
             await nursery.start(conn._run_reader)
-            conn.api_versions = await handshake(conn, cfg)
+            result = await handshake(conn, cfg, authenticator)
         except BaseException:
             await conn.aclose()
             raise
+        conn.api_versions = result.versions
+        conn.session_lifetime = result.session_lifetime
+        if result.session_lifetime > 0:
+            auth = authenticator if authenticator is not None else Authenticator(cfg)
+            nursery.start_soon(reauthenticate, conn, auth)
         conn._on_close = on_close
+        conn._handshake_responses = conn._responses
         logger.debug("connected to %s; versions %s", conn, conn.api_versions)
         return conn
 
@@ -183,7 +217,7 @@ class BrokerConnection:
         return len(self._pending)
 
     def __str__(self) -> str:
-        return f"broker {self.node_id} ({self.host}:{self.port})"
+        return describe_broker(self.node_id, self.host, self.port)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"in_flight={self.in_flight}"
@@ -227,59 +261,66 @@ class BrokerConnection:
         write lock, then writes the frame. Once this returns, the request is on
         the wire and will never be treated as unsent. With
         ``expect_response=False`` (acks=0 Produce) no slot is taken and the
-        returned entry is already resolved with ``None``.
+        returned entry is already resolved with ``None``. While a KIP-368
+        re-authentication runs, it waits for that first.
 
         Raises:
           BrokerConnectionError: the connection is (or became) closed.
+          AuthenticationError: it was closed by a failed re-authentication.
           UnsupportedApiError: no version negotiated for the request's API.
         """
+        return await self._send(request, version, expect_response, gated=True)
+
+    async def _send(
+        self, request: Request[R], version: int | None, expect_response: bool, *, gated: bool
+    ) -> PendingResponse[R | None]:
         api_key = ApiKey(request.API_KEY)
         if version is None:
             version = self.version_for(api_key)
-        if expect_response:
-            await self._acquire_slot()
-        slot_held = expect_response  # until the pending entry owns it
-        try:
-            async with self._write_lock:
-                self._raise_if_closed()
-                # Deliver a cancellation that is already pending now, while
-                # nothing is written: past this point cancelling closes the
-                # connection.
-                await trio.lowlevel.checkpoint_if_cancelled()
-                correlation_id = self._next_correlation_id
-                frame = encode_request(
-                    request,
-                    version=version,
-                    correlation_id=correlation_id,
-                    client_id=self.config.client_id,
-                )
-                self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
-                pending: PendingResponse[R | None] = PendingResponse(
-                    api_key,
-                    version,
-                    correlation_id,
-                    trio.current_time() + self.config.request_timeout,
-                    request.response_type(),
-                )
-                if expect_response:
-                    self._register(pending)
-                    slot_held = False
-                try:
-                    await self._stream.send_all(frame)
-                except trio.Cancelled:
-                    self._fail(
-                        BrokerConnectionError(
-                            f"{self}: closed because a {api_key.name} request was cancelled "
-                            "while being written (the stream is in an unknown state)"
+        while True:
+            if gated and self._gate is not None:
+                await self._gate.wait()
+            if expect_response:
+                await self._acquire_slot()
+            slot_held = expect_response  # until the pending entry owns it
+            try:
+                async with self._write_lock:
+                    self._raise_if_closed()
+                    if gated and self._gate is not None:
+                        # A re-authentication began while we waited for the slot or
+                        # the lock: nothing may be written between its requests.
+                        continue
+                    # Deliver a cancellation that is already pending now, while
+                    # nothing is written: past this point cancelling closes the
+                    # connection.
+                    await trio.lowlevel.checkpoint_if_cancelled()
+                    correlation_id = self._next_correlation_id
+                    frame = encode_request(request, version=version, correlation_id=correlation_id,
+                                           client_id=self.config.client_id)
+                    self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+                    pending: PendingResponse[R | None] = PendingResponse(
+                        api_key, version, correlation_id,
+                        trio.current_time() + self.config.request_timeout, request.response_type())
+                    if expect_response:
+                        self._register(pending)
+                        slot_held = False
+                    try:
+                        await self._stream.send_all(frame)
+                    except trio.Cancelled:
+                        self._fail(
+                            BrokerConnectionError(
+                                f"{self}: closed because a {api_key.name} request was cancelled "
+                                "while being written (the stream is in an unknown state)"
+                            )
                         )
-                    )
-                    raise
-                except _STREAM_ERRORS as exc:
-                    self._fail(BrokerConnectionError(f"{self}: write failed: {exc!r}"))
-                    raise self._closed_error_or_default() from exc
-        finally:
-            if slot_held:
-                self._release_slot()
+                        raise
+                    except _STREAM_ERRORS as exc:
+                        self._fail(stream_error(exc, str(self), "write"))
+                        raise self._closed_error_or_default() from exc
+                    break
+            finally:
+                if slot_held:
+                    self._release_slot()
         if not expect_response:
             pending.set_response(None)
         return pending
@@ -331,8 +372,8 @@ class BrokerConnection:
 
     def _closed_error_or_default(self) -> KafkaError:
         error = self._closed_error
-        if isinstance(error, BrokerConnectionError):
-            return type(error)(*error.args)
+        if isinstance(error, BrokerConnectionError | AuthenticationError):
+            return copy.copy(error)  # a fresh exception: no shared traceback
         return BrokerConnectionError(f"{self}: connection closed ({error})")
 
     def _fail(self, error: KafkaError, *, notify: bool = True) -> None:
@@ -347,6 +388,9 @@ class BrokerConnection:
         for entry in pending:
             entry.set_error(error)
         self._slot_lot.unpark_all()  # parked senders wake and see the connection closed
+        if self._gate is not None:
+            self._gate.set()  # senders waiting for a re-authentication wake and see it too
+        self._reauth_scope.cancel()
         self._reader_scope.cancel()
         if notify and self._on_close is not None:
             self._on_close(self, error)
@@ -362,7 +406,7 @@ class BrokerConnection:
                 try:
                     await self._read_loop()
                 except _STREAM_ERRORS as exc:
-                    self._fail(BrokerConnectionError(f"{self}: read failed: {exc!r}"))
+                    self._fail(stream_error(exc, str(self), "read"))
                 except BrokerProtocolError as exc:
                     self._fail(exc)
                 except KafkaError as exc:
@@ -396,7 +440,15 @@ class BrokerConnection:
                 self._check_timeout()
                 continue
             if not data:
-                raise BrokerConnectionError(f"{self}: connection closed by the broker")
+                raise BrokerConnectionError(
+                    f"{self}: connection closed by the broker"
+                    + early_close_hint(self.config.security_protocol, self._responses,
+                                       self._handshake_responses)
+                )
+            if self._responses == 0:
+                tls = tls_answer_error(data, str(self), self.config.security_protocol)
+                if tls is not None:
+                    raise tls
             frames.receive_data(data)
 
     def _oldest_deadline(self) -> float:
@@ -441,5 +493,5 @@ class BrokerConnection:
             error.__cause__ = exc
             entry.set_error(error)
             raise error from exc
+        self._responses += 1
         entry.set_response(response)
-

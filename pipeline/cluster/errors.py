@@ -12,12 +12,19 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "AuthenticationError",
     "BrokerConnectionError",
     "BrokerProtocolError",
     "ConfigError",
     "KafkaError",
     "MetadataTimeoutError",
     "RequestTimedOutError",
+    "SaslAuthenticationError",
+    "SaslMechanismError",
+    "TlsCertificateError",
+    "TlsClientCertificateError",
+    "TlsError",
+    "TlsHostnameError",
     "TopicMetadataError",
     "UnknownTopicError",
     "UnsupportedApiError",
@@ -94,3 +101,47 @@ class TopicMetadataError(KafkaError):
         self.topic = topic
         self.error_code = error_code
         super().__init__(f"metadata for topic {topic!r} failed: {description}")
+
+
+class AuthenticationError(KafkaError):
+    """The broker and the client could not establish who is who: SASL failed, or TLS
+    refused a certificate. Not retriable (KIP-152: the Java client treats
+    ``AuthenticationException`` as fatal for the request): waiting does not fix
+    credentials or trust, so the operation fails at once with this error and the
+    reconnect backoff bounds how often the broker is tried again.
+
+    Texts name the broker, the mechanism and the user, never a password or token.
+    """
+
+
+class SaslAuthenticationError(AuthenticationError):
+    """The broker refused the credentials (wrong password, unknown user, rejected
+    token), or the SASL exchange itself failed. Kafka answers a wrong password and an
+    unknown user alike, on purpose, so they are one error here too."""
+
+
+class SaslMechanismError(AuthenticationError):
+    """The broker does not enable the configured SASL mechanism (``mechanisms`` lists
+    what it offers), or the listener does not expect SASL at all."""
+
+    def __init__(self, message: str, mechanisms: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.mechanisms = mechanisms
+
+
+class TlsError(AuthenticationError):
+    """The TLS handshake failed for a reason that retrying cannot fix."""
+
+
+class TlsCertificateError(TlsError):
+    """The broker's certificate is not trusted (unknown or self-signed CA, expired):
+    pass ``ssl_cafile`` with the CA that signed it."""
+
+
+class TlsHostnameError(TlsError):
+    """The broker's certificate is valid but for another name than the one connected to."""
+
+
+class TlsClientCertificateError(TlsError):
+    """The broker refused the client's certificate, or its absence (mTLS,
+    ``ssl.client.auth=required``): pass ``ssl_certfile`` / ``ssl_keyfile``."""

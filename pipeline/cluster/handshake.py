@@ -2,12 +2,18 @@
 
 :meth:`BrokerConnection.connect <pipeline.cluster.connection.BrokerConnection.connect>`
 starts the reader task, then calls :func:`handshake`; a failure closes the
-connection and is raised from ``connect``. Today the handshake is ApiVersions
-and version negotiation. Authentication (issue 14: SaslHandshake v1 +
-SaslAuthenticate v2, reading ``security_protocol``/``sasl_*`` from the
-:class:`~pipeline.cluster.config.ClusterConfig`) belongs here too, after
-ApiVersions, since it needs the negotiated versions and must finish before the
-first request is let through.
+connection and is raised from ``connect``. The handshake is
+
+1. ApiVersions and version negotiation (Kafka answers ApiVersions before
+   authentication, KIP-35/KIP-152);
+2. with ``security_protocol`` SASL_PLAINTEXT or SASL_SSL, authentication:
+   SaslHandshake v1 and SaslAuthenticate (up to v2) rounds
+   (:class:`~pipeline.cluster.sasl.Authenticator`), which needs the negotiated
+   versions and finishes before the first request is let through.
+
+It returns the versions and the session lifetime the broker granted; the
+connection re-authenticates before that lifetime ends (KIP-368,
+``connection.py``). TLS happened earlier, in the connector.
 
 The handshake talks through the narrow :class:`Requester` seam (one
 ``request`` method), not the whole connection, so it is testable on its own.
@@ -16,43 +22,59 @@ The handshake talks through the narrow :class:`Requester` seam (one
 from __future__ import annotations
 
 import logging
-from typing import Protocol, TypeVar
+from dataclasses import dataclass
 
 from pipeline.cluster.config import ClusterConfig
 from pipeline.cluster.errors import BrokerProtocolError, UnsupportedApiError
+from pipeline.cluster.sasl import Authenticator, Requester
+from pipeline.cluster.security import uses_sasl
 from pipeline.protocol.api import CLIENT_VERSIONS, ApiKey
-from pipeline.protocol.base import Request, Response
 from pipeline.protocol.errors import ErrorCode, UnsupportedVersionError, error_code
 from pipeline.protocol.messages.api_versions import ApiVersionsRequest
 from pipeline.protocol.versions import api_versions_retry_version, negotiate_all
 
-__all__ = ["CLIENT_SOFTWARE_NAME", "CLIENT_SOFTWARE_VERSION", "Requester", "handshake"]
+__all__ = [
+    "CLIENT_SOFTWARE_NAME",
+    "CLIENT_SOFTWARE_VERSION",
+    "Handshake",
+    "Requester",
+    "handshake",
+]
 
 logger = logging.getLogger("pipeline.cluster")
 
 CLIENT_SOFTWARE_NAME = "trio-kafka-pipeline"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
 
-R = TypeVar("R", bound=Response)
+@dataclass(frozen=True, slots=True)
+class Handshake:
+    """What a finished handshake established."""
+
+    versions: dict[ApiKey, int]
+    #: seconds until the broker ends the authenticated session (KIP-368), 0 for none
+    session_lifetime: float = 0.0
 
 
-class Requester(Protocol):
-    """What the handshake needs of a connection: send one request, get its response."""
+async def handshake(conn: Requester, config: ClusterConfig,
+                    authenticator: Authenticator | None = None) -> Handshake:
+    """Run the handshake on a new connection.
 
-    async def request(self, request: Request[R], *, version: int | None = None) -> R: ...
-
-
-async def handshake(conn: Requester, config: ClusterConfig) -> dict[ApiKey, int]:
-    """Run the handshake on a new connection; return the negotiated API versions.
+    ``authenticator`` is the cluster client's (shared OAUTHBEARER tokens); without
+    one, a SASL config gets its own.
 
     Raises:
       BrokerConnectionError: the connection failed meanwhile.
       BrokerProtocolError: the broker rejected ApiVersions with an error.
       UnsupportedApiError: no ApiVersions version in common.
+      AuthenticationError: SASL failed (:mod:`pipeline.cluster.sasl`); not retriable.
     """
-    # ``config`` is passed for the authentication step (issue 14), which reads
-    # its security options; ApiVersions needs none of them.
-    return await negotiate_api_versions(conn)
+    versions = await negotiate_api_versions(conn)
+    if not uses_sasl(config.security_protocol):
+        return Handshake(versions)
+    if authenticator is None:
+        authenticator = Authenticator(config)
+    lifetime = await authenticator.authenticate(conn, versions, str(conn))
+    return Handshake(versions, lifetime)
 
 
 async def negotiate_api_versions(conn: Requester) -> dict[ApiKey, int]:

@@ -45,6 +45,7 @@ from pipeline.cluster.brokers import CONNECT_ERRORS, BrokerPool, cluster_backoff
 from pipeline.cluster.config import ClusterConfig, cluster_config
 from pipeline.cluster.connection import BrokerConnection
 from pipeline.cluster.errors import (
+    AuthenticationError,
     BrokerConnectionError,
     KafkaError,
     MetadataTimeoutError,
@@ -119,6 +120,8 @@ class Cluster:
         self._refresh_failures = 0  # consecutive failed/incomplete rounds: refresh backoff
         self._next_refresh_at = -math.inf  # refresh spacing: no round starts before this
         self._incomplete: frozenset[str] = frozenset()  # topics the last response left unusable
+        #: the last failure of a metadata round (what timeouts report as the likely cause)
+        self.last_error: KafkaError | None = None
         self._closed = False
 
     @classmethod
@@ -240,6 +243,7 @@ class Cluster:
 
         Raises:
           MetadataTimeoutError: no broker answered within ``metadata_timeout``.
+          AuthenticationError: a broker refused us (TLS or SASL); not retried.
           BrokerConnectionError: the cluster client was closed.
         """
         names = self._use(topics)
@@ -291,6 +295,15 @@ class Cluster:
             if address is None:
                 raise BrokerConnectionError(f"broker {node_id} is not in the cluster metadata")
         return await self._pool.connect(node_id, address)
+
+    def open_connections(self) -> list[BrokerConnection]:
+        """The broker connections open now (their ``reauthentications``, ``in_flight``...)."""
+        return self._pool.open_connections()
+
+    @property
+    def connects(self) -> int:
+        """Connections made so far (a reconnect counts again)."""
+        return self._pool.connects
 
     async def any_connection(self) -> BrokerConnection:
         """A connection to some known broker: an open one if any, else the first that connects.
@@ -385,7 +398,15 @@ class Cluster:
                     )
                     self.metadata_requests += 1
                     response = await conn.request(request, version=version)
+                except AuthenticationError as exc:
+                    # Not retriable (KIP-152): the round fails now with the reason, not
+                    # with a timeout after metadata_timeout. The next round (spaced by
+                    # the refresh backoff) tries again.
+                    rnd.error = self.last_error = exc
+                    logger.warning("metadata refresh failed: %s", exc)
+                    return False
                 except CONNECT_ERRORS as exc:
+                    self.last_error = exc
                     delay = self._backoff.delay(attempt)
                     attempt += 1
                     logger.warning("metadata refresh failed (retry in %.3fs): %s", delay, exc)
@@ -398,6 +419,7 @@ class Cluster:
         rnd.error = MetadataTimeoutError(
             f"no broker answered a metadata request within {self.config.metadata_timeout}s "
             f"(bootstrap {', '.join(f'{h}:{p}' for h, p in self._pool.bootstrap)})"
+            + (f"; last error: {self.last_error}" if self.last_error is not None else "")
         )
         logger.warning("%s", rnd.error)
         return False

@@ -28,7 +28,7 @@ from typing import Any
 
 import trio
 
-from pipeline.cluster.errors import BrokerConnectionError, KafkaError
+from pipeline.cluster.errors import AuthenticationError, BrokerConnectionError, KafkaError
 from pipeline.cluster.pool import Cluster
 from pipeline.producer.async_producer import Dispatcher, FlushMark, InputChannel, IntakeItem
 from pipeline.producer.config import ProducerConfig, make_config
@@ -938,8 +938,12 @@ async def _bootstrap(cluster: Cluster, bootstrap: object, limit: float) -> None:
     try:
         with trio.fail_after(limit):
             await cluster.refresh(force=True)
+    except AuthenticationError:
+        raise  # TLS or SASL refused us: that is the reason, said as is
     except (trio.TooSlowError, KafkaError) as exc:
-        detail = "" if isinstance(exc, trio.TooSlowError) else f": {exc}"
+        last = cluster.last_error
+        detail = f": {exc}" if isinstance(exc, KafkaError) else (
+            f" (last error: {last})" if last is not None else "")
         raise BrokerConnectionError(
             f"no bootstrap broker of {bootstrap!r} answered within request_timeout={limit}s"
             f"{detail}; check the address and that the broker is running"

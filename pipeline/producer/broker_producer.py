@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from pipeline.cluster.errors import KafkaError
+from pipeline.cluster.errors import AuthenticationError, KafkaError
 from pipeline.producer.accumulator import Accumulator, PartitionQueue, fill
 from pipeline.producer.batches import split_batch, unless_duplicate_echo
 from pipeline.producer.envelopes import (
@@ -201,16 +201,21 @@ class BrokerProducer:
         again: list[RetryItem] = []
         exhausted: list[ProducerMessage] = []
         expired: list[ProducerMessage] = []
+        # An authentication failure is not retried (KIP-152, as the Java client):
+        # the messages fail with it now instead of retrying into delivery_timeout.
+        fatal = isinstance(cause, AuthenticationError)
         for i, unit in enumerate(items):
             msgs = unit.messages if isinstance(unit, SealedBatch) else [unit]
             msgs = [m for m in msgs if m._state == PENDING]
             if not msgs:
                 continue
-            spent = i < sent and unit._level >= limit
+            spent = fatal or (i < sent and unit._level >= limit)
             if spent or unit._deadline <= now:
                 (exhausted if spent else expired).extend(msgs)
                 if self._idem is not None and isinstance(unit, SealedBatch):
-                    self._idem.batch_failed(unit, "retries or delivery_timeout ran out")
+                    self._idem.batch_failed(
+                        unit, "authentication failed" if fatal
+                        else "retries or delivery_timeout ran out")
             else:
                 unit._level += 1
                 again.append(unit)

@@ -16,10 +16,12 @@ pytest.importorskip("confluent_kafka.admin")  # a submodule: makes confluent_kaf
 
 
 def read_partitions(bootstrap: str, topic: str, partitions: list[int], expected: int,
-                    timeout: float = 30.0) -> list[Any]:
+                    timeout: float = 30.0, config: dict[str, Any] | None = None) -> list[Any]:
     """The first ``expected`` records of ``partitions`` (from offset 0) as confluent-kafka
-    Messages, in per-partition offset order; assign() mode, CRCs checked."""
+    Messages, in per-partition offset order; assign() mode, CRCs checked. ``config``: more
+    librdkafka settings (security: ``KafkaCluster.librdkafka_config()``)."""
     consumer = confluent_kafka.Consumer({
+        **(config or {}),
         "bootstrap.servers": bootstrap,
         "group.id": f"pipeline-kafka-tests-{time.monotonic_ns()}",
         "enable.auto.commit": False,

@@ -35,7 +35,7 @@ def full(*keys: tuple[int, int, int]) -> ApiVersionsResponse:
 
 async def test_negotiates_at_our_highest_version() -> None:
     conn = Script(full((18, 0, 3), (0, 3, 9), (3, 1, 12)))
-    versions = await handshake(conn, ClusterConfig())
+    versions = (await handshake(conn, ClusterConfig())).versions
     assert versions == {ApiKey.API_VERSIONS: 3, ApiKey.PRODUCE: 9, ApiKey.METADATA: 12}
     [(request, version)] = conn.sent
     assert version == 3
@@ -44,7 +44,7 @@ async def test_negotiates_at_our_highest_version() -> None:
 
 async def test_retries_at_the_version_the_broker_names() -> None:
     conn = Script(unsupported_api_versions_response(0, 2), full((18, 0, 2), (0, 3, 9)))
-    assert (await handshake(conn, ClusterConfig()))[ApiKey.PRODUCE] == 9
+    assert (await handshake(conn, ClusterConfig())).versions[ApiKey.PRODUCE] == 9
     assert [v for _, v in conn.sent] == [3, 2]
 
 
@@ -57,6 +57,6 @@ async def test_a_refusal_at_the_lowest_version_is_a_protocol_error() -> None:
 async def test_an_api_without_a_common_version_is_left_out() -> None:
     # Using it later fails with UnsupportedApiError (BrokerConnection.version_for).
     conn = Script(full((18, 0, 3), (0, 12, 13), (3, 1, 12)))
-    assert await handshake(conn, ClusterConfig()) == {
+    assert (await handshake(conn, ClusterConfig())).versions == {
         ApiKey.API_VERSIONS: 3, ApiKey.METADATA: 12
     }

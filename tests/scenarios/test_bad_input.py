@@ -426,7 +426,8 @@ def test_unknown_option_lists_every_valid_option() -> None:
     text = str(info.value)
     assert "['batch_size', 'retires']" in text
     for field in dataclasses.fields(ProducerConfig):
-        assert repr(field.name) in text
+        if field.init:  # not the TLS context the options build
+            assert repr(field.name) in text
 
 
 # --------------------------------------------------------------------------- unreachable

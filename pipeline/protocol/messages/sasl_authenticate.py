@@ -6,7 +6,7 @@ Apache License 2.0). Regenerate with ``python tools/gen_messages.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from pipeline.protocol.base import Request, Response
@@ -29,7 +29,7 @@ class SaslAuthenticateRequest(Request["SaslAuthenticateResponse"]):
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
 
     #: The SASL authentication bytes from the client, as defined by the SASL mechanism. (v0-2)
-    auth_bytes: bytes = b''
+    auth_bytes: bytes = field(default=b'', repr=False)
 
     def encode(self, version: int) -> bytes:
         """Encode the body (no header, no size prefix) at ``version``."""
@@ -84,7 +84,7 @@ class SaslAuthenticateResponse(Response):
     #: The error message, or null if there was no error. (v0-2; nullable v0-2)
     error_message: str | None = None
     #: The SASL authentication bytes from the server, as defined by the SASL mechanism. (v0-2)
-    auth_bytes: bytes = b''
+    auth_bytes: bytes = field(default=b'', repr=False)
     #: Number of milliseconds after which only re-authentication over the existing connection to create a new session can occur. (v1-2)
     session_lifetime_ms: int = 0
 

@@ -34,6 +34,7 @@ from pipeline.protocol.records import Record, RecordBatch, decode_record_batches
 from . import handlers, produce
 from .fault_api import RequestFaults
 from .faults import DROP, NO_RESPONSE, ControlContext, FaultHandle, FaultScript
+from .sasl import FakeSasl
 from .server import FakeServer, RecordedRequest
 from .state import (
     BrokerState,
@@ -49,6 +50,7 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "ControlContext",
     "FakeCluster",
+    "FakeSasl",
     "FaultHandle",
     "LogEntry",
     "RecordedRequest",
@@ -99,6 +101,8 @@ class FakeCluster(RequestFaults):
             first sequence from a producer a partition has no state for
             (Kafka < 2.5). Off: accept it, as Kafka 3.x does.
         api_versions: override the served version ranges {api_key: (min, max)}.
+        sasl: make every listener SASL_PLAINTEXT with these mechanisms, users and
+            session lifetime (`fake/sasl.py`: Kafka's authentication rules).
     """
 
     def __init__(
@@ -115,6 +119,7 @@ class FakeCluster(RequestFaults):
         strict_unknown_producer: bool = False,
         api_versions: dict[int, tuple[int, int]] | None = None,
         cluster_id: str = "fake-cluster",
+        sasl: FakeSasl | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError("need at least one broker")
@@ -134,8 +139,14 @@ class FakeCluster(RequestFaults):
             brokers={n: BrokerState(n, f"fake-{n}", 9092) for n in range(brokers)},
         )
         self.supported: dict[int, tuple[int, int]] = dict(api_versions or SUPPORTED_VERSIONS)
+        self.sasl = sasl
+        if sasl is not None:
+            self.supported.setdefault(ApiKey.SASL_HANDSHAKE, (0, 1))
+            self.supported.setdefault(ApiKey.SASL_AUTHENTICATE, (0, 2))
         self._script = FaultScript()
-        self._server = FakeServer(self, self.state, self.supported, self._script, self._create)
+        self._server = FakeServer(
+            self, self.state, self.supported, self._script, self._create, sasl
+        )
         #: every request received, in arrival order
         self.requests: list[RecordedRequest] = self._server.requests
         self._nursery: trio.Nursery | None = None

@@ -41,6 +41,7 @@ from pipeline.protocol.versions import unsupported_api_versions_response
 
 from . import handlers, produce
 from .faults import DROP, NO_RESPONSE, ControlContext, FaultScript
+from .sasl import ConnAuth, FakeSasl
 from .state import FakeState, PartitionState, TopicState
 
 __all__ = ["MAX_FRAME", "Conn", "FakeServer", "RecordedRequest"]
@@ -73,6 +74,7 @@ class Conn:
     node_id: int
     stream: trio.abc.Stream
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    auth: ConnAuth = field(default_factory=ConnAuth)  # SASL state (with FakeSasl)
 
 
 class FakeServer:
@@ -85,8 +87,10 @@ class FakeServer:
         supported: dict[int, tuple[int, int]],
         script: FaultScript,
         create: CreateTopic,
+        sasl: FakeSasl | None = None,
     ) -> None:
         self._owner = owner  # the FakeCluster, for ControlContext.cluster
+        self.sasl = sasl  # SASL_PLAINTEXT listeners (Kafka's rules), or none
         self.state = state
         self.supported = supported  # {api_key: (min, max)} served
         self.script = script
@@ -178,6 +182,14 @@ class FakeServer:
         self._record(
             RecordedRequest(now, node_id, api_key, version, correlation_id, request, client_id)
         )
+        if self.sasl is not None:
+            verdict = self.sasl.handle(conn.auth, node_id, api_key, version, request, now)
+            if verdict.response is not None:
+                await self._send(conn, verdict.response, api_key, version, correlation_id)
+            if verdict.close:
+                return False
+            if not verdict.serve:
+                return True
 
         # 1. control hooks
         ctx = ControlContext(

@@ -5,6 +5,10 @@
         cluster.create_topic("t", partitions=6, replication_factor=3)
         cluster.leader("t", 0); cluster.kill(2); cluster.start(2); cluster.move_leader("t", 0, to_node=3)
 
+Secured CLIENT listeners: ``KafkaCluster(1, security_protocol="SASL_SSL",
+scram_users={"alice": "secret"})`` (``cluster.ssl_cafile``, ``cluster.client_options()``;
+see :mod:`pipeline.testing.kafka.security`).
+
 Needs Java 17+ (and Maven for the first fetch: ``make kafka`` or
 ``python -m pipeline.testing.kafka``). See :mod:`pipeline.testing.kafka.cluster`.
 """
@@ -21,6 +25,7 @@ from pipeline.testing.kafka.dist import (
     cache_dir,
     ensure_kafka,
 )
+from pipeline.testing.kafka.security import unsecured_token, unsecured_token_provider
 from pipeline.testing.kafka.settings import test_kit_config
 
 __all__ = [
@@ -33,4 +38,6 @@ __all__ = [
     "cache_dir",
     "ensure_kafka",
     "test_kit_config",
+    "unsecured_token",
+    "unsecured_token_provider",
 ]

@@ -4,7 +4,8 @@
 
 Every node has three listeners, four with ``advertised_ports``:
 
-* CLIENT: for the code under test; :attr:`KafkaCluster.bootstrap` lists these;
+* CLIENT: for the code under test; :attr:`KafkaCluster.bootstrap` lists these; the only one
+  that may be secured (TLS, SASL, mTLS: :mod:`pipeline.testing.kafka.security`);
 * INTERNAL: replication between brokers and the cluster's own admin calls
   (:attr:`KafkaCluster.internal_bootstrap`), so neither ever goes through a fault proxy;
 * CONTROLLER: the static KRaft quorum (``controller.quorum.voters``);
@@ -67,6 +68,7 @@ from pipeline.testing.kafka.node import (
     format_storage,
     wait_listening,
 )
+from pipeline.testing.kafka.security import SecuredClient
 from pipeline.testing.kafka.settings import HOST, PROBE_TOPIC
 
 __all__ = ["KafkaCluster", "KafkaStartError"]
@@ -91,7 +93,7 @@ def _cleanup(nodes: list[KafkaNode], workdir: Path | None) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-class KafkaCluster:
+class KafkaCluster(SecuredClient):
     """Apache Kafka :data:`~pipeline.testing.kafka.dist.KAFKA_VERSION` on 127.0.0.1: ``nodes``
     combined broker + controller nodes (ids 1..n), a static KRaft quorum.
 
@@ -107,6 +109,7 @@ class KafkaCluster:
       startup_timeout: seconds for the whole cluster to become ready.
       class_data_sharing: start nodes from a CDS archive of their start-up classes (made
           once per machine: see :mod:`pipeline.testing.kafka.cds`).
+      security_protocol, scram_users, sasl_mechanisms, ssl_client_auth: see ``security.py``.
     """
 
     def __init__(
@@ -120,6 +123,10 @@ class KafkaCluster:
         startup_timeout: float = 180.0,
         version: str = KAFKA_VERSION,
         class_data_sharing: bool = True,
+        security_protocol: str = "PLAINTEXT",
+        scram_users: Mapping[str, str] | None = None,
+        sasl_mechanisms: Sequence[str] | None = None,
+        ssl_client_auth: str = "none",
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= 9:
             raise ValueError(f"nodes must be an int from 1 to 9, not {nodes!r}")
@@ -139,6 +146,7 @@ class KafkaCluster:
                 f"advertised_ports needs exactly one port per node {ids}, got "
                 f"{dict(advertised_ports)!r}"
             )
+        self._init_security(security_protocol, scram_users, sasl_mechanisms, ssl_client_auth)
         self._ids = ids
         self.broker_config = config
         self.advertised_ports = dict(advertised_ports) if advertised_ports else None
@@ -314,13 +322,15 @@ class KafkaCluster:
     def _build_nodes(self, java: str, classpath: str, jvm_options: Sequence[str]) -> None:
         assert self.workdir is not None
         plan = settings.plan_ports(self._ids, self.advertised_ports)
+        self._ensure_pki(self.workdir / "pki")
         for n in self._ids:
             directory = self.workdir / f"node-{n}"
-            config = settings.node_config(n, plan, directory / "data")
-            config.update(settings.test_kit_config(len(self._ids)))
+            config = settings.node_config(n, plan, directory / "data", self.security.protocol)
+            config |= settings.test_kit_config(len(self._ids)) | self.security.broker_config(self.pki)
             config.update(self.broker_config)
             self._nodes[n] = KafkaNode(n, plan[n], directory, java=java, classpath=classpath,
-                                       jvm_options=jvm_options, config=config)
+                                       jvm_options=jvm_options, config=config,
+                                       format_args=self.security.format_args())
             self._nodes[n].write_files()
 
     def _train(self, extra_jvm_options: Sequence[str]) -> None:

@@ -187,8 +187,10 @@ class KafkaNode:
         classpath: str,
         jvm_options: Sequence[str],
         config: Mapping[str, str],
+        format_args: Sequence[str] = (),
     ) -> None:
         self.node_id = node_id
+        self.format_args = tuple(format_args)  # extra StorageTool arguments (--add-scram)
         self.ports = ports
         self.directory = directory
         self.java = java
@@ -234,6 +236,7 @@ class KafkaNode:
         return [
             self.java, *FORMAT_JVM_OPTIONS, *shared, "-cp", self.classpath,
             "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_path),
+            *self.format_args,
         ]
 
     def start_format(self, cluster_id: str) -> subprocess.Popen[bytes]:

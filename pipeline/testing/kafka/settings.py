@@ -91,13 +91,15 @@ def plan_ports(nodes: Sequence[int], advertised: Mapping[int, int] | None
     return plan
 
 
-def node_config(n: int, plan: Mapping[int, NodePorts], data_dir: Path) -> dict[str, str]:
-    """Node ``n``'s identity, listeners and quorum (the settings in :data:`OWNED`)."""
+def node_config(n: int, plan: Mapping[int, NodePorts], data_dir: Path,
+                client_protocol: str = "PLAINTEXT") -> dict[str, str]:
+    """Node ``n``'s identity, listeners and quorum (the settings in :data:`OWNED`); the
+    CLIENT listener speaks ``client_protocol`` (the others are PLAINTEXT)."""
     ports = plan[n]
     listeners = [f"CLIENT://{HOST}:{ports.client}", f"INTERNAL://{HOST}:{ports.internal}",
                  f"CONTROLLER://{HOST}:{ports.controller}"]
     advertised = listeners[:2]
-    protocols = ["CLIENT:PLAINTEXT", "INTERNAL:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+    protocols = [f"CLIENT:{client_protocol}", "INTERNAL:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
     if ports.proxied is not None:
         listeners.append(f"PROXIED://{HOST}:{ports.proxied}")
         advertised.append(f"PROXIED://{HOST}:{ports.advertised}")
