@@ -8,6 +8,7 @@ only a bug prints a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Callable
@@ -28,8 +29,9 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-b",
         "--bootstrap",
-        default=os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP,
-        help=f"host:port[,host:port] (default: ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})",
+        default=None,
+        help=f"host:port[,host:port] (default: bootstrap.servers of --config, "
+        f"${BOOTSTRAP_ENV}, or {DEFAULT_BOOTSTRAP})",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="log the client's retries and warnings"
@@ -111,36 +113,126 @@ def report(exc: BaseException) -> int:
     return EXIT_ERROR
 
 
-def producer_option(text: str) -> tuple[str, Any]:
-    """argparse type for ``-X name=value`` (ProducerConfig fields, e.g. linger=0.01)."""
-    from pipeline.cluster.config import parse_option_value
+_SECRET_HINTS = ("password", "secret", "token", "jaas", "key")
 
+
+def _shown(text: str) -> str:
+    """``text`` for an error message, unless it may hold a secret."""
+    return "(hidden: it may hold a secret)" if any(h in text.lower() for h in _SECRET_HINTS) \
+        else repr(text)
+
+
+def client_option(text: str) -> tuple[str, str]:
+    """argparse type for ``-X name=value``: a Kafka property (``security.protocol``,
+    ``sasl.mechanism``...) or an option field name (``linger``, ``request_timeout``)."""
     name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    return name.strip().replace(".", "_").replace("-", "_"), parse_option_value(value.strip())
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {_shown(text)}")
+    return name.strip(), value.strip()
+
+
+def add_client_options(parser: argparse.ArgumentParser, *, what: str) -> None:
+    """``-X NAME=VALUE`` (repeatable) and ``--config FILE`` (Java-style properties)."""
+    parser.add_argument(
+        "-X",
+        dest="client_options",
+        metavar="NAME=VALUE",
+        type=client_option,
+        action="append",
+        default=[],
+        help=f"a {what} option (field name, e.g. -X request_timeout=5) or client property as "
+        "kcat/librdkafka/Java take it (-X security.protocol=SASL_SSL -X sasl.mechanism="
+        "SCRAM-SHA-512 -X sasl.username=... -X sasl.password=... -X ssl.ca.location=ca.pem)",
+    )
+    parser.add_argument(
+        "--config",
+        dest="config_file",
+        metavar="FILE",
+        default=None,
+        help="a properties file of such settings (name=value lines, # comments; "
+        "bootstrap.servers is used when -b is not given)",
+    )
 
 
 def add_producer_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-X",
-        dest="producer_options",
-        metavar="NAME=VALUE",
-        type=producer_option,
-        action="append",
-        default=[],
-        help="a producer option (ProducerConfig field, e.g. -X linger=0.02 -X compression=zstd)",
-    )
+    add_client_options(parser, what="producer")
     parser.add_argument(
         "-z", "--compression", default=None, help="none, gzip, snappy, lz4 or zstd"
     )
 
 
-def producer_options(args: argparse.Namespace) -> dict[str, Any]:
-    from pipeline.producer.config import make_config
+def read_properties(path: str) -> dict[str, str]:
+    """``name=value`` (or ``name: value``) lines; ``#`` / ``!`` comments. A bad line is
+    reported by number, never by content (it may hold a password)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = file.read().splitlines()
+    except OSError as exc:
+        raise UserError(f"cannot read --config {path}: {exc.strerror or one_line(exc)}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"cannot read --config {path}: not UTF-8 text") from None
+    out: dict[str, str] = {}
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut <= 0:
+            raise UserError(f"--config {path} line {number}: expected name=value")
+        out[line[:cut].strip()] = line[cut + 1:].strip()
+    return out
+
+
+def _collect(args: argparse.Namespace) -> dict[str, str]:
+    """--config properties, then -X ones over them; ``bootstrap.servers`` goes to
+    ``args.bootstrap`` unless -b was given."""
+    props: dict[str, str] = {}
+    if getattr(args, "config_file", None):
+        props.update(read_properties(args.config_file))
+    props.update(dict(getattr(args, "client_options", []) or []))
+    servers = props.pop("bootstrap.servers", None)
+    if getattr(args, "bootstrap", None) is None and servers:
+        args.bootstrap = servers
+    return props
+
+
+def resolve_bootstrap(args: argparse.Namespace) -> str:
+    """-b, else bootstrap.servers of --config, else $PIPELINE_BOOTSTRAP, else the default."""
+    _collect(args)
+    if args.bootstrap is None:
+        args.bootstrap = os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
+    return check_bootstrap(args.bootstrap)
+
+
+def _options(args: argparse.Namespace, cls: type[Any]) -> dict[str, Any]:
+    from pipeline.cluster.properties import kafka_properties, option_from_text
     from pipeline.producer.errors import ConfigError
 
-    opts: dict[str, Any] = dict(args.producer_options)
+    try:
+        opts, rest = kafka_properties(_collect(args))
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    for name, value in rest.items():
+        field = name.replace(".", "_").replace("-", "_")
+        opts[field] = option_from_text(field, value, cls)
+    return opts
+
+
+def echo_options(options: dict[str, Any]) -> None:
+    """With -v: the options in effect, secrets shown as ***."""
+    import logging
+
+    from pipeline.cluster.security import redact_options
+
+    shown = " ".join(f"{k}={v!r}" for k, v in sorted(redact_options(options).items()))
+    logging.getLogger("pipeline.cli").info("options: %s", shown or "(defaults)")
+
+
+def producer_options(args: argparse.Namespace) -> dict[str, Any]:
+    from pipeline.producer.config import ProducerConfig, make_config
+    from pipeline.producer.errors import ConfigError
+
+    opts = _options(args, ProducerConfig)
     if args.compression is not None:
         opts["compression"] = args.compression
     opts.setdefault("request_timeout", args.timeout)
@@ -149,21 +241,40 @@ def producer_options(args: argparse.Namespace) -> dict[str, Any]:
         make_config(None, opts)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
+    echo_options(opts)
     return opts
 
 
-async def check_topic(bootstrap: str, topic: str, wait: float) -> int:
-    """The topic's partition count; ``UserError`` if the cluster or the topic is not there."""
+def cluster_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The cluster options of a reader (consume): ClusterConfig fields only."""
+    from pipeline.cluster.config import ClusterConfig, cluster_config
+    from pipeline.cluster.errors import ConfigError
+
+    opts = _options(args, ClusterConfig)
+    try:
+        cluster_config(None, opts)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    echo_options(opts)
+    return opts
+
+
+async def check_topic(bootstrap: str, topic: str, wait: float,
+                      options: dict[str, Any] | None = None) -> int:
+    """The topic's partition count; ``UserError`` if the cluster or the topic is not there.
+    ``options``: the client's (its cluster part is used: security, client id...)."""
     import trio
 
-    from pipeline.cluster.errors import KafkaError, UnknownTopicError
+    from pipeline.cluster.config import ClusterConfig
+    from pipeline.cluster.errors import AuthenticationError, KafkaError, UnknownTopicError
     from pipeline.cluster.pool import Cluster
     from pipeline.util.groups import real_errors
 
+    names = {f.name for f in dataclasses.fields(ClusterConfig) if f.init}
+    cluster_opts = {k: v for k, v in (options or {}).items() if k in names}
+    cluster_opts.update(request_timeout=wait, metadata_timeout=wait)
     try:
-        async with Cluster.open(
-            bootstrap, request_timeout=wait, metadata_timeout=wait
-        ) as cluster:
+        async with Cluster.open(bootstrap, **cluster_opts) as cluster:
             with trio.move_on_after(wait):
                 return await cluster.partitions_for(topic)
     except BaseExceptionGroup as group:
@@ -176,6 +287,8 @@ async def check_topic(bootstrap: str, topic: str, wait: float) -> int:
         raise
     except UnknownTopicError:
         raise UserError(f"unknown topic {topic!r}: create it first") from None
+    except AuthenticationError as exc:
+        raise UserError(one_line(exc)) from None  # says itself what is wrong
     except (KafkaError, OSError) as exc:
         raise UserError(f"cannot reach {bootstrap}: {one_line(exc)}") from None
     raise UserError(

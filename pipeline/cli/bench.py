@@ -114,7 +114,7 @@ async def _produce(
     from pipeline.producer.api import open_producer
     from pipeline.producer.message import ProducerMessage
 
-    await check_topic(bootstrap, topic, args.timeout)
+    await check_topic(bootstrap, topic, args.timeout, options)
     value = b"x" * args.size
     keys = [f"k-{i}".encode() for i in range(args.keys)] if args.keys > 0 else None
     async with open_producer(bootstrap, **options) as producer:

@@ -15,8 +15,10 @@ from typing import Any
 from pipeline.cli._common import (
     UserError,
     add_bootstrap,
-    check_bootstrap,
+    add_client_options,
     check_topic,
+    cluster_options,
+    resolve_bootstrap,
     run_guarded,
     setup_logging,
 )
@@ -69,6 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         + DEFAULT_FORMAT.replace("%", "%%") + ")",
     )
     out.add_argument("-J", "--json", action="store_true", help="one JSON object per record")
+    add_client_options(parser, what="consumer")
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
 
 
@@ -152,21 +155,23 @@ def _run(args: argparse.Namespace) -> int:
     import trio
 
     setup_logging(args.verbose)
-    check_bootstrap(args.bootstrap)
+    resolve_bootstrap(args)
+    options = cluster_options(args)
     if args.count is not None and args.count < 0:
         raise UserError(f"--count must be >= 0, not {args.count}")
-    count = trio.run(_consume, args)
+    count = trio.run(_consume, args, options)
     if not args.quiet:
         print(f"read {count} record(s) from {args.topic}", file=sys.stderr)
     return 0
 
 
-async def _consume(args: argparse.Namespace) -> int:
+async def _consume(args: argparse.Namespace, options: dict[str, Any]) -> int:
     from contextlib import aclosing
 
+    from pipeline.cluster.config import cluster_config
     from pipeline.consumer import ConsumerError, read_topic
 
-    partitions = await check_topic(args.bootstrap, args.topic, args.timeout)
+    partitions = await check_topic(args.bootstrap, args.topic, args.timeout, options)
     bad = [p for p in args.partitions or () if not 0 <= p < partitions]
     if bad:
         raise UserError(f"topic {args.topic!r} has {partitions} partition(s); no partition {bad[0]}")
@@ -179,6 +184,7 @@ async def _consume(args: argparse.Namespace) -> int:
                 args.bootstrap, args.topic, partitions=args.partitions, start=args.offset,
                 max_messages=args.count, stop_at_end=args.exit_at_end,
                 idle_timeout=args.idle, request_timeout=args.timeout,
+                config=cluster_config(None, options),
             )
         ) as records:
             async for rec in records:

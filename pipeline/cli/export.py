@@ -21,9 +21,9 @@ from pipeline.cli._common import (
     UserError,
     add_bootstrap,
     add_producer_options,
-    check_bootstrap,
     one_line,
     producer_options,
+    resolve_bootstrap,
     run_guarded,
     setup_logging,
 )
@@ -209,7 +209,7 @@ def build_frame(spark: Any, args: argparse.Namespace, fmt: str) -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     setup_logging(args.verbose)
-    check_bootstrap(args.bootstrap)
+    resolve_bootstrap(args)
     options = producer_options(args)
     _check_paths(args.paths)
     fmt = _format_of(args)

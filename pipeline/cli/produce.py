@@ -11,10 +11,10 @@ from pipeline.cli._common import (
     UserError,
     add_bootstrap,
     add_producer_options,
-    check_bootstrap,
     check_topic,
     one_line,
     producer_options,
+    resolve_bootstrap,
     run_guarded,
     setup_logging,
 )
@@ -93,7 +93,7 @@ def _run(args: argparse.Namespace) -> int:
     import trio
 
     setup_logging(args.verbose)
-    check_bootstrap(args.bootstrap)
+    resolve_bootstrap(args)
     options = producer_options(args)
     if args.partition is not None and args.partition < 0:
         raise UserError(f"--partition must be >= 0, not {args.partition}")
@@ -124,7 +124,7 @@ async def _produce(
     from pipeline.producer.api import open_producer
     from pipeline.producer.message import DeliveryGroup, ProducerMessage
 
-    count = await check_topic(args.bootstrap, args.topic, args.timeout)
+    count = await check_topic(args.bootstrap, args.topic, args.timeout, options)
     if args.partition is not None and args.partition >= count:
         raise UserError(
             f"topic {args.topic!r} has {count} partition(s); no partition {args.partition}"
