@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pipeline.cluster.security import redact_options
 from pipeline.spark.bench_writers import (
     SHAPES,
     WRITERS,
@@ -120,7 +121,7 @@ def compare_export(
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "duration_s": round(time.time() - started, 1),
             "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-            "producer_options": {k: repr(v) for k, v in producer_options.items()},
+            "producer_options": {k: repr(v) for k, v in redact_options(producer_options).items()},
             "warmup_seconds": warmup,
         },
         "results": results,

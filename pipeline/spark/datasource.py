@@ -19,7 +19,13 @@ Options: ``kafka.bootstrap.servers`` (required), ``topic``, ``maxFailedRows``,
 ``pipeline.<ProducerConfig field>`` (``pipeline.linger=0.02``) or the Kafka names
 ``kafka.acks``, ``kafka.compression.type``, ``kafka.linger.ms``, ``kafka.batch.size``,
 ``kafka.request.timeout.ms``, ``kafka.delivery.timeout.ms``, ``kafka.client.id``,
-``kafka.enable.idempotence``.
+``kafka.enable.idempotence``, ``kafka.max.request.size``, ``kafka.buffer.memory``;
+security as for Spark's own Kafka sink: ``kafka.security.protocol``,
+``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config`` (a PlainLoginModule or
+ScramLoginModule line), ``kafka.ssl.truststore.location`` with
+``kafka.ssl.truststore.type=PEM``, ``kafka.ssl.endpoint.identification.algorithm``
+(see :mod:`pipeline.spark.options`). Spark redacts option values that mention a
+password in its plan; the secrets reach the tasks masked (:class:`~pipeline.spark.status.Masked`).
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
+from pipeline.cluster.errors import ConfigError
+from pipeline.spark.options import producer_options_from_kafka
 from pipeline.spark.partition import export_partition
 from pipeline.spark.status import (
     DEFAULT_MESSAGE_ID_HEADER,
@@ -42,19 +50,6 @@ __all__ = ["NAME", "PipelineKafkaDataSource", "register"]
 
 NAME = "pipeline-kafka"
 
-_KAFKA_OPTIONS: dict[str, tuple[str, Any]] = {
-    # kafka option -> (ProducerConfig field, converter)
-    "kafka.acks": ("acks", lambda v: v if v == "all" else int(v)),
-    "kafka.compression.type": ("compression", str),
-    "kafka.linger.ms": ("linger", lambda v: float(v) / 1000),
-    "kafka.batch.size": ("batch_bytes", int),
-    "kafka.request.timeout.ms": ("request_timeout", lambda v: float(v) / 1000),
-    "kafka.delivery.timeout.ms": ("delivery_timeout", lambda v: float(v) / 1000),
-    "kafka.client.id": ("client_id", str),
-    "kafka.enable.idempotence": ("idempotent", lambda v: v.lower() == "true"),
-    "kafka.max.request.size": ("max_request_bytes", int),
-    "kafka.buffer.memory": ("buffer_memory", int),
-}
 _OWN_OPTIONS = {
     "kafka.bootstrap.servers", "topic", "maxfailedrows", "chunkrows", "messageidheader",
     "messageidprefix", "path",
@@ -76,22 +71,26 @@ def config_from_options(options: Any) -> ExportConfig:
     if not bootstrap:
         raise ValueError(f"{NAME}: option kafka.bootstrap.servers is required")
     producer: dict[str, Any] = {}
+    kafka: dict[str, str] = {}
     for key, value in opts.items():
         if key in _OWN_OPTIONS:
             continue
         if key.startswith("pipeline."):
             producer[key[len("pipeline."):]] = _parse(value)
-        elif key in _KAFKA_OPTIONS:
-            name, convert = _KAFKA_OPTIONS[key]
-            producer[name] = convert(value)
         elif key in ("kafka.key.serializer", "kafka.value.serializer"):
             raise ValueError(f"{NAME}: {key} is not supported: keys and values are bytes/strings")
+        elif key.startswith("kafka."):
+            kafka[key] = value
         else:
             raise ValueError(
                 f"{NAME}: unknown option {key!r}; use kafka.bootstrap.servers, topic, "
                 "maxFailedRows, chunkRows, messageIdHeader, messageIdPrefix, "
-                f"pipeline.<producer option> or one of {sorted(_KAFKA_OPTIONS)}"
+                "pipeline.<producer option> or a kafka.<producer property>"
             )
+    try:
+        producer.update(producer_options_from_kafka(kafka))
+    except ConfigError as exc:
+        raise ConfigError(f"{NAME}: {exc}") from None
     make_config(None, dict(producer))  # ConfigError for a bad value, on the driver
     header = opts.get("messageidheader")
     if header is not None and header.lower() in ("true", "false"):

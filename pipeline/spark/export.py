@@ -256,6 +256,7 @@ def export_dataframe(
     message_id_prefix: str = "",
     check_topic: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    kafka_options: Mapping[str, str] | None = None,
     _fail_first_attempt_after_rows: int | None = None,
     **producer_options: Any,
 ) -> ExportReport:
@@ -274,8 +275,15 @@ def export_dataframe(
             a missing topic or a bad bootstrap fails before any task starts.
         progress: called from a driver thread as ``progress(tasks_done, tasks_total)``
             about twice a second while the job runs.
+        kafka_options: options as written for Spark's own Kafka sink
+            (``{"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.jaas.config": "...PlainLoginModule required username=... ;"}``,
+            ``kafka.linger.ms``...; see :mod:`pipeline.spark.options`); keyword
+            ``producer_options`` win over them.
         producer_options: ``ProducerConfig`` fields (``linger=0.01``, ``compression=
-            "zstd"``, ``acks=1``...), validated here before any task starts.
+            "zstd"``, ``acks=1``, ``security_protocol="SASL_SSL"``, ``sasl_password=``...),
+            validated here before any task starts. Secrets reach the tasks masked and
+            never appear in the report, the plan or a task's error.
 
     Returns the :class:`ExportReport`. Raises :class:`ExportSchemaError` for a bad
     DataFrame, ``ConfigError`` for a bad option, ``KafkaError`` subclasses from the
@@ -283,8 +291,11 @@ def export_dataframe(
     failing task's cause).
     """
     from pipeline.producer.config import make_config
+    from pipeline.spark.options import producer_options_from_kafka
 
     keep = validate_schema(df.schema, topic=topic)
+    if kafka_options:
+        producer_options = {**producer_options_from_kafka(kafka_options), **producer_options}
     make_config(None, dict(producer_options))  # ConfigError now, not in every task
     if add_message_id_header is True:
         header: str | None = DEFAULT_MESSAGE_ID_HEADER

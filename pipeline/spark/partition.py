@@ -304,7 +304,7 @@ async def _export_async(
     first = await trio.to_thread.run_sync(converter.next_chunk)
     try:
         if first is not None:
-            async with open_producer(cfg.bootstrap, **cfg.producer_options) as producer:
+            async with open_producer(cfg.bootstrap, **cfg.open_options()) as producer:
                 chunk: list[_Rows] | None = first
                 sent = 0
                 while chunk is not None:

@@ -8,9 +8,12 @@ producer or a channel); each task returns one :class:`PartitionStatus` row
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from pipeline.cluster.security import SECRET_OPTIONS
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -20,6 +23,7 @@ __all__ = [
     "STATUS_COLUMNS",
     "ExportConfig",
     "ExportTaskError",
+    "Masked",
     "PartitionStatus",
     "status_batch",
     "status_schema_ddl",
@@ -53,6 +57,42 @@ class ExportTaskError(RuntimeError):
     """A partition could not be exported; the message says which, and why."""
 
 
+class Masked:
+    """A secret (a SASL or key password) on its way to the executors.
+
+    Shown as ``'***'`` (so the ExportConfig's repr, a log line or a traceback of a
+    task never holds it) and kept, also when pickled, only as the secret XORed with a
+    random pad of its length: the pickled closure Spark ships, stores and may log
+    does not contain it as text. This is masking, not encryption: whoever has the
+    pickled bytes and this code can recover the secret (the executors must).
+    """
+
+    __slots__ = ("_data", "_pad")
+
+    def __init__(self, secret: str) -> None:
+        raw = secret.encode()
+        self._pad = secrets.token_bytes(len(raw))
+        self._data = bytes(a ^ b for a, b in zip(raw, self._pad, strict=True))
+
+    def reveal(self) -> str:
+        return bytes(a ^ b for a, b in zip(self._data, self._pad, strict=True)).decode()
+
+    def __getstate__(self) -> tuple[bytes, bytes]:
+        return self._data, self._pad
+
+    def __setstate__(self, state: tuple[bytes, bytes]) -> None:
+        self._data, self._pad = state
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Masked) and other.reveal() == self.reveal()
+
+    def __hash__(self) -> int:
+        return hash(self.reveal())
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+
 @dataclass(frozen=True, slots=True)
 class ExportConfig:
     """Everything a task needs, as plain picklable data (never a producer or channel).
@@ -63,6 +103,9 @@ class ExportConfig:
     every record: stable across retries of a task as long as the partition's content
     and order are deterministic (a file scan, a sorted shuffle), so consumers can
     drop the duplicates a retried task re-sends.
+
+    Secret options (``sasl_password``, ``ssl_password``) are held :class:`Masked`:
+    the task opens its producer with :meth:`open_options`.
     """
 
     bootstrap: str
@@ -82,6 +125,18 @@ class ExportConfig:
             raise ValueError(f"chunk_rows must be >= 1, not {self.chunk_rows}")
         if self.max_failed_rows < 0:
             raise ValueError(f"max_failed_rows must be >= 0, not {self.max_failed_rows}")
+        masked = {
+            k: Masked(v) if k in SECRET_OPTIONS and isinstance(v, str) else v
+            for k, v in self.producer_options.items()
+        }
+        object.__setattr__(self, "producer_options", masked)
+
+    def open_options(self) -> dict[str, Any]:
+        """``producer_options`` with the secrets revealed, for ``open_producer``."""
+        return {
+            k: v.reveal() if isinstance(v, Masked) else v
+            for k, v in self.producer_options.items()
+        }
 
 
 @dataclass(slots=True)
