@@ -4,14 +4,15 @@ time, KIP-368 re-authentication during a long paced send, and the not-retried po
 
 Three session clusters (tests/conftest.py): ``kafka_sasl_ssl`` (all four mechanisms,
 short re-authentication for SCRAM-SHA-512 and OAUTHBEARER), ``kafka_sasl_plaintext``
-(PLAIN, SCRAM-SHA-256/512) and ``kafka_mtls`` (SSL, client certificates required).
+(all four) and ``kafka_mtls`` (SSL, client certificates required); one module cluster
+without OAUTHBEARER for the mechanism-not-enabled error.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -54,6 +55,7 @@ CASES = [
     ("kafka_sasl_plaintext", "PLAIN"),
     ("kafka_sasl_plaintext", "SCRAM-SHA-256"),
     ("kafka_sasl_plaintext", "SCRAM-SHA-512"),
+    ("kafka_sasl_plaintext", "OAUTHBEARER"),
     ("kafka_mtls", None),
 ]
 
@@ -121,9 +123,21 @@ async def test_unknown_user(kafka_sasl_plaintext: KafkaCluster, mechanism: str) 
     assert "guess-123" not in text
 
 
-async def test_mechanism_not_enabled(kafka_sasl_plaintext: KafkaCluster) -> None:
+@pytest.fixture(scope="module")
+def kafka_scram_only(kafka_unavailable: str | None) -> Iterator[KafkaCluster]:
+    """1 node, SASL_PLAINTEXT without OAUTHBEARER (the mechanism-not-enabled case);
+    module-scoped: it stops when this module is done."""
+    if kafka_unavailable is not None:
+        pytest.skip(kafka_unavailable)
+    with KafkaCluster(nodes=1, security_protocol="SASL_PLAINTEXT",
+                      scram_users={"alice": "alice-pw"},
+                      sasl_mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")) as cluster:
+        yield cluster
+
+
+async def test_mechanism_not_enabled(kafka_scram_only: KafkaCluster) -> None:
     text = await check_refused(
-        kafka_sasl_plaintext, SaslMechanismError,
+        kafka_scram_only, SaslMechanismError,
         "does not enable SASL mechanism OAUTHBEARER; it offers ",
         security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
         sasl_oauth_token_provider=unsecured_token_provider("alice"))
