@@ -6,12 +6,15 @@ no error."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pipeline.cli import main
 from pipeline.cluster.errors import AuthenticationError
 from pipeline.spark.export import ExportError, export_dataframe
 from pipeline.testing.kafka import KafkaCluster
@@ -112,3 +115,31 @@ def test_export_wrong_password_fails_bounded_without_the_secret(
         text = str(info.value)
         assert "refused user 'bob' with SASL SCRAM-SHA-512" in text, text
         assert "Wr0ng-Spark-pw" not in text
+
+
+def test_cli_export_with_config_file(
+        spark: Any, kafka_sasl_ssl: KafkaCluster, kafka_topic: Topic, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``pipeline export --config FILE`` (bootstrap.servers and a PlainLoginModule line
+    in the file), in-process on the session's Spark; ``-v`` echoes no secret."""
+    cluster = kafka_sasl_ssl
+    password = cluster.security.users["carol"]
+    topic = kafka_topic("cli-export")
+    cluster.create_topic(topic, 1)
+    data = tmp_path / "rows.json"
+    data.write_text("".join(f'{{"id": {i}}}\n' for i in range(25)))
+    props = tmp_path / "export.properties"
+    props.write_text(
+        f"bootstrap.servers={cluster.bootstrap}\nsecurity.protocol=SASL_SSL\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="carol" password="{password}";\n'
+        f"ssl.ca.location={cluster.ssl_cafile}\n")
+    code = main(["export", "--config", str(props), "-t", topic, str(data), "--json-report",
+                 "-v", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["delivered"] == 25
+    assert password not in out + err
+    got = read_partitions(cluster.bootstrap, topic, [0], 25,
+                          config=cluster.librdkafka_config("PLAIN", user="carol"))
+    assert sorted(json.loads(m.value())["id"] for m in got) == list(range(25))
