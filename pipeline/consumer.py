@@ -14,15 +14,14 @@ by ``python -m pipeline consume``, the demo's read-back, and tests.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import trio
 
-from pipeline.cluster.config import ClusterConfig
+from pipeline.cluster.config import ClusterConfig, cluster_config
 from pipeline.cluster.errors import KafkaError, UnknownTopicError
 from pipeline.cluster.pool import Cluster
 from pipeline.protocol.api import ApiKey
@@ -74,18 +73,23 @@ class ConsumedRecord:
     headers: tuple[tuple[str, bytes | None], ...]
 
 
-def _cluster_config(config: ClusterConfig | None, request_timeout: float | None) -> ClusterConfig:
-    """The reader's cluster options: ``config`` (or the defaults), with
-    ``request_timeout`` (default 10 s without a config) also bounding metadata waits."""
+def _cluster_config(config: ClusterConfig | None, request_timeout: float | None,
+                    options: dict[str, Any] | None = None) -> ClusterConfig:
+    """The reader's cluster options: ``config`` (or the defaults) with keyword
+    ``options`` (ClusterConfig fields: security, client_id...) over it;
+    ``request_timeout`` (default 10 s without a config) also bounds metadata waits
+    unless ``metadata_timeout`` is given."""
+    opts = dict(options or {})
     if request_timeout is None:
-        if config is not None:
-            return config.cluster
+        request_timeout = opts.pop("request_timeout", None)
+    if request_timeout is None and config is None:
         request_timeout = DEFAULT_REQUEST_TIMEOUT
-    return dataclasses.replace(
-        config.cluster if config is not None else ClusterConfig(),
-        request_timeout=request_timeout,
-        metadata_timeout=request_timeout,
-    )
+    if request_timeout is not None:
+        opts["request_timeout"] = request_timeout
+        opts.setdefault("metadata_timeout", request_timeout)
+    if not opts:
+        return config.cluster if config is not None else ClusterConfig()
+    return cluster_config(config, opts)
 
 
 async def _list_offsets(
@@ -172,11 +176,13 @@ async def topic_offsets(
     *,
     request_timeout: float | None = None,
     config: ClusterConfig | None = None,
+    **options: Any,
 ) -> dict[int, tuple[int, int]]:
-    """{partition: (earliest, latest)} of a topic (``config``, ``request_timeout``: as
-    :func:`read_topic`)."""
+    """{partition: (earliest, latest)} of a topic (``config``, ``request_timeout``,
+    ``options``: as :func:`read_topic`)."""
+    cfg = _cluster_config(config, request_timeout, options)
     with unwrap_single_errors():
-        async with Cluster.open(bootstrap, _cluster_config(config, request_timeout)) as cluster:
+        async with Cluster.open(bootstrap, cfg) as cluster:
             return await _topic_offsets(cluster, topic)
 
 
@@ -201,6 +207,7 @@ async def read_topic(
     partition_max_bytes: int = 4 * 1024 * 1024,
     request_timeout: float | None = None,
     config: ClusterConfig | None = None,
+    **options: Any,
 ) -> AsyncGenerator[ConsumedRecord, None]:
     """Yield records of ``topic`` in offset order per partition (partitions interleave).
 
@@ -210,13 +217,15 @@ async def read_topic(
     it runs until cancelled.
 
     ``config`` is how to reach the cluster (a ``ClusterConfig``, or a ``ProducerConfig``:
-    its cluster part is used); ``request_timeout`` bounds each request and metadata
-    wait (default: the config's, else 10 s).
+    its cluster part is used), with keyword ``options`` (ClusterConfig fields, e.g.
+    ``security_protocol="SASL_SSL", sasl_mechanism=..., sasl_username=...``) over it;
+    ``request_timeout`` bounds each request and metadata wait (default: the config's,
+    else 10 s).
 
     Raises ``UnknownTopicError``, ``ConsumerError`` (a partition that does not exist,
     a non-retriable fetch error) and connection errors (``BrokerConnectionError``).
     """
-    cfg = _cluster_config(config, request_timeout)
+    cfg = _cluster_config(config, request_timeout, options)
     with unwrap_single_errors():
         async with Cluster.open(bootstrap, cfg) as cluster:
             with trio.fail_after(cfg.request_timeout) as scope:
@@ -344,8 +353,10 @@ def consume(
     timeout: float = math.inf,
     request_timeout: float | None = None,
     config: ClusterConfig | None = None,
+    **options: Any,
 ) -> list[ConsumedRecord]:
     """Blocking helper: the records ``read_topic`` yields, as a list (``timeout`` bounds it)."""
+    cfg = _cluster_config(config, request_timeout, options)  # ConfigError before the loop
 
     async def run() -> list[ConsumedRecord]:
         out: list[ConsumedRecord] = []
@@ -353,7 +364,7 @@ def consume(
             async for rec in read_topic(
                 bootstrap, topic, partitions=partitions, start=start,
                 max_messages=max_messages, stop_at_end=stop_at_end,
-                idle_timeout=idle_timeout, request_timeout=request_timeout, config=config,
+                idle_timeout=idle_timeout, config=cfg,
             ):
                 out.append(rec)
         return out

@@ -20,6 +20,8 @@ import pytest
 
 from pipeline import SyncProducer
 from pipeline.cluster.errors import SaslAuthenticationError
+from pipeline.consumer import consume
+from pipeline.producer.config import ProducerConfig
 from pipeline.testing.kafka import KafkaCluster
 
 from .conftest import read_partitions
@@ -28,17 +30,20 @@ ROOT = Path(__file__).resolve().parents[2]
 Topic = Callable[..., str]
 
 
-def test_sync_producer(kafka_sasl_ssl: KafkaCluster, kafka_topic: Topic) -> None:
+def test_sync_producer_and_reader(kafka_sasl_ssl: KafkaCluster, kafka_topic: Topic) -> None:
     cluster = kafka_sasl_ssl
     topic = kafka_topic("sync")
     cluster.create_topic(topic, 1)
-    with SyncProducer(cluster.bootstrap, request_timeout=10.0,
-                      **cluster.client_options("SCRAM-SHA-256")) as producer:
+    config = ProducerConfig(request_timeout=10.0, **cluster.client_options("SCRAM-SHA-256"))
+    with SyncProducer(cluster.bootstrap, config) as producer:
         metas = [producer.send(topic, b"s%d" % i) for i in range(20)]
     got = read_partitions(cluster.bootstrap, topic, [0], 20,
                           config=cluster.librdkafka_config("SCRAM-SHA-256"))
     assert [(m.offset(), m.value()) for m in got] == [
         (meta.offset, b"s%d" % i) for i, meta in enumerate(metas)]
+    # the blocking reader, with the security options as keywords
+    records = consume(cluster.bootstrap, topic, timeout=60, **cluster.client_options("PLAIN"))
+    assert [r.value for r in records] == [b"s%d" % i for i in range(20)]
 
 
 def test_sync_producer_wrong_password_fails_fast(kafka_sasl_ssl: KafkaCluster) -> None:
