@@ -30,7 +30,7 @@ from pipeline.cluster.errors import (
     TlsError,
     TlsHostnameError,
 )
-from pipeline.consumer import read_topic
+from pipeline.consumer import read_topic, topic_offsets
 from pipeline.producer.errors import ProducerError
 from pipeline.testing.kafka import KafkaCluster, unsecured_token_provider
 
@@ -221,6 +221,10 @@ async def test_reauthentication_during_a_long_paced_send(
         lambda: read_partitions(cluster.bootstrap, topic, [0], n + 1,
                                 config=cluster.librdkafka_config(mechanism, user="bob")))
     assert [m.value() for m in got] == [b"first"] + [b"m%04d" % i for i in range(n)]
+    # ...and nothing after them: no duplicate at the end either
+    with trio.fail_after(30):
+        ends = await topic_offsets(cluster.bootstrap, topic, **cluster.client_options("PLAIN"))
+    assert ends == {0: (0, n + 1)}
     if mechanism == "OAUTHBEARER":
         assert provider.calls >= 2  # type: ignore[attr-defined]
 
