@@ -205,14 +205,33 @@ def resolve_bootstrap(args: argparse.Namespace) -> str:
 
 
 def _options(args: argparse.Namespace, cls: type[Any]) -> dict[str, Any]:
+    """The client's options from --config and -X: Kafka security/client properties,
+    the Java producer's tuning properties (``acks``, ``linger.ms``...: a producer
+    takes them, a reader ignores them with a warning, as the Java client does with a
+    config it does not use), else our own field names (``request_timeout``)."""
+    import logging
+
     from pipeline.cluster.properties import kafka_properties, option_from_text
     from pipeline.producer.errors import ConfigError
+    from pipeline.spark.options import KAFKA_OPTIONS
 
     try:
         opts, rest = kafka_properties(_collect(args))
     except ConfigError as exc:
         raise UserError(str(exc)) from None
     for name, value in rest.items():
+        java = KAFKA_OPTIONS.get(f"kafka.{name.lower()}")
+        if java is not None:
+            field, convert = java
+            if not any(f.name == field for f in dataclasses.fields(cls)):
+                logging.getLogger("pipeline.cli").warning(
+                    "%s is a producer property: ignored here", name)
+                continue
+            try:
+                opts[field] = convert(value)
+            except ValueError:
+                raise UserError(f"{name}={value!r}: not a valid value") from None
+            continue
         field = name.replace(".", "_").replace("-", "_")
         opts[field] = option_from_text(field, value, cls)
     return opts

@@ -190,3 +190,21 @@ def test_config_reprs_and_pickles_hide_secrets() -> None:
                         sasl_username="alice", sasl_password=SECRET, ssl_cafile=None)
     assert SECRET not in repr(cfg) and SECRET not in str(cfg)
     assert pickle.loads(pickle.dumps(cfg)).sasl_password == SECRET  # usable, just not shown
+
+
+def test_java_producer_properties_in_a_config_file(tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A producer.properties as the Java client reads it: a producer takes its tuning
+    names; a reader warns and ignores them."""
+    props = tmp_path / "producer.properties"
+    props.write_text("bootstrap.servers=h:1\nacks=1\nlinger.ms=25\ncompression.type=zstd\n"
+                     "enable.idempotence=false\nclient.id=me\n")
+    opts = producer_options(_args(["--config", str(props)]))
+    assert (opts["acks"], opts["linger"], opts["compression"], opts["idempotent"],
+            opts["client_id"]) == (1, 0.025, "zstd", False, "me")
+    args = _args(["--config", str(props)], producer=False)
+    caplog.set_level(logging.WARNING, logger="pipeline.cli")
+    assert cluster_options(args) == {"client_id": "me"}
+    assert "linger.ms is a producer property: ignored here" in caplog.text
+    with pytest.raises(UserError, match=r"linger\.ms='soon': not a valid value"):
+        producer_options(_args(["-X", "linger.ms=soon"]))
