@@ -273,7 +273,11 @@ class SecuredClient:
         self.pki = None  # made at start when the CLIENT listener uses TLS
 
     def _ensure_pki(self, directory: Path) -> None:
-        if self.security.tls and self.pki is None:
+        """The certificates in this launch's work dir. A launch retried after a port
+        conflict has a new work dir (the old one was removed with its certificates):
+        the PKI follows it, never pointing into a removed directory."""
+        if self.security.tls and (self.pki is None or self.pki.ca_file.parent != directory
+                                  or not self.pki.ca_file.exists()):
             self.pki = Pki.load_or_create(directory)
 
     @property
