@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -278,6 +279,23 @@ def cluster_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
+#: option names in the client's error texts -> the property names the CLI takes
+_CLI_NAMES = {
+    "ssl_cafile": "ssl.ca.location", "ssl_certfile": "ssl.certificate.location",
+    "ssl_keyfile": "ssl.key.location", "ssl_password": "ssl.key.password",
+    "ssl_check_hostname=False": "ssl.endpoint.identification.algorithm=none",
+    "ssl_check_hostname": "ssl.endpoint.identification.algorithm",
+    "security_protocol": "security.protocol", "sasl_mechanism": "sasl.mechanism",
+    "sasl_username": "sasl.username", "sasl_password": "sasl.password",
+}
+_CLI_NAME = re.compile("|".join(re.escape(k) for k in _CLI_NAMES))
+
+
+def cli_names(text: str) -> str:
+    """An error text of the client with its option names as the CLI's ``-X`` names."""
+    return _CLI_NAME.sub(lambda m: _CLI_NAMES[m.group(0)], text)
+
+
 async def check_topic(bootstrap: str, topic: str, wait: float,
                       options: dict[str, Any] | None = None) -> int:
     """The topic's partition count; ``UserError`` if the cluster or the topic is not there.
@@ -300,6 +318,9 @@ async def check_topic(bootstrap: str, topic: str, wait: float,
         errors = real_errors(group)
         if any(isinstance(e, UnknownTopicError) for e in errors):
             raise UserError(f"unknown topic {topic!r}: create it first") from None
+        refused = [e for e in errors if isinstance(e, AuthenticationError)]
+        if refused:
+            raise UserError(cli_names(one_line(refused[0]))) from None
         if all(isinstance(e, KafkaError | OSError) for e in errors):
             detail = "; ".join(one_line(e) for e in errors)
             raise UserError(f"cannot reach {bootstrap}: {detail}") from None
@@ -307,7 +328,7 @@ async def check_topic(bootstrap: str, topic: str, wait: float,
     except UnknownTopicError:
         raise UserError(f"unknown topic {topic!r}: create it first") from None
     except AuthenticationError as exc:
-        raise UserError(one_line(exc)) from None  # says itself what is wrong
+        raise UserError(cli_names(one_line(exc))) from None  # says itself what is wrong
     except (KafkaError, OSError) as exc:
         raise UserError(f"cannot reach {bootstrap}: {one_line(exc)}") from None
     raise UserError(
