@@ -208,3 +208,14 @@ def test_java_producer_properties_in_a_config_file(tmp_path: Path,
     assert "linger.ms is a producer property: ignored here" in caplog.text
     with pytest.raises(UserError, match=r"linger\.ms='soon': not a valid value"):
         producer_options(_args(["-X", "linger.ms=soon"]))
+
+
+def test_cli_error_hints_use_the_property_names() -> None:
+    from pipeline.cli._common import cli_names
+
+    assert cli_names(
+        "not trusted; pass ssl_cafile with the CA; or set ssl_check_hostname=False; "
+        "check security_protocol and sasl_mechanism"
+    ) == ("not trusted; pass ssl.ca.location with the CA; or set "
+          "ssl.endpoint.identification.algorithm=none; check security.protocol and "
+          "sasl.mechanism")
