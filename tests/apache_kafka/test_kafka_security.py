@@ -11,6 +11,7 @@ without OAUTHBEARER for the mechanism-not-enabled error.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,6 +33,7 @@ from pipeline.cluster.errors import (
 )
 from pipeline.consumer import read_topic, topic_offsets
 from pipeline.producer.errors import ProducerError
+from pipeline.testing.fake_cluster import FakeCluster, FakeSasl
 from pipeline.testing.kafka import KafkaCluster, unsecured_token_provider
 
 from .conftest import confluent_kafka, read_partitions
@@ -321,3 +323,37 @@ async def test_no_secret_in_debug_logs(
     assert "authentication failed" in text  # the refusals were logged...
     leaked = [s for s in secrets if s in text]
     assert not leaked  # ...without a secret
+
+
+def _broker_says(text: str) -> str:
+    """The broker's own part of a refusal: ``(<ERROR_CODE>: <its message>)``."""
+    found = re.search(r"\(([A-Z_]+: [^()]*)\)", text)
+    assert found is not None, text
+    return found.group(1)
+
+
+@pytest.mark.parametrize(("mechanism", "user", "password"), [
+    ("PLAIN", "alice", "wrong-pw-1"), ("PLAIN", "mallory", "any-pw-2"),
+    ("SCRAM-SHA-256", "alice", "wrong-pw-3"), ("SCRAM-SHA-512", "mallory", "any-pw-4"),
+])
+async def test_the_fake_refuses_as_kafka_does(
+    kafka_sasl_plaintext: KafkaCluster, nursery: trio.Nursery, mechanism: str, user: str,
+    password: str,
+) -> None:
+    """The FakeCluster's SASL refusals (tests/scenarios/test_sasl.py rely on them) are
+    Kafka's: the same error class, error code and broker message."""
+    fake = FakeCluster(brokers=1, auto_create_topics=False,
+                       sasl=FakeSasl(users=dict(users(kafka_sasl_plaintext))))
+    await nursery.start(fake.run)
+    options = dict(security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
+                   sasl_username=user, sasl_password=password)
+    errors = []
+    for bootstrap, extra in ((kafka_sasl_plaintext.bootstrap, {}),
+                             (fake.bootstrap, {"connector": fake.connector})):
+        with trio.fail_after(30), pytest.raises(AuthenticationError) as info:
+            async with open_producer(bootstrap, request_timeout=10.0, **options, **extra):
+                pass  # pragma: no cover
+        errors.append(info.value)
+    on_kafka, on_fake = errors
+    assert type(on_fake) is type(on_kafka)
+    assert _broker_says(str(on_fake)) == _broker_says(str(on_kafka)), (on_kafka, on_fake)
