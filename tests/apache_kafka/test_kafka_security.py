@@ -137,14 +137,27 @@ def kafka_scram_only(kafka_unavailable: str | None) -> Iterator[KafkaCluster]:
         yield cluster
 
 
-async def test_mechanism_not_enabled(kafka_scram_only: KafkaCluster) -> None:
-    text = await check_refused(
-        kafka_scram_only, SaslMechanismError,
-        "does not enable SASL mechanism OAUTHBEARER; it offers ",
+async def test_mechanism_not_enabled(kafka_scram_only: KafkaCluster,
+                                     nursery: trio.Nursery) -> None:
+    options: dict[str, Any] = dict(
         security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
         sasl_oauth_token_provider=unsecured_token_provider("alice"))
+    text = await check_refused(
+        kafka_scram_only, SaslMechanismError,
+        "does not enable SASL mechanism OAUTHBEARER; it offers ", **options)
     offered = text.split("it offers ")[1].split(" (")[0]
     assert sorted(offered.split(", ")) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+    # the fake, with the same mechanisms, refuses the same way
+    fake = FakeCluster(brokers=1, auto_create_topics=False, sasl=FakeSasl(
+        mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), users={"alice": "x"}))
+    await nursery.start(fake.run)
+    with trio.fail_after(30), pytest.raises(SaslMechanismError) as info:
+        async with open_producer(fake.bootstrap, connector=fake.connector, **options):
+            pass  # pragma: no cover
+    fake_offered = str(info.value).split("it offers ")[1].split(" (")[0]
+    assert sorted(fake_offered.split(", ")) == sorted(offered.split(", "))
+    assert text.replace(kafka_scram_only.bootstrap, "B").replace(offered, "L") == \
+        str(info.value).replace("fake-0:9092", "B").replace(fake_offered, "L")
 
 
 async def test_expired_token(kafka_sasl_ssl: KafkaCluster) -> None:
