@@ -4,8 +4,8 @@ time, KIP-368 re-authentication during a long paced send, and the not-retried po
 
 Three session clusters (tests/conftest.py): ``kafka_sasl_ssl`` (all four mechanisms,
 short re-authentication for SCRAM-SHA-512 and OAUTHBEARER), ``kafka_sasl_plaintext``
-(all four) and ``kafka_mtls`` (SSL, client certificates required); one module cluster
-without OAUTHBEARER for the mechanism-not-enabled error.
+(all four) and ``kafka_mtls`` (SSL, client certificates required); module clusters:
+one-way SSL, and SASL_PLAINTEXT without OAUTHBEARER for the mechanism-not-enabled error.
 """
 
 from __future__ import annotations
@@ -59,7 +59,18 @@ CASES = [
     ("kafka_sasl_plaintext", "SCRAM-SHA-512"),
     ("kafka_sasl_plaintext", "OAUTHBEARER"),
     ("kafka_mtls", None),
+    ("kafka_ssl", None),
 ]
+
+
+@pytest.fixture(scope="module")
+def kafka_ssl(kafka_unavailable: str | None) -> Iterator[KafkaCluster]:
+    """1 node, SSL without client certificates (one-way TLS, the common case);
+    module-scoped: it stops when this module is done."""
+    if kafka_unavailable is not None:
+        pytest.skip(kafka_unavailable)
+    with KafkaCluster(nodes=1, security_protocol="SSL") as cluster:
+        yield cluster
 
 
 async def produce(cluster: KafkaCluster, topic: str, n: int, **options: Any) -> list[Any]:
