@@ -110,8 +110,9 @@ def test_export_wrong_password_fails_bounded_without_the_secret(
         with pytest.raises(AuthenticationError if check_topic else ExportError) as info:
             export_dataframe(_frame(spark, 5, "x"), bootstrap=cluster.bootstrap, topic=topic,
                              kafka_options=options, check_topic=check_topic,
-                             request_timeout=30.0, delivery_timeout=60.0)
-        assert time.monotonic() - started < 25.0
+                             request_timeout=30.0, delivery_timeout=300.0)
+        # bounded well below delivery_timeout (generous: Spark on a loaded machine)
+        assert time.monotonic() - started < 60.0
         text = str(info.value)
         assert "refused user 'bob' with SASL SCRAM-SHA-512" in text, text
         assert "Wr0ng-Spark-pw" not in text
