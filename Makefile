@@ -8,18 +8,21 @@ VPIP := $(VENV)/bin/pip
 EXTRAS ?= test,spark,broker,bench,lint
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+BROKER ?= tansu
+CHAOS_ARGS ?=
 FAST_MARKERS := not integration and not chaos and not spark and not slow and not kafka
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-fast demo bench bench-quick bench-charts lint mutants clean kafka explore
+.PHONY: help venv test test-fast demo bench bench-quick bench-charts chaos lint mutants clean kafka explore
 
 help:
 	@echo "make demo       the main job: 1M order events exported from Spark into the embedded broker, read back, verified"
 	@echo "make test       the whole suite (unit, integration, chaos quick mode, spark, Apache Kafka)"
 	@echo "make test-fast  pure tests only (no broker, no spark, nothing slow)"
-	@echo "make bench      benchmarks -> bench/results/*.json + *.png charts (codec, producer, latency, Spark export; 32 min on 2 shared cores)"
+	@echo "make bench      benchmarks -> bench/results/*.json + *.png charts (codec, producer, latency, Spark export; 32 min on 2 shared cores); BROKER=kafka: on Apache Kafka"
 	@echo "make bench-quick  the same with small runs (producer 100k msgs, latency 2 s, export 50k rows; 1 round each)"
 	@echo "make bench-charts  redraw the charts from bench/results/*.json into docs/bench/ (what the README shows)"
+	@echo "make chaos      21 failure schedules on a 3-node Kafka x pipeline, confluent-kafka, aiokafka (~35 min)"
 	@echo "make kafka      fetch the Apache Kafka jars (Maven Central) into ~/.cache/pipeline"
 	@echo "make lint       ruff + mypy --strict (pipeline/ and the typing checks in tests/typecheck/)"
 	@echo "make mutants    mutation testing of the ordering-critical producer code (docs/mutation.md)"
@@ -48,10 +51,15 @@ demo: $(STAMP)
 	$(VPY) demo/run_demo.py
 
 bench: $(STAMP)
-	$(VPY) -m bench
+	$(VPY) -m bench --broker $(BROKER)
 
 bench-quick: $(STAMP)
-	$(VPY) -m bench --quick
+	$(VPY) -m bench --quick --broker $(BROKER)
+
+# CHAOS_ARGS="--seeds 7 --clients pipeline" replays one schedule.
+chaos: $(STAMP)
+	$(VPY) -m pipeline.testing.kafka
+	$(VPY) -m chaoslab $(CHAOS_ARGS)
 
 bench-charts: $(STAMP)
 	$(VPY) -m bench.charts --out docs/bench
@@ -74,7 +82,7 @@ explore: $(STAMP)
 	$(VPY) -m pipeline.testing.explore --schedules $(N) $(if $(SEED),--seed $(SEED),) $(EXPLORE_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check pipeline tests
+	$(VENV)/bin/ruff check pipeline tests chaoslab
 	$(VENV)/bin/mypy --strict pipeline tests/typecheck
 
 clean:

@@ -16,11 +16,13 @@ Faults:
 * `cut_mid_frame(direction)`: forward only part of the next frame (size
   prefix included), then close: the peer sees a truncated frame;
 * `blackhole(seconds)`: accept, but forward nothing (and open no upstream
-  connection) for a while; held data flows again afterwards;
+  connection) for a while; held data flows again afterwards, or as soon as
+  `clear_faults()` is called;
 * `set_delay(seconds)`: latency added before each forwarded frame;
 * `lose_responses(count, api_key=None)`: when the broker's response to a
   request starts arriving, close both sides instead of forwarding it: the
-  request was applied, its ack is lost.
+  request was applied, its ack is lost (`stop_losing_responses()` disarms the
+  rules that have not fired).
 
 The proxy splits Kafka frames in both directions with the codec's
 `FrameBuffer` (request header api_key/version/correlation_id; response
@@ -117,6 +119,7 @@ class FaultProxy:
         self._lose: list[_LoseRule] = []
         self._delay = 0.0
         self._blackhole_until = -1.0
+        self._blackhole_cleared = trio.Event()  # wakes the held connections early
         self._opened = trio.Event()
 
     @property
@@ -197,12 +200,21 @@ class FaultProxy:
         `api_key`, or any) starts arriving, instead of forwarding it."""
         self._lose.append(_LoseRule(count, api_key))
 
+    def stop_losing_responses(self) -> int:
+        """Disarm the `lose_responses` rules that have not fired yet (other faults stay).
+        Returns how many more responses they would have lost."""
+        left = sum(rule.remaining for rule in self._lose)
+        self._lose.clear()
+        return left
+
     def clear_faults(self) -> None:
         self._kill_range = None
         self._cuts = {"request": 0, "response": 0}
         self._lose.clear()
         self._delay = 0.0
         self._blackhole_until = -1.0
+        self._blackhole_cleared.set()
+        self._blackhole_cleared = trio.Event()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -225,7 +237,8 @@ class FaultProxy:
             wait = self._blackhole_until - trio.current_time()
             if wait <= 0:
                 return
-            await trio.sleep(wait)
+            with trio.move_on_after(wait):
+                await self._blackhole_cleared.wait()
 
     async def _gate(self) -> None:
         await self._wait_blackhole()

@@ -60,6 +60,24 @@ async def test_lose_responses_write_applied_ack_lost(
     ]
 
 
+async def test_stop_losing_responses_disarms_what_has_not_fired(
+    fake_behind_proxy: tuple[FakeCluster, FaultProxy],
+) -> None:
+    fake, proxy = fake_behind_proxy
+    proxy.lose_responses(2, api_key=ApiKey.PRODUCE)
+    c = await open_client(proxy)
+    await c.send(produce_request("t", 0, batch(b"lost ack")), 9)
+    assert await c.closed()
+    assert proxy.stats.responses_lost == 1
+    assert proxy.stop_losing_responses() == 1  # the second one had not fired
+    assert proxy.stop_losing_responses() == 0
+    c = await open_client(proxy)
+    r = partition_response(await c.request(produce_request("t", 0, batch(b"answered")), 9))
+    assert (r.error_code, r.base_offset) == (0, 1)
+    assert proxy.stats.responses_lost == 1
+    assert [e.record.value for e in fake.log("t", 0)] == [b"lost ack", b"answered"]
+
+
 async def test_cut_mid_frame_response(fake_behind_proxy: tuple[FakeCluster, FaultProxy]) -> None:
     _, proxy = fake_behind_proxy
     proxy.cut_mid_frame("response")
@@ -117,6 +135,24 @@ async def test_blackhole_and_delay(fake_behind_proxy: tuple[FakeCluster, FaultPr
     t1 = trio.current_time()
     await c.request(md.MetadataRequest(topics=None), 9)
     assert trio.current_time() - t1 >= 0.19  # once each way
+
+
+async def test_clear_faults_ends_a_blackhole_at_once(
+    fake_behind_proxy: tuple[FakeCluster, FaultProxy], nursery: trio.Nursery
+) -> None:
+    _, proxy = fake_behind_proxy
+    c = await open_client(proxy)
+    proxy.blackhole(60.0)
+    nursery.start_soon(_clear_after, proxy, 0.2)
+    t0 = trio.current_time()
+    with trio.fail_after(10):
+        assert (await c.request(md.MetadataRequest(topics=None), 9)).brokers
+    assert 0.19 <= trio.current_time() - t0 < 5
+
+
+async def _clear_after(proxy: FaultProxy, seconds: float) -> None:
+    await trio.sleep(seconds)
+    proxy.clear_faults()
 
 
 async def test_max_connections_bound(nursery: trio.Nursery) -> None:

@@ -1,0 +1,213 @@
+"""Fault plans: generated from a seed alone, printed, replayable.
+
+A :class:`Plan` is everything a chaos run does to the cluster and the network, on a
+timeline relative to the moment the client under test is ready (connected, first message
+acknowledged). It is a pure function of the seed (:func:`make_plan`): no clock, no
+cluster state. What the plan cannot know in advance (which node leads partition 3 when a
+step fires) is resolved when the step runs and recorded in the run's event log.
+
+Two lanes run side by side:
+
+* the **cluster lane** (``kill-leader``, ``sigterm``, ``move-leader``): one step at a
+  time, each at its planned time or when the previous one finished, whichever is later,
+  so at most one node is ever down (RF=3, ``min.insync.replicas=2`` and the 3-voter KRaft
+  quorum each tolerate one failure);
+* the **network lane** (``conn-kills``, ``kill-all``, ``lost-responses``, ``stall``):
+  every step at its planned time, through the FaultProxy in front of each node.
+
+Families (``seed`` picks one, in turn) give every kind of fault a primary role in some
+schedules; each plan adds one or two network faults on top, so schedules mix. The
+``stall`` and ``mixed`` schedules end with the client closing while every node is
+blackholed (``close_under_stall``): close must still return within its bound. Seeds
+15-21 (every third round of seven) run with tight timeouts (request 3 s, delivery 8 s),
+where leader failover outlasts ``delivery_timeout``: messages fail with unknown fate and
+the idempotent producer must recover (new epoch or producer id) without duplicates.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["ACTIONS", "CLUSTER_ACTIONS", "FAMILIES", "Plan", "Step", "make_plan"]
+
+FAMILIES = ("kill-leader", "sigterm", "move-leader", "conn-kills", "lost-responses", "stall",
+            "mixed")
+CLUSTER_ACTIONS = frozenset({"kill-leader", "sigterm", "move-leader"})
+NETWORK_ACTIONS = frozenset({"conn-kills", "kill-all", "lost-responses", "stall"})
+ACTIONS = CLUSTER_ACTIONS | NETWORK_ACTIONS
+
+PARTITIONS = 6
+NODES = (1, 2, 3)
+# Timeouts (seconds) the clients run with: (request, delivery, close).
+NORMAL_TIMEOUTS = (5.0, 60.0, 15.0)
+TIGHT_TIMEOUTS = (3.0, 8.0, 15.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One fault. ``at``: seconds after the client is ready (planned start).
+
+    * ``kill-leader``: SIGKILL the leader of ``partition``; restart it ``seconds`` later.
+    * ``sigterm``: SIGTERM ``node`` (controlled shutdown); start it ``seconds`` later.
+    * ``move-leader``: make the node ``shift`` places after the current leader of
+      ``partition`` (in 1, 2, 3 order, wrapping) its leader.
+    * ``conn-kills``: for ``seconds``, every proxied connection (of ``node``, or all
+      nodes when None) dies after a random lifetime in ``lifetimes``.
+    * ``kill-all``: close every proxied connection (of ``node``, or all) now.
+    * ``lost-responses``: over ``seconds``, lose ``count`` Produce responses (of ``node``
+      or any): the broker applied the request, the client never hears of it.
+    * ``stall``: blackhole ``node`` (or all) for ``seconds`` (longer than the request
+      timeout): requests sit unanswered until the client times them out.
+    """
+
+    at: float
+    action: str
+    partition: int | None = None
+    node: int | None = None
+    shift: int = 0
+    seconds: float = 0.0
+    count: int = 0
+    lifetimes: tuple[float, float] | None = None
+
+    @property
+    def lane(self) -> str:
+        return "cluster" if self.action in CLUSTER_ACTIONS else "network"
+
+    def describe(self) -> str:
+        where = "every node" if self.node is None else f"node {self.node}"
+        match self.action:
+            case "kill-leader":
+                what = (f"SIGKILL the leader of p{self.partition}, restart it after "
+                        f"{self.seconds:.1f}s")
+            case "sigterm":
+                what = f"SIGTERM node {self.node}, start it after {self.seconds:.1f}s"
+            case "move-leader":
+                what = f"move p{self.partition}'s leadership {self.shift} node(s) on"
+            case "conn-kills":
+                lo, hi = self.lifetimes or (0.0, 0.0)
+                what = (f"kill {where}'s connections after {lo:.2f}-{hi:.2f}s lifetimes, "
+                        f"for {self.seconds:.1f}s")
+            case "kill-all":
+                what = f"kill {where}'s connections once"
+            case "lost-responses":
+                what = f"lose {self.count} Produce responses of {where} over {self.seconds:.1f}s"
+            case "stall":
+                what = f"blackhole {where} for {self.seconds:.1f}s"
+            case _:
+                what = self.action
+        return f"t+{self.at:5.1f}s  {self.lane:<7}  {what}"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    seed: int
+    family: str
+    steps: tuple[Step, ...]
+    request_timeout: float
+    delivery_timeout: float
+    close_timeout: float
+    rate: int = 1000  # messages per second, paced, for the whole run
+    tail: float = 8.0  # seconds of sending after the faults are healed
+    keys: int = 60  # distinct keys (each key lands on one partition)
+    partitions: int = PARTITIONS
+    # After the tail: blackhole every node, then close (the close bound must hold).
+    close_under_stall: bool = False
+
+    @property
+    def tight(self) -> bool:
+        return self.delivery_timeout < NORMAL_TIMEOUTS[1]
+
+    def lines(self) -> list[str]:
+        head = (f"schedule seed={self.seed} family={self.family}: request_timeout="
+                f"{self.request_timeout:g}s delivery_timeout={self.delivery_timeout:g}s "
+                f"close_timeout={self.close_timeout:g}s, {self.rate} msgs/s keyed over "
+                f"{self.keys} keys, {self.tail:g}s of sending after the heal")
+        tail = (["  then: blackhole every node and close during it"]
+                if self.close_under_stall else [])
+        return [head, *("  " + step.describe() for step in self.steps), *tail]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _kill_leader(rng: random.Random, at: float) -> Step:
+    return Step(round(at, 1), "kill-leader", partition=rng.randrange(PARTITIONS),
+                seconds=round(rng.uniform(2.0, 8.0), 1))
+
+
+def _sigterm(rng: random.Random, at: float) -> Step:
+    return Step(round(at, 1), "sigterm", node=rng.choice(NODES),
+                seconds=round(rng.uniform(2.0, 8.0), 1))
+
+
+def _move(rng: random.Random, at: float) -> Step:
+    return Step(round(at, 1), "move-leader", partition=rng.randrange(PARTITIONS),
+                shift=rng.choice((1, 2)))
+
+
+def _network(rng: random.Random, at: float, action: str, request_timeout: float) -> Step:
+    node = rng.choice((*NODES, None))
+    at = round(at, 1)
+    if action == "conn-kills":
+        lo = round(rng.uniform(0.1, 0.5), 2)
+        return Step(at, action, node=node, seconds=round(rng.uniform(4.0, 10.0), 1),
+                    lifetimes=(lo, round(lo + rng.uniform(0.2, 1.0), 2)))
+    if action == "kill-all":
+        return Step(at, action, node=node)
+    if action == "lost-responses":
+        return Step(at, action, node=node, count=rng.randint(3, 12),
+                    seconds=round(rng.uniform(4.0, 10.0), 1))
+    if action == "stall":
+        # Longer than the request timeout: the client must time the requests out.
+        return Step(at, action, node=node,
+                    seconds=round(request_timeout + rng.uniform(1.0, 3.0), 1))
+    raise ValueError(f"not a network action: {action!r}")
+
+
+def make_plan(seed: int) -> Plan:
+    """The plan of schedule ``seed`` (an int >= 1). Same seed, same plan."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 1:
+        raise ValueError(f"a schedule seed is an int >= 1, not {seed!r}")
+    rng = random.Random(seed)
+    family = FAMILIES[(seed - 1) % len(FAMILIES)]
+    tight = (seed - 1) // len(FAMILIES) % 3 == 2
+    request_timeout, delivery_timeout, close_timeout = TIGHT_TIMEOUTS if tight else NORMAL_TIMEOUTS
+    steps: list[Step] = []
+    network = sorted(NETWORK_ACTIONS - {"stall"})
+    at = rng.uniform(1.0, 4.0)
+    match family:
+        case "kill-leader":
+            for _ in range(rng.randint(1, 2)):
+                steps.append(_kill_leader(rng, at))
+                at += rng.uniform(4.0, 10.0)
+        case "sigterm":
+            for _ in range(rng.randint(1, 2)):
+                steps.append(_sigterm(rng, at))
+                at += rng.uniform(4.0, 10.0)
+        case "move-leader":
+            for _ in range(rng.randint(2, 4)):
+                steps.append(_move(rng, at))
+                at += rng.uniform(1.5, 5.0)
+        case "conn-kills" | "lost-responses" | "stall":
+            for _ in range(rng.randint(1, 2)):
+                steps.append(_network(rng, at, family, request_timeout))
+                at += rng.uniform(5.0, 12.0)
+        case "mixed":
+            makers = [_kill_leader, _sigterm, _move]
+            for _ in range(rng.randint(3, 4)):
+                if rng.random() < 0.5:
+                    steps.append(rng.choice(makers)(rng, at))
+                else:
+                    steps.append(_network(rng, at, rng.choice([*network, "stall"]),
+                                          request_timeout))
+                at += rng.uniform(2.0, 6.0)
+    # Every plan mixes in one or two network faults at random moments of the window.
+    window = max(at, 12.0)
+    for _ in range(rng.randint(1, 2)):
+        steps.append(_network(rng, rng.uniform(1.0, window), rng.choice(network),
+                              request_timeout))
+    steps.sort(key=lambda s: s.at)
+    return Plan(seed, family, tuple(steps), request_timeout, delivery_timeout, close_timeout,
+                close_under_stall=family in ("stall", "mixed"))
