@@ -107,7 +107,7 @@ async def run_all(seeds: list[int], clients: list[str], logs_dir: Path,
     print("starting a 3-node Kafka cluster ...", flush=True)
     await trio.to_thread.run_sync(cluster.start)
     meta: dict[str, Any] = {"cluster_start_s": cluster.start_seconds,
-                            "kafka": cluster.version}
+                            "kafka": cluster.version, "plans": plans}
     try:
         async with open_lab(cluster) as lab:
             for seed in seeds:
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     logs_dir = args.logs or Path(tempfile.mkdtemp(prefix="pipeline-chaos-"))
     verdicts, meta = trio.run(run_all, args.seeds, args.clients, logs_dir, {})
-    plans = {seed: make_plan(seed) for seed in args.seeds}
+    plans: dict[int, Plan] = meta.pop("plans")  # the plans that ran
     table = format_table(verdicts, plans)
     print()
     print(table)

@@ -41,8 +41,8 @@ ACTIONS = CLUSTER_ACTIONS | NETWORK_ACTIONS
 PARTITIONS = 6
 NODES = (1, 2, 3)
 # Timeouts (seconds) the clients run with: (request, delivery, close).
-NORMAL_TIMEOUTS = (5.0, 60.0, 15.0)
-TIGHT_TIMEOUTS = (3.0, 8.0, 15.0)
+NORMAL_TIMEOUTS = (5.0, 60.0, 8.0)
+TIGHT_TIMEOUTS = (3.0, 8.0, 8.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +109,11 @@ class Plan:
     delivery_timeout: float
     close_timeout: float
     rate: int = 1000  # messages per second, paced, for the whole run
+    # ... sent in bursts every `burst` seconds, into batches of at most `batch_bytes`
+    # (every client): each burst is several batches per partition, so requests pipeline
+    # (up to 5 in flight per partition) and a fault hits batches queued behind others.
+    burst: float = 0.5
+    batch_bytes: int = 4096
     tail: float = 8.0  # seconds of sending after the faults are healed
     keys: int = 60  # distinct keys (each key lands on one partition)
     partitions: int = PARTITIONS
@@ -122,8 +127,9 @@ class Plan:
     def lines(self) -> list[str]:
         head = (f"schedule seed={self.seed} family={self.family}: request_timeout="
                 f"{self.request_timeout:g}s delivery_timeout={self.delivery_timeout:g}s "
-                f"close_timeout={self.close_timeout:g}s, {self.rate} msgs/s keyed over "
-                f"{self.keys} keys, {self.tail:g}s of sending after the heal")
+                f"close_timeout={self.close_timeout:g}s, {self.rate} msgs/s in bursts every "
+                f"{self.burst:g}s, keyed over {self.keys} keys, batches <= {self.batch_bytes} "
+                f"bytes, {self.tail:g}s of sending after the heal")
         tail = (["  then: blackhole every node and close during it"]
                 if self.close_under_stall else [])
         return [head, *("  " + step.describe() for step in self.steps), *tail]

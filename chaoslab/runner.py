@@ -54,6 +54,7 @@ def close_bound(plan: Plan) -> float:
     return plan.close_timeout + plan.request_timeout + CLOSE_SLACK
 READY_TIMEOUT = 90.0
 WORKER_GRACE = 60.0  # beyond the close bound, before the worker is killed
+FAULTS_TIMEOUT = 300.0  # both lanes of a plan, restarts included (normally 15-40 s)
 
 
 @dataclass
@@ -213,6 +214,7 @@ def worker_command(plan: Plan, client: str, bootstrap: str, topic: str, run_id: 
     return [
         sys.executable, "-m", "chaoslab.worker", "--client", client, "--bootstrap", bootstrap,
         "--topic", topic, "--run-id", str(run_id), "--rate", str(plan.rate),
+        "--burst", str(plan.burst), "--batch-bytes", str(plan.batch_bytes),
         "--keys", str(plan.keys), "--request-timeout", str(plan.request_timeout),
         "--delivery-timeout", str(plan.delivery_timeout),
         "--close-timeout", str(plan.close_timeout), "--out", str(out),
@@ -291,12 +293,15 @@ async def run_schedule(lab: Lab, plan: Plan, client: str, *, logs_dir: Path,
                 lab.t0 = trio.current_time()
                 lab.note("client ready: faults start")
                 rng = random.Random(plan.seed)
-                async with trio.open_nursery() as lanes:
-                    lanes.start_soon(cluster_lane, lab, topic,
-                                     [s for s in plan.steps if s.lane == "cluster"])
-                    for step in plan.steps:
-                        if step.lane == "network":
-                            lanes.start_soon(network_step, lab, step, rng)
+                with trio.move_on_after(FAULTS_TIMEOUT) as faults:
+                    async with trio.open_nursery() as lanes:
+                        lanes.start_soon(cluster_lane, lab, topic,
+                                         [s for s in plan.steps if s.lane == "cluster"])
+                        for step in plan.steps:
+                            if step.lane == "network":
+                                lanes.start_soon(network_step, lab, step, rng)
+                if faults.cancelled_caught:
+                    lab.note(f"STEP FAILED: the faults took over {FAULTS_TIMEOUT:.0f}s; cut")
                 await lab.heal()
                 lab.note("healed: every node up, no proxy fault")
                 if await _tell(proc, "heal"):

@@ -1,7 +1,8 @@
 """The client under test, one run, in its own interpreter: ``python -m chaoslab.worker ...``.
 
 Every client does the same: connect, deliver message 0 and print ``ready``; then send
-keyed, sequenced messages at ``--rate`` per second (paced from the ready moment) until
+keyed, sequenced messages at ``--rate`` per second (paced from the ready moment, a burst
+every ``--burst`` seconds, batches of at most ``--batch-bytes``) until
 the runner writes ``stop`` on stdin; close with ``--close-timeout``; write every
 accepted message's outcome as JSON to ``--out``. ``heal`` on stdin marks the moment the
 faults ended: the first message sent after it, and the first acknowledged, are recorded.
@@ -49,6 +50,8 @@ class Settings:
     topic: str
     run_id: int
     rate: int
+    burst: float
+    batch_bytes: int
     keys: int
     request_timeout: float
     delivery_timeout: float
@@ -142,9 +145,11 @@ def seq_of(value: bytes) -> int:
     return int(value.split(b":", 2)[1])
 
 
-def due(t0: float, rate: int, limit: int) -> int:
-    """How many messages should have been sent by now (message 0 is sent before t0)."""
-    return min(limit, 1 + int((time.monotonic() - t0) * rate))
+def due(s: Settings, t0: float) -> int:
+    """How many messages should have been sent by now (message 0 is sent before t0): a
+    burst of ``rate * burst`` at the start of every ``burst`` seconds."""
+    bursts = int((time.monotonic() - t0) // s.burst) + 1
+    return min(s.max_messages, 1 + bursts * max(1, int(s.rate * s.burst)))
 
 
 def say(line: str) -> None:
@@ -190,7 +195,7 @@ def run_pipeline(s: Settings, control: Control, rec: Record) -> float:
             async with open_producer(
                 s.bootstrap, acks="all", idempotent=True, client_id=f"chaos-{s.run_id}",
                 request_timeout=s.request_timeout, delivery_timeout=s.delivery_timeout,
-                close_timeout=s.close_timeout,
+                close_timeout=s.close_timeout, batch_bytes=s.batch_bytes,
             ) as producer:
                 send = producer.send
                 topic = s.topic
@@ -216,7 +221,7 @@ def run_pipeline(s: Settings, control: Control, rec: Record) -> float:
                 t0 = time.monotonic()
                 limit = s.max_messages
                 while not control.stop.is_set() and len(deliveries) < limit:
-                    n = due(t0, s.rate, limit)
+                    n = due(s, t0)
                     while len(deliveries) < n:
                         if rec.heal_seq is None and control.heal.is_set():
                             rec.heal_seq = len(deliveries)
@@ -290,6 +295,7 @@ def run_confluent(s: Settings, control: Control, rec: Record) -> float:
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,
+        "batch.size": s.batch_bytes,
         "request.timeout.ms": int(s.request_timeout * 1000),
         "message.timeout.ms": int(s.delivery_timeout * 1000),
         "error_cb": on_error,
@@ -321,7 +327,7 @@ def run_confluent(s: Settings, control: Control, rec: Record) -> float:
     t0 = time.monotonic()
     limit = s.max_messages
     while not control.stop.is_set() and len(rec.status) < limit:
-        n = due(t0, s.rate, limit)
+        n = due(s, t0)
         while len(rec.status) < n:
             if rec.heal_seq is None and control.heal.is_set():
                 rec.heal_seq = len(rec.status)
@@ -356,7 +362,7 @@ def run_aiokafka(s: Settings, control: Control, rec: Record) -> float:
     async def main() -> float:
         producer = AIOKafkaProducer(
             bootstrap_servers=s.bootstrap, client_id=f"chaos-{s.run_id}", acks="all",
-            enable_idempotence=True, linger_ms=5,
+            enable_idempotence=True, linger_ms=5, max_batch_size=s.batch_bytes,
             request_timeout_ms=int(s.request_timeout * 1000),
         )
         await asyncio.wait_for(producer.start(), 60)
@@ -392,7 +398,7 @@ def run_aiokafka(s: Settings, control: Control, rec: Record) -> float:
             t0 = time.monotonic()
             limit = s.max_messages
             while len(rec.status) < limit:
-                n = due(t0, s.rate, limit)
+                n = due(s, t0)
                 while len(rec.status) < n:
                     if rec.heal_seq is None and control.heal.is_set():
                         rec.heal_seq = len(rec.status)
@@ -434,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topic", required=True)
     parser.add_argument("--run-id", type=int, required=True)
     parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--burst", type=float, default=0.5)
+    parser.add_argument("--batch-bytes", type=int, default=4096)
     parser.add_argument("--keys", type=int, default=60)
     parser.add_argument("--request-timeout", type=float, default=5.0)
     parser.add_argument("--delivery-timeout", type=float, default=60.0)
@@ -441,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=300.0)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    s = Settings(args.client, args.bootstrap, args.topic, args.run_id, args.rate, args.keys,
+    s = Settings(args.client, args.bootstrap, args.topic, args.run_id, args.rate, args.burst,
+                 args.batch_bytes, args.keys,
                  args.request_timeout, args.delivery_timeout, args.close_timeout,
                  args.max_seconds, args.out)
     control = Control()
