@@ -28,7 +28,7 @@ import trio
 from chaoslab.judge import Verdict
 from chaoslab.plan import Plan, make_plan
 from chaoslab.runner import CLOSE_SLACK, RECOVER_BOUND, open_lab, run_schedule
-from chaoslab.worker import CLIENTS
+from chaoslab.worker import CLIENTS, CONTROLS
 
 DEFAULT_SEEDS = list(range(1, 22))
 DEFAULT_JSON = Path(__file__).resolve().parents[1] / "bench" / "results" / "chaos.json"
@@ -55,9 +55,10 @@ def parse_seeds(text: str) -> list[int]:
 
 def parse_clients(text: str) -> list[str]:
     names = [c.strip() for c in text.split(",") if c.strip()]
-    unknown = [c for c in names if c not in CLIENTS]
+    unknown = [c for c in names if c not in CLIENTS + CONTROLS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown client(s) {unknown}; choose from {CLIENTS}")
+        raise argparse.ArgumentTypeError(
+            f"unknown client(s) {unknown}; choose from {CLIENTS + CONTROLS}")
     return names
 
 
@@ -148,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=parse_seeds, default=DEFAULT_SEEDS,
                         help="schedules to run, e.g. 1-21 or 3,7 (default 1-21)")
     parser.add_argument("--clients", type=parse_clients, default=list(CLIENTS),
-                        help=f"comma-separated, from {', '.join(CLIENTS)} (default: all)")
+                        help=f"comma-separated, from {', '.join(CLIENTS + CONTROLS)} (default: "
+                             f"{', '.join(CLIENTS)}; {CONTROLS[0]} is the control whose "
+                             "duplicates show the faults bite)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON,
                         help=f"where the report goes (default {DEFAULT_JSON})")
     parser.add_argument("--logs", type=Path, default=None,

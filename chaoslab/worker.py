@@ -16,7 +16,9 @@ Clients (``--client``):
 * ``confluent``: confluent-kafka (librdkafka), ``enable.idempotence=true``; close is
   ``flush(close_timeout)``, then ``purge()`` of what is left (whose reports say so);
 * ``aiokafka``: ``AIOKafkaProducer(enable_idempotence=True)``; close is ``stop()`` under
-  ``close_timeout`` (aiokafka has no delivery timeout for idempotent batches).
+  ``close_timeout`` (aiokafka has no delivery timeout for idempotent batches);
+* ``pipeline-nonidem``: the control, this producer with ``idempotent=False`` (acks=all):
+  under lost responses its retries must show duplicates, or the faults did not bite.
 
 A message's outcome: ``1`` acknowledged (with partition and offset; offset -1 when
 unknown), ``2`` failed (with the error's name), ``0`` none (stuck). A second report for
@@ -38,6 +40,9 @@ from pathlib import Path
 from typing import Any
 
 CLIENTS = ("pipeline", "confluent", "aiokafka")
+# Not run by default: the control that shows the faults bite (lost acknowledgements make
+# a non-idempotent producer's retries write duplicates).
+CONTROLS = ("pipeline-nonidem",)
 PENDING, OK, FAILED, REFUSED = 0, 1, 2, 3
 PAD = b"." * 60
 TICK = 0.01  # pacing granularity, seconds
@@ -159,7 +164,8 @@ def say(line: str) -> None:
 # --------------------------------------------------------------------------- pipeline
 
 
-def run_pipeline(s: Settings, control: Control, rec: Record) -> float:
+def run_pipeline(s: Settings, control: Control, rec: Record, *, idempotent: bool = True
+                 ) -> float:
     import trio
 
     from pipeline import ProducerError, open_producer
@@ -193,7 +199,7 @@ def run_pipeline(s: Settings, control: Control, rec: Record) -> float:
         close_s = -1.0
         async with trio.open_nursery() as nursery:
             async with open_producer(
-                s.bootstrap, acks="all", idempotent=True, client_id=f"chaos-{s.run_id}",
+                s.bootstrap, acks="all", idempotent=idempotent, client_id=f"chaos-{s.run_id}",
                 request_timeout=s.request_timeout, delivery_timeout=s.delivery_timeout,
                 close_timeout=s.close_timeout, batch_bytes=s.batch_bytes,
             ) as producer:
@@ -429,13 +435,18 @@ def run_aiokafka(s: Settings, control: Control, rec: Record) -> float:
 
 # --------------------------------------------------------------------------- main
 
-RUNNERS = {"pipeline": run_pipeline, "confluent": run_confluent, "aiokafka": run_aiokafka}
+def run_pipeline_nonidem(s: Settings, control: Control, rec: Record) -> float:
+    return run_pipeline(s, control, rec, idempotent=False)
+
+
+RUNNERS = {"pipeline": run_pipeline, "confluent": run_confluent, "aiokafka": run_aiokafka,
+           "pipeline-nonidem": run_pipeline_nonidem}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaoslab.worker", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--client", choices=CLIENTS, required=True)
+    parser.add_argument("--client", choices=CLIENTS + CONTROLS, required=True)
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--run-id", type=int, required=True)
