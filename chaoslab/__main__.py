@@ -167,11 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     logs_dir = args.logs or Path(tempfile.mkdtemp(prefix="pipeline-chaos-"))
     verdicts, meta = trio.run(run_all, args.seeds, args.clients, logs_dir, {})
+    verdicts.sort(key=lambda v: v.seed)  # the table in seed order, whatever order ran
     plans: dict[int, Plan] = meta.pop("plans")  # the plans that ran
     table = format_table(verdicts, plans)
     print()
     print(table)
-    pipeline_bad = [v for v in verdicts if v.client == "pipeline" and v.violations]
+    pipeline_bad = [v for v in verdicts if v.client.startswith("pipeline") and v.violations]
     report = {
         "meta": {
             **meta, "date": started.isoformat(timespec="seconds"),

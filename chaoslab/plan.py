@@ -19,9 +19,10 @@ Families (``seed`` picks one, in turn) give every kind of fault a primary role i
 schedules; each plan adds one or two network faults on top, so schedules mix. The
 ``stall`` and ``mixed`` schedules end with the client closing while every node is
 blackholed (``close_under_stall``): close must still return within its bound. Seeds
-15-21 (every third round of seven) run with tight timeouts (request 3 s, delivery 8 s),
-where leader failover outlasts ``delivery_timeout``: messages fail with unknown fate and
-the idempotent producer must recover (new epoch or producer id) without duplicates.
+15-21 (every third round of seven) run with tight timeouts (request 3 s, delivery 8 s)
+and add one node blackholed for longer than ``delivery_timeout``: the batches of the
+partitions it leads fail, and the idempotent producer must recover (new epoch or producer
+id) without gaps, duplicates or reordering.
 """
 
 from __future__ import annotations
@@ -214,6 +215,13 @@ def make_plan(seed: int) -> Plan:
     for _ in range(rng.randint(1, 2)):
         steps.append(_network(rng, rng.uniform(1.0, window), rng.choice(network),
                               request_timeout))
+    if tight:
+        # One node blackholed for longer than delivery_timeout: the batches of the
+        # partitions it leads fail (their fate unknown to the client), and the idempotent
+        # producer must recover (a new epoch or producer id) with no gap, duplicate or
+        # reordering. Drawn last, so the steps above are those of the plan without it.
+        steps.append(Step(round(rng.uniform(1.0, window), 1), "stall", node=rng.choice(NODES),
+                          seconds=round(delivery_timeout + rng.uniform(2.0, 4.0), 1)))
     steps.sort(key=lambda s: s.at)
     return Plan(seed, family, tuple(steps), request_timeout, delivery_timeout, close_timeout,
                 close_under_stall=family in ("stall", "mixed"))

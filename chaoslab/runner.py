@@ -37,6 +37,7 @@ import trio
 
 from chaoslab.judge import Verdict, check, judge, read_log
 from chaoslab.plan import NODES, Plan, Step
+from chaoslab.worker import NON_IDEMPOTENT
 from pipeline.protocol.api import ApiKey
 from pipeline.testing.kafka import KafkaCluster
 from pipeline.testing.proxy import FaultProxy
@@ -335,14 +336,16 @@ async def run_schedule(lab: Lab, plan: Plan, client: str, *, logs_dir: Path,
         verdict.extra["worker_error"] = (f"no report (exit {proc.returncode}); see "
                                          f"{stderr_path}")
         verdict.stuck = -1
-        check(verdict, close_bound=bound, recover_bound=RECOVER_BOUND)
+        check(verdict, close_bound=bound, recover_bound=RECOVER_BOUND,
+              idempotent=client not in NON_IDEMPOTENT)
         verdict.violations.append("no report")
         verdict.seconds = time.monotonic() - started
         return verdict
     records = await trio.to_thread.run_sync(read_log, cluster.internal_bootstrap, topic,
                                             plan.partitions)
     judge(verdict, report, records, run_id)
-    check(verdict, close_bound=bound, recover_bound=RECOVER_BOUND)
+    check(verdict, close_bound=bound, recover_bound=RECOVER_BOUND,
+              idempotent=client not in NON_IDEMPOTENT)
     verdict.seconds = time.monotonic() - started
     await cluster.call(cluster.delete_topic, topic)
     log(f"  {client:<10} seed {plan.seed:>2}: " + summary_line(verdict))

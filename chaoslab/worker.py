@@ -29,6 +29,7 @@ was never accepted: it is ``3`` (refused) and has no outcome to judge.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -43,6 +44,7 @@ CLIENTS = ("pipeline", "confluent", "aiokafka")
 # Not run by default: the control that shows the faults bite (lost acknowledgements make
 # a non-idempotent producer's retries write duplicates).
 CONTROLS = ("pipeline-nonidem",)
+NON_IDEMPOTENT = frozenset(CONTROLS)
 PENDING, OK, FAILED, REFUSED = 0, 1, 2, 3
 PAD = b"." * 60
 TICK = 0.01  # pacing granularity, seconds
@@ -435,12 +437,8 @@ def run_aiokafka(s: Settings, control: Control, rec: Record) -> float:
 
 # --------------------------------------------------------------------------- main
 
-def run_pipeline_nonidem(s: Settings, control: Control, rec: Record) -> float:
-    return run_pipeline(s, control, rec, idempotent=False)
-
-
 RUNNERS = {"pipeline": run_pipeline, "confluent": run_confluent, "aiokafka": run_aiokafka,
-           "pipeline-nonidem": run_pipeline_nonidem}
+           "pipeline-nonidem": functools.partial(run_pipeline, idempotent=False)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ _REPO_ROOT = str(Path(__file__).resolve().parents[2])
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
-from chaoslab.__main__ import format_table, parse_seeds  # noqa: E402
+from chaoslab.__main__ import format_table, parse_clients, parse_seeds  # noqa: E402
 from chaoslab.judge import Verdict, check, judge  # noqa: E402
 from chaoslab.plan import (  # noqa: E402
     ACTIONS,
@@ -50,6 +50,9 @@ def test_the_default_schedules_cover_every_fault_and_both_timeout_regimes() -> N
                 assert step.seconds > 0
         if not plan.tight:
             assert (plan.request_timeout, plan.delivery_timeout) == NORMAL_TIMEOUTS[:2]
+        else:  # a stall that outlasts delivery_timeout: batches fail, the producer recovers
+            assert any(s.action == "stall" and s.node is not None
+                       and s.seconds > plan.delivery_timeout for s in plan.steps), plan
     # Every plan mixes at least one network fault in.
     assert all(any(s.action not in CLUSTER_ACTIONS for s in p.steps) for p in plans)
 
@@ -118,3 +121,22 @@ def test_table_has_a_row_per_run_and_a_total_per_client() -> None:
     assert "| aiokafka | 15 kill-leader (tight) | 7 |" in table
     assert "**stuck=3**" in table
     assert "| aiokafka | 1 | 1 | 7 |" in table
+
+
+def test_without_idempotence_duplicates_are_reported_but_order_and_loss_still_judged() -> None:
+    # seq 0 written twice (a retry after a lost response), acknowledged at the second copy
+    report = _report([OK, OK, OK], [0, 0, 0], [1, 2, 3])
+    log = _log([0, 0, 1, 2])
+    v = judge(Verdict("pipeline-nonidem", 1, "lost-responses"), report, log, RUN)
+    assert check(v, close_bound=16.0, recover_bound=20.0, idempotent=False) == []
+    assert v.duplicated == 1
+    assert check(v, close_bound=16.0, recover_bound=20.0) == ["duplicated=1"]
+    v = judge(Verdict("pipeline-nonidem", 1, "lost-responses"),
+              _report([OK, OK, OK], [0, 0, 0], [1, 0, 2]), _log([1, 0, 2]), RUN)
+    assert check(v, close_bound=16.0, recover_bound=20.0, idempotent=False) == ["reordered=1"]
+
+
+def test_parse_clients_knows_the_control() -> None:
+    assert parse_clients("pipeline,pipeline-nonidem") == ["pipeline", "pipeline-nonidem"]
+    with pytest.raises(Exception, match="unknown client"):
+        parse_clients("pipeline,kafka-python")
