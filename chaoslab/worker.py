@@ -41,9 +41,7 @@ from pathlib import Path
 from typing import Any
 
 CLIENTS = ("pipeline", "confluent", "aiokafka")
-# Not run by default: the control that shows the faults bite (lost acknowledgements make
-# a non-idempotent producer's retries write duplicates).
-CONTROLS = ("pipeline-nonidem",)
+CONTROLS = ("pipeline-nonidem",)  # not run by default (see above)
 NON_IDEMPOTENT = frozenset(CONTROLS)
 PENDING, OK, FAILED, REFUSED = 0, 1, 2, 3
 PAD = b"." * 60
@@ -445,23 +443,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaoslab.worker", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--client", choices=CLIENTS + CONTROLS, required=True)
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--topic", required=True)
+    for name in ("--bootstrap", "--topic"):
+        parser.add_argument(name, required=True)
     parser.add_argument("--run-id", type=int, required=True)
-    parser.add_argument("--rate", type=int, default=1000)
-    parser.add_argument("--burst", type=float, default=0.5)
-    parser.add_argument("--batch-bytes", type=int, default=4096)
-    parser.add_argument("--keys", type=int, default=60)
-    parser.add_argument("--request-timeout", type=float, default=5.0)
-    parser.add_argument("--delivery-timeout", type=float, default=60.0)
-    parser.add_argument("--close-timeout", type=float, default=15.0)
-    parser.add_argument("--max-seconds", type=float, default=300.0)
     parser.add_argument("--out", type=Path, required=True)
+    for name, kind, default in (("rate", int, 1000), ("burst", float, 0.5),
+                                ("batch-bytes", int, 4096), ("keys", int, 60),
+                                ("request-timeout", float, 5.0),
+                                ("delivery-timeout", float, 60.0),
+                                ("close-timeout", float, 15.0), ("max-seconds", float, 300.0)):
+        parser.add_argument(f"--{name}", type=kind, default=default)
     args = parser.parse_args(argv)
     s = Settings(args.client, args.bootstrap, args.topic, args.run_id, args.rate, args.burst,
-                 args.batch_bytes, args.keys,
-                 args.request_timeout, args.delivery_timeout, args.close_timeout,
-                 args.max_seconds, args.out)
+                 args.batch_bytes, args.keys, args.request_timeout, args.delivery_timeout,
+                 args.close_timeout, args.max_seconds, args.out)
     control = Control()
     rec = Record()
     report: dict[str, Any] = {"client": s.client}

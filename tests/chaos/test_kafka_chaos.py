@@ -4,8 +4,9 @@
 Three of ``make chaos``'s schedules (``chaoslab.plan``), with the project's producer only
 (the peers run in ``make chaos``): SIGKILL of partition leaders with restarts and
 connection kills (seed 1); SIGTERM, a leader move, a leader SIGKILL and lost Produce
-responses (seed 14); and, with tight timeouts (request 3 s, delivery 8 s), a blackholed
-node and lost responses (seed 20). Every node advertises a FaultProxy's port, so the
+responses (seed 14); and, with tight timeouts (request 3 s, delivery 8 s), lost responses
+and two blackholed nodes, one past ``delivery_timeout`` (seed 20; the batches of the
+partitions it leads fail and the producer recovers with a client-side epoch bump). Every node advertises a FaultProxy's port, so the
 producer's every connection crosses one; the verdict comes from confluent-kafka's
 consumer on the never-proxied INTERNAL listeners (``chaoslab.judge``).
 
