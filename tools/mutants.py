@@ -69,12 +69,14 @@ TARGETS: dict[str, set[str] | None] = {
     "pipeline/producer/idempotence.py": None,
     "pipeline/producer/ledger.py": None,
     # the send() hot path
-    "pipeline/producer/api.py": {
-        "_prefix_size",
-        "Producer._prepare",
-        "Producer.send",
-        "Producer._enqueue_nowait",
-        "Producer._close_open_batch",
+    "pipeline/producer/normalize.py": {
+        "prefix_size",
+        "normalize",
+    },
+    "pipeline/producer/intake.py": {
+        "Intake.send",
+        "Intake._enqueue_nowait",
+        "Intake.close_burst",
     },
 }
 TESTS = ["tests/scenarios", "tests/producer"]

@@ -1,154 +1,83 @@
 """asyncProducer (the dispatcher): intake -> one topic producer per topic.
 
-The intake channel carries lists (bursts of ``send`` calls, ``send_many``
-chunks), ``RowRun`` chunks of ``send_batch`` calls, and raw ``ProducerMessage`` objects a user put on ``producer.input``.
-Lists were validated and accepted by the caller; raw messages are validated,
-sized and accepted here, and a bad one is failed onto ``producer.errors``
-(it has no other way to report). The dispatcher drains whatever is ready
-with ``receive_nowait`` and hands each topic one list, so a burst costs one
-scheduler pass per hop instead of one per message.
+The intake channel (owned by ``Intake``, ``intake.py``; the dispatcher holds
+its receive side) carries lists (bursts of ``send`` calls, ``send_many``
+chunks), ``RowRun`` chunks of ``send_batch`` calls, flush marks, and raw
+``ProducerMessage`` objects a user put on ``producer.input``. Lists and runs
+were validated and accepted by their sender; raw messages are accepted here
+(``InputAcceptance.accept``, ``input_channel.py``), and a bad one is failed
+onto ``producer.errors`` (it has no other way to report). The dispatcher
+drains whatever is ready with ``receive_nowait`` and hands each topic one
+list, so a burst costs one scheduler pass per hop instead of one per message.
+
+It owns the topic channels (one per topic, bounded) and starts each topic
+producer in its own nursery, so closing those channels when it ends
+cascades shutdown down the forward path.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import trio
 
+from pipeline.producer.intake import FlushMark, IntakeItem
 from pipeline.producer.message import ProducerMessage
 from pipeline.producer.rows import RowRun
 
-if TYPE_CHECKING:
-    from pipeline.producer.core import ProducerCore
+
+class Bursts(Protocol):
+    """The send side's open burst, as the dispatcher sees it (``Intake``)."""
+
+    def close_burst(self, batch: list[ProducerMessage]) -> str | None:
+        """Close ``batch`` if it is the open burst; its topic if known uniform."""
 
 
+class InputAcceptor(Protocol):
+    """Acceptance of a raw ``producer.input`` message (``InputAcceptance``)."""
 
-class FlushMark:
-    """Control item ``flush()`` puts on the intake: once the dispatcher reaches
-    it, everything a user put on ``producer.input`` before it is accepted (has
-    an id), so flush can wait for those too. Never leaves the dispatcher."""
-
-    __slots__ = ("reached",)
-
-    def __init__(self) -> None:
-        self.reached = trio.Event()
+    def accept(self, msg: ProducerMessage) -> bool:
+        """True: accepted, route it; False: failed at once, drop it."""
 
 
-IntakeItem = ProducerMessage | list[ProducerMessage] | FlushMark | RowRun
-
-
-class IntakeOwner(Protocol):
-    """What the intake's two ends use of the ``Producer`` (api.py implements
-    it): the send-side burst state, the input reservation, acceptance of a raw
-    input message, the partitioner and the core. Named here so this module
-    does not import api.py (which imports it)."""
-
-    _core: ProducerCore
-    _partitioner: Any
-    _open_batch: list[ProducerMessage] | None
-
-    def _close_open_batch(self, batch: list[ProducerMessage]) -> str | None: ...
-
-    def _accept_from_channel(self, msg: ProducerMessage) -> bool: ...
-
-    def _reserve_input_nowait(self, msg: ProducerMessage) -> bool | None: ...
-
-    async def _reserve_input(self, msg: ProducerMessage) -> bool: ...
-
-    def _unreserve_input(self, msg: ProducerMessage) -> None: ...
-
-
-class InputChannel(trio.abc.SendChannel[ProducerMessage]):
-    """``producer.input``: the intake's send side, for sarama-style use.
-
-    A message put here holds its buffer bytes before it enters the intake (see
-    ``Producer._reserve_input``), so the dispatcher never waits for memory.
-
-    Invariant: one task's calls are written in the order it made them. A
-    ``send()`` burst is a list already queued in the intake that later
-    ``send()`` calls join until the dispatcher takes it, so a message put
-    here first closes that burst: a ``send()`` after it must not join a list
-    queued ahead of it. (Found by the schedule explorer, like the same hole in
-    ``send_many``.)
-    """
-
-    __slots__ = ("_channel", "_producer")
-
-    def __init__(
-        self, producer: IntakeOwner, channel: trio.MemorySendChannel[IntakeItem]
-    ) -> None:
-        self._producer = producer
-        self._channel = channel
-
-    def send_nowait(self, value: ProducerMessage) -> None:
-        """Raises ``trio.WouldBlock`` when the intake or the buffer memory is full."""
-        producer = self._producer
-        if not producer._reserve_input_nowait(value):
-            raise trio.WouldBlock
-        try:
-            self._channel.send_nowait(value)
-        except BaseException:
-            producer._unreserve_input(value)
-            raise
-        producer._open_batch = None
-
-    async def send(self, value: ProducerMessage) -> None:
-        """Waits for buffer memory (up to ``max_block``; then the message fails
-        with BufferFullError on ``producer.errors``) and room in the intake."""
-        producer = self._producer
-        if not await producer._reserve_input(value):
-            return  # settled already: its outcome is on producer.errors
-        try:
-            await self._channel.send(value)
-        except BaseException:
-            producer._unreserve_input(value)
-            raise
-        producer._open_batch = None
-
-    def clone(self) -> InputChannel:
-        return InputChannel(self._producer, self._channel.clone())
-
-    def close(self) -> None:
-        self._channel.close()
-
-    async def aclose(self) -> None:
-        await self._channel.aclose()
-
-    def statistics(self) -> trio.MemoryChannelStatistics:
-        return self._channel.statistics()
-
-    def __enter__(self) -> InputChannel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+#: (topic, inbox) -> a topic producer reading that inbox (its ``run`` not started)
+TopicFactory = Callable[[str, trio.MemoryReceiveChannel[list[ProducerMessage]]], Any]
 
 
 class Dispatcher:
     def __init__(
-        self, producer: IntakeOwner, intake: trio.MemoryReceiveChannel[IntakeItem]
+        self,
+        intake: trio.MemoryReceiveChannel[IntakeItem],
+        bursts: Bursts,
+        inputs: InputAcceptor,
+        topic_producer: TopicFactory,
+        channel_capacity: int,
     ) -> None:
-        self.producer = producer
-        self.core = producer._core
         self._intake = intake
+        self._bursts = bursts
+        self._inputs = inputs
+        self._topic_producer = topic_producer
+        self._capacity = channel_capacity
         self._topics: dict[str, trio.MemorySendChannel[list[ProducerMessage]]] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         intake = self._intake
-        producer = self.producer
+        close_burst = self._bursts.close_burst
+        accept_input = self._inputs.accept
         async with trio.open_nursery() as nursery:
             try:
                 async for item in intake:
                     by_topic: dict[str, list[ProducerMessage]] = {}
                     while True:
                         if isinstance(item, list):
-                            self._sort_list(item, by_topic, producer._close_open_batch(item))
+                            self._sort_list(item, by_topic, close_burst(item))
                         elif isinstance(item, FlushMark):
                             item.reached.set()
                         elif isinstance(item, RowRun):  # a send_batch chunk, accepted already
                             by_topic.setdefault(item.topic, []).append(item)  # type: ignore[arg-type]
-                        elif self.producer._accept_from_channel(item):
+                        elif accept_input(item):
                             by_topic.setdefault(item.topic, []).append(item)
                         try:
                             item = intake.receive_nowait()
@@ -191,10 +120,8 @@ class Dispatcher:
     async def _start_topic(
         self, nursery: trio.Nursery, topic: str
     ) -> trio.MemorySendChannel[list[ProducerMessage]]:
-        send, receive = trio.open_memory_channel[list[ProducerMessage]](
-            self.core.config.channel_capacity
-        )
-        tp = self.core.topic_producer(topic, receive, self.producer._partitioner)
+        send, receive = trio.open_memory_channel[list[ProducerMessage]](self._capacity)
+        tp = self._topic_producer(topic, receive)
         await nursery.start(tp.run)
         self._topics[topic] = send
         return send

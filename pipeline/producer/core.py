@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from pipeline.cluster.errors import AuthenticationError, BrokerConnectionError, KafkaError
 from pipeline.producer.broker_producer import BrokerProducer
 from pipeline.producer.config import ProducerConfig
 from pipeline.producer.context import FlushState, RetryErrors, StageContext, retry_backoff
@@ -65,6 +66,23 @@ class ProducerCore:
     def last_error(self) -> dict[TopicPartition, BaseException]:
         """Each partition's last retry error, until a batch of it succeeds."""
         return self.context.retry_errors.last
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Adopt the pipeline nursery; with idempotence, obtain the first
+        producer id there, failing clearly within request_timeout."""
+        self.nursery = nursery
+        if self.idempotence is None:
+            return
+        timeout = self.config.request_timeout
+        try:
+            with trio.fail_after(timeout):
+                await nursery.start(self.idempotence.run)
+        except trio.TooSlowError:
+            raise BrokerConnectionError(
+                f"could not obtain a producer id (InitProducerId) within request_timeout="
+                f"{timeout}s; the broker may not support idempotence: pass idempotent=False "
+                "to produce without it"
+            ) from None
 
     # -- building stages ----------------------------------------------------
     def topic_producer(
@@ -120,3 +138,20 @@ class ProducerCore:
 
     def stop_flushing(self) -> None:
         self.flush.depth -= 1
+
+
+async def bootstrap_metadata(cluster: Cluster, bootstrap: object, limit: float) -> None:
+    """Fetch cluster metadata once, so an unreachable cluster fails fast and clearly."""
+    try:
+        with trio.fail_after(limit):
+            await cluster.refresh(force=True)
+    except AuthenticationError:
+        raise  # TLS or SASL refused us: that is the reason, said as is
+    except (trio.TooSlowError, KafkaError) as exc:
+        last = cluster.last_error
+        detail = f": {exc}" if isinstance(exc, KafkaError) else (
+            f" (last error: {last})" if last is not None else "")
+        raise BrokerConnectionError(
+            f"no bootstrap broker of {bootstrap!r} answered within request_timeout={limit}s"
+            f"{detail}; check the address and that the broker is running"
+        ) from exc

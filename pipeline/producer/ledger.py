@@ -72,6 +72,11 @@ class Ledger:
         self.buffered_bytes += size
         return True
 
+    def reserve_over(self, size: int) -> None:
+        """Count ``size`` bytes now, even over ``buffer_memory`` (a message the
+        dispatcher must accept without waiting; see InputAcceptance.accept)."""
+        self.buffered_bytes += size
+
     async def reserve(self, size: int) -> None:
         """Wait up to ``max_block`` for ``size`` bytes of buffer memory."""
         if self.try_reserve(size):
@@ -106,6 +111,31 @@ class Ledger:
         self._next_id += 1
         msg._deadline = deadline
         self.outstanding[msg._id] = msg
+
+    def accept_all(self, msgs: list[ProducerMessage], deadline: float, sink: DeliveryGroup) -> None:
+        """``accept`` for a ``send_many`` chunk: consecutive ids, one deadline,
+        every message reporting to the call's group."""
+        first_id = self._next_id
+        for msg_id, m in enumerate(msgs, first_id):
+            m._id = msg_id
+            m._deadline = deadline
+            m._sink = sink
+        self._next_id = first_id + len(msgs)
+        self.outstanding.update(zip(range(first_id, self._next_id), msgs, strict=True))
+
+    def accept_rows(self, chunk: RowChunk, rows: int) -> None:
+        """Accept a ``send_batch`` chunk of ``rows`` rows: ids ``chunk._id`` ..
+        ``chunk._id + rows - 1``, one ``outstanding`` entry (its first id)."""
+        chunk._id = self._next_id
+        self._next_id += rows
+        self.outstanding[chunk._id] = chunk
+
+    def unaccept_rows(self, chunk: RowChunk, rows: int, nbytes: int) -> None:
+        """Undo ``accept_rows`` (the chunk never reached the intake) and give
+        back the ``nbytes`` it reserved."""
+        del self.outstanding[chunk._id]
+        self._unaccepted += rows
+        self.release(nbytes)
 
     def unaccept(self, msg: ProducerMessage) -> None:
         """Undo ``accept`` for a message that never reached the intake (its
@@ -156,11 +186,11 @@ class Ledger:
             if sink is None:
                 del outstanding[msg._id]  # the common case of _finish, inlined
             elif type(sink) is DeliveryGroup:
-                del outstanding[msg._id]  # _finish + DeliveryGroup._settle, inlined
+                del outstanding[msg._id]  # _finish + DeliveryGroup.count, inlined
                 sink.delivered += 1
                 sink.pending -= 1
                 if not sink.pending:
-                    sink._event.set()  # waiters run after this loop, timestamps set
+                    sink.wake()  # waiters run after this loop, timestamps set
             elif type(sink) is OnDelivery:  # _finish + _call_back, inlined (per message)
                 del outstanding[msg._id]
                 if timestamp >= 0:
@@ -219,7 +249,7 @@ class Ledger:
                 self.reports_ready.set()
                 return  # its bytes stay reserved until the user takes the outcome
         elif type(sink) is DeliveryGroup:
-            sink._settle(msg)
+            sink.count(msg)
         elif type(sink) is OnDelivery:
             self._call_back(msg, sink)
         elif sink is not None:
@@ -241,7 +271,7 @@ class Ledger:
                 group.errors.append(RowsError(run, run._outcome))
         group.pending -= n
         if not group.pending:
-            group._event.set()
+            group.wake()
         chunk.pending -= n
         if not chunk.pending:
             del self.outstanding[chunk._id]
@@ -278,6 +308,12 @@ class Ledger:
         if self._progress is not None:
             self._progress.set()
             self._progress = None
+
+    # -- reports (channel-mode outcomes, for the report task) -----------------
+    async def wait_reports(self) -> None:
+        """Wait until ``reports`` may have gained an outcome since the last wait."""
+        await self.reports_ready.wait()
+        self.reports_ready = trio.Event()
 
     # -- flushing ----------------------------------------------------------
     def settled_through(self, last_id: int) -> bool:

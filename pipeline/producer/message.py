@@ -320,7 +320,10 @@ class DeliveryGroup:
         if total == 0:
             self._event.set()
 
-    def _settle(self, msg: ProducerMessage) -> None:
+    # The producer's side (the ledger and the intake call these; like a
+    # future's set_result, not for users).
+    def count(self, msg: ProducerMessage) -> None:
+        """Count the outcome of one of the call's messages (settled just now)."""
         if msg._state == OK:
             self.delivered += 1
         else:
@@ -332,15 +335,19 @@ class DeliveryGroup:
         if self.pending == 0:
             self._event.set()
 
-    def done(self) -> bool:
-        return self.pending == 0
+    def wake(self) -> None:
+        """Every message is counted (``pending`` reached 0): wake the waiters."""
+        self._event.set()
 
-    def _shrink(self, never_accepted: int) -> None:
+    def forget(self, never_accepted: int) -> None:
         """Forget messages of the call that were never accepted (it was cancelled)."""
         self.total -= never_accepted
         self.pending -= never_accepted
         if self.pending == 0:
             self._event.set()
+
+    def done(self) -> bool:
+        return self.pending == 0
 
     async def wait(self) -> GroupResult:
         await self._event.wait()

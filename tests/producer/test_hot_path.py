@@ -19,7 +19,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.producer import api
+from pipeline.producer import intake
 from pipeline.producer.accumulator import MIN_RECORD_BYTES, fill
 from pipeline.producer.message import Delivery, ProducerMessage
 from pipeline.producer.partitioner import DefaultPartitioner
@@ -73,7 +73,7 @@ async def test_timestamps_are_the_wall_clock_millisecond(
     times = [1_700_000_000.0001, 1_700_000_000.0009, 1_700_000_000.001, 1_700_000_000.0019,
              1_700_000_000.5, 1_700_000_000.4999, 1_700_000_001.25]
     clock = iter(times)
-    monkeypatch.setattr(api, "_time", lambda: next(clock))
+    monkeypatch.setattr(intake, "_time", lambda: next(clock))
     async with open_fake_producer(fake, timestamp_ms=None) as producer:
         sent = [await producer.send("a", b"v") for _ in times]
         await producer.flush()
@@ -195,11 +195,11 @@ async def test_send_many_reserves_in_chunks_of_a_quarter_buffer(
             return ok
 
         monkeypatch.setattr(ledger, "try_reserve", spy)
-        overhead = producer._prepare(ProducerMessage("a", b"v" * 100)) - 100
+        overhead = producer._intake.prepare(ProducerMessage("a", b"v" * 100)) - 100
         half = 500 - overhead  # two of these fill a chunk exactly
         lengths = [half] * 4 + [300] * 7 + [1200] + [10] * 20
         values = [b"%02d" % i + b"v" * (n - 2) for i, n in enumerate(lengths)]
-        sizes = [producer._prepare(ProducerMessage("a", v)) for v in values]
+        sizes = [producer._intake.prepare(ProducerMessage("a", v)) for v in values]
         group = await producer.send_many([ProducerMessage("a", v) for v in values])
         result = await group
     assert (result.delivered, result.failed) == (len(values), 0)
@@ -237,16 +237,16 @@ async def test_a_send_loop_lets_other_tasks_run(fake: FakeCluster) -> None:
 
             nursery.start_soon(observe)
             await trio.lowlevel.checkpoint()
-            for _ in range(5 * api._YIELD_EVERY):
+            for _ in range(5 * intake._YIELD_EVERY):
                 await producer.send("a", b"x")
             # trio runs a batch of ready tasks in random order: one checkpoint
             # here may let the observer run after this task cancels it, so
             # wait (bounded) until it has read the final count.
             with trio.fail_after(1):
-                while not seen or seen[-1] != 5 * api._YIELD_EVERY:
+                while not seen or seen[-1] != 5 * intake._YIELD_EVERY:
                     await trio.lowlevel.checkpoint()
             nursery.cancel_scope.cancel()
     steps = [b - a for a, b in pairwise(seen)]
     # trio runs each batch of ready tasks in random order, so the observer may
     # see two of the sender's runs between two of its own, never more.
-    assert api._YIELD_EVERY <= max(steps) <= 2 * api._YIELD_EVERY
+    assert intake._YIELD_EVERY <= max(steps) <= 2 * intake._YIELD_EVERY

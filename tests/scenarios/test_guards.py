@@ -113,7 +113,7 @@ async def test_every_entry_point_sizes_a_message_as_batch_size_for_record(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """Guard: ``send()`` inlines the size bound of the common call (bytes value,
-    optional bytes key) instead of calling ``batch_size_for_record``; ``_prepare``
+    optional bytes key) instead of calling ``batch_size_for_record``; ``normalize``
     inlines it for every other header-less message. The bound decides
     ``MessageTooLargeError``, buffer memory and batch cuts, so every entry point
     must compute the same number as ``batch_size_for_record`` (Java's

@@ -1,0 +1,371 @@
+"""The intake stage, send side: where a message is accepted.
+
+Acceptance is the line that matters to users. ``send()`` validates the
+message, reserves buffer memory (waiting up to ``max_block``), then puts it on
+the intake channel. Only after that does the message count as accepted: from
+then on it gets exactly one outcome, even if the caller is cancelled, the
+producer closes, or every broker is down. A ``send()`` cancelled before that
+point sends nothing and leaves no trace.
+
+``Intake`` owns the intake channel (its send side; the dispatcher,
+``async_producer.py``, receives) and the *burst*: consecutive ``send()``
+calls share one open list already queued in the channel, so a burst costs
+one channel operation, not one per message. The dispatcher closes the list
+when it takes it (``close_burst``); anything else put on the channel
+(``producer.input``, a ``send_many`` or ``send_batch`` chunk) ends the burst
+first, so a later ``send()`` never joins a list queued ahead of it.
+
+``send()`` is a checkpoint (cancellation and schedule point) at least every
+``_YIELD_EVERY`` calls and whenever it has to wait (buffer or intake full), so
+a tight loop of sends neither starves the pipeline nor pays a scheduler pass
+per message; the checkpoint comes before acceptance, so a cancelled ``send()``
+never accepted its message.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import trio
+
+from pipeline.producer.config import ProducerConfig
+from pipeline.producer.errors import ProducerClosed
+from pipeline.producer.ledger import Ledger
+from pipeline.producer.message import (
+    PENDING,
+    Delivery,
+    DeliveryCallback,
+    Headers,
+    OnDelivery,
+    ProducerMessage,
+)
+from pipeline.producer.normalize import (
+    SIZE_BASE,
+    closed_while_waiting,
+    normalize,
+    on_delivery_sink,
+    prefix_size,
+)
+from pipeline.producer.rows import RowRun
+
+_YIELD_EVERY = 512  # measured: fewer pipeline rounds per message, ~0.4 ms between yields
+
+_time = time.time
+_new_delivery = object.__new__
+
+# The intake's send side closes at the end of a close; a call still waiting then
+# sees one of these, and reports ProducerClosed instead.
+CLOSED = (trio.ClosedResourceError, trio.BrokenResourceError)
+
+
+class FlushMark:
+    """Control item ``flush()`` puts on the intake: once the dispatcher reaches
+    it, everything a user put on ``producer.input`` before it is accepted (has
+    an id), so flush can wait for those too. Never leaves the dispatcher."""
+
+    __slots__ = ("reached",)
+
+    def __init__(self) -> None:
+        self.reached = trio.Event()
+
+
+#: What the intake channel carries: a burst or a ``send_many`` chunk (accepted
+#: by its sender), a ``send_batch`` chunk (accepted), a raw message from
+#: ``producer.input`` (accepted by the dispatcher), or a flush's mark.
+IntakeItem = ProducerMessage | list[ProducerMessage] | FlushMark | RowRun
+
+
+class Intake:
+    """The intake channel's send side, the open burst and the CreateTime clock."""
+
+    def __init__(self, config: ProducerConfig, ledger: Ledger) -> None:
+        self._ledger = ledger
+        self._channel, self._outbox = trio.open_memory_channel[IntakeItem](
+            config.channel_capacity
+        )
+        self._timestamp_ms = config.timestamp_ms or self._wall_clock_ms
+        self._wall_clock = config.timestamp_ms is None  # send() reads time.time itself
+        self._delivery_timeout = config.delivery_timeout
+        self._max_message_bytes = config.max_message_bytes
+        self._closing = False
+        self._until_yield = _YIELD_EVERY
+        # The open burst: a list already in the channel that send() appends to
+        # until the dispatcher takes it (None: no open burst). Its messages share
+        # the deadline (no trio time passes between two checkpoints) and, while
+        # they all have the same one, the topic (None: maybe mixed).
+        self._burst: list[ProducerMessage] | None = None
+        self._burst_deadline = 0.0
+        self._burst_topic: str | None = None
+        # send()'s CreateTime: the current millisecond, and when it ends (time.time()
+        # seconds). One int per millisecond, not per message, which also lets the
+        # batch encoder skip the timestamp arithmetic for records that share it.
+        self._ms = 0
+        self._ms_ends = 0.0
+        # trio.current_time() walks several layers; the clock object is fixed per run.
+        self._now = trio.lowlevel.current_clock().current_time
+
+    # -- the channel's ends ------------------------------------------------------
+    @property
+    def outbox(self) -> trio.MemoryReceiveChannel[IntakeItem]:
+        """The receive side, for the dispatcher."""
+        return self._outbox
+
+    def sender(self) -> trio.MemorySendChannel[IntakeItem]:
+        """A clone of the send side (``producer.input`` writes through one)."""
+        return self._channel.clone()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self._max_message_bytes
+
+    def check_open(self) -> None:
+        if self._closing:
+            raise ProducerClosed("the producer is closed: no new messages are accepted")
+
+    def deadline(self) -> float:
+        """The delivery deadline of a message accepted now."""
+        return self._now() + self._delivery_timeout
+
+    # -- normalisation -----------------------------------------------------------
+    @staticmethod
+    def _wall_clock_ms() -> int:
+        return int(_time() * 1000)
+
+    def current_ms(self) -> int:
+        """CreateTime for a message without one (``send()`` inlines this)."""
+        if not self._wall_clock:
+            return self._timestamp_ms()  # an injected clock (tests)
+        now = _time()
+        if now < self._ms_ends:
+            return self._ms  # the same millisecond: share the int
+        ms = self._ms = int(now * 1000)
+        self._ms_ends = (ms + 1) / 1000
+        return ms
+
+    def prepare(self, msg: ProducerMessage) -> int:
+        """Validate and normalize ``msg`` in place; return its size in bytes."""
+        return normalize(msg, self.current_ms, self._max_message_bytes)
+
+    # -- send() --------------------------------------------------------------------
+    async def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        headers: Headers | None,
+        partition: int | None,
+        timestamp: int | None,
+        metadata: Any,
+        on_delivery: DeliveryCallback | None,
+    ) -> Delivery:
+        """``Producer.send`` (see there); arguments positional, for speed."""
+        # A schedule point every _YIELD_EVERY calls (and whenever it must wait
+        # below), not on every call: a checkpoint costs more than the rest of
+        # send(), and the pipeline moves the whole burst in one pass anyway.
+        self._until_yield -= 1
+        if self._until_yield <= 0:
+            self._until_yield = _YIELD_EVERY
+            await trio.lowlevel.checkpoint()
+        if self._closing:
+            raise ProducerClosed("the producer is closed: no new messages are accepted")
+        if (
+            headers is None and partition is None and timestamp is None
+            and type(value) is bytes and (key is None or type(key) is bytes)
+            and type(topic) is str and topic
+        ):
+            # The common call, validated in place (same rules and size bound as
+            # normalize, which handles everything else and raises its errors).
+            # The bound of batch_size_for_record (exact varint widths of the
+            # length prefixes), with the two common widths inlined.
+            size = len(value)
+            size += SIZE_BASE + (
+                1 if size < 64 else 2 if size < 8192 else prefix_size(size)
+            ) + (
+                1 if key is None
+                else len(key) + (1 if len(key) < 64 else prefix_size(len(key)))
+            )
+            # Delivery.__init__, inlined (a class call costs more than these
+            # stores); every slot is set here or below (tests check that).
+            msg = _new_delivery(Delivery)
+            msg.topic = topic
+            msg.value = value
+            msg.key = key
+            msg.headers = ()
+            msg.partition = None
+            if not self._wall_clock:
+                msg.timestamp = self._timestamp_ms()  # an injected clock (tests)
+            elif (now := _time()) < self._ms_ends:
+                msg.timestamp = self._ms  # the same millisecond: share the int
+            else:
+                msg.timestamp = ms = self._ms = int(now * 1000)
+                self._ms_ends = (ms + 1) / 1000
+            msg.metadata = metadata
+            msg.offset = -1
+            msg._level = 0
+            msg._state = PENDING
+            msg._outcome = None
+            if on_delivery is None:
+                msg._sink = None
+            elif callable(on_delivery):  # OnDelivery(on_delivery), inlined
+                msg._sink = sink = _new_delivery(OnDelivery)
+                sink.fn = on_delivery
+                sink.event = None
+            else:
+                msg._sink = on_delivery_sink(on_delivery)  # raises TypeError
+            msg._size = size
+            if size > self._max_message_bytes:
+                self.prepare(msg)  # raises MessageTooLargeError
+        else:
+            msg = Delivery(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
+            size = self.prepare(msg)
+            if on_delivery is not None:
+                msg._sink = on_delivery_sink(on_delivery)
+        ledger = self._ledger
+        if not ledger.try_reserve(size):
+            await ledger.reserve(size)
+            if self._closing:
+                ledger.release(size)
+                raise closed_while_waiting("buffer space")
+        # Accepted before it is enqueued: once in the intake the dispatcher may
+        # see it at any moment, and must see it as accepted.
+        burst = self._burst
+        if burst is not None:
+            # Joins the burst already in the intake, and shares its deadline:
+            # no checkpoint has passed since the burst opened, so no trio time
+            # has either (exact under autojump_clock); in real time the shift
+            # is bounded by the _YIELD_EVERY sends between two checkpoints.
+            ledger.accept(msg, self._burst_deadline)
+            if topic is not self._burst_topic:
+                self._burst_topic = None  # mixed (or an equal str object): the dispatcher checks
+            burst.append(msg)
+            return msg
+        deadline = self._now() + self._delivery_timeout
+        ledger.accept(msg, deadline)
+        if not self._enqueue_nowait(msg, deadline):
+            try:
+                await self._channel.send([msg])
+            except BaseException as exc:
+                if msg._state == PENDING:  # (else the close failed it meanwhile)
+                    ledger.unaccept(msg)  # cancelled before acceptance: leave no trace
+                if isinstance(exc, CLOSED):
+                    raise closed_while_waiting("room in the intake") from None
+                raise
+        return msg
+
+    def _enqueue_nowait(self, msg: ProducerMessage, deadline: float) -> bool:
+        """Put an accepted message on the intake without waiting; False if full.
+
+        It joins the open burst, or opens one: a list put on the channel now,
+        which later sends append to until the dispatcher takes it (same thread,
+        between two checkpoints, so no send can slip in between).
+        """
+        burst = self._burst
+        if burst is not None:
+            msg._deadline = self._burst_deadline
+            burst.append(msg)
+            return True
+        burst = [msg]
+        try:
+            self._channel.send_nowait(burst)
+        except trio.WouldBlock:
+            return False
+        self._burst = burst
+        self._burst_deadline = deadline
+        self._burst_topic = msg.topic
+        return True
+
+    def send_nowait(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        headers: Headers | None,
+        partition: int | None,
+        timestamp: int | None,
+        metadata: Any,
+        on_delivery: DeliveryCallback | None,
+    ) -> Delivery:
+        """``Producer.send_nowait`` (see there)."""
+        self.check_open()
+        msg = Delivery(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
+        size = self.prepare(msg)
+        if on_delivery is not None:
+            msg._sink = on_delivery_sink(on_delivery)
+        ledger = self._ledger
+        if not ledger.try_reserve(size):
+            raise ledger.buffer_full_error(size)
+        deadline = self.deadline()
+        ledger.accept(msg, deadline)
+        if not self._enqueue_nowait(msg, deadline):
+            ledger.unaccept(msg)
+            raise ledger.buffer_full_error(size)
+        return msg
+
+    # -- the dispatcher's side ------------------------------------------------------
+    def close_burst(self, batch: list[ProducerMessage]) -> str | None:
+        """The dispatcher took ``batch``: close it if it is the open burst, and
+        return its topic when every message of it is known to have that topic
+        (None: unknown, check)."""
+        if batch is self._burst:
+            self._burst = None
+            return self._burst_topic
+        return None
+
+    # -- other items ---------------------------------------------------------------
+    def end_burst(self) -> None:
+        """Something was put on the channel behind the open burst: a later
+        ``send()`` must not join that burst (it would be written before that
+        item, although sent after it). Found by the schedule explorer."""
+        self._burst = None
+
+    async def put(self, item: list[ProducerMessage] | RowRun) -> None:
+        """Put an accepted ``send_many`` / ``send_batch`` chunk on the channel,
+        waiting for room; then the burst ends (``end_burst``). Raises what the
+        channel raises (cancelled, or ``CLOSED`` once the producer closed)."""
+        try:
+            self._channel.send_nowait(item)
+        except trio.WouldBlock:
+            await self._channel.send(item)
+        self._burst = None
+
+    async def reach_flush_mark(self) -> None:
+        """Put a ``FlushMark`` on the channel and wait until the dispatcher
+        reaches it (at once when the producer is closing)."""
+        mark = FlushMark()
+        try:
+            await self._channel.send(mark)
+        except CLOSED:
+            return  # closing: nothing new can be on the intake
+        await mark.reached.wait()
+
+    # -- closing -----------------------------------------------------------------------
+    def stop_accepting(self) -> None:
+        """The close began: every entry point now raises ``ProducerClosed``."""
+        self._closing = True
+        self._burst = None
+
+    def leftovers(self) -> list[ProducerMessage]:
+        """At shutdown (the dispatcher is cancelled): what is still in the
+        channel. Flush marks are released; lists and ``send_batch`` chunks were
+        accepted by their senders (the ledger holds them); the raw messages
+        from ``producer.input`` are returned, never accepted yet."""
+        raw: list[ProducerMessage] = []
+        while True:
+            try:
+                item = self._outbox.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return raw
+            if type(item) is FlushMark:
+                item.reached.set()
+            elif isinstance(item, ProducerMessage):
+                raw.append(item)
+
+    def close(self) -> None:
+        """The end of a close: a call still waiting for room sees ``CLOSED``."""
+        self._channel.close()
+
