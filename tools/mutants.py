@@ -76,6 +76,7 @@ TARGETS: dict[str, set[str] | None] = {
     "pipeline/producer/intake.py": {
         "Intake.send",
         "Intake._enqueue_nowait",
+        "Intake._accept_alone",
         "Intake.close_burst",
     },
 }

@@ -156,14 +156,16 @@ class Intake:
         self,
         topic: str,
         value: bytes | str | None,
-        key: bytes | str | None,
-        headers: Headers | None,
-        partition: int | None,
-        timestamp: int | None,
-        metadata: Any,
-        on_delivery: DeliveryCallback | None,
+        *,
+        key: bytes | str | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        metadata: Any = None,
+        on_delivery: DeliveryCallback | None = None,
     ) -> Delivery:
-        """``Producer.send`` (see there); arguments positional, for speed."""
+        """``Producer.send`` (see there; a producer's ``send`` *is* this bound
+        method, so a send pays for one coroutine, not two)."""
         # A schedule point every _YIELD_EVERY calls (and whenever it must wait
         # below), not on every call: a checkpoint costs more than the rest of
         # send(), and the pipeline moves the whole burst in one pass anyway.
@@ -225,27 +227,34 @@ class Intake:
             size = self.prepare(msg)
             if on_delivery is not None:
                 msg._sink = on_delivery_sink(on_delivery)
+        # Reserved and accepted (Ledger.admit) before it is enqueued: once in
+        # the intake the dispatcher may see it at any moment, and must see it
+        # as accepted. It joins the burst already in the intake, and shares its
+        # deadline: no checkpoint has passed since the burst opened, so no trio
+        # time has either (exact under autojump_clock); in real time the shift
+        # is bounded by the _YIELD_EVERY sends between two checkpoints.
+        burst = self._burst
+        if burst is None or not self._ledger.admit(msg, size, self._burst_deadline):
+            return await self._accept_alone(msg, size)
+        if topic is not self._burst_topic:
+            self._burst_topic = None  # mixed (or an equal str object): the dispatcher checks
+        burst.append(msg)
+        return msg
+
+    async def _accept_alone(self, msg: Delivery, size: int) -> Delivery:
+        """``send()`` with no open burst (it opens one), or no room in the buffer
+        (it waits up to max_block)."""
         ledger = self._ledger
-        if not ledger.try_reserve(size):
+        deadline = self._now() + self._delivery_timeout
+        if not ledger.admit(msg, size, deadline):
             await ledger.reserve(size)
             if self._closing:
                 ledger.release(size)
                 raise closed_while_waiting("buffer space")
-        # Accepted before it is enqueued: once in the intake the dispatcher may
-        # see it at any moment, and must see it as accepted.
-        burst = self._burst
-        if burst is not None:
-            # Joins the burst already in the intake, and shares its deadline:
-            # no checkpoint has passed since the burst opened, so no trio time
-            # has either (exact under autojump_clock); in real time the shift
-            # is bounded by the _YIELD_EVERY sends between two checkpoints.
-            ledger.accept(msg, self._burst_deadline)
-            if topic is not self._burst_topic:
-                self._burst_topic = None  # mixed (or an equal str object): the dispatcher checks
-            burst.append(msg)
-            return msg
-        deadline = self._now() + self._delivery_timeout
-        ledger.accept(msg, deadline)
+            burst = self._burst  # (it may have opened while this call waited)
+            deadline = self._burst_deadline if burst is not None else (
+                self._now() + self._delivery_timeout)
+            ledger.accept(msg, deadline)
         if not self._enqueue_nowait(msg, deadline):
             try:
                 await self._channel.send([msg])
@@ -283,12 +292,13 @@ class Intake:
         self,
         topic: str,
         value: bytes | str | None,
-        key: bytes | str | None,
-        headers: Headers | None,
-        partition: int | None,
-        timestamp: int | None,
-        metadata: Any,
-        on_delivery: DeliveryCallback | None,
+        *,
+        key: bytes | str | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        metadata: Any = None,
+        on_delivery: DeliveryCallback | None = None,
     ) -> Delivery:
         """``Producer.send_nowait`` (see there)."""
         self.check_open()

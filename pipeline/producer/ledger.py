@@ -112,6 +112,20 @@ class Ledger:
         msg._deadline = deadline
         self.outstanding[msg._id] = msg
 
+    def admit(self, msg: ProducerMessage, size: int, deadline: float) -> bool:
+        """``send()``'s one ledger call per message: reserve ``size`` bytes if
+        they fit now and ``accept`` the message. False: no room (nothing done;
+        the caller waits with ``reserve`` and then calls ``accept``)."""
+        used = self.buffered_bytes
+        if used + size > self.buffer_memory and used:
+            return False
+        self.buffered_bytes = used + size
+        msg_id = msg._id = self._next_id
+        self._next_id = msg_id + 1
+        msg._deadline = deadline
+        self.outstanding[msg_id] = msg
+        return True
+
     def accept_all(self, msgs: list[ProducerMessage], deadline: float, sink: DeliveryGroup) -> None:
         """``accept`` for a ``send_many`` chunk: consecutive ids, one deadline,
         every message reporting to the call's group."""
