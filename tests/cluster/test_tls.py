@@ -40,6 +40,23 @@ async def _pipe(source: trio.abc.Stream, sink: trio.abc.Stream) -> None:
         await trio.aclose_forcefully(sink)
 
 
+async def _relay(tls: trio.SSLStream[trio.SocketStream], upstream_port: int) -> None:
+    """Forward one TLS connection to the plaintext broker on upstream_port, both ways."""
+    plain = await trio.open_tcp_stream("127.0.0.1", upstream_port)
+    async with trio.open_nursery() as pipes:
+        pipes.start_soon(_pipe, tls, plain)
+        pipes.start_soon(_pipe, plain, tls)
+
+
+async def _serve_tls(nursery: trio.Nursery, handle: Any, server_ctx: ssl.SSLContext) -> int:
+    """Serve ``handle`` over TLS on a free loopback port; returns the port."""
+    listeners = await nursery.start(
+        partial(trio.serve_ssl_over_tcp, handle, 0, server_ctx, host="127.0.0.1")
+    )
+    port: int = listeners[0].transport_listener.socket.getsockname()[1]
+    return port
+
+
 async def _tls_front(nursery: trio.Nursery, upstream_port: int) -> tuple[int, ssl.SSLContext]:
     """Terminate TLS on a free loopback port and forward to upstream_port."""
     ca = trustme.CA()
@@ -48,16 +65,7 @@ async def _tls_front(nursery: trio.Nursery, upstream_port: int) -> tuple[int, ss
     client_ctx = ssl.create_default_context()
     ca.configure_trust(client_ctx)
 
-    async def handle(tls: trio.SSLStream[trio.SocketStream]) -> None:
-        plain = await trio.open_tcp_stream("127.0.0.1", upstream_port)
-        async with trio.open_nursery() as pipes:
-            pipes.start_soon(_pipe, tls, plain)
-            pipes.start_soon(_pipe, plain, tls)
-
-    listeners = await nursery.start(
-        partial(trio.serve_ssl_over_tcp, handle, 0, server_ctx, host="127.0.0.1")
-    )
-    port = listeners[0].transport_listener.socket.getsockname()[1]
+    port = await _serve_tls(nursery, partial(_relay, upstream_port=upstream_port), server_ctx)
     return port, client_ctx
 
 
@@ -122,15 +130,9 @@ async def _tls_front_files(nursery: trio.Nursery, upstream_port: int, tmp: Path,
             # does; trio drops it when the handshake fails (private API: tests only).
             await tls.transport_stream.send_all(tls._outgoing.read())  # type: ignore[attr-defined]
             return
-        plain = await trio.open_tcp_stream("127.0.0.1", upstream_port)
-        async with trio.open_nursery() as pipes:
-            pipes.start_soon(_pipe, tls, plain)
-            pipes.start_soon(_pipe, plain, tls)
+        await _relay(tls, upstream_port)
 
-    listeners = await nursery.start(
-        partial(trio.serve_ssl_over_tcp, handle, 0, server_ctx, host="127.0.0.1")
-    )
-    return listeners[0].transport_listener.socket.getsockname()[1], str(ca_file)
+    return await _serve_tls(nursery, handle, server_ctx), str(ca_file)
 
 
 async def _fronted_fake(nursery: trio.Nursery, tmp: Path, **kwargs: Any
