@@ -143,6 +143,58 @@ async def test_chunks_within_buffer_memory(fake: FakeCluster, autojump_clock: An
     assert sum(len(fake.log("t", p)) for p in range(3)) == 5000
 
 
+async def test_list_calls_hold_no_packed_copy_beyond_what_they_reserved(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Schedule: the only broker is down, so nothing drains; a call of 4,000 list
+    rows (about 1 MB packed) waits for buffer space after its first chunks. While
+    it waits, the memory the producer holds stays within buffer_memory (plus the
+    call's list snapshot): chunks of one packing of the whole call would keep the
+    whole copy alive (found measuring peak RSS at 1M rows: five calls' copies)."""
+    import tracemalloc
+
+    fake.create_topic("t", 1, leaders=[0])
+    buffer_memory = 256 * 1024
+    values = [b"p" * 200] * 4000
+    async with open_fake_producer(fake, buffer_memory=buffer_memory, max_block=100.0,
+                                  max_message_bytes=16 * 1024) as producer:
+        fake.stop_broker(0, elect=False)
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            with trio.move_on_after(1.0):
+                await producer.send_batch("t", values)
+            held = tracemalloc.get_traced_memory()[0] - base
+        finally:
+            tracemalloc.stop()
+        accepted = producer.statistics().accepted
+        assert 0 < accepted < 4000
+        assert held < buffer_memory + 64 * 1024, held
+        fake.restart_broker(0)
+        await producer.flush()
+        assert producer.statistics().succeeded == accepted
+    assert values_in_log(fake, "t", 0) == values[:accepted]
+
+
+async def test_bad_row_in_a_later_window_names_the_call_row_and_sends_nothing(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A list call larger than a chunk is checked a window at a time; an error
+    still names the row of the call, and no row of the call is sent."""
+    fake.create_topic("t", 2)
+    async with open_fake_producer(fake, buffer_memory=64 * 1024,
+                                  max_message_bytes=4 * 1024) as producer:
+        with pytest.raises(TypeError, match=r"values.*row 5000"):
+            await producer.send_batch("t", [b"a" * 100] * 5000 + [42])
+        with pytest.raises(ValueError, match=r"partitions.*row 4500"):
+            await producer.send_batch("t", [b"a" * 100] * 5000,
+                                      partitions=[0] * 4500 + [-7] + [0] * 499)
+        with pytest.raises(MessageTooLargeError, match=r"row 4000 is .* max_message_bytes"):
+            await producer.send_batch("t", [b"b" * 100] * 4000 + [b"x" * 8000])
+        assert producer.statistics().accepted == 0
+    assert sum(len(fake.log("t", p)) for p in range(2)) == 0
+
+
 async def test_cancelled_while_waiting_for_space_keeps_accepted_chunks(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
