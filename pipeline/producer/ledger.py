@@ -29,6 +29,7 @@ from pipeline.producer.message import (
     OK,
     PENDING,
     TO_CHANNELS,
+    DeliveryCallback,
     DeliveryGroup,
     OnDelivery,
     ProducerMessage,
@@ -205,15 +206,24 @@ class Ledger:
                 sink.pending -= 1
                 if not sink.pending:
                     sink.wake()  # waiters run after this loop, timestamps set
-            elif type(sink) is OnDelivery:  # _finish + _call_back, inlined (per message)
+            elif callable(sink):  # on_delivery: _finish + _call_back, inlined (per message)
                 del outstanding[msg._id]
                 if timestamp >= 0:
                     msg.timestamp = timestamp  # before anyone hears of the outcome
                 try:
-                    sink.fn(_new_metadata(RecordMetadata, (
+                    sink(_new_metadata(RecordMetadata, (
                         msg.topic, msg.partition, msg.offset, msg.timestamp, step == 1)), None)
                 except Exception:
                     self._callback_failed(sink, msg)
+            elif type(sink) is OnDelivery:  # the same, and someone awaits the delivery
+                del outstanding[msg._id]
+                if timestamp >= 0:
+                    msg.timestamp = timestamp
+                try:
+                    sink.fn(_new_metadata(RecordMetadata, (
+                        msg.topic, msg.partition, msg.offset, msg.timestamp, step == 1)), None)
+                except Exception:
+                    self._callback_failed(sink.fn, msg)
                 if sink.event is not None:
                     sink.event.set()
             elif type(sink) is RowChunk:
@@ -264,7 +274,7 @@ class Ledger:
                 return  # its bytes stay reserved until the user takes the outcome
         elif type(sink) is DeliveryGroup:
             sink.count(msg)
-        elif type(sink) is OnDelivery:
+        elif type(sink) is OnDelivery or callable(sink):
             self._call_back(msg, sink)
         elif sink is not None:
             sink.set()  # type: ignore[attr-defined]  # a trio.Event: someone awaits it
@@ -296,7 +306,7 @@ class Ledger:
             if chunk.extra:
                 self.release(chunk.extra)  # the chunk's copied columns
 
-    def _call_back(self, msg: ProducerMessage, sink: OnDelivery) -> None:
+    def _call_back(self, msg: ProducerMessage, sink: OnDelivery | DeliveryCallback) -> None:
         """Run the message's ``on_delivery`` callback, once. An exception from
         it is the user's bug: logged with its traceback and counted
         (``statistics().callback_errors``), never allowed into the stage that
@@ -306,17 +316,18 @@ class Ledger:
         else:
             assert msg._outcome is not None
             args = (None, ProducerError(msg, msg._outcome))
+        fn: DeliveryCallback = sink.fn if isinstance(sink, OnDelivery) else sink
         try:
-            sink.fn(*args)  # type: ignore[arg-type]
+            fn(*args)  # type: ignore[arg-type]
         except Exception:
-            self._callback_failed(sink, msg)
-        if sink.event is not None:
+            self._callback_failed(fn, msg)
+        if type(sink) is OnDelivery and sink.event is not None:
             sink.event.set()
 
-    def _callback_failed(self, sink: OnDelivery, msg: ProducerMessage) -> None:
+    def _callback_failed(self, fn: DeliveryCallback, msg: ProducerMessage) -> None:
         """(called from an ``except`` block: logs the exception in flight)"""
         self.callback_errors += 1
-        log.exception("on_delivery callback %r raised for %r", sink.fn, msg)
+        log.exception("on_delivery callback %r raised for %r", fn, msg)
 
     def _signal_progress(self) -> None:
         if self._progress is not None:

@@ -122,7 +122,8 @@ class ProducerMessage:
         self._outcome: BaseException | None = None
         # Who hears of the outcome besides the message itself: None (nobody:
         # the common case, settled with no extra work), a trio.Event (someone
-        # awaits this Delivery), its send_many DeliveryGroup, or TO_CHANNELS
+        # awaits this Delivery), the on_delivery callable (an OnDelivery once
+        # someone awaits it too), its send_many DeliveryGroup, or TO_CHANNELS
         # (it came from producer.input). One field, because a message reaches
         # the producer through exactly one entry point.
         self._sink: trio.Event | DeliveryGroup | object | None = None
@@ -147,9 +148,10 @@ class ProducerMessage:
 
 
 class OnDelivery:
-    """``_sink`` of a message sent with ``on_delivery=fn``: the ledger calls
-    ``fn(metadata, None)`` or ``fn(None, error)`` exactly once, when it settles
-    the message; ``event`` exists only if someone also awaits the delivery."""
+    """``_sink`` of a message sent with ``on_delivery=fn`` that someone also
+    awaits (until then ``_sink`` is ``fn`` itself: no object per message): the
+    ledger calls ``fn(metadata, None)`` or ``fn(None, error)`` exactly once,
+    when it settles the message, then sets ``event``."""
 
     __slots__ = ("event", "fn")
 
@@ -240,6 +242,9 @@ class Delivery(ProducerMessage):
             if sink.event is None:
                 sink.event = trio.Event()
             event = sink.event
+        elif callable(sink):  # on_delivery=fn, and now someone awaits it too
+            wrapped = self._sink = OnDelivery(sink)
+            event = wrapped.event = trio.Event()
         else:
             event = sink  # type: ignore[assignment]  # a trio.Event: another waiter
         await event.wait()

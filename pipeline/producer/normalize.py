@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipeline.producer.errors import MessageTooLargeError, ProducerClosed
-from pipeline.producer.message import DeliveryCallback, OnDelivery, ProducerMessage
+from pipeline.producer.message import DeliveryCallback, ProducerMessage
 from pipeline.protocol.records import batch_size_for_record
 
 # batch_size_for_record(None, None) minus the two null markers: the fixed part
@@ -117,12 +117,15 @@ def normalize(msg: ProducerMessage, current_ms: Callable[[], int], max_message_b
     return size
 
 
-def on_delivery_sink(fn: DeliveryCallback) -> OnDelivery:
+def on_delivery_sink(fn: DeliveryCallback) -> DeliveryCallback:
+    """The ``_sink`` of a message sent with ``on_delivery=fn``: ``fn`` itself
+    (no object per message; ``Delivery._park`` wraps it in an ``OnDelivery``
+    only if someone also awaits the delivery)."""
     if not callable(fn):
         raise TypeError(
             f"on_delivery must be a callable taking (metadata, error), not {type(fn).__name__}"
         )
-    return OnDelivery(fn)
+    return fn
 
 
 def reused_error(msg: ProducerMessage) -> ValueError:

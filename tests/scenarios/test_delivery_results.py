@@ -181,3 +181,41 @@ async def test_cancellation_check_falls_back_to_trio_public_api(
             await d
             pytest.fail("not a cancellation point")
         assert scope.cancelled_caught
+
+
+async def test_on_delivery_exception_without_an_await_is_counted(
+    fake: FakeCluster, autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The callback alone (nobody awaits the delivery: ``_sink`` is the callable
+    itself, no ``OnDelivery`` object): an exception from it is logged and
+    counted, and every other message still hears of its outcome once."""
+    fake.create_topic("t", 1)
+    seen: list[int] = []
+
+    def flaky(meta: RecordMetadata | None, error: ProducerError | None) -> None:
+        assert meta is not None
+        seen.append(meta.offset)
+        if meta.offset % 2:
+            raise RuntimeError("user bug in callback")
+
+    caplog.set_level(logging.ERROR, logger="pipeline.producer")
+    async with open_fake_producer(fake) as producer:
+        for i in range(6):
+            await producer.send("t", b"v%d" % i, on_delivery=flaky)
+        await producer.flush()
+        assert producer.statistics().callback_errors == 3
+    assert seen == [0, 1, 2, 3, 4, 5]
+    assert len([r for r in caplog.records if "on_delivery callback" in r.getMessage()]) == 3
+
+
+async def test_send_takes_two_positional_arguments(fake: FakeCluster, autojump_clock: Any) -> None:
+    """``send``'s options are keyword-only (the producer's bound ``send`` checks
+    it itself, see ``Intake.send``): a third positional argument is refused
+    before anything is accepted."""
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        for args in [("t", b"v", b"key"), ("t", b"v", None), ("t", b"v", b"k", [("h", b"x")])]:
+            with pytest.raises(TypeError, match="2 positional arguments"):
+                await producer.send(*args)
+        assert producer.statistics().accepted == 0
+        assert (await (await producer.send("t", b"v", key=b"key"))).offset == 0
