@@ -215,7 +215,7 @@ async def test_send_takes_two_positional_arguments(fake: FakeCluster, autojump_c
     fake.create_topic("t", 1)
     async with open_fake_producer(fake) as producer:
         for args in [("t", b"v", b"key"), ("t", b"v", None), ("t", b"v", b"k", [("h", b"x")])]:
-            with pytest.raises(TypeError, match="2 positional arguments"):
+            with pytest.raises(TypeError, match="positional argument"):
                 await producer.send(*args)
         assert producer.statistics().accepted == 0
         assert (await (await producer.send("t", b"v", key=b"key"))).offset == 0
