@@ -198,7 +198,7 @@ def test_modules_stay_under_500_lines(module: str) -> None:
 
 
 def test_the_producer_api_is_a_facade() -> None:
-    """api.py delegates (intake, bulk, input, report live in their own modules)."""
+    """api.py delegates (intake, bulk, input acceptance, dispatcher live in their own modules)."""
     lines = len((PACKAGE / FACADE).read_text(encoding="utf-8").splitlines())
     assert lines <= FACADE_MAX_LINES, f"{FACADE} is {lines} lines: move work into a stage"
 

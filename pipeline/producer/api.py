@@ -2,10 +2,10 @@
 
 ``Producer`` delegates to the intake stage: ``Intake`` (``intake.py``:
 ``send()``'s hot path, bursts, acceptance), ``Bulk`` (``bulk.py``:
-``send_many`` / ``send_batch``), ``InputAcceptance`` and ``InputChannel``
-(``input_channel.py``: ``producer.input``) and the dispatcher
-(``async_producer.py``); the stages behind it are built by ``core.py``; the
-report task (``report.py``) feeds ``producer.successes`` / ``errors``. It
+``send_many`` / ``send_batch``), ``InputAcceptance`` (``input_acceptance.py``:
+``producer.input``), the dispatcher and ``InputChannel`` (``async_producer.py``);
+the stages behind it are built by ``core.py``; the report task (``Reporter``,
+``ledger.py``) feeds ``producer.successes`` / ``errors``. It
 owns the lifecycle: ``open_producer`` connects, starts the pipeline in a
 nursery and closes it (``Producer._shut_down``) when the block ends.
 """
@@ -22,14 +22,14 @@ from typing import Any
 import trio
 
 from pipeline.cluster.pool import Cluster
-from pipeline.producer.async_producer import Dispatcher
+from pipeline.producer.async_producer import Dispatcher, InputChannel
 from pipeline.producer.bulk import Bulk
 from pipeline.producer.config import ProducerConfig, make_config
 from pipeline.producer.core import ProducerCore, bootstrap_metadata
 from pipeline.producer.errors import ProducerClosed, ProducerError
-from pipeline.producer.input_channel import InputAcceptance, InputChannel
+from pipeline.producer.input_acceptance import InputAcceptance
 from pipeline.producer.intake import Intake
-from pipeline.producer.ledger import Ledger
+from pipeline.producer.ledger import Ledger, Reporter
 from pipeline.producer.message import (
     Delivery,
     DeliveryCallback,
@@ -39,7 +39,6 @@ from pipeline.producer.message import (
     RecordMetadata,
 )
 from pipeline.producer.partitioner import make_partitioner
-from pipeline.producer.report import Reporter
 from pipeline.protocol._columns import ColumnInput, HeadersInput, IntsInput
 from pipeline.util.groups import unwrap_single_errors
 

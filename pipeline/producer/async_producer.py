@@ -5,10 +5,11 @@ its receive side) carries lists (bursts of ``send`` calls, ``send_many``
 chunks), ``RowRun`` chunks of ``send_batch`` calls, flush marks, and raw
 ``ProducerMessage`` objects a user put on ``producer.input``. Lists and runs
 were validated and accepted by their sender; raw messages are accepted here
-(``InputAcceptance.accept``, ``input_channel.py``), and a bad one is failed
+(``InputAcceptance.accept``, ``input_acceptance.py``), and a bad one is failed
 onto ``producer.errors`` (it has no other way to report). The dispatcher
 drains whatever is ready with ``receive_nowait`` and hands each topic one
 list, so a burst costs one scheduler pass per hop instead of one per message.
+``InputChannel`` (``producer.input``) is the intake's other send side.
 
 It owns the topic channels (one per topic, bounded) and starts each topic
 producer in its own nursery, so closing those channels when it ends
@@ -22,7 +23,8 @@ from typing import Any, Protocol
 
 import trio
 
-from pipeline.producer.intake import FlushMark, IntakeItem
+from pipeline.producer.input_acceptance import InputAcceptance
+from pipeline.producer.intake import FlushMark, Intake, IntakeItem
 from pipeline.producer.message import ProducerMessage
 from pipeline.producer.rows import RowRun
 
@@ -125,3 +127,73 @@ class Dispatcher:
         await nursery.start(tp.run)
         self._topics[topic] = send
         return send
+
+
+class InputChannel(trio.abc.SendChannel[ProducerMessage]):
+    """``producer.input``: the intake's send side, for sarama-style use.
+
+    A message put here holds its buffer bytes before it enters the intake (see
+    ``InputAcceptance.reserve``), so the dispatcher never waits for memory.
+
+    Invariant: one task's calls are written in the order it made them. A
+    ``send()`` burst is a list already queued in the intake that later
+    ``send()`` calls join until the dispatcher takes it, so a message put
+    here first ends that burst: a ``send()`` after it must not join a list
+    queued ahead of it. (Found by the schedule explorer, like the same hole in
+    ``send_many``.)
+    """
+
+    __slots__ = ("_acceptance", "_channel", "_intake")
+
+    def __init__(
+        self,
+        acceptance: InputAcceptance,
+        intake: Intake,
+        channel: trio.MemorySendChannel[IntakeItem],
+    ) -> None:
+        self._acceptance = acceptance
+        self._intake = intake
+        self._channel = channel
+
+    def send_nowait(self, value: ProducerMessage) -> None:
+        """Raises ``trio.WouldBlock`` when the intake or the buffer memory is full."""
+        acceptance = self._acceptance
+        if not acceptance.reserve_nowait(value):
+            raise trio.WouldBlock
+        try:
+            self._channel.send_nowait(value)
+        except BaseException:
+            acceptance.unreserve(value)
+            raise
+        self._intake.end_burst()
+
+    async def send(self, value: ProducerMessage) -> None:
+        """Waits for buffer memory (up to ``max_block``; then the message fails
+        with BufferFullError on ``producer.errors``) and room in the intake."""
+        acceptance = self._acceptance
+        if not await acceptance.reserve(value):
+            return  # settled already: its outcome is on producer.errors
+        try:
+            await self._channel.send(value)
+        except BaseException:
+            acceptance.unreserve(value)
+            raise
+        self._intake.end_burst()
+
+    def clone(self) -> InputChannel:
+        return InputChannel(self._acceptance, self._intake, self._channel.clone())
+
+    def close(self) -> None:
+        self._channel.close()
+
+    async def aclose(self) -> None:
+        await self._channel.aclose()
+
+    def statistics(self) -> trio.MemoryChannelStatistics:
+        return self._channel.statistics()
+
+    def __enter__(self) -> InputChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
