@@ -1,0 +1,98 @@
+"""The accumulator's byte accounting, each rule pinned by the schedule that needs it.
+
+Found by ``make mutants`` (docs/mutation.md): these rules survived every other
+test. Deterministic (FakeCluster, autojump_clock, no jitter); each docstring
+walks through the schedule, and the virtual times the protocol fixes are
+asserted exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from pipeline.protocol.api import ApiKey
+from pipeline.protocol.records import batch_size_for_record, decode_record_batches
+from pipeline.testing.fake_cluster import FakeCluster
+
+from .conftest import open_fake_producer, values_in_log
+from .test_guards import exact, offsets
+from .test_sarama_suite import outcomes
+
+
+def request_contents(fake: FakeCluster, topic: str) -> list[dict[int, list[bytes | None]]]:
+    """Per Produce request: partition -> the values of the batch it carried."""
+    out = []
+    for rec in fake.requests_of(ApiKey.PRODUCE):
+        carried: dict[int, list[bytes | None]] = {}
+        for t in rec.request.topic_data:
+            for p in t.partition_data:
+                if t.name == topic:
+                    (batch,) = decode_record_batches(p.records)
+                    carried[p.index] = [r.value for r in batch.records]
+        out.append(carried)
+    return out
+
+
+async def test_the_rest_of_a_split_backlog_waits_for_its_linger(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """After a batch takes only the front of a partition's backlog (``fill``),
+    the partition's byte count drops by exactly what was taken: what stays is
+    judged by its own bytes, and waits for its linger unless it fills a batch.
+
+    Schedule (linger 5 s, batch_bytes = two 100-byte records, one batch in
+    flight per partition): t0: x0, x1, x2 reach the broker producer together;
+    three records are more than a batch, so a batch goes at once: x0, x1 are
+    written at t0. x2 alone is not a full batch: it goes at its linger, t0 + 5
+    (its linger restarts when the front of the backlog leaves). Counting the
+    taken bytes twice, or not subtracting them, made x2 look like a full batch:
+    it was written at t0."""
+    value = b"x" * 100
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, linger=5.0,
+                    batch_bytes=2 * batch_size_for_record(None, value))
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", value[:-1] + b"%d" % i, partition=0) for i in range(3)]
+        front = await outcomes(sent[:2])
+        assert trio.current_time() == t0
+        rest = await outcomes(sent[2:])
+        assert trio.current_time() == t0 + 5.0
+    assert offsets(front + rest) == [0, 1, 2]
+    assert [len(r) for r in request_contents(fake, "t")] == [1, 1]
+
+
+async def test_a_request_shares_max_request_bytes_between_partitions(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``drain`` fills one Produce request partition by partition within
+    ``max_request_bytes``: each batch taken uses up its bytes of the budget, so
+    the next partition gets only what is left (at least one message).
+
+    Schedule (linger 1 s, max_request_bytes = max_message_bytes = batch_bytes =
+    R, t[0] and t[1] both on broker 0): t0: three messages of 0.3 R each are
+    sent to each partition. At t0 + 1 the linger is over: the first request
+    carries one partition's three (0.9 R) and one of the other's; its other
+    two are a new backlog, not a full batch: they wait a linger of their own
+    and go in a second request at t0 + 2. Without the budget's decrement, all
+    six rode in the first request, at t0 + 1."""
+    request_bytes = 4096
+    values = {p: [b"%d-%d" % (p, i) + b"-" * (request_bytes * 3 // 10) for i in range(3)]
+              for p in (0, 1)}
+    fake.create_topic("t", 2, leaders=[0, 0])
+    options = exact(idempotent=False, linger=1.0, max_request_bytes=request_bytes,
+                    max_message_bytes=request_bytes, batch_bytes=request_bytes)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", v, partition=p) for p in (0, 1) for v in values[p]]
+        results = await outcomes(sent)
+        assert trio.current_time() == t0 + 2.0
+    assert offsets(results) == [0, 1, 2, 0, 1, 2]
+    requests = request_contents(fake, "t")
+    assert [sorted(len(v) for v in r.values()) for r in requests] == [[1, 3], [2]]
+    assert values_in_log(fake, "t", 0) == values[0]
+    assert values_in_log(fake, "t", 1) == values[1]
