@@ -20,7 +20,13 @@ How it runs (2 cores):
 2. For each mutant, only the tests that ran its function (all tests touching
    the module, for module-level code), ``-x`` (stop at the first failure),
    with a wall-clock timeout of 3x their unmutated time + 20 s. Workers run
-   in parallel, each in its own scratch copy of the tree.
+   in parallel, each in its own scratch copy of the tree. Each worker is a
+   ``ForkServer``: it imports pytest, trio and hypothesis once and forks a
+   child per mutant that runs ``pytest.main`` in the scratch copy (so
+   ``pipeline`` is imported from the mutated file, nothing is patched in
+   memory); ``--no-fork`` starts a fresh interpreter per mutant instead, and
+   ``--compare N`` runs N sampled mutants both ways and checks the verdicts
+   agree (docs/mutation.md has the sample and the saving).
 3. Results are cached per mutant (keyed by the file's and the tests' hashes),
    so a rerun only runs mutants whose code or tests changed.
 
@@ -37,7 +43,8 @@ score is reported with and without them. docs/mutation.md has the figures.
 
 Usage::
 
-    python tools/mutants.py [--jobs 2] [--only FILE] [--list] [--rerun]
+    python tools/mutants.py [--jobs 2] [--only FILE] [--functions A,B] [--list] [--rerun]
+                            [--no-fork] [--compare N] [--try KEY TEST...]
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ import ast
 import hashlib
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -85,6 +93,8 @@ PYTEST = [
     "-q", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=1",
     "-W", "ignore::pytest.PytestUnraisableExceptionWarning",
 ]
+# The fork runner only (see serve): hypothesis is imported before pytest starts.
+FORK_PYTEST = ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
 COPY = ["pipeline", "tests/conftest.py", "tests/scenarios", "tests/protocol",
         "tests/producer", "pyproject.toml"]
 
@@ -375,8 +385,8 @@ def _tree_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def _scratch(n: int) -> Path:
-    path = STATE / f"work{n}"
+def _scratch(n: int, prefix: str = "work") -> Path:
+    path = STATE / f"{prefix}{n}"
     if path.exists():
         shutil.rmtree(path)
     path.mkdir(parents=True)
@@ -430,7 +440,8 @@ def select_tests(mutant: Mutant, cmap: dict[str, object]) -> list[str]:
 # -- running mutants ---------------------------------------------------------
 
 def run_one(
-    mutant: Mutant, original: str, work: Path, tests: list[str], timeout: float
+    mutant: Mutant, original: str, work: Path, tests: list[str], timeout: float,
+    server: ForkServer | None = None,
 ) -> tuple[str, float]:
     if not tests:
         return "no-tests", 0.0
@@ -438,14 +449,19 @@ def run_one(
     target.write_text(mutate_source(original, mutant))
     t0 = time.perf_counter()
     try:
+        if server is not None:
+            forked = server.run(tests, timeout)
+            if forked is None:
+                return "timeout", time.perf_counter() - t0
+            return _status(forked), time.perf_counter() - t0
         tools, durations = str(ROOT / "tools"), str(STATE / "durations.json")
-        code = (
+        script = (
             f"import sys, pytest; sys.path.insert(0, {tools!r}); import mutants; "
             f"sys.exit(pytest.main({[*PYTEST, *tests]!r}, "
             f"plugins=[mutants.TimeoutPlugin({durations!r})]))"
         )
         proc = subprocess.Popen(
-            [sys.executable, "-c", code],
+            [sys.executable, "-c", script],
             cwd=work, env=_env(work), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
@@ -457,14 +473,137 @@ def run_one(
             return "timeout", time.perf_counter() - t0
     finally:
         target.write_text(original)
+    return _status(code), time.perf_counter() - t0
+
+
+def _status(code: int) -> str:
     # 1: a test failed (or the per-test timeout ended the run); < 0: the run
     # crashed on a signal (a mutant can break the interpreter's invariants,
     # e.g. recurse until the C stack overflows): both detect the mutant.
-    status = (
+    return (
         "survived" if code == 0 else "killed" if code == 1 else "crashed" if code < 0
         else f"error{code}"
     )
-    return status, time.perf_counter() - t0
+
+
+class ForkServer:
+    """A worker process that imports pytest, its plugins, trio and hypothesis
+    once, then forks one child per mutant; the child runs ``pytest.main`` in
+    the scratch copy, so it imports ``pipeline`` (and the tests) afresh from
+    the mutated tree, exactly like a new interpreter would. Same command line,
+    same plugins, same timeouts as ``run_one``: only the ~2-3 s of interpreter
+    and import start-up per mutant go. ``--compare N`` checks on a sample that
+    both runners give the same verdicts."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.proc: subprocess.Popen[str] | None = None
+
+    def _start(self) -> subprocess.Popen[str]:
+        if self.proc is None or self.proc.poll() is not None:
+            tools = str(ROOT / "tools")
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c",
+                 f"import sys; sys.path.insert(0, {tools!r}); import mutants; mutants.serve()"],
+                cwd=self.work, env=_env(self.work), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                start_new_session=True,
+            )
+        return self.proc
+
+    def run(self, tests: list[str], timeout: float) -> int | None:
+        """The child's exit status (as Popen.returncode spells it), None on timeout."""
+        proc = self._start()
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        durations = str(STATE / "durations.json")
+        proc.stdin.write(json.dumps({"tests": tests, "timeout": timeout,
+                                     "durations": durations}) + "\n")
+        proc.stdin.flush()
+        # The server bounds the child itself; this bounds the server.
+        ready, _, _ = select.select([proc.stdout], [], [], timeout + 30)
+        line = proc.stdout.readline() if ready else ""
+        if not line:
+            self.close(kill=True)
+            return None
+        reply = json.loads(line)
+        return None if reply["code"] is None else int(reply["code"])
+
+    def close(self, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        if kill:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        else:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+
+def serve() -> None:
+    """The fork server's loop (stdin: one JSON request a line; stdout: replies)."""
+    import gc
+
+    # The heavy imports (hypothesis alone is ~2 s of a ~3 s start-up). Not the
+    # plugin modules themselves: pytest marks them for assertion rewriting.
+    # hypothesis is in the same distribution as its plugin, so pytest warns
+    # that it cannot rewrite it (FORK_PYTEST silences that): its own asserts
+    # then fail with plain messages, which changes no verdict.
+    import hypothesis  # noqa: F401
+    import outcome  # noqa: F401
+    import pytest
+    import trio.testing  # noqa: F401
+
+    # The children must import the code under test themselves.
+    assert not any(m == "pipeline" or m.startswith(("pipeline.", "tests")) for m in sys.modules)
+    gc.collect()
+    gc.freeze()  # keep the children's copy-on-write pages shared
+    for raw in sys.stdin:
+        request = json.loads(raw)
+        pid = os.fork()
+        if pid == 0:  # the child: one pytest run, then out
+            code = 1
+            try:
+                os.setpgid(0, 0)
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                code = int(pytest.main(
+                    [*PYTEST, *FORK_PYTEST, *request["tests"]],
+                    plugins=[TimeoutPlugin(request["durations"])],
+                ))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                code = 1  # what an uncaught exception exits with
+            finally:
+                os._exit(code)
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass  # the child did it first (or is gone already)
+        deadline = time.monotonic() + request["timeout"]
+        result: int | None = None
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                result = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() > deadline:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.01)
+        sys.stdout.write(json.dumps({"code": result}) + "\n")
+        sys.stdout.flush()
 
 
 def load_equivalents() -> dict[str, str]:
@@ -485,8 +624,19 @@ def main() -> None:
     parser.add_argument("--functions", help="comma-separated qualnames (e.g. BrokerProducer._accept)")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--rerun", action="store_true", help="ignore cached results")
+    parser.add_argument("--fork", action=argparse.BooleanOptionalAction, default=True,
+                        help="run each mutant in a child forked from a warm worker (ForkServer;"
+                             " --no-fork: a fresh interpreter per mutant)")
+    parser.add_argument("--compare", type=int, metavar="N",
+                        help="run N sampled mutants both ways (subprocess, fork) and compare")
+    parser.add_argument("--try", dest="try_key", metavar="KEY",
+                        help="apply one mutant (its key, as listed) and run the TEST ids given")
+    parser.add_argument("tests", nargs="*", help="with --try: the test ids to run")
     args = parser.parse_args()
 
+    if args.try_key:
+        try_mutant(args.try_key, args.tests)
+        return
     mutants = collect(args.only, set(args.functions.split(",")) if args.functions else None)
     if args.list:
         for m in mutants:
@@ -505,6 +655,9 @@ def main() -> None:
     # Read once: the sources may be edited while the run goes on.
     sources = {f: (ROOT / f).read_text() for f in TARGETS}
     file_hash = {f: hashlib.sha256(sources[f].encode()).hexdigest()[:16] for f in TARGETS}
+    if args.compare:
+        compare(mutants, cache, cmap, sources, args.compare)
+        return
 
     todo: list[tuple[Mutant, list[str], float, str]] = []
     results: dict[str, dict[str, object]] = {}
@@ -525,7 +678,8 @@ def main() -> None:
     print(f"{len(mutants)} mutants, {len(mutants) - len(todo)} cached, {len(todo)} to run "
           f"with {args.jobs} workers", flush=True)
 
-    workers = [_scratch(n) for n in range(args.jobs)]
+    workers = [(path, ForkServer(path) if args.fork else None)
+               for path in (_scratch(n) for n in range(args.jobs))]
     free = list(workers)
     started = time.perf_counter()
     done = 0
@@ -533,11 +687,11 @@ def main() -> None:
     def job(item: tuple[Mutant, list[str], float, str]) -> None:
         nonlocal done
         m, tests, timeout, ident = item
-        work = free.pop()
+        work, server = free.pop()
         try:
-            status, seconds = run_one(m, sources[m.file], work, tests, timeout)
+            status, seconds = run_one(m, sources[m.file], work, tests, timeout, server)
         finally:
-            free.append(work)
+            free.append((work, server))
         results[m.key] = {"status": status, "seconds": round(seconds, 2), "ident": ident,
                           "tree": tree, "tests": len(tests), **asdict(m)}
         done += 1
@@ -547,10 +701,68 @@ def main() -> None:
         if done % 10 == 0:
             cache_path.write_text(json.dumps({**cache, **results}, indent=0))
 
-    with ThreadPoolExecutor(args.jobs) as pool:
-        list(pool.map(job, todo))
+    try:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(job, todo))
+    finally:
+        for _, server in workers:
+            if server is not None:
+                server.close()
     cache_path.write_text(json.dumps({**cache, **results}, indent=0))
     report(mutants, results, time.perf_counter() - started)
+
+
+def try_mutant(key: str, tests: list[str]) -> None:
+    """Run the given tests (verbose) against one mutant in a scratch copy: how a
+    new test is checked against the survivor it was written for."""
+    file = key.split(":", 1)[0]
+    (mutant,) = [m for m in collect(file) if m.key == key]
+    work = _scratch(0, "try")
+    source = (ROOT / file).read_text()
+    (work / file).write_text(mutate_source(source, mutant))
+    code = subprocess.run(
+        [sys.executable, "-m", "pytest", *PYTEST[1:], "-q", *tests], cwd=work, env=_env(work)
+    ).returncode
+    print(f"with the mutant applied: {'KILLED' if code else 'SURVIVES'} (pytest exit {code})")
+    sys.exit(0 if code else 1)
+
+
+def compare(
+    mutants: list[Mutant], cache: dict[str, dict[str, object]], cmap: dict[str, object],
+    sources: dict[str, str], n: int,
+) -> None:
+    """Run n mutants with both runners, one after the other in one scratch copy,
+    and check that they agree. The sample: up to n/2 mutants the cache has as not
+    killed, the rest drawn at random (seeded), so both verdicts are exercised."""
+    import random
+
+    durations: dict[str, float] = cmap["durations"]  # type: ignore[assignment]
+    rng = random.Random(n)
+    alive = [m for m in mutants if cache.get(m.key, {}).get("status") == "survived"]
+    sample = rng.sample(alive, min(len(alive), n // 2))
+    rest = [m for m in mutants if m not in sample]
+    sample += rng.sample(rest, min(len(rest), n - len(sample)))
+    work = _scratch(0, "compare")
+    server = ForkServer(work)
+    totals = [0.0, 0.0]
+    mismatches = 0
+    try:
+        for i, m in enumerate(sample, 1):
+            tests = sorted(select_tests(m, cmap), key=lambda t: durations.get(t, 1.0))
+            timeout = 3 * sum(durations.get(t, 1.0) for t in tests) + 20
+            a, ta = run_one(m, sources[m.file], work, tests, timeout)
+            b, tb = run_one(m, sources[m.file], work, tests, timeout, server)
+            totals[0] += ta
+            totals[1] += tb
+            mismatches += a != b
+            print(f"[{i}/{len(sample)}] subprocess {a} {ta:.1f}s | fork {b} {tb:.1f}s"
+                  f"{'  MISMATCH' if a != b else ''} | {m.key}", flush=True)
+    finally:
+        server.close()
+    print(f"{len(sample)} mutants: {mismatches} mismatches; subprocess {totals[0]:.0f}s, "
+          f"fork {totals[1]:.0f}s")
+    if mismatches:
+        sys.exit(1)
 
 
 def report(mutants: list[Mutant], results: dict[str, dict[str, object]], seconds: float) -> None:
