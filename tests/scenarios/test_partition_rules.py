@@ -74,3 +74,35 @@ async def test_a_message_that_never_found_a_leader_says_so_when_it_times_out(
     assert isinstance(result.cause, DeliveryTimeoutError)
     assert "t[1] had no usable leader" in str(result.cause)
     assert "delivery_timeout=2.0s" in str(result.cause)
+
+
+async def test_no_leader_in_the_cache_backs_off_even_when_the_refresh_is_quick(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Backoff (``_attach``): finding no leader in its metadata, a partition
+    producer asks for a refresh and also backs off for ``retry_backoff``
+    before it tries again, even when the refresh is back at once (Java's
+    ``retry.backoff.ms`` before re-querying a leaderless partition). The wait
+    is the one a retry level 1 gets: ``backoff(max(hwm, 1))``.
+
+    Schedule (backoff 0.125 s growing to 1 s): t[0] on broker 0, t[1] on
+    broker 1. Broker 1 stops without an election; a refresh records t[1] as
+    leaderless. Broker 1 restarts at once, but nothing asks for metadata, so
+    the producer's view keeps leader -1. t0 (5 s later, no refresh round
+    pending): m is sent to t[1]: no leader in the view, so a refresh runs at
+    once and finds broker 1, and m is written at t0 + 0.125 (the backoff),
+    not at t0 (no backoff) or t0 + 0.25 (the backoff of level 2)."""
+    fake.create_topic("t", 2, leaders=[0, 1])
+    options = exact(idempotent=False, retry_backoff=0.125, retry_backoff_max=1.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        fake.stop_broker(1, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        assert producer._core.cluster.metadata.leader_for("t", 1) in (None, -1)
+        fake.restart_broker(1)
+        await trio.sleep(5.0)
+        t0 = trio.current_time()
+        (result,) = await outcomes([await producer.send("t", b"m", partition=1)])
+        assert trio.current_time() == t0 + 0.125
+    assert offsets([result]) == [0]
+    assert values_in_log(fake, "t", 1) == [b"m"]
