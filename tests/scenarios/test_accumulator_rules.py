@@ -96,3 +96,25 @@ async def test_a_request_shares_max_request_bytes_between_partitions(
     assert [sorted(len(v) for v in r.values()) for r in requests] == [[1, 3], [2]]
     assert values_in_log(fake, "t", 0) == values[0]
     assert values_in_log(fake, "t", 1) == values[1]
+
+
+async def test_a_backlog_one_byte_short_of_a_batch_waits_for_its_linger(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Readiness to the byte: a partition's backlog is a full batch at exactly
+    ``batch_bytes`` (``test_a_full_batch_does_not_wait_for_linger``); one byte
+    less is not, and waits for its linger. A new partition queue counts 0 bytes.
+
+    Schedule (linger 5 s, batch_bytes = the size of x + 1): t0: x is sent, one
+    byte short of a full batch: written at t0 + 5. A queue starting at 1 byte
+    made it full: written at t0."""
+    value = b"x" * 100
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, linger=5.0,
+                    batch_bytes=batch_size_for_record(None, value) + 1)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        result = await outcomes([producer.send_nowait("t", value, partition=0)])
+        assert trio.current_time() == t0 + 5.0
+    assert offsets(result) == [0]
