@@ -1,0 +1,95 @@
+"""Idempotence and muting rules found unpinned by ``make mutants`` (docs/mutation.md).
+
+Deterministic (FakeCluster, autojump_clock, no jitter); each docstring walks
+through the schedule it needs, and the virtual times the protocol fixes are
+asserted exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from pipeline.protocol.api import ApiKey
+from pipeline.protocol.errors import ErrorCode
+from pipeline.testing.fake_cluster import FakeCluster
+
+from .conftest import open_fake_producer, values_in_log
+from .test_guards import exact, offsets
+from .test_idempotence import sent_batches
+from .test_sarama_suite import outcomes
+
+
+async def test_nothing_is_sealed_while_an_epoch_bump_waits_for_the_wire_to_drain(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Sealing pauses from a bump request until the new epoch is in place
+    (``Idempotence.paused`` in ``Accumulator.ready``): a batch sealed in between
+    would carry the old epoch and the next old sequence, then be written
+    beside the new epoch's sequence 0 (the old doc's open survivor).
+
+    Schedule (idempotent; t[0], t[1], t[2] on brokers 0, 1, 2, all confirmed;
+    broker 1 answers Produce 1 s late): t0: s goes to t[1] and stays in flight
+    until t0 + 1. a (t[0]) gets an OUT_OF_ORDER_SEQUENCE_NUMBER nothing
+    explains: it fails and a bump is requested, which waits for s. m (t[2]) is
+    sent right after: it is sealed only once the bump is done, at t0 + 1, with
+    epoch 1 and sequence 0, and written then."""
+    fake.create_topic("t", 3, leaders=[0, 1, 2])
+    async with open_fake_producer(fake, **exact(idempotent=True)) as producer:
+        for p in range(3):
+            await producer.send_and_wait("t", b"warm%d" % p, partition=p)
+        fake.delay_responses(1.0, api_key=ApiKey.PRODUCE, node_id=1)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, node_id=0)
+        t0 = trio.current_time()
+        s = await producer.send("t", b"s", partition=1)
+        a = await outcomes([await producer.send("t", b"a", partition=0)])
+        assert trio.current_time() == t0
+        m = await outcomes([await producer.send("t", b"m", partition=2)])
+        assert trio.current_time() == t0 + 1.0
+        await outcomes([s])
+        idem = producer._core.idempotence
+        assert idem is not None and idem.producer_epoch == 1
+    assert offsets(a + m) == [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, 1]
+    assert [(b[2], b[3]) for b in sent_batches(fake, "t", 2)] == [(0, 0), (1, 0)]
+    assert values_in_log(fake, "t", 2) == [b"warm2", b"m"]
+
+
+async def test_a_retrying_partition_sends_nothing_more_until_its_batches_went_back(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Muting (``Accumulator.sendable``): once a batch of a partition failed
+    retriably, nothing more of that partition leaves its broker producer,
+    even with request slots free (idempotent, confirmed: up to 5 in flight),
+    until every batch in flight is back and all of it went to the partition
+    producer to be retried in order.
+
+    Schedule (idempotent, one message per batch, t[0] on broker 0, confirmed):
+    t0: b1 and b2 are sent; b1 is held 0.05 s and answered NOT_ENOUGH_REPLICAS,
+    b2 (read at t0 + 0.05, out of order behind b1) is answered at t0 + 1.05.
+    t0 + 0.5: m arrives: the partition is retrying, so m waits. At t0 + 1.05
+    b1, b2 and m go back, and after the retry backoff (0.125 s) they are
+    re-sent in order at t0 + 1.175 (sequences 1, 2, 3). A broker producer that
+    kept sending sent m at t0 + 0.5 too, with sequence 3 behind the gap: one
+    Produce request more."""
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=True, max_batch_messages=1)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        before = len(fake.requests_of(ApiKey.PRODUCE))
+        fake.delay_responses(0.05, api_key=ApiKey.PRODUCE, count=1, before_apply=True)
+        fake.delay_responses(1.0, api_key=ApiKey.PRODUCE, count=1, before_apply=True)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", v, partition=0) for v in (b"b1", b"b2")]
+        await trio.sleep(0.5)
+        sent.append(producer.send_nowait("t", b"m", partition=0))
+        results = await outcomes(sent)
+        assert round(trio.current_time() - t0, 9) == 1.175
+    assert offsets(results) == [1, 2, 3]
+    requests = fake.requests_of(ApiKey.PRODUCE)[before:]
+    # Arrival times (the connection is busy while a delayed request is held) and
+    # the base sequence of each batch sent, after the warm-up's sequence 0.
+    assert [round(r.time - t0, 9) for r in requests] == [0.0, 0.05, 1.175, 1.175, 1.175]
+    assert [b[3] for b in sent_batches(fake, "t", 0)][1:] == [1, 2, 1, 2, 3]
+    assert values_in_log(fake, "t", 0) == [b"warm", b"b1", b"b2", b"m"]
