@@ -118,3 +118,69 @@ async def test_a_backlog_one_byte_short_of_a_batch_waits_for_its_linger(
         result = await outcomes([producer.send_nowait("t", value, partition=0)])
         assert trio.current_time() == t0 + 5.0
     assert offsets(result) == [0]
+
+
+async def test_a_request_leaves_out_a_muted_partition(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``drain`` takes nothing of a partition that may not send now
+    (``sendable``): another partition's readiness must not carry it along.
+
+    Schedule (plain producer: one batch in flight per partition; one message
+    per batch; t[0] and t[1] on broker 0, which answers the first request 1 s
+    late): t0: b and m go to t[0]: b is sent, m waits behind it. t0 + 0.5: n
+    goes to t[1], and its request carries n alone; m follows once b is
+    answered, at t0 + 1. Without the check in drain, m rode along with n."""
+    fake.create_topic("t", 2, leaders=[0, 0])
+    options = exact(idempotent=False, max_batch_messages=1)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.delay_responses(1.0, api_key=ApiKey.PRODUCE, count=1)
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", v, partition=0) for v in (b"b", b"m")]
+        await trio.sleep(0.5)
+        sent.append(producer.send_nowait("t", b"n", partition=1))
+        results = await outcomes(sent)
+        assert trio.current_time() == t0 + 1.0
+    assert offsets(results) == [0, 1, 0]
+    assert request_contents(fake, "t") == [{0: [b"b"]}, {1: [b"n"]}, {0: [b"m"]}]
+
+
+async def test_a_queued_message_expires_at_its_deadline_while_no_slot_is_free(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A broker producer wakes at the delivery deadline of what waits in its
+    accumulator (``next_wake``), even without a free request slot: a message
+    that spent its time elsewhere first can expire while it waits.
+
+    Schedule (plain producer, max_in_flight 1 per broker, delivery_timeout and
+    request_timeout 5 s): t[2]'s only replica, broker 2, is stopped without an
+    election. t0: m is sent to t[2] and waits for a leader. t0 + 2.5: b is sent
+    to t[1] (broker 1), which answers 4 s late: the one request slot to broker
+    1 is taken until t0 + 6.5. t0 + 3: t[2]'s leadership moves to broker 1; at
+    the next metadata round (t0 + 3.125) m reaches broker 1's queue and waits
+    for the slot. Its deadline is t0 + 5: it fails then, exactly; b is written
+    at t0 + 6.5. Without the deadline in next_wake, m failed at t0 + 6.5."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 3, leaders=[0, 1, 2])
+    options = exact(idempotent=False, max_in_flight=1, delivery_timeout=5.0,
+                    request_timeout=5.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=1)
+        fake.stop_broker(2, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        t0 = trio.current_time()
+        m = producer.send_nowait("t", b"m", partition=2)
+        await trio.sleep(2.5)
+        fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        b = producer.send_nowait("t", b"b", partition=1)
+        await trio.sleep(0.5)
+        fake.move_leader("t", 2, to=1)
+        (m_result,) = await outcomes([m])
+        assert trio.current_time() == t0 + 5.0
+        (b_result,) = await outcomes([b])
+        assert trio.current_time() == t0 + 6.5
+    assert isinstance(m_result.cause, DeliveryTimeoutError)
+    assert "never acknowledged" in str(m_result.cause)
+    assert offsets([b_result]) == [1]
