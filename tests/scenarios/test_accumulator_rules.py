@@ -13,6 +13,7 @@ from typing import Any
 import trio
 
 from pipeline.protocol.api import ApiKey
+from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.records import batch_size_for_record, decode_record_batches
 from pipeline.testing.fake_cluster import FakeCluster
 
@@ -184,3 +185,45 @@ async def test_a_queued_message_expires_at_its_deadline_while_no_slot_is_free(
     assert isinstance(m_result.cause, DeliveryTimeoutError)
     assert "never acknowledged" in str(m_result.cause)
     assert offsets([b_result]) == [1]
+
+
+async def test_a_retried_batch_expires_at_its_deadline_while_no_slot_is_free(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """As above for a retried batch waiting in the accumulator (``next_wake``
+    covers the sealed batches too).
+
+    Schedule (plain producer, max_in_flight 1 per broker, delivery_timeout and
+    request_timeout 5 s): t[2]'s only replica, broker 2, is stopped without an
+    election. t0: m is sent to t[2] and waits for a leader. t0 + 3.0625: t[2]
+    moves to broker 1; at the round of t0 + 3.125 m is sent there and answered
+    NOT_ENOUGH_REPLICAS: it comes back for a retry (backoff 0.125 s).
+    t0 + 3.1875: b is sent to t[1] on broker 1, answered 4 s late, taking the
+    one request slot. t0 + 3.25: m's batch is back in broker 1's queue, waiting
+    for the slot; its deadline is t0 + 5: it fails then, exactly. b is written
+    at t0 + 7.1875."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 3, leaders=[0, 1, 2])
+    options = exact(idempotent=False, max_in_flight=1, delivery_timeout=5.0,
+                    request_timeout=5.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=1)
+        fake.stop_broker(2, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=1)
+        t0 = trio.current_time()
+        m = producer.send_nowait("t", b"m", partition=2)
+        await trio.sleep(3.0625)
+        fake.move_leader("t", 2, to=1)
+        await trio.sleep(0.125)
+        fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        b = producer.send_nowait("t", b"b", partition=1)
+        (m_result,) = await outcomes([m])
+        assert trio.current_time() == t0 + 5.0
+        (b_result,) = await outcomes([b])
+        assert trio.current_time() == t0 + 7.1875
+    assert isinstance(m_result.cause, DeliveryTimeoutError)
+    assert "NOT_ENOUGH_REPLICAS" in str(m_result.cause)
+    assert offsets([b_result]) == [1]
+    assert len(fake.requests_of(ApiKey.PRODUCE, node_id=1)) == 3  # warm, m, b
