@@ -227,3 +227,35 @@ async def test_a_retried_batch_expires_at_its_deadline_while_no_slot_is_free(
     assert "NOT_ENOUGH_REPLICAS" in str(m_result.cause)
     assert offsets([b_result]) == [1]
     assert len(fake.requests_of(ApiKey.PRODUCE, node_id=1)) == 3  # warm, m, b
+
+
+async def test_a_request_whose_budget_is_used_up_takes_no_other_partition(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``drain`` stops once a request's ``max_request_bytes`` are used up
+    (budget <= 0): a further partition would still get its one message (a
+    partition is never starved by a large first message), overshooting it.
+
+    Schedule (max_in_flight 1 per broker, max_request_bytes = max_message_bytes
+    = batch_bytes = R, t[0], t[1], t[2] on broker 0): t0: one message of exactly
+    R bytes (its batch upper bound) to each partition. The first to reach the
+    broker producer goes at once and is answered 1 s late, holding the one
+    request slot; the other two wait. At t0 + 1 the slot is free: the next
+    request carries one of them (the budget is exactly 0 after it), the last
+    follows in its own request, the same instant. Going on at a budget of 0
+    put those two in one request of 2 R."""
+    request_bytes = 4096
+    value = b"x" * 4010
+    assert batch_size_for_record(None, value) == request_bytes
+    fake.create_topic("t", 3, leaders=[0, 0, 0])
+    options = exact(idempotent=False, max_in_flight=1, max_request_bytes=request_bytes,
+                    max_message_bytes=request_bytes, batch_bytes=request_bytes)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.delay_responses(1.0, api_key=ApiKey.PRODUCE, count=1)
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", value, partition=p) for p in range(3)]
+        results = await outcomes(sent)
+        assert trio.current_time() == t0 + 1.0
+    assert offsets(results) == [0, 0, 0]
+    assert [len(r) for r in request_contents(fake, "t")] == [1, 1, 1]
