@@ -259,3 +259,40 @@ async def test_a_request_whose_budget_is_used_up_takes_no_other_partition(
         assert trio.current_time() == t0 + 1.0
     assert offsets(results) == [0, 0, 0]
     assert [len(r) for r in request_contents(fake, "t")] == [1, 1, 1]
+
+
+async def test_messages_queued_before_a_row_run_are_batched_by_size(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A partition queue holding ``send()`` messages and then a ``send_batch``
+    run (``_take_loose``'s run path): the messages before the run are taken by
+    size like any backlog (``fill``), and what stays counts only its own bytes
+    and waits a linger from the take; the run is sealed alone.
+
+    Schedule (plain producer, linger 5 s, batch_bytes = two 100-byte records;
+    t[0] on broker 0, which answers the first request 1 s late): t0: w is sent
+    and held in flight until t0 + 1. Then x0, x1, x2 and a run of two small rows
+    queue behind it. At t0 + 1 the backlog is more than a batch: x0, x1 go.
+    x2 and the run are less than a batch: x2 goes at its linger from that take,
+    t0 + 6, and the run, a new backlog then, at its own linger: t0 + 11."""
+    value = b"x" * 100
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, linger=5.0,
+                    batch_bytes=2 * batch_size_for_record(None, value))
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.delay_responses(1.0, api_key=ApiKey.PRODUCE, count=1)
+        t0 = trio.current_time()
+        w = producer.send_nowait("t", b"w", partition=0)
+        await producer.flush()  # w leaves now, despite the linger
+        xs = [producer.send_nowait("t", value[:-1] + b"%d" % i, partition=0) for i in range(3)]
+        run = await producer.send_batch("t", [b"r0", b"r1"], partitions=[0, 0])
+        front = await outcomes([w, *xs[:2]])
+        assert trio.current_time() == t0 + 1.0
+        rest = await outcomes(xs[2:])
+        assert trio.current_time() == t0 + 6.0
+        await run
+        assert trio.current_time() == t0 + 11.0
+    assert offsets(front + rest) == [0, 1, 2, 3]
+    assert [len(r[0]) for r in request_contents(fake, "t")] == [1, 2, 1, 2]
+    assert values_in_log(fake, "t", 0)[-2:] == [b"r0", b"r1"]
