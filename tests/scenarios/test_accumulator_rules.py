@@ -104,11 +104,14 @@ async def test_a_backlog_one_byte_short_of_a_batch_waits_for_its_linger(
 ) -> None:
     """Readiness to the byte: a partition's backlog is a full batch at exactly
     ``batch_bytes`` (``test_a_full_batch_does_not_wait_for_linger``); one byte
-    less is not, and waits for its linger. A new partition queue counts 0 bytes.
+    less is not, and waits for its linger. A new partition queue counts 0
+    bytes, and so does one whose whole backlog was just taken.
 
     Schedule (linger 5 s, batch_bytes = the size of x + 1): t0: x is sent, one
-    byte short of a full batch: written at t0 + 5. A queue starting at 1 byte
-    made it full: written at t0."""
+    byte short of a full batch: written at t0 + 5. Then w is sent and flushed
+    (the whole backlog taken at once), and y, the size of x, waits its linger
+    again: written 5 s after it was sent. A queue counting from 1 byte, at
+    the start or after a take, made x or y full: written at once."""
     value = b"x" * 100
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=False, linger=5.0,
@@ -116,9 +119,13 @@ async def test_a_backlog_one_byte_short_of_a_batch_waits_for_its_linger(
     async with open_fake_producer(fake, **options) as producer:
         await producer._core.cluster.partitions_for("t")
         t0 = trio.current_time()
-        result = await outcomes([producer.send_nowait("t", value, partition=0)])
+        x = await outcomes([producer.send_nowait("t", value, partition=0)])
         assert trio.current_time() == t0 + 5.0
-    assert offsets(result) == [0]
+        w = producer.send_nowait("t", b"w", partition=0)
+        await producer.flush()
+        y = await outcomes([w, producer.send_nowait("t", value, partition=0)])
+        assert trio.current_time() == t0 + 10.0
+    assert offsets(x + y) == [0, 1, 2]
 
 
 async def test_a_request_leaves_out_a_muted_partition(
