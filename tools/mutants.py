@@ -61,7 +61,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,10 +110,14 @@ class Mutant:
     start: tuple[int, int]  # (line, col) of the replaced span, 1-based line
     end: tuple[int, int]
     replacement: str
+    # 2, 3...: the same change elsewhere on the same line (e.g. both -1s of
+    # ``f(-1, -1)``), so that every mutant has its own key.
+    nth: int = 1
 
     @property
     def key(self) -> str:
-        return f"{self.file}:{self.line}: {self.kind}: {self.before} -> {self.after}"
+        suffix = f" [{self.nth}]" if self.nth > 1 else ""
+        return f"{self.file}:{self.line}: {self.kind}: {self.before} -> {self.after}{suffix}"
 
 
 # -- generating mutants -----------------------------------------------------
@@ -308,9 +312,11 @@ def collect(only_file: str | None = None, functions: set[str] | None = None) -> 
         source = (ROOT / file).read_text()
         collector = _Collector(file, source, only)
         collector.visit(ast.parse(source))
+        seen: dict[str, int] = {}
         for m in collector.mutants:
             compile(mutate_source(source, m), file, "exec")  # every mutant must compile
-        mutants.extend(collector.mutants)
+            seen[m.key] = n = seen.get(m.key, 0) + 1
+            mutants.append(m if n == 1 else replace(m, nth=n))
     return mutants
 
 
@@ -361,8 +367,13 @@ class TimeoutPlugin:
     + 10 s ends the process (faulthandler, exit status 1: the mutant is killed),
     so a mutant that hangs the first test costs seconds, not the whole budget."""
 
-    def __init__(self, durations: str) -> None:
+    def __init__(self, durations: str, killer: str | None = None) -> None:
         self.durations: dict[str, float] = json.loads(Path(durations).read_text())
+        self.killer = killer  # where to write the id of the first failing test
+
+    def pytest_runtest_logreport(self, report):  # type: ignore[no-untyped-def]
+        if report.failed and self.killer and not os.path.exists(self.killer):
+            Path(self.killer).write_text(report.nodeid)
 
     def pytest_runtest_setup(self, item):  # type: ignore[no-untyped-def]
         import faulthandler
@@ -441,16 +452,23 @@ def select_tests(mutant: Mutant, cmap: dict[str, object]) -> list[str]:
 
 def run_one(
     mutant: Mutant, original: str, work: Path, tests: list[str], timeout: float,
-    server: ForkServer | None = None,
+    server: ForkServer | None = None, killers: dict[str, int] | None = None,
 ) -> tuple[str, float]:
+    """Run ``tests`` against ``mutant``. ``killers`` counts, per test, the
+    mutants it was the first to fail on: ``main`` runs those tests first (with
+    ``-x`` a killed mutant stops at its first failure, and whether any test
+    fails does not depend on the order)."""
     if not tests:
         return "no-tests", 0.0
     target = work / mutant.file
     target.write_text(mutate_source(original, mutant))
+    killer = str(work / ".killer")
+    if os.path.exists(killer):
+        os.unlink(killer)
     t0 = time.perf_counter()
     try:
         if server is not None:
-            forked = server.run(tests, timeout)
+            forked = server.run(tests, timeout, killer)
             if forked is None:
                 return "timeout", time.perf_counter() - t0
             return _status(forked), time.perf_counter() - t0
@@ -458,7 +476,7 @@ def run_one(
         script = (
             f"import sys, pytest; sys.path.insert(0, {tools!r}); import mutants; "
             f"sys.exit(pytest.main({[*PYTEST, *tests]!r}, "
-            f"plugins=[mutants.TimeoutPlugin({durations!r})]))"
+            f"plugins=[mutants.TimeoutPlugin({durations!r}, {killer!r})]))"
         )
         proc = subprocess.Popen(
             [sys.executable, "-c", script],
@@ -473,6 +491,9 @@ def run_one(
             return "timeout", time.perf_counter() - t0
     finally:
         target.write_text(original)
+        if killers is not None and os.path.exists(killer):
+            first = Path(killer).read_text()
+            killers[first] = killers.get(first, 0) + 1
     return _status(code), time.perf_counter() - t0
 
 
@@ -511,14 +532,14 @@ class ForkServer:
             )
         return self.proc
 
-    def run(self, tests: list[str], timeout: float) -> int | None:
+    def run(self, tests: list[str], timeout: float, killer: str | None = None) -> int | None:
         """The child's exit status (as Popen.returncode spells it), None on timeout."""
         proc = self._start()
         assert proc.stdin is not None
         assert proc.stdout is not None
         durations = str(STATE / "durations.json")
         proc.stdin.write(json.dumps({"tests": tests, "timeout": timeout,
-                                     "durations": durations}) + "\n")
+                                     "durations": durations, "killer": killer}) + "\n")
         proc.stdin.flush()
         # The server bounds the child itself; this bounds the server.
         ready, _, _ = select.select([proc.stdout], [], [], timeout + 30)
@@ -575,7 +596,7 @@ def serve() -> None:
                     os.dup2(null, fd)
                 code = int(pytest.main(
                     [*PYTEST, *FORK_PYTEST, *request["tests"]],
-                    plugins=[TimeoutPlugin(request["durations"])],
+                    plugins=[TimeoutPlugin(request["durations"], request.get("killer"))],
                 ))
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
@@ -652,6 +673,10 @@ def main() -> None:
     cache: dict[str, dict[str, object]] = {} if args.rerun or not cache_path.exists() else (
         json.loads(cache_path.read_text())
     )
+    killers_path = STATE / "killers.json"
+    killers: dict[str, int] = (
+        json.loads(killers_path.read_text()) if killers_path.exists() else {}
+    )
     # Read once: the sources may be edited while the run goes on.
     sources = {f: (ROOT / f).read_text() for f in TARGETS}
     file_hash = {f: hashlib.sha256(sources[f].encode()).hexdigest()[:16] for f in TARGETS}
@@ -688,8 +713,12 @@ def main() -> None:
         nonlocal done
         m, tests, timeout, ident = item
         work, server = free.pop()
+        # Tests that killed many mutants first, then the fastest.
+        tests = sorted(tests, key=lambda t: (-killers.get(t, 0), durations.get(t, 1.0)))
         try:
-            status, seconds = run_one(m, sources[m.file], work, tests, timeout, server)
+            status, seconds = run_one(
+                m, sources[m.file], work, tests, timeout, server, killers
+            )
         finally:
             free.append((work, server))
         results[m.key] = {"status": status, "seconds": round(seconds, 2), "ident": ident,
@@ -700,6 +729,7 @@ def main() -> None:
                   flush=True)
         if done % 10 == 0:
             cache_path.write_text(json.dumps({**cache, **results}, indent=0))
+            killers_path.write_text(json.dumps(dict(killers)))
 
     try:
         with ThreadPoolExecutor(args.jobs) as pool:
@@ -709,6 +739,7 @@ def main() -> None:
             if server is not None:
                 server.close()
     cache_path.write_text(json.dumps({**cache, **results}, indent=0))
+    killers_path.write_text(json.dumps(dict(killers)))
     report(mutants, results, time.perf_counter() - started)
 
 
