@@ -93,3 +93,38 @@ async def test_a_retrying_partition_sends_nothing_more_until_its_batches_went_ba
     assert [round(r.time - t0, 9) for r in requests] == [0.0, 0.05, 1.175, 1.175, 1.175]
     assert [b[3] for b in sent_batches(fake, "t", 0)][1:] == [1, 2, 1, 2, 3]
     assert values_in_log(fake, "t", 0) == [b"warm", b"b1", b"b2", b"m"]
+
+
+async def test_a_restamped_batch_is_the_new_epochs_batch(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Restamp (``Accumulator.restamp``): a batch that certainly was not written
+    is re-sent after an epoch bump under the new epoch from sequence 0, and the
+    batch object says so too (its producer id, epoch and base sequence), so
+    its success confirms the partition in the new epoch (pipelining resumes)
+    and a later failure of it is judged as the current epoch's.
+
+    Schedule (idempotent; t[0] on broker 0, t[1] on broker 1, both confirmed):
+    t0: a (t[0]) is answered NOT_ENOUGH_REPLICAS (not written) and waits for
+    its retry backoff; b (t[1]) gets an OUT_OF_ORDER_SEQUENCE_NUMBER nothing
+    explains: it fails and the epoch is bumped at once (nothing in flight).
+    At t0 + 0.125 a is re-sent re-stamped (epoch 1, sequence 0) and written:
+    t[0] is confirmed in epoch 1. With the batch keeping its old epoch, t[0]
+    stayed unconfirmed (one batch in flight at a time, for good)."""
+    fake.create_topic("t", 2, leaders=[0, 1])
+    async with open_fake_producer(fake, **exact(idempotent=True)) as producer:
+        await producer.send_and_wait("t", b"warm0", partition=0)
+        await producer.send_and_wait("t", b"warm1", partition=1)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, node_id=1)
+        t0 = trio.current_time()
+        a = producer.send_nowait("t", b"a", partition=0)
+        b = producer.send_nowait("t", b"b", partition=1)
+        results = await outcomes([a, b])
+        assert trio.current_time() == t0 + 0.125
+        idem = producer._core.idempotence
+        assert idem is not None and idem.producer_epoch == 1
+        assert {tp.partition for tp in idem.confirmed} == {0}
+    assert offsets(results) == [1, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]
+    assert [(b[2], b[3]) for b in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (1, 0)]
+    assert values_in_log(fake, "t", 0) == [b"warm0", b"a"]
