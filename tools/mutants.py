@@ -820,7 +820,9 @@ def report(mutants: list[Mutant], results: dict[str, dict[str, object]], seconds
     lines.append(f"total | {n} | {k} | {e} | {100 * k / n:.1f}% | {100 * k / max(1, n - e):.1f}%")
     text = "\n".join(lines)
     print(text)
-    stale = sorted(set(equivalents) - {m.key for m in mutants})
+    files = {m.file for m in mutants}  # with --only, entries of other files are not stale
+    stale = sorted(k for k in set(equivalents) - {m.key for m in mutants}
+                   if k.split(":", 1)[0] in files)
     if stale:
         print(f"\n{len(stale)} entries of {EQUIVALENT.name} match no mutant any more:")
         print("\n".join(stale))
