@@ -1,0 +1,71 @@
+"""Broker producer rules found unpinned by ``make mutants`` (docs/mutation.md).
+
+Deterministic (FakeCluster, autojump_clock, no jitter); each docstring walks
+through the schedule it needs, and the virtual times the protocol fixes are
+asserted exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from pipeline.protocol.api import ApiKey
+from pipeline.protocol.errors import ErrorCode
+from pipeline.testing.fake_cluster import FakeCluster
+
+from .conftest import open_fake_producer, values_in_log
+from .test_guards import exact, offsets
+from .test_idempotence import sent_batches
+from .test_sarama_suite import outcomes
+
+
+async def test_each_produce_request_carries_request_timeout_and_is_counted(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A Produce request tells the broker how long to wait for the replicas:
+    ``request_timeout`` in milliseconds (Java's ``request.timeout.ms`` /
+    ``timeout_ms`` in the request), and ``statistics().requests_sent`` counts
+    the requests, from 0.
+
+    Schedule (request_timeout 2.5 s, linger 0): a, then b, each sent and
+    awaited: two requests, each with timeout_ms 2500."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(request_timeout=2.5, delivery_timeout=5.0)) as producer:
+        await producer.send_and_wait("t", b"a", partition=0)
+        await producer.send_and_wait("t", b"b", partition=0)
+        assert producer.statistics().requests_sent == 2
+    assert [r.request.timeout_ms for r in fake.requests_of(ApiKey.PRODUCE)] == [2500, 2500]
+
+
+async def test_an_idempotent_batch_out_of_retries_starts_a_new_epoch(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A sealed batch that fails for good after taking sequences (retries
+    exhausted, ``_maybe_bounce``) starts a new epoch: the broker still waits for
+    those sequences, so every later batch of the partition would be out of
+    order (KIP-360; the Java client bumps the epoch too).
+
+    Schedule (idempotent, retries=1, backoff 0.125 s, t[0] on broker 0,
+    confirmed): t0: a is answered NOT_ENOUGH_REPLICAS, and again at its retry
+    (t0 + 0.125): it fails, and the epoch goes to 1 at once (nothing else in
+    flight). b, sent next, waits for the metadata round the give-up asked for
+    (rounds 0.125 s apart) and is written at t0 + 0.25 with epoch 1 and
+    sequence 0. Without the bump b carried sequence 2 after a gap: the broker
+    answered OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=True, retries=1)) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        for _ in range(2):
+            fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        t0 = trio.current_time()
+        a = await outcomes([await producer.send("t", b"a", partition=0)])
+        b = await outcomes([await producer.send("t", b"b", partition=0)])
+        assert trio.current_time() == t0 + 0.25
+        idem = producer._core.idempotence
+        assert idem is not None and idem.producer_epoch == 1
+    assert offsets(a + b) == [ErrorCode.NOT_ENOUGH_REPLICAS, 1]
+    assert [(x[2], x[3]) for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (0, 1), (1, 0)]
+    assert values_in_log(fake, "t", 0) == [b"warm", b"b"]
+
