@@ -684,17 +684,21 @@ def main() -> None:
         compare(mutants, cache, cmap, sources, args.compare)
         return
 
+    equivalents = load_equivalents()
     todo: list[tuple[Mutant, list[str], float, str]] = []
     results: dict[str, dict[str, object]] = {}
     for m in mutants:
         # Fastest first: with -x a killed mutant stops at its first failing test.
         tests = sorted(select_tests(m, cmap), key=lambda t: durations.get(t, 1.0))
-        # A killed mutant stays killed while its file is unchanged; any other
-        # result is rerun whenever the tests (or the file) changed.
+        # A killed mutant stays killed while its file is unchanged, and so does
+        # a survivor listed as equivalent (no test can kill it: that is what
+        # the list says, with the reason); any other result is rerun whenever
+        # the tests (or the file) changed.
         ident = f"{m.key}|{m.start}|{file_hash[m.file]}"
         hit = cache.get(m.key)
         if hit is not None and hit.get("ident") == ident and (
             hit["status"] in ("killed", "timeout", "crashed") or hit.get("tree") == tree
+            or (hit["status"] == "survived" and m.key in equivalents)
         ):
             results[m.key] = hit
             continue
