@@ -69,3 +69,28 @@ async def test_an_idempotent_batch_out_of_retries_starts_a_new_epoch(
     assert [(x[2], x[3]) for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (0, 1), (1, 0)]
     assert values_in_log(fake, "t", 0) == [b"warm", b"b"]
 
+
+
+async def test_acks_1_waits_for_the_answer_and_acks_0_does_not(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``acks`` on the wire and in the outcome: with acks=1 the producer reads
+    the broker's answer (the offset is known); with acks=0 no answer comes and
+    being written is the outcome (no offset), and the producer must not wait
+    for one.
+
+    Schedule (plain producer, linger 0): a with acks=1 gets offset 0 at t0; b
+    with acks=0 is settled at t0 without an offset, and is in the log."""
+    fake.create_topic("t", 1, leaders=[0])
+    for acks, value in ((1, b"a"), (0, b"b")):
+        async with open_fake_producer(fake, **exact(idempotent=False, acks=acks)) as producer:
+            await producer._core.cluster.partitions_for("t")
+            t0 = trio.current_time()
+            (result,) = await outcomes([await producer.send("t", value, partition=0)])
+            assert trio.current_time() == t0
+        if acks:
+            assert result.offset == 0 and result.offset_known
+        else:
+            assert not result.offset_known
+    assert [r.request.acks for r in fake.requests_of(ApiKey.PRODUCE)] == [1, 0]
+    assert values_in_log(fake, "t", 0) == [b"a", b"b"]
