@@ -91,6 +91,7 @@ async def test_acks_1_waits_for_the_answer_and_acks_0_does_not(
         if acks:
             assert result.offset == 0 and result.offset_known
         else:
-            assert not result.offset_known
+            assert not result.offset_known and result.offset == -1
+        assert result.timestamp == 1_700_000_000_000  # CreateTime: no LogAppendTime came
     assert [r.request.acks for r in fake.requests_of(ApiKey.PRODUCE)] == [1, 0]
     assert values_in_log(fake, "t", 0) == [b"a", b"b"]
