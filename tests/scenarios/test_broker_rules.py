@@ -95,3 +95,27 @@ async def test_acks_1_waits_for_the_answer_and_acks_0_does_not(
         assert result.timestamp == 1_700_000_000_000  # CreateTime: no LogAppendTime came
     assert [r.request.acks for r in fake.requests_of(ApiKey.PRODUCE)] == [1, 0]
     assert values_in_log(fake, "t", 0) == [b"a", b"b"]
+
+
+async def test_duplicate_sequence_number_counts_as_written_without_an_offset(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """tansu answers a re-sent batch it already has with
+    DUPLICATE_SEQUENCE_NUMBER (46) and no offset (Kafka answers NONE with the
+    original offset): with idempotence the batch was written, so its messages
+    succeed, with no offset and their own CreateTime, and the partition counts
+    as confirmed in the current epoch.
+
+    Schedule (idempotent, t[0] on broker 0): t0: the answer to m is 46: m
+    succeeds at t0, offset unknown (-1), timestamp its CreateTime."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=True)) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER, node_id=0)
+        t0 = trio.current_time()
+        (result,) = await outcomes([await producer.send("t", b"m", partition=0)])
+        assert trio.current_time() == t0
+        idem = producer._core.idempotence
+        assert idem is not None and {tp.partition for tp in idem.confirmed} == {0}
+    assert not result.offset_known and result.offset == -1
+    assert result.timestamp == 1_700_000_000_000
