@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 
 from pipeline.protocol.api import ApiKey
@@ -119,3 +120,26 @@ async def test_duplicate_sequence_number_counts_as_written_without_an_offset(
         assert idem is not None and {tp.partition for tp in idem.confirmed} == {0}
     assert not result.offset_known and result.offset == -1
     assert result.timestamp == 1_700_000_000_000
+
+
+@pytest.mark.parametrize(("count", "batches"), [(4, [4, 2, 2]), (2, [2, 1, 1])])
+async def test_a_too_large_batch_is_split_into_halves_by_bytes(
+    fake: FakeCluster, autojump_clock: Any, count: int, batches: list[int]
+) -> None:
+    """KIP-126 split (``_handle_partition``): a batch the broker refuses as too
+    large goes back as two batches, the first holding the longest run of its
+    messages within half its bytes (never all of them), the second the rest,
+    in order.
+
+    Schedule (plain producer, t[0] on broker 0): t0: ``count`` messages of equal
+    size go in one batch, answered MESSAGE_TOO_LARGE: re-sent as two halves,
+    all written in order."""
+    fake.create_topic("t", 1, leaders=[0])
+    values = [b"m%d" % i + b"-" * 50 for i in range(count)]
+    async with open_fake_producer(fake, **exact(idempotent=False)) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.MESSAGE_TOO_LARGE, node_id=0)
+        results = await outcomes([producer.send_nowait("t", v, partition=0) for v in values])
+    assert offsets(results) == list(range(count))
+    assert [x[4] for x in sent_batches(fake, "t", 0)] == batches
+    assert values_in_log(fake, "t", 0) == values
