@@ -143,3 +143,68 @@ async def test_a_too_large_batch_is_split_into_halves_by_bytes(
     assert offsets(results) == list(range(count))
     assert [x[4] for x in sent_batches(fake, "t", 0)] == batches
     assert values_in_log(fake, "t", 0) == values
+
+
+async def test_an_error_after_append_makes_the_fate_unknown(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A retriable error that may come after the write
+    (NOT_ENOUGH_REPLICAS_AFTER_APPEND and the others of ``_MAYBE_WRITTEN``)
+    leaves the batch's fate unknown: after an epoch bump it is not re-stamped
+    (a re-stamped copy would be a duplicate) but fails as "may or may not have
+    been written", like a batch whose answer was lost
+    (``test_a_batch_of_unknown_fate_is_not_restamped_after_a_bump``).
+
+    Schedule (idempotent; t[0] on broker 0, t[1] on broker 1, both confirmed):
+    t0: a (t[0]) is written but answered NOT_ENOUGH_REPLICAS_AFTER_APPEND; b
+    (t[1]) gets an OUT_OF_ORDER_SEQUENCE_NUMBER nothing explains: the epoch is
+    bumped. a's retry comes after the bump: it fails, and the log holds a once."""
+    from pipeline import ProducerError
+
+    fake.create_topic("t", 2, leaders=[0, 1])
+    async with open_fake_producer(fake, **exact(idempotent=True)) as producer:
+        await producer.send_and_wait("t", b"warm0", partition=0)
+        await producer.send_and_wait("t", b"warm1", partition=1)
+        fake.fail_after_apply(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, node_id=0)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, node_id=1)
+        a = await producer.send("t", b"a", partition=0)
+        b = await producer.send("t", b"b", partition=1)
+        results = await outcomes([a, b])
+        idem = producer._core.idempotence
+        assert idem is not None and idem.producer_epoch == 1
+    assert isinstance(results[0], ProducerError) and "may or may not" in str(results[0].cause)
+    assert offsets(results[1:]) == [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]
+    assert values_in_log(fake, "t", 0) == [b"warm0", b"a"]
+
+
+async def test_a_plain_batch_timing_out_in_flight_fails_once(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Delivery timeout of a batch in flight without idempotence
+    (``BrokerProducer._expire``): its messages fail at their deadline with the
+    fate unknown; no epoch to bump, and the late answer only unmutes.
+
+    Schedule (plain producer, delivery_timeout and request_timeout 5 s): t[1]'s
+    only replica, broker 1, is stopped without an election. t0: m is sent and
+    waits for a leader. t0 + 1.0625: broker 1 is back; at the round of t0 +
+    1.125 m is sent, answered 4.5 s late (written). At t0 + 5, in flight, m
+    fails: delivery timeout, "may or may not have been written"."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 2, leaders=[0, 1])
+    options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=5.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        fake.stop_broker(1, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        fake.delay_responses(4.5, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        t0 = trio.current_time()
+        m = producer.send_nowait("t", b"m", partition=1)
+        await trio.sleep(1.0625)
+        fake.restart_broker(1)
+        (result,) = await outcomes([m])
+        assert trio.current_time() == t0 + 5.0
+        await trio.sleep(1.0)
+    assert isinstance(result.cause, DeliveryTimeoutError)
+    assert "may or may not have been written" in str(result.cause)
+    assert values_in_log(fake, "t", 1) == [b"m"]
