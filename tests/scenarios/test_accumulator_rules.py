@@ -303,3 +303,39 @@ async def test_messages_queued_before_a_row_run_are_batched_by_size(
     assert offsets(front + rest) == [0, 1, 2, 3]
     assert [len(r[0]) for r in request_contents(fake, "t")] == [1, 2, 1, 2]
     assert values_in_log(fake, "t", 0)[-2:] == [b"r0", b"r1"]
+
+
+async def test_after_an_expiry_the_queue_counts_no_bytes_of_it(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """When messages of a partition queue expire there (``Accumulator.expire``),
+    the queue stops counting their bytes: a message arriving later is judged
+    by its own size, and waits for its linger.
+
+    Schedule (plain producer, linger 3 s, delivery_timeout 5 s, request_timeout
+    1 s, batch_bytes = the size of a and b together): t[1]'s only replica,
+    broker 1, is stopped without an election. t0: a is sent and waits for a
+    leader. t0 + 2.4375: broker 1 is back; at the metadata round of t0 + 2.5 a
+    reaches broker 1's queue and lingers. At t0 + 5 a expires there. t0 + 5.25:
+    b is sent: alone it is half a batch, so it is written at its linger, t0 +
+    8.25. Still counting a's bytes made b a full batch, written at once."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 2, leaders=[0, 1])
+    options = exact(idempotent=False, linger=3.0, delivery_timeout=5.0, request_timeout=1.0,
+                    batch_bytes=2 * batch_size_for_record(None, b"a"))
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        fake.stop_broker(1, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        t0 = trio.current_time()
+        a = producer.send_nowait("t", b"a", partition=1)
+        await trio.sleep(2.4375)
+        fake.restart_broker(1)
+        (a_result,) = await outcomes([a])
+        assert trio.current_time() == t0 + 5.0
+        await trio.sleep(0.25)
+        b_result = await outcomes([producer.send_nowait("t", b"b", partition=1)])
+        assert trio.current_time() == t0 + 8.25
+    assert isinstance(a_result.cause, DeliveryTimeoutError)
+    assert offsets(b_result) == [0]
