@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import trio
 
 from pipeline import BufferFullError
 from pipeline.testing.fake_cluster import FakeCluster
@@ -54,3 +55,45 @@ async def test_a_buffer_filled_to_the_byte_accepts_its_last_message(
             await one()
         assert producer.statistics().accepted == 2
         gate.set()
+
+
+async def test_every_sender_waiting_for_buffer_space_is_woken(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Senders blocked on a full buffer (``Ledger.reserve``) share one wake-up
+    event, created by the first of them: when space is freed, every one of
+    them looks again; none is left waiting for an event nobody sets.
+
+    Schedule (Produce stalled, buffer_memory = 2 messages, max_block 10 s): m0
+    and m1 fill the buffer; two tasks send m2 and m3 and wait. At t0 + 1 the
+    broker answers: both get their space and are accepted at t0 + 1, well
+    before max_block. With a fresh event per waiter, the first waiter slept
+    until max_block and failed with BufferFullError."""
+    fake.create_topic("t", 1)
+    gate = stall_produce(fake)
+    value = b"m" * 100
+    async with open_fake_producer(fake, **PATIENT) as probe:
+        await probe._core.cluster.partitions_for("t")
+        probe.send_nowait("t", value, partition=0)
+        size = probe.statistics().buffered_bytes
+        gate.set()
+    gate = stall_produce(fake)
+    async with open_fake_producer(fake, buffer_memory=2 * size, max_message_bytes=2 * size,
+                                  max_block=10.0, **PATIENT) as producer:
+        await producer._core.cluster.partitions_for("t")
+        producer.send_nowait("t", value, partition=0)
+        producer.send_nowait("t", value, partition=0)
+        t0 = trio.current_time()
+        accepted_at: list[float] = []
+
+        async def sender() -> None:
+            await producer.send("t", value, partition=0)
+            accepted_at.append(trio.current_time())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sender)
+            nursery.start_soon(sender)
+            await trio.sleep(1.0)
+            gate.set()
+        assert accepted_at == [t0 + 1.0, t0 + 1.0]
+        assert producer.statistics().accepted == 4
