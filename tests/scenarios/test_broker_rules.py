@@ -80,22 +80,25 @@ async def test_acks_1_waits_for_the_answer_and_acks_0_does_not(
     being written is the outcome (no offset), and the producer must not wait
     for one.
 
-    Schedule (plain producer, linger 0): a with acks=1 gets offset 0 at t0; b
-    with acks=0 is settled at t0 without an offset, and is in the log."""
+    Schedule (plain producer): a0, a1 (one batch) with acks=1 get offsets 0, 1
+    at t0; b0, b1 with acks=0 are settled at t0 without offsets, and are in
+    the log."""
     fake.create_topic("t", 1, leaders=[0])
     for acks, value in ((1, b"a"), (0, b"b")):
         async with open_fake_producer(fake, **exact(idempotent=False, acks=acks)) as producer:
             await producer._core.cluster.partitions_for("t")
             t0 = trio.current_time()
-            (result,) = await outcomes([await producer.send("t", value, partition=0)])
+            sent = [producer.send_nowait("t", value + b"%d" % i, partition=0) for i in range(2)]
+            results = await outcomes(sent)
             assert trio.current_time() == t0
-        if acks:
-            assert result.offset == 0 and result.offset_known
-        else:
-            assert not result.offset_known and result.offset == -1
-        assert result.timestamp == 1_700_000_000_000  # CreateTime: no LogAppendTime came
+        for i, result in enumerate(results):
+            if acks:
+                assert result.offset == i and result.offset_known
+            else:  # every message of the batch: no offset
+                assert not result.offset_known and result.offset == -1
+            assert result.timestamp == 1_700_000_000_000  # CreateTime: no LogAppendTime
     assert [r.request.acks for r in fake.requests_of(ApiKey.PRODUCE)] == [1, 0]
-    assert values_in_log(fake, "t", 0) == [b"a", b"b"]
+    assert values_in_log(fake, "t", 0) == [b"a0", b"a1", b"b0", b"b1"]
 
 
 async def test_duplicate_sequence_number_counts_as_written_without_an_offset(
