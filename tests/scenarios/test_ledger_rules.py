@@ -97,3 +97,39 @@ async def test_every_sender_waiting_for_buffer_space_is_woken(
             gate.set()
         assert accepted_at == [t0 + 1.0, t0 + 1.0]
         assert producer.statistics().accepted == 4
+
+
+async def test_flush_waits_only_for_what_was_sent_before_it(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``flush()`` waits for the messages accepted before it was called (up to
+    ``Ledger.last_accepted_id``, as the Java client's flush), not for ones
+    sent while it waits.
+
+    Schedule (plain producer; t[0] on broker 0 answering 1 s late, t[1] on
+    broker 1 answering 3 s late): t0: m0 to t[0], then flush() starts. t0 +
+    0.5: m1 to t[1]. flush() returns at t0 + 1, when m0 is written; m1 is
+    written at t0 + 3.5."""
+    from pipeline.protocol.api import ApiKey
+
+    fake.create_topic("t", 2, leaders=[0, 1])
+    async with open_fake_producer(fake, idempotent=False, **PATIENT) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.delay_responses(1.0, api_key=ApiKey.PRODUCE, node_id=0, count=1)
+        fake.delay_responses(3.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        t0 = trio.current_time()
+        m0 = producer.send_nowait("t", b"m0", partition=0)
+        flushed_at: list[float] = []
+
+        async def flush() -> None:
+            await producer.flush()
+            flushed_at.append(trio.current_time())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(flush)
+            await trio.sleep(0.5)
+            m1 = producer.send_nowait("t", b"m1", partition=1)
+        assert flushed_at == [t0 + 1.0]
+        assert m0.done() and not m1.done()
+        await m1
+        assert trio.current_time() == t0 + 3.5
