@@ -133,3 +133,55 @@ async def test_flush_waits_only_for_what_was_sent_before_it(
         assert m0.done() and not m1.done()
         await m1
         assert trio.current_time() == t0 + 3.5
+
+
+def answer_with_log_append_time(append_time: int) -> Any:
+    """A broker that stamps LogAppendTime ``append_time`` and puts the batch at offset 7."""
+    from pipeline.protocol.messages import produce as pm
+
+    def answer(ctx: Any) -> Any:
+        return pm.ProduceResponse(responses=tuple(
+            pm.TopicProduceResponse(name=t.name, partition_responses=tuple(
+                pm.PartitionProduceResponse(index=p.index, error_code=0, base_offset=7,
+                                            log_append_time_ms=append_time, log_start_offset=0)
+                for p in t.partition_data))
+            for t in ctx.request.topic_data))
+
+    return answer
+
+
+async def test_on_delivery_gets_the_offset_and_the_timestamp_the_broker_gave(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``on_delivery`` callbacks (the ledger's inlined ``OnDelivery`` branch)
+    get each message's offset (offset_known) and its timestamp: its own
+    CreateTime, or the broker's LogAppendTime when the broker gives one.
+
+    Schedule (plain producer): a0, a1 (one batch) are written at offsets 0, 1
+    with CreateTime; then the broker answers b0, b1's batch with base offset 7
+    and LogAppendTime 1234: their callbacks get 7, 8 and 1234; then the same with
+    LogAppendTime 0."""
+    from pipeline.protocol.api import ApiKey
+
+    fake.create_topic("t", 1, leaders=[0])
+    seen: list[tuple[int, int, bool]] = []
+
+    def on_delivery(metadata: Any, error: Any) -> None:
+        assert error is None
+        seen.append((metadata.offset, metadata.timestamp, metadata.offset_known))
+
+    async with open_fake_producer(fake, idempotent=False) as producer:
+        await producer._core.cluster.partitions_for("t")
+        first = [producer.send_nowait("t", b"a%d" % i, partition=0, on_delivery=on_delivery)
+                 for i in range(2)]
+        for m in first:
+            await m
+        for append_time in (1234, 0):  # 0 is a LogAppendTime too (-1 is none)
+            fake.control(ApiKey.PRODUCE, answer_with_log_append_time(append_time))
+            later = [producer.send_nowait("t", b"b", partition=0, on_delivery=on_delivery)
+                     for _ in range(2)]
+            for m in later:
+                await m
+    create_time = 1_700_000_000_000
+    assert seen == [(0, create_time, True), (1, create_time, True),
+                    (7, 1234, True), (8, 1234, True), (7, 0, True), (8, 0, True)]
