@@ -185,3 +185,26 @@ async def test_on_delivery_gets_the_offset_and_the_timestamp_the_broker_gave(
     create_time = 1_700_000_000_000
     assert seen == [(0, create_time, True), (1, create_time, True),
                     (7, 1234, True), (8, 1234, True), (7, 0, True), (8, 0, True)]
+
+
+async def test_channel_mode_without_return_successes_reports_only_errors(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Messages sent on ``producer.input`` report their outcome on the channels:
+    failures always, successes only with ``return_successes``. Without it a
+    success is settled at once: its bytes are released (a reported outcome
+    keeps them until the user takes it, for backpressure).
+
+    Schedule (return_successes False): m0, m1 go in on ``producer.input`` and
+    are written; the buffer is empty again, nothing waits on the channels."""
+    from pipeline import ProducerMessage
+
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake, **PATIENT) as producer:
+        msgs = [ProducerMessage("t", b"m%d" % i) for i in range(2)]
+        for m in msgs:
+            await producer.input.send(m)
+        await producer.flush()
+        stats = producer.statistics()
+        assert stats.succeeded == 2 and stats.buffered_bytes == 0
+        assert len(producer._ledger.reports) == 0
