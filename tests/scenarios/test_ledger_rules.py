@@ -208,3 +208,28 @@ async def test_channel_mode_without_return_successes_reports_only_errors(
         stats = producer.statistics()
         assert stats.succeeded == 2 and stats.buffered_bytes == 0
         assert len(producer._ledger.reports) == 0
+
+
+async def test_send_many_counts_failures_in_its_group(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A ``send_many`` call's group counts every outcome: a failed message is
+    counted as failed (with its error kept) and the group completes.
+
+    Schedule (plain producer, retries=0): the first Produce request is answered
+    NOT_ENOUGH_REPLICAS: the call's two messages (one batch) fail, and the
+    group reports 0 delivered, 2 failed."""
+    from pipeline import ProducerMessage
+    from pipeline.protocol.api import ApiKey
+    from pipeline.protocol.errors import ErrorCode
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, idempotent=False, retries=0) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        group = await producer.send_many([ProducerMessage("t", b"m%d" % i, partition=0)
+                                          for i in range(2)])
+        with trio.fail_after(10):
+            result = await group
+    assert (result.delivered, result.failed) == (0, 2)
+    assert len(result.errors) == 2
