@@ -233,3 +233,37 @@ async def test_send_many_counts_failures_in_its_group(
             result = await group
     assert (result.delivered, result.failed) == (0, 2)
     assert len(result.errors) == 2
+
+
+async def test_a_failed_message_with_on_delivery_wakes_its_waiter_and_counts_a_raising_callback(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A message sent with ``on_delivery`` that fails (``Ledger._call_back``):
+    the callback gets the error once, whoever awaits the message is woken, and
+    a callback that raises is counted (``statistics().callback_errors``), not
+    let into the pipeline.
+
+    Schedule (plain producer, retries=0): the Produce request is answered
+    NOT_ENOUGH_REPLICAS: m fails at t0; its callback raises; ``await m`` returns
+    at t0 with the error."""
+    from pipeline import ProducerError
+    from pipeline.protocol.api import ApiKey
+    from pipeline.protocol.errors import ErrorCode
+
+    fake.create_topic("t", 1, leaders=[0])
+    errors: list[Any] = []
+
+    def on_delivery(metadata: Any, error: Any) -> None:
+        errors.append(error)
+        raise RuntimeError("the user's callback is broken")
+
+    async with open_fake_producer(fake, idempotent=False, retries=0) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        t0 = trio.current_time()
+        m = producer.send_nowait("t", b"m", partition=0, on_delivery=on_delivery)
+        with trio.fail_after(10), pytest.raises(ProducerError):
+            await m
+        assert trio.current_time() == t0
+        assert producer.statistics().callback_errors == 1
+    assert len(errors) == 1 and isinstance(errors[0], ProducerError)
