@@ -267,3 +267,24 @@ async def test_a_failed_message_with_on_delivery_wakes_its_waiter_and_counts_a_r
         assert trio.current_time() == t0
         assert producer.statistics().callback_errors == 1
     assert len(errors) == 1 and isinstance(errors[0], ProducerError)
+
+
+@pytest.mark.parametrize("append_time", [1234, 0])
+async def test_an_awaited_message_gets_the_log_append_time(
+    fake: FakeCluster, autojump_clock: Any, append_time: int
+) -> None:
+    """A message awaited (or reported on the channels) gets the broker's
+    LogAppendTime as its timestamp before anyone hears of its outcome; 0 is a
+    LogAppendTime too (-1 is none).
+
+    Schedule (plain producer): the broker answers m0, m1's batch with base
+    offset 7 and the LogAppendTime: both report it, at offsets 7, 8."""
+    from pipeline.protocol.api import ApiKey
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, idempotent=False) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.control(ApiKey.PRODUCE, answer_with_log_append_time(append_time))
+        sent = [producer.send_nowait("t", b"m%d" % i, partition=0) for i in range(2)]
+        results = [await m for m in sent]
+    assert [(r.offset, r.timestamp) for r in results] == [(7, append_time), (8, append_time)]
