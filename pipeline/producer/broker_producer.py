@@ -118,7 +118,6 @@ class BrokerProducer:
         self._cluster = ctx.cluster
         self._ledger = ctx.ledger
         self._errors = ctx.retry_errors
-        self._flush = ctx.flush
         # The retry back-edge: the partition producer of a partition we were sent.
         self._sinks = sinks
         self.input: trio.MemorySendChannel[BrokerItem]
