@@ -18,6 +18,18 @@ from .conftest import open_fake_producer
 from .test_bad_input import PATIENT, stall_produce
 
 
+async def buffered_size(fake: FakeCluster, value: bytes) -> int:
+    """The bytes one message of ``value`` holds in the buffer (measured by a probe
+    producer while Produce is stalled, so nothing is released)."""
+    gate = stall_produce(fake)
+    async with open_fake_producer(fake, **PATIENT) as probe:
+        await probe._core.cluster.partitions_for("t")
+        probe.send_nowait("t", value, partition=0)
+        size: int = probe.statistics().buffered_bytes
+        gate.set()
+    return size
+
+
 @pytest.mark.parametrize("entry", ["send", "send_nowait"])
 async def test_a_buffer_filled_to_the_byte_accepts_its_last_message(
     fake: FakeCluster, autojump_clock: Any, entry: str
@@ -30,13 +42,8 @@ async def test_a_buffer_filled_to_the_byte_accepts_its_last_message(
     measured; with buffer_memory = 2 s, m0 and m1 are accepted and m2 is
     refused at once (send_nowait) or after max_block (send)."""
     fake.create_topic("t", 1)
-    gate = stall_produce(fake)
     value = b"m" * 100
-    async with open_fake_producer(fake, **PATIENT) as probe:
-        await probe._core.cluster.partitions_for("t")
-        probe.send_nowait("t", value, partition=0)
-        size = probe.statistics().buffered_bytes
-        gate.set()
+    size = await buffered_size(fake, value)
     gate = stall_produce(fake)
     async with open_fake_producer(fake, buffer_memory=2 * size, max_message_bytes=2 * size,
                                   max_block=1.0, **PATIENT) as producer:
@@ -70,13 +77,8 @@ async def test_every_sender_waiting_for_buffer_space_is_woken(
     before max_block. With a fresh event per waiter, the first waiter slept
     until max_block and failed with BufferFullError."""
     fake.create_topic("t", 1)
-    gate = stall_produce(fake)
     value = b"m" * 100
-    async with open_fake_producer(fake, **PATIENT) as probe:
-        await probe._core.cluster.partitions_for("t")
-        probe.send_nowait("t", value, partition=0)
-        size = probe.statistics().buffered_bytes
-        gate.set()
+    size = await buffered_size(fake, value)
     gate = stall_produce(fake)
     async with open_fake_producer(fake, buffer_memory=2 * size, max_message_bytes=2 * size,
                                   max_block=10.0, **PATIENT) as producer:
