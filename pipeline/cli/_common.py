@@ -224,7 +224,7 @@ def _options(args: argparse.Namespace, cls: type[Any]) -> dict[str, Any]:
         java = KAFKA_OPTIONS.get(f"kafka.{name.lower()}")
         if java is not None:
             field, convert = java
-            if not any(f.name == field for f in dataclasses.fields(cls)):
+            if not any(f.name == field for f in cls.option_fields()):
                 logging.getLogger("pipeline.cli").warning(
                     "%s is a producer property: ignored here", name)
                 continue

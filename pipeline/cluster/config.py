@@ -3,9 +3,10 @@
 The :class:`~pipeline.cluster.pool.Cluster`, each
 :class:`~pipeline.cluster.connection.BrokerConnection`, the consumer and the
 producer read their cluster-level settings from it; nothing downstream
-re-translates, re-defaults or clamps them. ``ProducerConfig`` extends it (as
-the Java client's producer config includes its common client configs), so
-every field here is also a producer option of the same name.
+re-translates, re-defaults or clamps them. A ``ProducerConfig`` holds one
+(``config.cluster``), and takes every field here as a producer option of the
+same name (as the Java client's producer config includes its common client
+configs).
 
 Names follow the Java client's settings in Python spelling, with seconds for
 durations (``request_timeout=30.0`` is ``request.timeout.ms=30000``).
@@ -30,7 +31,7 @@ import dataclasses
 import random
 import ssl
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from pipeline.cluster.errors import ConfigError
 from pipeline.cluster.security import TokenProvider, uses_tls, validate_security
@@ -105,11 +106,7 @@ class ClusterConfig:
         self.validate()
 
     def validate(self) -> None:
-        """Raise :class:`ConfigError` naming the first invalid option and what is allowed.
-
-        A subclass extending it calls ``ClusterConfig.validate(self)`` (zero-argument
-        ``super()`` does not work in slotted dataclasses).
-        """
+        """Raise :class:`ConfigError` naming the first invalid option and what is allowed."""
         if not isinstance(self.client_id, str):
             raise _bad("client_id", self.client_id, "must be a string")
         if not _is_number(self.retry_backoff) or self.retry_backoff < 0:
@@ -140,16 +137,18 @@ class ClusterConfig:
 
     @property
     def cluster(self) -> ClusterConfig:
-        """The cluster-level options alone (a subclass's extra fields dropped)."""
-        if type(self) is ClusterConfig:
-            return self
-        return ClusterConfig(**{f.name: getattr(self, f.name) for f in _FIELDS})
+        """Itself: the cluster part of a config, as ``ProducerConfig.cluster`` is."""
+        return self
+
+    @classmethod
+    def option_fields(cls) -> tuple[dataclasses.Field[Any], ...]:
+        """Every option a user can give by name."""
+        return _FIELDS
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (a Spark task's config) as its options; unpickling validates again
         # and rebuilds the TLS context, which cannot be pickled, where it is used.
-        return (_rebuild, (type(self), {f.name: getattr(self, f.name)
-                                        for f in dataclasses.fields(self) if f.init}))
+        return (_rebuild, (type(self), {f.name: getattr(self, f.name) for f in _FIELDS}))
 
     @property
     def uses_tls(self) -> bool:
@@ -169,19 +168,24 @@ _FIELDS = tuple(f for f in dataclasses.fields(ClusterConfig) if f.init)
 def _rebuild(cls: type[ClusterConfig], options: dict[str, Any]) -> ClusterConfig:
     return cls(**options)
 
-C = TypeVar("C", bound=ClusterConfig)
+class _Options(Protocol):
+    @classmethod
+    def option_fields(cls) -> tuple[dataclasses.Field[Any], ...]: ...
+
+
+C = TypeVar("C", bound=_Options)
 
 
 def merge_options(cls: type[C], config: C | None, options: dict[str, Any], *, kind: str) -> C:
     """``config`` (or ``cls()`` defaults) with keyword ``options`` over it; an unknown
     name raises :class:`ConfigError` listing every valid ``kind`` option."""
-    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    known = {f.name for f in cls.option_fields()}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ConfigError(f"unknown {kind} option(s) {unknown}; valid options are {sorted(known)}")
     if config is None:
         return cls(**options)
-    return dataclasses.replace(config, **options) if options else config
+    return cast(C, dataclasses.replace(cast(Any, config), **options)) if options else config
 
 
 def cluster_config(config: ClusterConfig | None, options: dict[str, Any]) -> ClusterConfig:
@@ -199,9 +203,9 @@ def parse_option_value(text: str) -> Any:
         return low == "true"
     if low in ("none", "null"):
         return None
-    for cast in (int, float):
+    for convert in (int, float):
         try:
-            return cast(text)
+            return convert(text)
         except ValueError:
             pass
     return text

@@ -25,7 +25,6 @@ password: a parse error says what is wrong with it, not what it contains).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,7 +58,7 @@ _FLAGS = ("required", "requisite", "sufficient", "optional")
 def option_from_text(name: str, text: str, cls: type[Any]) -> Any:
     """A ``cls`` (config dataclass) field given as text: kept as text for a string
     field (a password "123456" stays a string), else :func:`parse_option_value`."""
-    for f in dataclasses.fields(cls):
+    for f in cls.option_fields():
         if f.name == name:
             kind = str(f.type)
             if kind.startswith("str") and "float" not in kind and "int" not in kind:

@@ -5,18 +5,23 @@ durations (``linger=0.005`` is Java's ``linger.ms=5``). Defaults are the Java
 client's where they make sense for Python, and every deviation is explained
 next to the field.
 
-``ProducerConfig`` extends :class:`~pipeline.cluster.config.ClusterConfig`: the
-cluster-level options (``client_id``, ``request_timeout``, ``max_in_flight``,
-the ``retry_backoff*`` trio, metadata, ``connector``, ``rng``; later the
-security options) are its fields, validated by it, and handed to the cluster
-client as ``config.cluster``.
+``ProducerConfig`` holds one :class:`~pipeline.cluster.config.ClusterConfig`,
+``config.cluster``: the cluster-level options (``client_id``,
+``request_timeout``, ``max_in_flight``, the ``retry_backoff*`` trio, metadata,
+security, ``connector``, ``rng``) live there, are validated there once (the TLS
+context they describe is built once), and that very object is what the
+cluster client gets. Users still give every option flat, as in the Java client
+(``ProducerConfig(linger=0.01, request_timeout=10.0)``,
+``open_producer(bootstrap, sasl_username=...)``): the constructor sends each
+cluster-level name to the ``ClusterConfig`` and the rest to the producer's own
+fields, and an unknown name is an error listing every valid one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field
 from typing import Any, Literal
 
 from pipeline.cluster.config import ClusterConfig, merge_options
@@ -41,14 +46,19 @@ _LEVELS: dict[Compression, tuple[int, int]] = {
 _PARTITIONERS = ("default", "murmur2", "murmur2_random", "round_robin", "random")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProducerConfig(ClusterConfig):
-    """Every producer option. Pass it to ``open_producer`` or give the fields as keywords.
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
+class ProducerConfig:
+    """Every producer option. Pass it to ``open_producer`` or give the options as keywords.
 
-    The cluster-level fields (``request_timeout``, ``max_in_flight`` per broker
-    connection, ``retry_backoff*``, ``client_id``, metadata, ``rng``...) are
-    inherited from :class:`~pipeline.cluster.config.ClusterConfig`.
+    ``ProducerConfig(**options)`` takes the producer's fields below and every
+    :class:`~pipeline.cluster.config.ClusterConfig` option by name (or a whole
+    ``cluster=ClusterConfig(...)``, with named cluster options applied over it);
+    the cluster-level ones are kept in ``self.cluster``.
     """
+
+    # How to reach and talk to the cluster: the one ClusterConfig, handed as is
+    # to the cluster client (validated, and its TLS context built, once).
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     # Delivery guarantees.
     acks: Acks = "all"
@@ -80,6 +90,48 @@ class ProducerConfig(ClusterConfig):
     # Injection point for deterministic tests (rng is a ClusterConfig field).
     timestamp_ms: Callable[[], int] | None = field(default=None, compare=False, repr=False)
 
+    def __init__(self, *, cluster: ClusterConfig | None = None, **options: Any) -> None:
+        own = _OWN_NAMES
+        unknown = sorted(set(options) - own - _CLUSTER_NAMES)
+        if unknown:
+            raise ConfigError(
+                f"unknown producer option(s) {unknown}; valid options are {sorted(_ALL_NAMES)}"
+            )
+        if cluster is not None and not isinstance(cluster, ClusterConfig):
+            raise ConfigError(f"invalid cluster={cluster!r}: must be a ClusterConfig")
+        net = {k: v for k, v in options.items() if k not in own}
+        if cluster is None:
+            cluster = ClusterConfig(**net)
+        elif net:
+            cluster = dataclasses.replace(cluster, **net)  # validated again, as a whole
+        object.__setattr__(self, "cluster", cluster)
+        for f in _OWN_FIELDS:
+            if f.name in options:
+                value = options[f.name]
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+            else:
+                value = f.default
+            object.__setattr__(self, f.name, value)
+        self.validate()
+
+    @classmethod
+    def option_fields(cls) -> tuple[Field[Any], ...]:
+        """Every option a user can give by name: the producer's own fields
+        (``cluster`` included) and each ClusterConfig option."""
+        return (*(f for f in dataclasses.fields(cls) if f.init), *ClusterConfig.option_fields())
+
+    # The two cluster options the producer itself reads, by their flat names.
+    @property
+    def request_timeout(self) -> float:
+        """A Produce request's timeout, and the bound of start-up waits."""
+        return self.cluster.request_timeout
+
+    @property
+    def max_in_flight(self) -> int:
+        """Requests in flight per broker connection (also the idempotent bound)."""
+        return self.cluster.max_in_flight
+
     @property
     def acks_value(self) -> int:
         """The wire value: 0, 1 or -1."""
@@ -99,13 +151,13 @@ class ProducerConfig(ClusterConfig):
         return self.max_in_flight if self.idempotent else 1
 
     def replace(self, **changes: Any) -> ProducerConfig:
+        """A copy with ``changes`` (producer or cluster options by name), validated."""
         return dataclasses.replace(self, **changes)
 
     def validate(self) -> None:
         def bad(option: str, value: object, allowed: str) -> ConfigError:
             return ConfigError(f"invalid {option}={value!r}: {allowed}")
 
-        ClusterConfig.validate(self)
         if self.acks not in (0, 1, -1, "all"):
             raise bad("acks", self.acks, 'use 0, 1 or "all"')
         if self.compression not in _COMPRESSION_NAMES:
@@ -165,6 +217,12 @@ class ProducerConfig(ClusterConfig):
         if isinstance(self.partitioner, str) and self.partitioner not in _PARTITIONERS:
             raise bad("partitioner", self.partitioner,
                       f"use one of {list(_PARTITIONERS)}, a Partitioner, or a callable")
+
+
+_OWN_FIELDS = tuple(f for f in dataclasses.fields(ProducerConfig) if f.name != "cluster")
+_OWN_NAMES = frozenset(f.name for f in _OWN_FIELDS)
+_CLUSTER_NAMES = frozenset(f.name for f in ClusterConfig.option_fields())
+_ALL_NAMES = frozenset(f.name for f in ProducerConfig.option_fields())
 
 
 def make_config(config: ProducerConfig | None, options: dict[str, Any]) -> ProducerConfig:

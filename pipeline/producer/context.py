@@ -70,12 +70,13 @@ class RetryErrors:
 def retry_backoff(config: ProducerConfig, rng: random.Random) -> Callable[[int], float]:
     """The producer's retry delay for a retry level (or an attempt): the one
     ``Backoff`` formula, 0 when ``retry_backoff`` is 0."""
-    if config.retry_backoff == 0:
+    cluster = config.cluster
+    if cluster.retry_backoff == 0:
         return lambda level: 0.0
     backoff = Backoff(
-        config.retry_backoff,
-        config.retry_backoff_max,
-        jitter=config.retry_backoff_jitter,
+        cluster.retry_backoff,
+        cluster.retry_backoff_max,
+        jitter=cluster.retry_backoff_jitter,
         rng=rng,
     )
     return lambda level: backoff.delay(max(level, 1))

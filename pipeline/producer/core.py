@@ -40,7 +40,7 @@ class ProducerCore:
         self.config = config
         self.cluster = cluster
         self.ledger = ledger
-        self.rng = config.rng if config.rng is not None else random.Random()
+        self.rng = config.cluster.rng if config.cluster.rng is not None else random.Random()
         backoff = retry_backoff(config, self.rng)
         self.flush = FlushState()
         self.idempotence: Idempotence | None = (

@@ -87,9 +87,21 @@ def test_producer_config_carries_the_cluster_part() -> None:
     rng = random.Random(4)
     cfg = make_config(None, dict(client_id="p", request_timeout=7.0, linger=0.5, rng=rng,
                                  metadata_timeout=9.0))
-    assert isinstance(cfg, ClusterConfig)
+    # It holds one ClusterConfig, built and validated once: the same object every
+    # time, and the one the cluster client gets (not a copy of inherited fields).
+    assert not isinstance(cfg, ClusterConfig)
     cluster = cfg.cluster
-    assert type(cluster) is ClusterConfig
+    assert type(cluster) is ClusterConfig and cfg.cluster is cluster
+    assert (cfg.request_timeout, cfg.max_in_flight) == (7.0, 5)
+    # A change of a producer option keeps the very same cluster part.
+    assert cfg.replace(linger=0.25).cluster is cluster
+    # A cluster option given flat over a whole ClusterConfig wins, and is validated.
+    over = ProducerConfig(cluster=cluster, request_timeout=2.0)
+    assert (over.cluster.request_timeout, over.cluster.client_id) == (2.0, "p")
+    with pytest.raises(ConfigError, match=r"invalid request_timeout=-1"):
+        ProducerConfig(cluster=cluster, request_timeout=-1)
+    with pytest.raises(ConfigError, match=r"invalid cluster=.*must be a ClusterConfig"):
+        ProducerConfig(cluster={"client_id": "x"})  # type: ignore[arg-type]
     assert (cluster.client_id, cluster.request_timeout, cluster.metadata_timeout) == (
         "p", 7.0, 9.0
     )

@@ -163,12 +163,12 @@ def test_secrets_never_in_reprs(pki: dict[str, str]) -> None:
         assert SECRET not in repr(cfg) and SECRET not in str(cfg)
         assert "sasl_mechanism=" in repr(cfg)
     # The secret is really there (and survives replace / the cluster part / pickling).
-    assert dataclasses.replace(configs[1], linger=0.5).sasl_password == SECRET
+    assert dataclasses.replace(configs[1], linger=0.5).cluster.sasl_password == SECRET
     assert configs[1].cluster.ssl_password == SECRET
     assert pickle.loads(pickle.dumps(configs[0])).sasl_password == SECRET
     copy = pickle.loads(pickle.dumps(configs[1]))  # the TLS context is rebuilt, not pickled
     assert type(copy) is ProducerConfig and copy == configs[1]
-    assert copy._tls is not None and copy._tls is not configs[1]._tls
+    assert copy.cluster._tls is not None and copy.cluster._tls is not configs[1].cluster._tls
     assert redact_options({"sasl_password": SECRET, "linger": 1, "ssl_password": None}) == {
         "sasl_password": "***", "linger": 1, "ssl_password": None}
     assert {"sasl_password", "ssl_password", "sasl_oauth_token_provider"} <= SECRET_OPTIONS
