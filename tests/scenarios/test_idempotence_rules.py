@@ -27,6 +27,7 @@ from pipeline.testing.fake_cluster import ControlContext, FakeCluster
 from .conftest import open_fake_producer, values_in_log
 from .test_guards import exact, offsets
 from .test_idempotence import sent_batches
+from .test_kafka_semantics import refuse_bumped_epochs
 from .test_sarama_suite import outcomes
 
 
@@ -161,44 +162,51 @@ async def test_the_last_epoch_but_one_is_still_bumped(
     assert values_in_log(fake, "t", 0) == [b"a", b"c", b"e"]
 
 
-async def test_a_fenced_first_epoch_takes_a_new_id_and_later_recoveries_still_bump(
+async def test_fenced_ids_are_replaced_and_later_recoveries_still_bump(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
-    """A broker fencing the epoch InitProducerId gave (INVALID_PRODUCER_EPOCH:
+    """A broker fencing an epoch it got from InitProducerId (INVALID_PRODUCER_EPOCH:
     another producer took the id) makes that id unusable: the recovery takes a
-    new id (``_need_new_id``). It says nothing against bumping epochs locally,
-    which is only given up when a broker refused an epoch the producer bumped
-    itself (``_bumped_locally``, tansu): a later recovery bumps the new id's
-    epoch again without InitProducerId (``local_bumps`` stays on).
+    new id (``_need_new_id``), and so on for the next one. That says nothing
+    against bumping epochs locally, which is only given up when a broker
+    refused an epoch the producer bumped itself (``_bumped_locally``, tansu):
+    a later recovery bumps the newest id's epoch without InitProducerId
+    (``local_bumps`` stays on).
 
     Schedule (idempotent, t[0] on broker 0, confirmed by a): b is answered
-    INVALID_PRODUCER_EPOCH (not written): InitProducerId gives a new id, b is
-    re-stamped and written as the new id, epoch 0, sequence 0. c then gets an
-    unexplained OUT_OF_ORDER_SEQUENCE_NUMBER: the epoch is bumped to 1 locally,
-    and d is written as the new id, epoch 1, sequence 0."""
+    INVALID_PRODUCER_EPOCH (not written): InitProducerId gives id X, b is
+    re-stamped and written as X, epoch 0, sequence 0. c is fenced the same way
+    (X came from a recovery's InitProducerId, not a local bump): id Y, c
+    written as Y/0/0. d then gets an unexplained OUT_OF_ORDER_SEQUENCE_NUMBER:
+    Y's epoch is bumped to 1 locally, and e is written as Y, epoch 1,
+    sequence 0."""
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake, **exact(idempotent=True)) as producer:
         await producer.send_and_wait("t", b"a", partition=0)
         idem = producer._core.idempotence
         assert idem is not None
-        first_id = idem.producer_id
-        fake.fail_next(ApiKey.PRODUCE, ErrorCode.INVALID_PRODUCER_EPOCH, node_id=0)
-        b = await outcomes([await producer.send("t", b"b", partition=0)])
-        new_id = idem.producer_id
-        assert new_id != first_id
-        assert (idem.producer_epoch, idem.bumps, idem.new_ids, idem.local_bumps) == (0, 0, 1, True)
+        ids = [idem.producer_id]
+        for value in (b"b", b"c"):
+            fake.fail_next(ApiKey.PRODUCE, ErrorCode.INVALID_PRODUCER_EPOCH, node_id=0)
+            assert offsets(await outcomes([await producer.send("t", value, partition=0)])) == [
+                len(ids)
+            ]
+            assert idem.producer_id not in ids
+            ids.append(idem.producer_id)
+            assert (idem.producer_epoch, idem.bumps, idem.local_bumps) == (0, 0, True)
+        first, x, y = ids
         fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, node_id=0)
-        c = await outcomes([await producer.send("t", b"c", partition=0)])
         d = await outcomes([await producer.send("t", b"d", partition=0)])
-        assert (idem.producer_id, idem.producer_epoch) == (new_id, 1)
-        assert (idem.bumps, idem.new_ids, idem.local_bumps) == (1, 1, True)
+        e = await outcomes([await producer.send("t", b"e", partition=0)])
+        assert (idem.producer_id, idem.producer_epoch) == (y, 1)
+        assert (idem.bumps, idem.new_ids, idem.local_bumps) == (1, 2, True)
         assert producer.statistics().double_settles == 0
-    assert offsets(b + c + d) == [1, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, 2]
-    assert len(fake.requests_of(ApiKey.INIT_PRODUCER_ID)) == 2
+    assert offsets(d + e) == [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, 3]
+    assert len(fake.requests_of(ApiKey.INIT_PRODUCER_ID)) == 3
     assert [b[1:4] for b in sent_batches(fake, "t", 0)] == [
-        (first_id, 0, 0), (first_id, 0, 1), (new_id, 0, 0), (new_id, 0, 1), (new_id, 1, 0)
+        (first, 0, 0), (first, 0, 1), (x, 0, 0), (x, 0, 1), (y, 0, 0), (y, 0, 1), (y, 1, 0)
     ]
-    assert values_in_log(fake, "t", 0) == [b"a", b"b", b"d"]
+    assert values_in_log(fake, "t", 0) == [b"a", b"b", b"c", b"e"]
 
 
 async def test_an_old_epochs_batch_failing_after_the_bump_starts_no_new_one(
@@ -276,3 +284,39 @@ async def test_a_recovery_logs_one_warning_with_its_first_cause(
     warnings = [r.getMessage() for r in caplog.records if "starting a new epoch" in r.getMessage()]
     assert len(warnings) == 1
     assert "OUT_OF_ORDER_SEQUENCE_NUMBER" in warnings[0] and "partition=0" in warnings[0]
+
+
+async def test_a_refused_local_bump_is_logged_once(
+    fake: FakeCluster, autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When a broker first refuses an epoch the producer bumped itself (tansu's
+    PRODUCER_FENCED), the producer warns once that it recovers with new
+    producer ids from now on; the same refusal for more partitions of that
+    epoch (one response can hold many) adds no warning.
+
+    Schedule (idempotent, t[0], t[1], t[2] all on broker 0, confirmed; the
+    broker refuses every batch of an epoch > 0): g (t[0]) gets an unexplained
+    OUT_OF_ORDER_SEQUENCE_NUMBER: local bump to epoch 1. a (t[1]) and b (t[2])
+    go in one request at epoch 1, both refused: one warning, one new id
+    (epoch 0), under which a and b are re-sent and written."""
+    fake.create_topic("t", 3, leaders=[0, 0, 0])
+    fake.control(ApiKey.PRODUCE, refuse_bumped_epochs, sticky=True)
+    caplog.set_level(logging.WARNING, logger="pipeline.producer")
+    async with open_fake_producer(fake, **exact(idempotent=True)) as producer:
+        for p in range(3):
+            await producer.send_and_wait("t", b"warm%d" % p, partition=p)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, node_id=0)
+        await outcomes([await producer.send("t", b"g", partition=0)])
+        await trio.testing.wait_all_tasks_blocked()
+        idem = producer._core.idempotence
+        assert idem is not None and (idem.producer_epoch, idem.bumps) == (1, 1)
+        before = len(fake.requests_of(ApiKey.PRODUCE))
+        ab = await outcomes([producer.send_nowait("t", b"a", partition=1),
+                             producer.send_nowait("t", b"b", partition=2)])
+        assert (idem.producer_epoch, idem.bumps, idem.new_ids, idem.local_bumps) == (0, 1, 1, False)
+        assert producer.statistics().double_settles == 0
+    assert offsets(ab) == [1, 1]
+    refused = fake.requests_of(ApiKey.PRODUCE)[before]
+    assert sorted(p.index for t in refused.request.topic_data for p in t.partition_data) == [1, 2]
+    warnings = [r.getMessage() for r in caplog.records if "refused the epoch" in r.getMessage()]
+    assert len(warnings) == 1 and "PRODUCER_FENCED" in warnings[0]
