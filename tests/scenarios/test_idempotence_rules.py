@@ -320,3 +320,55 @@ async def test_a_refused_local_bump_is_logged_once(
     assert sorted(p.index for t in refused.request.topic_data for p in t.partition_data) == [1, 2]
     warnings = [r.getMessage() for r in caplog.records if "refused the epoch" in r.getMessage()]
     assert len(warnings) == 1 and "PRODUCER_FENCED" in warnings[0]
+
+
+async def test_a_fence_of_an_epoch_already_replaced_is_ignored(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``epoch_fenced`` for an epoch that is no longer the current one does
+    nothing: the recovery that replaced it is done, and the fenced batch is
+    re-sent under the new id like any bounced batch. Another new id would only
+    cost an InitProducerId and a pause.
+
+    How an old epoch's batch can still be answered after the recovery: a
+    broker producer checks readiness (not paused), then awaits its connection
+    and seals only once connected; a recovery that needs a new id has passed
+    its drain wait by then and is waiting for InitProducerId, so the batch is
+    sealed and sent under the old id meanwhile.
+
+    Schedule (idempotent, t[0] on broker 0, confirmed; t[1] on broker 1, not
+    connected yet; broker 1's ApiVersions answers 0.5 s late, InitProducerId
+    and broker 1's first Produce answer 1 s late): t0: s (t[1]) makes broker 1's
+    producer connect. t0 + 0.25: a (t[0]) is answered INVALID_PRODUCER_EPOCH:
+    recovery with a new id, InitProducerId sent then. t0 + 0.5: connected, s
+    is sealed under the old id (epoch 0, sequence 0) and sent. t0 + 1.25: the
+    new id is in place. t0 + 1.5: s's answer, INVALID_PRODUCER_EPOCH for the
+    old id: ignored (still one recovery, two InitProducerId in all); s and a
+    are re-sent under the new id and written."""
+    fake.create_topic("t", 2, leaders=[0, 1])
+    async with open_fake_producer(fake, **exact(idempotent=True)) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        assert fake.requests_of(ApiKey.API_VERSIONS, node_id=1) == []
+        idem = producer._core.idempotence
+        assert idem is not None
+        old_id = idem.producer_id
+        fake.delay_responses(0.5, api_key=ApiKey.API_VERSIONS, node_id=1, count=1)
+        fake.delay_responses(1.0, api_key=ApiKey.INIT_PRODUCER_ID, count=1)
+        fake.delay_responses(1.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.INVALID_PRODUCER_EPOCH, node_id=1)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.INVALID_PRODUCER_EPOCH, node_id=0)
+        t0 = trio.current_time()
+        s = producer.send_nowait("t", b"s", partition=1)
+        await trio.sleep(0.25)
+        a = producer.send_nowait("t", b"a", partition=0)
+        results = await outcomes([s, a])
+        assert (idem.new_ids, idem.bumps, idem.producer_epoch) == (1, 0, 0)
+        new_id = idem.producer_id
+        assert producer.statistics().double_settles == 0
+    assert offsets(results) == [0, 1]
+    assert [r.time - t0 for r in fake.requests_of(ApiKey.INIT_PRODUCER_ID)][1:] == [0.25]
+    first_s = [r for r in fake.requests_of(ApiKey.PRODUCE, node_id=1)][0]
+    assert first_s.time == t0 + 0.5
+    assert [b[1:4] for b in sent_batches(fake, "t", 1)] == [(old_id, 0, 0), (new_id, 0, 0)]
+    assert values_in_log(fake, "t", 1) == [b"s"]
+    assert values_in_log(fake, "t", 0) == [b"warm", b"a"]
