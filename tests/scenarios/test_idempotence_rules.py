@@ -367,7 +367,7 @@ async def test_a_fence_of_an_epoch_already_replaced_is_ignored(
         assert producer.statistics().double_settles == 0
     assert offsets(results) == [0, 1]
     assert [r.time - t0 for r in fake.requests_of(ApiKey.INIT_PRODUCER_ID)][1:] == [0.25]
-    first_s = [r for r in fake.requests_of(ApiKey.PRODUCE, node_id=1)][0]
+    first_s = fake.requests_of(ApiKey.PRODUCE, node_id=1)[0]
     assert first_s.time == t0 + 0.5
     assert [b[1:4] for b in sent_batches(fake, "t", 1)] == [(old_id, 0, 0), (new_id, 0, 0)]
     assert values_in_log(fake, "t", 1) == [b"s"]
