@@ -1,0 +1,172 @@
+"""Topic producer rules found unpinned by ``make mutants`` (docs/mutation.md):
+which list takes which partitioning path, and the metadata wait
+(``pipeline/producer/topic_producer.py``).
+
+Deterministic (FakeCluster, autojump_clock, no jitter); each docstring walks
+through the schedule it needs, and the virtual times the protocol fixes are
+asserted exactly. Every producer's ``double_settles == 0`` is checked by the
+autouse fixture of ``conftest.py`` and asserted here where the test reads the
+statistics anyway.
+"""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+from typing import Any
+
+import trio
+import trio.testing
+
+from pipeline import DeliveryTimeoutError, ProducerError
+from pipeline.producer.envelopes import TopicPartition
+from pipeline.producer.message import ProducerMessage
+from pipeline.producer.partitioner import DefaultPartitioner
+from pipeline.producer.topic_producer import TopicProducer
+from pipeline.protocol.api import ApiKey
+from pipeline.testing.fake_cluster import FakeCluster
+
+from .conftest import open_fake_producer, values_in_log
+from .test_guards import exact
+from .test_sarama_suite import outcomes
+
+# A burst this long takes the sticky-run path when every message has a null
+# key and no partition (topic_producer._RUN_MIN is 16); the rules below must
+# hold for it like for any list.
+BURST = 20
+
+
+def keyed_partition(key: bytes, n: int) -> int:
+    """Java's murmur2 choice for a key (the default partitioner's keyed path)."""
+    return DefaultPartitioner(random.Random(0)).partition("t", key, None, n)
+
+
+async def test_a_long_burst_of_keyed_messages_is_partitioned_by_key(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A burst of keyed messages (one list of 20 for the topic producer) goes
+    by key, message by message (murmur2, as Java), never by the sticky run
+    that serves null keys.
+
+    Schedule: one ``send_many`` of k0..k19 to a 3-partition topic: each
+    partition's log holds exactly the keys murmur2 puts there, in send order."""
+    fake.create_topic("t", 3)
+    keys = [b"k%d" % i for i in range(BURST)]
+    async with open_fake_producer(fake, **exact()) as producer:
+        await producer._core.cluster.partitions_for("t")
+        group = await producer.send_many([ProducerMessage("t", b"v", key=k) for k in keys])
+        await group
+        assert producer.statistics().double_settles == 0
+    expected = {p: [k for k in keys if keyed_partition(k, 3) == p] for p in range(3)}
+    assert all(expected.values())  # the keys spread over every partition
+    for p in range(3):
+        assert [e.record.key for e in fake.log("t", p)] == expected[p]
+
+
+async def test_a_long_burst_with_explicit_partitions_keeps_them(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Explicit partitions in a burst of null-key messages are kept, message
+    by message; only a burst with neither keys nor partitions is spread by
+    the sticky run.
+
+    Schedule: one ``send_many`` of m0..m19, m_i to partition i % 3: partition
+    p's log holds exactly the m_i with i % 3 == p, in order."""
+    fake.create_topic("t", 3)
+    async with open_fake_producer(fake, **exact()) as producer:
+        await producer._core.cluster.partitions_for("t")
+        group = await producer.send_many(
+            [ProducerMessage("t", b"m%d" % i, partition=i % 3) for i in range(BURST)]
+        )
+        await group
+    for p in range(3):
+        assert values_in_log(fake, "t", p) == [b"m%d" % i for i in range(BURST) if i % 3 == p]
+
+
+async def test_a_long_burst_of_null_keys_follows_a_round_robin_partitioner(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """The sticky run is the default partitioner's shortcut only: with any
+    other partitioner (here round robin) each null-key message of a burst
+    gets its own ``partition()`` call, and nothing caches the first answer.
+
+    Schedule: one ``send_many`` of m0..m19 (null keys) to a 3-partition topic
+    with ``partitioner="round_robin"``: m_i goes to partition i % 3."""
+    fake.create_topic("t", 3)
+    async with open_fake_producer(fake, **exact(partitioner="round_robin")) as producer:
+        await producer._core.cluster.partitions_for("t")
+        group = await producer.send_many(
+            [ProducerMessage("t", b"m%d" % i) for i in range(BURST)]
+        )
+        await group
+    for p in range(3):
+        assert values_in_log(fake, "t", p) == [b"m%d" % i for i in range(BURST) if i % 3 == p]
+
+
+async def test_messages_fail_at_their_deadline_while_metadata_does_not_come(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """The first messages for a topic wait for its metadata, bounded by their
+    delivery deadline (not by the longer ``metadata_timeout``): then they fail
+    with a DeliveryTimeoutError that names the topic and the timeout.
+
+    Schedule (delivery_timeout 2 s, request_timeout 1 s, metadata_timeout
+    60 s; the brokers answer Metadata 30 s late): a and b, sent at t0 to the
+    uncached topic "t", fail at t0 + 2 exactly."""
+    fake.create_topic("t", 1)
+    async with open_fake_producer(
+        fake, **exact(delivery_timeout=2.0, request_timeout=1.0, metadata_timeout=60.0)
+    ) as producer:
+        fake.delay_responses(30.0, api_key=ApiKey.METADATA)
+        t0 = trio.current_time()
+        deliveries = [producer.send_nowait("t", b"a"), producer.send_nowait("t", b"b")]
+        with trio.fail_after(10):  # settled, not left waiting
+            results = await outcomes(deliveries)
+        assert trio.current_time() == t0 + 2.0
+        fake.clear_faults()
+        stats = producer.statistics()
+        assert (stats.failed, stats.double_settles) == (2, 0)
+    for r in results:
+        assert isinstance(r, ProducerError) and isinstance(r.cause, DeliveryTimeoutError)
+        assert "no metadata for topic 't' within delivery_timeout=2.0s" in str(r.cause)
+
+
+async def test_a_full_partition_inbox_makes_the_topic_producer_wait(
+    autojump_clock: Any,
+) -> None:
+    """A partition producer's inbox is bounded (``channel_capacity``): when
+    it is full the topic producer waits for room (``send``), and the group
+    arrives once the partition producer took what was ahead of it, neither
+    dropped nor failed. (Through the whole pipeline the inbox is full only
+    when the scheduler runs the topic producer twice before the partition
+    producer, which no virtual-time schedule fixes: so the topic producer is
+    driven directly, as ``tests/producer/test_hot_path.py`` does.)
+
+    Schedule: the inbox (capacity 1) holds ``ahead``; ``_route`` of m (to
+    partition 0) waits; the partition producer's side takes ``ahead``, then
+    m's group arrives, all at the same virtual time."""
+    send, receive = trio.open_memory_channel[list[Any]](1)
+    ahead: list[Any] = []
+    send.send_nowait(ahead)
+    asked: list[TopicPartition] = []
+
+    async def partition_input(tp: TopicPartition) -> trio.MemorySendChannel[list[Any]]:
+        asked.append(tp)
+        return send
+
+    ctx: Any = SimpleNamespace(
+        cluster=SimpleNamespace(partition_count_nowait=lambda topic: 1),
+        ledger=None, config=SimpleNamespace(batch_bytes=16384),
+    )
+    partitions: Any = SimpleNamespace(partition_input=partition_input)
+    producer = TopicProducer(ctx, "t", None, DefaultPartitioner(random.Random(0)), partitions)  # type: ignore[arg-type]
+    m = ProducerMessage("t", b"m", partition=0)
+    t0 = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(producer._route, [m])
+        await trio.testing.wait_all_tasks_blocked()
+        assert asked == [TopicPartition("t", 0)]
+        assert receive.receive_nowait() is ahead
+        with trio.fail_after(1):
+            group = await receive.receive()
+    assert group == [m] and trio.current_time() == t0
