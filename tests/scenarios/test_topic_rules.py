@@ -170,3 +170,43 @@ async def test_a_full_partition_inbox_makes_the_topic_producer_wait(
         with trio.fail_after(1):
             group = await receive.receive()
     assert group == [m] and trio.current_time() == t0
+
+
+async def test_keyed_rows_follow_a_partitioner_that_is_not_murmur2(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``send_batch`` hashes keys itself (vectorized murmur2) only for the
+    default and murmur2 partitioners; any other partitioner is asked for
+    each keyed row, as ``send()`` would ask it.
+
+    Schedule: one ``send_batch`` of 6 keyed rows to a 3-partition topic with
+    ``partitioner="round_robin"``: row i goes to partition i % 3 whatever
+    its key."""
+    fake.create_topic("t", 3)
+    values = [b"v%d" % i for i in range(6)]
+    async with open_fake_producer(fake, **exact(partitioner="round_robin")) as producer:
+        await producer._core.cluster.partitions_for("t")
+        result = await (await producer.send_batch("t", values, keys=[b"same"] * 6))
+    assert (result.delivered, result.failed) == (6, 0)
+    for p in range(3):
+        assert values_in_log(fake, "t", p) == values[p::3]
+
+
+async def test_rows_pinned_out_of_range_are_told_the_partition_count(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Rows of a ``send_batch`` pinned to partitions the topic does not have
+    fail with an error that says how many partitions it has and their range
+    (what to pin instead), like a message's explicit partition out of range.
+
+    Schedule: rows v0..v3 pinned to 0, 5, 1, 9 of a 2-partition topic: v1 and
+    v3 fail ("it has 2 partitions (0..1)"), v0 and v2 are written."""
+    fake.create_topic("t", 2)
+    async with open_fake_producer(fake, **exact()) as producer:
+        result = await (await producer.send_batch(
+            "t", [b"v0", b"v1", b"v2", b"v3"], partitions=[0, 5, 1, 9]
+        ))
+    assert (result.delivered, result.failed) == (2, 2)
+    text = str(result.first_error)
+    assert "topic 't' does not have: it has 2 partitions (0..1)" in text, text
+    assert values_in_log(fake, "t", 0) == [b"v0"] and values_in_log(fake, "t", 1) == [b"v2"]
