@@ -21,7 +21,7 @@ import trio.testing
 from pipeline import DeliveryTimeoutError, ProducerError
 from pipeline.producer.envelopes import TopicPartition
 from pipeline.producer.message import ProducerMessage
-from pipeline.producer.partitioner import DefaultPartitioner
+from pipeline.producer.partitioner import DefaultPartitioner, java_positive, murmur2
 from pipeline.producer.topic_producer import TopicProducer
 from pipeline.protocol.api import ApiKey
 from pipeline.testing.fake_cluster import FakeCluster
@@ -210,3 +210,96 @@ async def test_rows_pinned_out_of_range_are_told_the_partition_count(
     text = str(result.first_error)
     assert "topic 't' does not have: it has 2 partitions (0..1)" in text, text
     assert values_in_log(fake, "t", 0) == [b"v0"] and values_in_log(fake, "t", 1) == [b"v2"]
+
+
+def reference_assign(
+    specs: list[tuple[bytes | None, int | None, int]], n: int, batch_bytes: int,
+    partitioner: DefaultPartitioner, state: list[int],
+) -> tuple[list[int], dict[int, list[int]]]:
+    """The definition, one message at a time and nothing cached: an explicit
+    partition is kept; a key goes to murmur2's partition; a null key goes to
+    the sticky partition, which changes (``on_new_batch``) once ``batch_bytes``
+    of null-key messages went to it (KIP-480: keyed messages do not count).
+    ``state`` is [sticky partition, its bytes], carried between calls."""
+    chosen: list[int] = []
+    groups: dict[int, list[int]] = {}
+    for i, (key, partition, size) in enumerate(specs):
+        if partition is not None:
+            p = partition
+        elif key is not None:
+            p = java_positive(murmur2(key)) % n
+        else:
+            p = partitioner.partition("t", None, None, n)
+            if p != state[0]:
+                state[:] = [p, 0]
+            state[1] += size
+            if state[1] >= batch_bytes:
+                partitioner.on_new_batch("t", n, p)
+                state[1] = 0
+        chosen.append(p)
+        groups.setdefault(p, []).append(i)
+    return chosen, groups
+
+
+async def test_mixed_keys_go_by_murmur2_and_null_keys_stick_by_bytes(
+    autojump_clock: Any,
+) -> None:
+    """``_assign`` on lists mixing keyed, null-key and pinned messages must
+    choose what the plain definition (``reference_assign``) chooses, although
+    it caches the sticky choice between ``on_new_batch`` calls and appends to
+    the last partition's group without a lookup: a keyed message's partition
+    never becomes the sticky one, keyed bytes do not count toward the sticky
+    batch, and each partition's group keeps list order when partitions
+    alternate (p0, p1, p0). The topic producer is driven directly (three
+    lists, the sticky state carried from one to the next), like
+    ``tests/producer/test_hot_path.py``.
+
+    Lists (batch_bytes 100, 3 partitions, seeded rng; sizes in brackets).
+    First: null [60] -> sticky 2; k1 [60] -> 2 by murmur2 (with keyed bytes
+    counted, 120 would switch here); null [30] -> 2 (90); k2 -> 0; null [20]
+    -> 2 (110: switch); pinned 2; null [70] -> 1; k1 -> 2; null [40] -> 1
+    (110: switch); k3 -> 1; null [45] -> 2; k2 -> 0: partition 2's group
+    holds messages 0, 1, 2, 4, 5, 7, 10 in that order. Second (sticky 2, 45
+    bytes carried): k4 -> 1; null [99] -> 2 (144: switch); null [1] -> 0;
+    pinned 0 [200, not counted]; null [100] -> 0 (101: switch); k5 -> 0;
+    null [50] -> 2. Third: null, k1, null on 2; k6 -> 1. Fourth: pinned 0
+    first (a message for the partition ``last_p`` must not start at). Then
+    the topic has 1 partition: three nulls [60] on 0, a switch after the
+    second, which can only pick 0 again, so the count restarts at 0 there
+    (no other partition resets it); 3 partitions again: the next nulls
+    follow from that count, not a stale one.
+    """
+    lists: list[list[tuple[bytes | None, int | None, int]]] = [
+        [(None, None, 60), (b"k1", None, 60), (None, None, 30), (b"k2", None, 50),
+         (None, None, 20), (None, 2, 10), (None, None, 70), (b"k1", None, 5),
+         (None, None, 40), (b"k3", None, 90), (None, None, 45), (b"k2", None, 1)],
+        [(b"k4", None, 30), (None, None, 99), (None, None, 1), (None, 0, 200),
+         (None, None, 100), (b"k5", None, 100), (None, None, 50)],
+        [(None, None, 10), (b"k1", None, 10), (None, None, 10), (b"k6", None, 10)],
+        [(None, 0, 10), (None, 0, 10), (b"k1", None, 10)],
+        [(None, None, 60), (None, None, 60), (None, None, 60)],  # the topic has 1 partition
+        [(None, None, 30), (None, None, 30), (None, None, 30)],  # 3 again
+    ]
+    counts = [3, 3, 3, 3, 1, 3]
+    producer = TopicProducer(
+        SimpleNamespace(config=SimpleNamespace(batch_bytes=100), ledger=None, cluster=None),  # type: ignore[arg-type]
+        "t", None, DefaultPartitioner(random.Random(5)), None,  # type: ignore[arg-type]
+    )
+    reference, state = DefaultPartitioner(random.Random(5)), [-1, 0]
+    spread: set[int] = set()
+    for n, specs in zip(counts, lists, strict=True):
+        msgs = []
+        for key, partition, size in specs:
+            msg = ProducerMessage("t", b"", key=key, partition=partition)
+            msg._size = size
+            msgs.append(msg)
+        bad: list[ProducerMessage] = []
+        groups = producer._assign(msgs, n, bad)
+        chosen, expected = reference_assign(specs, n, 100, reference, state)
+        assert [m.partition for m in msgs] == chosen
+        index = {id(m): i for i, m in enumerate(msgs)}
+        assert {p: [index[id(m)] for m in g] for p, g in groups.items()} == expected
+        assert [producer._sticky_partition, producer._sticky_bytes] == state
+        assert bad == []
+        spread.update(chosen)
+    assert spread == {0, 1, 2}
