@@ -303,3 +303,34 @@ async def test_mixed_keys_go_by_murmur2_and_null_keys_stick_by_bytes(
         assert bad == []
         spread.update(chosen)
     assert spread == {0, 1, 2}
+
+
+async def test_messages_around_a_row_run_in_one_list_are_routed_once_in_order(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """What piles up in the topic producer's inbox while it waits for
+    metadata is routed as one list; with a ``send_batch`` run among plain
+    messages, ``_assign_mixed`` routes the messages before the run, the run,
+    and the messages after it, each once, in order.
+
+    Schedule (the topic's Metadata answered 0.5 s late): t0: m0 makes the
+    topic producer wait for the topic's metadata, asked at t0 + 0.125 (refresh
+    rounds are retry_backoff apart, the bootstrap round was at t0); a, the run
+    r0 r1 and b are sent meanwhile, as three inbox items. t0 + 0.625: m0 is
+    routed, then a, r0, r1, b as one list: the log holds m0 a r0 r1 b, each
+    once, all written at t0 + 0.625."""
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake, **exact()) as producer:
+        fake.delay_responses(0.5, api_key=ApiKey.METADATA, count=1)
+        t0 = trio.current_time()
+        first = producer.send_nowait("t", b"m0")
+        await trio.testing.wait_all_tasks_blocked()
+        a = await producer.send("t", b"a")
+        group = await producer.send_batch("t", [b"r0", b"r1"])
+        b = await producer.send("t", b"b")
+        results = await outcomes([first, a, b])
+        rows = await group
+        assert trio.current_time() == t0 + 0.625
+        assert producer.statistics().double_settles == 0
+    assert [r.offset for r in results] == [0, 1, 4] and (rows.delivered, rows.failed) == (2, 0)
+    assert values_in_log(fake, "t", 0) == [b"m0", b"a", b"r0", b"r1", b"b"]
