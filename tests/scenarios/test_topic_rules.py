@@ -24,6 +24,7 @@ from pipeline.producer.message import ProducerMessage
 from pipeline.producer.partitioner import DefaultPartitioner, java_positive, murmur2
 from pipeline.producer.topic_producer import TopicProducer
 from pipeline.protocol.api import ApiKey
+from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_producer, values_in_log
@@ -334,3 +335,22 @@ async def test_messages_around_a_row_run_in_one_list_are_routed_once_in_order(
         assert producer.statistics().double_settles == 0
     assert [r.offset for r in results] == [0, 1, 4] and (rows.delivered, rows.failed) == (2, 0)
     assert values_in_log(fake, "t", 0) == [b"m0", b"a", b"r0", b"r1", b"b"]
+
+
+async def test_a_failed_run_names_its_partition(fake: FakeCluster, autojump_clock: Any) -> None:
+    """Each run of a ``send_batch`` call carries the partition the topic
+    producer chose for it, so a failure says where its rows went
+    ("... to t[1] not delivered"), as a message's error names its partition.
+
+    Schedule (retries 0): rows v0, v1 pinned to partitions 0 and 1 of "t";
+    partition 1's batch is answered NOT_ENOUGH_REPLICAS and fails at once: v0
+    is written, v1 fails with a RowsError naming t[1]."""
+    fake.create_topic("t", 2)
+    async with open_fake_producer(fake, **exact(retries=0)) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, topic="t", partition=1)
+        result = await (await producer.send_batch("t", [b"v0", b"v1"], partitions=[0, 1]))
+    assert (result.delivered, result.failed) == (1, 1)
+    text = str(result.first_error)
+    assert "1 row(s) of a send_batch call (the first at row 1) to t[1] not delivered" in text, text
+    assert values_in_log(fake, "t", 0) == [b"v0"] and values_in_log(fake, "t", 1) == []
