@@ -354,3 +354,37 @@ async def test_a_failed_run_names_its_partition(fake: FakeCluster, autojump_cloc
     text = str(result.first_error)
     assert "1 row(s) of a send_batch call (the first at row 1) to t[1] not delivered" in text, text
     assert values_in_log(fake, "t", 0) == [b"v0"] and values_in_log(fake, "t", 1) == []
+
+
+async def test_a_partitioner_error_fails_its_message_only(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A user partitioner that raises (or answers out of range: the
+    ``CallablePartitioner`` wrapper raises then) fails that message with the
+    partitioner's own error, at once; the other messages of the same list are
+    routed as usual.
+
+    Schedule: one ``send_many`` of a (key b"ok"), b (key b"boom": the
+    partitioner raises) and c (key b"far": it answers 7 of 2): b and c fail
+    at t0 with the partitioner's errors, a is written on partition 1."""
+
+    def partitioner(topic: str, key: bytes | None, value: bytes | None, n: int) -> int:
+        if key == b"boom":
+            raise RuntimeError("partitioner bug")
+        return 7 if key == b"far" else 1
+
+    fake.create_topic("t", 2)
+    async with open_fake_producer(fake, **exact(partitioner=partitioner)) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        group = await producer.send_many(
+            [ProducerMessage("t", v, key=v.split(b":")[1]) for v in (b"a:ok", b"b:boom", b"c:far")]
+        )
+        with trio.fail_after(10):  # every message settled, none left waiting
+            result = await group
+        assert trio.current_time() == t0
+    assert (result.delivered, result.failed) == (1, 2)
+    causes = [e.cause for e in result.errors]
+    assert isinstance(causes[0], RuntimeError) and str(causes[0]) == "partitioner bug"
+    assert isinstance(causes[1], ValueError) and "returned partition 7" in str(causes[1])
+    assert values_in_log(fake, "t", 1) == [b"a:ok"] and values_in_log(fake, "t", 0) == []
