@@ -268,7 +268,9 @@ async def test_mixed_keys_go_by_murmur2_and_null_keys_stick_by_bytes(
     the topic has 1 partition: three nulls [60] on 0, a switch after the
     second, which can only pick 0 again, so the count restarts at 0 there
     (no other partition resets it); 3 partitions again: the next nulls
-    follow from that count, not a stale one.
+    follow from that count, not a stale one. Last, with 1 partition again, 16
+    null-key messages [10] take the sticky run (``_assign_sticky_run``): the
+    sticky partition 1 is gone, the new one (0) starts from 0 bytes.
     """
     lists: list[list[tuple[bytes | None, int | None, int]]] = [
         [(None, None, 60), (b"k1", None, 60), (None, None, 30), (b"k2", None, 50),
@@ -280,8 +282,9 @@ async def test_mixed_keys_go_by_murmur2_and_null_keys_stick_by_bytes(
         [(None, 0, 10), (None, 0, 10), (b"k1", None, 10)],
         [(None, None, 60), (None, None, 60), (None, None, 60)],  # the topic has 1 partition
         [(None, None, 30), (None, None, 30), (None, None, 30)],  # 3 again
+        [(None, None, 10)] * 16,  # 1 partition again: a sticky run (_assign_sticky_run)
     ]
-    counts = [3, 3, 3, 3, 1, 3]
+    counts = [3, 3, 3, 3, 1, 3, 1]
     producer = TopicProducer(
         SimpleNamespace(config=SimpleNamespace(batch_bytes=100), ledger=None, cluster=None),  # type: ignore[arg-type]
         "t", None, DefaultPartitioner(random.Random(5)), None,  # type: ignore[arg-type]
@@ -295,7 +298,11 @@ async def test_mixed_keys_go_by_murmur2_and_null_keys_stick_by_bytes(
             msg._size = size
             msgs.append(msg)
         bad: list[ProducerMessage] = []
-        groups = producer._assign(msgs, n, bad)
+        if len(specs) < 16:
+            groups = producer._assign(msgs, n, bad)
+        else:  # the sticky partition (1) is not one of the partitions now
+            assert state[0] == 1
+            groups = producer._assign_sticky_run(msgs, n)
         chosen, expected = reference_assign(specs, n, 100, reference, state)
         assert [m.partition for m in msgs] == chosen
         index = {id(m): i for i, m in enumerate(msgs)}
