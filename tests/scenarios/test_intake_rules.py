@@ -1,0 +1,172 @@
+"""Intake rules (``Intake.send`` and its helpers) found unpinned by ``make mutants``
+(docs/mutation.md).
+
+Deterministic (FakeCluster, autojump_clock, exact virtual times); each
+docstring walks through the schedule it needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from pipeline import ProducerClosed, ProducerError
+from pipeline.producer.api import Producer
+from pipeline.protocol.api import ApiKey
+from pipeline.testing.fake_cluster import FakeCluster
+
+from .conftest import open_fake_producer, values_in_log
+
+# Long enough that nothing times out while a test holds the pipeline.
+PATIENT = dict(request_timeout=100.0, delivery_timeout=300.0)
+
+
+async def block_dispatcher(fake: FakeCluster, producer: Producer, stall: float) -> float:
+    """Leave the dispatcher stuck (and the intake unread) until t0 + 0.125 +
+    ``stall``; returns t0 (the caller is at t0 + 1.5 then).
+
+    With ``channel_capacity=1``, right after a warm-up send: topic "u" is
+    created after the producer started, and the next Metadata answer is
+    ``stall`` s late. t0: a to u: the dispatcher starts u's topic producer,
+    which asks for u's partition count with [a] (the request leaves at t0 +
+    0.125: refreshes are paced by retry_backoff after the warm-up's). t0 + 0.5:
+    b fills u's inbox (one list). t0 + 1: c: the dispatcher takes it and waits
+    for room in u's inbox; it reads the intake no more until u's metadata
+    arrives at t0 + 0.125 + ``stall``."""
+    fake.create_topic("u", 1, leaders=[0])
+    fake.delay_responses(stall, api_key=ApiKey.METADATA, count=1)
+    t0 = trio.current_time()
+    before = producer.statistics().outstanding
+    for value in (b"a", b"b", b"c"):
+        await producer.send("u", value)
+        await trio.sleep(0.5)
+    assert producer.statistics().outstanding == before + 3
+    return t0
+
+
+async def test_a_send_cancelled_while_the_intake_is_full_leaves_no_trace(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A ``send()`` that must wait for room in the intake (``_accept_alone``'s
+    ``channel.send``) and is cancelled there was never accepted: its message
+    leaves the ledger (``unaccept``: no id, no bytes, no outcome), and the
+    caller sees the cancellation, not an error of ours.
+
+    Schedule (channel_capacity 1): the dispatcher is stuck from t0 + 1 to t0 +
+    10.125 (``block_dispatcher``); t0 + 1.5: r on ``producer.input`` fills the
+    intake (and ends the burst); d's ``send()`` waits for room until its
+    caller's deadline, t0 + 2.5. Then nothing of d is left; at t0 + 10.125 a, b, c
+    and r are written and flush() returns;
+    d never is."""
+    from pipeline import ProducerMessage
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, channel_capacity=1, idempotent=False,
+                                  **PATIENT) as producer:
+        await producer.send_and_wait("t", b"warm")
+        t0 = await block_dispatcher(fake, producer, 10.0)
+        producer.input.send_nowait(ProducerMessage("u", b"r"))
+        before = producer.statistics()
+        with trio.move_on_after(1.0) as scope:
+            await producer.send("u", b"d")
+        assert scope.cancelled_caught and trio.current_time() == t0 + 2.5
+        after = producer.statistics()
+        assert (after.accepted, after.outstanding, after.buffered_bytes) == (
+            before.accepted, before.outstanding, before.buffered_bytes)
+        await producer.flush()
+        assert trio.current_time() == t0 + 10.125
+        assert producer.statistics().double_settles == 0
+    assert values_in_log(fake, "u", 0) == [b"a", b"b", b"c", b"r"]
+
+
+async def test_a_send_waiting_for_room_in_the_intake_at_close_gets_its_outcome(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A ``send()`` waiting for room in the intake when the producer closes:
+    its message was accepted (it has an id and its bytes), so the close ends
+    the wait (``Intake.leftovers`` drains the intake, which lets the waiting
+    list in) and fails it with ``ProducerClosed`` like every other message
+    still outstanding; the call returns its Delivery then, not before, and
+    the intake's close never reaches it (it is no longer waiting).
+
+    Schedule (channel_capacity 1, close_timeout 2): the dispatcher is stuck
+    from t0 + 1 to t0 + 10.125; t0 + 1.5: r on ``producer.input`` fills the intake;
+    d's ``send()`` waits. t0 + 2: the block is left: flush() waits for a, b, c
+    and d until t0 + 4, then everything outstanding fails; d's ``send()``
+    returns at t0 + 4 with d failed by ProducerClosed."""
+    from pipeline import ProducerMessage
+
+    fake.create_topic("t", 1, leaders=[0])
+    returned: list[tuple[float, Any]] = []
+    async with trio.open_nursery() as nursery:
+        async with open_fake_producer(fake, channel_capacity=1, idempotent=False,
+                                      close_timeout=2.0, **PATIENT) as producer:
+            await producer.send_and_wait("t", b"warm")
+            t0 = await block_dispatcher(fake, producer, 10.0)
+            producer.input.send_nowait(ProducerMessage("u", b"r"))
+
+            async def sender() -> None:
+                d = await producer.send("u", b"d")
+                returned.append((trio.current_time(), d))
+
+            nursery.start_soon(sender)
+            await trio.sleep(0.5)
+            assert not returned
+    ((at, d),) = returned
+    assert at == t0 + 4.0
+    with pytest.raises(ProducerError) as info:
+        await d
+    assert isinstance(info.value.cause, ProducerClosed)
+    stats = producer.statistics()
+    assert (stats.double_settles, stats.outstanding, stats.buffered_bytes) == (0, 0, 0)
+    assert values_in_log(fake, "u", 0) == []
+
+
+async def test_a_send_waiting_for_buffer_space_at_close_accepts_nothing(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A ``send()`` waiting for buffer memory when the producer closes gets the
+    space the close frees (failing what was buffered releases it), but must not
+    accept its message then: the intake is closing. It raises ProducerClosed
+    ("while this call waited for buffer space"), gives the bytes back and
+    leaves no trace. (The schedule explorer found the crash this guards:
+    ``tests/explore/regressions/send-waiting-when-closed.json``.)
+
+    Schedule (Produce stalled, buffer_memory = 2 messages, close_timeout 2):
+    t0: m0, m1 fill the buffer; d's ``send()`` waits. t0 + 1: the block is left;
+    flush() gives up at t0 + 3, m0 and m1 fail, their bytes free d's wait,
+    which raises ProducerClosed at t0 + 3."""
+    from .test_bad_input import stall_produce
+    from .test_ledger_rules import buffered_size
+
+    fake.create_topic("t", 1, leaders=[0])
+    value = b"m" * 100
+    size = await buffered_size(fake, value)
+    gate = stall_produce(fake)
+    raised: list[tuple[float, BaseException]] = []
+    async with trio.open_nursery() as nursery:
+        async with open_fake_producer(fake, buffer_memory=2 * size, max_message_bytes=2 * size,
+                                      max_block=100.0, close_timeout=2.0, idempotent=False,
+                                      **PATIENT) as producer:
+            await producer._core.cluster.partitions_for("t")
+            producer.send_nowait("t", value, partition=0)
+            producer.send_nowait("t", value, partition=0)
+            t0 = trio.current_time()
+
+            async def sender() -> None:
+                try:
+                    await producer.send("t", value, partition=0)
+                except ProducerClosed as exc:
+                    raised.append((trio.current_time(), exc))
+
+            nursery.start_soon(sender)
+            await trio.sleep(1.0)
+    gate.set()
+    ((at, exc),) = raised
+    assert at == t0 + 3.0
+    assert "waited for buffer space" in str(exc)
+    stats = producer.statistics()
+    assert (stats.accepted, stats.failed, stats.outstanding) == (2, 2, 0)
+    assert (stats.buffered_bytes, stats.double_settles) == (0, 0)
