@@ -269,13 +269,14 @@ class Intake:
                 self._now() + self._delivery_timeout)
             ledger.accept(msg, deadline)
         if not self._enqueue_nowait(msg, deadline):
+            # Only a cancellation ends this wait with an error, and the message
+            # is still pending then: a close first lets every waiting list in
+            # (leftovers() drains the intake), then fails what is outstanding,
+            # and only then closes the channel.
             try:
                 await self._channel.send([msg])
-            except BaseException as exc:
-                if msg._state == PENDING:  # (else the close failed it meanwhile)
-                    ledger.unaccept(msg)  # cancelled before acceptance: leave no trace
-                if isinstance(exc, CLOSED):
-                    raise closed_while_waiting("room in the intake") from None
+            except BaseException:
+                ledger.unaccept(msg)  # cancelled before acceptance: leave no trace
                 raise
         return msg
 
@@ -389,6 +390,8 @@ class Intake:
                 raw.append(item)
 
     def close(self) -> None:
-        """The end of a close: a call still waiting for room sees ``CLOSED``."""
+        """The end of a close: a later ``put`` or flush mark sees ``CLOSED``. No
+        call is still waiting for room by then: ``leftovers`` drained the
+        channel, which let every waiting item in."""
         self._channel.close()
 
