@@ -30,7 +30,7 @@ from typing import Any
 import trio
 
 from pipeline.producer.config import ProducerConfig
-from pipeline.producer.errors import ProducerClosed
+from pipeline.producer.errors import BufferFullError, ProducerClosed
 from pipeline.producer.ledger import Ledger
 from pipeline.producer.message import (
     PENDING,
@@ -327,7 +327,12 @@ class Intake:
         ledger.accept(msg, deadline)
         if not self._enqueue_nowait(msg, deadline):
             ledger.unaccept(msg)
-            raise ledger.buffer_full_error(size)
+            capacity = self._channel.statistics().max_buffer_size
+            raise BufferFullError(
+                f"the intake is full ({capacity} items wait for the dispatcher; "
+                f"channel_capacity={capacity}): use await send() to wait for room, "
+                "or raise channel_capacity"
+            )
         return msg
 
     # -- the dispatcher's side ------------------------------------------------------

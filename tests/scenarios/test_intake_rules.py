@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from pipeline import ProducerClosed, ProducerError
 from pipeline.producer.api import Producer
@@ -170,3 +171,164 @@ async def test_a_send_waiting_for_buffer_space_at_close_accepts_nothing(
     stats = producer.statistics()
     assert (stats.accepted, stats.failed, stats.outstanding) == (2, 2, 0)
     assert (stats.buffered_bytes, stats.double_settles) == (0, 0)
+
+
+async def test_a_tight_loop_of_sends_is_a_checkpoint_every_512_calls(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``send()`` is a schedule and cancellation point once every
+    ``_YIELD_EVERY`` (512) calls, before it accepts: a tight loop neither
+    starves the pipeline nor pays a checkpoint per message, and the call that
+    sees a cancellation accepted nothing.
+
+    Schedule: a loop of sends inside an already cancelled scope: calls 1..511
+    accept their message, the 512th raises Cancelled (511 accepted). A second
+    such loop again accepts 511: the count starts over after each checkpoint.
+    Nothing else waits (the buffer and the intake have room)."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake) as producer:
+        await producer._core.cluster.partitions_for("t")
+        for round_ in (1, 2):
+            sent = 0
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                for _ in range(600):
+                    await producer.send("t", b"m", partition=0)
+                    sent += 1
+            assert sent == 511
+            assert producer.statistics().accepted == 511 * round_
+        await producer.flush()
+        assert producer.statistics().double_settles == 0
+    assert len(values_in_log(fake, "t", 0)) == 1022
+
+
+@pytest.mark.parametrize(("key", "value"), [(None, b"v"), (b"k", b"v" * 100),
+                                            (b"k" * 64, b"v" * 8192)])
+async def test_send_builds_the_message_the_slow_path_builds(
+    fake: FakeCluster, autojump_clock: Any, key: bytes | None, value: bytes
+) -> None:
+    """``send()``'s common case inlines ``Delivery.__init__`` and
+    ``normalize`` (bytes value, optional bytes key, no other option): the
+    message it accepts has every field the slow path gives the same input
+    (CreateTime from the injected clock, offset -1, retry level 0, pending,
+    no outcome, no sink, the same size), apart from the id and deadline that
+    acceptance sets.
+
+    Schedule: one ``send()`` on an idle producer, compared at once (no
+    checkpoint: nothing has touched it yet) with ``Delivery(...)`` normalized
+    by ``Intake.prepare``."""
+    from pipeline.producer.message import Delivery
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fast = await producer.send("t", value, key=key, metadata={"row": 1})
+        slow = Delivery("t", value, key, None, None, None, {"row": 1})
+        producer._intake.prepare(slow)
+        slots = [name for klass in Delivery.__mro__ for name in getattr(klass, "__slots__", ())]
+        fields = [name for name in slots if name not in ("_id", "_deadline")]
+        assert {name: getattr(fast, name) for name in fields} == {
+            name: getattr(slow, name) for name in fields}
+        assert fast.timestamp == 1_700_000_000_000 and fast.offset == -1
+        await fast
+
+
+async def test_a_burst_whose_first_topic_does_not_come_back_is_split_by_topic(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A burst (consecutive ``send()`` calls sharing one list in the intake)
+    is known to have one topic only while every message has the first one's
+    topic object (``Intake.send`` clears ``_burst_topic`` at the first other
+    topic); then the dispatcher sorts the list by topic.
+
+    Schedule: send(b: "1") opens the burst, send(a: "2") joins it, with no
+    checkpoint between: "1" is written to b and "2" to a."""
+    fake.create_topic("a", 1, leaders=[0])
+    fake.create_topic("b", 1, leaders=[0])
+    async with open_fake_producer(fake) as producer:
+        await producer._core.cluster.partitions_for("a")
+        await producer._core.cluster.partitions_for("b")
+        sent = [await producer.send("b", b"1"), await producer.send("a", b"2")]
+        await producer.flush()
+        assert producer.statistics().double_settles == 0
+    assert values_in_log(fake, "a", 0) == [b"2"] and values_in_log(fake, "b", 0) == [b"1"]
+    assert [d.result().topic for d in sent] == ["b", "a"]
+
+
+async def test_a_send_many_chunk_after_a_burst_is_split_by_topic(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``Intake.close_burst`` vouches for one topic only for the open burst it
+    closes: another list the dispatcher takes (a ``send_many`` chunk) is
+    sorted by topic, even while ``_burst_topic`` still names the last burst's
+    topic.
+
+    Schedule: send(a: "1") opens a burst of topic a, which the dispatcher
+    takes; then send_many([b: "2", a: "3"]) puts one chunk with both topics:
+    "1" and "3" are written to a, "2" to b."""
+    from pipeline import ProducerMessage
+
+    fake.create_topic("a", 1, leaders=[0])
+    fake.create_topic("b", 1, leaders=[0])
+    async with open_fake_producer(fake) as producer:
+        await producer._core.cluster.partitions_for("a")
+        await producer._core.cluster.partitions_for("b")
+        await producer.send("a", b"1")
+        await trio.testing.wait_all_tasks_blocked()  # the dispatcher took the burst
+        group = await producer.send_many([ProducerMessage("b", b"2"), ProducerMessage("a", b"3")])
+        result = await group
+        assert (result.delivered, result.failed) == (2, 0)
+        assert producer.statistics().double_settles == 0
+    assert values_in_log(fake, "a", 0) == [b"1", b"3"] and values_in_log(fake, "b", 0) == [b"2"]
+
+
+async def test_send_nowait_joins_the_open_burst_even_when_the_intake_is_full(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``send_nowait()`` (``Intake._enqueue_nowait``) appends to the open burst
+    instead of putting a list of its own on the intake: consecutive calls cost
+    one intake slot together, so they fit an intake of one slot.
+
+    Schedule (channel_capacity 1, idle dispatcher): m0 opens the burst (the
+    waiting dispatcher gets the list at once), m1..m4 join it; all five are
+    accepted without an error and written in that order. With a list per call
+    the third would find the intake full (BufferFullError)."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, channel_capacity=1) as producer:
+        await producer._core.cluster.partitions_for("t")
+        sent = [producer.send_nowait("t", b"m%d" % i, partition=0) for i in range(5)]
+        for d in sent:
+            await d
+        assert producer.statistics().double_settles == 0
+    assert values_in_log(fake, "t", 0) == [b"m%d" % i for i in range(5)]
+
+
+async def test_send_nowait_refuses_a_message_when_the_intake_is_full(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """With no open burst and the intake full, ``send_nowait()`` cannot enqueue
+    its message: it refuses it (BufferFullError naming the intake and
+    channel_capacity) and leaves no trace; it never returns a message that is
+    on no channel.
+
+    Schedule (channel_capacity 1, idle dispatcher): r0 on ``producer.input``
+    goes to the waiting dispatcher, r1 fills the intake (each ends the burst);
+    then m's ``send_nowait()`` raises, with nothing accepted. Once the
+    dispatcher took r1 (all tasks blocked again), m2 is accepted."""
+    from pipeline import BufferFullError, ProducerMessage
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, channel_capacity=1) as producer:
+        await producer._core.cluster.partitions_for("t")
+        before = producer.statistics()
+        producer.input.send_nowait(ProducerMessage("t", b"r0", partition=0))
+        producer.input.send_nowait(ProducerMessage("t", b"r1", partition=0))
+        with pytest.raises(BufferFullError, match=r"intake is full.*channel_capacity=1"):
+            producer.send_nowait("t", b"m", partition=0)
+        after = producer.statistics()
+        assert (after.accepted, after.outstanding) == (before.accepted, before.outstanding)
+        await trio.testing.wait_all_tasks_blocked()  # the dispatcher took r1
+        await producer.send_nowait("t", b"m2", partition=0)
+        await producer.flush()
+        assert producer.statistics().double_settles == 0
+    assert values_in_log(fake, "t", 0) == [b"r0", b"r1", b"m2"]
