@@ -332,3 +332,37 @@ async def test_send_nowait_refuses_a_message_when_the_intake_is_full(
         await producer.flush()
         assert producer.statistics().double_settles == 0
     assert values_in_log(fake, "t", 0) == [b"r0", b"r1", b"m2"]
+
+
+async def test_a_send_that_waited_for_buffer_space_gets_its_whole_delivery_timeout(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``delivery_timeout`` counts from acceptance: a ``send()`` that waited for
+    buffer memory (up to ``max_block``, which Java does not count into
+    delivery.timeout.ms either) gets its deadline when it is accepted, not when
+    the call began nor the last burst's.
+
+    Schedule (plain producer, buffer_memory = 2 messages, delivery_timeout and
+    request_timeout 5 s): t0: m0, m1 to t[0] (broker 0 answers 1 s late) fill
+    the buffer; d to t[1] waits. t0 + 1: m0, m1 are written, d is accepted
+    (deadline t0 + 6) and sent; broker 1 answers 4.5 s late, at t0 + 5.5: d is
+    written. With the deadline taken before the wait (t0 + 5), d expired in
+    flight at t0 + 5."""
+    from .test_ledger_rules import buffered_size
+
+    fake.create_topic("t", 2, leaders=[0, 1])
+    value = b"m" * 100
+    size = await buffered_size(fake, value)
+    async with open_fake_producer(fake, buffer_memory=2 * size, max_message_bytes=2 * size,
+                                  max_block=100.0, idempotent=False, delivery_timeout=5.0,
+                                  request_timeout=5.0) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.delay_responses(1.0, api_key=ApiKey.PRODUCE, node_id=0, count=1)
+        fake.delay_responses(4.5, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        t0 = trio.current_time()
+        held = [producer.send_nowait("t", value, partition=0) for _ in range(2)]
+        d = await producer.send("t", value, partition=1)
+        assert trio.current_time() == t0 + 1.0 and all(m.done() for m in held)
+        meta = await d
+        assert trio.current_time() == t0 + 5.5 and meta.offset == 0
+        assert producer.statistics().double_settles == 0
