@@ -24,19 +24,21 @@ from .conftest import open_fake_producer, values_in_log
 PATIENT = dict(request_timeout=100.0, delivery_timeout=300.0)
 
 
-async def block_dispatcher(fake: FakeCluster, producer: Producer, stall: float) -> float:
+async def block_dispatcher(
+    fake: FakeCluster, producer: Producer, stall: float, leader: int = 0
+) -> float:
     """Leave the dispatcher stuck (and the intake unread) until t0 + 0.125 +
     ``stall``; returns t0 (the caller is at t0 + 1.5 then).
 
-    With ``channel_capacity=1``, right after a warm-up send: topic "u" is
-    created after the producer started, and the next Metadata answer is
-    ``stall`` s late. t0: a to u: the dispatcher starts u's topic producer,
+    With ``channel_capacity=1``, right after a warm-up send: topic "u" (led
+    by ``leader``) is created after the producer started, and the next
+    Metadata answer is ``stall`` s late. t0: a to u: the dispatcher starts u's topic producer,
     which asks for u's partition count with [a] (the request leaves at t0 +
     0.125: refreshes are paced by retry_backoff after the warm-up's). t0 + 0.5:
     b fills u's inbox (one list). t0 + 1: c: the dispatcher takes it and waits
     for room in u's inbox; it reads the intake no more until u's metadata
     arrives at t0 + 0.125 + ``stall``."""
-    fake.create_topic("u", 1, leaders=[0])
+    fake.create_topic("u", 1, leaders=[leader])
     fake.delay_responses(stall, api_key=ApiKey.METADATA, count=1)
     t0 = trio.current_time()
     before = producer.statistics().outstanding
@@ -366,3 +368,41 @@ async def test_a_send_that_waited_for_buffer_space_gets_its_whole_delivery_timeo
         meta = await d
         assert trio.current_time() == t0 + 5.5 and meta.offset == 0
         assert producer.statistics().double_settles == 0
+
+
+async def test_messages_joining_a_burst_share_its_deadline(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A message that joins the open burst takes the burst's delivery deadline
+    (``_enqueue_nowait``), as a record appended to an open batch expires with
+    the batch in the Java client: a burst's messages share one deadline
+    whichever entry point added them, so queue order stays deadline order.
+    Time can pass while a burst is open when the dispatcher is stuck.
+
+    Schedule (plain producer, channel_capacity 1, delivery_timeout 20 s): the
+    dispatcher is stuck until t0 + 10.125 (``block_dispatcher``; u's only
+    replica, broker 2, stops at t0 + 1.5 without an election). t0 + 1.5: m1's
+    ``send_nowait()`` opens a burst (deadline t0 + 21.5); t0 + 2.5: m2's joins
+    it. Nothing can be written, and m1 and m2 both fail at t0 + 21.5 (m2 on
+    its own deadline would fail at t0 + 22.5)."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 1, leaders=[1])
+    failed_at: dict[bytes, tuple[float, Any]] = {}
+
+    def on_delivery(metadata: Any, error: Any) -> None:
+        failed_at[error.message.value] = (trio.current_time(), error.cause)
+
+    async with open_fake_producer(fake, channel_capacity=1, idempotent=False,
+                                  delivery_timeout=20.0, request_timeout=5.0) as producer:
+        await producer.send_and_wait("t", b"warm")
+        t0 = await block_dispatcher(fake, producer, 10.0, leader=2)
+        fake.stop_broker(2, elect=False)
+        producer.send_nowait("u", b"m1", on_delivery=on_delivery)
+        await trio.sleep(1.0)
+        producer.send_nowait("u", b"m2", on_delivery=on_delivery)
+        with trio.fail_after(60):
+            await producer.flush()
+        assert producer.statistics().double_settles == 0
+    assert {value: at - t0 for value, (at, _) in failed_at.items()} == {b"m1": 21.5, b"m2": 21.5}
+    assert all(isinstance(cause, DeliveryTimeoutError) for _, cause in failed_at.values())
