@@ -237,9 +237,7 @@ class Ledger:
             elif type(sink) is RowChunk:
                 count += msg.count - 1  # type: ignore[attr-defined]  # a RowRun: its rows
                 self._rows_settled(msg, sink)  # (its bytes: released below with the rest)
-            else:
-                if timestamp >= 0:
-                    msg.timestamp = timestamp  # before anyone hears of the outcome
+            else:  # TO_CHANNELS or a waiter's event: both hear of it after this loop
                 released -= msg._size
                 self._finish(msg)
         if timestamp >= 0:
@@ -315,18 +313,16 @@ class Ledger:
                 self.release(chunk.extra)  # the chunk's copied columns
 
     def _call_back(self, msg: ProducerMessage, sink: OnDelivery | DeliveryCallback) -> None:
-        """Run the message's ``on_delivery`` callback, once. An exception from
+        """Run a failed message's ``on_delivery`` callback, once (``succeed``
+        runs a delivered message's callback itself, inlined). An exception from
         it is the user's bug: logged with its traceback and counted
         (``statistics().callback_errors``), never allowed into the stage that
         settled the message (it would stop the pipeline)."""
-        if msg._state == OK:
-            args: tuple[object, object] = (msg.record_metadata(), None)
-        else:
-            assert msg._outcome is not None
-            args = (None, ProducerError(msg, msg._outcome))
+        assert msg._state == FAILED
+        assert msg._outcome is not None
         fn: DeliveryCallback = sink.fn if isinstance(sink, OnDelivery) else sink
         try:
-            fn(*args)  # type: ignore[arg-type]
+            fn(None, ProducerError(msg, msg._outcome))
         except Exception:
             self._callback_failed(fn, msg)
         if type(sink) is OnDelivery and sink.event is not None:
