@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from pipeline import BufferFullError
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import open_fake_producer
+from .conftest import open_fake_producer, values_in_log
 from .test_bad_input import PATIENT, stall_produce
 
 
@@ -290,3 +291,138 @@ async def test_an_awaited_message_gets_the_log_append_time(
         sent = [producer.send_nowait("t", b"m%d" % i, partition=0) for i in range(2)]
         results = [await m for m in sent]
     assert [(r.offset, r.timestamp) for r in results] == [(7, append_time), (8, append_time)]
+
+
+async def test_a_send_many_cancelled_before_acceptance_can_be_sent_again(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``send_many()`` cancelled while its chunk waits for room in the intake
+    was never accepted: ``Ledger.unaccept`` gives each message back (no id,
+    not counted as accepted, its bytes released), so the caller may send the
+    same ``ProducerMessage`` objects again (a message with an id is refused as
+    reused).
+
+    Schedule (plain producer, channel_capacity 1): the dispatcher is stuck
+    until t0 + 10.125 (``block_dispatcher``); t0 + 1.5: r on ``producer.input``
+    fills the intake; send_many([m1, m2]) waits until its caller's deadline at
+    t0 + 2.5: nothing of it is left. At t0 + 10.125 the rest is written; then
+    send_many([m1, m2]) again: both are written after r."""
+    from pipeline import ProducerMessage
+
+    from .test_intake_rules import block_dispatcher
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, channel_capacity=1, idempotent=False,
+                                  **PATIENT) as producer:
+        await producer.send_and_wait("t", b"warm")
+        t0 = await block_dispatcher(fake, producer, 10.0)
+        producer.input.send_nowait(ProducerMessage("u", b"r"))
+        before = producer.statistics()
+        msgs = [ProducerMessage("u", b"m1"), ProducerMessage("u", b"m2")]
+        with trio.move_on_after(1.0) as scope:
+            await producer.send_many(msgs)
+        assert scope.cancelled_caught and trio.current_time() == t0 + 2.5
+        after = producer.statistics()
+        assert (after.accepted, after.outstanding, after.buffered_bytes) == (
+            before.accepted, before.outstanding, before.buffered_bytes)
+        await producer.flush()
+        assert trio.current_time() == t0 + 10.125
+        result = await (await producer.send_many(msgs))
+        assert (result.delivered, result.failed) == (2, 0)
+        assert producer.statistics().double_settles == 0
+    assert values_in_log(fake, "u", 0) == [b"a", b"b", b"c", b"r", b"m1", b"m2"]
+
+
+async def test_a_send_batch_cancelled_before_acceptance_leaves_no_trace(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``send_batch()`` cancelled while its chunk (one ``RowRun``) waits for room
+    in the intake: ``Ledger.unaccept_rows`` takes the chunk's rows out of the
+    accepted count and gives back every byte it reserved (the rows' bound and
+    their packed copies).
+
+    Schedule (plain producer, channel_capacity 1): as in the send_many test
+    above, send_batch("u", [x, y]) waits from t0 + 1.5 until its caller's
+    deadline at t0 + 2.5: accepted, outstanding and buffered bytes are back to
+    what they were; x and y are never written."""
+    from pipeline import ProducerMessage
+
+    from .test_intake_rules import block_dispatcher
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, channel_capacity=1, idempotent=False,
+                                  **PATIENT) as producer:
+        await producer.send_and_wait("t", b"warm")
+        t0 = await block_dispatcher(fake, producer, 10.0)
+        producer.input.send_nowait(ProducerMessage("u", b"r"))
+        before = producer.statistics()
+        with trio.move_on_after(1.0) as scope:
+            await producer.send_batch("u", [b"x", b"y"])
+        assert scope.cancelled_caught and trio.current_time() == t0 + 2.5
+        after = producer.statistics()
+        assert (after.accepted, after.outstanding, after.buffered_bytes) == (
+            before.accepted, before.outstanding, before.buffered_bytes)
+        await producer.flush()
+        assert producer.statistics().double_settles == 0
+    assert values_in_log(fake, "u", 0) == [b"a", b"b", b"c", b"r"]
+
+
+async def test_an_input_message_fixed_before_the_dispatcher_takes_it_counts_its_bytes(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A message put on ``producer.input`` while invalid is enqueued without a
+    reservation (the dispatcher fails it, onto ``producer.errors``). If the
+    caller fixes it before the dispatcher takes it, the dispatcher accepts it
+    and counts its bytes at once, over ``buffer_memory`` if need be
+    (``Ledger.reserve_over``: the dispatcher never waits); they are released
+    when it is settled, like any other message's.
+
+    Schedule (Produce stalled): m (value 5, not bytes) is put on
+    ``producer.input``; before any checkpoint its value becomes b"fixed". Once
+    the dispatcher ran, m's bytes are counted; the broker answers: m is
+    written and the buffer is empty again."""
+    from pipeline import ProducerMessage
+
+    from .test_bad_input import stall_produce
+
+    fake.create_topic("t", 1, leaders=[0])
+    gate = stall_produce(fake)
+    async with open_fake_producer(fake, idempotent=False, **PATIENT) as producer:
+        await producer._core.cluster.partitions_for("t")
+        m = ProducerMessage("t", 5)  # type: ignore[arg-type]
+        producer.input.send_nowait(m)
+        m.value = b"fixed"
+        await trio.testing.wait_all_tasks_blocked()
+        stats = producer.statistics()
+        assert stats.accepted == 1 and stats.buffered_bytes == m._size > 0
+        gate.set()
+        await producer.flush()
+        stats = producer.statistics()
+        assert (stats.succeeded, stats.buffered_bytes, stats.double_settles) == (1, 0, 0)
+    assert values_in_log(fake, "t", 0) == [b"fixed"]
+
+
+async def test_a_send_batch_chunk_larger_than_the_buffer_passes_an_empty_buffer(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A ``send_batch`` chunk reserves its rows' bound plus the packed copies
+    of a Python list, which can exceed ``buffer_memory`` for a single row near
+    ``max_message_bytes`` (which may equal ``buffer_memory``). Such a chunk
+    could never fit: ``Ledger.try_reserve`` lets it through when nothing is
+    buffered (the buffer goes over by that one chunk) instead of making it
+    wait ``max_block`` for space that cannot come.
+
+    Schedule (buffer_memory = max_message_bytes = 4096, max_block 5 s): t0:
+    send_batch of one 4000-byte value (about 8,100 bytes reserved) returns at
+    t0 and the row is written."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, buffer_memory=4096, max_message_bytes=4096,
+                                  max_block=5.0) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        group = await producer.send_batch("t", [b"v" * 4000])
+        assert trio.current_time() == t0
+        result = await group
+        assert (result.delivered, result.failed) == (1, 0)
+        assert producer.statistics().double_settles == 0
+    assert values_in_log(fake, "t", 0) == [b"v" * 4000]
