@@ -385,6 +385,7 @@ class Reporter:
             channel_capacity
         )
         self._errors, self.errors = trio.open_memory_channel[ProducerError](channel_capacity)
+        self._closed = False  # close() ran: nobody hands reports over any more
 
     async def run(self) -> None:
         """Hand outcomes over as the ledger queues them (until cancelled)."""
@@ -401,7 +402,15 @@ class Reporter:
                     else:
                         await self._errors.send(ledger.error_for(msg))
                 except BaseException:
-                    ledger.reports.appendleft(msg)  # a failed trio send() delivered nothing
+                    # A failed trio send() delivered nothing. At shutdown close()
+                    # has run already (right after the cancel, before this task
+                    # sees it): the outcome is lost, and its bytes are released
+                    # here; otherwise it goes back to the queue.
+                    if self._closed:
+                        ledger.release(msg._size)
+                        _log_lost(1)
+                    else:
+                        ledger.reports.appendleft(msg)
                     raise
                 ledger.release(msg._size)
 
@@ -409,6 +418,7 @@ class Reporter:
         """At shutdown (``run`` is cancelled): hand over what fits without
         waiting, count the rest as lost (logged), release every byte, and
         close both channels (readers see the end)."""
+        self._closed = True
         ledger = self._ledger
         lost = 0
         while ledger.reports:
@@ -422,9 +432,12 @@ class Reporter:
                 lost += 1
             ledger.release(msg._size)
         if lost:
-            log.warning(
-                "%d outcomes could not be handed over: producer.successes/errors were not drained",
-                lost,
-            )
+            _log_lost(lost)
         self._successes.close()
         self._errors.close()
+
+
+def _log_lost(n: int) -> None:
+    log.warning(
+        "%d outcomes could not be handed over: producer.successes/errors were not drained", n
+    )

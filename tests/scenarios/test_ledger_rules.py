@@ -426,3 +426,46 @@ async def test_a_send_batch_chunk_larger_than_the_buffer_passes_an_empty_buffer(
         assert (result.delivered, result.failed) == (1, 0)
         assert producer.statistics().double_settles == 0
     assert values_in_log(fake, "t", 0) == [b"v" * 4000]
+
+
+async def test_outcomes_nobody_reads_are_counted_lost_at_close_and_release_their_bytes(
+    fake: FakeCluster, autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Channel-mode outcomes (``producer.input`` with ``return_successes``) are
+    handed over by the ``Reporter`` task, which blocks while the user does not
+    read; each outcome's bytes stay reserved until it is handed over. At
+    close (``Reporter.close``) what fits in the channel is handed over without
+    waiting, the rest is counted lost (one warning), every byte is released,
+    and both channels end, so a late reader gets what was handed over and
+    then the end.
+
+    Schedule (channel_capacity 1, return_successes): m0, m1, m2 on
+    ``producer.input`` are written at t0; nobody reads ``successes``: m0 fills
+    its channel, the Reporter waits to hand over m1, m2 waits in the ledger
+    (two messages' bytes still reserved). The block is left: the pipeline is
+    cancelled and ``Reporter.close`` runs before the Reporter task sees it:
+    no room for m2 (lost, released); then the task's send of m1 fails (lost,
+    released: this was the bug, m1's bytes stayed counted forever). A reader
+    then gets m0 and the end of the channel."""
+    from pipeline import ProducerMessage
+
+    fake.create_topic("t", 1, leaders=[0])
+    msgs = [ProducerMessage("t", b"m%d" % i) for i in range(3)]
+    async with open_fake_producer(fake, channel_capacity=1, return_successes=True,
+                                  **PATIENT) as producer:
+        await producer._core.cluster.partitions_for("t")
+        for m in msgs:
+            await producer.input.send(m)
+        await producer.flush()
+        await trio.testing.wait_all_tasks_blocked()
+        stats = producer.statistics()
+        assert stats.succeeded == 3
+        assert stats.buffered_bytes == msgs[1]._size + msgs[2]._size
+    stats = producer.statistics()
+    assert (stats.buffered_bytes, stats.double_settles) == (0, 0)
+    with trio.fail_after(1):
+        handed = [m async for m in producer.successes]
+    assert handed == msgs[:1]
+    lost = [int(r.getMessage().split()[0]) for r in caplog.records
+            if "could not be handed over" in r.getMessage()]
+    assert sum(lost) == 2
