@@ -469,3 +469,28 @@ async def test_outcomes_nobody_reads_are_counted_lost_at_close_and_release_their
     lost = [int(r.getMessage().split()[0]) for r in caplog.records
             if "could not be handed over" in r.getMessage()]
     assert sum(lost) == 2
+
+
+async def test_a_send_batch_group_keeps_at_most_ten_errors(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A ``send_batch`` call's group counts every failed row but keeps at most
+    ``MAX_ERRORS_KEPT`` (10) errors (one per failed run of rows): a call of a
+    million failing rows must not hold a million errors.
+
+    Schedule (plain producer, retries=0): send_batch of 12 rows, one per
+    partition of a 12-partition topic (12 runs), and every Produce answered
+    NOT_ENOUGH_REPLICAS: the group reports 12 failed and keeps 10 errors."""
+    from pipeline.protocol.api import ApiKey
+    from pipeline.protocol.errors import ErrorCode
+
+    fake.create_topic("t", 12, leaders=[0] * 12)
+    async with open_fake_producer(fake, idempotent=False, retries=0) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, count=None)
+        group = await producer.send_batch("t", [b"r%d" % i for i in range(12)],
+                                          partitions=list(range(12)))
+        with trio.fail_after(10):
+            result = await group
+        assert (result.delivered, result.failed, len(result.errors)) == (0, 12, 10)
+        assert producer.statistics().double_settles == 0
