@@ -494,3 +494,34 @@ async def test_a_send_batch_group_keeps_at_most_ten_errors(
             result = await group
         assert (result.delivered, result.failed, len(result.errors)) == (0, 12, 10)
         assert producer.statistics().double_settles == 0
+
+
+async def test_an_awaited_message_whose_on_delivery_raises_is_still_delivered(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A message sent with ``on_delivery`` that someone also awaits (its sink
+    becomes an ``OnDelivery``, ``succeed``'s branch for it): when it is
+    written, the callback runs once with the metadata; if it raises, that is
+    counted (``statistics().callback_errors``) and logged, and the waiter
+    still gets the metadata.
+
+    Schedule (plain producer): m is sent with a raising callback and awaited
+    at t0; it is written at t0: ``await m`` returns offset 0 at t0, the
+    callback ran once, callback_errors is 1."""
+    fake.create_topic("t", 1, leaders=[0])
+    seen: list[Any] = []
+
+    def on_delivery(metadata: Any, error: Any) -> None:
+        seen.append((metadata.offset, error))
+        raise RuntimeError("the user's callback is broken")
+
+    async with open_fake_producer(fake, idempotent=False) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        m = producer.send_nowait("t", b"m", partition=0, on_delivery=on_delivery)
+        with trio.fail_after(10):
+            meta = await m
+        assert meta.offset == 0 and trio.current_time() == t0
+        stats = producer.statistics()
+        assert (stats.callback_errors, stats.double_settles) == (1, 0)
+    assert seen == [(0, None)]
