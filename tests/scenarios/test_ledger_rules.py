@@ -525,3 +525,30 @@ async def test_an_awaited_message_whose_on_delivery_raises_is_still_delivered(
         stats = producer.statistics()
         assert (stats.callback_errors, stats.double_settles) == (1, 0)
     assert seen == [(0, None)]
+
+
+async def test_a_close_counts_the_rows_of_a_send_batch_it_fails(
+    fake: FakeCluster, autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A close that fails what is still outstanding counts rows, not ledger
+    entries: a ``send_batch`` chunk is one entry for all its rows
+    (``fail_all_outstanding`` adds its pending rows), and the warning says how
+    many messages were not delivered.
+
+    Schedule (Produce stalled, close_timeout 1): send_batch of 3 rows and one
+    send(), then the block is left: after close_timeout the close fails 4
+    messages and warns "producer closed with 4 undelivered messages"."""
+    from .test_bad_input import stall_produce
+
+    fake.create_topic("t", 1, leaders=[0])
+    gate = stall_produce(fake)
+    async with open_fake_producer(fake, idempotent=False, request_timeout=100.0,
+                                  delivery_timeout=300.0, close_timeout=1.0) as producer:
+        await producer._core.cluster.partitions_for("t")
+        group = await producer.send_batch("t", [b"x", b"y", b"z"], partitions=[0, 0, 0])
+        await producer.send("t", b"m", partition=0)
+    gate.set()
+    result = await group
+    assert (result.delivered, result.failed) == (0, 3)
+    warned = [r.getMessage() for r in caplog.records if "undelivered" in r.getMessage()]
+    assert warned == ["producer closed with 4 undelivered messages"]
