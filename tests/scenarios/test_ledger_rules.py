@@ -552,3 +552,26 @@ async def test_a_close_counts_the_rows_of_a_send_batch_it_fails(
     assert (result.delivered, result.failed) == (0, 3)
     warned = [r.getMessage() for r in caplog.records if "undelivered" in r.getMessage()]
     assert warned == ["producer closed with 4 undelivered messages"]
+
+
+async def test_a_close_after_every_outcome_was_read_warns_of_no_lost_outcome(
+    fake: FakeCluster, autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``Reporter.close`` warns only when an outcome could not be handed over:
+    a channel-mode producer whose outcomes were all read closes without that
+    warning.
+
+    Schedule (return_successes): m0, m1 on ``producer.input`` are written and
+    both successes are read; the block is left: no "could not be handed over"
+    warning."""
+    from pipeline import ProducerMessage
+
+    fake.create_topic("t", 1, leaders=[0])
+    msgs = [ProducerMessage("t", b"m%d" % i) for i in range(2)]
+    async with open_fake_producer(fake, return_successes=True) as producer:
+        for m in msgs:
+            await producer.input.send(m)
+        with trio.fail_after(10):
+            assert [await producer.successes.receive() for _ in msgs] == msgs
+        assert producer.statistics().double_settles == 0
+    assert not [r for r in caplog.records if "could not be handed over" in r.getMessage()]
