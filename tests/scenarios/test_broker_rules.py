@@ -211,3 +211,46 @@ async def test_a_plain_batch_timing_out_in_flight_fails_once(
     assert isinstance(result.cause, DeliveryTimeoutError)
     assert "may or may not have been written" in str(result.cause)
     assert values_in_log(fake, "t", 1) == [b"m"]
+
+
+async def test_a_batch_in_flight_expires_at_its_own_deadline_not_its_requests(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Delivery timeout in flight is per batch (the Java client's Sender expires
+    in-flight batches one by one): a batch sharing a request with an older one
+    is not failed at the older one's deadline.
+
+    Schedule (plain producer, linger 1 s, delivery_timeout 5 s, request_timeout
+    4 s): t[2]'s only replica, broker 2, is stopped without an election. t0: x
+    is sent to t[2] and waits for a leader. t0 + 3: t[2]'s leadership moves to
+    broker 1, and m is sent to t[1] (broker 1), whose next Produce answer comes
+    2 s late. x reaches broker 1's queue at the metadata round of t0 + 3.125;
+    at m's linger, t0 + 4, one request carries x and m. x's deadline is t0 + 5:
+    it fails then, in flight; m's is t0 + 8: it is written, answered at t0 + 6.
+    Bug (fixed): the whole request expired at its earliest deadline, so m
+    failed at t0 + 5, after 2 s, as "may or may not have been written"."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    from .test_accumulator_rules import request_contents
+
+    fake.create_topic("t", 3, leaders=[0, 1, 2])
+    options = exact(idempotent=False, linger=1.0, delivery_timeout=5.0, request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=1)
+        fake.stop_broker(2, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        t0 = trio.current_time()
+        x = producer.send_nowait("t", b"x", partition=2)
+        await trio.sleep(3.0)
+        fake.move_leader("t", 2, to=1)
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        m = producer.send_nowait("t", b"m", partition=1)
+        (x_result,) = await outcomes([x])
+        assert trio.current_time() == t0 + 5.0
+        (m_result,) = await outcomes([m])
+        assert trio.current_time() == t0 + 6.0
+    assert isinstance(x_result.cause, DeliveryTimeoutError)
+    assert "may or may not have been written" in str(x_result.cause)
+    assert offsets([m_result]) == [1]
+    assert request_contents(fake, "t")[1:] == [{1: [b"m"], 2: [b"x"]}]
+    assert values_in_log(fake, "t", 1) == [b"warm", b"m"]
