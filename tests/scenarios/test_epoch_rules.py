@@ -128,3 +128,39 @@ async def test_a_restamped_batch_is_the_new_epochs_batch(
     assert offsets(results) == [1, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]
     assert [(b[2], b[3]) for b in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (1, 0)]
     assert values_in_log(fake, "t", 0) == [b"warm0", b"a"]
+
+
+async def test_a_duplicate_answer_to_producer_id_0_keeps_the_records_timestamps(
+    autojump_clock: Any,
+) -> None:
+    """Producer id 0 is a real id (a new Kafka cluster hands it out first): the
+    answer to its re-sent batch is read as a duplicate's echo like any other
+    id's (``producer_id >= 0`` in ``_handle_partition``). Kafka answers a
+    duplicate NONE with the cached batch's max timestamp in
+    ``log_append_time_ms``, also on a CreateTime topic; taken for a
+    LogAppendTime it would give every record that one timestamp.
+
+    Schedule (idempotent, producer id 0, linger 1 s, t[0] on broker 0,
+    CreateTime topic): t0: v0..v2 with timestamps T, T + 1, T + 2. At t0 + 1
+    their batch is written, but the connection closes instead of the answer;
+    the batch goes back (fate unknown) and, after the backoff, is re-sent
+    identical at t0 + 1.125: the fake answers it as Kafka does, NONE, offset 0,
+    log_append_time_ms T + 2. Each record reports its own timestamp; with the
+    check for ids > 0 only, all three reported T + 2."""
+    async with FakeCluster.serve(brokers=1, seed=7, auto_create_topics=False,
+                                 first_producer_id=0) as fake:
+        fake.create_topic("t", 1, leaders=[0])
+        fake.drop_response_after_apply(ApiKey.PRODUCE, node_id=0)
+        stamp = 1_600_000_000_000
+        async with open_fake_producer(fake, **exact(idempotent=True, linger=1.0)) as producer:
+            await producer._core.cluster.partitions_for("t")
+            t0 = trio.current_time()
+            sent = [producer.send_nowait("t", b"v%d" % i, partition=0, timestamp=stamp + i)
+                    for i in range(3)]
+            results = await outcomes(sent)
+            assert trio.current_time() == t0 + 1.125
+            idem = producer._core.idempotence
+            assert idem is not None and idem.producer_id == 0
+        assert [(r.offset, r.timestamp) for r in results] == [(i, stamp + i) for i in range(3)]
+        assert [x[1:] for x in sent_batches(fake, "t", 0)] == [(0, 0, 0, 3), (0, 0, 0, 3)]
+        assert values_in_log(fake, "t", 0) == [b"v0", b"v1", b"v2"]
