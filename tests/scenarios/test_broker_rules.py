@@ -14,6 +14,7 @@ import trio
 
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
+from pipeline.protocol.records import batch_size_for_record
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_producer, values_in_log
@@ -254,3 +255,76 @@ async def test_a_batch_in_flight_expires_at_its_own_deadline_not_its_requests(
     assert offsets([m_result]) == [1]
     assert request_contents(fake, "t")[1:] == [{1: [b"m"], 2: [b"x"]}]
     assert values_in_log(fake, "t", 1) == [b"warm", b"m"]
+
+
+async def test_a_bounced_backlog_leaves_no_bytes_behind(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A bounce sends a retrying partition's loose messages back and its queue
+    counts 0 bytes after it (``_maybe_bounce``): when they return to the same
+    broker producer, they are judged by their own bytes again.
+
+    Schedule (plain, linger 1 s, backoff 0.125 s, batch_bytes = the size of b
+    + 1, t[0] on broker 0): t0: a is sent; at its linger, t0 + 1, it goes and
+    is answered NOT_ENOUGH_REPLICAS 0.5 s late. t0 + 1.25: b waits behind it
+    (muted). t0 + 1.5: a fails: a and b go back; after the backoff (t0 + 1.625)
+    both return to broker 0's producer, a sealed, b loose: a is re-sent and
+    written at once; b, one byte short of a batch, waits a linger of its own:
+    written at t0 + 2.625. A queue still counting b's bytes from before the
+    bounce (not reset, or reset to 1) made b a full batch, sent at t0 + 1.625."""
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, linger=1.0,
+                    batch_bytes=batch_size_for_record(None, b"b") + 1)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        fake.delay_responses(0.5, api_key=ApiKey.PRODUCE, node_id=0, count=1)
+        t0 = trio.current_time()
+        a = producer.send_nowait("t", b"a", partition=0)
+        await trio.sleep(1.25)
+        b = producer.send_nowait("t", b"b", partition=0)
+        results = await outcomes([a])
+        assert trio.current_time() == t0 + 1.625
+        results += await outcomes([b])
+        assert trio.current_time() == t0 + 2.625
+    assert offsets(results) == [0, 1]
+    assert [r.time - t0 for r in fake.requests_of(ApiKey.PRODUCE)[-3:]] == [1.0, 1.625, 2.625]
+
+
+async def test_a_success_clears_the_partitions_last_retry_error(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A partition's last retry error (what a delivery timeout names as "last
+    error") holds only until a batch of it succeeds: a later timeout with no
+    retry since must not blame an error already recovered from.
+
+    Schedule (plain, one message per batch, delivery_timeout 5 s,
+    request_timeout 4 s, backoff 0.125 s, t[0] on broker 0): t0: a is answered
+    NOT_ENOUGH_REPLICAS, retried and written at t0 + 0.125. Then b and c are
+    sent; broker 0 answers each 3 s late: b at t0 + 3.125, and c, sent then,
+    would be answered at t0 + 6.125, but its deadline is t0 + 5.125: it fails
+    then, in flight, with no "last error". Kept after a's success, the
+    NOT_ENOUGH_REPLICAS was named as c's last error."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, max_batch_messages=1, delivery_timeout=5.0,
+                    request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        t0 = trio.current_time()
+        a = await outcomes([producer.send_nowait("t", b"a", partition=0)])
+        assert trio.current_time() == t0 + 0.125
+        fake.delay_responses(3.0, api_key=ApiKey.PRODUCE, node_id=0, count=2)
+        b, c = producer.send_nowait("t", b"b", partition=0), producer.send_nowait("t", b"c", partition=0)
+        results = a + await outcomes([b])
+        assert trio.current_time() == t0 + 3.125
+        (c_result,) = await outcomes([c])
+        assert trio.current_time() == t0 + 5.125
+        await trio.sleep(1.0)
+    assert offsets(results) == [0, 1]
+    assert isinstance(c_result.cause, DeliveryTimeoutError)
+    assert "may or may not have been written" in str(c_result.cause)
+    assert "last error" not in str(c_result.cause)
+    assert values_in_log(fake, "t", 0) == [b"a", b"b", b"c"]
