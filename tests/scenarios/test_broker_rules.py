@@ -328,3 +328,44 @@ async def test_a_success_clears_the_partitions_last_retry_error(
     assert "may or may not have been written" in str(c_result.cause)
     assert "last error" not in str(c_result.cause)
     assert values_in_log(fake, "t", 0) == [b"a", b"b", b"c"]
+
+
+async def test_a_stalled_connect_is_cut_short_at_the_delivery_deadline(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Connecting to a broker (its handshake may take up to request_timeout)
+    does not hold up a delivery deadline of what waits for that connection:
+    ``_send_one`` gives up the connect at the deadline, the message fails
+    then, and the flusher goes on.
+
+    Schedule (plain, delivery_timeout and request_timeout 5 s): t[2]'s only
+    replica, broker 2, is stopped without an election. t0: m is sent to t[2]
+    and waits for a leader. t0 + 3: the leadership moves to broker 1, which
+    the producer has not connected to yet and whose ApiVersions answers come
+    4 s late (a broker that accepts the connection and stalls). At the
+    metadata round of t0 + 3 m reaches broker 1's producer, which starts
+    connecting; m's deadline, t0 + 5, cuts the connect short: m fails then,
+    "never acknowledged". n, sent to t[1] (broker 1) at t0 + 5, starts a new
+    connect, through at t0 + 9: n is written then."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 3, leaders=[0, 1, 2])
+    options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=5.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        fake.stop_broker(2, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        t0 = trio.current_time()
+        m = producer.send_nowait("t", b"m", partition=2)
+        await trio.sleep(3.0)
+        fake.move_leader("t", 2, to=1)
+        fake.delay_responses(4.0, api_key=ApiKey.API_VERSIONS, node_id=1)
+        (m_result,) = await outcomes([m])
+        assert trio.current_time() == t0 + 5.0
+        n = await outcomes([producer.send_nowait("t", b"n", partition=1)])
+        assert trio.current_time() == t0 + 9.0
+    handshakes = [q.time - t0 for q in fake.requests_of(ApiKey.API_VERSIONS, node_id=1)]
+    assert handshakes == [3.0, 5.0]
+    assert isinstance(m_result.cause, DeliveryTimeoutError)
+    assert "never acknowledged" in str(m_result.cause)
+    assert offsets(n) == [0]
