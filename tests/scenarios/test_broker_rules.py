@@ -369,3 +369,36 @@ async def test_a_stalled_connect_is_cut_short_at_the_delivery_deadline(
     assert isinstance(m_result.cause, DeliveryTimeoutError)
     assert "never acknowledged" in str(m_result.cause)
     assert offsets(n) == [0]
+
+
+async def test_an_unreachable_broker_bounces_only_partitions_with_something_to_send(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """When its broker cannot be reached, a broker producer sends back what
+    waits in its queues (``_send_one``), partition by partition; a partition
+    with nothing queued is left alone, not marked retrying: its next message
+    goes straight out once the broker is back.
+
+    Schedule (plain, backoff 0.125 s, t[0] and t[1] on broker 1, both written
+    once): broker 1 stops without an election. t0: a (t[0]) finds the broker
+    unreachable: a goes back to its partition producer, which waits for a
+    leader. t0 + 1: broker 1 is back, leader of both again; a is written then.
+    t0 + 2: b (t[1]) is written at once. Marking the idle t[1] retrying too
+    (the check forced True, or ``or``) bounced b once more: written at
+    t0 + 2.125, after a backoff."""
+    fake.create_topic("t", 2, leaders=[1, 1])
+    async with open_fake_producer(fake, **exact(idempotent=False)) as producer:
+        await producer.send_and_wait("t", b"w0", partition=0)
+        await producer.send_and_wait("t", b"w1", partition=1)
+        fake.stop_broker(1, elect=False)
+        t0 = trio.current_time()
+        a = producer.send_nowait("t", b"a", partition=0)
+        await trio.sleep(1.0)
+        fake.restart_broker(1)
+        results = await outcomes([a])
+        assert trio.current_time() == t0 + 1.0
+        await trio.sleep(1.0)
+        results += await outcomes([producer.send_nowait("t", b"b", partition=1)])
+        assert trio.current_time() == t0 + 2.0
+    assert offsets(results) == [1, 1]
+    assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)[2:]] == [1.0, 2.0]
