@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 
 from pipeline.protocol.api import ApiKey
@@ -138,8 +139,9 @@ async def test_a_request_takes_a_batch_that_fills_it_to_the_byte(
     assert request_contents(fake, "t") == [{0: [x], 1: [y]}]
 
 
+@pytest.mark.parametrize("fits", [False, True], ids=["does-not-fit", "fits"])
 async def test_a_retried_batch_that_does_not_fit_the_request_waits_for_the_next(
-    fake: FakeCluster, autojump_clock: Any
+    fake: FakeCluster, autojump_clock: Any, fits: bool
 ) -> None:
     """A retried (sealed) batch is re-sent byte for byte, so it cannot be cut
     to what a request has left: when it does not fit, it waits for the next
@@ -154,10 +156,18 @@ async def test_a_retried_batch_that_does_not_fit_the_request_waits_for_the_next(
     R) joined t[0]'s queue (its linger not over). The retried s makes the
     broker producer ready: the request takes t[0]'s m first (0.6 R); s does
     not fit the 0.4 R left and goes alone in the next request, the same
-    instant. Before the fix both rode in one request of 1.2 R."""
+    instant. Before the fix both rode in one request of 1.2 R. With m of
+    exactly the bytes s leaves of R (``fits``), s rides along with it: ending
+    the request at any retried batch, or at one filling it to the byte, sent
+    s alone."""
     request_bytes = 4096
     big = request_bytes * 6 // 10
     s, m = b"s" * big, b"m" * big
+    if fits:
+        m = b"m" * (request_bytes - batch_size_for_record(None, s) - 2)
+        while batch_size_for_record(None, m) > request_bytes - batch_size_for_record(None, s):
+            m = m[:-1]
+        assert batch_size_for_record(None, m) + batch_size_for_record(None, s) == request_bytes
     fake.create_topic("t", 2, leaders=[0, 0])
     options = exact(idempotent=False, linger=1.0, max_request_bytes=request_bytes,
                     max_message_bytes=request_bytes, batch_bytes=request_bytes)
@@ -173,7 +183,8 @@ async def test_a_retried_batch_that_does_not_fit_the_request_waits_for_the_next(
         results = await outcomes(sent)
         assert trio.current_time() == t0 + 1.125
     assert offsets(results) == [0, 0, 1]
-    assert request_contents(fake, "t") == [{0: [b"w"]}, {1: [s]}, {0: [m]}, {1: [s]}]
+    retried = [{0: [m], 1: [s]}] if fits else [{0: [m]}, {1: [s]}]
+    assert request_contents(fake, "t") == [{0: [b"w"]}, {1: [s]}, *retried]
     assert max(request_records_bytes(fake)) <= request_bytes
 
 
