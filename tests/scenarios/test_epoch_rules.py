@@ -164,3 +164,51 @@ async def test_a_duplicate_answer_to_producer_id_0_keeps_the_records_timestamps(
         assert [(r.offset, r.timestamp) for r in results] == [(i, stamp + i) for i in range(3)]
         assert [x[1:] for x in sent_batches(fake, "t", 0)] == [(0, 0, 0, 3), (0, 0, 0, 3)]
         assert values_in_log(fake, "t", 0) == [b"v0", b"v1", b"v2"]
+
+
+async def test_a_batch_expiring_in_flight_explains_the_gap_behind_it(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """With idempotence, a batch that times out in flight may or may not have
+    taken its sequence: the partition is marked retrying, so a later batch
+    answered OUT_OF_ORDER_SEQUENCE_NUMBER (the gap it left) goes back and is
+    re-sent in the new epoch, not failed as an unexplained gap.
+
+    Schedule (idempotent, one message per batch, delivery_timeout 5 s,
+    request_timeout 4 s, t[0] on broker 0): t0: p (sequence 0) is answered
+    2 s late; a (sequence 1) waits behind it (one batch in flight until the
+    partition is confirmed) and is sent at t0 + 2, when broker 0 takes it and
+    never answers. t0 + 2.5: b (sequence 2) is sent: the broker answers
+    OUT_OF_ORDER_SEQUENCE_NUMBER (1 is missing). t0 + 5: a's deadline: it
+    fails in flight, and a new epoch is requested. t0 + 6: a's request times
+    out and the connection closes; b's answer is read: explained by a, b goes
+    back and is written at t0 + 6.125 with epoch 1, sequence 0. Without the
+    retrying mark, b failed with OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.testing.fake_cluster import NO_RESPONSE
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
+                    request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        produces: list[float] = []
+
+        def second_goes_unanswered(ctx: Any) -> Any:
+            produces.append(ctx.time)
+            return NO_RESPONSE if len(produces) == 2 else None
+
+        fake.control(ApiKey.PRODUCE, second_goes_unanswered, sticky=True)
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
+        await trio.sleep(2.5)
+        sent.append(producer.send_nowait("t", b"b", partition=0))
+        results = await outcomes(sent[:2])
+        assert trio.current_time() == t0 + 5.0
+        results += await outcomes(sent[2:])
+        assert trio.current_time() == t0 + 6.125
+    assert offsets(results[:1] + results[2:]) == [0, 1]
+    assert isinstance(results[1].cause, DeliveryTimeoutError)
+    assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert values_in_log(fake, "t", 0) == [b"p", b"b"]
