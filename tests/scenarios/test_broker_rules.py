@@ -402,3 +402,30 @@ async def test_an_unreachable_broker_bounces_only_partitions_with_something_to_s
         assert trio.current_time() == t0 + 2.0
     assert offsets(results) == [1, 1]
     assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)[2:]] == [1.0, 2.0]
+
+
+async def test_a_partition_left_out_of_a_response_is_retried(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A Produce answer that says nothing about one of the request's
+    partitions (Kafka always answers each; a broken broker or proxy might
+    not) leaves that batch's fate open: it goes back and is retried, like a
+    retriable error, instead of being taken for written or crashing the
+    broker producer.
+
+    Schedule (plain, backoff 0.125 s, t[0] on broker 0): t0: the answer to m's
+    request lists no partition (m was not written); m goes back and is
+    re-sent after the backoff: written at t0 + 0.125, once."""
+    from pipeline.protocol.messages.produce import ProduceResponse
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=False)) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.control(ApiKey.PRODUCE, lambda ctx: ProduceResponse(responses=()))
+        t0 = trio.current_time()
+        with trio.fail_after(10):  # a batch neither settled nor retried is lost: no hang
+            results = await outcomes([producer.send_nowait("t", b"m", partition=0)])
+        assert trio.current_time() == t0 + 0.125
+    assert offsets(results) == [0]
+    assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)] == [0.0, 0.125]
+    assert values_in_log(fake, "t", 0) == [b"m"]
