@@ -254,6 +254,9 @@ class BrokerProducer:
         wake = self._acc.next_wake(slot_free)
         for flight in self._in_flight:
             wake = min(wake, flight.deadline)
+        for part in self._parts.values():
+            if part.failed:
+                wake = min(wake, part.failed[0]._deadline)
         return wake
 
     async def _flusher(self) -> None:
@@ -454,6 +457,16 @@ class BrokerProducer:
         ledger = self._ledger
         timeout_error = self._errors.delivery_timeout_error
         self._acc.expire(now, timeout_error)
+        for tp, part in self._parts.items():
+            # A batch that failed here waits for the partition's other batches
+            # in flight before it goes back (_maybe_bounce); past its deadline
+            # it fails now, with the error that sent it back. (It failed only
+            # at the bounce, up to request_timeout late: found by make mutants.)
+            while part.failed and part.failed[0]._deadline <= now:
+                batch = part.failed.pop(0)
+                ledger.fail(batch.messages, timeout_error(tp, part.retrying))
+                if self._idem is not None:
+                    self._idem.batch_failed(batch, "delivery timeout")
         for flight in self._in_flight:
             if flight.deadline > now:
                 continue

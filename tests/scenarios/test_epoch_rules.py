@@ -212,3 +212,57 @@ async def test_a_batch_expiring_in_flight_explains_the_gap_behind_it(
     assert isinstance(results[1].cause, DeliveryTimeoutError)
     assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
     assert values_in_log(fake, "t", 0) == [b"p", b"b"]
+
+
+async def test_a_failed_batch_waiting_for_its_partitions_flights_expires_on_time(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A batch that failed retriably goes back only once none of its
+    partition's batches is in flight (``_maybe_bounce``); while it waits for
+    them it still fails at its delivery deadline, naming the error that sent
+    it back.
+
+    Schedule (idempotent, one message per batch, delivery_timeout 5 s,
+    request_timeout 4 s, t[0] on broker 0): t0: p, a, b are sent; p (sequence
+    0) is answered 2 s late, a and b wait behind it (one batch in flight until
+    the partition is confirmed) and go at t0 + 2: a is answered
+    NOT_ENOUGH_REPLICAS at once, b 3.5 s late. a waits for b; at t0 + 5 both
+    deadlines pass: b fails in flight, a fails then too, "never acknowledged;
+    last error: NOT_ENOUGH_REPLICAS". c, sent after, is written in the new
+    epoch at t0 + 5.625. Bug (fixed): a failed only when b's answer came, at
+    t0 + 5.5."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
+                    request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        produces: list[float] = []
+
+        async def third_answered_late(ctx: Any) -> Any:
+            produces.append(ctx.time)
+            if len(produces) == 3:
+                await trio.sleep(3.5)
+            return None
+
+        fake.control(ApiKey.PRODUCE, third_answered_late, sticky=True)
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a", b"b")]
+        await trio.sleep(1.0)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        results = await outcomes(sent[:1])
+        assert trio.current_time() == t0 + 2.0
+        results += await outcomes(sent[1:2])
+        assert trio.current_time() == t0 + 5.0
+        results += await outcomes(sent[2:])
+        results += await outcomes([producer.send_nowait("t", b"c", partition=0)])
+        assert trio.current_time() == t0 + 5.625
+    assert offsets(results[:1] + results[3:]) == [0, 1]
+    a, b = results[1].cause, results[2].cause
+    assert isinstance(a, DeliveryTimeoutError) and isinstance(b, DeliveryTimeoutError)
+    assert "never acknowledged; last error: NOT_ENOUGH_REPLICAS" in str(a)
+    assert "may or may not have been written" in str(b)
+    assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert values_in_log(fake, "t", 0) == [b"p", b"c"]
