@@ -438,33 +438,33 @@ async def test_a_batch_out_of_retries_leaves_no_last_error_behind(
     retry; a batch that fails for good (retries exhausted) is not retried, so
     it sets none: a later timeout must not blame it.
 
-    Schedule (plain, retries=0, one message per batch, delivery_timeout 5 s,
-    request_timeout 4 s, t[0] on broker 0): t0: a is answered
-    NOT_ENOUGH_REPLICAS and fails with it at once; the partition producer
-    re-attaches after a metadata round (t0 + 0.125). b and c, sent at t0, are
-    answered 3 s late each: b is written at t0 + 3.125; c, sent then, reaches
-    its deadline in flight at t0 + 5 and fails with no "last error". Setting
-    it on exhaustion too (the ``again`` check forced True) named
-    NOT_ENOUGH_REPLICAS."""
+    Schedule (plain, retries=0, linger 1 s, delivery_timeout 5 s,
+    request_timeout 4 s, t[0] on broker 0): t0: a is sent; at t0 + 1 it is
+    answered NOT_ENOUGH_REPLICAS and fails with it; the partition producer
+    re-attaches after a metadata round, answered 0.125 s late (t0 + 1.125). c,
+    sent at t0 + 1, waits for that and its linger: it goes at t0 + 2.125 and
+    is answered 5 s late; its deadline, t0 + 6, comes before its request
+    timeout (t0 + 6.125): it fails then, in flight, with no "last error". Setting it on exhaustion too (the ``again`` check forced
+    True) named NOT_ENOUGH_REPLICAS."""
     from pipeline.producer.errors import DeliveryTimeoutError
 
     fake.create_topic("t", 1, leaders=[0])
-    options = exact(idempotent=False, retries=0, max_batch_messages=1, delivery_timeout=5.0,
+    options = exact(idempotent=False, retries=0, linger=1.0, delivery_timeout=5.0,
                     request_timeout=4.0)
     async with open_fake_producer(fake, **options) as producer:
         await producer._core.cluster.partitions_for("t")
         fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        fake.delay_responses(0.125, api_key=ApiKey.METADATA, count=1)
         t0 = trio.current_time()
         results = await outcomes([producer.send_nowait("t", b"a", partition=0)])
-        assert trio.current_time() == t0
-        fake.delay_responses(3.0, api_key=ApiKey.PRODUCE, node_id=0, count=2)
-        b, c = producer.send_nowait("t", b"b", partition=0), producer.send_nowait("t", b"c", partition=0)
-        results += await outcomes([b])
-        assert trio.current_time() == t0 + 3.125
-        (c_result,) = await outcomes([c])
-        assert trio.current_time() == t0 + 5.0
-        await trio.sleep(1.0)
-    assert offsets(results) == [ErrorCode.NOT_ENOUGH_REPLICAS, 0]
+        assert trio.current_time() == t0 + 1.0
+        fake.delay_responses(5.0, api_key=ApiKey.PRODUCE, node_id=0, count=1)
+        (c_result,) = await outcomes([producer.send_nowait("t", b"c", partition=0)])
+        assert trio.current_time() == t0 + 6.0
+        await trio.sleep(2.0)
+    assert offsets(results) == [ErrorCode.NOT_ENOUGH_REPLICAS]
+    assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)] == [1.0, 2.125]
     assert isinstance(c_result.cause, DeliveryTimeoutError)
+    assert "may or may not have been written" in str(c_result.cause)
     assert "last error" not in str(c_result.cause)
-    assert values_in_log(fake, "t", 0) == [b"b", b"c"]
+    assert values_in_log(fake, "t", 0) == [b"c"]
