@@ -429,3 +429,44 @@ async def test_after_an_expiry_the_queue_counts_no_bytes_of_it(
         assert trio.current_time() == t0 + 8.25
     assert isinstance(a_result.cause, DeliveryTimeoutError)
     assert offsets(b_result) == [0]
+
+
+async def test_what_outlives_an_expiry_in_the_queue_keeps_its_linger(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """An expiry that fails the front of a partition's queue but not all of
+    it (``Accumulator.expire``) leaves the rest its linger deadline: it goes
+    as soon as a request slot is free.
+
+    Schedule (plain producer, max_in_flight 1 per broker, linger 0,
+    delivery_timeout and request_timeout 5 s): t[2]'s only replica, broker 2,
+    is stopped without an election. t0: m is sent to t[2] and waits for a
+    leader. t0 + 2.5: b is sent to t[1] (broker 1), answered 4 s late: the one
+    request slot to broker 1 is taken until t0 + 6.5. t0 + 3: t[2]'s
+    leadership moves to broker 1; m reaches broker 1's queue at the metadata
+    round of t0 + 3.125. t0 + 4: n joins it. At t0 + 5 m fails (its
+    deadline); n stays. At t0 + 6.5 the slot is free: b is written and n goes
+    at once. Losing the linger deadline of what stays (the ``not alive``
+    check forced True) left n waiting until its own deadline, t0 + 9."""
+    fake.create_topic("t", 3, leaders=[0, 1, 2])
+    options = exact(idempotent=False, max_in_flight=1, delivery_timeout=5.0,
+                    request_timeout=5.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=1)
+        fake.stop_broker(2, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        t0 = trio.current_time()
+        m = producer.send_nowait("t", b"m", partition=2)
+        await trio.sleep(2.5)
+        fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        b = producer.send_nowait("t", b"b", partition=1)
+        await trio.sleep(0.5)
+        fake.move_leader("t", 2, to=1)
+        await trio.sleep(1.0)
+        n = producer.send_nowait("t", b"n", partition=2)
+        results = await outcomes([m])
+        assert trio.current_time() == t0 + 5.0
+        results += await outcomes([b, n])
+        assert trio.current_time() == t0 + 6.5
+    assert offsets(results[1:]) == [1, 0]
+    assert values_in_log(fake, "t", 2) == [b"n"]
