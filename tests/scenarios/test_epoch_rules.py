@@ -266,3 +266,49 @@ async def test_a_failed_batch_waiting_for_its_partitions_flights_expires_on_time
     assert "may or may not have been written" in str(b)
     assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
     assert values_in_log(fake, "t", 0) == [b"p", b"c"]
+
+
+async def test_a_retried_batch_expiring_in_the_queue_starts_a_new_epoch(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """With idempotence, a retried batch that expires while it waits in the
+    accumulator (``Accumulator.expire``) took sequences the broker never
+    wrote: the next batch of the partition must not follow them, so a new
+    epoch starts (as for a batch out of retries).
+
+    Schedule (the one of test_a_retried_batch_expires_at_its_deadline_while_
+    no_slot_is_free, idempotent: max_in_flight 1 per broker, delivery_timeout
+    and request_timeout 5 s): t[2] waits for a leader from t0; m goes to
+    broker 1 at t0 + 3.125 and is answered NOT_ENOUGH_REPLICAS; b (t[1])
+    then holds broker 1's one request slot until t0 + 7.1875; m's retried
+    batch expires in the queue at t0 + 5. n, sent to t[2] after b is written,
+    goes with epoch 1, sequence 0. Without the bump it carried epoch 0,
+    sequence 1: a gap the broker never saw 0 of."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 3, leaders=[0, 1, 2])
+    options = exact(idempotent=True, max_in_flight=1, delivery_timeout=5.0,
+                    request_timeout=5.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=1)
+        fake.stop_broker(2, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=1)
+        t0 = trio.current_time()
+        m = producer.send_nowait("t", b"m", partition=2)
+        await trio.sleep(3.0625)
+        fake.move_leader("t", 2, to=1)
+        await trio.sleep(0.125)
+        fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        b = producer.send_nowait("t", b"b", partition=1)
+        (m_result,) = await outcomes([m])
+        assert trio.current_time() == t0 + 5.0
+        results = await outcomes([b])
+        assert trio.current_time() == t0 + 7.1875
+        results += await outcomes([producer.send_nowait("t", b"n", partition=2)])
+        idem = producer._core.idempotence
+        assert idem is not None and idem.producer_epoch == 1
+    assert isinstance(m_result.cause, DeliveryTimeoutError)
+    assert offsets(results) == [1, 0]
+    assert [x[2:4] for x in sent_batches(fake, "t", 2)] == [(0, 0), (1, 0)]
+    assert values_in_log(fake, "t", 2) == [b"n"]
