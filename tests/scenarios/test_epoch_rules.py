@@ -312,3 +312,30 @@ async def test_a_retried_batch_expiring_in_the_queue_starts_a_new_epoch(
     assert offsets(results) == [1, 0]
     assert [x[2:4] for x in sent_batches(fake, "t", 2)] == [(0, 0), (1, 0)]
     assert values_in_log(fake, "t", 2) == [b"n"]
+
+
+async def test_after_an_unexplained_gap_the_batches_behind_it_go_to_the_new_epoch(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """An OUT_OF_ORDER_SEQUENCE_NUMBER nothing explains fails its batch and
+    starts a new epoch; the partition is then retrying, so the batches of it
+    already in flight behind it, answered OUT_OF_ORDER too (the gap is still
+    there), are explained by it: they go back and are re-sent in the new
+    epoch, not failed one by one.
+
+    Schedule (idempotent, one message per batch, backoff 0.125 s, t[0] on
+    broker 0, confirmed): t0: a (sequence 1) and b (sequence 2) are sent in
+    two requests; a is answered OUT_OF_ORDER_SEQUENCE_NUMBER: it fails; b is
+    answered OUT_OF_ORDER (1 is missing) and goes back; after the bump it is
+    written at t0 + 0.125 with epoch 1, sequence 0. Without the retrying mark,
+    b failed as a second unexplained gap."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=True, max_batch_messages=1)) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, node_id=0)
+        t0 = trio.current_time()
+        results = await outcomes([producer.send_nowait("t", v, partition=0) for v in (b"a", b"b")])
+        assert trio.current_time() == t0 + 0.125
+    assert offsets(results) == [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, 1]
+    assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert values_in_log(fake, "t", 0) == [b"warm", b"b"]
