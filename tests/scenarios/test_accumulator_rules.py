@@ -470,3 +470,41 @@ async def test_what_outlives_an_expiry_in_the_queue_keeps_its_linger(
         assert trio.current_time() == t0 + 6.5
     assert offsets(results[1:]) == [1, 0]
     assert values_in_log(fake, "t", 2) == [b"n"]
+
+
+async def test_a_backlog_that_does_not_fit_the_rest_of_a_request_sends_what_fits(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A partition whose first message fits what a request has left, but not
+    its whole backlog, sends the front that fits; the rest waits for its
+    linger (``test_the_rest_of_a_split_backlog_waits_for_its_linger``).
+
+    Schedule (linger 1 s, max_request_bytes = max_message_bytes = batch_bytes =
+    R, t[0] and t[1] on broker 0): w is sent to t[0] and flushed first, so
+    that t[0] comes first in the broker producer's queues. t0: two messages of
+    0.3 R to t[0], three to t[1]. At t0 + 1 the request takes t[0]'s two
+    (0.6 R) and one of t[1]'s (0.3 R of the 0.4 R left); t[1]'s other two
+    restart their linger and go at t0 + 2. Taking t[1]'s whole backlog
+    because it fits a batch (the budget check flipped) overshot the request;
+    not restarting the linger of the rest sent it at t0 + 1."""
+    request_bytes = 4096
+    values = {p: [b"%d-%d" % (p, i) + b"-" * (request_bytes * 3 // 10) for i in range(3)]
+              for p in (0, 1)}
+    fake.create_topic("t", 2, leaders=[0, 0])
+    options = exact(idempotent=False, linger=1.0, max_request_bytes=request_bytes,
+                    max_message_bytes=request_bytes, batch_bytes=request_bytes)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        warm = producer.send_nowait("t", b"w", partition=0)
+        await producer.flush()
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", v, partition=0) for v in values[0][:2]]
+        sent += [producer.send_nowait("t", v, partition=1) for v in values[1]]
+        results = await outcomes(sent[:3])
+        assert trio.current_time() == t0 + 1.0
+        results += await outcomes(sent[3:])
+        assert trio.current_time() == t0 + 2.0
+    assert offsets(await outcomes([warm]) + results) == [0, 1, 2, 0, 1, 2]
+    assert request_contents(fake, "t")[1:] == [
+        {0: values[0][:2], 1: values[1][:1]}, {1: values[1][1:]}]
+    assert max(request_records_bytes(fake)) <= request_bytes
