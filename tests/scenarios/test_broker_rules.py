@@ -468,3 +468,49 @@ async def test_a_batch_out_of_retries_leaves_no_last_error_behind(
     assert "may or may not have been written" in str(c_result.cause)
     assert "last error" not in str(c_result.cause)
     assert values_in_log(fake, "t", 0) == [b"c"]
+
+
+@pytest.mark.parametrize("moved", [True, False], ids=["not-leader", "not-enough-replicas"])
+async def test_a_not_leader_answer_asks_for_metadata_at_once(
+    fake: FakeCluster, autojump_clock: Any, moved: bool
+) -> None:
+    """After NOT_LEADER_OR_FOLLOWER (and the other codes that say the leader
+    may have moved) the broker producer asks for a metadata refresh as soon
+    as the answer comes, as the Java client does, not only when the
+    partition's batches go back; after other retriable errors it does not.
+
+    Schedule (idempotent, one message per batch, t[0] on broker 0, confirmed;
+    every metadata round goes to broker 0): t0: a and b are sent in two
+    requests; broker 0 handles b only 1 s later (its connection is busy
+    meanwhile). not-leader: the leadership moved to broker 1 before t0: a is
+    answered NOT_LEADER at t0 and the refresh is asked then; its Metadata
+    request waits behind b and is served at t0 + 1; b's NOT_LEADER at t0 + 1
+    sends both back, and the partition producer's own refresh takes a second
+    round, at t0 + 1.125: both are written on broker 1 then.
+    not-enough-replicas: a is answered NOT_ENOUGH_REPLICAS: no refresh; b is
+    answered OUT_OF_ORDER at t0 + 1 (a is missing), both go back, and the
+    partition producer's refresh is the only round, at t0 + 1."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=True, max_batch_messages=1)) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        await trio.sleep(10.0)  # past the spacing of metadata rounds
+        produces: list[float] = []
+
+        async def second_handled_late(ctx: Any) -> Any:
+            produces.append(ctx.time)
+            if len(produces) == 2:
+                await trio.sleep(1.0)
+            return None
+
+        fake.control(ApiKey.PRODUCE, second_handled_late, sticky=True, node_id=0)
+        if moved:
+            fake.move_leader("t", 0, to=1)
+        else:
+            fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        t0 = trio.current_time()
+        results = await outcomes([producer.send_nowait("t", v, partition=0) for v in (b"a", b"b")])
+        assert trio.current_time() == t0 + 1.125
+    assert offsets(results) == [1, 2]
+    rounds = [q.time - t0 for q in fake.requests_of(ApiKey.METADATA) if q.time >= t0]
+    assert rounds == ([1.0, 1.125] if moved else [1.0])
+    assert values_in_log(fake, "t", 0) == [b"warm", b"a", b"b"]
