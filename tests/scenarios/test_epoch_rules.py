@@ -223,14 +223,15 @@ async def test_a_failed_batch_waiting_for_its_partitions_flights_expires_on_time
     it back.
 
     Schedule (idempotent, one message per batch, delivery_timeout 5 s,
-    request_timeout 4 s, t[0] on broker 0): t0: p, a, b are sent; p (sequence
-    0) is answered 2 s late, a and b wait behind it (one batch in flight until
-    the partition is confirmed) and go at t0 + 2: a is answered
-    NOT_ENOUGH_REPLICAS at once, b 3.5 s late. a waits for b; at t0 + 5 both
-    deadlines pass: b fails in flight, a fails then too, "never acknowledged;
-    last error: NOT_ENOUGH_REPLICAS". c, sent after, is written in the new
-    epoch at t0 + 5.625. Bug (fixed): a failed only when b's answer came, at
-    t0 + 5.5."""
+    request_timeout 4 s, t[0] on broker 0): t0: p and a are sent, b at t0 +
+    0.5; p (sequence 0) is answered 2 s late, a and b wait behind it (one
+    batch in flight until the partition is confirmed) and go at t0 + 2: a is
+    answered NOT_ENOUGH_REPLICAS at once, b 3.75 s late. a waits for b; at
+    its deadline, t0 + 5, a fails, "never acknowledged; last error:
+    NOT_ENOUGH_REPLICAS" (the flusher wakes for it: nothing else is due
+    then); b fails in flight at its own, t0 + 5.5. c, sent after, is written
+    in the new epoch at t0 + 5.875, once b's answer drained the wire. Bug
+    (fixed): a failed only when b's answer came, at t0 + 5.75."""
     from pipeline.producer.errors import DeliveryTimeoutError
 
     fake.create_topic("t", 1, leaders=[0])
@@ -243,22 +244,25 @@ async def test_a_failed_batch_waiting_for_its_partitions_flights_expires_on_time
         async def third_answered_late(ctx: Any) -> Any:
             produces.append(ctx.time)
             if len(produces) == 3:
-                await trio.sleep(3.5)
+                await trio.sleep(3.75)
             return None
 
         fake.control(ApiKey.PRODUCE, third_answered_late, sticky=True)
         fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
         t0 = trio.current_time()
-        sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a", b"b")]
-        await trio.sleep(1.0)
+        sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
+        await trio.sleep(0.5)
+        sent.append(producer.send_nowait("t", b"b", partition=0))
+        await trio.sleep(0.5)
         fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
         results = await outcomes(sent[:1])
         assert trio.current_time() == t0 + 2.0
         results += await outcomes(sent[1:2])
         assert trio.current_time() == t0 + 5.0
         results += await outcomes(sent[2:])
+        assert trio.current_time() == t0 + 5.5
         results += await outcomes([producer.send_nowait("t", b"c", partition=0)])
-        assert trio.current_time() == t0 + 5.625
+        assert trio.current_time() == t0 + 5.875
     assert offsets(results[:1] + results[3:]) == [0, 1]
     a, b = results[1].cause, results[2].cause
     assert isinstance(a, DeliveryTimeoutError) and isinstance(b, DeliveryTimeoutError)
