@@ -514,3 +514,33 @@ async def test_a_not_leader_answer_asks_for_metadata_at_once(
     rounds = [q.time - t0 for q in fake.requests_of(ApiKey.METADATA) if q.time >= t0]
     assert rounds == ([1.0, 1.125] if moved else [1.0])
     assert values_in_log(fake, "t", 0) == [b"warm", b"a", b"b"]
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+async def test_a_first_answer_equal_to_the_max_timestamp_is_a_log_append_time(
+    fake: FakeCluster, autojump_clock: Any, idempotent: bool
+) -> None:
+    """Only the answer to a re-sent idempotent batch can be a duplicate's
+    echo of its max timestamp (``unless_duplicate_echo``); the answer to a
+    batch's first send is the broker's LogAppendTime even when it equals the
+    batch's max timestamp (a LogAppendTime topic whose clock reads that
+    millisecond), and every record reports it.
+
+    Schedule (t[0] on broker 0, a LogAppendTime broker whose clock reads T + 1;
+    linger 1 s): t0: a (CreateTime T) and b (T + 1) go in one batch at t0 + 1,
+    answered LogAppendTime T + 1: both report T + 1. Taking every answer for
+    a possible echo (the check forced True, or its ``and`` as ``or``) reported
+    a's own T."""
+    from .test_ledger_rules import answer_with_log_append_time
+
+    stamp = 1_600_000_000_000
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=idempotent, linger=1.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.control(ApiKey.PRODUCE, answer_with_log_append_time(stamp + 1))
+        t0 = trio.current_time()
+        results = await outcomes([producer.send_nowait("t", v, partition=0, timestamp=stamp + i)
+                                  for i, v in enumerate((b"a", b"b"))])
+        assert trio.current_time() == t0 + 1.0
+    assert [(r.offset, r.timestamp) for r in results] == [(7, stamp + 1), (8, stamp + 1)]
