@@ -544,3 +544,26 @@ async def test_a_first_answer_equal_to_the_max_timestamp_is_a_log_append_time(
                                   for i, v in enumerate((b"a", b"b"))])
         assert trio.current_time() == t0 + 1.0
     assert [(r.offset, r.timestamp) for r in results] == [(7, stamp + 1), (8, stamp + 1)]
+
+
+async def test_with_acks_0_each_batch_unmutes_its_partition(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """With acks=0 no answer comes: a batch leaves the wire as soon as it is
+    written (``_settled`` in the acks=0 path), so its partition, muted while
+    it was in flight (one batch at a time without idempotence), sends the
+    next one.
+
+    Schedule (plain, acks=0, t[0] on broker 0): t0: a is sent and settled
+    (written, no offset); then b, sent the same instant, is written too. Not
+    unmuting after a left b queued for good (it failed at close)."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=False, acks=0)) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        with trio.fail_after(10):
+            results = await outcomes([producer.send_nowait("t", b"a", partition=0)])
+            results += await outcomes([producer.send_nowait("t", b"b", partition=0)])
+        assert trio.current_time() == t0
+    assert [r.offset_known for r in results] == [False, False]
+    assert values_in_log(fake, "t", 0) == [b"a", b"b"]
