@@ -343,3 +343,47 @@ async def test_after_an_unexplained_gap_the_batches_behind_it_go_to_the_new_epoc
     assert offsets(results) == [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, 1]
     assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
     assert values_in_log(fake, "t", 0) == [b"warm", b"b"]
+
+
+async def test_a_failed_batch_expiring_while_it_waits_starts_a_new_epoch(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A failed batch that expires while it waits for its partition's other
+    batches in flight took sequences the broker never wrote: a new epoch
+    starts, and the batch behind it (answered OUT_OF_ORDER, the gap) is
+    re-sent in it.
+
+    Schedule (idempotent, one message per batch, delivery_timeout 5 s,
+    request_timeout 4 s, t[0] on broker 0): t0: p and a are sent, b at
+    t0 + 0.5; p is answered 2 s late, a and b go at t0 + 2: a is answered
+    NOT_ENOUGH_REPLICAS at once, b OUT_OF_ORDER 3.25 s late. a fails at its
+    deadline, t0 + 5, and a bump is requested; at t0 + 5.25 b goes back and
+    is written in epoch 1, sequence 0, at t0 + 5.375. Without the bump b was
+    re-sent with sequence 2 after the gap until its own deadline."""
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
+                    request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        produces: list[float] = []
+
+        async def third_answered_late(ctx: Any) -> Any:
+            produces.append(ctx.time)
+            if len(produces) == 3:
+                await trio.sleep(3.25)
+            return None
+
+        fake.control(ApiKey.PRODUCE, third_answered_late, sticky=True)
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
+        await trio.sleep(0.5)
+        sent.append(producer.send_nowait("t", b"b", partition=0))
+        await trio.sleep(0.5)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        results = await outcomes(sent)
+        assert trio.current_time() == t0 + 5.375
+    assert offsets(results[:1] + results[2:]) == [0, 1]
+    assert "last error: NOT_ENOUGH_REPLICAS" in str(results[1].cause)
+    assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert values_in_log(fake, "t", 0) == [b"p", b"b"]
