@@ -567,3 +567,43 @@ async def test_with_acks_0_each_batch_unmutes_its_partition(
         assert trio.current_time() == t0
     assert [r.offset_known for r in results] == [False, False]
     assert values_in_log(fake, "t", 0) == [b"a", b"b"]
+
+
+async def test_the_batches_of_a_request_expire_each_at_its_own_deadline(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """After one batch of a request expires in flight, the flusher still
+    wakes for the next one's deadline (the flight's deadline becomes the
+    earliest of the batches left).
+
+    Schedule (plain, delivery_timeout and request_timeout 5 s): t[1] and
+    t[2]'s only replica, broker 2, is stopped without an election. t0: x is
+    sent to t[2]; t0 + 0.5: y to t[1]; both wait for a leader. t0 + 3: both
+    move to broker 1, whose next Produce answer comes 4 s late; one request
+    carries x and y. x fails at its deadline, t0 + 5; y at its own, t0 +
+    5.5, both in flight. Without the flight's new deadline y waited for the
+    answer and was taken as written at t0 + 7 or later."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 3, leaders=[0, 2, 2])
+    options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=5.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        fake.stop_broker(2, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        t0 = trio.current_time()
+        x = producer.send_nowait("t", b"x", partition=2)
+        await trio.sleep(0.5)
+        y = producer.send_nowait("t", b"y", partition=1)
+        await trio.sleep(2.5)
+        fake.move_leader("t", 1, to=1)
+        fake.move_leader("t", 2, to=1)
+        fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        (x_result,) = await outcomes([x])
+        assert trio.current_time() == t0 + 5.0
+        (y_result,) = await outcomes([y])
+        assert trio.current_time() == t0 + 5.5
+        await trio.sleep(3.0)
+    assert isinstance(x_result.cause, DeliveryTimeoutError)
+    assert isinstance(y_result.cause, DeliveryTimeoutError)
+    assert "may or may not have been written" in str(y_result.cause)
