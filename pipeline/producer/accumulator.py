@@ -159,7 +159,14 @@ class Accumulator:
     # -- sealing -------------------------------------------------------------
     def drain(self) -> dict[TopicPartition, SealedBatch]:
         """What the next request carries: one batch per sendable partition (a
-        retried one first), within ``max_request_bytes``. Counts them in flight."""
+        retried one first), within ``max_request_bytes``. Counts them in flight.
+
+        A partition whose next batch (a retried one, or its first loose
+        message) does not fit what is left of the budget ends the request, as
+        in the Java client's ``RecordAccumulator.drain``: it goes first in a
+        later one, unless the request is still empty (an oversized batch goes
+        alone). Each partition taken here is muted up to its in-flight limit,
+        so the partitions before it cannot keep it waiting for long."""
         budget = self._config.max_request_bytes
         taken: dict[TopicPartition, SealedBatch] = {}
         for tp, part in self.parts.items():
@@ -167,12 +174,16 @@ class Accumulator:
                 continue
             batch: SealedBatch | None = None
             while part.sealed and batch is None:
+                if taken and part.sealed[0].nbytes > budget:
+                    return taken
                 candidate = part.sealed.popleft()
                 if self.restamp(tp, candidate):
                     batch = candidate
             if batch is None:
                 if not part.msgs:
                     continue
+                if taken and part.msgs[0]._size > budget:
+                    return taken
                 msgs, size = self._take_loose(part, budget)
                 batch = self._seal(tp, msgs, size)
             taken[tp] = batch
@@ -180,8 +191,6 @@ class Accumulator:
             if self._idem is not None:
                 self._idem.batch_sent()
             budget -= batch.nbytes
-            if budget <= 0:
-                break
         return taken
 
     def _take_loose(self, part: PartitionQueue, budget: int) -> tuple[list[ProducerMessage], int]:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -103,8 +103,14 @@ _MAYBE_WRITTEN = frozenset({
 class _InFlight:
     pending: Any  # PendingResponse | None (acks=0)
     batches: dict[TopicPartition, SealedBatch]
-    deadline: float  # earliest delivery deadline among its messages
-    expired: bool = False
+    # The earliest delivery deadline among its batches not expired yet (inf
+    # once all are): when ``_expire`` next looks at it.
+    deadline: float
+    # Batches failed at their own delivery deadline while in flight: their
+    # outcome is settled, the answer only unmutes their partition. Per batch, as
+    # the Java client's Sender: a batch sharing a request with an older one is
+    # not failed at the older one's deadline (it was, found by make mutants).
+    expired: set[TopicPartition] = field(default_factory=set)
     # Set when writing the request failed. It is still queued behind the
     # requests before it, so its batches go back *after* theirs: a partition's
     # failed batches must return in the order they were sealed.
@@ -205,9 +211,10 @@ class BrokerProducer:
         fatal = isinstance(cause, AuthenticationError)
         for i, unit in enumerate(items):
             msgs = unit.messages if isinstance(unit, SealedBatch) else [unit]
-            msgs = [m for m in msgs if m._state == PENDING]
-            if not msgs:
-                continue
+            # Nothing here is settled: what fails while waiting here leaves the
+            # queues with its unit (Accumulator.expire, restamp), and a batch
+            # failed in flight (_expire, _handle_partition) is never bounced.
+            assert all(m._state == PENDING for m in msgs), "a bounced unit is pending"
             spent = fatal or (i < sent and unit._level >= limit)
             if spent or unit._deadline <= now:
                 (exhausted if spent else expired).extend(msgs)
@@ -246,8 +253,10 @@ class BrokerProducer:
         then; the bump's end wakes it): the explorer found that spin too."""
         wake = self._acc.next_wake(slot_free)
         for flight in self._in_flight:
-            if not flight.expired:
-                wake = min(wake, flight.deadline)
+            wake = min(wake, flight.deadline)
+        for part in self._parts.values():
+            if part.failed:
+                wake = min(wake, part.failed[0]._deadline)
         return wake
 
     async def _flusher(self) -> None:
@@ -329,7 +338,7 @@ class BrokerProducer:
             elif flight.pending is None:  # acks=0: written is all we will ever know
                 self._in_flight.popleft()
                 for tp, batch in flight.batches.items():
-                    if not flight.expired:
+                    if tp not in flight.expired:
                         self._ledger.succeed(batch.messages, -1, -1)
                     self._settled(tp)
             else:
@@ -347,7 +356,7 @@ class BrokerProducer:
         """No answer (connection lost, timed out): the batches may have been written."""
         for tp, batch in flight.batches.items():
             batch.fate_unknown = True
-            if not flight.expired:
+            if tp not in flight.expired:
                 self._schedule_bounce(self._parts[tp], batch, exc)
             self._settled(tp)
             self._cluster.request_refresh([tp.topic])
@@ -358,7 +367,7 @@ class BrokerProducer:
             for p in topic.partition_responses:
                 results[TopicPartition(topic.name, p.index)] = p
         for tp, batch in flight.batches.items():
-            if not flight.expired:
+            if tp not in flight.expired:
                 self._handle_partition(tp, batch, results.get(tp))
             self._settled(tp)
 
@@ -448,22 +457,39 @@ class BrokerProducer:
         ledger = self._ledger
         timeout_error = self._errors.delivery_timeout_error
         self._acc.expire(now, timeout_error)
+        for tp, part in self._parts.items():
+            # A batch that failed here waits for the partition's other batches
+            # in flight before it goes back (_maybe_bounce); past its deadline
+            # it fails now, with the error that sent it back. (It failed only
+            # at the bounce, up to request_timeout late: found by make mutants.)
+            while part.failed and part.failed[0]._deadline <= now:
+                batch = part.failed.pop(0)
+                ledger.fail(batch.messages, timeout_error(tp, part.retrying))
+                if self._idem is not None:
+                    self._idem.batch_failed(batch, "delivery timeout")
         for flight in self._in_flight:
-            if not flight.expired and flight.deadline <= now:
-                # The request may still succeed: its outcome is unknown. The
-                # messages fail now (nobody waits past delivery_timeout); the
-                # late response only unmutes the partition.
-                flight.expired = True
-                for tp, batch in flight.batches.items():
-                    batch.fate_unknown = True
-                    ledger.fail(
-                        [m for m in batch.messages if m._state == PENDING],
-                        timeout_error(tp, None, in_flight=True),
-                    )
-                    if self._idem is not None:
-                        # Its sequence may or may not be used now: later batches
-                        # of the partition would hit a gap. Start a new epoch.
-                        part = self._parts[tp]
-                        if part.retrying is None:
-                            part.retrying = DeliveryTimeoutError("an earlier batch timed out")
-                        self._idem.request_bump(f"delivery timeout of an in-flight batch on {tp}")
+            if flight.deadline > now:
+                continue
+            # The request may still succeed: the outcome of a batch past its
+            # deadline is unknown. Its messages fail now (nobody waits past
+            # delivery_timeout); the late response only unmutes the partition.
+            flight.deadline = math.inf
+            for tp, batch in flight.batches.items():
+                if tp in flight.expired:
+                    continue
+                if batch._deadline > now:
+                    flight.deadline = min(flight.deadline, batch._deadline)
+                    continue
+                flight.expired.add(tp)
+                batch.fate_unknown = True
+                ledger.fail(
+                    [m for m in batch.messages if m._state == PENDING],
+                    timeout_error(tp, None, in_flight=True),
+                )
+                if self._idem is not None:
+                    # Its sequence may or may not be used now: later batches
+                    # of the partition would hit a gap. Start a new epoch.
+                    part = self._parts[tp]
+                    if part.retrying is None:
+                        part.retrying = DeliveryTimeoutError("an earlier batch timed out")
+                    self._idem.request_bump(f"delivery timeout of an in-flight batch on {tp}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 
 from pipeline.protocol.api import ApiKey
@@ -34,6 +35,12 @@ def request_contents(fake: FakeCluster, topic: str) -> list[dict[int, list[bytes
                     carried[p.index] = [r.value for r in batch.records]
         out.append(carried)
     return out
+
+
+def request_records_bytes(fake: FakeCluster) -> list[int]:
+    """Per Produce request: the bytes of the record batches it carried."""
+    return [sum(len(p.records) for t in rec.request.topic_data for p in t.partition_data)
+            for rec in fake.requests_of(ApiKey.PRODUCE)]
 
 
 async def test_the_rest_of_a_split_backlog_waits_for_its_linger(
@@ -70,16 +77,20 @@ async def test_a_request_shares_max_request_bytes_between_partitions(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """``drain`` fills one Produce request partition by partition within
-    ``max_request_bytes``: each batch taken uses up its bytes of the budget, so
-    the next partition gets only what is left (at least one message).
+    ``max_request_bytes``: each batch taken uses up its bytes of the budget,
+    and a partition whose first message does not fit what is left waits for
+    the next request (the Java client's ``RecordAccumulator.drain``), whole.
 
     Schedule (linger 1 s, max_request_bytes = max_message_bytes = batch_bytes =
     R, t[0] and t[1] both on broker 0): t0: three messages of 0.3 R each are
     sent to each partition. At t0 + 1 the linger is over: the first request
-    carries one partition's three (0.9 R) and one of the other's; its other
-    two are a new backlog, not a full batch: they wait a linger of their own
-    and go in a second request at t0 + 2. Without the budget's decrement, all
-    six rode in the first request, at t0 + 1."""
+    carries one partition's three (0.9 R); the other's first message does not
+    fit the 0.1 R left, so its three go together in a second request, the
+    same instant.
+    Without the budget's decrement all six rode in the first request (1.8 R).
+    Bug (issue 12, fixed): the second partition got one message anyway (``fill`` takes at
+    least one): a request of 4,917 bytes with max_request_bytes 4,096, and
+    the other two waited a second linger, to t0 + 2."""
     request_bytes = 4096
     values = {p: [b"%d-%d" % (p, i) + b"-" * (request_bytes * 3 // 10) for i in range(3)]
               for p in (0, 1)}
@@ -91,12 +102,90 @@ async def test_a_request_shares_max_request_bytes_between_partitions(
         t0 = trio.current_time()
         sent = [producer.send_nowait("t", v, partition=p) for p in (0, 1) for v in values[p]]
         results = await outcomes(sent)
-        assert trio.current_time() == t0 + 2.0
+        assert trio.current_time() == t0 + 1.0
     assert offsets(results) == [0, 1, 2, 0, 1, 2]
-    requests = request_contents(fake, "t")
-    assert [sorted(len(v) for v in r.values()) for r in requests] == [[1, 3], [2]]
+    # Which partition goes first depends on which reached the broker producer first.
+    assert sorted(request_contents(fake, "t"), key=min) == [{0: values[0]}, {1: values[1]}]
+    assert max(request_records_bytes(fake)) <= request_bytes
     assert values_in_log(fake, "t", 0) == values[0]
     assert values_in_log(fake, "t", 1) == values[1]
+
+
+async def test_a_request_takes_a_batch_that_fills_it_to_the_byte(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """The budget's bound is inclusive: a partition whose batch needs exactly
+    the bytes a request has left still rides in it.
+
+    Schedule (linger 1 s, max_request_bytes = max_message_bytes = batch_bytes =
+    R, t[0] and t[1] on broker 0): t0: x, of a (batch upper bound) bytes, to
+    t[0]; y, of exactly R - a, to t[1]. At t0 + 1 one request carries both.
+    Leaving out a batch that fills the request to the byte (``>=`` for ``>``)
+    sent y in a second request."""
+    request_bytes = 4096
+    x = b"x" * 1000
+    y = b"y" * (request_bytes - batch_size_for_record(None, x) - 86)
+    assert batch_size_for_record(None, x) + batch_size_for_record(None, y) == request_bytes
+    fake.create_topic("t", 2, leaders=[0, 0])
+    options = exact(idempotent=False, linger=1.0, max_request_bytes=request_bytes,
+                    max_message_bytes=request_bytes, batch_bytes=request_bytes)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        results = await outcomes([producer.send_nowait("t", x, partition=0),
+                                  producer.send_nowait("t", y, partition=1)])
+        assert trio.current_time() == t0 + 1.0
+    assert offsets(results) == [0, 0]
+    assert request_contents(fake, "t") == [{0: [x], 1: [y]}]
+
+
+@pytest.mark.parametrize("fits", [False, True], ids=["does-not-fit", "fits"])
+async def test_a_retried_batch_that_does_not_fit_the_request_waits_for_the_next(
+    fake: FakeCluster, autojump_clock: Any, fits: bool
+) -> None:
+    """A retried (sealed) batch is re-sent byte for byte, so it cannot be cut
+    to what a request has left: when it does not fit, it waits for the next
+    request, like a loose message.
+
+    Schedule (plain, linger 1 s, backoff 0.125 s, max_request_bytes =
+    max_message_bytes = batch_bytes = R, t[0] and t[1] on broker 0): w to t[0]
+    and flushed first, so that t[0] comes first in the broker producer's
+    queues. t0: s (0.6 R) to t[1]; at t0 + 1 it is sent and answered
+    NOT_ENOUGH_REPLICAS; it goes back to its partition producer and returns
+    sealed after the backoff, at t0 + 1.125. Meanwhile, at t0 + 1.0625, m (0.6
+    R) joined t[0]'s queue (its linger not over). The retried s makes the
+    broker producer ready: the request takes t[0]'s m first (0.6 R); s does
+    not fit the 0.4 R left and goes alone in the next request, the same
+    instant. Before the fix both rode in one request of 1.2 R. With m of
+    exactly the bytes s leaves of R (``fits``), s rides along with it: ending
+    the request at any retried batch, or at one filling it to the byte, sent
+    s alone."""
+    request_bytes = 4096
+    big = request_bytes * 6 // 10
+    s, m = b"s" * big, b"m" * big
+    if fits:
+        m = b"m" * (request_bytes - batch_size_for_record(None, s) - 2)
+        while batch_size_for_record(None, m) > request_bytes - batch_size_for_record(None, s):
+            m = m[:-1]
+        assert batch_size_for_record(None, m) + batch_size_for_record(None, s) == request_bytes
+    fake.create_topic("t", 2, leaders=[0, 0])
+    options = exact(idempotent=False, linger=1.0, max_request_bytes=request_bytes,
+                    max_message_bytes=request_bytes, batch_bytes=request_bytes)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        sent = [producer.send_nowait("t", b"w", partition=0)]
+        await producer.flush()
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, topic="t", partition=1)
+        t0 = trio.current_time()
+        sent.append(producer.send_nowait("t", s, partition=1))
+        await trio.sleep(1.0625)
+        sent.append(producer.send_nowait("t", m, partition=0))
+        results = await outcomes(sent)
+        assert trio.current_time() == t0 + 1.125
+    assert offsets(results) == [0, 0, 1]
+    retried = [{0: [m], 1: [s]}] if fits else [{0: [m]}, {1: [s]}]
+    assert request_contents(fake, "t") == [{0: [b"w"]}, {1: [s]}, *retried]
+    assert max(request_records_bytes(fake)) <= request_bytes
 
 
 async def test_a_backlog_one_byte_short_of_a_batch_waits_for_its_linger(
@@ -239,9 +328,9 @@ async def test_a_retried_batch_expires_at_its_deadline_while_no_slot_is_free(
 async def test_a_request_whose_budget_is_used_up_takes_no_other_partition(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
-    """``drain`` stops once a request's ``max_request_bytes`` are used up
-    (budget <= 0): a further partition would still get its one message (a
-    partition is never starved by a large first message), overshooting it.
+    """``drain`` stops once a request's ``max_request_bytes`` are used up: a
+    further partition's first message does not fit the 0 bytes left, and
+    waits for the next request.
 
     Schedule (max_in_flight 1 per broker, max_request_bytes = max_message_bytes
     = batch_bytes = R, t[0], t[1], t[2] on broker 0): t0: one message of exactly
@@ -250,7 +339,8 @@ async def test_a_request_whose_budget_is_used_up_takes_no_other_partition(
     request slot; the other two wait. At t0 + 1 the slot is free: the next
     request carries one of them (the budget is exactly 0 after it), the last
     follows in its own request, the same instant. Going on at a budget of 0
-    put those two in one request of 2 R."""
+    (the bug fixed in ``drain``: a partition always got one message) put
+    those two in one request of 2 R."""
     request_bytes = 4096
     value = b"x" * 4010
     assert batch_size_for_record(None, value) == request_bytes
@@ -339,3 +429,82 @@ async def test_after_an_expiry_the_queue_counts_no_bytes_of_it(
         assert trio.current_time() == t0 + 8.25
     assert isinstance(a_result.cause, DeliveryTimeoutError)
     assert offsets(b_result) == [0]
+
+
+async def test_what_outlives_an_expiry_in_the_queue_keeps_its_linger(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """An expiry that fails the front of a partition's queue but not all of
+    it (``Accumulator.expire``) leaves the rest its linger deadline: it goes
+    as soon as a request slot is free.
+
+    Schedule (plain producer, max_in_flight 1 per broker, linger 0,
+    delivery_timeout and request_timeout 5 s): t[2]'s only replica, broker 2,
+    is stopped without an election. t0: m is sent to t[2] and waits for a
+    leader. t0 + 2.5: b is sent to t[1] (broker 1), answered 4 s late: the one
+    request slot to broker 1 is taken until t0 + 6.5. t0 + 3: t[2]'s
+    leadership moves to broker 1; m reaches broker 1's queue at the metadata
+    round of t0 + 3.125. t0 + 4: n joins it. At t0 + 5 m fails (its
+    deadline); n stays. At t0 + 6.5 the slot is free: b is written and n goes
+    at once. Losing the linger deadline of what stays (the ``not alive``
+    check forced True) left n waiting until its own deadline, t0 + 9."""
+    fake.create_topic("t", 3, leaders=[0, 1, 2])
+    options = exact(idempotent=False, max_in_flight=1, delivery_timeout=5.0,
+                    request_timeout=5.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=1)
+        fake.stop_broker(2, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        t0 = trio.current_time()
+        m = producer.send_nowait("t", b"m", partition=2)
+        await trio.sleep(2.5)
+        fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        b = producer.send_nowait("t", b"b", partition=1)
+        await trio.sleep(0.5)
+        fake.move_leader("t", 2, to=1)
+        await trio.sleep(1.0)
+        n = producer.send_nowait("t", b"n", partition=2)
+        results = await outcomes([m])
+        assert trio.current_time() == t0 + 5.0
+        results += await outcomes([b, n])
+        assert trio.current_time() == t0 + 6.5
+    assert offsets(results[1:]) == [1, 0]
+    assert values_in_log(fake, "t", 2) == [b"n"]
+
+
+async def test_a_backlog_that_does_not_fit_the_rest_of_a_request_sends_what_fits(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A partition whose first message fits what a request has left, but not
+    its whole backlog, sends the front that fits; the rest waits for its
+    linger (``test_the_rest_of_a_split_backlog_waits_for_its_linger``).
+
+    Schedule (linger 1 s, max_request_bytes = max_message_bytes = batch_bytes =
+    R, t[0] and t[1] on broker 0): w is sent to t[0] and flushed first, so
+    that t[0] comes first in the broker producer's queues. t0: two messages of
+    0.3 R to t[0], three to t[1]. At t0 + 1 the request takes t[0]'s two
+    (0.6 R) and one of t[1]'s (0.3 R of the 0.4 R left); t[1]'s other two
+    restart their linger and go at t0 + 2. Taking t[1]'s whole backlog
+    because it fits a batch (the budget check flipped) overshot the request;
+    not restarting the linger of the rest sent it at t0 + 1."""
+    request_bytes = 4096
+    values = {p: [b"%d-%d" % (p, i) + b"-" * (request_bytes * 3 // 10) for i in range(3)]
+              for p in (0, 1)}
+    fake.create_topic("t", 2, leaders=[0, 0])
+    options = exact(idempotent=False, linger=1.0, max_request_bytes=request_bytes,
+                    max_message_bytes=request_bytes, batch_bytes=request_bytes)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        warm = producer.send_nowait("t", b"w", partition=0)
+        await producer.flush()
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", v, partition=0) for v in values[0][:2]]
+        sent += [producer.send_nowait("t", v, partition=1) for v in values[1]]
+        results = await outcomes(sent[:3])
+        assert trio.current_time() == t0 + 1.0
+        results += await outcomes(sent[3:])
+        assert trio.current_time() == t0 + 2.0
+    assert offsets(await outcomes([warm]) + results) == [0, 1, 2, 0, 1, 2]
+    assert request_contents(fake, "t")[1:] == [
+        {0: values[0][:2], 1: values[1][:1]}, {1: values[1][1:]}]
+    assert max(request_records_bytes(fake)) <= request_bytes

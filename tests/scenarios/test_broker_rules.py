@@ -14,6 +14,7 @@ import trio
 
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
+from pipeline.protocol.records import batch_size_for_record
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_producer, values_in_log
@@ -211,3 +212,398 @@ async def test_a_plain_batch_timing_out_in_flight_fails_once(
     assert isinstance(result.cause, DeliveryTimeoutError)
     assert "may or may not have been written" in str(result.cause)
     assert values_in_log(fake, "t", 1) == [b"m"]
+
+
+async def test_a_batch_in_flight_expires_at_its_own_deadline_not_its_requests(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Delivery timeout in flight is per batch (the Java client's Sender expires
+    in-flight batches one by one): a batch sharing a request with an older one
+    is not failed at the older one's deadline.
+
+    Schedule (plain producer, linger 1 s, delivery_timeout 5 s, request_timeout
+    4 s): t[2]'s only replica, broker 2, is stopped without an election. t0: x
+    is sent to t[2] and waits for a leader. t0 + 3: t[2]'s leadership moves to
+    broker 1, and m is sent to t[1] (broker 1), whose next Produce answer comes
+    2 s late. x reaches broker 1's queue at the metadata round of t0 + 3.125;
+    at m's linger, t0 + 4, one request carries x and m. x's deadline is t0 + 5:
+    it fails then, in flight; m's is t0 + 8: it is written, answered at t0 + 6.
+    Bug (fixed): the whole request expired at its earliest deadline, so m
+    failed at t0 + 5, after 2 s, as "may or may not have been written"."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    from .test_accumulator_rules import request_contents
+
+    fake.create_topic("t", 3, leaders=[0, 1, 2])
+    options = exact(idempotent=False, linger=1.0, delivery_timeout=5.0, request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=1)
+        fake.stop_broker(2, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        t0 = trio.current_time()
+        x = producer.send_nowait("t", b"x", partition=2)
+        await trio.sleep(3.0)
+        fake.move_leader("t", 2, to=1)
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        m = producer.send_nowait("t", b"m", partition=1)
+        (x_result,) = await outcomes([x])
+        assert trio.current_time() == t0 + 5.0
+        (m_result,) = await outcomes([m])
+        assert trio.current_time() == t0 + 6.0
+    assert isinstance(x_result.cause, DeliveryTimeoutError)
+    assert "may or may not have been written" in str(x_result.cause)
+    assert offsets([m_result]) == [1]
+    assert request_contents(fake, "t")[1:] == [{1: [b"m"], 2: [b"x"]}]
+    assert values_in_log(fake, "t", 1) == [b"warm", b"m"]
+
+
+async def test_a_bounced_backlog_leaves_no_bytes_behind(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A bounce sends a retrying partition's loose messages back and its queue
+    counts 0 bytes after it (``_maybe_bounce``): when they return to the same
+    broker producer, they are judged by their own bytes again.
+
+    Schedule (plain, linger 1 s, backoff 0.125 s, batch_bytes = the size of b
+    + 1, t[0] on broker 0): t0: a is sent; at its linger, t0 + 1, it goes and
+    is answered NOT_ENOUGH_REPLICAS 0.5 s late. t0 + 1.25: b waits behind it
+    (muted). t0 + 1.5: a fails: a and b go back; after the backoff (t0 + 1.625)
+    both return to broker 0's producer, a sealed, b loose: a is re-sent and
+    written at once; b, one byte short of a batch, waits a linger of its own:
+    written at t0 + 2.625. A queue still counting b's bytes from before the
+    bounce (not reset, or reset to 1) made b a full batch, sent at t0 + 1.625."""
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, linger=1.0,
+                    batch_bytes=batch_size_for_record(None, b"b") + 1)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        fake.delay_responses(0.5, api_key=ApiKey.PRODUCE, node_id=0, count=1)
+        t0 = trio.current_time()
+        a = producer.send_nowait("t", b"a", partition=0)
+        await trio.sleep(1.25)
+        b = producer.send_nowait("t", b"b", partition=0)
+        results = await outcomes([a])
+        assert trio.current_time() == t0 + 1.625
+        results += await outcomes([b])
+        assert trio.current_time() == t0 + 2.625
+    assert offsets(results) == [0, 1]
+    assert [r.time - t0 for r in fake.requests_of(ApiKey.PRODUCE)[-3:]] == [1.0, 1.625, 2.625]
+
+
+async def test_a_success_clears_the_partitions_last_retry_error(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A partition's last retry error (what a delivery timeout names as "last
+    error") holds only until a batch of it succeeds: a later timeout with no
+    retry since must not blame an error already recovered from.
+
+    Schedule (plain, one message per batch, delivery_timeout 5 s,
+    request_timeout 4 s, backoff 0.125 s, t[0] on broker 0): t0: a is answered
+    NOT_ENOUGH_REPLICAS, retried and written at t0 + 0.125. Then b and c are
+    sent; broker 0 answers each 3 s late: b at t0 + 3.125, and c, sent then,
+    would be answered at t0 + 6.125, but its deadline is t0 + 5.125: it fails
+    then, in flight, with no "last error". Kept after a's success, the
+    NOT_ENOUGH_REPLICAS was named as c's last error."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, max_batch_messages=1, delivery_timeout=5.0,
+                    request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        t0 = trio.current_time()
+        a = await outcomes([producer.send_nowait("t", b"a", partition=0)])
+        assert trio.current_time() == t0 + 0.125
+        fake.delay_responses(3.0, api_key=ApiKey.PRODUCE, node_id=0, count=2)
+        b, c = producer.send_nowait("t", b"b", partition=0), producer.send_nowait("t", b"c", partition=0)
+        results = a + await outcomes([b])
+        assert trio.current_time() == t0 + 3.125
+        (c_result,) = await outcomes([c])
+        assert trio.current_time() == t0 + 5.125
+        await trio.sleep(1.0)
+    assert offsets(results) == [0, 1]
+    assert isinstance(c_result.cause, DeliveryTimeoutError)
+    assert "may or may not have been written" in str(c_result.cause)
+    assert "last error" not in str(c_result.cause)
+    assert values_in_log(fake, "t", 0) == [b"a", b"b", b"c"]
+
+
+async def test_a_stalled_connect_is_cut_short_at_the_delivery_deadline(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Connecting to a broker (its handshake may take up to request_timeout)
+    does not hold up a delivery deadline of what waits for that connection:
+    ``_send_one`` gives up the connect at the deadline, the message fails
+    then, and the flusher goes on.
+
+    Schedule (plain, delivery_timeout and request_timeout 5 s): t[2]'s only
+    replica, broker 2, is stopped without an election. t0: m is sent to t[2]
+    and waits for a leader. t0 + 3: the leadership moves to broker 1, which
+    the producer has not connected to yet and whose ApiVersions answers come
+    4 s late (a broker that accepts the connection and stalls). At the
+    metadata round of t0 + 3 m reaches broker 1's producer, which starts
+    connecting; m's deadline, t0 + 5, cuts the connect short: m fails then,
+    "never acknowledged". n, sent to t[1] (broker 1) at t0 + 5, starts a new
+    connect, through at t0 + 9: n is written then."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 3, leaders=[0, 1, 2])
+    options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=5.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        fake.stop_broker(2, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        t0 = trio.current_time()
+        m = producer.send_nowait("t", b"m", partition=2)
+        await trio.sleep(3.0)
+        fake.move_leader("t", 2, to=1)
+        fake.delay_responses(4.0, api_key=ApiKey.API_VERSIONS, node_id=1)
+        (m_result,) = await outcomes([m])
+        assert trio.current_time() == t0 + 5.0
+        n = await outcomes([producer.send_nowait("t", b"n", partition=1)])
+        assert trio.current_time() == t0 + 9.0
+    handshakes = [q.time - t0 for q in fake.requests_of(ApiKey.API_VERSIONS, node_id=1)]
+    assert handshakes == [3.0, 5.0]
+    assert isinstance(m_result.cause, DeliveryTimeoutError)
+    assert "never acknowledged" in str(m_result.cause)
+    assert offsets(n) == [0]
+
+
+async def test_an_unreachable_broker_bounces_only_partitions_with_something_to_send(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """When its broker cannot be reached, a broker producer sends back what
+    waits in its queues (``_send_one``), partition by partition; a partition
+    with nothing queued is left alone, not marked retrying: its next message
+    goes straight out once the broker is back.
+
+    Schedule (plain, backoff 0.125 s, t[0] and t[1] on broker 1, both written
+    once): broker 1 stops without an election. t0: a (t[0]) finds the broker
+    unreachable: a goes back to its partition producer, which waits for a
+    leader. t0 + 1: broker 1 is back, leader of both again; a is written then.
+    t0 + 2: b (t[1]) is written at once. Marking the idle t[1] retrying too
+    (the check forced True, or ``or``) bounced b once more: written at
+    t0 + 2.125, after a backoff."""
+    fake.create_topic("t", 2, leaders=[1, 1])
+    async with open_fake_producer(fake, **exact(idempotent=False)) as producer:
+        await producer.send_and_wait("t", b"w0", partition=0)
+        await producer.send_and_wait("t", b"w1", partition=1)
+        fake.stop_broker(1, elect=False)
+        t0 = trio.current_time()
+        a = producer.send_nowait("t", b"a", partition=0)
+        await trio.sleep(1.0)
+        fake.restart_broker(1)
+        results = await outcomes([a])
+        assert trio.current_time() == t0 + 1.0
+        await trio.sleep(1.0)
+        results += await outcomes([producer.send_nowait("t", b"b", partition=1)])
+        assert trio.current_time() == t0 + 2.0
+    assert offsets(results) == [1, 1]
+    assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)[2:]] == [1.0, 2.0]
+
+
+async def test_a_partition_left_out_of_a_response_is_retried(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A Produce answer that says nothing about one of the request's
+    partitions (Kafka always answers each; a broken broker or proxy might
+    not) leaves that batch's fate open: it goes back and is retried, like a
+    retriable error, instead of being taken for written or crashing the
+    broker producer.
+
+    Schedule (plain, backoff 0.125 s, t[0] on broker 0): t0: the answer to m's
+    request lists no partition (m was not written); m goes back and is
+    re-sent after the backoff: written at t0 + 0.125, once."""
+    from pipeline.protocol.messages.produce import ProduceResponse
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=False)) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.control(ApiKey.PRODUCE, lambda ctx: ProduceResponse(responses=()))
+        t0 = trio.current_time()
+        with trio.fail_after(10):  # a batch neither settled nor retried is lost: no hang
+            results = await outcomes([producer.send_nowait("t", b"m", partition=0)])
+        assert trio.current_time() == t0 + 0.125
+    assert offsets(results) == [0]
+    assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)] == [0.0, 0.125]
+    assert values_in_log(fake, "t", 0) == [b"m"]
+
+
+async def test_a_batch_out_of_retries_leaves_no_last_error_behind(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """The partition's last retry error names what sent messages back for a
+    retry; a batch that fails for good (retries exhausted) is not retried, so
+    it sets none: a later timeout must not blame it.
+
+    Schedule (plain, retries=0, linger 1 s, delivery_timeout 5 s,
+    request_timeout 4 s, t[0] on broker 0): t0: a is sent; at t0 + 1 it is
+    answered NOT_ENOUGH_REPLICAS and fails with it; the partition producer
+    re-attaches after a metadata round, answered 0.125 s late (t0 + 1.125). c,
+    sent at t0 + 1, waits for that and its linger: it goes at t0 + 2.125 and
+    is answered 5 s late; its deadline, t0 + 6, comes before its request
+    timeout (t0 + 6.125): it fails then, in flight, with no "last error". Setting it on exhaustion too (the ``again`` check forced
+    True) named NOT_ENOUGH_REPLICAS."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, retries=0, linger=1.0, delivery_timeout=5.0,
+                    request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        fake.delay_responses(0.125, api_key=ApiKey.METADATA, count=1)
+        t0 = trio.current_time()
+        results = await outcomes([producer.send_nowait("t", b"a", partition=0)])
+        assert trio.current_time() == t0 + 1.0
+        fake.delay_responses(5.0, api_key=ApiKey.PRODUCE, node_id=0, count=1)
+        (c_result,) = await outcomes([producer.send_nowait("t", b"c", partition=0)])
+        assert trio.current_time() == t0 + 6.0
+        await trio.sleep(2.0)
+    assert offsets(results) == [ErrorCode.NOT_ENOUGH_REPLICAS]
+    assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)] == [1.0, 2.125]
+    assert isinstance(c_result.cause, DeliveryTimeoutError)
+    assert "may or may not have been written" in str(c_result.cause)
+    assert "last error" not in str(c_result.cause)
+    assert values_in_log(fake, "t", 0) == [b"c"]
+
+
+@pytest.mark.parametrize("moved", [True, False], ids=["not-leader", "not-enough-replicas"])
+async def test_a_not_leader_answer_asks_for_metadata_at_once(
+    fake: FakeCluster, autojump_clock: Any, moved: bool
+) -> None:
+    """After NOT_LEADER_OR_FOLLOWER (and the other codes that say the leader
+    may have moved) the broker producer asks for a metadata refresh as soon
+    as the answer comes, as the Java client does, not only when the
+    partition's batches go back; after other retriable errors it does not.
+
+    Schedule (idempotent, one message per batch, t[0] on broker 0, confirmed;
+    every metadata round goes to broker 0): t0: a and b are sent in two
+    requests; broker 0 handles b only 1 s later (its connection is busy
+    meanwhile). not-leader: the leadership moved to broker 1 before t0: a is
+    answered NOT_LEADER at t0 and the refresh is asked then; its Metadata
+    request waits behind b and is served at t0 + 1; b's NOT_LEADER at t0 + 1
+    sends both back, and the partition producer's own refresh takes a second
+    round, at t0 + 1.125: both are written on broker 1 then.
+    not-enough-replicas: a is answered NOT_ENOUGH_REPLICAS: no refresh; b is
+    answered OUT_OF_ORDER at t0 + 1 (a is missing), both go back, and the
+    partition producer's refresh is the only round, at t0 + 1."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=True, max_batch_messages=1)) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        await trio.sleep(10.0)  # past the spacing of metadata rounds
+        produces: list[float] = []
+
+        async def second_handled_late(ctx: Any) -> Any:
+            produces.append(ctx.time)
+            if len(produces) == 2:
+                await trio.sleep(1.0)
+            return None
+
+        fake.control(ApiKey.PRODUCE, second_handled_late, sticky=True, node_id=0)
+        if moved:
+            fake.move_leader("t", 0, to=1)
+        else:
+            fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        t0 = trio.current_time()
+        results = await outcomes([producer.send_nowait("t", v, partition=0) for v in (b"a", b"b")])
+        assert trio.current_time() == t0 + 1.125
+    assert offsets(results) == [1, 2]
+    rounds = [q.time - t0 for q in fake.requests_of(ApiKey.METADATA) if q.time >= t0]
+    assert rounds == ([1.0, 1.125] if moved else [1.0])
+    assert values_in_log(fake, "t", 0) == [b"warm", b"a", b"b"]
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+async def test_a_first_answer_equal_to_the_max_timestamp_is_a_log_append_time(
+    fake: FakeCluster, autojump_clock: Any, idempotent: bool
+) -> None:
+    """Only the answer to a re-sent idempotent batch can be a duplicate's
+    echo of its max timestamp (``unless_duplicate_echo``); the answer to a
+    batch's first send is the broker's LogAppendTime even when it equals the
+    batch's max timestamp (a LogAppendTime topic whose clock reads that
+    millisecond), and every record reports it.
+
+    Schedule (t[0] on broker 0, a LogAppendTime broker whose clock reads T + 1;
+    linger 1 s): t0: a (CreateTime T) and b (T + 1) go in one batch at t0 + 1,
+    answered LogAppendTime T + 1: both report T + 1. Taking every answer for
+    a possible echo (the check forced True, or its ``and`` as ``or``) reported
+    a's own T."""
+    from .test_ledger_rules import answer_with_log_append_time
+
+    stamp = 1_600_000_000_000
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=idempotent, linger=1.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.control(ApiKey.PRODUCE, answer_with_log_append_time(stamp + 1))
+        t0 = trio.current_time()
+        results = await outcomes([producer.send_nowait("t", v, partition=0, timestamp=stamp + i)
+                                  for i, v in enumerate((b"a", b"b"))])
+        assert trio.current_time() == t0 + 1.0
+    assert [(r.offset, r.timestamp) for r in results] == [(7, stamp + 1), (8, stamp + 1)]
+
+
+async def test_with_acks_0_each_batch_unmutes_its_partition(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """With acks=0 no answer comes: a batch leaves the wire as soon as it is
+    written (``_settled`` in the acks=0 path), so its partition, muted while
+    it was in flight (one batch at a time without idempotence), sends the
+    next one.
+
+    Schedule (plain, acks=0, t[0] on broker 0): t0: a is sent and settled
+    (written, no offset); then b, sent the same instant, is written too. Not
+    unmuting after a left b queued for good (it failed at close)."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=False, acks=0)) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        with trio.fail_after(10):
+            results = await outcomes([producer.send_nowait("t", b"a", partition=0)])
+            results += await outcomes([producer.send_nowait("t", b"b", partition=0)])
+        assert trio.current_time() == t0
+    assert [r.offset_known for r in results] == [False, False]
+    assert values_in_log(fake, "t", 0) == [b"a", b"b"]
+
+
+async def test_the_batches_of_a_request_expire_each_at_its_own_deadline(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """After one batch of a request expires in flight, the flusher still
+    wakes for the next one's deadline (the flight's deadline becomes the
+    earliest of the batches left).
+
+    Schedule (plain, delivery_timeout and request_timeout 5 s): t[1] and
+    t[2]'s only replica, broker 2, is stopped without an election. t0: x is
+    sent to t[2]; t0 + 0.5: y to t[1]; both wait for a leader. t0 + 3: both
+    move to broker 1, whose next Produce answer comes 4 s late; one request
+    carries x and y. x fails at its deadline, t0 + 5; y at its own, t0 +
+    5.5, both in flight. Without the flight's new deadline y waited for the
+    answer and was taken as written at t0 + 7 or later."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 3, leaders=[0, 2, 2])
+    options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=5.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        fake.stop_broker(2, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        t0 = trio.current_time()
+        x = producer.send_nowait("t", b"x", partition=2)
+        await trio.sleep(0.5)
+        y = producer.send_nowait("t", b"y", partition=1)
+        await trio.sleep(2.5)
+        fake.move_leader("t", 1, to=1)
+        fake.move_leader("t", 2, to=1)
+        fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        (x_result,) = await outcomes([x])
+        assert trio.current_time() == t0 + 5.0
+        (y_result,) = await outcomes([y])
+        assert trio.current_time() == t0 + 5.5
+        await trio.sleep(3.0)
+    assert isinstance(x_result.cause, DeliveryTimeoutError)
+    assert isinstance(y_result.cause, DeliveryTimeoutError)
+    assert "may or may not have been written" in str(y_result.cause)

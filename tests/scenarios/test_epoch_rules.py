@@ -128,3 +128,262 @@ async def test_a_restamped_batch_is_the_new_epochs_batch(
     assert offsets(results) == [1, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]
     assert [(b[2], b[3]) for b in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (1, 0)]
     assert values_in_log(fake, "t", 0) == [b"warm0", b"a"]
+
+
+async def test_a_duplicate_answer_to_producer_id_0_keeps_the_records_timestamps(
+    autojump_clock: Any,
+) -> None:
+    """Producer id 0 is a real id (a new Kafka cluster hands it out first): the
+    answer to its re-sent batch is read as a duplicate's echo like any other
+    id's (``producer_id >= 0`` in ``_handle_partition``). Kafka answers a
+    duplicate NONE with the cached batch's max timestamp in
+    ``log_append_time_ms``, also on a CreateTime topic; taken for a
+    LogAppendTime it would give every record that one timestamp.
+
+    Schedule (idempotent, producer id 0, linger 1 s, t[0] on broker 0,
+    CreateTime topic): t0: v0..v2 with timestamps T, T + 1, T + 2. At t0 + 1
+    their batch is written, but the connection closes instead of the answer;
+    the batch goes back (fate unknown) and, after the backoff, is re-sent
+    identical at t0 + 1.125: the fake answers it as Kafka does, NONE, offset 0,
+    log_append_time_ms T + 2. Each record reports its own timestamp; with the
+    check for ids > 0 only, all three reported T + 2."""
+    async with FakeCluster.serve(brokers=1, seed=7, auto_create_topics=False,
+                                 first_producer_id=0) as fake:
+        fake.create_topic("t", 1, leaders=[0])
+        fake.drop_response_after_apply(ApiKey.PRODUCE, node_id=0)
+        stamp = 1_600_000_000_000
+        async with open_fake_producer(fake, **exact(idempotent=True, linger=1.0)) as producer:
+            await producer._core.cluster.partitions_for("t")
+            t0 = trio.current_time()
+            sent = [producer.send_nowait("t", b"v%d" % i, partition=0, timestamp=stamp + i)
+                    for i in range(3)]
+            results = await outcomes(sent)
+            assert trio.current_time() == t0 + 1.125
+            idem = producer._core.idempotence
+            assert idem is not None and idem.producer_id == 0
+        assert [(r.offset, r.timestamp) for r in results] == [(i, stamp + i) for i in range(3)]
+        assert [x[1:] for x in sent_batches(fake, "t", 0)] == [(0, 0, 0, 3), (0, 0, 0, 3)]
+        assert values_in_log(fake, "t", 0) == [b"v0", b"v1", b"v2"]
+
+
+async def test_a_batch_expiring_in_flight_explains_the_gap_behind_it(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """With idempotence, a batch that times out in flight may or may not have
+    taken its sequence: the partition is marked retrying, so a later batch
+    answered OUT_OF_ORDER_SEQUENCE_NUMBER (the gap it left) goes back and is
+    re-sent in the new epoch, not failed as an unexplained gap.
+
+    Schedule (idempotent, one message per batch, delivery_timeout 5 s,
+    request_timeout 4 s, t[0] on broker 0): t0: p (sequence 0) is answered
+    2 s late; a (sequence 1) waits behind it (one batch in flight until the
+    partition is confirmed) and is sent at t0 + 2, when broker 0 takes it and
+    never answers. t0 + 2.5: b (sequence 2) is sent: the broker answers
+    OUT_OF_ORDER_SEQUENCE_NUMBER (1 is missing). t0 + 5: a's deadline: it
+    fails in flight, and a new epoch is requested. t0 + 6: a's request times
+    out and the connection closes; b's answer is read: explained by a, b goes
+    back and is written at t0 + 6.125 with epoch 1, sequence 0. Without the
+    retrying mark, b failed with OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.testing.fake_cluster import NO_RESPONSE
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
+                    request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        produces: list[float] = []
+
+        def second_goes_unanswered(ctx: Any) -> Any:
+            produces.append(ctx.time)
+            return NO_RESPONSE if len(produces) == 2 else None
+
+        fake.control(ApiKey.PRODUCE, second_goes_unanswered, sticky=True)
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
+        await trio.sleep(2.5)
+        sent.append(producer.send_nowait("t", b"b", partition=0))
+        results = await outcomes(sent[:2])
+        assert trio.current_time() == t0 + 5.0
+        results += await outcomes(sent[2:])
+        assert trio.current_time() == t0 + 6.125
+    assert offsets(results[:1] + results[2:]) == [0, 1]
+    assert isinstance(results[1].cause, DeliveryTimeoutError)
+    assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert values_in_log(fake, "t", 0) == [b"p", b"b"]
+
+
+async def test_a_failed_batch_waiting_for_its_partitions_flights_expires_on_time(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A batch that failed retriably goes back only once none of its
+    partition's batches is in flight (``_maybe_bounce``); while it waits for
+    them it still fails at its delivery deadline, naming the error that sent
+    it back.
+
+    Schedule (idempotent, one message per batch, delivery_timeout 5 s,
+    request_timeout 4 s, t[0] on broker 0): t0: p and a are sent, b at t0 +
+    0.5; p (sequence 0) is answered 2 s late, a and b wait behind it (one
+    batch in flight until the partition is confirmed) and go at t0 + 2: a is
+    answered NOT_ENOUGH_REPLICAS at once, b 3.75 s late. a waits for b; at
+    its deadline, t0 + 5, a fails, "never acknowledged; last error:
+    NOT_ENOUGH_REPLICAS" (the flusher wakes for it: nothing else is due
+    then); b fails in flight at its own, t0 + 5.5. c, sent after, is written
+    in the new epoch at t0 + 5.875, once b's answer drained the wire. Bug
+    (fixed): a failed only when b's answer came, at t0 + 5.75."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
+                    request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        produces: list[float] = []
+
+        async def third_answered_late(ctx: Any) -> Any:
+            produces.append(ctx.time)
+            if len(produces) == 3:
+                await trio.sleep(3.75)
+            return None
+
+        fake.control(ApiKey.PRODUCE, third_answered_late, sticky=True)
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
+        await trio.sleep(0.5)
+        sent.append(producer.send_nowait("t", b"b", partition=0))
+        await trio.sleep(0.5)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        results = await outcomes(sent[:1])
+        assert trio.current_time() == t0 + 2.0
+        results += await outcomes(sent[1:2])
+        assert trio.current_time() == t0 + 5.0
+        results += await outcomes(sent[2:])
+        assert trio.current_time() == t0 + 5.5
+        results += await outcomes([producer.send_nowait("t", b"c", partition=0)])
+        assert trio.current_time() == t0 + 5.875
+    assert offsets(results[:1] + results[3:]) == [0, 1]
+    a, b = results[1].cause, results[2].cause
+    assert isinstance(a, DeliveryTimeoutError) and isinstance(b, DeliveryTimeoutError)
+    assert "never acknowledged; last error: NOT_ENOUGH_REPLICAS" in str(a)
+    assert "may or may not have been written" in str(b)
+    assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert values_in_log(fake, "t", 0) == [b"p", b"c"]
+
+
+async def test_a_retried_batch_expiring_in_the_queue_starts_a_new_epoch(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """With idempotence, a retried batch that expires while it waits in the
+    accumulator (``Accumulator.expire``) took sequences the broker never
+    wrote: the next batch of the partition must not follow them, so a new
+    epoch starts (as for a batch out of retries).
+
+    Schedule (the one of test_a_retried_batch_expires_at_its_deadline_while_
+    no_slot_is_free, idempotent: max_in_flight 1 per broker, delivery_timeout
+    and request_timeout 5 s): t[2] waits for a leader from t0; m goes to
+    broker 1 at t0 + 3.125 and is answered NOT_ENOUGH_REPLICAS; b (t[1])
+    then holds broker 1's one request slot until t0 + 7.1875; m's retried
+    batch expires in the queue at t0 + 5. n, sent to t[2] after b is written,
+    goes with epoch 1, sequence 0. Without the bump it carried epoch 0,
+    sequence 1: a gap the broker never saw 0 of."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 3, leaders=[0, 1, 2])
+    options = exact(idempotent=True, max_in_flight=1, delivery_timeout=5.0,
+                    request_timeout=5.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=1)
+        fake.stop_broker(2, elect=False)
+        await producer._core.cluster.refresh(force=True)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=1)
+        t0 = trio.current_time()
+        m = producer.send_nowait("t", b"m", partition=2)
+        await trio.sleep(3.0625)
+        fake.move_leader("t", 2, to=1)
+        await trio.sleep(0.125)
+        fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        b = producer.send_nowait("t", b"b", partition=1)
+        (m_result,) = await outcomes([m])
+        assert trio.current_time() == t0 + 5.0
+        results = await outcomes([b])
+        assert trio.current_time() == t0 + 7.1875
+        results += await outcomes([producer.send_nowait("t", b"n", partition=2)])
+        idem = producer._core.idempotence
+        assert idem is not None and idem.producer_epoch == 1
+    assert isinstance(m_result.cause, DeliveryTimeoutError)
+    assert offsets(results) == [1, 0]
+    assert [x[2:4] for x in sent_batches(fake, "t", 2)] == [(0, 0), (1, 0)]
+    assert values_in_log(fake, "t", 2) == [b"n"]
+
+
+async def test_after_an_unexplained_gap_the_batches_behind_it_go_to_the_new_epoch(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """An OUT_OF_ORDER_SEQUENCE_NUMBER nothing explains fails its batch and
+    starts a new epoch; the partition is then retrying, so the batches of it
+    already in flight behind it, answered OUT_OF_ORDER too (the gap is still
+    there), are explained by it: they go back and are re-sent in the new
+    epoch, not failed one by one.
+
+    Schedule (idempotent, one message per batch, backoff 0.125 s, t[0] on
+    broker 0, confirmed): t0: a (sequence 1) and b (sequence 2) are sent in
+    two requests; a is answered OUT_OF_ORDER_SEQUENCE_NUMBER: it fails; b is
+    answered OUT_OF_ORDER (1 is missing) and goes back; after the bump it is
+    written at t0 + 0.125 with epoch 1, sequence 0. Without the retrying mark,
+    b failed as a second unexplained gap."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=True, max_batch_messages=1)) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, node_id=0)
+        t0 = trio.current_time()
+        results = await outcomes([producer.send_nowait("t", v, partition=0) for v in (b"a", b"b")])
+        assert trio.current_time() == t0 + 0.125
+    assert offsets(results) == [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, 1]
+    assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert values_in_log(fake, "t", 0) == [b"warm", b"b"]
+
+
+async def test_a_failed_batch_expiring_while_it_waits_starts_a_new_epoch(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A failed batch that expires while it waits for its partition's other
+    batches in flight took sequences the broker never wrote: a new epoch
+    starts, and the batch behind it (answered OUT_OF_ORDER, the gap) is
+    re-sent in it.
+
+    Schedule (idempotent, one message per batch, delivery_timeout 5 s,
+    request_timeout 4 s, t[0] on broker 0): t0: p and a are sent, b at
+    t0 + 0.5; p is answered 2 s late, a and b go at t0 + 2: a is answered
+    NOT_ENOUGH_REPLICAS at once, b OUT_OF_ORDER 3.25 s late. a fails at its
+    deadline, t0 + 5, and a bump is requested; at t0 + 5.25 b goes back and
+    is written in epoch 1, sequence 0, at t0 + 5.375. Without the bump b was
+    re-sent with sequence 2 after the gap until its own deadline."""
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
+                    request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        produces: list[float] = []
+
+        async def third_answered_late(ctx: Any) -> Any:
+            produces.append(ctx.time)
+            if len(produces) == 3:
+                await trio.sleep(3.25)
+            return None
+
+        fake.control(ApiKey.PRODUCE, third_answered_late, sticky=True)
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
+        await trio.sleep(0.5)
+        sent.append(producer.send_nowait("t", b"b", partition=0))
+        await trio.sleep(0.5)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        results = await outcomes(sent)
+        assert trio.current_time() == t0 + 5.375
+    assert offsets(results[:1] + results[2:]) == [0, 1]
+    assert "last error: NOT_ENOUGH_REPLICAS" in str(results[1].cause)
+    assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert values_in_log(fake, "t", 0) == [b"p", b"b"]

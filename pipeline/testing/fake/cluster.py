@@ -41,6 +41,7 @@ from .state import (
     FakeConfig,
     FakeState,
     PartitionState,
+    ProducerIdManager,
     TopicState,
 )
 
@@ -103,6 +104,10 @@ class FakeCluster(RequestFaults):
         api_versions: override the served version ranges {api_key: (min, max)}.
         sasl: make every listener SASL_PLAINTEXT with these mechanisms, users and
             session lifetime (`fake/sasl.py`: Kafka's authentication rules).
+        first_producer_id: the first producer id InitProducerId hands out. A new
+            Kafka cluster starts at 0 (its ProducerIdManager's first block); 1000
+            by default, so an id is never mistaken for a count or an offset in
+            tests. 0 reaches code that must treat id 0 as a real id.
     """
 
     def __init__(
@@ -120,6 +125,7 @@ class FakeCluster(RequestFaults):
         api_versions: dict[int, tuple[int, int]] | None = None,
         cluster_id: str = "fake-cluster",
         sasl: FakeSasl | None = None,
+        first_producer_id: int = 1000,
     ) -> None:
         if brokers < 1:
             raise ValueError("need at least one broker")
@@ -137,6 +143,7 @@ class FakeCluster(RequestFaults):
                 cluster_id=cluster_id,
             ),
             brokers={n: BrokerState(n, f"fake-{n}", 9092) for n in range(brokers)},
+            pids=ProducerIdManager(first_producer_id),
         )
         self.supported: dict[int, tuple[int, int]] = dict(api_versions or SUPPORTED_VERSIONS)
         self.sasl = sasl
