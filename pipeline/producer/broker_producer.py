@@ -310,6 +310,13 @@ class BrokerProducer:
                     self._maybe_bounce(tp, part)
                     self._cluster.request_refresh([tp.topic])
             return
+        if self._idem is not None and self._idem.paused:
+            # Nothing is sealed while a new epoch or producer id is awaited, and
+            # the pause may have begun while this task waited for its connection
+            # above (after ready() said go): a batch drained now would carry the
+            # old id, be written after the recovery's wait for the wire to drain,
+            # and be answered under the new id. The pause's end wakes the flusher.
+            return
         taken = self._acc.drain()
         if not taken:
             return
@@ -386,7 +393,13 @@ class BrokerProducer:
             if append_time >= 0 and batch._level and batch.producer_id >= 0:
                 append_time = unless_duplicate_echo(batch, append_time)
             ledger.succeed(batch.messages, result.base_offset, append_time)
-            if idem is not None and batch.producer_epoch == idem.producer_epoch:
+            if idem is not None:
+                # Only a batch of the current id and epoch is answered here: a
+                # recovery waits for the wire to drain, and nothing is sealed
+                # while it runs (_send_one), so an answer never confirms a
+                # partition for an id its batch did not carry.
+                assert (batch.producer_id, batch.producer_epoch) == (
+                    idem.producer_id, idem.producer_epoch)
                 idem.confirmed.add(tp)
             last_error = self._errors.last
             if last_error:
@@ -397,8 +410,9 @@ class BrokerProducer:
             # tansu only: it answers a re-sent batch it already has with 46 and no
             # offset (Kafka answers NONE with the original offset, above). Written.
             ledger.succeed(batch.messages, -1, -1)
-            if batch.producer_epoch == idem.producer_epoch:
-                idem.confirmed.add(tp)
+            assert (batch.producer_id, batch.producer_epoch) == (
+                idem.producer_id, idem.producer_epoch)  # as for NONE above
+            idem.confirmed.add(tp)
         elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and idem is not None:
             if part.retrying is not None or part.failed:
                 # Explained by an earlier batch of this partition that failed:

@@ -11,6 +11,7 @@ from typing import Any
 
 import trio
 
+from pipeline.producer.envelopes import TopicPartition
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import FakeCluster
@@ -387,3 +388,42 @@ async def test_a_failed_batch_expiring_while_it_waits_starts_a_new_epoch(
     assert "last error: NOT_ENOUGH_REPLICAS" in str(results[1].cause)
     assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
     assert values_in_log(fake, "t", 0) == [b"p", b"b"]
+
+
+async def test_nothing_is_sealed_under_the_old_id_while_a_new_one_is_awaited(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A broker producer that found a batch ready, then waited for its
+    connection, must not seal it if a recovery began meanwhile: it would carry
+    the old producer id, go out after the recovery's wait for the wire to
+    drain, and be answered once the new id is in place (epoch 0 again, so the
+    old epoch-only check counted it as the new id's first acknowledged batch).
+    Found reading idempotence.py for ``make mutants``.
+
+    Schedule (idempotent; t[0] on broker 0, t[1] on broker 1, whose first
+    ApiVersions answer comes 0.5 s late; InitProducerId answered 1 s late):
+    t0: s (t[1]) waits for broker 1's connection. t0 + 0.25: a (t[0]) is
+    fenced (INVALID_PRODUCER_EPOCH): a new producer id is asked for at once
+    (nothing in flight), answered at t0 + 1.25. t0 + 0.5: the connection is up,
+    but sealing is paused: s waits, and goes out at t0 + 1.25 as the new id
+    1001's sequence 0, as does a."""
+    fake.create_topic("t", 2, leaders=[0, 1])
+    async with open_fake_producer(fake, **exact(idempotent=True)) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        idem = producer._core.idempotence
+        assert idem is not None
+        t0 = trio.current_time()
+        fake.delay_responses(0.5, api_key=ApiKey.API_VERSIONS, node_id=1, count=1)
+        fake.delay_responses(1.0, api_key=ApiKey.INIT_PRODUCER_ID, count=1)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.INVALID_PRODUCER_EPOCH, node_id=0)
+        s = producer.send_nowait("t", b"s", partition=1)
+        await trio.sleep(0.25)
+        a = producer.send_nowait("t", b"a", partition=0)
+        assert [m.offset for m in await outcomes([s, a])] == [0, 1]
+        assert trio.current_time() == t0 + 1.25
+        assert (idem.producer_id, idem.producer_epoch) == (1001, 0)
+        assert sent_batches(fake, "t", 1) == [(1, 1001, 0, 0, 1)]
+        assert sent_batches(fake, "t", 0)[1:] == [(0, 1000, 0, 1, 1), (0, 1001, 0, 0, 1)]
+        assert [r.time - t0 for r in fake.requests_of(ApiKey.PRODUCE)][1:] == [0.25, 1.25, 1.25]
+        assert idem.confirmed == {TopicPartition("t", 0), TopicPartition("t", 1)}
+    assert producer.statistics().double_settles == 0
