@@ -311,12 +311,7 @@ class BrokerProducer:
                     self._cluster.request_refresh([tp.topic])
             return
         if self._idem is not None and self._idem.paused:
-            # Nothing is sealed while a new epoch or producer id is awaited, and
-            # the pause may have begun while this task waited for its connection
-            # above (after ready() said go): a batch drained now would carry the
-            # old id, be written after the recovery's wait for the wire to drain,
-            # and be answered under the new id. The pause's end wakes the flusher.
-            return
+            return  # a recovery began during the wait: sealing now would use the old id
         taken = self._acc.drain()
         if not taken:
             return
@@ -394,12 +389,9 @@ class BrokerProducer:
                 append_time = unless_duplicate_echo(batch, append_time)
             ledger.succeed(batch.messages, result.base_offset, append_time)
             if idem is not None:
-                # Only a batch of the current id and epoch is answered here: a
-                # recovery waits for the wire to drain, and nothing is sealed
-                # while it runs (_send_one), so an answer never confirms a
-                # partition for an id its batch did not carry.
-                assert (batch.producer_id, batch.producer_epoch) == (
-                    idem.producer_id, idem.producer_epoch)
+                # A recovery waits for the wire to drain and nothing is sealed while
+                # it runs (_send_one): every answer is for the current id and epoch.
+                assert (batch.producer_id, batch.producer_epoch) == (idem.producer_id, idem.producer_epoch)
                 idem.confirmed.add(tp)
             last_error = self._errors.last
             if last_error:
@@ -410,8 +402,7 @@ class BrokerProducer:
             # tansu only: it answers a re-sent batch it already has with 46 and no
             # offset (Kafka answers NONE with the original offset, above). Written.
             ledger.succeed(batch.messages, -1, -1)
-            assert (batch.producer_id, batch.producer_epoch) == (
-                idem.producer_id, idem.producer_epoch)  # as for NONE above
+            assert (batch.producer_id, batch.producer_epoch) == (idem.producer_id, idem.producer_epoch)
             idem.confirmed.add(tp)
         elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and idem is not None:
             if part.retrying is not None or part.failed:
