@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import re
 import sys
 import uuid
@@ -48,6 +49,19 @@ _TESTS_DIR = Path(__file__).parent
 _DIR_MARKERS = {
     "integration": "integration", "chaos": "chaos", "spark": "spark", "apache_kafka": "kafka"
 }
+
+
+@pytest.fixture(autouse=True)
+def _pipeline_logger_as_found() -> Iterator[None]:
+    """Entry points run in-process by tests silence the ``pipeline`` logger for
+    the rest of the process (the explorer's ``main`` sets it to CRITICAL, the
+    CLI's ``setup_logging`` stops its propagation); restore it after each test,
+    so a later test's ``caplog`` sees the library's warnings whatever ran first."""
+    log = logging.getLogger("pipeline")
+    propagate, handlers, level = log.propagate, list(log.handlers), log.level
+    yield
+    log.propagate, log.handlers[:] = propagate, handlers
+    log.setLevel(level)  # setLevel, not .level: it clears the children's cached checks
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
