@@ -22,6 +22,32 @@ from .test_idempotence import sent_batches
 from .test_sarama_suite import outcomes
 
 
+async def _p_a_then_b_failing_a(
+    fake: FakeCluster, producer: Any, *, b_late: float
+) -> tuple[float, list[Any]]:
+    """The shared start of two schedules (one message per batch, t[0]): at t0,
+    p and a are sent, b at t0 + 0.5; the first Produce (p) is answered 2 s
+    late, the next one (a) NOT_ENOUGH_REPLICAS, the third (b) ``b_late`` s
+    late. Returns t0 and the three deliveries, at t0 + 1."""
+    produces: list[float] = []
+
+    async def third_answered_late(ctx: Any) -> Any:
+        produces.append(ctx.time)
+        if len(produces) == 3:
+            await trio.sleep(b_late)
+        return None
+
+    fake.control(ApiKey.PRODUCE, third_answered_late, sticky=True)
+    fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
+    t0 = trio.current_time()
+    sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
+    await trio.sleep(0.5)
+    sent.append(producer.send_nowait("t", b"b", partition=0))
+    await trio.sleep(0.5)
+    fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+    return t0, sent
+
+
 async def test_nothing_is_sealed_while_an_epoch_bump_waits_for_the_wire_to_drain(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
@@ -240,22 +266,7 @@ async def test_a_failed_batch_waiting_for_its_partitions_flights_expires_on_time
                     request_timeout=4.0)
     async with open_fake_producer(fake, **options) as producer:
         await producer._core.cluster.partitions_for("t")
-        produces: list[float] = []
-
-        async def third_answered_late(ctx: Any) -> Any:
-            produces.append(ctx.time)
-            if len(produces) == 3:
-                await trio.sleep(3.75)
-            return None
-
-        fake.control(ApiKey.PRODUCE, third_answered_late, sticky=True)
-        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
-        t0 = trio.current_time()
-        sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
-        await trio.sleep(0.5)
-        sent.append(producer.send_nowait("t", b"b", partition=0))
-        await trio.sleep(0.5)
-        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        t0, sent = await _p_a_then_b_failing_a(fake, producer, b_late=3.75)
         results = await outcomes(sent[:1])
         assert trio.current_time() == t0 + 2.0
         results += await outcomes(sent[1:2])
@@ -366,22 +377,7 @@ async def test_a_failed_batch_expiring_while_it_waits_starts_a_new_epoch(
                     request_timeout=4.0)
     async with open_fake_producer(fake, **options) as producer:
         await producer._core.cluster.partitions_for("t")
-        produces: list[float] = []
-
-        async def third_answered_late(ctx: Any) -> Any:
-            produces.append(ctx.time)
-            if len(produces) == 3:
-                await trio.sleep(3.25)
-            return None
-
-        fake.control(ApiKey.PRODUCE, third_answered_late, sticky=True)
-        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
-        t0 = trio.current_time()
-        sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
-        await trio.sleep(0.5)
-        sent.append(producer.send_nowait("t", b"b", partition=0))
-        await trio.sleep(0.5)
-        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        t0, sent = await _p_a_then_b_failing_a(fake, producer, b_late=3.25)
         results = await outcomes(sent)
         assert trio.current_time() == t0 + 5.375
     assert offsets(results[:1] + results[2:]) == [0, 1]
