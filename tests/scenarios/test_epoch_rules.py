@@ -424,6 +424,7 @@ async def test_nothing_is_sealed_under_the_old_id_while_a_new_one_is_awaited(
         assert idem.confirmed == {TopicPartition("t", 0), TopicPartition("t", 1)}
     assert producer.statistics().double_settles == 0
 
+
 async def _leaderless_then_on_broker_1(
     fake: FakeCluster, producer: Any, *, b_after: float, hook: Any
 ) -> tuple[float, Any, Any]:
