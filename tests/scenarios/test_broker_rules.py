@@ -669,7 +669,16 @@ async def test_a_batch_found_expired_when_its_answer_is_read_fails_then(
     3.75 s late; the responder's step that reads the answer runs 1.25 s
     later, at m's deadline, t0 + 5: m fails then, with that error, and is
     not in the log. Without failing what expired there (or with the
-    branch skipped), m never got an outcome."""
+    branch skipped), m never got an outcome.
+
+    Nothing went back, so the partition producer was not told: the partition
+    stays retrying here, and n, sent after m's outcome, goes back once and
+    is written after one backoff, at t0 + 5.125, as after a failed batch
+    expires while it waits for its partition's flights (test_epoch_rules'
+    ``test_a_failed_batch_waiting_for_its_partitions_flights_expires_on_time``,
+    c). Telling the partition producer at once (``leader_changed``, as when
+    retries ran out) would be another consistent rule, but then for both
+    paths: with it here only, n went at t0 + 5."""
     from pipeline.producer.errors import DeliveryTimeoutError
 
     from .time_passes import jump_before_step, named
@@ -690,6 +699,9 @@ async def test_a_batch_found_expired_when_its_answer_is_read_fails_then(
                 (result,) = await outcomes([producer.send_nowait("t", b"m", partition=0)])
         assert jump.jumped_at == t0 + 3.75
         assert trio.current_time() == t0 + 5.0
+        (n_result,) = await outcomes([producer.send_nowait("t", b"n", partition=0)])
+        assert trio.current_time() == t0 + 5.125
     assert isinstance(result.cause, DeliveryTimeoutError)
     assert "never acknowledged; last error: NOT_ENOUGH_REPLICAS" in str(result.cause)
-    assert values_in_log(fake, "t", 0) == []
+    assert offsets([n_result]) == [0]
+    assert values_in_log(fake, "t", 0) == [b"n"]
