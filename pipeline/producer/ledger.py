@@ -232,8 +232,8 @@ class Ledger:
                         msg.topic, msg.partition, msg.offset, msg.timestamp, step == 1)), None)
                 except Exception:
                     self._callback_failed(sink.fn, msg)
-                if sink.event is not None:
-                    sink.event.set()
+                assert sink.event is not None, "made only by Delivery._park, with its event"
+                sink.event.set()
             elif type(sink) is RowChunk:
                 count += msg.count - 1  # type: ignore[attr-defined]  # a RowRun: its rows
                 self._rows_settled(msg, sink)  # (its bytes: released below with the rest)

@@ -607,3 +607,101 @@ async def test_the_batches_of_a_request_expire_each_at_its_own_deadline(
     assert isinstance(x_result.cause, DeliveryTimeoutError)
     assert isinstance(y_result.cause, DeliveryTimeoutError)
     assert "may or may not have been written" in str(y_result.cause)
+
+
+async def test_an_acks_0_batch_that_expires_while_its_request_is_written_fails_once(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """With acks=0 a batch is settled as written when its request has been
+    written (the responder's acks=0 path), unless it expired in flight
+    meanwhile: then its messages already failed ("may or may not have been
+    written") and must not be settled a second time.
+
+    Schedule (plain, acks=0, delivery_timeout 1 s, request_timeout 0.5 s, t[0]
+    on broker 0): t0: m is drained and its request written; writing it takes
+    1 s (``jump_before_step``: the flusher's first step inside ``conn.send``
+    runs 1 s later, as a write to a socket that applies back-pressure
+    returns late; the in-memory fake never does). Back from the write, the
+    flusher expires m in flight at t0 + 1, before the responder sees the
+    request. Settling it as written too counted a double settle."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    from .time_passes import jump_before_step, named
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, acks=0, delivery_timeout=1.0, request_timeout=0.5)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        core = producer._core
+
+        def writing_the_first_request(task: Any) -> bool:
+            bps = core.broker_producers()
+            return named(task, "BrokerProducer._flusher") and any(
+                bp.requests_sent == 1 for bp in bps)
+
+        t0 = trio.current_time()
+        with jump_before_step(autojump_clock, 1.0, writing_the_first_request) as jump:
+            (result,) = await outcomes([producer.send_nowait("t", b"m", partition=0)])
+        assert jump.jumped_at == t0
+        assert trio.current_time() == t0 + 1.0
+    assert producer.statistics().double_settles == 0
+    assert isinstance(result.cause, DeliveryTimeoutError)
+    assert "may or may not have been written" in str(result.cause)
+    assert values_in_log(fake, "t", 0) == [b"m"]
+
+
+
+async def test_a_batch_found_expired_when_its_answer_is_read_fails_then(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A failed batch that goes back (``_maybe_bounce``) but is past its
+    delivery deadline fails there, "never acknowledged", naming the error.
+
+    On virtual time the flusher always expires a batch first: it wakes by its
+    own timer at the deadline, and the run loop fires every timer of an
+    instant before the tasks that events wake then (the responder). On a
+    real clock time passes while tasks run, and the responder, woken by an
+    answer read just before the deadline, can run after it, before the
+    flusher's timer fired: ``jump_before_step`` reproduces that.
+
+    Schedule (plain, delivery_timeout 5 s, request_timeout 4 s, t[0] on
+    broker 0): t0: m is sent; its request is answered NOT_ENOUGH_REPLICAS
+    3.75 s late; the responder's step that reads the answer runs 1.25 s
+    later, at m's deadline, t0 + 5: m fails then, with that error, and is
+    not in the log. Without failing what expired there (or with the
+    branch skipped), m never got an outcome.
+
+    Nothing went back, so the partition producer was not told: the partition
+    stays retrying here, and n, sent after m's outcome, goes back once and
+    is written after one backoff, at t0 + 5.125, as after a failed batch
+    expires while it waits for its partition's flights (test_epoch_rules'
+    ``test_a_failed_batch_waiting_for_its_partitions_flights_expires_on_time``,
+    c). Telling the partition producer at once (``leader_changed``, as when
+    retries ran out) would be another consistent rule, but then for both
+    paths: with it here only, n went at t0 + 5."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    from .time_passes import jump_before_step, named
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        fake.delay_responses(3.75, api_key=ApiKey.PRODUCE, node_id=0, count=1)
+
+        def reading_the_answer(task: Any) -> bool:
+            return named(task, "BrokerProducer._responder") and trio.current_time() == t0 + 3.75
+
+        with jump_before_step(autojump_clock, 1.25, reading_the_answer) as jump:
+            with trio.fail_after(10):
+                (result,) = await outcomes([producer.send_nowait("t", b"m", partition=0)])
+        assert jump.jumped_at == t0 + 3.75
+        assert trio.current_time() == t0 + 5.0
+        (n_result,) = await outcomes([producer.send_nowait("t", b"n", partition=0)])
+        assert trio.current_time() == t0 + 5.125
+    assert isinstance(result.cause, DeliveryTimeoutError)
+    assert "never acknowledged; last error: NOT_ENOUGH_REPLICAS" in str(result.cause)
+    assert offsets([n_result]) == [0]
+    assert values_in_log(fake, "t", 0) == [b"n"]

@@ -423,3 +423,124 @@ async def test_nothing_is_sealed_under_the_old_id_while_a_new_one_is_awaited(
         assert [r.time - t0 for r in fake.requests_of(ApiKey.PRODUCE)][1:] == [0.25, 1.25, 1.25]
         assert idem.confirmed == {TopicPartition("t", 0), TopicPartition("t", 1)}
     assert producer.statistics().double_settles == 0
+
+
+async def _leaderless_then_on_broker_1(
+    fake: FakeCluster, producer: Any, *, b_after: float, hook: Any
+) -> tuple[float, Any, Any]:
+    """The shared start of two schedules (idempotent, one message per batch,
+    delivery_timeout 5 s, request_timeout 4 s, t[2] confirmed on broker 2):
+    broker 2 stops without an election; at t0 a is sent to t[2], b at t0 +
+    ``b_after``; both wait for a leader. At t0 + 3 ``hook`` answers broker
+    1's Produce requests and t[2] moves to broker 1: a and b go there at the
+    metadata round of that instant, in two requests (pipelined: confirmed).
+    Returns t0, a and b at t0 + 3."""
+    await producer.send_and_wait("t", b"warm", partition=2)
+    fake.stop_broker(2, elect=False)
+    await producer._core.cluster.refresh(force=True)
+    t0 = trio.current_time()
+    a = producer.send_nowait("t", b"a", partition=2)
+    await trio.sleep(b_after)
+    b = producer.send_nowait("t", b"b", partition=2)
+    await trio.sleep(3.0 - b_after)
+    fake.control(ApiKey.PRODUCE, hook, sticky=True, node_id=1)
+    fake.move_leader("t", 2, to=1)
+    return t0, a, b
+
+
+async def test_a_batch_expiring_in_flight_explains_its_partitions_later_gap(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A batch that expires in flight (``_expire``) marks *its own* partition
+    retrying: its sequences may or may not be written, so a later batch of
+    that partition answered OUT_OF_ORDER_SEQUENCE_NUMBER is explained by it
+    and goes back, to be re-sent in the new epoch (not failed as an
+    unexplained gap).
+
+    Schedule (``_leaderless_then_on_broker_1``, b at t0 + 2.5): broker 1
+    never answers a's request (seq 1, not applied) and answers b's (seq 2)
+    OUT_OF_ORDER at once. q, sent to t[1] at t0 + 3.5, makes t[1] the
+    partition broker 1's producer saw last. a fails in flight at its
+    deadline, t0 + 5; its request times out at t0 + 7 (sent at t0 + 3,
+    request_timeout 4 s), then b's answer is read: b goes back and is
+    written at t0 + 7.125 (one backoff) with epoch 1, sequence 0. (q's
+    answer came at once; it is read after theirs, at t0 + 7.) With the partition looked up wrongly (the
+    last partition of the loop before, t[1]), b failed with
+    OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.testing.fake_cluster import NO_RESPONSE
+
+    fake.create_topic("t", 3, leaders=[0, 1, 2])
+    options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
+                    request_timeout=4.0)
+    produces: list[float] = []
+
+    async def first_lost(ctx: Any) -> Any:
+        produces.append(ctx.time)
+        return NO_RESPONSE if len(produces) == 1 else None
+
+    async with open_fake_producer(fake, **options) as producer:
+        t0, a, b = await _leaderless_then_on_broker_1(fake, producer, b_after=2.5, hook=first_lost)
+        await trio.sleep(0.5)
+        q = producer.send_nowait("t", b"q", partition=1)
+        (a_result,) = await outcomes([a])
+        assert trio.current_time() == t0 + 5.0
+        results = await outcomes([b, q])
+        assert trio.current_time() == t0 + 7.125
+    assert produces == [t0 + 3.0, t0 + 3.0, t0 + 3.5, t0 + 7.125]
+    assert isinstance(a_result.cause, DeliveryTimeoutError)
+    assert "may or may not have been written" in str(a_result.cause)
+    assert offsets(results) == [1, 0]
+    assert [x[1:4] for x in sent_batches(fake, "t", 2)] == [
+        (1000, 0, 0), (1000, 0, 1), (1000, 0, 2), (1000, 1, 0)]
+    assert values_in_log(fake, "t", 2) == [b"warm", b"b"]
+
+
+async def test_an_in_flight_expiry_keeps_the_error_its_partition_is_retrying_for(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A batch expiring in flight marks its partition retrying only if
+    nothing else did: an earlier failure's cause stays the one what waits
+    behind it is sent back with, and later delivery timeouts name it.
+
+    Schedule (``_leaderless_then_on_broker_1``, b at t0 + 1): broker 1
+    answers a's request NOT_ENOUGH_REPLICAS at once (t[2] retrying with that
+    cause; a waits for b) and never answers b's. c, sent at t0 + 3.5, waits
+    behind them. a fails at its deadline, t0 + 5 (last error
+    NOT_ENOUGH_REPLICAS); b in flight at its own, t0 + 6. At t0 + 6.5 broker
+    1 stops without an election: b's request fails, c goes back to its
+    partition producer, which finds no leader; c fails at its deadline, t0 +
+    8.5, "last error: NOT_ENOUGH_REPLICAS". With the cause replaced at b's
+    expiry, c named "an earlier batch timed out"."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.testing.fake_cluster import NO_RESPONSE
+
+    fake.create_topic("t", 3, leaders=[0, 1, 2])
+    options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
+                    request_timeout=4.0)
+    fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=1)
+    produces: list[float] = []
+
+    async def second_lost(ctx: Any) -> Any:
+        produces.append(ctx.time)
+        return NO_RESPONSE if len(produces) == 2 else None
+
+    async with open_fake_producer(fake, **options) as producer:
+        t0, a, b = await _leaderless_then_on_broker_1(fake, producer, b_after=1.0, hook=second_lost)
+        await trio.sleep(0.5)
+        c = producer.send_nowait("t", b"c", partition=2)
+        results = await outcomes([a])
+        assert trio.current_time() == t0 + 5.0
+        results += await outcomes([b])
+        assert trio.current_time() == t0 + 6.0
+        await trio.sleep(0.5)
+        fake.stop_broker(1, elect=False)
+        results += await outcomes([c])
+        assert trio.current_time() == t0 + 8.5
+    assert produces == [t0 + 3.0, t0 + 3.0]
+    assert all(isinstance(r.cause, DeliveryTimeoutError) for r in results)
+    a_error, b_error, c_error = (str(r.cause) for r in results)
+    assert "never acknowledged; last error: NOT_ENOUGH_REPLICAS" in a_error
+    assert "may or may not have been written" in b_error
+    assert "never acknowledged; last error: NOT_ENOUGH_REPLICAS" in c_error
+    assert values_in_log(fake, "t", 2) == [b"warm"]

@@ -575,3 +575,52 @@ async def test_a_close_after_every_outcome_was_read_warns_of_no_lost_outcome(
             assert [await producer.successes.receive() for _ in msgs] == msgs
         assert producer.statistics().double_settles == 0
     assert not [r for r in caplog.records if "could not be handed over" in r.getMessage()]
+
+
+
+async def test_an_outcome_whose_hand_over_is_cancelled_before_close_is_handed_over_by_close(
+    fake: FakeCluster, autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When the Reporter task sees its cancellation *before* ``close()`` ran
+    (the producer's block is cancelled from outside while the user's task is
+    busy in a shielded section, so the pipeline's tasks see it first), an
+    outcome whose hand-over was cut short goes back to the front of the
+    queue, and ``close()`` hands it over if there is room by then; the
+    cancellation ends the block without any other error, and every byte is
+    released.
+
+    Schedule (channel_capacity 1, return_successes): m0, m1 on
+    ``producer.input`` are written at t0; nobody reads: m0 fills the channel,
+    the Reporter waits to hand over m1. The block's enclosing scope is
+    cancelled; the user's task sleeps 1 s shielded, during which the
+    Reporter's send of m1 is cancelled (m1 goes back to the queue), then
+    takes m0. The block ends; close() hands m1 over (room for one), nothing
+    is lost. Without putting m1 back it was neither handed over nor released
+    (its bytes stayed counted); counting it lost in the Reporter (``_closed``
+    True from the start, or its check forced) lost it although room came;
+    without ``_closed`` set at all the cancellation became an
+    AttributeError."""
+    from pipeline import ProducerMessage
+
+    fake.create_topic("t", 1, leaders=[0])
+    msgs = [ProducerMessage("t", b"m%d" % i) for i in range(2)]
+    with trio.CancelScope() as outer:
+        async with open_fake_producer(fake, channel_capacity=1, return_successes=True,
+                                      **PATIENT) as producer:
+            await producer._core.cluster.partitions_for("t")
+            for m in msgs:
+                await producer.input.send(m)
+            await producer.flush()
+            await trio.testing.wait_all_tasks_blocked()
+            assert producer.statistics().buffered_bytes == msgs[1]._size
+            outer.cancel()
+            with trio.CancelScope(shield=True):
+                await trio.sleep(1.0)
+                handed = [producer.successes.receive_nowait()]
+    assert outer.cancelled_caught
+    stats = producer.statistics()
+    assert (stats.buffered_bytes, stats.double_settles) == (0, 0)
+    with trio.fail_after(1):
+        handed += [m async for m in producer.successes]
+    assert handed == msgs
+    assert not [r for r in caplog.records if "could not be handed over" in r.getMessage()]
