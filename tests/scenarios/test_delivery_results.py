@@ -8,6 +8,7 @@ Instrument (task steps), never timed."""
 from __future__ import annotations
 
 import logging
+import types
 from typing import Any
 
 import pytest
@@ -170,7 +171,7 @@ async def test_cancellation_check_falls_back_to_trio_public_api(
     still works and is still a cancellation point (the public checkpoint_if_cancelled)."""
     from pipeline.producer import message
 
-    monkeypatch.setattr(message, "_current_task", lambda: object())
+    monkeypatch.setattr(message, "_run_context", types.SimpleNamespace(task=object()))
     fake.create_topic("t", 1)
     async with open_fake_producer(fake) as producer:
         d = await producer.send("t", b"x")
