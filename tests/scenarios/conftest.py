@@ -108,6 +108,19 @@ def every_producer_settles_each_message_once() -> Iterator[None]:
         check_producer_statistics(producer, closed=closed)
 
 
+async def leaderless_after_warm(fake: FakeCluster, producer: Producer, *,
+                                 warm_partition: int) -> float:
+    """The common start of the leaderless-partition schedules: one message
+    acknowledged on ``warm_partition`` (connections and metadata warm), then
+    broker 2 stops without an election and the producer's metadata is
+    refreshed, so the partitions broker 2 led have no leader. Returns that
+    instant (the schedules' t0)."""
+    await producer.send_and_wait("t", b"warm", partition=warm_partition)
+    fake.stop_broker(2, elect=False)
+    await producer._core.cluster.refresh(force=True)
+    return trio.current_time()
+
+
 def values_in_log(fake: FakeCluster, topic: str, partition: int) -> list[bytes | None]:
     return [entry.record.value for entry in fake.log(topic, partition)]
 

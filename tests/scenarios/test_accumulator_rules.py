@@ -18,7 +18,7 @@ from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.records import batch_size_for_record, decode_record_batches
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import open_fake_producer, values_in_log
+from .conftest import leaderless_after_warm, open_fake_producer, values_in_log
 from .test_guards import exact, offsets
 from .test_sarama_suite import outcomes
 
@@ -264,10 +264,7 @@ async def test_a_queued_message_expires_at_its_deadline_while_no_slot_is_free(
     options = exact(idempotent=False, max_in_flight=1, delivery_timeout=5.0,
                     request_timeout=5.0)
     async with open_fake_producer(fake, **options) as producer:
-        await producer.send_and_wait("t", b"warm", partition=1)
-        fake.stop_broker(2, elect=False)
-        await producer._core.cluster.refresh(force=True)
-        t0 = trio.current_time()
+        t0 = await leaderless_after_warm(fake, producer, warm_partition=1)
         m = producer.send_nowait("t", b"m", partition=2)
         await trio.sleep(2.5)
         fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
@@ -304,11 +301,8 @@ async def test_a_retried_batch_expires_at_its_deadline_while_no_slot_is_free(
     options = exact(idempotent=False, max_in_flight=1, delivery_timeout=5.0,
                     request_timeout=5.0)
     async with open_fake_producer(fake, **options) as producer:
-        await producer.send_and_wait("t", b"warm", partition=1)
-        fake.stop_broker(2, elect=False)
-        await producer._core.cluster.refresh(force=True)
+        t0 = await leaderless_after_warm(fake, producer, warm_partition=1)
         fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=1)
-        t0 = trio.current_time()
         m = producer.send_nowait("t", b"m", partition=2)
         await trio.sleep(3.0625)
         fake.move_leader("t", 2, to=1)
@@ -452,10 +446,7 @@ async def test_what_outlives_an_expiry_in_the_queue_keeps_its_linger(
     options = exact(idempotent=False, max_in_flight=1, delivery_timeout=5.0,
                     request_timeout=5.0)
     async with open_fake_producer(fake, **options) as producer:
-        await producer.send_and_wait("t", b"warm", partition=1)
-        fake.stop_broker(2, elect=False)
-        await producer._core.cluster.refresh(force=True)
-        t0 = trio.current_time()
+        t0 = await leaderless_after_warm(fake, producer, warm_partition=1)
         m = producer.send_nowait("t", b"m", partition=2)
         await trio.sleep(2.5)
         fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)

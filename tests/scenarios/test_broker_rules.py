@@ -17,7 +17,7 @@ from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.records import batch_size_for_record
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import open_fake_producer, values_in_log
+from .conftest import leaderless_after_warm, open_fake_producer, values_in_log
 from .test_guards import exact, offsets
 from .test_idempotence import sent_batches
 from .test_sarama_suite import outcomes
@@ -237,10 +237,7 @@ async def test_a_batch_in_flight_expires_at_its_own_deadline_not_its_requests(
     fake.create_topic("t", 3, leaders=[0, 1, 2])
     options = exact(idempotent=False, linger=1.0, delivery_timeout=5.0, request_timeout=4.0)
     async with open_fake_producer(fake, **options) as producer:
-        await producer.send_and_wait("t", b"warm", partition=1)
-        fake.stop_broker(2, elect=False)
-        await producer._core.cluster.refresh(force=True)
-        t0 = trio.current_time()
+        t0 = await leaderless_after_warm(fake, producer, warm_partition=1)
         x = producer.send_nowait("t", b"x", partition=2)
         await trio.sleep(3.0)
         fake.move_leader("t", 2, to=1)
@@ -352,10 +349,7 @@ async def test_a_stalled_connect_is_cut_short_at_the_delivery_deadline(
     fake.create_topic("t", 3, leaders=[0, 1, 2])
     options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=5.0)
     async with open_fake_producer(fake, **options) as producer:
-        await producer.send_and_wait("t", b"warm", partition=0)
-        fake.stop_broker(2, elect=False)
-        await producer._core.cluster.refresh(force=True)
-        t0 = trio.current_time()
+        t0 = await leaderless_after_warm(fake, producer, warm_partition=0)
         m = producer.send_nowait("t", b"m", partition=2)
         await trio.sleep(3.0)
         fake.move_leader("t", 2, to=1)
@@ -588,10 +582,7 @@ async def test_the_batches_of_a_request_expire_each_at_its_own_deadline(
     fake.create_topic("t", 3, leaders=[0, 2, 2])
     options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=5.0)
     async with open_fake_producer(fake, **options) as producer:
-        await producer.send_and_wait("t", b"warm", partition=0)
-        fake.stop_broker(2, elect=False)
-        await producer._core.cluster.refresh(force=True)
-        t0 = trio.current_time()
+        t0 = await leaderless_after_warm(fake, producer, warm_partition=0)
         x = producer.send_nowait("t", b"x", partition=2)
         await trio.sleep(0.5)
         y = producer.send_nowait("t", b"y", partition=1)

@@ -16,7 +16,7 @@ from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import open_fake_producer, values_in_log
+from .conftest import leaderless_after_warm, open_fake_producer, values_in_log
 from .test_guards import exact, offsets
 from .test_idempotence import sent_batches
 from .test_sarama_suite import outcomes
@@ -306,11 +306,8 @@ async def test_a_retried_batch_expiring_in_the_queue_starts_a_new_epoch(
     options = exact(idempotent=True, max_in_flight=1, delivery_timeout=5.0,
                     request_timeout=5.0)
     async with open_fake_producer(fake, **options) as producer:
-        await producer.send_and_wait("t", b"warm", partition=1)
-        fake.stop_broker(2, elect=False)
-        await producer._core.cluster.refresh(force=True)
+        t0 = await leaderless_after_warm(fake, producer, warm_partition=1)
         fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=1)
-        t0 = trio.current_time()
         m = producer.send_nowait("t", b"m", partition=2)
         await trio.sleep(3.0625)
         fake.move_leader("t", 2, to=1)
@@ -435,10 +432,7 @@ async def _leaderless_then_on_broker_1(
     1's Produce requests and t[2] moves to broker 1: a and b go there at the
     metadata round of that instant, in two requests (pipelined: confirmed).
     Returns t0, a and b at t0 + 3."""
-    await producer.send_and_wait("t", b"warm", partition=2)
-    fake.stop_broker(2, elect=False)
-    await producer._core.cluster.refresh(force=True)
-    t0 = trio.current_time()
+    t0 = await leaderless_after_warm(fake, producer, warm_partition=2)
     a = producer.send_nowait("t", b"a", partition=2)
     await trio.sleep(b_after)
     b = producer.send_nowait("t", b"b", partition=2)
