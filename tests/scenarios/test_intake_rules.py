@@ -7,6 +7,7 @@ docstring walks through the schedule it needs.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -49,6 +50,29 @@ async def block_dispatcher(
     return t0
 
 
+async def waits_in_a_full_intake_until_cancelled(
+    fake: FakeCluster, producer: Producer, entry: Callable[[], Awaitable[object]]
+) -> float:
+    """The shared middle of the cancelled-before-acceptance schedules
+    (``channel_capacity=1``, after a warm-up send): the dispatcher is stuck
+    until t0 + 10.125 (``block_dispatcher``); t0 + 1.5: r on
+    ``producer.input`` fills the intake; ``entry()`` waits for room until its
+    caller's deadline, t0 + 2.5. Asserts it was cancelled then and left no
+    trace (accepted, outstanding and buffered bytes as before it); returns t0."""
+    from pipeline import ProducerMessage
+
+    t0 = await block_dispatcher(fake, producer, 10.0)
+    producer.input.send_nowait(ProducerMessage("u", b"r"))
+    before = producer.statistics()
+    with trio.move_on_after(1.0) as scope:
+        await entry()
+    assert scope.cancelled_caught and trio.current_time() == t0 + 2.5
+    after = producer.statistics()
+    assert (after.accepted, after.outstanding, after.buffered_bytes) == (
+        before.accepted, before.outstanding, before.buffered_bytes)
+    return t0
+
+
 async def test_a_send_cancelled_while_the_intake_is_full_leaves_no_trace(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
@@ -63,21 +87,13 @@ async def test_a_send_cancelled_while_the_intake_is_full_leaves_no_trace(
     caller's deadline, t0 + 2.5. Then nothing of d is left; at t0 + 10.125 a, b, c
     and r are written and flush() returns;
     d never is."""
-    from pipeline import ProducerMessage
 
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake, channel_capacity=1, idempotent=False,
                                   **PATIENT) as producer:
         await producer.send_and_wait("t", b"warm")
-        t0 = await block_dispatcher(fake, producer, 10.0)
-        producer.input.send_nowait(ProducerMessage("u", b"r"))
-        before = producer.statistics()
-        with trio.move_on_after(1.0) as scope:
-            await producer.send("u", b"d")
-        assert scope.cancelled_caught and trio.current_time() == t0 + 2.5
-        after = producer.statistics()
-        assert (after.accepted, after.outstanding, after.buffered_bytes) == (
-            before.accepted, before.outstanding, before.buffered_bytes)
+        t0 = await waits_in_a_full_intake_until_cancelled(
+            fake, producer, lambda: producer.send("u", b"d"))
         await producer.flush()
         assert trio.current_time() == t0 + 10.125
         assert producer.statistics().double_settles == 0

@@ -309,22 +309,15 @@ async def test_a_send_many_cancelled_before_acceptance_can_be_sent_again(
     send_many([m1, m2]) again: both are written after r."""
     from pipeline import ProducerMessage
 
-    from .test_intake_rules import block_dispatcher
+    from .test_intake_rules import waits_in_a_full_intake_until_cancelled
 
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake, channel_capacity=1, idempotent=False,
                                   **PATIENT) as producer:
         await producer.send_and_wait("t", b"warm")
-        t0 = await block_dispatcher(fake, producer, 10.0)
-        producer.input.send_nowait(ProducerMessage("u", b"r"))
-        before = producer.statistics()
         msgs = [ProducerMessage("u", b"m1"), ProducerMessage("u", b"m2")]
-        with trio.move_on_after(1.0) as scope:
-            await producer.send_many(msgs)
-        assert scope.cancelled_caught and trio.current_time() == t0 + 2.5
-        after = producer.statistics()
-        assert (after.accepted, after.outstanding, after.buffered_bytes) == (
-            before.accepted, before.outstanding, before.buffered_bytes)
+        t0 = await waits_in_a_full_intake_until_cancelled(
+            fake, producer, lambda: producer.send_many(msgs))
         await producer.flush()
         assert trio.current_time() == t0 + 10.125
         result = await (await producer.send_many(msgs))
@@ -345,23 +338,14 @@ async def test_a_send_batch_cancelled_before_acceptance_leaves_no_trace(
     above, send_batch("u", [x, y]) waits from t0 + 1.5 until its caller's
     deadline at t0 + 2.5: accepted, outstanding and buffered bytes are back to
     what they were; x and y are never written."""
-    from pipeline import ProducerMessage
-
-    from .test_intake_rules import block_dispatcher
+    from .test_intake_rules import waits_in_a_full_intake_until_cancelled
 
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake, channel_capacity=1, idempotent=False,
                                   **PATIENT) as producer:
         await producer.send_and_wait("t", b"warm")
-        t0 = await block_dispatcher(fake, producer, 10.0)
-        producer.input.send_nowait(ProducerMessage("u", b"r"))
-        before = producer.statistics()
-        with trio.move_on_after(1.0) as scope:
-            await producer.send_batch("u", [b"x", b"y"])
-        assert scope.cancelled_caught and trio.current_time() == t0 + 2.5
-        after = producer.statistics()
-        assert (after.accepted, after.outstanding, after.buffered_bytes) == (
-            before.accepted, before.outstanding, before.buffered_bytes)
+        await waits_in_a_full_intake_until_cancelled(
+            fake, producer, lambda: producer.send_batch("u", [b"x", b"y"]))
         await producer.flush()
         assert producer.statistics().double_settles == 0
     assert values_in_log(fake, "u", 0) == [b"a", b"b", b"c", b"r"]
