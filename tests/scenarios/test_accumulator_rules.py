@@ -280,6 +280,28 @@ async def test_a_queued_message_expires_at_its_deadline_while_no_slot_is_free(
     assert offsets([b_result]) == [1]
 
 
+async def retried_m_expires_while_b_holds_the_slot(
+    fake: FakeCluster, producer: Any
+) -> tuple[Any, Any]:
+    """The schedule of the test below (also run with idempotence in
+    test_epoch_rules), from a producer on topic "t" (3 partitions, leaders 0,
+    1, 2; max_in_flight 1, delivery_timeout and request_timeout 5 s) up to b's
+    outcome, asserting its two instants; returns m's and b's outcomes."""
+    t0 = await leaderless_after_warm(fake, producer, warm_partition=1)
+    fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=1)
+    m = producer.send_nowait("t", b"m", partition=2)
+    await trio.sleep(3.0625)
+    fake.move_leader("t", 2, to=1)
+    await trio.sleep(0.125)
+    fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+    b = producer.send_nowait("t", b"b", partition=1)
+    (m_result,) = await outcomes([m])
+    assert trio.current_time() == t0 + 5.0
+    (b_result,) = await outcomes([b])
+    assert trio.current_time() == t0 + 7.1875
+    return m_result, b_result
+
+
 async def test_a_retried_batch_expires_at_its_deadline_while_no_slot_is_free(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
@@ -301,18 +323,7 @@ async def test_a_retried_batch_expires_at_its_deadline_while_no_slot_is_free(
     options = exact(idempotent=False, max_in_flight=1, delivery_timeout=5.0,
                     request_timeout=5.0)
     async with open_fake_producer(fake, **options) as producer:
-        t0 = await leaderless_after_warm(fake, producer, warm_partition=1)
-        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=1)
-        m = producer.send_nowait("t", b"m", partition=2)
-        await trio.sleep(3.0625)
-        fake.move_leader("t", 2, to=1)
-        await trio.sleep(0.125)
-        fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
-        b = producer.send_nowait("t", b"b", partition=1)
-        (m_result,) = await outcomes([m])
-        assert trio.current_time() == t0 + 5.0
-        (b_result,) = await outcomes([b])
-        assert trio.current_time() == t0 + 7.1875
+        m_result, b_result = await retried_m_expires_while_b_holds_the_slot(fake, producer)
     assert isinstance(m_result.cause, DeliveryTimeoutError)
     assert "NOT_ENOUGH_REPLICAS" in str(m_result.cause)
     assert offsets([b_result]) == [1]

@@ -302,22 +302,14 @@ async def test_a_retried_batch_expiring_in_the_queue_starts_a_new_epoch(
     sequence 1: a gap the broker never saw 0 of."""
     from pipeline.producer.errors import DeliveryTimeoutError
 
+    from .test_accumulator_rules import retried_m_expires_while_b_holds_the_slot
+
     fake.create_topic("t", 3, leaders=[0, 1, 2])
     options = exact(idempotent=True, max_in_flight=1, delivery_timeout=5.0,
                     request_timeout=5.0)
     async with open_fake_producer(fake, **options) as producer:
-        t0 = await leaderless_after_warm(fake, producer, warm_partition=1)
-        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=1)
-        m = producer.send_nowait("t", b"m", partition=2)
-        await trio.sleep(3.0625)
-        fake.move_leader("t", 2, to=1)
-        await trio.sleep(0.125)
-        fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
-        b = producer.send_nowait("t", b"b", partition=1)
-        (m_result,) = await outcomes([m])
-        assert trio.current_time() == t0 + 5.0
-        results = await outcomes([b])
-        assert trio.current_time() == t0 + 7.1875
+        m_result, b_result = await retried_m_expires_while_b_holds_the_slot(fake, producer)
+        results = [b_result]
         results += await outcomes([producer.send_nowait("t", b"n", partition=2)])
         idem = producer._core.idempotence
         assert idem is not None and idem.producer_epoch == 1
