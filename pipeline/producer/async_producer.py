@@ -35,6 +35,9 @@ class Bursts(Protocol):
     def close_burst(self, batch: list[ProducerMessage]) -> str | None:
         """Close ``batch`` if it is the open burst; its topic if known uniform."""
 
+    def close_rows(self, run: RowRun) -> None:
+        """Seal ``run`` if it is a columnar ``send()`` burst (``send_rows.py``)."""
+
 
 class InputAcceptor(Protocol):
     """Acceptance of a raw ``producer.input`` message (``InputAcceptance``)."""
@@ -67,6 +70,7 @@ class Dispatcher:
         task_status.started()
         intake = self._intake
         close_burst = self._bursts.close_burst
+        close_rows = self._bursts.close_rows
         accept_input = self._inputs.accept
         async with trio.open_nursery() as nursery:
             try:
@@ -77,7 +81,8 @@ class Dispatcher:
                             self._sort_list(item, by_topic, close_burst(item))
                         elif isinstance(item, FlushMark):
                             item.reached.set()
-                        elif isinstance(item, RowRun):  # a send_batch chunk, accepted already
+                        elif isinstance(item, RowRun):  # accepted already
+                            close_rows(item)  # (a columnar send() burst: sealed now)
                             by_topic.setdefault(item.topic, []).append(item)  # type: ignore[arg-type]
                         elif accept_input(item):
                             by_topic.setdefault(item.topic, []).append(item)

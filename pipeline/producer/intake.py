@@ -37,6 +37,7 @@ from pipeline.producer.message import (
     Delivery,
     DeliveryCallback,
     Headers,
+    MessageDelivery,
     ProducerMessage,
 )
 from pipeline.producer.normalize import (
@@ -46,12 +47,14 @@ from pipeline.producer.normalize import (
     on_delivery_sink,
     prefix_size,
 )
-from pipeline.producer.rows import RowRun
+from pipeline.producer.rows import RowChunk, RowRun
+from pipeline.producer.send_rows import COLUMNS_MIN, RowDelivery, SendRows
 
 _YIELD_EVERY = 512  # measured: fewer pipeline rounds per message, ~0.4 ms between yields
 
 _time = time.time
 _new_delivery = object.__new__
+_new_row = object.__new__
 
 _KEYWORDS_ONLY = object()  # see Intake.send
 
@@ -98,6 +101,16 @@ class Intake:
         self._burst: list[ProducerMessage] | None = None
         self._burst_deadline = 0.0
         self._burst_topic: str | None = None
+        # The open columnar burst (send_rows.py; None: none open): a run already
+        # in the channel whose SendRows the common send() appends to, until the
+        # dispatcher takes it or anything else is put on the channel. Only one of
+        # _burst and _rows is open at a time, so the order of sends is kept.
+        self._rows: SendRows | None = None
+        # Open the next burst as columns: the last burst taken had COLUMNS_MIN
+        # messages or more, and the partitioner is the default one (whose
+        # null-key choice the columnar split asks, as send_batch does).
+        self._columnar = config.partitioner == "default"
+        self._columns_next = False
         # send()'s CreateTime: the current millisecond, and when it ends (time.time()
         # seconds). One int per millisecond, not per message, which also lets the
         # batch encoder skip the timestamp arithmetic for records that share it.
@@ -190,6 +203,34 @@ class Intake:
             and type(value) is bytes and (key is None or type(key) is bytes)
             and type(topic) is str and topic
         ):
+            if key is None and metadata is None and on_delivery is None:
+                rows = self._rows
+                if rows is not None and topic == rows.topic:
+                    # A row of the open columnar burst (send_rows.py): the same
+                    # size bound as below, for a null key.
+                    size = len(value)
+                    size += SIZE_BASE + 1 + (
+                        1 if size < 64 else 2 if size < 8192 else prefix_size(size))
+                    if size <= self._max_message_bytes and self._ledger.admit_row(size):
+                        values = rows.values
+                        delivery = _new_row(RowDelivery)
+                        delivery._rows = rows
+                        delivery._row = len(values)
+                        values.append(value)
+                        if not self._wall_clock:
+                            rows.timestamps.append(self._timestamp_ms())
+                        elif (now := _time()) < self._ms_ends:
+                            rows.timestamps.append(self._ms)
+                        else:
+                            rows.timestamps.append(ms := int(now * 1000))
+                            self._ms = ms
+                            self._ms_ends = (ms + 1) / 1000
+                        rows.size += size
+                        return delivery
+                elif rows is None and self._columns_next and self._burst is None:
+                    opened = self._open_rows(topic, value)
+                    if opened is not None:
+                        return opened
             # The common call, validated in place (same rules and size bound as
             # normalize, which handles everything else and raises its errors).
             # The bound of batch_size_for_record (exact varint widths of the
@@ -203,7 +244,7 @@ class Intake:
             )
             # Delivery.__init__, inlined (a class call costs more than these
             # stores); every slot is set here or below (tests check that).
-            msg = _new_delivery(Delivery)
+            msg = _new_delivery(MessageDelivery)
             msg.topic = topic
             msg.value = value
             msg.key = key
@@ -236,7 +277,7 @@ class Intake:
                     "send() takes 2 positional arguments (topic, value); pass key=, headers=, "
                     "partition=, timestamp=, metadata=, on_delivery= by keyword"
                 )
-            msg = Delivery(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
+            msg = MessageDelivery(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
             size = self.prepare(msg)
             if on_delivery is not None:
                 msg._sink = on_delivery_sink(on_delivery)
@@ -248,13 +289,55 @@ class Intake:
         # is bounded by the _YIELD_EVERY sends between two checkpoints.
         burst = self._burst
         if burst is None or not self._ledger.admit(msg, size, self._burst_deadline):
+            self._rows = None  # (a later send must not join a burst ahead of msg)
             return await self._accept_alone(msg, size)
         if topic is not self._burst_topic:
             self._burst_topic = None  # mixed (or an equal str object): the dispatcher checks
         burst.append(msg)
         return msg
 
-    async def _accept_alone(self, msg: Delivery, size: int) -> Delivery:
+    def _open_rows(self, topic: str, value: bytes) -> RowDelivery | None:
+        """Open a columnar burst with this first row: one chunk accepted with one
+        row, its run put on the channel now. None (nothing done): no room in the
+        buffer or the intake; the per-message path then waits for it."""
+        size = len(value)
+        size += SIZE_BASE + 1 + (1 if size < 64 else 2 if size < 8192 else prefix_size(size))
+        ledger = self._ledger
+        if size > self._max_message_bytes or not ledger.try_reserve(size):
+            return None
+        chunk = RowChunk(None, 0)
+        ledger.accept_rows(chunk, 1)
+        run = RowRun(topic, None, None, 0, 0, chunk, 0)  # type: ignore[arg-type]  # sealed later
+        run._deadline = self._now() + self._delivery_timeout
+        chunk.runs = [run]
+        try:
+            self._channel.send_nowait(run)
+        except trio.WouldBlock:
+            ledger.unaccept_rows(chunk, 1, size)
+            return None
+        rows = chunk.send_rows = self._rows = SendRows(topic, run, chunk)
+        rows.values.append(value)
+        rows.timestamps.append(self.current_ms())
+        rows.size = size
+        delivery = _new_row(RowDelivery)
+        delivery._rows = rows
+        delivery._row = 0
+        return delivery
+
+    def close_rows(self, run: RowRun) -> None:
+        """The dispatcher took ``run``: if it is a columnar burst, seal it (it
+        takes no more rows) and pack its columns."""
+        chunk = run._sink
+        rows = chunk.send_rows
+        if rows is None:
+            return  # a send_batch chunk (or sealed at a close)
+        chunk.send_rows = None
+        if rows is self._rows:
+            self._rows = None
+        rows.seal()
+        self._columns_next = self._columnar and run.count >= COLUMNS_MIN
+
+    async def _accept_alone(self, msg: MessageDelivery, size: int) -> MessageDelivery:
         """``send()`` with no open burst (it opens one), or no room in the buffer
         (it waits up to max_block)."""
         ledger = self._ledger
@@ -287,6 +370,7 @@ class Intake:
         which later sends append to until the dispatcher takes it (same thread,
         between two checkpoints, so no send can slip in between).
         """
+        self._rows = None  # msg goes behind it
         burst = self._burst
         if burst is not None:
             msg._deadline = self._burst_deadline
@@ -316,7 +400,7 @@ class Intake:
     ) -> Delivery:
         """``Producer.send_nowait`` (see there)."""
         self.check_open()
-        msg = Delivery(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
+        msg = MessageDelivery(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
         size = self.prepare(msg)
         if on_delivery is not None:
             msg._sink = on_delivery_sink(on_delivery)
@@ -342,6 +426,7 @@ class Intake:
         (None: unknown, check)."""
         if batch is self._burst:
             self._burst = None
+            self._columns_next = self._columnar and len(batch) >= COLUMNS_MIN
             return self._burst_topic
         return None
 
@@ -351,6 +436,7 @@ class Intake:
         ``send()`` must not join that burst (it would be written before that
         item, although sent after it). Found by the schedule explorer."""
         self._burst = None
+        self._rows = None
 
     async def put(self, item: list[ProducerMessage] | RowRun) -> None:
         """Put an accepted ``send_many`` / ``send_batch`` chunk on the channel,
@@ -361,6 +447,7 @@ class Intake:
         except trio.WouldBlock:
             await self._channel.send(item)
         self._burst = None
+        self._rows = None
 
     async def reach_flush_mark(self) -> None:
         """Put a ``FlushMark`` on the channel and wait until the dispatcher
@@ -377,6 +464,7 @@ class Intake:
         """The close began: every entry point now raises ``ProducerClosed``."""
         self._closing = True
         self._burst = None
+        self._rows = None
 
     def leftovers(self) -> list[ProducerMessage]:
         """At shutdown (the dispatcher is cancelled): what is still in the

@@ -135,6 +135,17 @@ class Ledger:
         self.outstanding[msg_id] = msg
         return True
 
+    def admit_row(self, size: int) -> bool:
+        """``send()``'s ledger call for a row of the open columnar burst (its
+        chunk is ``outstanding`` already, under its first id): reserve ``size``
+        bytes if they fit now and hand out the row's id. False: no room."""
+        used = self.buffered_bytes
+        if used + size > self.buffer_memory and used:
+            return False
+        self.buffered_bytes = used + size
+        self._next_id += 1
+        return True
+
     def accept_all(self, msgs: list[ProducerMessage], deadline: float, sink: DeliveryGroup) -> None:
         """``accept`` for a ``send_many`` chunk: consecutive ids, one deadline,
         every message reporting to the call's group."""
@@ -292,16 +303,19 @@ class Ledger:
         waits on it) with its last row."""
         n: int = run.count  # type: ignore[attr-defined]
         group = chunk.group
-        if run._state == OK:
+        if group is None:  # a send() burst: its rows' deliveries read the outcome
+            chunk.outcomes.record(run)
+        elif run._state == OK:
             group.delivered += n
         else:
             group.failed += n
             if len(group.errors) < group.MAX_ERRORS_KEPT:
                 assert run._outcome is not None
                 group.errors.append(RowsError(run, run._outcome))
-        group.pending -= n
-        if not group.pending:
-            group.wake()
+        if group is not None:
+            group.pending -= n
+            if not group.pending:
+                group.wake()
         chunk.pending -= n
         if not chunk.pending:
             del self.outstanding[chunk._id]
@@ -363,6 +377,12 @@ class Ledger:
         rows = 0
         for entry in list(self.outstanding.values()):
             if type(entry) is RowChunk:
+                if entry.send_rows is not None:
+                    # A send() burst the dispatcher never took (it may sit in the
+                    # intake, or in the cancelled dispatcher's hands): sealed now,
+                    # so its run counts its rows.
+                    entry.send_rows.seal()
+                    entry.send_rows = None
                 pending = [r for r in entry.runs if r._state == PENDING]
                 rows += entry.pending
                 msgs.extend(pending)  # type: ignore[arg-type]  # RowRuns settle as messages

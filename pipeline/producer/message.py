@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import trio
 
@@ -193,13 +193,18 @@ except ImportError:  # pragma: no cover - a trio without it: the public fallback
     _run_context = None
 
 
-class Delivery(ProducerMessage):
-    """What ``send()`` returns: the accepted message itself, awaitable.
+class Delivery:
+    """What ``send()`` returns: awaitable for the message's outcome.
 
     ``await delivery`` returns ``RecordMetadata`` or raises ``ProducerError``.
-    Awaiting is optional: the message is delivered either way. Being the
-    message (not a wrapper around it) saves an object per send, and
-    ``delivery.message`` is the delivery itself.
+    Awaiting is optional: the message is delivered either way. It reads as the
+    message it stands for (``topic``, ``value``, ``key``, ``headers``,
+    ``partition``, ``offset``, ``timestamp``, ``metadata``) and has ``done()``,
+    ``result()``, ``wait()`` and ``message``.
+
+    Two kinds exist: ``MessageDelivery``, the accepted ``ProducerMessage``
+    itself, and ``send_rows.RowDelivery``, a row of a columnar ``send()`` burst
+    (see there). Both behave the same.
 
     Cost: awaiting a delivery that is already settled schedules nothing (a
     cancellation check; a schedule point every ``_SCHEDULE_EVERY`` awaits); one
@@ -207,6 +212,39 @@ class Delivery(ProducerMessage):
     settles its neighbours too, so awaiting every delivery of a burst in order
     blocks about once per batch, not once per message.
     """
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:  # the message's fields, as both kinds provide them
+        topic: str
+        value: bytes | None
+        key: bytes | None
+        headers: Headers
+        partition: int | None
+        offset: int
+        timestamp: int | None
+        metadata: Any
+        _state: int
+        _outcome: BaseException | None
+
+        def __await__(self) -> Generator[Any, None, RecordMetadata]: ...
+        def done(self) -> bool: ...
+        def result(self) -> RecordMetadata: ...
+        def record_metadata(self) -> RecordMetadata: ...
+        async def _park(self) -> None: ...
+
+        @property
+        def message(self) -> ProducerMessage: ...
+
+    async def wait(self) -> RecordMetadata:
+        """The same as ``await delivery``."""
+        return await self
+
+
+class MessageDelivery(ProducerMessage, Delivery):
+    """A ``Delivery`` that is the accepted message itself (not a wrapper around
+    it: that saves an object per send, and ``delivery.message`` is the
+    delivery itself)."""
 
     __slots__ = ()
 
@@ -254,10 +292,6 @@ class Delivery(ProducerMessage):
             event = sink  # type: ignore[assignment]  # a trio.Event: another waiter
         await event.wait()
 
-    async def wait(self) -> RecordMetadata:
-        """The same as ``await delivery``."""
-        return await self
-
     def result(self) -> RecordMetadata:
         """The outcome without waiting; raises ``trio.WouldBlock`` while pending."""
         if self._state == OK:
@@ -290,7 +324,7 @@ async def wait_all(deliveries: Iterable[Delivery]) -> GroupResult:
             failed += 1
             if len(errors) < DeliveryGroup.MAX_ERRORS_KEPT:
                 assert d._outcome is not None
-                errors.append(ProducerError(d, d._outcome))
+                errors.append(ProducerError(d.message, d._outcome))
     if not parked:
         await _checkpoint()
     return GroupResult(delivered, failed, tuple(errors))

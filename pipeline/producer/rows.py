@@ -68,17 +68,21 @@ __all__ = [
 class RowChunk:
     """Ledger entry of one accepted chunk (ids ``_id .. _id + rows - 1``)."""
 
-    __slots__ = ("_id", "extra", "group", "pending", "runs")
+    __slots__ = ("_id", "extra", "group", "outcomes", "pending", "runs", "send_rows")
 
-    def __init__(self, group: DeliveryGroup, rows: int) -> None:
+    def __init__(self, group: DeliveryGroup | None, rows: int) -> None:
         self._id = 0
-        self.group = group
+        self.group = group  # None: a send() burst (its rows' deliveries read outcomes)
         self.pending = rows  # rows not settled yet
         self.runs: list[RowRun] = []
         # Reserved bytes of the copies build_columns made of these rows (lists are
         # packed; Arrow is borrowed): held until the last row settles, since every
         # run of the chunk shares those buffers.
         self.extra = 0
+        # A send() burst (send_rows.py): its SendRows until sealed, then the
+        # outcomes its rows' deliveries read (written as its runs settle).
+        self.send_rows: Any = None
+        self.outcomes: Any = None
 
 
 class RowRun:

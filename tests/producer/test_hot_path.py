@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from pipeline.producer import intake
 from pipeline.producer.accumulator import MIN_RECORD_BYTES, fill
-from pipeline.producer.message import Delivery, ProducerMessage
+from pipeline.producer.message import MessageDelivery, ProducerMessage
 from pipeline.producer.partitioner import DefaultPartitioner
 from pipeline.producer.topic_producer import TopicProducer
 from pipeline.testing.fake_cluster import FakeCluster
@@ -44,8 +44,8 @@ def _all_slots(cls: type) -> list[str]:
 async def test_fast_send_sets_every_slot_and_returns_the_message(fake: FakeCluster) -> None:
     async with open_fake_producer(fake, timestamp_ms=None) as producer:
         delivery = await producer.send("a", b"v", key=b"k", metadata={"row": 1})
-        assert type(delivery) is Delivery and isinstance(delivery, ProducerMessage)
-        for name in _all_slots(Delivery):
+        assert type(delivery) is MessageDelivery and isinstance(delivery, ProducerMessage)
+        for name in _all_slots(MessageDelivery):
             getattr(delivery, name)  # raises AttributeError for a slot never set
         assert delivery.message is delivery
         assert not delivery.done()

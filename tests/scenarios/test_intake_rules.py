@@ -235,15 +235,15 @@ async def test_send_builds_the_message_the_slow_path_builds(
     Schedule: one ``send()`` on an idle producer, compared at once (no
     checkpoint: nothing has touched it yet) with ``Delivery(...)`` normalized
     by ``Intake.prepare``."""
-    from pipeline.producer.message import Delivery
+    from pipeline.producer.message import MessageDelivery
 
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake) as producer:
         await producer._core.cluster.partitions_for("t")
         fast = await producer.send("t", value, key=key, metadata={"row": 1})
-        slow = Delivery("t", value, key, None, None, None, {"row": 1})
+        slow = MessageDelivery("t", value, key, None, None, None, {"row": 1})
         producer._intake.prepare(slow)
-        slots = [name for klass in Delivery.__mro__ for name in getattr(klass, "__slots__", ())]
+        slots = [name for klass in MessageDelivery.__mro__ for name in getattr(klass, "__slots__", ())]
         fields = [name for name in slots if name not in ("_id", "_deadline")]
         assert {name: getattr(fast, name) for name in fields} == {
             name: getattr(slow, name) for name in fields}

@@ -1,0 +1,281 @@
+"""``send()`` bursts as columns: the per-message call without a per-message
+object in the stages.
+
+A high-rate loop of common ``send()`` calls (``bytes`` value, no key, headers,
+partition, timestamp, ``metadata`` or ``on_delivery``, the default
+partitioner) appends each call's value and timestamp to the columns of one
+open ``SendRows``, as Java's ``RecordAccumulator`` appends into its batch
+buffer, and returns a two-slot ``RowDelivery``. When the dispatcher takes the
+burst, its columns are packed once (the C kernel's ``pack_binary``) and the
+burst travels through the four stages as a ``send_batch`` ``RowRun`` does
+(``rows.py``): split per partition and batch by the topic producer, ordered as
+one unit by the partition producer, sealed by the columnar encoder, settled by
+the ledger as a whole. Measured (issue 15 goal 2): the 15-slot ``Delivery`` per
+message, its share of the cyclic GC, and the per-message work of every stage
+were most of ``send()`` + ``flush()``'s CPU.
+
+Per-row outcomes are read lazily: when one of the chunk's runs settles, the
+ledger records which run each of its rows belongs to and the row's offset
+(``RowOutcomes.record``: slice stores, no object per row), and a
+``RowDelivery`` reads its row from there. ``flush()`` callers drop their
+deliveries at once, so the burst's value list dies when its columns are packed.
+
+Invariants:
+* Rows are accepted in call order and the ids of a burst are consecutive: a
+  burst is open only while nothing else was put on the intake after it
+  (``Intake`` ends it on any other item, as it ends a list burst).
+* ``chunk.pending`` counts the burst's rows only once it is sealed (by the
+  dispatcher taking it, or by a close); nothing settles a row before that,
+  because its run reaches no stage before the dispatcher takes it.
+* A row's outcome is written once: ``run_of[row]`` goes from None to its run
+  when that run settles (write-once ``_state`` per run), and a run settles once.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Generator
+from typing import Any
+
+import trio
+
+from pipeline.producer.message import (
+    FAILED,
+    OK,
+    PENDING,
+    Delivery,
+    ProducerError,
+    ProducerMessage,
+    RecordMetadata,
+    _checkpoint,
+    _checkpoint_if_cancelled,
+    _run_context,
+    _schedule_due,
+)
+from pipeline.producer.rows import RowChunk, RowRun
+from pipeline.protocol.columnar import BinaryColumn, Columns, kernel
+
+__all__ = ["COLUMNS_MIN", "RowDelivery", "RowOutcomes", "SendRows"]
+
+#: A burst opens as columns only after a burst of at least this many messages
+#: was taken (a high-rate loop): each burst's runs are sealed as their own
+#: batches, so small bursts (a paced sender) keep the per-message path, whose
+#: messages share batches across bursts during ``linger``.
+COLUMNS_MIN = 64
+
+_new_metadata = tuple.__new__
+
+
+class RowOutcomes:
+    """Where each row of a burst ended up: written by the ledger when a run of
+    the burst settles, read by the rows' deliveries. Shared by the chunk and
+    the ``SendRows``, so neither keeps the other alive."""
+
+    __slots__ = ("event", "offsets", "run_of")
+
+    def __init__(self, count: int) -> None:
+        # run_of[row]: the run that settled the row (None: pending). offsets[row]:
+        # its offset (-1 unknown: acks=0 or a duplicate), valid once run_of is set.
+        self.run_of: list[RowRun | None] = [None] * count
+        self.offsets = array("q", bytes(8 * count))
+        # Set when a run settles while someone waits for a row (then replaced).
+        self.event: trio.Event | None = None
+
+    def record(self, run: RowRun) -> None:
+        """``run`` settled (its ``_state``, ``offset`` and ``timestamp`` are set)."""
+        rows = range(run.count) if run.rows is None else run.rows
+        n = run.count
+        base = run.offset
+        if type(rows) is range and rows.step == 1:
+            a, b = rows.start, rows.stop
+            self.run_of[a:b] = [run] * n
+            if run._state == OK:
+                self.offsets[a:b] = (array("q", range(base, base + n)) if base >= 0
+                                     else array("q", [-1]) * n)
+        else:
+            run_of, offsets = self.run_of, self.offsets
+            step = 1 if base >= 0 else 0
+            for j, row in enumerate(rows):
+                run_of[row] = run
+                offsets[row] = base + j * step
+        if self.event is not None:
+            self.event.set()
+            self.event = None
+
+
+class SendRows:
+    """One ``send()`` burst: its columns while open (a list per column), then
+    the deliveries' view of its rows."""
+
+    __slots__ = ("chunk", "event", "outcomes", "run", "size", "timestamps", "topic", "values")
+
+    def __init__(self, topic: str, run: RowRun, chunk: RowChunk) -> None:
+        self.topic = topic
+        self.values: list[bytes] = []
+        self.timestamps: list[int] = []
+        self.size = 0  # bytes reserved (the per-message bounds)
+        self.run = run  # the burst's run, in the intake until the dispatcher takes it
+        self.chunk = chunk
+        self.outcomes: RowOutcomes | None = None  # set when sealed
+        self.event: trio.Event | None = None  # set when sealed, if someone waits
+
+    def seal(self) -> None:
+        """The burst is closed (the dispatcher took it, or the producer closes):
+        its columns are packed into the run, and its rows become pending rows
+        of the chunk."""
+        pack = kernel().pack_binary
+        offsets, data, validity, nulls = pack(self.values, "values")
+        values = BinaryColumn(memoryview(offsets).cast("q"), memoryview(data),
+                              None if validity is None else memoryview(validity), 0, nulls)
+        n = len(self.values)
+        run, chunk = self.run, self.chunk
+        run.columns = Columns(values, None, None, memoryview(array("q", self.timestamps)))
+        run.count = n
+        run._size = self.size
+        chunk.pending = n
+        self.outcomes = chunk.outcomes = RowOutcomes(n)
+        if self.event is not None:
+            self.event.set()
+
+
+class RowDelivery(Delivery):
+    """What ``send()`` returns for a row of a columnar burst: the same API as
+    a message's ``Delivery``, read from the burst (two slots, no copy)."""
+
+    __slots__ = ("_row", "_rows")
+
+    def __init__(self, rows: SendRows, row: int) -> None:
+        self._rows = rows
+        self._row = row
+
+    # -- the message's fields ----------------------------------------------------
+    @property
+    def topic(self) -> str:  # type: ignore[override]
+        return self._rows.topic
+
+    @property
+    def value(self) -> bytes:  # type: ignore[override]
+        return self._rows.values[self._row]
+
+    @property
+    def key(self) -> None:  # type: ignore[override]
+        return None
+
+    @property
+    def headers(self) -> tuple[()]:  # type: ignore[override]
+        return ()
+
+    @property
+    def metadata(self) -> None:
+        return None
+
+    def _run(self) -> RowRun | None:
+        outcomes = self._rows.outcomes
+        return None if outcomes is None else outcomes.run_of[self._row]
+
+    @property
+    def partition(self) -> int | None:  # type: ignore[override]
+        run = self._run()
+        return None if run is None else run.partition
+
+    @property
+    def offset(self) -> int:  # type: ignore[override]
+        run = self._run()
+        if run is None or run._state != OK:
+            return -1
+        assert self._rows.outcomes is not None
+        return self._rows.outcomes.offsets[self._row]
+
+    @property
+    def timestamp(self) -> int:  # type: ignore[override]
+        run = self._run()
+        if run is not None and run._state == OK and run.timestamp >= 0:
+            return run.timestamp  # the broker's LogAppendTime
+        return self._rows.timestamps[self._row]
+
+    @property
+    def _state(self) -> int:  # type: ignore[override]
+        run = self._run()
+        return PENDING if run is None else run._state
+
+    @property
+    def _outcome(self) -> BaseException | None:  # type: ignore[override]
+        run = self._run()
+        return None if run is None else run._outcome
+
+    @property
+    def message(self) -> ProducerMessage:
+        """The row as a ``ProducerMessage`` (a copy, with its outcome's fields)."""
+        msg = ProducerMessage(self.topic, self.value, None, None, self.partition, self.timestamp)
+        msg.offset = self.offset
+        msg._state = self._state
+        return msg
+
+    def __repr__(self) -> str:
+        where = self.topic if self.partition is None else f"{self.topic}[{self.partition}]"
+        state = ("pending", "ok", "failed")[self._state]
+        off = f" offset={self.offset}" if self._state == OK else ""
+        return f"<Delivery {where} key=None {state}{off}>"
+
+    def done(self) -> bool:
+        return self._state != PENDING
+
+    def record_metadata(self) -> RecordMetadata:
+        offset = self.offset
+        return _new_metadata(RecordMetadata, (
+            self._rows.topic, self.partition, offset, self.timestamp, offset >= 0))
+
+    def result(self) -> RecordMetadata:
+        state = self._state
+        if state == OK:
+            return self.record_metadata()
+        if state == FAILED:
+            outcome = self._outcome
+            assert outcome is not None
+            raise ProducerError(self.message, outcome)
+        raise trio.WouldBlock
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        outcomes = self._rows.outcomes
+        run = None if outcomes is None else outcomes.run_of[self._row]
+        if run is not None and run._state == OK:  # settled: no schedule pass
+            if _schedule_due():  # (MessageDelivery.__await__'s budget and check)
+                yield from _checkpoint().__await__()
+            else:
+                try:
+                    cancelled = _run_context.task._cancel_status.effectively_cancelled
+                except AttributeError:
+                    cancelled = True
+                if cancelled:
+                    yield from _checkpoint_if_cancelled().__await__()  # raises Cancelled
+            assert outcomes is not None
+            offset = outcomes.offsets[self._row]
+            timestamp = run.timestamp
+            return _new_metadata(RecordMetadata, (
+                run.topic, run.partition, offset,
+                timestamp if timestamp >= 0 else self._rows.timestamps[self._row],
+                offset >= 0))
+        if run is None:
+            yield from self._park().__await__()
+        else:  # failed: rare, a full checkpoint
+            yield from _checkpoint().__await__()
+        return self.result()
+
+    async def _park(self) -> None:
+        """Wait (a trio checkpoint) until the row is settled: woken whenever a
+        run of its burst settles, so a loop awaiting a burst's rows in order
+        parks about once per batch."""
+        rows = self._rows
+        while True:
+            outcomes = rows.outcomes
+            if outcomes is not None and outcomes.run_of[self._row] is not None:
+                await trio.lowlevel.checkpoint()
+                return
+            if outcomes is None:  # not sealed yet: the dispatcher has not taken it
+                if rows.event is None:
+                    rows.event = trio.Event()
+                await rows.event.wait()
+                continue
+            if outcomes.event is None:
+                outcomes.event = trio.Event()
+            await outcomes.event.wait()

@@ -1,0 +1,231 @@
+"""Issue 15 goal 2: a loop of common ``send()`` calls travels as columns.
+
+After a burst of ``COLUMNS_MIN`` or more messages was taken, the next burst of
+common calls (bytes value, no key, headers, partition, timestamp, metadata or
+on_delivery) appends to the columns of one ``SendRows`` and returns
+``RowDelivery`` objects (``pipeline/producer/send_rows.py``). These schedules
+check that every such row gets exactly the outcome the per-message path would
+give it: its offset in send order, its partition, its timestamp, its error,
+and its place among messages sent around it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from pipeline.producer.errors import ProducerClosed, ProducerError
+from pipeline.producer.message import MessageDelivery
+from pipeline.producer.send_rows import COLUMNS_MIN, RowDelivery
+from pipeline.testing.fake_cluster import FakeCluster
+
+from .conftest import open_fake_producer, values_in_log
+
+T = 1_700_000_000_000  # the conftest's injected CreateTime
+
+# A send() loop checkpoints every _YIELD_EVERY (512) calls, where the dispatcher
+# may take the burst (trio orders a batch's tasks at random): the loop's first
+# bursts are messages (not known to be a high-rate loop yet), later ones rows.
+LOOP = 2000
+
+
+def _kinds(deliveries: list[Any]) -> list[str]:
+    return ["row" if type(d) is RowDelivery else "msg" for d in deliveries]
+
+
+def columnar_next(producer: Any) -> None:
+    """The next common send() opens a columnar burst, as after a taken burst of
+    COLUMNS_MIN messages or more (without depending on where trio lets the
+    dispatcher take one; test_a_paced_sender... checks that rule). The bursts
+    of a loop after it are then all columnar: each is taken at a checkpoint,
+    512 sends after the last."""
+    producer._intake._columns_next = True
+
+
+@pytest.fixture(autouse=True)
+def _modes(both_modes: bool) -> bool:
+    return both_modes
+
+
+async def test_a_send_loop_becomes_columnar_and_keeps_every_outcome(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Schedule (one partition): 2000 sends in a loop, no await between them.
+    The first 511 or more are messages, the rest rows; awaiting the last one first
+    parks it until its burst is sealed and settled. Every delivery then reports
+    offset i for the i-th send, in the log in send order, CreateTime T."""
+    fake.create_topic("t", 1)
+    values = [b"v%d" % i for i in range(LOOP)]
+    async with open_fake_producer(fake) as producer:
+        deliveries = [await producer.send("t", v) for v in values]
+        kinds = _kinds(deliveries)
+        messages = kinds.count("msg")
+        assert 511 <= messages <= 1023 and kinds == ["msg"] * messages + ["row"] * (LOOP - messages)
+        last = deliveries[-1]
+        assert not last.done()
+        with pytest.raises(trio.WouldBlock):
+            last.result()
+        assert last.partition is None and last.offset == -1
+        assert (await last).offset == LOOP - 1  # parked: sealed, then settled
+        results = [await d for d in deliveries]
+    assert [r.offset for r in results] == list(range(LOOP))
+    assert {(r.topic, r.partition, r.timestamp, r.offset_known) for r in results} == {
+        ("t", 0, T, True)}
+    assert values_in_log(fake, "t", 0) == values
+    i = LOOP - 5
+    row = deliveries[i]
+    assert (row.topic, row.value, row.key, row.headers, row.metadata) == (
+        "t", values[i], None, (), None)
+    assert (row.partition, row.offset, row.timestamp, row.done()) == (0, i, T, True)
+    assert row.result() == results[i] == row.record_metadata()
+    assert repr(row) == f"<Delivery t[0] key=None ok offset={i}>"
+    message = row.message
+    assert (message.topic, message.value, message.partition, message.offset) == (
+        "t", values[i], 0, i)
+
+
+async def test_rows_and_messages_sent_between_them_keep_the_send_order(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Schedule (one partition): a loop in which every 100th send carries a
+    key and every 250th goes to another topic (both take the per-message
+    path: the open columnar burst ends, and the next common send opens a new
+    one behind them). The log holds every value of "t" in send order."""
+    fake.create_topic("t", 1)
+    fake.create_topic("u", 1)
+    sent: list[bytes] = []
+    async with open_fake_producer(fake) as producer:
+        deliveries = []
+        columnar_next(producer)
+        for i in range(LOOP):
+            value = b"v%d" % i
+            if i % 250 == 249:
+                deliveries.append(await producer.send("u", value))
+                continue
+            key = b"k" if i % 100 == 99 else None
+            deliveries.append(await producer.send("t", value, key=key))
+            sent.append(value)
+        kinds = _kinds(deliveries)
+        await producer.flush()
+    assert kinds[:99] == ["row"] * 99 and kinds[99] == "msg"
+    assert all(d.done() for d in deliveries)
+    assert values_in_log(fake, "t", 0) == sent
+    assert [(await d).offset for d in deliveries if d.topic == "t"] == list(range(len(sent)))
+
+
+async def test_a_paced_sender_keeps_the_per_message_path(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Columnar bursts are sealed as their own batches, so only a loop whose
+    last burst had COLUMNS_MIN messages or more opens one: bursts of 10 sends
+    with a sleep between them stay messages, and a loop's small tail burst
+    turns the next burst back into messages."""
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        paced = []
+        for _ in range(20):
+            paced += [await producer.send("t", b"p") for _ in range(10)]
+            await trio.sleep(0.01)
+        assert set(_kinds(paced)) == {"msg"}
+        loop = [await producer.send("t", b"l") for _ in range(LOOP)]
+        assert "row" in _kinds(loop)
+        await trio.sleep(0.01)  # the dispatcher takes the loop's last burst
+        columnar_next(producer)
+        tail = [await producer.send("t", b"a") for _ in range(COLUMNS_MIN - 1)]
+        await trio.sleep(0.01)  # a columnar burst of COLUMNS_MIN - 1 rows is taken
+        after = await producer.send("t", b"a")
+        assert set(_kinds(tail)) == {"row"} and type(after) is MessageDelivery
+        await producer.flush()
+
+
+async def test_rows_the_broker_rejects_fail_with_the_error_and_their_values(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Schedule (plain producer, retries=0, one partition): after 10 messages
+    were written, the next Produce request (the first columnar batch) is
+    answered NOT_ENOUGH_REPLICAS: each of its rows fails with that error, and
+    the error names the row's own value; later rows are written."""
+    from pipeline.protocol.api import ApiKey
+    from pipeline.protocol.errors import ErrorCode
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, idempotent=False, retries=0) as producer:
+        first = [await producer.send("t", b"m%d" % i) for i in range(10)]
+        await producer.flush()
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        columnar_next(producer)
+        rows = [await producer.send("t", b"r%d" % i) for i in range(300)]
+        await producer.flush()
+    assert set(_kinds(first)) == {"msg"} and set(_kinds(rows)) == {"row"}
+    failed = [d for d in rows if d._state == 2]
+    assert failed and failed == rows[:len(failed)]
+    for i, d in enumerate(failed):
+        with pytest.raises(ProducerError, match="NOT_ENOUGH_REPLICAS") as info:
+            await d
+        assert info.value.message.value == b"r%d" % i
+        assert d.offset == -1 and d.partition == 0
+    assert [(await d).offset for d in rows[len(failed):]] == list(
+        range(10, 10 + 300 - len(failed)))
+
+
+async def test_a_close_fails_a_burst_the_dispatcher_never_took(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A producer left by an error while a columnar burst is still in the
+    intake (never taken, so never sealed): the close seals it and fails each of
+    its rows with ProducerClosed, once; every byte is released."""
+    fake.create_topic("t", 1)
+    rows: list[Any] = []
+    with pytest.raises(RuntimeError, match="leave"):
+        async with open_fake_producer(fake) as producer:
+            [await producer.send("t", b"m") for _ in range(12)]
+            await producer.flush()
+            columnar_next(producer)
+            rows = [await producer.send("t", b"r%d" % i) for i in range(100)]
+            raise RuntimeError("leave")
+    assert set(_kinds(rows)) == {"row"}
+    for i, d in enumerate(rows):
+        with pytest.raises(ProducerError) as info:
+            d.result()
+        assert isinstance(info.value.cause, ProducerClosed)
+        assert info.value.message.value == b"r%d" % i
+    stats = producer.statistics()
+    assert stats.outstanding == 0 and stats.buffered_bytes == 0
+    assert (stats.accepted, stats.succeeded, stats.failed) == (112, 12, 100)
+
+
+async def test_a_settled_row_is_still_a_cancellation_point(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        rows = [await producer.send("t", b"v") for _ in range(100)]
+        await producer.flush()
+        assert type(rows[0]) is RowDelivery and rows[0].done()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await rows[0]
+            pytest.fail("a settled await in a cancelled scope returned")  # pragma: no cover
+        assert scope.cancelled_caught
+
+
+async def test_rows_get_the_log_append_time_the_broker_gave(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A LogAppendTime answer (offset 7 for every batch): the rows report the
+    broker's time, not their own CreateTime, and offsets from 7 per batch."""
+    from pipeline.protocol.api import ApiKey
+
+    from .test_ledger_rules import answer_with_log_append_time
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake) as producer:
+        fake.control(ApiKey.PRODUCE, answer_with_log_append_time(T + 5))
+        columnar_next(producer)
+        rows = [await producer.send("t", b"r") for _ in range(100)]
+        results = [await d for d in rows]
+    assert set(_kinds(rows)) == {"row"}
+    assert {r.timestamp for r in results} == {T + 5}
+    assert results[0].offset == 7 and rows[0].timestamp == T + 5
