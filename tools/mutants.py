@@ -86,7 +86,11 @@ TARGETS: dict[str, set[str] | None] = {
         "Intake._enqueue_nowait",
         "Intake._accept_alone",
         "Intake.close_burst",
+        "Intake._open_rows",
+        "Intake.close_rows",
     },
+    # send() bursts as columns (issue 15)
+    "pipeline/producer/send_rows.py": None,
 }
 TESTS = ["tests/scenarios", "tests/producer"]
 PYTEST = [

@@ -323,6 +323,7 @@ class Ledger:
             # or the chunk's columns wait for the cyclic GC (found measuring peak RSS:
             # seven calls' columns alive at once instead of the two in flight).
             chunk.runs = []
+            chunk.outcomes = None  # (its rows' runs point at the chunk too)
             if chunk.extra:
                 self.release(chunk.extra)  # the chunk's copied columns
 

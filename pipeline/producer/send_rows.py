@@ -68,8 +68,9 @@ _new_metadata = tuple.__new__
 
 class RowOutcomes:
     """Where each row of a burst ended up: written by the ledger when a run of
-    the burst settles, read by the rows' deliveries. Shared by the chunk and
-    the ``SendRows``, so neither keeps the other alive."""
+    the burst settles, read by the rows' deliveries. Shared by the chunk (which
+    drops it with its last row: ``run_of`` points at runs, and runs at the
+    chunk) and the ``SendRows``, so neither keeps the other alive."""
 
     __slots__ = ("event", "offsets", "run_of")
 

@@ -177,7 +177,7 @@ async def test_a_close_fails_a_burst_the_dispatcher_never_took(
     its rows with ProducerClosed, once; every byte is released."""
     fake.create_topic("t", 1)
     rows: list[Any] = []
-    with pytest.raises(RuntimeError, match="leave"):
+    with pytest.raises(RuntimeError, match="leave"):  # noqa: PT012
         async with open_fake_producer(fake) as producer:
             [await producer.send("t", b"m") for _ in range(12)]
             await producer.flush()
@@ -229,3 +229,107 @@ async def test_rows_get_the_log_append_time_the_broker_gave(
     assert set(_kinds(rows)) == {"row"}
     assert {r.timestamp for r in results} == {T + 5}
     assert results[0].offset == 7 and rows[0].timestamp == T + 5
+
+
+async def test_a_too_large_columnar_batch_is_split_and_each_row_reports_its_offset(
+    nursery: trio.Nursery, autojump_clock: Any
+) -> None:
+    """KIP-126 for a columnar burst: 40 rows over the topic's 1200-byte limit are
+    halved until each part fits (the halves replace the run in its chunk); every
+    row reports the offset of its own place in the log."""
+    from .test_idempotence import sent_batches
+
+    fake = FakeCluster(brokers=1, seed=3, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("t", 1, configs={"max.message.bytes": "1200"})
+    values = [b"%03d:" % i + b"x" * 100 for i in range(40)]
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        rows = [await producer.send("t", v) for v in values]
+        results = [await d for d in rows]
+    assert set(_kinds(rows)) == {"row"}
+    assert [b[4] for b in sent_batches(fake, "t", 0)] == [40, 20, 10, 10, 20, 10, 10]
+    assert values_in_log(fake, "t", 0) == values
+    assert [r.offset for r in results] == list(range(40))
+
+
+async def test_a_full_buffer_ends_the_columnar_burst_and_keeps_the_order(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """buffer_memory holds about 20 rows: the 21st send finds no room, takes the
+    per-message path and waits (the open columnar burst ends there, so nothing
+    sent later can pass it); every value is in the log in send order."""
+    fake.create_topic("t", 1)
+    values = [b"%04d" % i + b"y" * 96 for i in range(200)]
+    async with open_fake_producer(fake, buffer_memory=20 * 140, max_message_bytes=1000) as producer:
+        columnar_next(producer)
+        deliveries = [await producer.send("t", v) for v in values]
+        results = [await d for d in deliveries]
+    kinds = _kinds(deliveries)
+    assert kinds[0] == "row" and "msg" in kinds
+    assert values_in_log(fake, "t", 0) == values
+    assert [r.offset for r in results] == list(range(200))
+
+
+async def test_rows_take_the_wall_clock_create_time(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    import time
+
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake, timestamp_ms=None) as producer:
+        columnar_next(producer)
+        before = int(time.time() * 1000)
+        rows = [await producer.send("t", b"v") for _ in range(100)]
+        after = int(time.time() * 1000)
+        results = [await d for d in rows]
+    assert set(_kinds(rows)) == {"row"}
+    assert all(before <= r.timestamp <= after for r in results)
+    assert [d.timestamp for d in rows] == [r.timestamp for r in results]
+
+
+async def test_wait_all_counts_rows_and_their_errors(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """The bulk wait over row deliveries (one failed batch of retries=0)."""
+    from pipeline.producer.message import wait_all
+    from pipeline.protocol.api import ApiKey
+    from pipeline.protocol.errors import ErrorCode
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, idempotent=False, retries=0) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        columnar_next(producer)
+        rows = [await producer.send("t", b"v%d" % i) for i in range(100)]
+        result = await wait_all(rows)
+    assert set(_kinds(rows)) == {"row"}
+    assert (result.delivered, result.failed) == (0, 100)
+    assert len(result.errors) == 10 and result.errors[3].message.value == b"v3"
+
+
+async def test_a_settled_burst_leaves_no_reference_cycle(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A flush() caller drops its row deliveries: the burst's values, columns and
+    outcomes are then freed by reference counting, not left to the cyclic GC
+    (runs point at their chunk, the chunk at its outcomes and runs)."""
+    import gc
+
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        for _ in range(600):
+            await producer.send("t", b"w")
+        await producer.flush()
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(3):
+                columnar_next(producer)
+                for _ in range(600):
+                    await producer.send("t", b"v" * 50)
+                await producer.flush()
+            assert gc.collect() == 0
+        finally:
+            gc.enable()
