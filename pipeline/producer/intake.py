@@ -203,7 +203,7 @@ class Intake:
             and type(value) is bytes and (key is None or type(key) is bytes)
             and type(topic) is str and topic
         ):
-            if key is None and metadata is None and on_delivery is None:
+            if key is None and metadata is None and (on_delivery is None or callable(on_delivery)):
                 rows = self._rows
                 if rows is not None and topic == rows.topic:
                     # A row of the open columnar burst (send_rows.py): the same
@@ -216,6 +216,12 @@ class Intake:
                         delivery = _new_row(RowDelivery)
                         delivery._rows = rows
                         delivery._row = len(values)
+                        if on_delivery is not None:  # each row's own (or None)
+                            if rows.on_delivery is None:
+                                rows.on_delivery = [None] * len(values)
+                            rows.on_delivery.append(on_delivery)
+                        elif rows.on_delivery is not None:
+                            rows.on_delivery.append(None)
                         values.append(value)
                         if not self._wall_clock:
                             rows.timestamps.append(self._timestamp_ms())
@@ -228,7 +234,7 @@ class Intake:
                         rows.size += size
                         return delivery
                 elif rows is None and self._columns_next and self._burst is None:
-                    opened = self._open_rows(topic, value)
+                    opened = self._open_rows(topic, value, on_delivery)
                     if opened is not None:
                         return opened
             # The common call, validated in place (same rules and size bound as
@@ -296,7 +302,8 @@ class Intake:
         burst.append(msg)
         return msg
 
-    def _open_rows(self, topic: str, value: bytes) -> RowDelivery | None:
+    def _open_rows(self, topic: str, value: bytes, on_delivery: DeliveryCallback | None
+                   ) -> RowDelivery | None:
         """Open a columnar burst with this first row: one chunk accepted with one
         row, its run put on the channel now. None (nothing done): no room in the
         buffer or the intake; the per-message path then waits for it."""
@@ -316,6 +323,8 @@ class Intake:
             ledger.unaccept_rows(chunk, 1, size)
             return None
         rows = chunk.send_rows = self._rows = SendRows(topic, run, chunk)
+        if on_delivery is not None:
+            rows.on_delivery = [on_delivery]
         rows.values.append(value)
         rows.timestamps.append(self.current_ms())
         rows.size = size

@@ -28,6 +28,7 @@ import logging
 from collections import deque
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -44,6 +45,9 @@ from pipeline.producer.message import (
     RecordMetadata,
 )
 from pipeline.producer.rows import RowChunk, RowsError
+
+if TYPE_CHECKING:
+    from pipeline.producer.send_rows import RowOutcomes
 
 log = logging.getLogger("pipeline.producer")
 _new_metadata = tuple.__new__
@@ -247,6 +251,8 @@ class Ledger:
                 sink.event.set()
             elif type(sink) is RowChunk:
                 count += msg.count - 1  # type: ignore[attr-defined]  # a RowRun: its rows
+                if timestamp >= 0:
+                    msg.timestamp = timestamp  # before its rows' callbacks hear of it
                 self._rows_settled(msg, sink)  # (its bytes: released below with the rest)
             else:  # TO_CHANNELS or a waiter's event: both hear of it after this loop
                 released -= msg._size
@@ -304,7 +310,10 @@ class Ledger:
         n: int = run.count  # type: ignore[attr-defined]
         group = chunk.group
         if group is None:  # a send() burst: its rows' deliveries read the outcome
-            chunk.outcomes.record(run)
+            outcomes = chunk.outcomes
+            outcomes.record(run)
+            if outcomes.on_delivery is not None:
+                self._call_back_rows(outcomes, run)
         elif run._state == OK:
             group.delivered += n
         else:
@@ -343,7 +352,27 @@ class Ledger:
         if type(sink) is OnDelivery and sink.event is not None:
             sink.event.set()
 
-    def _callback_failed(self, fn: DeliveryCallback, msg: ProducerMessage) -> None:
+    def _call_back_rows(self, outcomes: RowOutcomes, run: ProducerMessage) -> None:
+        """The ``on_delivery`` callback of each row of a settled run of a
+        columnar ``send()`` burst, once per row, in row order; an exception is
+        logged and counted (as ``_call_back``), and the next row still hears."""
+        fns = outcomes.callbacks(run)  # type: ignore[arg-type]
+        if run._state == OK:
+            for meta, fn in zip(outcomes.metadata(run), fns, strict=True):  # type: ignore[arg-type]
+                if fn is not None:
+                    try:
+                        fn(meta, None)
+                    except Exception:
+                        self._callback_failed(fn, meta)
+        else:
+            for error, fn in zip(outcomes.errors(run), fns, strict=True):  # type: ignore[arg-type]
+                if fn is not None:
+                    try:
+                        fn(None, error)
+                    except Exception:
+                        self._callback_failed(fn, error.message)
+
+    def _callback_failed(self, fn: DeliveryCallback, msg: object) -> None:
         """(called from an ``except`` block: logs the exception in flight)"""
         self.callback_errors += 1
         log.exception("on_delivery callback %r raised for %r", fn, msg)

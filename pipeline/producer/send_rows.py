@@ -2,8 +2,8 @@
 object in the stages.
 
 A high-rate loop of common ``send()`` calls (``bytes`` value, no key, headers,
-partition, timestamp, ``metadata`` or ``on_delivery``, the default
-partitioner) appends each call's value and timestamp to the columns of one
+partition, timestamp or ``metadata``; an ``on_delivery`` callable or none;
+the default partitioner) appends each call's value and timestamp to the columns of one
 open ``SendRows``, as Java's ``RecordAccumulator`` appends into its batch
 buffer, and returns a two-slot ``RowDelivery``. When the dispatcher takes the
 burst, its columns are packed once (the C kernel's ``pack_binary``) and the
@@ -34,7 +34,8 @@ Invariants:
 from __future__ import annotations
 
 from array import array
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from itertools import repeat
 from typing import Any
 
 import trio
@@ -44,6 +45,7 @@ from pipeline.producer.message import (
     OK,
     PENDING,
     Delivery,
+    DeliveryCallback,
     ProducerError,
     ProducerMessage,
     RecordMetadata,
@@ -66,52 +68,100 @@ COLUMNS_MIN = 64
 _new_metadata = tuple.__new__
 
 
+def _span(run: RowRun) -> tuple[int, int]:
+    """The rows of a burst's run: consecutive, as the null-key split and the
+    KIP-126 halves cut them (``None``: the burst's whole unsplit run)."""
+    rows = run.rows
+    if rows is None:
+        return 0, run.count
+    assert type(rows) is range, "a burst's runs are ranges of rows"
+    assert rows.step == 1
+    return rows.start, rows.stop
+
+
+def row_offset(run: RowRun, row: int) -> int:
+    """The offset of ``row`` of a burst, written by ``run`` (settled OK): the
+    run's base offset plus the row's place in it; -1 when the broker gave no
+    offset (acks=0, or a duplicate's answer)."""
+    base = run.offset
+    if base < 0:
+        return -1
+    rows = run.rows
+    return base + row - (0 if rows is None else rows.start)
+
+
 class RowOutcomes:
     """Where each row of a burst ended up: written by the ledger when a run of
     the burst settles, read by the rows' deliveries. Shared by the chunk (which
     drops it with its last row: ``run_of`` points at runs, and runs at the
     chunk) and the ``SendRows``, so neither keeps the other alive."""
 
-    __slots__ = ("event", "offsets", "run_of")
+    __slots__ = ("event", "on_delivery", "run_of", "timestamps", "topic", "values")
 
-    def __init__(self, count: int) -> None:
-        # run_of[row]: the run that settled the row (None: pending). offsets[row]:
-        # its offset (-1 unknown: acks=0 or a duplicate), valid once run_of is set.
+    def __init__(self, count: int, rows: SendRows) -> None:
+        # run_of[row]: the run that settled the row (None: pending). The row's
+        # offset follows from it: the run's base offset plus the row's place in
+        # the run (``row_offset``), -1 when the broker gave none.
         self.run_of: list[RowRun | None] = [None] * count
-        self.offsets = array("q", bytes(8 * count))
         # Set when a run settles while someone waits for a row (then replaced).
         self.event: trio.Event | None = None
+        # The rows' on_delivery callbacks (None: no row has one), called per row by
+        # the ledger when a run settles (with the row's metadata, or its error
+        # naming its value: hence the lists).
+        self.on_delivery = rows.on_delivery
+        self.topic = rows.topic
+        self.timestamps = rows.timestamps
+        self.values = rows.values if rows.on_delivery is not None else None
 
     def record(self, run: RowRun) -> None:
         """``run`` settled (its ``_state``, ``offset`` and ``timestamp`` are set)."""
-        rows = range(run.count) if run.rows is None else run.rows
-        n = run.count
-        base = run.offset
-        if type(rows) is range and rows.step == 1:
-            a, b = rows.start, rows.stop
-            self.run_of[a:b] = [run] * n
-            if run._state == OK:
-                self.offsets[a:b] = (array("q", range(base, base + n)) if base >= 0
-                                     else array("q", [-1]) * n)
-        else:
-            run_of, offsets = self.run_of, self.offsets
-            step = 1 if base >= 0 else 0
-            for j, row in enumerate(rows):
-                run_of[row] = run
-                offsets[row] = base + j * step
+        a, b = _span(run)
+        self.run_of[a:b] = [run] * (b - a)
         if self.event is not None:
             self.event.set()
             self.event = None
+
+    def metadata(self, run: RowRun) -> Iterator[RecordMetadata]:
+        """The ``RecordMetadata`` of each row of ``run`` (settled OK, recorded),
+        in row order, built by C-level maps (no Python bytecode per row)."""
+        a, b = _span(run)
+        n, base, append_time = b - a, run.offset, run.timestamp
+        offsets = range(base, base + n) if base >= 0 else repeat(-1, n)
+        stamps = self.timestamps[a:b] if append_time < 0 else repeat(append_time, n)
+        return map(_new_metadata, repeat(RecordMetadata), zip(
+            repeat(run.topic, n), repeat(run.partition), offsets, stamps, repeat(base >= 0)))
+
+    def callbacks(self, run: RowRun) -> list[DeliveryCallback | None]:
+        """The ``on_delivery`` of each row of ``run`` (None: that row has none)."""
+        assert self.on_delivery is not None
+        a, b = _span(run)
+        return self.on_delivery[a:b]
+
+    def errors(self, run: RowRun) -> Iterator[ProducerError]:
+        """The ``ProducerError`` of each row of ``run`` (failed), in row order,
+        naming the row's value."""
+        values, cause = self.values, run._outcome
+        assert values is not None
+        assert cause is not None
+        for row in range(*_span(run)):
+            msg = ProducerMessage(self.topic, values[row], None, None, run.partition,
+                                  self.timestamps[row])
+            msg._state = FAILED
+            msg._outcome = cause
+            yield ProducerError(msg, cause)
 
 
 class SendRows:
     """One ``send()`` burst: its columns while open (a list per column), then
     the deliveries' view of its rows."""
 
-    __slots__ = ("chunk", "event", "outcomes", "run", "size", "timestamps", "topic", "values")
+    __slots__ = ("chunk", "event", "on_delivery", "outcomes", "run", "size", "timestamps",
+                 "topic", "values")
 
     def __init__(self, topic: str, run: RowRun, chunk: RowChunk) -> None:
         self.topic = topic
+        # Each row's on_delivery (or None), once a row had one; None: no row had.
+        self.on_delivery: list[DeliveryCallback | None] | None = None
         self.values: list[bytes] = []
         self.timestamps: list[int] = []
         self.size = 0  # bytes reserved (the per-message bounds)
@@ -134,7 +184,7 @@ class SendRows:
         run.count = n
         run._size = self.size
         chunk.pending = n
-        self.outcomes = chunk.outcomes = RowOutcomes(n)
+        self.outcomes = chunk.outcomes = RowOutcomes(n, self)
         if self.event is not None:
             self.event.set()
 
@@ -184,8 +234,7 @@ class RowDelivery(Delivery):
         run = self._run()
         if run is None or run._state != OK:
             return -1
-        assert self._rows.outcomes is not None
-        return self._rows.outcomes.offsets[self._row]
+        return row_offset(run, self._row)
 
     @property
     def timestamp(self) -> int:  # type: ignore[override]
@@ -249,12 +298,15 @@ class RowDelivery(Delivery):
                     cancelled = True
                 if cancelled:
                     yield from _checkpoint_if_cancelled().__await__()  # raises Cancelled
-            assert outcomes is not None
-            offset = outcomes.offsets[self._row]
+            row = self._row
+            offset = run.offset
+            if offset >= 0:  # (row_offset, inlined)
+                rows = run.rows
+                offset += row - (0 if rows is None else rows.start)
             timestamp = run.timestamp
             return _new_metadata(RecordMetadata, (
                 run.topic, run.partition, offset,
-                timestamp if timestamp >= 0 else self._rows.timestamps[self._row],
+                timestamp if timestamp >= 0 else self._rows.timestamps[row],
                 offset >= 0))
         if run is None:
             yield from self._park().__await__()

@@ -150,20 +150,20 @@ async def test_rows_the_broker_rejects_fail_with_the_error_and_their_values(
     from pipeline.protocol.errors import ErrorCode
 
     fake.create_topic("t", 1, leaders=[0])
-    async with open_fake_producer(fake, idempotent=False, retries=0) as producer:
+    async with open_fake_producer(fake, idempotent=False, retries=0, batch_bytes=4096) as producer:
         first = [await producer.send("t", b"m%d" % i) for i in range(10)]
         await producer.flush()
         fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
         columnar_next(producer)
-        rows = [await producer.send("t", b"r%d" % i) for i in range(300)]
+        rows = [await producer.send("t", b"r%d:" % i + b"x" * 100) for i in range(300)]
         await producer.flush()
     assert set(_kinds(first)) == {"msg"} and set(_kinds(rows)) == {"row"}
     failed = [d for d in rows if d._state == 2]
-    assert failed and failed == rows[:len(failed)]
+    assert 0 < len(failed) < 300 and failed == rows[:len(failed)]
     for i, d in enumerate(failed):
         with pytest.raises(ProducerError, match="NOT_ENOUGH_REPLICAS") as info:
             await d
-        assert info.value.message.value == b"r%d" % i
+        assert info.value.message.value == b"r%d:" % i + b"x" * 100
         assert d.offset == -1 and d.partition == 0
     assert [(await d).offset for d in rows[len(failed):]] == list(
         range(10, 10 + 300 - len(failed)))
@@ -224,10 +224,12 @@ async def test_rows_get_the_log_append_time_the_broker_gave(
     async with open_fake_producer(fake) as producer:
         fake.control(ApiKey.PRODUCE, answer_with_log_append_time(T + 5))
         columnar_next(producer)
-        rows = [await producer.send("t", b"r") for _ in range(100)]
+        heard: list[Any] = []
+        rows = [await producer.send("t", b"r", on_delivery=lambda m, e: heard.append(m))
+                for _ in range(100)]
         results = [await d for d in rows]
     assert set(_kinds(rows)) == {"row"}
-    assert {r.timestamp for r in results} == {T + 5}
+    assert {r.timestamp for r in results} == {m.timestamp for m in heard} == {T + 5}
     assert results[0].offset == 7 and rows[0].timestamp == T + 5
 
 
@@ -297,15 +299,15 @@ async def test_wait_all_counts_rows_and_their_errors(
     from pipeline.protocol.errors import ErrorCode
 
     fake.create_topic("t", 1, leaders=[0])
-    async with open_fake_producer(fake, idempotent=False, retries=0) as producer:
+    async with open_fake_producer(fake, idempotent=False, retries=0, batch_bytes=4096) as producer:
         await producer._core.cluster.partitions_for("t")
         fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
         columnar_next(producer)
-        rows = [await producer.send("t", b"v%d" % i) for i in range(100)]
+        rows = [await producer.send("t", b"v%d:" % i + b"x" * 100) for i in range(100)]
         result = await wait_all(rows)
     assert set(_kinds(rows)) == {"row"}
-    assert (result.delivered, result.failed) == (0, 100)
-    assert len(result.errors) == 10 and result.errors[3].message.value == b"v3"
+    assert 0 < result.failed < 100 and result.delivered == 100 - result.failed
+    assert len(result.errors) == 10 and result.errors[3].message.value == b"v3:" + b"x" * 100
 
 
 async def test_a_settled_burst_leaves_no_reference_cycle(
@@ -333,3 +335,88 @@ async def test_a_settled_burst_leaves_no_reference_cycle(
             assert gc.collect() == 0
         finally:
             gc.enable()
+
+
+async def test_on_delivery_is_called_once_per_row_with_its_metadata_or_error(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Rows sent with the same on_delivery stay one columnar burst (a bound
+    method made per call compares equal); the ledger calls it once per row when
+    the row's run settles: metadata in send order, or (retries=0, the first
+    batch answered NOT_ENOUGH_REPLICAS) the error naming the row's value. A
+    callback that raises is logged and counted, and the next row still hears."""
+    from pipeline.protocol.api import ApiKey
+    from pipeline.protocol.errors import ErrorCode
+
+    heard: list[tuple[Any, Any]] = []
+
+    class Sink:
+        def hear(self, meta: Any, error: Any) -> None:
+            heard.append((meta, error))
+            if len(heard) == 3:
+                raise RuntimeError("a user's bug")
+
+    sink = Sink()
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, idempotent=False, retries=0, batch_bytes=4096) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        columnar_next(producer)
+        rows = [await producer.send("t", b"v%d:" % i + b"x" * 100, on_delivery=sink.hear)
+                for i in range(300)]
+        await producer.flush()
+        errors = producer.statistics().callback_errors
+    assert set(_kinds(rows)) == {"row"} and len(heard) == 300
+    failed = [e for m, e in heard if e is not None]
+    assert 0 < len(failed) < 300, len(failed)
+    assert all(m is None for m, e in heard[:len(failed)])
+    assert [e.message.value for e in failed] == [b"v%d:" % i + b"x" * 100
+                                                 for i in range(len(failed))]
+    assert {type(e.cause).__name__ for e in failed} == {"BrokerResponseError"}
+    delivered = [m for m, e in heard[len(failed):]]
+    assert [m.offset for m in delivered] == list(range(300 - len(failed)))
+    assert {(m.topic, m.partition, m.timestamp) for m in delivered} == {("t", 0, T)}
+    assert errors == 1
+
+
+async def test_rows_with_other_callbacks_or_none_share_the_burst_each_hearing_its_own(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Each row keeps its own on_delivery (a lambda made per call, another
+    function, or none): one columnar burst, each callback called once for its
+    own row. A callback that is not callable is refused (TypeError, nothing
+    accepted) and the burst goes on."""
+    fake.create_topic("t", 1)
+    heard: list[tuple[str, int]] = []
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        first = [await producer.send("t", b"a%d" % i,
+                                     on_delivery=lambda m, e, i=i: heard.append(("a", i)))
+                 for i in range(3)]
+        other = await producer.send("t", b"b", on_delivery=lambda m, e: heard.append(("b", 0)))
+        plain = await producer.send("t", b"c")
+        with pytest.raises(TypeError, match="on_delivery"):
+            await producer.send("t", b"x", on_delivery=42)  # type: ignore[arg-type]
+        last = await producer.send("t", b"d", on_delivery=lambda m, e: heard.append(("d", 0)))
+        await producer.flush()
+    assert set(_kinds([*first, other, plain, last])) == {"row"}
+    assert heard == [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("d", 0)]
+    assert values_in_log(fake, "t", 0) == [b"a0", b"a1", b"a2", b"b", b"c", b"d"]
+
+
+async def test_rows_written_with_acks_0_report_no_offset(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """acks=0: the broker gives no offset, so each row reports offset -1 and
+    offset_known False, awaited or through its callback."""
+    fake.create_topic("t", 1)
+    heard: list[Any] = []
+    async with open_fake_producer(fake, idempotent=False, acks=0) as producer:
+        columnar_next(producer)
+        rows = [await producer.send("t", b"v", on_delivery=lambda m, e: heard.append(m))
+                for _ in range(100)]
+        results = [await d for d in rows]
+    assert set(_kinds(rows)) == {"row"} and len(heard) == 100
+    assert {(r.offset, r.offset_known) for r in [*results, *heard]} == {(-1, False)}
+    assert {d.offset for d in rows} == {-1}
+    assert values_in_log(fake, "t", 0) == [b"v"] * 100
