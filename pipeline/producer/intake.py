@@ -327,7 +327,7 @@ class Intake:
             rows.on_delivery = [on_delivery]
         rows.values.append(value)
         rows.timestamps.append(self.current_ms())
-        rows.size = size
+        rows.size += size
         delivery = _new_row(RowDelivery)
         delivery._rows = rows
         delivery._row = 0

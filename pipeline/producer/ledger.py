@@ -332,7 +332,11 @@ class Ledger:
             # or the chunk's columns wait for the cyclic GC (found measuring peak RSS:
             # seven calls' columns alive at once instead of the two in flight).
             chunk.runs = []
-            chunk.outcomes = None  # (its rows' runs point at the chunk too)
+            if chunk.outcomes is not None:  # a send() burst
+                # Every row heard its callback: drop them (a callback may refer to
+                # its own delivery) and the outcomes (its runs point at the chunk).
+                chunk.outcomes.on_delivery = None
+                chunk.outcomes = None
             if chunk.extra:
                 self.release(chunk.extra)  # the chunk's copied columns
 

@@ -185,8 +185,10 @@ class SendRows:
         run._size = self.size
         chunk.pending = n
         self.outcomes = chunk.outcomes = RowOutcomes(n, self)
+        self.on_delivery = None  # the outcomes hold them until the last row settles
         if self.event is not None:
             self.event.set()
+            self.event = None
 
 
 class RowDelivery(Delivery):
@@ -308,10 +310,7 @@ class RowDelivery(Delivery):
                 run.topic, run.partition, offset,
                 timestamp if timestamp >= 0 else self._rows.timestamps[row],
                 offset >= 0))
-        if run is None:
-            yield from self._park().__await__()
-        else:  # failed: rare, a full checkpoint
-            yield from _checkpoint().__await__()
+        yield from self._park().__await__()  # pending: waits; failed: a checkpoint
         return self.result()
 
     async def _park(self) -> None:

@@ -420,3 +420,82 @@ async def test_rows_written_with_acks_0_report_no_offset(
     assert {(r.offset, r.offset_known) for r in [*results, *heard]} == {(-1, False)}
     assert {d.offset for d in rows} == {-1}
     assert values_in_log(fake, "t", 0) == [b"v"] * 100
+
+
+@pytest.mark.parametrize("burst", [COLUMNS_MIN - 1, COLUMNS_MIN])
+async def test_the_burst_after_one_of_columns_min_messages_is_columnar(
+    fake: FakeCluster, autojump_clock: Any, burst: int
+) -> None:
+    """A fresh producer's first burst is messages; once the dispatcher took it,
+    the next send is a row exactly when that burst had COLUMNS_MIN messages.
+    The first row of a topic reports offset 0 (known), and its message copy
+    its outcome."""
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        first = [await producer.send("t", b"m") for _ in range(burst)]
+        await trio.sleep(0.01)  # the dispatcher takes the burst (no checkpoint before)
+        nxt = await producer.send("t", b"n")
+        await producer.flush()
+    assert set(_kinds(first)) == {"msg"}
+    assert _kinds([nxt]) == (["row"] if burst == COLUMNS_MIN else ["msg"])
+    assert (await nxt).offset == burst and (await first[0]).offset_known
+
+
+async def test_a_topics_first_row_reports_offset_0_and_its_message_its_state(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        rows = [await producer.send("t", b"v%d" % i) for i in range(3)]
+        pending = rows[0].message
+        await producer.flush()
+    assert _kinds(rows) == ["row"] * 3 and not pending.done()
+    meta = await rows[0]
+    assert (meta.offset, meta.offset_known, rows[0].offset) == (0, True, 0)
+    assert rows[0].message.done() and rows[0].message.offset == 0
+
+
+async def test_awaiting_settled_rows_schedules_about_never(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """As for messages (test_delivery_results): one schedule point per 512
+    awaits of settled rows, not one per await."""
+    from .test_delivery_results import _Steps
+
+    fake.create_topic("t", 3)
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        rows = [await producer.send("t", b"v%d" % i) for i in range(5000)]
+        await producer.flush()
+        steps = _Steps(trio.lowlevel.current_task())
+        trio.lowlevel.add_instrument(steps)
+        try:
+            metas = [await d for d in rows]
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+    assert set(_kinds(rows)) == {"row"} and len(metas) == 5000
+    assert 9 <= steps.steps <= 12, steps.steps
+
+
+async def test_a_row_await_falls_back_to_trio_public_api(
+    fake: FakeCluster, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without trio's internals (no Task._cancel_status) a settled row's await
+    still works and is still a cancellation point."""
+    import types
+
+    from pipeline.producer import send_rows
+
+    monkeypatch.setattr(send_rows, "_run_context", types.SimpleNamespace(task=object()))
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        d = await producer.send("t", b"x")
+        assert (await d).offset == 0
+        assert (await d).offset == 0  # settled: the fallback path
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await d
+            pytest.fail("not a cancellation point")  # pragma: no cover
+        assert scope.cancelled_caught
