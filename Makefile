@@ -29,9 +29,10 @@ help:
 	@echo "make explore    N seeded fault schedules against the fake cluster (N=1000, SEED=random)"
 	@echo "make clean      remove .venv and caches"
 
-# (Re)install whenever pyproject.toml or the C kernel changes (the install builds
-# pipeline/protocol/_kernel.c in place). The venv itself is created only if missing.
-$(STAMP): pyproject.toml pipeline/protocol/_kernel.c
+# (Re)install whenever pyproject.toml or a C extension changes (the install builds
+# pipeline/protocol/_kernel.c and pipeline/producer/_delivery.c in place). The venv
+# itself is created only if missing.
+$(STAMP): pyproject.toml pipeline/protocol/_kernel.c pipeline/producer/_delivery.c
 	@test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPIP) install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
 	@touch $@

@@ -51,6 +51,23 @@ _DIR_MARKERS = {
 }
 
 
+@pytest.fixture(params=["c", "python"])
+def await_path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run the test once per ``await delivery`` path (pipeline/producer/_delivery.c, its
+    pure-Python twin in message.py), then restore the process's own. The C run is
+    skipped only when the extension is not built or PIPELINE_PURE_PYTHON is set."""
+    from pipeline.producer import message
+
+    if request.param == "c" and message._c is None:
+        pytest.skip("pipeline.producer._delivery is not built (or PIPELINE_PURE_PYTHON is set)")
+    before = message.DELIVERY_AWAIT
+    message._use(request.param)
+    try:
+        yield request.param
+    finally:
+        message._use(before)
+
+
 @pytest.fixture(autouse=True)
 def _pipeline_logger_as_found() -> Iterator[None]:
     """Entry points run in-process by tests silence the ``pipeline`` logger for

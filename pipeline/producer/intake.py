@@ -29,6 +29,7 @@ from typing import Any
 
 import trio
 
+from pipeline.producer import send_rows as _send_rows
 from pipeline.producer.config import ProducerConfig
 from pipeline.producer.errors import BufferFullError, ProducerClosed
 from pipeline.producer.ledger import Ledger
@@ -54,7 +55,6 @@ _YIELD_EVERY = 512  # measured: fewer pipeline rounds per message, ~0.4 ms betwe
 
 _time = time.time
 _new_delivery = object.__new__
-_new_row = object.__new__
 
 _KEYWORDS_ONLY = object()  # see Intake.send
 
@@ -213,9 +213,7 @@ class Intake:
                         1 if size < 64 else 2 if size < 8192 else prefix_size(size))
                     if size <= self._max_message_bytes and self._ledger.admit_row(size):
                         values = rows.values
-                        delivery = _new_row(RowDelivery)
-                        delivery._rows = rows
-                        delivery._row = len(values)
+                        delivery = _send_rows.new_row(rows, len(values))
                         if on_delivery is not None:  # each row's own (or None)
                             if rows.on_delivery is None:
                                 rows.on_delivery = [None] * len(values)
@@ -328,10 +326,7 @@ class Intake:
         rows.values.append(value)
         rows.timestamps.append(self.current_ms())
         rows.size += size
-        delivery = _new_row(RowDelivery)
-        delivery._rows = rows
-        delivery._row = 0
-        return delivery
+        return _send_rows.new_row(rows, 0)
 
     def close_rows(self, run: RowRun) -> None:
         """The dispatcher took ``run``: if it is a columnar burst, seal it (it

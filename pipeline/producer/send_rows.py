@@ -34,12 +34,13 @@ Invariants:
 from __future__ import annotations
 
 from array import array
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
+from pipeline.producer import message as _m
 from pipeline.producer.message import (
     FAILED,
     OK,
@@ -51,8 +52,6 @@ from pipeline.producer.message import (
     RecordMetadata,
     _checkpoint,
     _checkpoint_if_cancelled,
-    _run_context,
-    _schedule_due,
 )
 from pipeline.producer.rows import RowChunk, RowRun
 from pipeline.protocol.columnar import BinaryColumn, Columns, kernel
@@ -191,11 +190,34 @@ class SendRows:
             self.event = None
 
 
-class RowDelivery(Delivery):
+if TYPE_CHECKING:
+    class _RowAwaitBase:
+        pass
+else:
+    class _NoCRowAwait:  # (a base of its own: ``object`` here would break the MRO;
+        __slots__ = ()   # second, so that object.__new__ still makes RowDelivery)
+
+    _RowAwaitBase = _NoCRowAwait if _m._c is None else _m._c.RowAwait
+
+
+class RowDelivery(Delivery, _RowAwaitBase):
     """What ``send()`` returns for a row of a columnar burst: the same API as
-    a message's ``Delivery``, read from the burst (two slots, no copy)."""
+    a message's ``Delivery``, read from the burst (two slots, no copy).
+
+    ``send()`` builds it with ``new_row``: the C one (``_delivery.c``) also
+    untracks it from the cyclic GC. That is safe because nothing it refers to
+    can lead back to it once its burst is settled: ``_rows`` is a ``SendRows``
+    whose values are ``bytes``, timestamps ``int``s, and whose only user
+    objects, the rows' ``on_delivery`` callbacks, are dropped when the last
+    row settled (until then a callback that refers to its own delivery makes
+    a cycle that the settling breaks; every accepted row settles). Its await
+    is ``_delivery.RowAwait``'s ``am_await`` when the C path is in use (the
+    settled case without a Python frame), else ``_row_await_py``."""
 
     __slots__ = ("_row", "_rows")
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        return _row_await_py(self)  # replaced by the C slot (_use_rows)
 
     def __init__(self, rows: SendRows, row: int) -> None:
         self._rows = rows
@@ -287,32 +309,6 @@ class RowDelivery(Delivery):
             raise ProducerError(self.message, outcome)
         raise trio.WouldBlock
 
-    def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        outcomes = self._rows.outcomes
-        run = None if outcomes is None else outcomes.run_of[self._row]
-        if run is not None and run._state == OK:  # settled: no schedule pass
-            if _schedule_due():  # (MessageDelivery.__await__'s budget and check)
-                yield from _checkpoint().__await__()
-            else:
-                try:
-                    cancelled = _run_context.task._cancel_status.effectively_cancelled
-                except AttributeError:
-                    cancelled = True
-                if cancelled:
-                    yield from _checkpoint_if_cancelled().__await__()  # raises Cancelled
-            row = self._row
-            offset = run.offset
-            if offset >= 0:  # (row_offset, inlined)
-                rows = run.rows
-                offset += row - (0 if rows is None else rows.start)
-            timestamp = run.timestamp
-            return _new_metadata(RecordMetadata, (
-                run.topic, run.partition, offset,
-                timestamp if timestamp >= 0 else self._rows.timestamps[row],
-                offset >= 0))
-        yield from self._park().__await__()  # pending: waits; failed: a checkpoint
-        return self.result()
-
     async def _park(self) -> None:
         """Wait (a trio checkpoint) until the row is settled: woken whenever a
         run of its burst settles, so a loop awaiting a burst's rows in order
@@ -331,3 +327,85 @@ class RowDelivery(Delivery):
             if outcomes.event is None:
                 outcomes.event = trio.Event()
             await outcomes.event.wait()
+
+
+def _row_await_py(self: RowDelivery) -> Generator[Any, None, RecordMetadata]:
+    """``RowDelivery.__await__`` in Python: all of it without the C module, and
+    its pending / failed part with it (``RowAwait`` hands those cases over)."""
+    outcomes = self._rows.outcomes
+    run = None if outcomes is None else outcomes.run_of[self._row]
+    if run is not None and run._state == OK:  # settled: no schedule pass
+        if _m._schedule_due():  # (the process-wide budget and check of message.py)
+            yield from _checkpoint().__await__()
+        else:
+            try:
+                cancelled = _m._run_context.task._cancel_status.effectively_cancelled
+            except AttributeError:
+                cancelled = True
+            if cancelled:
+                yield from _checkpoint_if_cancelled().__await__()  # raises Cancelled
+        return _row_metadata_py(self)
+    yield from self._park().__await__()  # pending: waits; failed: a checkpoint
+    return self.result()
+
+
+def _row_metadata_py(self: RowDelivery) -> RecordMetadata:
+    """The ``RecordMetadata`` of a row settled OK (``_delivery.row_metadata``'s twin)."""
+    outcomes = self._rows.outcomes
+    assert outcomes is not None
+    run = outcomes.run_of[self._row]
+    assert run is not None
+    row = self._row
+    offset = run.offset
+    if offset >= 0:  # (row_offset, inlined)
+        rows = run.rows
+        offset += row - (0 if rows is None else rows.start)
+    timestamp = run.timestamp
+    return _new_metadata(RecordMetadata, (
+        run.topic, run.partition, offset,
+        timestamp if timestamp >= 0 else self._rows.timestamps[row], offset >= 0))
+
+
+def _row_settled_checkpoint(self: RowDelivery, full: bool) -> Generator[Any, None, RecordMetadata]:
+    """The C path's settled await when it must yield: a schedule point is due
+    (``full``), or the task is cancelled or its cancel status unreadable."""
+    if full:
+        yield from _checkpoint().__await__()
+    else:
+        yield from _checkpoint_if_cancelled().__await__()
+    return _row_metadata_py(self)
+
+
+def _new_row_py(rows: SendRows, row: int) -> RowDelivery:
+    """``_delivery.new_row``'s twin (a tracked object: untracking needs C)."""
+    delivery = _new_delivery(RowDelivery)
+    delivery._rows = rows
+    delivery._row = row
+    return delivery
+
+
+_new_delivery = object.__new__
+
+#: ``send()``'s row constructor: ``_delivery.new_row`` or its twin (``_use_rows``).
+new_row: Callable[[SendRows, int], RowDelivery] = _new_row_py
+
+
+def _use_rows(kind: str) -> None:
+    """Bind the rows' await to the process's path (``message._use`` calls this
+    after every switch): the C slot and allocator, or the Python twins."""
+    global new_row
+    if kind == "c":
+        assert _m._c is not None
+        _m._c.setup_rows(row_type=RowDelivery, rows_type=SendRows, outcomes_type=RowOutcomes,
+                         run_type=RowRun, python_await=_row_await_py,
+                         settled_checkpoint=_row_settled_checkpoint)
+        new_row = _m._c.new_row
+        if "__await__" in RowDelivery.__dict__:
+            del RowDelivery.__await__  # the slot comes from _delivery.RowAwait again
+    else:
+        new_row = _new_row_py
+        RowDelivery.__await__ = _row_await_py  # type: ignore[method-assign]
+
+
+_m._USE_HOOKS.append(_use_rows)
+_use_rows(_m.DELIVERY_AWAIT)

@@ -1,5 +1,6 @@
-"""Packaging of the C kernel: ``pip`` builds it, and an install without a compiler
-still succeeds (the extension is optional) and runs on the pure-Python twin."""
+"""Packaging of the C extensions (the columnar kernel, the settled-await path): ``pip``
+builds them, and an install without a compiler still succeeds (both are optional) and
+runs on their pure-Python twins."""
 
 from __future__ import annotations
 
@@ -40,14 +41,20 @@ def _kernel_files(wheel: Path) -> list[str]:
         return [n for n in zf.namelist() if n.startswith("pipeline/protocol/_kernel")]
 
 
+def _delivery_files(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as zf:
+        return [n for n in zf.namelist() if n.startswith("pipeline/producer/_delivery")]
+
+
 def _kernel_in(wheel: Path, tmp_path: Path) -> str:
     """Which kernel the wheel's package loads (unpacked, first on the path)."""
     site = tmp_path / "unpacked"
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
     probe = ("from pipeline.protocol import columnar; "
+             "from pipeline.producer import message; "
              f"assert columnar.__file__.startswith({str(site)!r}), columnar.__file__; "
-             "print(columnar.KERNEL)")
+             "print(columnar.KERNEL, message.DELIVERY_AWAIT)")
     env = {**os.environ, "PYTHONPATH": str(site)}
     env.pop("PIPELINE_PURE_PYTHON", None)
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
@@ -62,7 +69,10 @@ def test_pip_builds_the_extension(tmp_path: Path) -> None:
     files = _kernel_files(wheel)
     assert any(f.endswith(".so") or f.endswith(".pyd") for f in files), files
     assert "pipeline/protocol/_kernel.pyi" in files
-    assert _kernel_in(wheel, tmp_path) == "c"
+    delivery = _delivery_files(wheel)
+    assert any(f.endswith(".so") or f.endswith(".pyd") for f in delivery), delivery
+    assert "pipeline/producer/_delivery.pyi" in delivery
+    assert _kernel_in(wheel, tmp_path) == "c c"  # the columnar kernel, the await path
 
 
 def test_install_without_a_compiler_falls_back_to_python(tmp_path: Path) -> None:
@@ -70,4 +80,6 @@ def test_install_without_a_compiler_falls_back_to_python(tmp_path: Path) -> None
     files = _kernel_files(wheel)
     assert not any(f.endswith(".so") or f.endswith(".pyd") for f in files), files
     assert "pipeline/protocol/_kernel_py.py" in files
-    assert _kernel_in(wheel, tmp_path) == "python"
+    delivery = _delivery_files(wheel)
+    assert not any(f.endswith(".so") or f.endswith(".pyd") for f in delivery), delivery
+    assert _kernel_in(wheel, tmp_path) == "python python"

@@ -3,7 +3,8 @@
 Awaiting a settled delivery must not be a scheduler pass (a checkpoint per message is
 what made `await d` cost 16 us each); a pending one parks until its batch settles, so
 awaiting a whole burst in order parks about once per batch. Counted with a trio
-Instrument (task steps), never timed."""
+Instrument (task steps), never timed. Each test runs on both await paths (the
+``await_path`` fixture: pipeline/producer/_delivery.c and its pure-Python twin)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from pipeline.producer.message import RecordMetadata, wait_all
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_producer, values_in_log
+
+# Every test here runs on both await paths: _delivery.c and its pure-Python twin.
+pytestmark = pytest.mark.usefixtures("await_path")
 
 
 class _Steps(trio.abc.Instrument):
@@ -165,13 +169,20 @@ async def test_wait_all_counts_and_first_errors(fake: FakeCluster, autojump_cloc
 
 
 async def test_cancellation_check_falls_back_to_trio_public_api(
-    fake: FakeCluster, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+    fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """If trio's internals change (no Task._cancel_status), awaiting a settled delivery
     still works and is still a cancellation point (the public checkpoint_if_cancelled)."""
     from pipeline.producer import message
 
-    monkeypatch.setattr(message, "_run_context", types.SimpleNamespace(task=object()))
+    old = message._set_run_context(types.SimpleNamespace(task=object()))
+    try:
+        await _fallback_check(fake)
+    finally:
+        message._set_run_context(old)
+
+
+async def _fallback_check(fake: FakeCluster) -> None:
     fake.create_topic("t", 1)
     async with open_fake_producer(fake) as producer:
         d = await producer.send("t", b"x")

@@ -44,7 +44,9 @@ def columnar_next(producer: Any) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _modes(both_modes: bool) -> bool:
+def _modes(both_modes: bool, await_path: str) -> bool:
+    """Every schedule runs plain and idempotent, on both await paths (the C
+    ``_delivery.RowAwait`` and ``new_row``, and their Python twins)."""
     return both_modes
 
 
@@ -479,15 +481,22 @@ async def test_awaiting_settled_rows_schedules_about_never(
 
 
 async def test_a_row_await_falls_back_to_trio_public_api(
-    fake: FakeCluster, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+    fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """Without trio's internals (no Task._cancel_status) a settled row's await
     still works and is still a cancellation point."""
     import types
 
-    from pipeline.producer import send_rows
+    from pipeline.producer import message
 
-    monkeypatch.setattr(send_rows, "_run_context", types.SimpleNamespace(task=object()))
+    old = message._set_run_context(types.SimpleNamespace(task=object()))
+    try:
+        await _fallback_check(fake)
+    finally:
+        message._set_run_context(old)
+
+
+async def _fallback_check(fake: FakeCluster) -> None:
     fake.create_topic("t", 1)
     async with open_fake_producer(fake) as producer:
         columnar_next(producer)
@@ -499,3 +508,40 @@ async def test_a_row_await_falls_back_to_trio_public_api(
             await d
             pytest.fail("not a cancellation point")  # pragma: no cover
         assert scope.cancelled_caught
+
+
+async def test_row_deliveries_cost_the_cyclic_gc_nothing_and_leak_no_cycle(
+    fake: FakeCluster, autojump_clock: Any, await_path: str
+) -> None:
+    """On the C path a row's delivery is untracked by the cyclic GC (a loop
+    that keeps 200k of them pays no collection for them); the Python twin
+    cannot untrack. Either way no cycle is left once the burst settled, even
+    when a row's callback refers to its own delivery: the settling drops the
+    callbacks, so reference counting frees the delivery, the callback and what
+    it holds, with the cyclic GC off."""
+    import gc
+    import weakref
+
+    class Canary:
+        pass
+
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        canary = Canary()
+        alive = weakref.ref(canary)
+        holder: list[Any] = []
+        gc.collect()
+        gc.disable()
+        try:
+            rows = [await producer.send("t", b"v") for _ in range(10)]
+            holder.append(await producer.send(
+                "t", b"w", on_delivery=lambda m, e, c=canary, h=holder: (c, h)))
+            assert {gc.is_tracked(d) for d in [*rows, holder[0]]} == {await_path == "python"}
+            del canary, rows
+            await producer.flush()
+            assert holder[0].done()
+            del holder  # the callback holds it too, until the settling drops the callback
+            assert alive() is None
+        finally:
+            gc.enable()

@@ -1,0 +1,710 @@
+/* pipeline.producer._delivery: awaiting a settled Delivery without Python frames.
+ *
+ * `await delivery` on a message that is already settled OK is the per-message
+ * path of a loop that keeps every Delivery and awaits each (issue 15 goal 1). In
+ * Python it costs a generator, a NamedTuple built by tuple.__new__ and three
+ * attribute reads for the cancellation check (~1.26 us). Here:
+ *
+ *   SettledAwait  a mixin type with no instance fields (so it is layout-compatible
+ *                 with ProducerMessage's __slots__; Delivery inherits from both).
+ *                 Its am_await, when the message is OK, no schedule point is due and
+ *                 the task is not cancelled, returns a tiny iterator whose first
+ *                 am_send / tp_iternext returns the RecordMetadata at once. In every
+ *                 other case it returns what pipeline/producer/message.py gives it
+ *                 at setup(): the Python __await__ (pending -> park, failed ->
+ *                 checkpoint + raise) or the settled-but-checkpoint generator (a
+ *                 schedule point is due: full checkpoint; cancelled, or the cancel
+ *                 status cannot be read: checkpoint_if_cancelled).
+ *   metadata(msg) RecordMetadata(topic, partition, offset, timestamp, offset >= 0)
+ *                 built by tp_alloc of the NamedTuple class.
+ *   schedule_due() the process-wide schedule budget: True on every `every`-th call.
+ *                 message.py uses this very function when the module is loaded, so
+ *                 the C and the Python path share one budget.
+ *
+ * Slots are read at the offsets of ProducerMessage's member descriptors, found
+ * once by setup(); every entry point first checks that its argument is an
+ * instance of that class. pipeline/producer/message.py holds the pure-Python
+ * twin of all of it (used when this module is not built or PIPELINE_PURE_PYTHON
+ * is set); tests run both and compare.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+/* ------------------------------------------------------------------ state */
+
+static PyTypeObject *message_type = NULL;   /* ProducerMessage */
+static PyTypeObject *metadata_type = NULL;  /* RecordMetadata (a tuple subclass) */
+static PyObject *python_await = NULL;       /* message.py's Python __await__ (a function) */
+static PyObject *settled_checkpoint = NULL; /* f(msg, full: bool) -> generator */
+static PyObject *run_context = NULL;        /* trio's GLOBAL_RUN_CONTEXT, or anything */
+static PyObject *ok_state = NULL;           /* the int OK */
+static Py_ssize_t off_state, off_topic, off_partition, off_offset, off_timestamp;
+static long schedule_every = 0;
+static long countdown = 0;
+
+static PyObject *str_task, *str_cancel_status, *str_effectively_cancelled;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static int member_offset(PyTypeObject *cls, const char *name, Py_ssize_t *out) {
+    PyObject *descr = PyDict_GetItemString(cls->tp_dict, name); /* borrowed */
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", cls->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+    if (m->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", cls->tp_name, name);
+        return -1;
+    }
+    *out = m->offset;
+    return 0;
+}
+
+static int check_ready(void) {
+    if (message_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "pipeline.producer._delivery.setup() was not called");
+        return -1;
+    }
+    return 0;
+}
+
+static int check_message(PyObject *msg) {
+    if (check_ready() < 0) return -1;
+    if (!PyObject_TypeCheck(msg, message_type)) {
+        PyErr_Format(PyExc_TypeError, "expected a %s, got %.200s", message_type->tp_name,
+                     Py_TYPE(msg)->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
+/* A slot's value, or NULL with AttributeError (the slot was never set). */
+static inline PyObject *slot(PyObject *msg, Py_ssize_t off, const char *name) {
+    PyObject *v = SLOT(msg, off);
+    if (v == NULL) PyErr_Format(PyExc_AttributeError, "'%.200s' object has no attribute '%s'",
+                                Py_TYPE(msg)->tp_name, name);
+    return v;
+}
+
+/* ------------------------------------------------------------------ metadata */
+
+static PyObject *build_metadata(PyObject *msg) {
+    PyObject *topic = slot(msg, off_topic, "topic");
+    if (topic == NULL) return NULL;
+    PyObject *partition = slot(msg, off_partition, "partition");
+    if (partition == NULL) return NULL;
+    PyObject *offset = slot(msg, off_offset, "offset");
+    if (offset == NULL) return NULL;
+    PyObject *timestamp = slot(msg, off_timestamp, "timestamp");
+    if (timestamp == NULL) return NULL;
+    PyObject *known;  /* offset >= 0 (the Python twin's expression) */
+    if (PyLong_CheckExact(offset)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(offset, &overflow);
+        if (v == -1 && !overflow && PyErr_Occurred()) return NULL;
+        known = (overflow > 0 || (overflow == 0 && v >= 0)) ? Py_True : Py_False;
+        Py_INCREF(known);
+    } else {
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL) return NULL;
+        known = PyObject_RichCompare(offset, zero, Py_GE);
+        Py_DECREF(zero);
+        if (known == NULL) return NULL;
+    }
+    PyObject *r = metadata_type->tp_alloc(metadata_type, 5);
+    if (r == NULL) {
+        Py_DECREF(known);
+        return NULL;
+    }
+    Py_INCREF(topic);
+    PyTuple_SET_ITEM(r, 0, topic);
+    Py_INCREF(partition);
+    PyTuple_SET_ITEM(r, 1, partition);
+    Py_INCREF(offset);
+    PyTuple_SET_ITEM(r, 2, offset);
+    Py_INCREF(timestamp);
+    PyTuple_SET_ITEM(r, 3, timestamp);
+    PyTuple_SET_ITEM(r, 4, known);
+    return r;
+}
+
+static PyObject *metadata(PyObject *module, PyObject *msg) {
+    if (check_message(msg) < 0) return NULL;
+    return build_metadata(msg);
+}
+
+/* ------------------------------------------------------------------ schedule budget */
+
+static inline int due(void) {
+    if (--countdown <= 0) {
+        countdown = schedule_every;
+        return 1;
+    }
+    return 0;
+}
+
+static PyObject *schedule_due(PyObject *module, PyObject *unused) {
+    if (check_ready() < 0) return NULL;
+    return PyBool_FromLong(due());
+}
+
+/* ------------------------------------------------------------------ the ready iterator */
+
+/* What am_await returns on the fast path: an awaitable iterator that is done at
+ * once, its return value the RecordMetadata. One spare is kept and reused when
+ * nobody else holds it (the common case: the awaiting frame dropped it). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *result; /* NULL once returned */
+} ReadyObject;
+
+static PyTypeObject Ready_Type;
+static ReadyObject *spare = NULL;
+
+static void ready_dealloc(ReadyObject *self) {
+    Py_CLEAR(self->result);
+    PyObject_Free(self);
+}
+
+static PySendResult ready_am_send(ReadyObject *self, PyObject *arg, PyObject **out) {
+    PyObject *r = self->result;
+    if (r == NULL) {
+        r = Py_None;
+        Py_INCREF(r);
+    }
+    self->result = NULL;
+    *out = r;
+    return PYGEN_RETURN;
+}
+
+/* next() / send(): raise StopIteration(result), as a returning generator does. */
+static PyObject *ready_stop(ReadyObject *self) {
+    PyObject *r = self->result;
+    self->result = NULL;
+    if (r == NULL) {
+        PyErr_SetNone(PyExc_StopIteration);
+        return NULL;
+    }
+    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, r);
+    Py_DECREF(r);
+    if (exc == NULL) return NULL;
+    PyErr_SetObject(PyExc_StopIteration, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+static PyObject *ready_iternext(ReadyObject *self) { return ready_stop(self); }
+
+static PyObject *ready_send(ReadyObject *self, PyObject *arg) { return ready_stop(self); }
+
+/* throw() into an iterator that never yielded: the exception comes straight back,
+ * as from a generator that has not started (its result is dropped). */
+static PyObject *ready_throw(ReadyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
+        return NULL;
+    }
+    Py_CLEAR(self->result);
+    PyObject *typ = args[0];
+    PyObject *val = nargs > 1 ? args[1] : Py_None;
+    if (PyExceptionInstance_Check(typ)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    } else if (PyExceptionClass_Check(typ)) {
+        PyErr_SetObject(typ, val == Py_None ? NULL : val);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
+    }
+    return NULL;
+}
+
+static PyObject *ready_close(ReadyObject *self, PyObject *unused) {
+    Py_CLEAR(self->result);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef ready_methods[] = {
+    {"send", (PyCFunction)ready_send, METH_O, NULL},
+    {"throw", (PyCFunction)(void (*)(void))ready_throw, METH_FASTCALL, NULL},
+    {"close", (PyCFunction)ready_close, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyAsyncMethods ready_async = {
+    .am_send = (sendfunc)ready_am_send,
+};
+
+static PyTypeObject Ready_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pipeline.producer._delivery.Ready",
+    .tp_basicsize = sizeof(ReadyObject),
+    .tp_dealloc = (destructor)ready_dealloc,
+    .tp_as_async = &ready_async,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An awaitable iterator already done: its return value is the RecordMetadata.",
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)ready_iternext,
+    .tp_methods = ready_methods,
+};
+
+static PyObject *ready_with(PyObject *result) {
+    ReadyObject *r;
+    if (spare != NULL && Py_REFCNT(spare) == 1) {
+        r = spare;
+        Py_INCREF(r);
+        Py_XSETREF(r->result, result);
+        return (PyObject *)r;
+    }
+    r = PyObject_New(ReadyObject, &Ready_Type);
+    if (r == NULL) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    r->result = result;
+    if (spare == NULL) {
+        Py_INCREF(r);
+        spare = r;
+    }
+    return (PyObject *)r;
+}
+
+/* ------------------------------------------------------------------ am_await */
+
+/* An attribute read that remembers, for the first type it sees, the slot offset of
+ * the attribute's member descriptor (trio's Task and CancelStatus are attrs classes
+ * with __slots__): then the same read as member_get, without the type lookup. Any
+ * other type (seen after the first such one), a type with its own __getattribute__, or an attribute that is not a
+ * plain slot member: PyObject_GetAttr. */
+typedef struct {
+    PyObject *name;
+    PyTypeObject *type; /* the type the offset belongs to (a strong reference) */
+    Py_ssize_t offset;
+} CachedAttr;
+
+static CachedAttr cancel_status_attr, effectively_cancelled_attr;
+
+static PyObject *cached_getattr(PyObject *obj, CachedAttr *a) {
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (tp == a->type) {
+        PyObject *v = SLOT(obj, a->offset);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    } else if (a->type == NULL) {
+        PyObject *descr = tp->tp_getattro == PyObject_GenericGetAttr
+                              ? _PyType_Lookup(tp, a->name) : NULL; /* borrowed */
+        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+            ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX) {
+            Py_INCREF(tp);
+            a->type = tp;
+            a->offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+        }
+    }
+    return PyObject_GetAttr(obj, a->name);
+}
+
+/* 1 when the current task is cancelled or its cancel status cannot be read (outside
+ * a trio run, or a trio without these internals: the public checkpoint_if_cancelled
+ * then decides), 0 if not, -1 on another error. */
+static int cancelled(void) {
+    PyObject *task = PyObject_GetAttr(run_context, str_task);
+    if (task == NULL) goto missing;
+    PyObject *status = cached_getattr(task, &cancel_status_attr);
+    Py_DECREF(task);
+    if (status == NULL) goto missing;
+    PyObject *flag = cached_getattr(status, &effectively_cancelled_attr);
+    Py_DECREF(status);
+    if (flag == NULL) goto missing;
+    int r;
+    if (flag == Py_False) {
+        r = 0;
+    } else if (flag == Py_True) {
+        r = 1;
+    } else {
+        r = PyObject_IsTrue(flag);
+    }
+    Py_DECREF(flag);
+    return r;
+missing:
+    if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        return 1;
+    }
+    return -1;
+}
+
+static PyObject *settled_await(PyObject *self) {
+    if (check_message(self) < 0) return NULL;
+    PyObject *state = SLOT(self, off_state);
+    if (state != ok_state) {  /* pending, failed (or unset): the Python path */
+        return PyObject_CallOneArg(python_await, self);
+    }
+    if (due()) return PyObject_CallFunctionObjArgs(settled_checkpoint, self, Py_True, NULL);
+    int c = cancelled();
+    if (c < 0) return NULL;
+    if (c) return PyObject_CallFunctionObjArgs(settled_checkpoint, self, Py_False, NULL);
+    PyObject *meta = build_metadata(self);
+    if (meta == NULL) return NULL;
+    return ready_with(meta);
+}
+
+static PyAsyncMethods settled_async = {
+    .am_await = (unaryfunc)settled_await,
+};
+
+static PyTypeObject SettledAwait_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pipeline.producer._delivery.SettledAwait",
+    .tp_basicsize = sizeof(PyObject),
+    .tp_as_async = &settled_async,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Mixin of Delivery: __await__ of a settled message without Python frames.",
+};
+
+/* ------------------------------------------------------------------ rows (send_rows.py) */
+
+/* A row of a columnar send() burst (send_rows.RowDelivery, slots _rows and _row)
+ * is settled when its burst's RowOutcomes.run_of[row] is a RowRun whose _state is
+ * OK; its metadata comes from that run (topic, partition, base offset plus the
+ * row's place in the run, LogAppendTime) and the burst's timestamps list. Every
+ * read is a slot at an offset found by setup_rows(); anything unexpected (an
+ * unsealed burst, a pending or failed row, a non-list) takes send_rows' Python
+ * await. new_row() builds a RowDelivery and untracks it from the cyclic GC: it
+ * can be part of no cycle once its burst is settled (send_rows.py says why), and
+ * a loop that keeps 200k of them then costs the collector nothing. */
+
+static PyTypeObject *row_type = NULL;         /* send_rows.RowDelivery */
+static PyObject *row_python_await = NULL;     /* send_rows._row_await_py */
+static PyObject *row_settled_checkpoint = NULL;
+static Py_ssize_t off_d_rows, off_d_row;                 /* RowDelivery */
+static Py_ssize_t off_s_outcomes, off_s_timestamps;      /* SendRows */
+static Py_ssize_t off_o_run_of;                          /* RowOutcomes */
+static Py_ssize_t off_r_state, off_r_topic, off_r_partition, off_r_offset, off_r_timestamp,
+    off_r_rows;                                          /* RowRun */
+static PyObject *str_start;
+
+static int check_row(PyObject *d) {
+    if (row_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "pipeline.producer._delivery.setup_rows() was not called");
+        return -1;
+    }
+    if (!PyObject_TypeCheck(d, row_type)) {
+        PyErr_Format(PyExc_TypeError, "expected a %s, got %.200s", row_type->tp_name,
+                     Py_TYPE(d)->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
+/* The row's settled run (borrowed), or NULL without an error when it is not settled
+ * OK or anything is not as expected (then the Python path decides). */
+static PyObject *row_settled_run(PyObject *d, PyObject **rows_out, Py_ssize_t *row_out) {
+    PyObject *rows = SLOT(d, off_d_rows), *rowobj = SLOT(d, off_d_row);
+    if (rows == NULL || rowobj == NULL || !PyLong_CheckExact(rowobj)) return NULL;
+    PyObject *outcomes = SLOT(rows, off_s_outcomes);
+    if (outcomes == NULL || outcomes == Py_None) return NULL;
+    PyObject *run_of = SLOT(outcomes, off_o_run_of);
+    if (run_of == NULL || !PyList_CheckExact(run_of)) return NULL;
+    Py_ssize_t row = PyLong_AsSsize_t(rowobj);
+    if (row < 0 || row >= PyList_GET_SIZE(run_of)) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *run = PyList_GET_ITEM(run_of, row);
+    if (run == Py_None || SLOT(run, off_r_state) != ok_state) return NULL;
+    *rows_out = rows;
+    *row_out = row;
+    return run;
+}
+
+/* RecordMetadata of row `row` of settled run `run` (send_rows.row_offset and
+ * RowDelivery.timestamp, in C). NULL with an error, or NULL without one when a
+ * field is not what it should be (the caller then takes the Python path). */
+static PyObject *build_row_metadata(PyObject *rows, Py_ssize_t row, PyObject *run) {
+    PyObject *topic = SLOT(run, off_r_topic), *partition = SLOT(run, off_r_partition);
+    PyObject *base_obj = SLOT(run, off_r_offset), *ts_obj = SLOT(run, off_r_timestamp);
+    if (topic == NULL || partition == NULL || base_obj == NULL || ts_obj == NULL ||
+        !PyLong_CheckExact(base_obj) || !PyLong_CheckExact(ts_obj))
+        return NULL;
+    long long base = PyLong_AsLongLong(base_obj);
+    if (base == -1 && PyErr_Occurred()) return NULL;
+    PyObject *offset, *known, *timestamp;
+    if (base >= 0) {
+        long long start = 0;
+        PyObject *span = SLOT(run, off_r_rows);
+        if (span == NULL) return NULL;
+        if (span != Py_None) {
+            PyObject *st = PyObject_GetAttr(span, str_start);
+            if (st == NULL) return NULL;
+            start = PyLong_AsLongLong(st);
+            Py_DECREF(st);
+            if (start == -1 && PyErr_Occurred()) return NULL;
+        }
+        offset = PyLong_FromLongLong(base + row - start);
+        known = Py_True;
+    } else {
+        offset = PyLong_FromLong(-1);
+        known = Py_False;
+    }
+    if (offset == NULL) return NULL;
+    long long append_time = PyLong_AsLongLong(ts_obj);
+    if (append_time == -1 && PyErr_Occurred()) {
+        Py_DECREF(offset);
+        return NULL;
+    }
+    if (append_time >= 0) {
+        timestamp = ts_obj;
+    } else {
+        PyObject *stamps = SLOT(rows, off_s_timestamps);
+        if (stamps == NULL || !PyList_CheckExact(stamps) || row >= PyList_GET_SIZE(stamps)) {
+            Py_DECREF(offset);
+            return NULL;
+        }
+        timestamp = PyList_GET_ITEM(stamps, row);
+    }
+    PyObject *r = metadata_type->tp_alloc(metadata_type, 5);
+    if (r == NULL) {
+        Py_DECREF(offset);
+        return NULL;
+    }
+    Py_INCREF(topic);
+    PyTuple_SET_ITEM(r, 0, topic);
+    Py_INCREF(partition);
+    PyTuple_SET_ITEM(r, 1, partition);
+    PyTuple_SET_ITEM(r, 2, offset);
+    Py_INCREF(timestamp);
+    PyTuple_SET_ITEM(r, 3, timestamp);
+    Py_INCREF(known);
+    PyTuple_SET_ITEM(r, 4, known);
+    return r;
+}
+
+static PyObject *row_await(PyObject *self) {
+    if (check_row(self) < 0) return NULL;
+    PyObject *rows;
+    Py_ssize_t row;
+    PyObject *run = row_settled_run(self, &rows, &row);
+    if (run == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        return PyObject_CallOneArg(row_python_await, self);
+    }
+    if (due()) return PyObject_CallFunctionObjArgs(row_settled_checkpoint, self, Py_True, NULL);
+    int c = cancelled();
+    if (c < 0) return NULL;
+    if (c) return PyObject_CallFunctionObjArgs(row_settled_checkpoint, self, Py_False, NULL);
+    PyObject *meta = build_row_metadata(rows, row, run);
+    if (meta == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        return PyObject_CallOneArg(row_python_await, self);
+    }
+    return ready_with(meta);
+}
+
+/* row_metadata(delivery) -> RecordMetadata | None: the metadata of a row settled OK
+ * (None otherwise), as the fast path builds it (tests compare it with Python's). */
+static PyObject *row_metadata(PyObject *module, PyObject *d) {
+    if (check_row(d) < 0) return NULL;
+    PyObject *rows;
+    Py_ssize_t row;
+    PyObject *run = row_settled_run(d, &rows, &row);
+    if (run == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *meta = build_row_metadata(rows, row, run);
+    if (meta == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
+    return meta;
+}
+
+/* new_row(rows, row) -> RowDelivery, untracked by the cyclic GC. */
+static PyObject *new_row(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "new_row(rows, row) takes 2 arguments");
+        return NULL;
+    }
+    if (row_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "pipeline.producer._delivery.setup_rows() was not called");
+        return NULL;
+    }
+    PyObject *d = row_type->tp_alloc(row_type, 0);
+    if (d == NULL) return NULL;
+    Py_INCREF(args[0]);
+    SLOT(d, off_d_rows) = args[0];
+    Py_INCREF(args[1]);
+    SLOT(d, off_d_row) = args[1];
+    if (PyObject_GC_IsTracked(d)) PyObject_GC_UnTrack(d);
+    return d;
+}
+
+static PyAsyncMethods row_async = {
+    .am_await = (unaryfunc)row_await,
+};
+
+static PyTypeObject RowAwait_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pipeline.producer._delivery.RowAwait",
+    .tp_basicsize = sizeof(PyObject),
+    .tp_as_async = &row_async,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Mixin of send_rows.RowDelivery: __await__ of a settled row without Python frames.",
+};
+
+static PyObject *setup_rows(PyObject *module, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"row_type", "rows_type", "outcomes_type", "run_type",
+                             "python_await", "settled_checkpoint", NULL};
+    PyObject *dt, *st, *ot, *rt, *pa, *sc;
+    if (check_ready() < 0) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!O!O!OO:setup_rows", kwlist,
+                                     &PyType_Type, &dt, &PyType_Type, &st, &PyType_Type, &ot,
+                                     &PyType_Type, &rt, &pa, &sc))
+        return NULL;
+    if (!PyCallable_Check(pa) || !PyCallable_Check(sc)) {
+        PyErr_SetString(PyExc_TypeError, "python_await and settled_checkpoint must be callable");
+        return NULL;
+    }
+    Py_ssize_t a, b, c, e, f, g, h, i, j, k, l;
+    if (member_offset((PyTypeObject *)dt, "_rows", &a) < 0 ||
+        member_offset((PyTypeObject *)dt, "_row", &b) < 0 ||
+        member_offset((PyTypeObject *)st, "outcomes", &c) < 0 ||
+        member_offset((PyTypeObject *)st, "timestamps", &e) < 0 ||
+        member_offset((PyTypeObject *)ot, "run_of", &f) < 0 ||
+        member_offset((PyTypeObject *)rt, "_state", &g) < 0 ||
+        member_offset((PyTypeObject *)rt, "topic", &h) < 0 ||
+        member_offset((PyTypeObject *)rt, "partition", &i) < 0 ||
+        member_offset((PyTypeObject *)rt, "offset", &j) < 0 ||
+        member_offset((PyTypeObject *)rt, "timestamp", &k) < 0 ||
+        member_offset((PyTypeObject *)rt, "rows", &l) < 0)
+        return NULL;
+    off_d_rows = a;
+    off_d_row = b;
+    off_s_outcomes = c;
+    off_s_timestamps = e;
+    off_o_run_of = f;
+    off_r_state = g;
+    off_r_topic = h;
+    off_r_partition = i;
+    off_r_offset = j;
+    off_r_timestamp = k;
+    off_r_rows = l;
+    Py_INCREF(dt);
+    Py_XSETREF(row_type, (PyTypeObject *)dt);
+    Py_INCREF(pa);
+    Py_XSETREF(row_python_await, pa);
+    Py_INCREF(sc);
+    Py_XSETREF(row_settled_checkpoint, sc);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ setup */
+
+static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"message_type", "metadata_type", "python_await",
+                             "settled_checkpoint", "run_context", "ok", "schedule_every",
+                             NULL};
+    PyObject *mt, *md, *pa, *sc, *rc, *ok;
+    long every;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!OOOOl:setup", kwlist, &PyType_Type, &mt,
+                                     &PyType_Type, &md, &pa, &sc, &rc, &ok, &every))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)md, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "metadata_type must be a tuple subclass");
+        return NULL;
+    }
+    if (!PyCallable_Check(pa) || !PyCallable_Check(sc)) {
+        PyErr_SetString(PyExc_TypeError, "python_await and settled_checkpoint must be callable");
+        return NULL;
+    }
+    if (every < 1) {
+        PyErr_SetString(PyExc_ValueError, "schedule_every must be >= 1");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)mt;
+    Py_ssize_t st, tp, pt, of, ts;
+    if (member_offset(cls, "_state", &st) < 0 || member_offset(cls, "topic", &tp) < 0 ||
+        member_offset(cls, "partition", &pt) < 0 || member_offset(cls, "offset", &of) < 0 ||
+        member_offset(cls, "timestamp", &ts) < 0)
+        return NULL;
+    off_state = st;
+    off_topic = tp;
+    off_partition = pt;
+    off_offset = of;
+    off_timestamp = ts;
+    Py_INCREF(mt);
+    Py_XSETREF(message_type, cls);
+    Py_INCREF(md);
+    Py_XSETREF(metadata_type, (PyTypeObject *)md);
+    Py_INCREF(pa);
+    Py_XSETREF(python_await, pa);
+    Py_INCREF(sc);
+    Py_XSETREF(settled_checkpoint, sc);
+    Py_INCREF(rc);
+    Py_XSETREF(run_context, rc);
+    Py_INCREF(ok);
+    Py_XSETREF(ok_state, ok);
+    schedule_every = every;
+    countdown = every;
+    Py_RETURN_NONE;
+}
+
+static PyObject *set_run_context(PyObject *module, PyObject *rc) {
+    if (check_ready() < 0) return NULL;
+    PyObject *old = run_context; /* its reference goes to the caller */
+    Py_INCREF(rc);
+    run_context = rc;
+    return old;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
+     "setup(message_type, metadata_type, python_await, settled_checkpoint, run_context, ok, "
+     "schedule_every): bind the module to pipeline.producer.message (once, at its import)."},
+    {"metadata", metadata, METH_O, "metadata(msg) -> RecordMetadata of a ProducerMessage."},
+    {"schedule_due", schedule_due, METH_NOARGS,
+     "True on every schedule_every-th call (one budget for the process)."},
+    {"setup_rows", (PyCFunction)(void (*)(void))setup_rows, METH_VARARGS | METH_KEYWORDS,
+     "setup_rows(row_type, rows_type, outcomes_type, run_type, python_await, "
+     "settled_checkpoint): bind the row await to pipeline.producer.send_rows (after setup)."},
+    {"row_metadata", row_metadata, METH_O,
+     "row_metadata(row_delivery) -> RecordMetadata of a row settled OK, else None."},
+    {"new_row", (PyCFunction)(void (*)(void))new_row, METH_FASTCALL,
+     "new_row(rows, row) -> RowDelivery, untracked by the cyclic GC."},
+    {"set_run_context", set_run_context, METH_O,
+     "Replace the object the cancellation check reads .task from; returns the old one."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "pipeline.producer._delivery",
+    "Awaiting a settled Delivery in C (see _delivery.c's header).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__delivery(void) {
+    if (PyType_Ready(&Ready_Type) < 0 || PyType_Ready(&SettledAwait_Type) < 0 ||
+        PyType_Ready(&RowAwait_Type) < 0)
+        return NULL;
+    str_start = PyUnicode_InternFromString("start");
+    if (str_start == NULL) return NULL;
+    str_task = PyUnicode_InternFromString("task");
+    str_cancel_status = PyUnicode_InternFromString("_cancel_status");
+    str_effectively_cancelled = PyUnicode_InternFromString("effectively_cancelled");
+    if (!str_task || !str_cancel_status || !str_effectively_cancelled) return NULL;
+    cancel_status_attr.name = str_cancel_status;
+    effectively_cancelled_attr.name = str_effectively_cancelled;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL) return NULL;
+    Py_INCREF(&SettledAwait_Type);
+    if (PyModule_AddObject(m, "SettledAwait", (PyObject *)&SettledAwait_Type) < 0) {
+        Py_DECREF(&SettledAwait_Type);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&RowAwait_Type);
+    if (PyModule_AddObject(m, "RowAwait", (PyObject *)&RowAwait_Type) < 0) {
+        Py_DECREF(&RowAwait_Type);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
