@@ -26,6 +26,7 @@ import trio
 from pipeline.producer.input_acceptance import InputAcceptance
 from pipeline.producer.intake import FlushMark, Intake, IntakeItem
 from pipeline.producer.message import ProducerMessage
+from pipeline.producer.normalize import not_a_message_error
 from pipeline.producer.rows import RowRun
 
 
@@ -162,6 +163,8 @@ class InputChannel(trio.abc.SendChannel[ProducerMessage]):
 
     def send_nowait(self, value: ProducerMessage) -> None:
         """Raises ``trio.WouldBlock`` when the intake or the buffer memory is full."""
+        if not isinstance(value, ProducerMessage):
+            raise not_a_message_error("producer.input", value)
         acceptance = self._acceptance
         if not acceptance.reserve_nowait(value):
             raise trio.WouldBlock
@@ -175,6 +178,8 @@ class InputChannel(trio.abc.SendChannel[ProducerMessage]):
     async def send(self, value: ProducerMessage) -> None:
         """Waits for buffer memory (up to ``max_block``; then the message fails
         with BufferFullError on ``producer.errors``) and room in the intake."""
+        if not isinstance(value, ProducerMessage):
+            raise not_a_message_error("producer.input", value)
         acceptance = self._acceptance
         if not await acceptance.reserve(value):
             return  # settled already: its outcome is on producer.errors

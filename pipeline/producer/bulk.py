@@ -27,7 +27,12 @@ from pipeline.producer.errors import MessageTooLargeError
 from pipeline.producer.intake import CLOSED, Intake
 from pipeline.producer.ledger import Ledger
 from pipeline.producer.message import PENDING, DeliveryGroup, ProducerMessage
-from pipeline.producer.normalize import closed_while_waiting, copied_bytes, reused_error
+from pipeline.producer.normalize import (
+    closed_while_waiting,
+    copied_bytes,
+    not_a_message_error,
+    reused_error,
+)
 from pipeline.producer.rows import RowChunk, RowRun, slice_columns
 from pipeline.protocol._columns import ColumnInput, Columns, HeadersInput, IntsInput
 from pipeline.protocol.columnar import build_columns, first_row_over, record_size_bounds
@@ -66,6 +71,9 @@ class Bulk:
         intake, ledger = self._intake, self._ledger
         intake.check_open()
         msgs = messages if isinstance(messages, list) else list(messages)
+        for kind in set(map(type, msgs)):
+            if not issubclass(kind, ProducerMessage):
+                raise not_a_message_error("send_many", next(m for m in msgs if type(m) is kind))
         if any(map(_id_of, msgs)):
             raise reused_error(next(m for m in msgs if m._id))
         cumulative = list(accumulate(map(intake.prepare, msgs)))

@@ -128,6 +128,18 @@ def on_delivery_sink(fn: DeliveryCallback) -> DeliveryCallback:
     return fn
 
 
+def not_a_message_error(where: str, value: object) -> TypeError:
+    """``send_many`` / ``producer.input`` got something that is not a
+    ``ProducerMessage`` (a columnar ``send()``'s delivery is one such: it was
+    sent already)."""
+    return TypeError(
+        f"{where} takes ProducerMessage objects, not {type(value).__name__} ({value!r}); "
+        "build a ProducerMessage(topic, value, ...) for each record"
+        + (" (a Delivery was sent already: build a new ProducerMessage to send it again)"
+           if hasattr(value, "__await__") else "")
+    )
+
+
 def reused_error(msg: ProducerMessage) -> ValueError:
     return ValueError(
         f"{msg!r} was already sent: a ProducerMessage is sent once (it carries that send's "

@@ -545,3 +545,28 @@ async def test_row_deliveries_cost_the_cyclic_gc_nothing_and_leak_no_cycle(
             assert alive() is None
         finally:
             gc.enable()
+
+
+async def test_a_row_delivery_given_back_to_send_many_or_input_is_refused_clearly(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A row's delivery is no ProducerMessage: send_many and producer.input
+    refuse it (and anything else that is not one) with a TypeError saying
+    what to build instead; nothing of the call is sent, and the pipeline
+    goes on."""
+    from pipeline.producer.message import ProducerMessage
+
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        row = await producer.send("t", b"v")
+        with pytest.raises(TypeError, match="send_many takes ProducerMessage objects, not "
+                                            "RowDelivery .*build a new ProducerMessage"):
+            await producer.send_many([ProducerMessage("t", b"a"), row])
+        with pytest.raises(TypeError, match="producer.input takes ProducerMessage objects"):
+            await producer.input.send(row)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="not dict"):
+            producer.input.send_nowait({"topic": "t"})  # type: ignore[arg-type]
+        assert (await row).offset == 0
+        await producer.flush()
+    assert values_in_log(fake, "t", 0) == [b"v"]
