@@ -29,22 +29,12 @@ from pipeline.producer.message import (
     ProducerMessage,
     RecordMetadata,
 )
+from tests.scenarios.test_delivery_results import _Steps
 
 EVERY = message._SCHEDULE_EVERY
 BUILT = any(Path(message.__file__).parent.glob("_delivery.*.so")) or any(
     Path(message.__file__).parent.glob("_delivery.*.pyd")
 )
-
-
-class _Steps(trio.abc.Instrument):
-    """Counts the steps of one task (each is a pass through the scheduler)."""
-
-    def __init__(self, task: trio.lowlevel.Task) -> None:
-        self.task, self.steps = task, 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task is self.task:
-            self.steps += 1
 
 
 def settled(offset: int = 7, partition: int | None = 2, timestamp: int | None = 1234,
