@@ -85,8 +85,8 @@ def row_offset(run: RowRun, row: int) -> int:
     base = run.offset
     if base < 0:
         return -1
-    rows = run.rows
-    return base + row - (0 if rows is None else rows.start)
+    start: int = run.rows.start  # (settled OK: split, so its rows are a range)
+    return base + row - start
 
 
 class RowOutcomes:
@@ -146,7 +146,6 @@ class RowOutcomes:
             msg = ProducerMessage(self.topic, values[row], None, None, run.partition,
                                   self.timestamps[row])
             msg._state = FAILED
-            msg._outcome = cause
             yield ProducerError(msg, cause)
 
 
@@ -174,9 +173,9 @@ class SendRows:
         its columns are packed into the run, and its rows become pending rows
         of the chunk."""
         pack = kernel().pack_binary
-        offsets, data, validity, nulls = pack(self.values, "values")
-        values = BinaryColumn(memoryview(offsets).cast("q"), memoryview(data),
-                              None if validity is None else memoryview(validity), 0, nulls)
+        offsets, data, validity, _ = pack(self.values, "values")
+        assert validity is None, "send() put only bytes values here"
+        values = BinaryColumn(memoryview(offsets).cast("q"), memoryview(data))
         n = len(self.values)
         run, chunk = self.run, self.chunk
         run.columns = Columns(values, None, None, memoryview(array("q", self.timestamps)))
@@ -187,7 +186,6 @@ class SendRows:
         self.on_delivery = None  # the outcomes hold them until the last row settles
         if self.event is not None:
             self.event.set()
-            self.event = None
 
 
 if TYPE_CHECKING:
@@ -215,13 +213,11 @@ class RowDelivery(Delivery, _RowAwaitBase):
     settled case without a Python frame), else ``_row_await_py``."""
 
     __slots__ = ("_row", "_rows")
+    _rows: SendRows  # the burst (set by new_row)
+    _row: int  # the row's index in it
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         return _row_await_py(self)  # replaced by the C slot (_use_rows)
-
-    def __init__(self, rows: SendRows, row: int) -> None:
-        self._rows = rows
-        self._row = row
 
     # -- the message's fields ----------------------------------------------------
     @property
@@ -358,8 +354,7 @@ def _row_metadata_py(self: RowDelivery) -> RecordMetadata:
     row = self._row
     offset = run.offset
     if offset >= 0:  # (row_offset, inlined)
-        rows = run.rows
-        offset += row - (0 if rows is None else rows.start)
+        offset += row - run.rows.start
     timestamp = run.timestamp
     return _new_metadata(RecordMetadata, (
         run.topic, run.partition, offset,

@@ -216,23 +216,24 @@ async def test_a_settled_row_is_still_a_cancellation_point(
 async def test_rows_get_the_log_append_time_the_broker_gave(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
-    """A LogAppendTime answer (offset 7 for every batch): the rows report the
-    broker's time, not their own CreateTime, and offsets from 7 per batch."""
+    """LogAppendTime answers (offset 7 for every batch of 1 KiB: several runs)
+    the rows report the broker's time, not their own CreateTime, awaited and
+    to their callbacks, and offsets from 7 per batch."""
     from pipeline.protocol.api import ApiKey
 
     from .test_ledger_rules import answer_with_log_append_time
 
     fake.create_topic("t", 1, leaders=[0])
-    async with open_fake_producer(fake) as producer:
-        fake.control(ApiKey.PRODUCE, answer_with_log_append_time(T + 5))
+    async with open_fake_producer(fake, batch_bytes=1024) as producer:
+        fake.control(ApiKey.PRODUCE, answer_with_log_append_time(T + 5), sticky=True)
         columnar_next(producer)
         heard: list[Any] = []
-        rows = [await producer.send("t", b"r", on_delivery=lambda m, e: heard.append(m))
+        rows = [await producer.send("t", b"r" * 50, on_delivery=lambda m, e: heard.append(m))
                 for _ in range(100)]
         results = [await d for d in rows]
     assert set(_kinds(rows)) == {"row"}
     assert {r.timestamp for r in results} == {m.timestamp for m in heard} == {T + 5}
-    assert results[0].offset == 7 and rows[0].timestamp == T + 5
+    assert results[0].offset == 7 and rows[0].timestamp == T + 5 and len(heard) == 100
 
 
 async def test_a_too_large_columnar_batch_is_split_and_each_row_reports_its_offset(
@@ -377,6 +378,7 @@ async def test_on_delivery_is_called_once_per_row_with_its_metadata_or_error(
     assert {type(e.cause).__name__ for e in failed} == {"BrokerResponseError"}
     delivered = [m for m, e in heard[len(failed):]]
     assert [m.offset for m in delivered] == list(range(300 - len(failed)))
+    assert all(m.offset_known for m in delivered) and all(e.message.done() for e in failed)
     assert {(m.topic, m.partition, m.timestamp) for m in delivered} == {("t", 0, T)}
     assert errors == 1
 
@@ -424,23 +426,22 @@ async def test_rows_written_with_acks_0_report_no_offset(
     assert values_in_log(fake, "t", 0) == [b"v"] * 100
 
 
-@pytest.mark.parametrize("at_min", [False, True], ids=["one-below", "at"])
+@pytest.mark.parametrize("burst", [63, 64])
 async def test_the_burst_after_one_of_columns_min_messages_is_columnar(
-    fake: FakeCluster, autojump_clock: Any, at_min: bool
+    fake: FakeCluster, autojump_clock: Any, burst: int
 ) -> None:
     """A fresh producer's first burst is messages; once the dispatcher took it,
     the next send is a row exactly when that burst had COLUMNS_MIN messages.
     The first row of a topic reports offset 0 (known), and its message copy
     its outcome."""
-    burst = COLUMNS_MIN if at_min else COLUMNS_MIN - 1  # (ids not from the constant: the
-    fake.create_topic("t", 1)                         # mutation runner changes it)
+    fake.create_topic("t", 1)  # (literal sizes: the documented COLUMNS_MIN is 64)
     async with open_fake_producer(fake) as producer:
         first = [await producer.send("t", b"m") for _ in range(burst)]
         await trio.sleep(0.01)  # the dispatcher takes the burst (no checkpoint before)
         nxt = await producer.send("t", b"n")
         await producer.flush()
     assert set(_kinds(first)) == {"msg"}
-    assert _kinds([nxt]) == (["row"] if at_min else ["msg"])
+    assert _kinds([nxt]) == (["row"] if burst == 64 else ["msg"])
     assert (await nxt).offset == burst and (await first[0]).offset_known
 
 
@@ -457,6 +458,7 @@ async def test_a_topics_first_row_reports_offset_0_and_its_message_its_state(
     meta = await rows[0]
     assert (meta.offset, meta.offset_known, rows[0].offset) == (0, True, 0)
     assert rows[0].message.done() and rows[0].message.offset == 0
+    assert rows[0].record_metadata() == meta
 
 
 async def test_awaiting_settled_rows_schedules_about_never(
@@ -571,3 +573,31 @@ async def test_a_row_delivery_given_back_to_send_many_or_input_is_refused_clearl
         assert (await row).offset == 0
         await producer.flush()
     assert values_in_log(fake, "t", 0) == [b"v"]
+
+
+async def test_rows_of_one_burst_spread_over_partitions_and_batches_each_find_their_record(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """1000 rows of one loop, cut into runs of a 1 KiB batch on the sticky
+    partitioner's choices over 3 partitions, settled in whatever order the
+    brokers answer: every row's delivery (awaited, read, and its callback)
+    names the partition and offset where its own value is in the log."""
+    fake.create_topic("t", 3)
+    heard: dict[bytes, Any] = {}
+
+    def hear(value: bytes) -> Any:
+        return lambda meta, error: heard.__setitem__(value, meta)
+
+    async with open_fake_producer(fake, batch_bytes=1024) as producer:
+        columnar_next(producer)
+        values = [b"%04d:" % i + b"z" * 45 for i in range(1000)]
+        rows = [await producer.send("t", v, on_delivery=hear(v)) for v in values]
+        results = [await d for d in rows]
+    assert set(_kinds(rows)) == {"row"} and len(heard) == 1000
+    logs = {p: values_in_log(fake, "t", p) for p in range(3)}
+    assert sorted(v for log in logs.values() for v in log) == values
+    assert len({r.partition for r in results}) >= 2  # (the sticky choices: seeded)
+    for d, r, v in zip(rows, results, values, strict=True):
+        assert logs[r.partition][r.offset] == v
+        assert (d.partition, d.offset) == (r.partition, r.offset) == (
+            heard[v].partition, heard[v].offset)
