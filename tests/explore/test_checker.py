@@ -162,9 +162,10 @@ def test_a_failed_message_written_after_a_later_one_is_reordered() -> None:
 
 def test_rows_of_send_bursts_get_exactly_one_outcome() -> None:
     """Rows of columnar send() bursts: one settled by two runs, a delivery
-    still pending after close, or an await returning another outcome than the
-    delivery reports is a violation; the same row settled once and awaited
-    consistently is not."""
+    still pending after close, an await returning another outcome than the
+    delivery reports, or an on_delivery called otherwise than once with that
+    outcome is a violation; the same row settled once and awaited or called
+    back consistently is not."""
     row = msg(0, offset=0)
     row.row, row.awaited = True, "ok 0 0"
     assert kinds(trace(True, [row], [0])) == []
@@ -181,6 +182,11 @@ def test_rows_of_send_bursts_get_exactly_one_outcome() -> None:
     t = trace(True, [], [])
     t.rows_settled_twice = 3
     assert kinds(t) == ["O1 double settle"]
+    row.awaited, row.called = "", "ok 0 0"
+    assert kinds(trace(True, [row], [0])) == []
+    for wrong in ("ok 0 0; ok 0 0", "never called", "ok 1 0"):  # twice, never, elsewhere
+        row.called = wrong
+        assert kinds(trace(True, [row], [0])) == ["O1 callback"]
 
 
 def test_producer_closed_only_from_the_close_and_for_all_an_abort_left() -> None:

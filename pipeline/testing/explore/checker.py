@@ -49,8 +49,9 @@ Both modes:
   (nothing else reaches the wire: sarama #2150);
 * O1 every accepted message is settled exactly once (``double_settles == 0``,
   none outstanding after close, no row of a ``send()`` burst settled by two
-  runs, no delivery still pending after close, and awaiting a delivery
-  returns exactly the outcome it reports), and no later than its delivery deadline +
+  runs, no delivery still pending after close, awaiting a delivery returns
+  exactly the outcome it reports, and its ``on_delivery`` is called once,
+  with that outcome), and no later than its delivery deadline +
   ``request_timeout`` (the answer a batch in flight may still wait for); every
   byte of ``buffer_memory`` reserved is released by the end of the close;
 * O2 a ``flush()`` returns by its start + ``delivery_timeout`` +
@@ -130,10 +131,15 @@ def _outcomes(trace: Trace) -> list[Violation]:
         if m.pending:
             out.append(Violation("O1 no outcome", f"{what} #{m.index} (id {m.id}): its delivery "
                                  "is still pending after close"))
-        elif m.awaited and m.awaited != _outcome_of(m):
-            out.append(Violation("O1 await", f"awaiting {what} #{m.index} (id {m.id}) gave "
-                                 f"{m.awaited[:160]!r}, its delivery reports "
-                                 f"{_outcome_of(m)[:160]!r}"))
+        else:
+            if m.awaited and m.awaited != _outcome_of(m):
+                out.append(Violation("O1 await", f"awaiting {what} #{m.index} (id {m.id}) gave "
+                                     f"{m.awaited[:160]!r}, its delivery reports "
+                                     f"{_outcome_of(m)[:160]!r}"))
+            if m.called and m.called != _outcome_of(m):
+                out.append(Violation("O1 callback", f"the on_delivery of {what} #{m.index} "
+                                     f"(id {m.id}) was called with {m.called[:160]!r}, its "
+                                     f"delivery reports {_outcome_of(m)[:160]!r}"))
         if m.settled_at is None:
             out.append(Violation("O1 no outcome", f"{what} #{m.index} (id {m.id}) never settled"))
         elif m.settled_at > m.deadline + late_by + EPS:

@@ -29,6 +29,7 @@ partition logs, flushes and the close, for `checker.check`.
 from __future__ import annotations
 
 import random
+from functools import partial
 from typing import Any
 
 import trio
@@ -40,7 +41,7 @@ from pipeline.producer.errors import (
     ProducerClosed,
     ProducerError,
 )
-from pipeline.producer.message import OK, PENDING, Delivery, ProducerMessage
+from pipeline.producer.message import OK, PENDING, Delivery, ProducerMessage, RecordMetadata
 from pipeline.producer.rows import RowChunk, RowRun
 from pipeline.producer.send_rows import RowDelivery
 from pipeline.protocol.records import batch_size_for_record, decode_record_batches
@@ -116,6 +117,7 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
     accepted: Accepted = []
     inputs: Inputs = []
     awaited: dict[int, str] = {}
+    called: Called = {}
     async with trio.open_nursery() as root:
         await root.start(fake.run)
         fake.create_topic(TOPIC, schedule.partitions, leaders=list(schedule.leaders))
@@ -131,7 +133,7 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
                         for source in sorted({s.source for s in schedule.sends}):
                             users.start_soon(
                                 _source, producer, schedule, source, accepted, inputs, trace,
-                                (users, awaited),
+                                (users, awaited), called,
                             )
                         if any(s.via == "input" for s in schedule.sends):
                             users.start_soon(_drain, producer.errors)
@@ -142,7 +144,7 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
                         last = [(i, s) for i, s in enumerate(schedule.sends)
                                 if _closing_loop(schedule, s)]
                         if last:  # no checkpoint between its last send and the close
-                            looped = await _send_loop(producer, last, accepted, trace)
+                            looped = await _send_loop(producer, last, accepted, trace, called)
                             if last[0][1].wait and looped:
                                 users.start_soon(_await_each, looped, _await_bound(schedule),
                                                  awaited)
@@ -172,6 +174,8 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
                 rec = _record(index, sent, at, settled)
                 rec.call = call
                 rec.awaited = awaited.get(index, "")
+                if index in called:
+                    rec.called = "; ".join(called[index]) or "never called"
                 trace.messages.append(rec)
         trace.messages.sort(key=lambda m: m.id)
         for p in range(schedule.partitions):
@@ -284,6 +288,8 @@ Inputs = list[tuple[int, ProducerMessage, tuple[int, int, int], Attempt]]
 Accepted = list[tuple[int, ProducerMessage | Delivery, float, tuple[int, int, int]]]
 # Where a "wait" loop's awaiting task runs, and what it records per index
 Awaiting = tuple[trio.Nursery, dict[int, str]]
+# Index -> what its on_delivery callback was called with (each call)
+Called = dict[int, list[str]]
 
 
 async def _source(
@@ -294,6 +300,7 @@ async def _source(
     inputs: Inputs,
     trace: Trace,
     awaiting: Awaiting,
+    called: Called,
 ) -> None:
     mine = [(i, s) for i, s in enumerate(schedule.sends)
             if s.source == source and not _closing_loop(schedule, s)]
@@ -307,7 +314,7 @@ async def _source(
                    and mine[pos + len(group)][1].at == send.at):
                 group.append(mine[pos + len(group)])
             pos += len(group)
-            sent = await _send_loop(producer, group, accepted, trace)
+            sent = await _send_loop(producer, group, accepted, trace, called)
             if send.wait and sent:
                 nursery, awaited = awaiting
                 nursery.start_soon(_await_each, sent, _await_bound(schedule), awaited)
@@ -385,7 +392,8 @@ def _await_bound(schedule: Schedule) -> float:
 
 
 async def _send_loop(
-    producer: Producer, group: list[tuple[int, Send]], accepted: Accepted, trace: Trace
+    producer: Producer, group: list[tuple[int, Send]], accepted: Accepted, trace: Trace,
+    called: Called,
 ) -> list[tuple[int, Delivery]]:
     """A high-rate loop: ``await producer.send(topic, value)`` per message, no
     other await in between, so the calls after the first join one burst. Once
@@ -402,14 +410,35 @@ async def _send_loop(
         attempt = Attempt((index,), (bound_of(send, index),), "")
         trace.attempts.append(attempt)
         start = trace.step()
+        value = value_of(index, send.size)
         try:
-            delivery = await producer.send(TOPIC, value_of(index, send.size))
+            if send.callback and index % 3:
+                calls = called[index] = []
+                delivery = await producer.send(TOPIC, value,
+                                               on_delivery=partial(_call_back, calls, value))
+            else:
+                delivery = await producer.send(TOPIC, value)
         except _REFUSALS as exc:
             attempt.refused, attempt.detail = type(exc).__name__, str(exc)
+            called.pop(index, None)
             continue
         accepted.append((index, delivery, trio.current_time(), (start, trace.step(), 0)))
         sent.append((index, delivery))
     return sent
+
+
+def _call_back(calls: list[str], value: bytes, md: RecordMetadata | None,
+               err: BaseException | None) -> None:
+    """A send()'s on_delivery: what it was called with, in _await_each's form."""
+    if err is None:
+        assert md is not None
+        calls.append(f"ok {md.partition} {md.offset}")
+    elif not isinstance(err, ProducerError):
+        calls.append(f"failed with a {type(err).__name__}, not a ProducerError: {err}")
+    else:
+        calls.append(f"failed {type(err.cause).__name__}: {err.cause}")
+        if err.message.value != value:
+            calls[-1] += f" (the error names another message: {err.message!r})"
 
 
 async def _await_each(sent: list[tuple[int, Delivery]], until: float,

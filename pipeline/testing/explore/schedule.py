@@ -88,9 +88,11 @@ class Send:
     via: str = "send"
     # "loop" only (read from a loop's first send): `columns` forces the loop's
     # first burst columnar; `wait` has another task await each of the loop's
-    # deliveries (RowDelivery.__await__) and compare what it returns.
+    # deliveries (RowDelivery.__await__) and compare what it returns;
+    # `callback` passes on_delivery to two sends of three (a mixed burst).
     columns: bool = False
     wait: bool = False
+    callback: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +259,7 @@ def _loops(rng: random.Random, sources: int, close_at: float, mmb: int,
         # burst of >= COLUMNS_MIN was taken yet) and most schedules have one loop.
         columns = rng.random() < 0.5
         wait = rng.random() < 0.3
+        callback = rng.random() < 0.3
         sizes = rng.choice([(0,), (0, 5, 20), (20, 60)])
         big = rng.random() < 0.1  # one row right at the size limit (S1 on the row path)
         n = 70 + int(230 * rng.random() ** 2)
@@ -266,7 +269,8 @@ def _loops(rng: random.Random, sources: int, close_at: float, mmb: int,
         for i in range(n):
             size = (_value_size_for_bound(mmb + rng.randint(-2, 2), None) if i == at_big
                     else rng.choice(sizes))
-            out.append(Send(at, source, size, via="loop", columns=columns, wait=wait))
+            out.append(Send(at, source, size, via="loop", columns=columns, wait=wait,
+                            callback=callback))
     return out
 
 

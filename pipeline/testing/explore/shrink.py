@@ -147,6 +147,7 @@ class Shrinker:
         changes: tuple[Callable[[Send], Send], ...] = (
             lambda s: replace(s, source=0),
             lambda s: replace(s, wait=False),
+            lambda s: replace(s, callback=False),
             lambda s: replace(s, columns=False),
             lambda s: replace(s, via="send") if s.via != "input" else s,
             lambda s: replace(s, key=None, partition=0) if s.key is not None else s,

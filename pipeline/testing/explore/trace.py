@@ -39,6 +39,9 @@ class Message:
     # What awaiting the delivery returned ("ok <partition> <offset>" or "failed
     # <cause>"), when a "wait" loop awaited it; "" if not awaited.
     awaited: str = ""
+    # What its on_delivery callback was called with, each call ("; "-joined, in
+    # the awaited form), when a "callback" loop passed one; "" if none.
+    called: str = ""
 
 
 @dataclass(slots=True)
