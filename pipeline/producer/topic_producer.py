@@ -21,7 +21,7 @@ import trio
 from pipeline.cluster.errors import KafkaError
 from pipeline.producer.envelopes import TopicPartition
 from pipeline.producer.errors import DeliveryTimeoutError
-from pipeline.producer.message import ProducerMessage
+from pipeline.producer.message import PENDING, ProducerMessage
 from pipeline.producer.partitioner import DefaultPartitioner, Murmur2Partitioner
 from pipeline.producer.rows import RowRun, assign_rows
 
@@ -147,6 +147,11 @@ class TopicProducer:
             if item is None:
                 break
             run: RowRun = item
+            if run._state != PENDING:
+                # Settled on its way here: a close without flush failed it (and
+                # released its bytes) after the dispatcher forwarded it, before
+                # this task ran. Splitting it would release its bytes again.
+                continue
             runs, out_of_range = assign_rows(run, n, self._partitioner, vectorized=vectorized,
                                              cap=cap, max_records=config.max_batch_messages)
             split = [r for _, r in runs]

@@ -158,3 +158,48 @@ def test_a_failed_message_written_after_a_later_one_is_reordered() -> None:
     assert kinds(trace(True, ms, [1])) == []
     assert kinds(trace(True, ms, [0, 1])) == []
     assert kinds(trace(True, ms, [1, 0])) == ["I2 reordered"]
+
+
+def test_rows_of_send_bursts_get_exactly_one_outcome() -> None:
+    """Rows of columnar send() bursts: one settled by two runs, a delivery
+    still pending after close, an await returning another outcome than the
+    delivery reports, or an on_delivery called otherwise than once with that
+    outcome is a violation; the same row settled once and awaited or called
+    back consistently is not."""
+    row = msg(0, offset=0)
+    row.row, row.awaited = True, "ok 0 0"
+    assert kinds(trace(True, [row], [0])) == []
+    row.awaited = "ok 0 1"
+    assert kinds(trace(True, [row], [0])) == ["O1 await"]
+    failed = msg(1, ok=False)
+    failed.row, failed.awaited = True, "failed DeliveryTimeoutError: expired"
+    assert kinds(trace(True, [failed], [])) == []
+    failed.awaited = "never returned"
+    assert kinds(trace(True, [failed], [])) == ["O1 await"]
+    pending = msg(2, ok=False, settled=None)
+    pending.row, pending.pending, pending.cause = True, True, ""
+    assert kinds(trace(True, [pending], [])) == ["O1 no outcome", "O1 no outcome"]
+    t = trace(True, [], [])
+    t.rows_settled_twice = 3
+    assert kinds(t) == ["O1 double settle"]
+    row.awaited, row.called = "", "ok 0 0"
+    assert kinds(trace(True, [row], [0])) == []
+    for wrong in ("ok 0 0; ok 0 0", "never called", "ok 1 0"):  # twice, never, elsewhere
+        row.called = wrong
+        assert kinds(trace(True, [row], [0])) == ["O1 callback"]
+
+
+def test_producer_closed_only_from_the_close_and_for_all_an_abort_left() -> None:
+    closed = msg(0, ok=False)
+    closed.cause = "ProducerClosed: the producer closed before this message was acknowledged"
+    assert kinds(trace(False, [closed], [])) == ["C1 closed early"]
+    closed.settled_closing = True
+    assert kinds(trace(False, [closed], [])) == []
+    s = replace(schedule(False), abort=True)
+    other = msg(1, ok=False)
+    other.settled_closing = True  # settled during a close without flush: must be ProducerClosed
+    t = Trace(s, messages=[closed, other], close_start=50.0, close_end=50.0)
+    t.logs = {0: []}
+    assert kinds(t) == ["C1 close"]
+    t.schedule = replace(s, idempotent=True)  # (the bounded drain may still settle it)
+    assert kinds(t) == []

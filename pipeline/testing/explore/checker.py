@@ -1,7 +1,10 @@
 """The invariants a run must keep, checked on the fake's logs and the outcomes.
 
 Notation: *accepted* messages are those ``send()``/``send_many()`` accepted
-(ledger ids give their acceptance order, which is the send order);
+(ledger ids give their acceptance order, which is the send order; the rows of
+a columnar ``send()`` burst, ``send_rows.py``, are messages like any other:
+their ids are their chunk's first id + their row numbers, and their outcomes
+are what their ``RowDelivery`` reports);
 *acknowledged* ones got a success; *failed* ones got an error. The log of a
 partition is the fake broker's, record by record (values are unique, so a
 record names its message).
@@ -45,16 +48,25 @@ Both modes:
 * A2 every record in a log is an accepted message routed to that partition
   (nothing else reaches the wire: sarama #2150);
 * O1 every accepted message is settled exactly once (``double_settles == 0``,
-  none outstanding after close), and no later than its delivery deadline +
+  none outstanding after close, no row of a ``send()`` burst settled by two
+  runs, no delivery still pending after close, awaiting a delivery returns
+  exactly the outcome it reports, and its ``on_delivery`` is called once,
+  with that outcome), and no later than its delivery deadline +
   ``request_timeout`` (the answer a batch in flight may still wait for); every
   byte of ``buffer_memory`` reserved is released by the end of the close;
 * O2 a ``flush()`` returns by its start + ``delivery_timeout`` +
   ``request_timeout``, with every message accepted before it settled;
 * O3 close returns within ``close_timeout``, plus ``request_timeout`` when
   idempotent (the bounded drain of requests on the wire);
+* C1 no message fails with ProducerClosed before the close began; when the
+  block ends by an error (``Schedule.abort``: no flush) without idempotence
+  (no drain of requests on the wire either), every message not settled
+  before the close fails with ProducerClosed (rows of a burst the dispatcher
+  never took included);
 * L1 once the cluster is healed and everything older has settled (``heal_at
   + delivery_timeout + request_timeout``), every message accepted no later
-  than ``close_at - delivery_timeout`` succeeds, if ``retries >= 5`` (a
+  than ``close_at - delivery_timeout`` (``- request_timeout`` more when the
+  close flushes nothing: ``Schedule.abort``) succeeds, if ``retries >= 5`` (a
   first answer after healing may still be NOT_LEADER from stale metadata);
   with fewer retries, such a message may fail, but only after it was sent
   (a partition must not stay dead after a failure);
@@ -73,7 +85,7 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass
 
-from .runner import Message, Trace
+from .trace import Message, Trace
 
 EPS = 1e-9
 
@@ -93,6 +105,9 @@ def check(trace: Trace) -> list[Violation]:
         out.append(Violation("crash", trace.crash.strip().splitlines()[0][:300]))
     if trace.double_settles:
         out.append(Violation("O1 double settle", f"{trace.double_settles} messages settled twice"))
+    if trace.rows_settled_twice:
+        out.append(Violation("O1 double settle", f"{trace.rows_settled_twice} rows of send() "
+                             "bursts settled by two runs"))
     if trace.outstanding_after_close:
         out.append(Violation("O1 unsettled", f"{trace.outstanding_after_close} messages "
                              "still outstanding after close"))
@@ -112,12 +127,30 @@ def _outcomes(trace: Trace) -> list[Violation]:
     late_by = s.option("request_timeout")
     out: list[Violation] = []
     for m in trace.messages:
+        what = "row" if m.row else "message"
+        if m.pending:
+            out.append(Violation("O1 no outcome", f"{what} #{m.index} (id {m.id}): its delivery "
+                                 "is still pending after close"))
+        else:
+            if m.awaited and m.awaited != _outcome_of(m):
+                out.append(Violation("O1 await", f"awaiting {what} #{m.index} (id {m.id}) gave "
+                                     f"{m.awaited[:160]!r}, its delivery reports "
+                                     f"{_outcome_of(m)[:160]!r}"))
+            if m.called and m.called != _outcome_of(m):
+                out.append(Violation("O1 callback", f"the on_delivery of {what} #{m.index} "
+                                     f"(id {m.id}) was called with {m.called[:160]!r}, its "
+                                     f"delivery reports {_outcome_of(m)[:160]!r}"))
         if m.settled_at is None:
-            out.append(Violation("O1 no outcome", f"message #{m.index} (id {m.id}) never settled"))
+            out.append(Violation("O1 no outcome", f"{what} #{m.index} (id {m.id}) never settled"))
         elif m.settled_at > m.deadline + late_by + EPS:
             out.append(Violation("O1 late", f"message #{m.index} settled at {m.settled_at:.4f}, "
                                  f"deadline {m.deadline:.4f} + request_timeout {late_by}"))
     return out
+
+
+def _outcome_of(m: Message) -> str:
+    """The outcome as the runner writes what an await returned."""
+    return f"ok {m.partition} {m.offset}" if m.ok else f"failed {m.cause}"
 
 
 def _index_of(value: bytes) -> int:
@@ -208,6 +241,16 @@ def _flushes_and_close(trace: Trace) -> list[Violation]:
         if f.unsettled:
             out.append(Violation("O2 flush early", f"flush() at {f.start:.4f} returned with "
                                  f"{len(f.unsettled)} earlier messages unsettled"))
+    for m in trace.messages:
+        closed = m.cause.startswith("ProducerClosed")
+        if closed and m.settled_at is not None and not m.settled_closing:
+            out.append(Violation("C1 closed early", f"message #{m.index} failed with "
+                                 f"ProducerClosed at {m.settled_at:.4f}, before the close "
+                                 f"began"))
+        elif s.abort and not s.idempotent and not closed and m.settled_closing:
+            out.append(Violation("C1 close", f"message #{m.index} unsettled when the close "
+                                 f"(no flush) began at {trace.close_start:.4f} "
+                                 f"{'succeeded' if m.ok else 'failed: ' + m.cause[:120]}"))
     if trace.close_start >= 0:
         if trace.close_end < 0:
             out.append(Violation("O3 close", "close never returned"))
@@ -223,7 +266,7 @@ def _liveness(trace: Trace) -> list[Violation]:
     s = trace.schedule
     dt, rt = s.option("delivery_timeout"), s.option("request_timeout")
     patient = s.option("retries") >= 5
-    start, end = s.heal_at + dt + rt, s.close_at - dt
+    start, end = s.heal_at + dt + rt, s.close_at - dt - (rt if s.abort else 0.0)
     out: list[Violation] = []
     for m in trace.messages:
         if start <= m.accepted_at <= end and not m.ok and not m.cause.startswith("MessageTooLarge"):

@@ -13,7 +13,9 @@ What happens in a run:
 
 * the producer opens against the fake; one task per message *source* sends
   that source's messages at their times (``send()``, ``send()`` with a
-  header, or ``send_many()``), recording refusals;
+  header, ``send_many()``, ``producer.input``, or a tight loop of ``send()``
+  calls whose bursts become columnar: ``RowDelivery`` rows, ``send_rows.py``),
+  recording refusals;
 * the fault driver (`driver.py`) applies the schedule's events at their
   times and heals the cluster at ``heal_at``;
 * flush tasks call ``flush()`` at their times;
@@ -27,14 +29,21 @@ partition logs, flushes and the close, for `checker.check`.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import trio
 
 from pipeline.producer.api import Producer, open_producer
-from pipeline.producer.errors import BufferFullError, MessageTooLargeError, ProducerClosed
-from pipeline.producer.message import OK, PENDING, ProducerMessage
+from pipeline.producer.errors import (
+    BufferFullError,
+    MessageTooLargeError,
+    ProducerClosed,
+    ProducerError,
+)
+from pipeline.producer.message import OK, PENDING, Delivery, ProducerMessage, RecordMetadata
+from pipeline.producer.rows import RowChunk, RowRun
+from pipeline.producer.send_rows import RowDelivery
 from pipeline.protocol.records import batch_size_for_record, decode_record_batches
 from pipeline.testing.fake_cluster import FakeCluster
 
@@ -48,97 +57,13 @@ from .clock import (
 )
 from .driver import PRODUCE, drive_faults
 from .schedule import TOPIC, Schedule, Send
+from .trace import Attempt, Flush, Message, Trace, value_of
 
-__all__ = ["HangError", "Message", "Trace", "run_schedule", "value_of"]
+__all__ = ["Attempt", "Flush", "HangError", "Message", "Trace", "run_schedule", "value_of"]
 HEADERS = (("h", b"v"),)
 # Refusals send() may raise by design; anything else escaping send() is a crash.
 _REFUSALS = (MessageTooLargeError, BufferFullError, ProducerClosed)
 
-
-@dataclass(slots=True)
-class Message:
-    """One accepted message and its outcome."""
-
-    index: int  # position in Schedule.sends
-    id: int  # ledger id: acceptance order
-    value: bytes
-    accepted_at: float
-    deadline: float
-    # The send()/send_many() call that accepted it: when it started and returned
-    # (a global step counter) and the message's place in it. Calls that overlap
-    # (two sources at once) have no order between them; a call that returned
-    # before another started comes first.
-    call: tuple[int, int, int] = (0, 0, 0)
-    partition: int | None = None
-    ok: bool = False
-    offset: int = -1
-    cause: str = ""
-    settled_at: float | None = None
-
-
-@dataclass(slots=True)
-class Attempt:
-    """One send()/send_many() call, for the size-limit check."""
-
-    indexes: tuple[int, ...]
-    bounds: tuple[int, ...]  # batch_size_for_record of each message
-    refused: str  # exception type name, "" if accepted
-    detail: str = ""
-
-
-@dataclass(slots=True)
-class Flush:
-    start: float
-    end: float
-    last_id: int  # the last id accepted when flush() was called
-    unsettled: tuple[int, ...]  # ids <= last_id still unsettled when it returned
-    cut: bool  # the explorer gave up waiting (the checker reports how late it was)
-
-
-@dataclass
-class Trace:
-    schedule: Schedule
-    messages: list[Message] = field(default_factory=list)
-    attempts: list[Attempt] = field(default_factory=list)
-    logs: dict[int, list[bytes]] = field(default_factory=dict)
-    # Values of every record some Produce request carried (filled only when a
-    # message accepted after healing failed: L1 asks whether it was ever sent).
-    sent: set[bytes] = field(default_factory=set)
-    # (partition, bytes) of every batch a Produce request carried over max_message_bytes
-    oversized: list[tuple[int, int]] = field(default_factory=list)
-    # {partition: offsets of records the broker appended after it had forgotten
-    # the producer's state (Kafka accepts any sequence then)}
-    state_lost: dict[int, set[int]] = field(default_factory=dict)
-    flushes: list[Flush] = field(default_factory=list)
-    close_start: float = -1.0
-    close_end: float = -1.0
-    double_settles: int = 0
-    outstanding_after_close: int = 0
-    buffered_after_close: int = 0
-    crash: str = ""
-    end_time: float = 0.0
-    steps: int = 0  # the call step counter
-
-    def step(self) -> int:
-        self.steps += 1
-        return self.steps
-
-    def fingerprint(self) -> tuple[Any, ...]:
-        """Everything observable, to check that a replay is identical."""
-        return (
-            tuple((m.id, m.index, m.partition, m.ok, m.offset, m.cause, m.settled_at)
-                  for m in self.messages),
-            tuple((a.indexes, a.refused) for a in self.attempts),
-            tuple(sorted(self.logs.items())),
-            tuple((f.start, f.end, f.unsettled) for f in self.flushes),
-            self.close_start, self.close_end, self.crash, self.end_time,
-        )
-
-
-def value_of(index: int, size: int) -> bytes:
-    """A unique value of at least `size` bytes: the log tells messages apart by it."""
-    head = b"%d|" % index
-    return head + b"." * max(0, size - len(head))
 
 
 def producer_options(schedule: Schedule) -> dict[str, Any]:
@@ -189,30 +114,45 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
         max_message_bytes=schedule.max_message_bytes,
         auto_create_topics=False,
     )
-    accepted: list[tuple[int, ProducerMessage, float, tuple[int, int, int]]] = []
+    accepted: Accepted = []
     inputs: Inputs = []
+    awaited: dict[int, str] = {}
+    called: Called = {}
     async with trio.open_nursery() as root:
         await root.start(fake.run)
         fake.create_topic(TOPIC, schedule.partitions, leaders=list(schedule.leaders))
         producer: Producer | None = None
         try:
             async with trio.open_nursery() as users:
-                async with open_producer(
-                    fake.bootstrap, connector=fake.connector, **producer_options(schedule)
-                ) as producer:
-                    settled = _instrument(producer)
-                    root.start_soon(drive_faults, fake, schedule)
-                    for source in sorted({s.source for s in schedule.sends}):
-                        users.start_soon(
-                            _source, producer, schedule, source, accepted, inputs, trace
-                        )
-                    if any(s.via == "input" for s in schedule.sends):
-                        users.start_soon(_drain, producer.errors)
-                        users.start_soon(_drain, producer.successes)
-                    for at in schedule.flushes:
-                        users.start_soon(_flush, producer, schedule, at, trace)
-                    await trio.sleep_until(schedule.close_at)
-                    trace.close_start = trio.current_time()
+                try:
+                    async with open_producer(
+                        fake.bootstrap, connector=fake.connector, **producer_options(schedule)
+                    ) as producer:
+                        settled = _instrument(producer, trace)
+                        root.start_soon(drive_faults, fake, schedule)
+                        for source in sorted({s.source for s in schedule.sends}):
+                            users.start_soon(
+                                _source, producer, schedule, source, accepted, inputs, trace,
+                                (users, awaited), called,
+                            )
+                        if any(s.via == "input" for s in schedule.sends):
+                            users.start_soon(_drain, producer.errors)
+                            users.start_soon(_drain, producer.successes)
+                        for at in schedule.flushes:
+                            users.start_soon(_flush, producer, schedule, at, trace)
+                        await trio.sleep_until(schedule.close_at)
+                        last = [(i, s) for i, s in enumerate(schedule.sends)
+                                if _closing_loop(schedule, s)]
+                        if last:  # no checkpoint between its last send and the close
+                            looped = await _send_loop(producer, last, accepted, trace, called)
+                            if last[0][1].wait and looped:
+                                users.start_soon(_await_each, looped, _await_bound(schedule),
+                                                 awaited)
+                        trace.close_start = trio.current_time()
+                        if schedule.abort:
+                            raise _Abort  # the block ends by an error: a close without flush
+                except* _Abort:
+                    pass
                 trace.close_end = trio.current_time()
         except Exception as exc:
             trace.crash = describe_exception(exc)
@@ -230,9 +170,12 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
                     # refused the sarama way: accepted, then failed at once
                     attempt.refused = type(msg._outcome).__name__
                 accepted.append((index, msg, msg._deadline - delivery_timeout, call))
-            for index, msg, at, call in accepted:
-                rec = _record(index, msg, at, settled)
+            for index, sent, at, call in accepted:
+                rec = _record(index, sent, at, settled)
                 rec.call = call
+                rec.awaited = awaited.get(index, "")
+                if index in called:
+                    rec.called = "; ".join(called[index]) or "never called"
                 trace.messages.append(rec)
         trace.messages.sort(key=lambda m: m.id)
         for p in range(schedule.partitions):
@@ -251,6 +194,10 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
         trace.oversized = _oversized(fake, schedule.max_message_bytes)
         trace.end_time = trio.current_time()
         root.cancel_scope.cancel()
+
+
+class _Abort(Exception):
+    """Raised in the producer's block at ``close_at`` when ``Schedule.abort``."""
 
 
 def _sent_values(fake: FakeCluster) -> set[bytes]:
@@ -275,35 +222,60 @@ def _oversized(fake: FakeCluster, limit: int) -> list[tuple[int, int]]:
     ]
 
 
-def _record(index: int, msg: ProducerMessage, at: float, settled: dict[int, float]) -> Message:
-    rec = Message(index, msg._id, msg.value or b"", at, msg._deadline, partition=msg.partition)
+def _record(index: int, msg: ProducerMessage | Delivery, at: float,
+            settled: Settled) -> Message:
+    """What became of one accepted message, read as its sender can read it."""
+    if type(msg) is RowDelivery:
+        # A row of a columnar send() burst: no _id of its own; the rows of a
+        # burst hold the consecutive ids from its chunk's first, in send order.
+        burst = msg._rows
+        msg_id, deadline = burst.chunk._id + msg._row, burst.run._deadline
+    else:
+        msg_id, deadline = msg._id, msg._deadline  # type: ignore[union-attr]
+    rec = Message(index, msg_id, msg.value or b"", at, deadline, partition=msg.partition)
+    rec.row = type(msg) is RowDelivery
     rec.ok = msg._state == OK
+    rec.pending = msg._state == PENDING
     rec.offset = msg.offset
     if msg._outcome is not None:
         rec.cause = f"{type(msg._outcome).__name__}: {msg._outcome}"
-    rec.settled_at = settled.get(msg._id)
+    rec.settled_at, rec.settled_closing = settled.get(msg_id, (None, False))
     return rec
 
 
-def _instrument(producer: Producer) -> dict[int, float]:
-    """Record when each message is settled (wrapping the ledger's two settle calls)."""
-    ledger = producer._ledger
-    settled: dict[int, float] = {}
+# ledger id -> (when it was settled, whether the close had begun by then)
+Settled = dict[int, tuple[float, bool]]
+
+
+def _instrument(producer: Producer, trace: Trace) -> Settled:
+    """Record when each message is settled (wrapping the ledger's two settle
+    calls): by ledger id; a settled run of a send() burst settles its rows,
+    whose ids are its chunk's first id + their row numbers in the burst."""
+    ledger, intake = producer._ledger, producer._intake
+    settled: Settled = {}
     succeed, fail = ledger.succeed, ledger.fail
 
-    def on_succeed(msgs: Any, base_offset: int, timestamp: int) -> None:
-        now = trio.current_time()
+    def mark(msgs: Any, time: float) -> None:
+        now = (time, intake.closing)
         for m in msgs:
-            if m._state == PENDING:
+            if m._state != PENDING:
+                continue  # (the ledger counts it as settled twice)
+            if type(m) is RowRun and type(m._sink) is RowChunk and m._sink.group is None:
+                first = m._sink._id
+                for row in range(m.count) if m.rows is None else m.rows:
+                    if first + row in settled:  # in two runs: the ledger cannot see it
+                        trace.rows_settled_twice += 1
+                    settled[first + row] = now
+            else:
                 settled[m._id] = now
+
+    def on_succeed(msgs: Any, base_offset: int, timestamp: int) -> None:
+        mark(msgs, trio.current_time())
         succeed(msgs, base_offset, timestamp)
 
     def on_fail(msgs: Any, cause: BaseException) -> None:
-        now = trio.current_time()
         msgs = list(msgs)
-        for m in msgs:
-            if m._state == PENDING:
-                settled[m._id] = now
+        mark(msgs, trio.current_time())
         fail(msgs, cause)
 
     ledger.succeed = on_succeed  # type: ignore[method-assign]
@@ -312,21 +284,41 @@ def _instrument(producer: Producer) -> dict[int, float]:
 
 
 Inputs = list[tuple[int, ProducerMessage, tuple[int, int, int], Attempt]]
+# (index in Schedule.sends, what send() returned, when, call) per accepted message
+Accepted = list[tuple[int, ProducerMessage | Delivery, float, tuple[int, int, int]]]
+# Where a "wait" loop's awaiting task runs, and what it records per index
+Awaiting = tuple[trio.Nursery, dict[int, str]]
+# Index -> what its on_delivery callback was called with (each call)
+Called = dict[int, list[str]]
 
 
 async def _source(
     producer: Producer,
     schedule: Schedule,
     source: int,
-    accepted: list[tuple[int, ProducerMessage, float, tuple[int, int, int]]],
+    accepted: Accepted,
     inputs: Inputs,
     trace: Trace,
+    awaiting: Awaiting,
+    called: Called,
 ) -> None:
-    mine = [(i, s) for i, s in enumerate(schedule.sends) if s.source == source]
+    mine = [(i, s) for i, s in enumerate(schedule.sends)
+            if s.source == source and not _closing_loop(schedule, s)]
     pos = 0
     while pos < len(mine):
         index, send = mine[pos]
         await trio.sleep_until(send.at)
+        if send.via == "loop":
+            group = [(index, send)]
+            while (pos + len(group) < len(mine) and mine[pos + len(group)][1].via == "loop"
+                   and mine[pos + len(group)][1].at == send.at):
+                group.append(mine[pos + len(group)])
+            pos += len(group)
+            sent = await _send_loop(producer, group, accepted, trace, called)
+            if send.wait and sent:
+                nursery, awaited = awaiting
+                nursery.start_soon(_await_each, sent, _await_bound(schedule), awaited)
+            continue
         if send.via == "many":
             group = [(index, send)]
             while (pos + len(group) < len(mine) and mine[pos + len(group)][1].via == "many"
@@ -353,20 +345,20 @@ async def _source(
             inputs.append((index, msg, (start, trace.step(), 0), attempt))
             continue
         try:
-            msg = await producer.send(
+            delivery = await producer.send(
                 TOPIC, value, key=key, partition=send.partition,
                 headers=HEADERS if send.via == "headers" else None,
             )
         except _REFUSALS as exc:
             attempt.refused, attempt.detail = type(exc).__name__, str(exc)
             continue
-        accepted.append((index, msg, trio.current_time(), (start, trace.step(), 0)))
+        accepted.append((index, delivery, trio.current_time(), (start, trace.step(), 0)))
 
 
 async def _send_many(
     producer: Producer,
     group: list[tuple[int, Send]],
-    accepted: list[tuple[int, ProducerMessage, float, tuple[int, int, int]]],
+    accepted: Accepted,
     trace: Trace,
 ) -> None:
     msgs = [
@@ -385,6 +377,86 @@ async def _send_many(
     for pos, ((i, _), msg) in enumerate(zip(group, msgs, strict=True)):
         if msg._id:  # accepted (a BufferFullError may come after some chunks were)
             accepted.append((i, msg, now, (start, end, pos)))
+
+
+def _closing_loop(schedule: Schedule, send: Send) -> bool:
+    """A loop the closing task sends itself, right before the close."""
+    return send.via == "loop" and send.at == schedule.close_at
+
+
+def _await_bound(schedule: Schedule) -> float:
+    """Far beyond the close's bound (O3): only a delivery never settled gets there."""
+    close_timeout: float = schedule.option("close_timeout")
+    request_timeout: float = schedule.option("request_timeout")
+    return schedule.close_at + 2 * (close_timeout + request_timeout)
+
+
+async def _send_loop(
+    producer: Producer, group: list[tuple[int, Send]], accepted: Accepted, trace: Trace,
+    called: Called,
+) -> list[tuple[int, Delivery]]:
+    """A high-rate loop: ``await producer.send(topic, value)`` per message, no
+    other await in between, so the calls after the first join one burst. Once
+    the dispatcher took a burst of >= COLUMNS_MIN messages, such a burst is
+    columnar (send_rows.py: RowDelivery rows)."""
+    if group[0][1].columns:
+        # Force the loop's first burst columnar, as a taken burst of >= COLUMNS_MIN
+        # messages would: otherwise a producer's first loop is always messages
+        # (nothing was taken yet), and most schedules have a single loop. A
+        # white-box switch, the one tests/scenarios/test_send_rows.py uses.
+        producer._intake._columns_next = True
+    sent: list[tuple[int, Delivery]] = []
+    for index, send in group:
+        attempt = Attempt((index,), (bound_of(send, index),), "")
+        trace.attempts.append(attempt)
+        start = trace.step()
+        value = value_of(index, send.size)
+        try:
+            if send.callback and index % 3:
+                calls = called[index] = []
+                delivery = await producer.send(TOPIC, value,
+                                               on_delivery=partial(_call_back, calls, value))
+            else:
+                delivery = await producer.send(TOPIC, value)
+        except _REFUSALS as exc:
+            attempt.refused, attempt.detail = type(exc).__name__, str(exc)
+            called.pop(index, None)
+            continue
+        accepted.append((index, delivery, trio.current_time(), (start, trace.step(), 0)))
+        sent.append((index, delivery))
+    return sent
+
+
+def _call_back(calls: list[str], value: bytes, md: RecordMetadata | None,
+               err: BaseException | None) -> None:
+    """A send()'s on_delivery: what it was called with, in _await_each's form."""
+    if err is None:
+        assert md is not None
+        calls.append(f"ok {md.partition} {md.offset}")
+    elif not isinstance(err, ProducerError):
+        calls.append(f"failed with a {type(err).__name__}, not a ProducerError: {err}")
+    else:
+        calls.append(f"failed {type(err.cause).__name__}: {err.cause}")
+        if err.message.value != value:
+            calls[-1] += f" (the error names another message: {err.message!r})"
+
+
+async def _await_each(sent: list[tuple[int, Delivery]], until: float,
+                      awaited: dict[int, str]) -> None:
+    """A futures-style user: awaits each delivery of a loop in order, keeping
+    what it got (the checker compares it with the delivery's final state)."""
+    for index, delivery in sent:
+        with trio.move_on_at(until):
+            try:
+                md = await delivery
+            except ProducerError as exc:
+                awaited[index] = f"failed {type(exc.cause).__name__}: {exc.cause}"
+                if exc.message.value != delivery.value:
+                    awaited[index] += f" (the error names another message: {exc.message!r})"
+            else:
+                awaited[index] = f"ok {md.partition} {md.offset}"
+            continue
+        awaited[index] = "never returned"
 
 
 async def _drain(channel: Any) -> None:

@@ -80,8 +80,19 @@ class Send:
     key: str | None = None
     # "send": send()'s fast path; "headers": send() with a header (the general
     # path); "many": send_many() with the source's other "many" sends at `at`;
-    # "input": put on producer.input (outcomes read from producer.errors/successes).
+    # "input": put on producer.input (outcomes read from producer.errors/successes);
+    # "loop": send() in one tight loop with the source's other "loop" sends at
+    # `at` (no key, no partition, no await between them: a high-rate loop, whose
+    # bursts become columnar send() bursts, send_rows.py); at `close_at`, the
+    # loop is the closing task's last act before the close (any source).
     via: str = "send"
+    # "loop" only (read from a loop's first send): `columns` forces the loop's
+    # first burst columnar; `wait` has another task await each of the loop's
+    # deliveries (RowDelivery.__await__) and compare what it returns;
+    # `callback` passes on_delivery to two sends of three (a mixed burst).
+    columns: bool = False
+    wait: bool = False
+    callback: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +122,9 @@ class Schedule:
     heal_at: float
     close_at: float
     max_message_bytes: int  # the producer's and the fake broker's limit
+    # The producer's block ends at close_at by an exception (a user's error):
+    # the close flushes nothing and fails what is left at once with ProducerClosed.
+    abort: bool = False
     note: str = field(default="", compare=False)
 
     def option(self, name: str) -> Any:
@@ -127,7 +141,7 @@ class Schedule:
             f"seed={self.seed} idempotent={self.idempotent} brokers={self.brokers} "
             f"partitions={self.partitions} sends={len(self.sends)} events={len(self.events)} "
             f"flushes={len(self.flushes)} heal_at={self.heal_at} close_at={self.close_at} "
-            f"max_message_bytes={self.max_message_bytes} {opts}"
+            f"max_message_bytes={self.max_message_bytes}{' abort' if self.abort else ''} {opts}"
         )
 
 
@@ -223,6 +237,43 @@ def _sends(rng: random.Random, partitions: int, close_at: float, mmb: int) -> li
     return out
 
 
+def _loops(rng: random.Random, sources: int, close_at: float, mmb: int,
+           abort: bool, batch_messages: int) -> list[Send]:
+    """High-rate send() loops: 70-300 messages each, small values, no key or
+    partition (the columnar send() path's calls). Drawn after everything else,
+    so a schedule without loops is the one this seed always gave."""
+    # In one schedule of five, mostly one loop, sizes skewed small (mean ~150):
+    # a loop costs what its batches cost (max_batch_messages=1: one request per
+    # message), and the CI sweep's time is kept about the same.
+    if rng.random() >= 0.2:
+        return []
+    out: list[Send] = []
+    for _ in range(_pick(rng, [(1, 5), (2, 2), (3, 1)])):
+        # Sometimes at close_at: the closing task's own last act (runner), so the
+        # close finds its burst still in the intake, never taken by the
+        # dispatcher (the close seals it; without a flush: Schedule.abort).
+        last = rng.random() < (0.5 if abort else 0.15)
+        at = close_at if last else round(rng.uniform(0.0, close_at * 1.05), 4)
+        source = rng.randrange(sources)
+        # Forced for half of the loops: a producer's first loop is messages (no
+        # burst of >= COLUMNS_MIN was taken yet) and most schedules have one loop.
+        columns = rng.random() < 0.5
+        wait = rng.random() < 0.3
+        callback = rng.random() < 0.3
+        sizes = rng.choice([(0,), (0, 5, 20), (20, 60)])
+        big = rng.random() < 0.1  # one row right at the size limit (S1 on the row path)
+        n = 70 + int(230 * rng.random() ** 2)
+        if batch_messages <= 3:
+            n = min(n, 100)  # a request per 1-3 rows: 100 make as many runs, at a third the cost
+        at_big = rng.randrange(n) if big else -1
+        for i in range(n):
+            size = (_value_size_for_bound(mmb + rng.randint(-2, 2), None) if i == at_big
+                    else rng.choice(sizes))
+            out.append(Send(at, source, size, via="loop", columns=columns, wait=wait,
+                            callback=callback))
+    return out
+
+
 def _events(rng: random.Random, s_brokers: int, partitions: int, heal_at: float,
             idempotent: bool) -> list[Event]:
     events: list[Event] = []
@@ -299,6 +350,10 @@ def generate(seed: int, mode: str = "both") -> Schedule:
     sends = _sends(rng, partitions, close_at, mmb)
     events = _events(rng, brokers, partitions, heal_at, idempotent)
     flushes = tuple(sorted(round(rng.uniform(0, close_at), 3) for _ in range(rng.randint(0, 3))))
+    abort = rng.random() < 0.1
+    loops = _loops(rng, 1 + max((s.source for s in sends), default=0), close_at, mmb, abort,
+                   options["max_batch_messages"])
+    sends = sorted(sends + loops, key=lambda s: s.at)  # (stable: a loop stays in order)
     return Schedule(
         seed=seed,
         idempotent=idempotent,
@@ -312,6 +367,7 @@ def generate(seed: int, mode: str = "both") -> Schedule:
         heal_at=heal_at,
         close_at=close_at,
         max_message_bytes=mmb,
+        abort=abort,
     )
 
 

@@ -1,8 +1,8 @@
 """Shrinking a violating schedule to a small one that still violates.
 
 Greedy and deterministic: each step proposes a smaller schedule (fewer
-events, fewer messages, fewer flushes, fewer partitions or brokers, plainer
-options), runs it, and keeps it when it still shows a violation of one of
+events, fewer messages, also within a send() loop, fewer flushes, fewer
+partitions or brokers, plainer options and sends), runs it, and keeps it when it still shows a violation of one of
 the kinds we are shrinking for. Removals go by halves first, then one by one
 (delta debugging), and the whole round repeats until nothing more goes or
 the run budget is spent. A shrunk schedule is its own deterministic replay:
@@ -141,9 +141,14 @@ class Shrinker:
                     best = candidate
                     self.log(f"  {name}={value}")
                     break
-        # plainer messages: one source, plain send(), no keys
+        # plainer messages: one source, loops not forced columnar and not
+        # awaited, plain send(), no keys (a loop's messages are shrunk one by
+        # one by _drop, like any others)
         changes: tuple[Callable[[Send], Send], ...] = (
             lambda s: replace(s, source=0),
+            lambda s: replace(s, wait=False),
+            lambda s: replace(s, callback=False),
+            lambda s: replace(s, columns=False),
             lambda s: replace(s, via="send") if s.via != "input" else s,
             lambda s: replace(s, key=None, partition=0) if s.key is not None else s,
         )

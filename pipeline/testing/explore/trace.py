@@ -1,0 +1,115 @@
+"""What one run of a schedule did (`Trace`), as the checker reads it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .schedule import Schedule
+
+__all__ = ["Attempt", "Flush", "Message", "Trace", "value_of"]
+
+
+@dataclass(slots=True)
+class Message:
+    """One accepted message and its outcome."""
+
+    index: int  # position in Schedule.sends
+    id: int  # ledger id: acceptance order
+    value: bytes
+    accepted_at: float
+    deadline: float
+    # The send()/send_many() call that accepted it: when it started and returned
+    # (a global step counter) and the message's place in it. Calls that overlap
+    # (two sources at once) have no order between them; a call that returned
+    # before another started comes first.
+    call: tuple[int, int, int] = (0, 0, 0)
+    partition: int | None = None
+    ok: bool = False
+    offset: int = -1
+    cause: str = ""
+    settled_at: float | None = None
+    settled_closing: bool = False  # settled once the close had begun
+    # A row of a columnar send() burst (a RowDelivery: its outcome read from
+    # the burst, not set on a message by the ledger).
+    row: bool = False
+    # The delivery still said "pending" after the close (its settle was never
+    # recorded where it reads its outcome).
+    pending: bool = False
+    # What awaiting the delivery returned ("ok <partition> <offset>" or "failed
+    # <cause>"), when a "wait" loop awaited it; "" if not awaited.
+    awaited: str = ""
+    # What its on_delivery callback was called with, each call ("; "-joined, in
+    # the awaited form), when a "callback" loop passed one; "" if none.
+    called: str = ""
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One send()/send_many() call, for the size-limit check."""
+
+    indexes: tuple[int, ...]
+    bounds: tuple[int, ...]  # batch_size_for_record of each message
+    refused: str  # exception type name, "" if accepted
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class Flush:
+    start: float
+    end: float
+    last_id: int  # the last id accepted when flush() was called
+    unsettled: tuple[int, ...]  # ids <= last_id still unsettled when it returned
+    cut: bool  # the explorer gave up waiting (the checker reports how late it was)
+
+
+@dataclass
+class Trace:
+    schedule: Schedule
+    messages: list[Message] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    logs: dict[int, list[bytes]] = field(default_factory=dict)
+    # Values of every record some Produce request carried (filled only when a
+    # message accepted after healing failed: L1 asks whether it was ever sent).
+    sent: set[bytes] = field(default_factory=set)
+    # (partition, bytes) of every batch a Produce request carried over max_message_bytes
+    oversized: list[tuple[int, int]] = field(default_factory=list)
+    # {partition: offsets of records the broker appended after it had forgotten
+    # the producer's state (Kafka accepts any sequence then)}
+    state_lost: dict[int, set[int]] = field(default_factory=dict)
+    flushes: list[Flush] = field(default_factory=list)
+    close_start: float = -1.0
+    close_end: float = -1.0
+    double_settles: int = 0
+    rows_settled_twice: int = 0  # rows of send() bursts in two settled runs
+    outstanding_after_close: int = 0
+    buffered_after_close: int = 0
+    crash: str = ""
+    end_time: float = 0.0
+    steps: int = 0  # the call step counter
+
+    def step(self) -> int:
+        self.steps += 1
+        return self.steps
+
+    @property
+    def rows(self) -> int:
+        """Accepted messages that were rows of a columnar send() burst."""
+        return sum(m.row for m in self.messages)
+
+    def fingerprint(self) -> tuple[Any, ...]:
+        """Everything observable, to check that a replay is identical."""
+        return (
+            tuple((m.id, m.index, m.partition, m.ok, m.offset, m.cause, m.settled_at, m.row,
+                   m.awaited) for m in self.messages),
+            tuple((a.indexes, a.refused) for a in self.attempts),
+            tuple(sorted(self.logs.items())),
+            tuple((f.start, f.end, f.unsettled) for f in self.flushes),
+            self.close_start, self.close_end, self.crash, self.end_time,
+        )
+
+
+def value_of(index: int, size: int) -> bytes:
+    """A unique value of at least `size` bytes: the log tells messages apart by it."""
+    head = b"%d|" % index
+    return head + b"." * max(0, size - len(head))
