@@ -538,6 +538,57 @@ static PyObject *new_row(PyObject *module, PyObject *const *args, Py_ssize_t nar
     return d;
 }
 
+/* run_metadata(topic, partition, base, stamps, append_time) -> [RecordMetadata]: the
+ * metadata of the rows of one settled run, for their on_delivery callbacks (the
+ * Python twin builds each through tuple.__new__ of the named tuple). Row i: offset
+ * base + i (or -1, unknown, when base < 0), timestamp append_time when >= 0 (the
+ * broker's LogAppendTime) else stamps[i]. */
+static PyObject *run_metadata(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (check_ready() < 0) return NULL;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "run_metadata(topic, partition, base, stamps, append_time) takes 5 arguments");
+        return NULL;
+    }
+    PyObject *topic = args[0], *partition = args[1], *stamps = args[3];
+    if (!PyList_CheckExact(stamps)) {
+        PyErr_SetString(PyExc_TypeError, "run_metadata: stamps must be a list");
+        return NULL;
+    }
+    long long base = PyLong_AsLongLong(args[2]);
+    if (base == -1 && PyErr_Occurred()) return NULL;
+    long long append_time = PyLong_AsLongLong(args[4]);
+    if (append_time == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(stamps);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    PyObject *known = base >= 0 ? Py_True : Py_False;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *offset = PyLong_FromLongLong(base >= 0 ? base + i : -1);
+        if (offset == NULL) goto fail;
+        PyObject *r = metadata_type->tp_alloc(metadata_type, 5);
+        if (r == NULL) {
+            Py_DECREF(offset);
+            goto fail;
+        }
+        PyObject *ts = append_time >= 0 ? args[4] : PyList_GET_ITEM(stamps, i);
+        Py_INCREF(topic);
+        PyTuple_SET_ITEM(r, 0, topic);
+        Py_INCREF(partition);
+        PyTuple_SET_ITEM(r, 1, partition);
+        PyTuple_SET_ITEM(r, 2, offset);
+        Py_INCREF(ts);
+        PyTuple_SET_ITEM(r, 3, ts);
+        Py_INCREF(known);
+        PyTuple_SET_ITEM(r, 4, known);
+        PyList_SET_ITEM(out, i, r);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyAsyncMethods row_async = {
     .am_await = (unaryfunc)row_await,
 };
@@ -668,6 +719,8 @@ static PyMethodDef methods[] = {
      "settled_checkpoint): bind the row await to pipeline.producer.send_rows (after setup)."},
     {"row_metadata", row_metadata, METH_O,
      "row_metadata(row_delivery) -> RecordMetadata of a row settled OK, else None."},
+    {"run_metadata", (PyCFunction)(void (*)(void))run_metadata, METH_FASTCALL,
+     "run_metadata(topic, partition, base, stamps, append_time) -> [RecordMetadata] of a run's rows."},
     {"new_row", (PyCFunction)(void (*)(void))new_row, METH_FASTCALL,
      "new_row(rows, row) -> RowDelivery, untracked by the cyclic GC."},
     {"set_run_context", set_run_context, METH_O,

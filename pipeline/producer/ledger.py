@@ -360,21 +360,7 @@ class Ledger:
         """The ``on_delivery`` callback of each row of a settled run of a
         columnar ``send()`` burst, once per row, in row order; an exception is
         logged and counted (as ``_call_back``), and the next row still hears."""
-        fns = outcomes.callbacks(run)  # type: ignore[arg-type]
-        if run._state == OK:
-            for meta, fn in zip(outcomes.metadata(run), fns, strict=True):  # type: ignore[arg-type]
-                if fn is not None:
-                    try:
-                        fn(meta, None)
-                    except Exception:
-                        self._callback_failed(fn, meta)
-        else:
-            for error, fn in zip(outcomes.errors(run), fns, strict=True):  # type: ignore[arg-type]
-                if fn is not None:
-                    try:
-                        fn(None, error)
-                    except Exception:
-                        self._callback_failed(fn, error.message)
+        outcomes.call_back(run, self._callback_failed)  # type: ignore[arg-type]
 
     def _callback_failed(self, fn: DeliveryCallback, msg: object) -> None:
         """(called from an ``except`` block: logs the exception in flight)"""

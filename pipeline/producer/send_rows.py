@@ -34,7 +34,7 @@ Invariants:
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -120,21 +120,29 @@ class RowOutcomes:
             self.event.set()
             self.event = None
 
-    def metadata(self, run: RowRun) -> Iterator[RecordMetadata]:
+    def metadata(self, run: RowRun) -> Iterable[RecordMetadata]:
         """The ``RecordMetadata`` of each row of ``run`` (settled OK, recorded),
-        in row order, built by C-level maps (no Python bytecode per row)."""
+        in row order (``run_metadata``: C, or C-level maps)."""
         a, b = _span(run)
-        n, base, append_time = b - a, run.offset, run.timestamp
-        offsets = range(base, base + n) if base >= 0 else repeat(-1, n)
-        stamps = self.timestamps[a:b] if append_time < 0 else repeat(append_time, n)
-        return map(_new_metadata, repeat(RecordMetadata), zip(
-            repeat(run.topic, n), repeat(run.partition), offsets, stamps, repeat(base >= 0)))
+        return run_metadata(run.topic, run.partition, run.offset, self.timestamps[a:b],
+                            run.timestamp)
 
-    def callbacks(self, run: RowRun) -> list[DeliveryCallback | None]:
-        """The ``on_delivery`` of each row of ``run`` (None: that row has none)."""
+    def call_back(self, run: RowRun, failed: Callable[[Any, Any], None]) -> None:
+        """Call the ``on_delivery`` of each row of ``run`` (settled, recorded)
+        once, in row order: ``fn(metadata, None)`` or ``fn(None, error)``. A
+        callback that raises is reported with ``failed(fn, what)`` from the
+        ``except`` block (the ledger logs and counts it), and the next row
+        still hears."""
         assert self.on_delivery is not None
         a, b = _span(run)
-        return self.on_delivery[a:b]
+        outcomes = (((meta, None) for meta in self.metadata(run)) if run._state == OK
+                    else ((None, error) for error in self.errors(run)))
+        for (meta, error), fn in zip(outcomes, self.on_delivery[a:b], strict=True):
+            if fn is not None:
+                try:
+                    fn(meta, error)
+                except Exception:
+                    failed(fn, meta if error is None else error.message)
 
     def errors(self, run: RowRun) -> Iterator[ProducerError]:
         """The ``ProducerError`` of each row of ``run`` (failed), in row order,
@@ -381,6 +389,23 @@ def _new_row_py(rows: SendRows, row: int) -> RowDelivery:
 
 _new_delivery = object.__new__
 
+
+def _run_metadata_py(topic: str, partition: int | None, base: int, stamps: list[int],
+                     append_time: int) -> Iterable[RecordMetadata]:
+    """``_delivery.run_metadata``'s twin: row i's offset is ``base + i`` (-1,
+    unknown, when ``base`` < 0), its timestamp ``append_time`` when >= 0 (the
+    broker's LogAppendTime), else ``stamps[i]``. C-level maps, no bytecode per row."""
+    n = len(stamps)
+    offsets = range(base, base + n) if base >= 0 else repeat(-1, n)
+    times = stamps if append_time < 0 else repeat(append_time, n)
+    return map(_new_metadata, repeat(RecordMetadata), zip(
+        repeat(topic, n), repeat(partition), offsets, times, repeat(base >= 0)))
+
+
+#: A settled run's rows' metadata: ``_delivery.run_metadata`` or its twin (``_use_rows``).
+run_metadata: Callable[[str, int | None, int, list[int], int], Iterable[RecordMetadata]] = (
+    _run_metadata_py)
+
 #: ``send()``'s row constructor: ``_delivery.new_row`` or its twin (``_use_rows``).
 new_row: Callable[[SendRows, int], RowDelivery] = _new_row_py
 
@@ -388,17 +413,19 @@ new_row: Callable[[SendRows, int], RowDelivery] = _new_row_py
 def _use_rows(kind: str) -> None:
     """Bind the rows' await to the process's path (``message._use`` calls this
     after every switch): the C slot and allocator, or the Python twins."""
-    global new_row
+    global new_row, run_metadata
     if kind == "c":
         assert _m._c is not None
         _m._c.setup_rows(row_type=RowDelivery, rows_type=SendRows, outcomes_type=RowOutcomes,
                          run_type=RowRun, python_await=_row_await_py,
                          settled_checkpoint=_row_settled_checkpoint)
         new_row = _m._c.new_row
+        run_metadata = _m._c.run_metadata
         if "__await__" in RowDelivery.__dict__:
             del RowDelivery.__await__  # the slot comes from _delivery.RowAwait again
     else:
         new_row = _new_row_py
+        run_metadata = _run_metadata_py
         RowDelivery.__await__ = _row_await_py  # type: ignore[method-assign]
 
 

@@ -601,3 +601,28 @@ async def test_rows_of_one_burst_spread_over_partitions_and_batches_each_find_th
         assert logs[r.partition][r.offset] == v
         assert (d.partition, d.offset) == (r.partition, r.offset) == (
             heard[v].partition, heard[v].offset)
+
+
+async def test_callbacks_that_raise_mid_run_are_counted_and_the_rest_still_hear(
+    fake: FakeCluster, autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every row delivered with a callback (the C-level map of calls): the
+    10th and 11th and the last row's callbacks raise; each is logged and
+    counted once, and every row's callback is called exactly once, in order."""
+    fake.create_topic("t", 1)
+    heard: list[int] = []
+
+    def hear(meta: Any, error: Any) -> None:
+        heard.append(meta.offset)
+        if meta.offset in (9, 10, 99):
+            raise RuntimeError(f"a user's bug at {meta.offset}")
+
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        rows = [await producer.send("t", b"v", on_delivery=hear) for _ in range(100)]
+        await producer.flush()
+        errors = producer.statistics().callback_errors
+    assert set(_kinds(rows)) == {"row"}
+    assert heard == list(range(100)) and errors == 3
+    logged = [r.getMessage() for r in caplog.records if "on_delivery callback" in r.getMessage()]
+    assert len(logged) == 3 and all("offset=" in m or "RecordMetadata" in m for m in logged)
