@@ -626,3 +626,78 @@ async def test_callbacks_that_raise_mid_run_are_counted_and_the_rest_still_hear(
     assert heard == list(range(100)) and errors == 3
     logged = [r.getMessage() for r in caplog.records if "on_delivery callback" in r.getMessage()]
     assert len(logged) == 3 and all("offset=" in m or "RecordMetadata" in m for m in logged)
+
+
+@pytest.mark.parametrize("size", [0, 1, 63, 64, 8191, 8192, 20000])
+async def test_a_row_reserves_the_bytes_its_message_would(
+    fake: FakeCluster, autojump_clock: Any, size: int
+) -> None:
+    """A row holds in the buffer exactly what send()'s per-message path holds
+    for the same value (the record's bound, with the length prefixes' exact
+    varint widths: 1, 2 or 3 bytes at 64 and 8192): measured with Produce held,
+    for the row that opens a burst and for one that joins it."""
+    from .test_bad_input import PATIENT, stall_produce
+
+    fake.create_topic("t", 1)
+    value = b"x" * size
+    gate = stall_produce(fake)
+    async with open_fake_producer(fake, **PATIENT) as producer:
+        await producer._core.cluster.partitions_for("t")
+        used = producer.statistics().buffered_bytes
+        await producer.send("t", value, metadata="per-message path")
+        message = producer.statistics().buffered_bytes - used
+        await trio.sleep(0.01)  # the dispatcher takes that burst
+        columnar_next(producer)
+        sizes = []
+        for _ in range(2):  # the first row opens the burst, the second joins it
+            used = producer.statistics().buffered_bytes
+            row = await producer.send("t", value)
+            sizes.append(producer.statistics().buffered_bytes - used)
+            assert type(row) is RowDelivery
+        assert producer._intake._rows.on_delivery is None  # (no callback list made)
+        gate.set()
+    assert sizes == [message, message]
+
+
+async def test_a_row_at_max_message_bytes_is_accepted_and_one_byte_more_is_refused(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    from pipeline.producer.errors import MessageTooLargeError
+
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake, max_message_bytes=1000) as producer:
+        columnar_next(producer)
+        first = await producer.send("t", b"a")
+        used = producer.statistics().buffered_bytes
+        bound = 0
+        while True:  # the largest value whose bound fits
+            try:
+                edge = await producer.send("t", b"y" * (bound + 1))
+            except MessageTooLargeError:
+                break
+            bound += 1
+            assert type(edge) is RowDelivery
+        assert producer.statistics().buffered_bytes - used <= 1000 * bound
+        await producer.flush()
+    assert type(first) is RowDelivery and 900 < bound < 1000
+    assert (await edge).offset == bound
+
+
+async def test_rows_take_the_millisecond_the_wall_clock_reads_when_sent(
+    fake: FakeCluster, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each row's CreateTime is the wall-clock millisecond of its own send(),
+    read again whenever the clock passed the one cached (a loop spans many)."""
+    from pipeline.producer import intake
+
+    ticks = iter(1_700_000_000 + i * 0.0007 for i in range(10_000))
+    monkeypatch.setattr(intake, "_time", lambda: next(ticks))
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake, timestamp_ms=None) as producer:
+        columnar_next(producer)
+        rows = [await producer.send("t", b"v") for _ in range(10)]
+        stamps = [d.timestamp for d in rows]
+        await producer.flush()
+    assert set(_kinds(rows)) == {"row"}
+    assert stamps == [int((1_700_000_000 + i * 0.0007) * 1000) for i in range(10)]
+    assert [(await d).timestamp for d in rows] == stamps
