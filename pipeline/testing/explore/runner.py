@@ -395,7 +395,8 @@ async def _send_loop(
     producer: Producer, group: list[tuple[int, Send]], accepted: Accepted, trace: Trace,
     called: Called,
 ) -> list[tuple[int, Delivery]]:
-    """A high-rate loop: ``await producer.send(topic, value)`` per message, no
+    """A high-rate loop: ``await producer.send(topic, value)`` per message (a few
+    with a key or partition, some with on_delivery), no
     other await in between, so the calls after the first join one burst. Once
     the dispatcher took a burst of >= COLUMNS_MIN messages, such a burst is
     columnar (send_rows.py: RowDelivery rows)."""
@@ -411,13 +412,16 @@ async def _send_loop(
         trace.attempts.append(attempt)
         start = trace.step()
         value = value_of(index, send.size)
+        options: dict[str, Any] = {}
+        if send.key is not None:
+            options["key"] = send.key.encode()
+        if send.partition is not None:
+            options["partition"] = send.partition
+        if send.callback and index % 3:
+            calls = called[index] = []
+            options["on_delivery"] = partial(_call_back, calls, value)
         try:
-            if send.callback and index % 3:
-                calls = called[index] = []
-                delivery = await producer.send(TOPIC, value,
-                                               on_delivery=partial(_call_back, calls, value))
-            else:
-                delivery = await producer.send(TOPIC, value)
+            delivery = await producer.send(TOPIC, value, **options)
         except _REFUSALS as exc:
             attempt.refused, attempt.detail = type(exc).__name__, str(exc)
             called.pop(index, None)

@@ -82,7 +82,7 @@ class Send:
     # path); "many": send_many() with the source's other "many" sends at `at`;
     # "input": put on producer.input (outcomes read from producer.errors/successes);
     # "loop": send() in one tight loop with the source's other "loop" sends at
-    # `at` (no key, no partition, no await between them: a high-rate loop, whose
+    # `at` (mostly no key, no partition, no await between them: a high-rate loop, whose
     # bursts become columnar send() bursts, send_rows.py); at `close_at`, the
     # loop is the closing task's last act before the close (any source).
     via: str = "send"
@@ -238,7 +238,7 @@ def _sends(rng: random.Random, partitions: int, close_at: float, mmb: int) -> li
 
 
 def _loops(rng: random.Random, sources: int, close_at: float, mmb: int,
-           abort: bool, batch_messages: int) -> list[Send]:
+           abort: bool, batch_messages: int, partitions: int) -> list[Send]:
     """High-rate send() loops: 70-300 messages each, small values, no key or
     partition (the columnar send() path's calls). Drawn after everything else,
     so a schedule without loops is the one this seed always gave."""
@@ -260,6 +260,10 @@ def _loops(rng: random.Random, sources: int, close_at: float, mmb: int,
         columns = rng.random() < 0.5
         wait = rng.random() < 0.3
         callback = rng.random() < 0.3
+        # A few keyed or pinned calls inside a third of the loops: per-message
+        # calls between columnar bursts of one task (each must close the burst
+        # ahead of it, or a later row would overtake it).
+        mixed = 0.05 if rng.random() < 0.3 else 0.0
         sizes = rng.choice([(0,), (0, 5, 20), (20, 60)])
         big = rng.random() < 0.1  # one row right at the size limit (S1 on the row path)
         n = 70 + int(230 * rng.random() ** 2)
@@ -269,8 +273,14 @@ def _loops(rng: random.Random, sources: int, close_at: float, mmb: int,
         for i in range(n):
             size = (_value_size_for_bound(mmb + rng.randint(-2, 2), None) if i == at_big
                     else rng.choice(sizes))
-            out.append(Send(at, source, size, via="loop", columns=columns, wait=wait,
-                            callback=callback))
+            key, partition = None, None
+            if rng.random() < mixed:
+                if rng.random() < 0.5:
+                    key = f"k{source}-{rng.randrange(6)}"
+                else:
+                    partition = rng.randrange(partitions)
+            out.append(Send(at, source, size, partition, key, via="loop", columns=columns,
+                            wait=wait, callback=callback))
     return out
 
 
@@ -352,7 +362,7 @@ def generate(seed: int, mode: str = "both") -> Schedule:
     flushes = tuple(sorted(round(rng.uniform(0, close_at), 3) for _ in range(rng.randint(0, 3))))
     abort = rng.random() < 0.1
     loops = _loops(rng, 1 + max((s.source for s in sends), default=0), close_at, mmb, abort,
-                   options["max_batch_messages"])
+                   options["max_batch_messages"], partitions)
     sends = sorted(sends + loops, key=lambda s: s.at)  # (stable: a loop stays in order)
     return Schedule(
         seed=seed,

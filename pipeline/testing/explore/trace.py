@@ -101,7 +101,7 @@ class Trace:
         """Everything observable, to check that a replay is identical."""
         return (
             tuple((m.id, m.index, m.partition, m.ok, m.offset, m.cause, m.settled_at, m.row,
-                   m.awaited) for m in self.messages),
+                   m.awaited, m.called) for m in self.messages),
             tuple((a.indexes, a.refused) for a in self.attempts),
             tuple(sorted(self.logs.items())),
             tuple((f.start, f.end, f.unsettled) for f in self.flushes),
