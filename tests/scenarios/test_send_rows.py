@@ -500,12 +500,21 @@ async def test_a_row_await_falls_back_to_trio_public_api(
 
 
 async def _fallback_check(fake: FakeCluster) -> None:
+    from .test_delivery_results import _Steps
+
     fake.create_topic("t", 1)
     async with open_fake_producer(fake) as producer:
         columnar_next(producer)
         d = await producer.send("t", b"x")
         assert (await d).offset == 0
-        assert (await d).offset == 0  # settled: the fallback path
+        steps = _Steps(trio.lowlevel.current_task())
+        trio.lowlevel.add_instrument(steps)
+        try:
+            for _ in range(100):  # settled: the fallback path, still no schedule pass
+                assert (await d).offset == 0
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+        assert steps.steps <= 2, steps.steps
         with trio.CancelScope() as scope:
             scope.cancel()
             await d
@@ -701,3 +710,24 @@ async def test_rows_take_the_millisecond_the_wall_clock_reads_when_sent(
     assert set(_kinds(rows)) == {"row"}
     assert stamps == [int((1_700_000_000 + i * 0.0007) * 1000) for i in range(10)]
     assert [(await d).timestamp for d in rows] == stamps
+
+
+async def test_awaiting_a_failed_row_is_a_cancellation_point(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    from pipeline.protocol.api import ApiKey
+    from pipeline.protocol.errors import ErrorCode
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, idempotent=False, retries=0) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        columnar_next(producer)
+        row = await producer.send("t", b"v")
+        await producer.flush()
+        assert row.done() and row._state == 2
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await row
+            pytest.fail("a failed row's await ignored a cancellation")  # pragma: no cover
+        assert scope.cancelled_caught
