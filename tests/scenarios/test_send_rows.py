@@ -731,3 +731,45 @@ async def test_awaiting_a_failed_row_is_a_cancellation_point(
             await row
             pytest.fail("a failed row's await ignored a cancellation")  # pragma: no cover
         assert scope.cancelled_caught
+
+
+async def test_rows_fill_the_buffer_to_the_byte_and_the_next_send_waits(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """buffer_memory holds exactly four rows (Produce held, nothing released):
+    the four are accepted as rows at once, no time passing; the fifth finds no
+    room and waits (cancelled here after 1 s: it was never accepted), and so
+    does a send that would open a new columnar burst, until Produce answers."""
+    from .test_bad_input import PATIENT, stall_produce
+
+    fake.create_topic("t", 1)
+    value = b"q" * 100
+    from pipeline.producer.normalize import SIZE_BASE
+
+    row_bytes = 100 + 2 + 1 + SIZE_BASE  # value, its length's varint, the null key, the rest
+    gate = stall_produce(fake)
+    async with open_fake_producer(fake, **PATIENT, buffer_memory=4 * row_bytes,
+                                  max_message_bytes=row_bytes) as producer:
+        await producer._core.cluster.partitions_for("t")
+        columnar_next(producer)
+        t0 = trio.current_time()
+        rows = [await producer.send("t", value) for _ in range(4)]
+        assert trio.current_time() == t0 and set(_kinds(rows)) == {"row"}
+        assert producer.statistics().buffered_bytes == 4 * row_bytes
+        with trio.move_on_after(1) as waited:
+            await producer.send("t", value)
+        assert waited.cancelled_caught and producer.statistics().accepted == 4
+        # No room to open a new columnar burst either: the send waits on the
+        # per-message path, and gets a message's delivery once room is made.
+        columnar_next(producer)
+        later: list[Any] = []
+
+        async def send_later() -> None:
+            later.append(await producer.send("t", value))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send_later)
+            await trio.sleep(1)
+            assert later == []
+            gate.set()
+        assert type(later[0]) is MessageDelivery and (await later[0]).offset == 4
