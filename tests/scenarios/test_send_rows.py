@@ -687,8 +687,14 @@ async def test_a_row_at_max_message_bytes_is_accepted_and_one_byte_more_is_refus
             bound += 1
             assert type(edge) is RowDelivery
         assert producer.statistics().buffered_bytes - used <= 1000 * bound
+        await trio.sleep(0.01)  # the dispatcher takes the burst: the next send opens one
+        columnar_next(producer)
+        opening = await producer.send("t", b"y" * bound)  # at the limit, opening a burst
+        with pytest.raises(MessageTooLargeError):
+            await producer.send("t", b"y" * (bound + 1))
         await producer.flush()
     assert type(first) is RowDelivery and 900 < bound < 1000
+    assert type(opening) is RowDelivery and (await opening).offset == bound + 1
     assert (await edge).offset == bound
 
 
