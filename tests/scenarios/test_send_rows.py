@@ -779,3 +779,64 @@ async def test_rows_fill_the_buffer_to_the_byte_and_the_next_send_waits(
             assert later == []
             gate.set()
         assert type(later[0]) is MessageDelivery and (await later[0]).offset == 4
+
+
+@pytest.mark.parametrize("burst", [63, 64])
+async def test_the_burst_after_a_columnar_burst_of_64_rows_is_columnar_again(
+    fake: FakeCluster, autojump_clock: Any, burst: int
+) -> None:
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        rows = [await producer.send("t", b"r") for _ in range(burst)]
+        await trio.sleep(0.01)  # the dispatcher takes the columnar burst
+        nxt = await producer.send("t", b"n")
+        await producer.flush()
+    assert set(_kinds(rows)) == {"row"}
+    assert _kinds([nxt]) == (["row"] if burst == 64 else ["msg"])
+
+
+async def test_send_nowait_ends_the_columnar_burst_and_keeps_the_order(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """send_nowait takes the per-message path: a later send() must not join
+    the columnar burst queued ahead of it."""
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        first = await producer.send("t", b"a")
+        middle = producer.send_nowait("t", b"b")
+        last = await producer.send("t", b"c")
+        await producer.flush()
+    assert _kinds([first, middle]) == ["row", "msg"]
+    assert values_in_log(fake, "t", 0) == [b"a", b"b", b"c"]
+    assert [(await d).offset for d in (first, middle, last)] == [0, 1, 2]
+
+
+async def test_a_columnar_burst_that_finds_the_intake_full_is_not_opened(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """channel_capacity 2, both slots taken (two list bursts queued behind the
+    one the dispatcher was handed, the dispatcher not run yet): the send that would open a columnar
+    burst cannot queue its run, so it undoes its acceptance and takes the
+    per-message path, which waits for room. Every count adds up at close."""
+    from pipeline.producer.message import ProducerMessage
+
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake, channel_capacity=2) as producer:
+        await producer._core.cluster.partitions_for("t")
+        producer.send_nowait("t", b"a")  # the intake's first item: a list burst
+        producer._intake.end_burst()
+        producer.send_nowait("t", b"b")  # the second: another list
+        producer._intake.end_burst()
+        producer.send_nowait("t", b"x")  # (the first went straight to the waiting dispatcher)
+        producer._intake.end_burst()
+        columnar_next(producer)
+        c = await producer.send("t", b"c")  # (its row's id is handed out, then taken back)
+        group = await producer.send_many([ProducerMessage("t", b"d")])
+        with trio.fail_after(60):
+            await producer.flush()
+        stats = producer.statistics()
+    assert type(c) is MessageDelivery and (await c).offset == 3 and (await group).delivered == 1
+    assert values_in_log(fake, "t", 0) == [b"a", b"b", b"x", b"c", b"d"]
+    assert (stats.accepted, stats.succeeded, stats.outstanding) == (5, 5, 0)
