@@ -701,21 +701,29 @@ async def test_a_row_at_max_message_bytes_is_accepted_and_one_byte_more_is_refus
 async def test_rows_take_the_millisecond_the_wall_clock_reads_when_sent(
     fake: FakeCluster, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each row's CreateTime is the wall-clock millisecond of its own send(),
-    read again whenever the clock passed the one cached (a loop spans many)."""
+    """Each row's CreateTime is the wall-clock millisecond of its own send()
+    (as tests/producer/test_hot_path.py's for messages): within a millisecond
+    the int is shared, the clock is read again once it reaches the next one
+    (exactly at its boundary too), and a clock stepping back by less than a
+    millisecond (NTP) keeps the millisecond already handed out."""
     from pipeline.producer import intake
 
-    ticks = iter(1_700_000_000 + i * 0.0007 for i in range(10_000))
-    monkeypatch.setattr(intake, "_time", lambda: next(ticks))
+    times = [1_700_000_000.0001, 1_700_000_000.0009, 1_700_000_000.001, 1_700_000_000.0019,
+             1_700_000_000.5, 1_700_000_000.4999, 1_700_000_001.25]
+    clock = iter(times)
+    monkeypatch.setattr(intake, "_time", lambda: next(clock))
     fake.create_topic("t", 1)
     async with open_fake_producer(fake, timestamp_ms=None) as producer:
         columnar_next(producer)
-        rows = [await producer.send("t", b"v") for _ in range(10)]
+        rows = [await producer.send("t", b"v") for _ in times]
         stamps = [d.timestamp for d in rows]
         await producer.flush()
+    expected = [1_700_000_000_000, 1_700_000_000_000, 1_700_000_000_001, 1_700_000_000_001,
+                1_700_000_000_500, 1_700_000_000_500, 1_700_000_001_250]
     assert set(_kinds(rows)) == {"row"}
-    assert stamps == [int((1_700_000_000 + i * 0.0007) * 1000) for i in range(10)]
-    assert [(await d).timestamp for d in rows] == stamps
+    assert stamps == expected and stamps[0] is stamps[1] and stamps[2] is stamps[3]
+    assert [(await d).timestamp for d in rows] == expected
+    assert [e.batch.base_timestamp + e.record.timestamp_delta for e in fake.log("t", 0)] == expected
 
 
 async def test_awaiting_a_failed_row_is_a_cancellation_point(
