@@ -90,6 +90,27 @@ static inline PyObject *slot(PyObject *msg, Py_ssize_t off, const char *name) {
 
 /* ------------------------------------------------------------------ metadata */
 
+/* A RecordMetadata (tp_alloc of the named tuple) of topic, partition, timestamp and known
+ * (borrowed) and offset (a new reference, which it steals, released on failure too). */
+static PyObject *new_metadata(PyObject *topic, PyObject *partition, PyObject *offset,
+                              PyObject *timestamp, PyObject *known) {
+    PyObject *r = metadata_type->tp_alloc(metadata_type, 5);
+    if (r == NULL) {
+        Py_DECREF(offset);
+        return NULL;
+    }
+    Py_INCREF(topic);
+    PyTuple_SET_ITEM(r, 0, topic);
+    Py_INCREF(partition);
+    PyTuple_SET_ITEM(r, 1, partition);
+    PyTuple_SET_ITEM(r, 2, offset);
+    Py_INCREF(timestamp);
+    PyTuple_SET_ITEM(r, 3, timestamp);
+    Py_INCREF(known);
+    PyTuple_SET_ITEM(r, 4, known);
+    return r;
+}
+
 static PyObject *build_metadata(PyObject *msg) {
     PyObject *topic = slot(msg, off_topic, "topic");
     if (topic == NULL) return NULL;
@@ -113,20 +134,9 @@ static PyObject *build_metadata(PyObject *msg) {
         Py_DECREF(zero);
         if (known == NULL) return NULL;
     }
-    PyObject *r = metadata_type->tp_alloc(metadata_type, 5);
-    if (r == NULL) {
-        Py_DECREF(known);
-        return NULL;
-    }
-    Py_INCREF(topic);
-    PyTuple_SET_ITEM(r, 0, topic);
-    Py_INCREF(partition);
-    PyTuple_SET_ITEM(r, 1, partition);
     Py_INCREF(offset);
-    PyTuple_SET_ITEM(r, 2, offset);
-    Py_INCREF(timestamp);
-    PyTuple_SET_ITEM(r, 3, timestamp);
-    PyTuple_SET_ITEM(r, 4, known);
+    PyObject *r = new_metadata(topic, partition, offset, timestamp, known);
+    Py_DECREF(known);
     return r;
 }
 
@@ -464,21 +474,7 @@ static PyObject *build_row_metadata(PyObject *rows, Py_ssize_t row, PyObject *ru
         }
         timestamp = PyList_GET_ITEM(stamps, row);
     }
-    PyObject *r = metadata_type->tp_alloc(metadata_type, 5);
-    if (r == NULL) {
-        Py_DECREF(offset);
-        return NULL;
-    }
-    Py_INCREF(topic);
-    PyTuple_SET_ITEM(r, 0, topic);
-    Py_INCREF(partition);
-    PyTuple_SET_ITEM(r, 1, partition);
-    PyTuple_SET_ITEM(r, 2, offset);
-    Py_INCREF(timestamp);
-    PyTuple_SET_ITEM(r, 3, timestamp);
-    Py_INCREF(known);
-    PyTuple_SET_ITEM(r, 4, known);
-    return r;
+    return new_metadata(topic, partition, offset, timestamp, known);
 }
 
 static PyObject *row_await(PyObject *self) {
@@ -566,21 +562,9 @@ static PyObject *run_metadata(PyObject *module, PyObject *const *args, Py_ssize_
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *offset = PyLong_FromLongLong(base >= 0 ? base + i : -1);
         if (offset == NULL) goto fail;
-        PyObject *r = metadata_type->tp_alloc(metadata_type, 5);
-        if (r == NULL) {
-            Py_DECREF(offset);
-            goto fail;
-        }
         PyObject *ts = append_time >= 0 ? args[4] : PyList_GET_ITEM(stamps, i);
-        Py_INCREF(topic);
-        PyTuple_SET_ITEM(r, 0, topic);
-        Py_INCREF(partition);
-        PyTuple_SET_ITEM(r, 1, partition);
-        PyTuple_SET_ITEM(r, 2, offset);
-        Py_INCREF(ts);
-        PyTuple_SET_ITEM(r, 3, ts);
-        Py_INCREF(known);
-        PyTuple_SET_ITEM(r, 4, known);
+        PyObject *r = new_metadata(topic, partition, offset, ts, known);
+        if (r == NULL) goto fail;
         PyList_SET_ITEM(out, i, r);
     }
     return out;
