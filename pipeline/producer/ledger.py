@@ -353,7 +353,8 @@ class Ledger:
             fn(None, ProducerError(msg, msg._outcome))
         except Exception:
             self._callback_failed(fn, msg)
-        if type(sink) is OnDelivery and sink.event is not None:
+        if type(sink) is OnDelivery:
+            assert sink.event is not None, "made only by Delivery._park, with its event"
             sink.event.set()
 
     def _call_back_rows(self, outcomes: RowOutcomes, run: ProducerMessage) -> None:
