@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from pipeline.producer.message import (
     ProducerMessage,
     RecordMetadata,
 )
-from tests.scenarios.test_delivery_results import _Steps
+from tests.scenarios.test_delivery_results import counting_steps, without_trio_internals
 
 EVERY = message._SCHEDULE_EVERY
 BUILT = any(Path(message.__file__).parent.glob("_delivery.*.so")) or any(
@@ -141,12 +140,8 @@ def test_plain_messages_are_not_awaitable() -> None:
 async def test_settled_await_returns_the_metadata_without_a_step(await_path: str) -> None:
     ds = [settled(i, i % 3, 100 + i) for i in range(10)] + [settled(-1, 0, 5)]
     sync_budget()
-    steps = _Steps(trio.lowlevel.current_task())
-    trio.lowlevel.add_instrument(steps)
-    try:
+    with counting_steps() as steps:
         got = [await d for d in ds]
-    finally:
-        trio.lowlevel.remove_instrument(steps)
     assert steps.steps == 0
     assert got == [message._metadata_py(d) for d in ds]
     assert all(type(m) is RecordMetadata for m in got)
@@ -156,9 +151,7 @@ async def test_settled_await_returns_the_metadata_without_a_step(await_path: str
 async def test_a_full_schedule_point_every_n_awaits_on_one_budget(await_path: str) -> None:
     d = settled()
     sync_budget()
-    steps = _Steps(trio.lowlevel.current_task())
-    trio.lowlevel.add_instrument(steps)
-    try:
+    with counting_steps() as steps:
         for _ in range(EVERY - 1):
             await d
         assert steps.steps == 0
@@ -170,8 +163,6 @@ async def test_a_full_schedule_point_every_n_awaits_on_one_budget(await_path: st
         assert steps.steps == 1
         assert (await d) == message._metadata_py(d)
         assert steps.steps == 2
-    finally:
-        trio.lowlevel.remove_instrument(steps)
 
 
 async def test_schedule_point_lets_another_task_run(await_path: str) -> None:
@@ -242,13 +233,9 @@ async def test_pending_await_of_an_on_delivery_message_keeps_the_callback(await_
 async def test_failed_await_raises_after_a_checkpoint(await_path: str) -> None:
     d = MessageDelivery("t", b"v")
     d._state, d._outcome = FAILED, RuntimeError("broker says no")
-    steps = _Steps(trio.lowlevel.current_task())
-    trio.lowlevel.add_instrument(steps)
-    try:
+    with counting_steps() as steps:
         with pytest.raises(ProducerError, match="broker says no") as info:
             await d
-    finally:
-        trio.lowlevel.remove_instrument(steps)
     assert steps.steps == 1  # a full checkpoint
     assert info.value.message is d and isinstance(info.value.cause, RuntimeError)
 
@@ -265,8 +252,7 @@ async def test_failed_await_is_a_cancellation_point(await_path: str) -> None:
 async def test_unreadable_cancel_status_falls_back_to_the_public_check(await_path: str) -> None:
     """A trio without Task._cancel_status: the public checkpoint_if_cancelled decides."""
     d = settled()
-    old = message._set_run_context(types.SimpleNamespace(task=object()))
-    try:
+    with without_trio_internals():
         sync_budget()
         assert (await d).offset == 7
         with trio.CancelScope() as scope:
@@ -274,8 +260,6 @@ async def test_unreadable_cancel_status_falls_back_to_the_public_check(await_pat
             await d
             pytest.fail("not a cancellation point")
         assert scope.cancelled_caught
-    finally:
-        message._set_run_context(old)
     assert (await d).offset == 7
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -36,6 +38,30 @@ class _Steps(trio.abc.Instrument):
             self.steps += 1
 
 
+@contextmanager
+def counting_steps() -> Iterator[_Steps]:
+    """Count the current task's steps (scheduler passes) inside the block."""
+    steps = _Steps(trio.lowlevel.current_task())
+    trio.lowlevel.add_instrument(steps)
+    try:
+        yield steps
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+
+
+@contextmanager
+def without_trio_internals() -> Iterator[None]:
+    """Inside the block the settled await finds no ``Task._cancel_status`` (as
+    with a trio that changed them), on both await paths."""
+    from pipeline.producer import message
+
+    old = message._set_run_context(types.SimpleNamespace(task=object()))
+    try:
+        yield
+    finally:
+        message._set_run_context(old)
+
+
 async def test_awaiting_settled_deliveries_schedules_about_never(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
@@ -43,12 +69,8 @@ async def test_awaiting_settled_deliveries_schedules_about_never(
     async with open_fake_producer(fake) as producer:
         deliveries = [await producer.send("t", b"v%d" % i) for i in range(5000)]
         await producer.flush()
-        steps = _Steps(trio.lowlevel.current_task())
-        trio.lowlevel.add_instrument(steps)
-        try:
+        with counting_steps() as steps:
             metas = [await d for d in deliveries]
-        finally:
-            trio.lowlevel.remove_instrument(steps)
     assert all(isinstance(m, RecordMetadata) for m in metas)
     # One schedule point per 512 awaits (5000 // 512 = 9), not 5000.
     assert steps.steps <= 12, steps.steps
@@ -77,12 +99,8 @@ async def test_awaiting_a_burst_in_order_parks_about_once_per_batch(
     fake.create_topic("t", 1)
     async with open_fake_producer(fake, max_batch_messages=1000) as producer:
         deliveries = [await producer.send("t", b"v%d" % i, partition=0) for i in range(4000)]
-        steps = _Steps(trio.lowlevel.current_task())
-        trio.lowlevel.add_instrument(steps)
-        try:
+        with counting_steps() as steps:
             offsets = [(await d).offset for d in deliveries]
-        finally:
-            trio.lowlevel.remove_instrument(steps)
     assert offsets == list(range(4000))
     # 4 batches of 1000: a park (and wake) per batch plus the periodic schedule points.
     assert steps.steps <= 20, steps.steps
@@ -173,13 +191,8 @@ async def test_cancellation_check_falls_back_to_trio_public_api(
 ) -> None:
     """If trio's internals change (no Task._cancel_status), awaiting a settled delivery
     still works and is still a cancellation point (the public checkpoint_if_cancelled)."""
-    from pipeline.producer import message
-
-    old = message._set_run_context(types.SimpleNamespace(task=object()))
-    try:
+    with without_trio_internals():
         await _fallback_check(fake)
-    finally:
-        message._set_run_context(old)
 
 
 async def _fallback_check(fake: FakeCluster) -> None:

@@ -386,19 +386,15 @@ async def test_awaiting_settled_rows_schedules_about_never(
 ) -> None:
     """As for messages (test_delivery_results): one schedule point per 512
     awaits of settled rows, not one per await."""
-    from .test_delivery_results import _Steps
+    from .test_delivery_results import counting_steps
 
     fake.create_topic("t", 3)
     async with open_fake_producer(fake) as producer:
         columnar_next(producer)
         rows = [await producer.send("t", b"v%d" % i) for i in range(5000)]
         await producer.flush()
-        steps = _Steps(trio.lowlevel.current_task())
-        trio.lowlevel.add_instrument(steps)
-        try:
+        with counting_steps() as steps:
             metas = [await d for d in rows]
-        finally:
-            trio.lowlevel.remove_instrument(steps)
     assert set(_kinds(rows)) == {"row"} and len(metas) == 5000
     assert 9 <= steps.steps <= 12, steps.steps
 
@@ -408,32 +404,23 @@ async def test_a_row_await_falls_back_to_trio_public_api(
 ) -> None:
     """Without trio's internals (no Task._cancel_status) a settled row's await
     still works and is still a cancellation point."""
-    import types
+    from .test_delivery_results import without_trio_internals
 
-    from pipeline.producer import message
-
-    old = message._set_run_context(types.SimpleNamespace(task=object()))
-    try:
+    with without_trio_internals():
         await _fallback_check(fake)
-    finally:
-        message._set_run_context(old)
 
 
 async def _fallback_check(fake: FakeCluster) -> None:
-    from .test_delivery_results import _Steps
+    from .test_delivery_results import counting_steps
 
     fake.create_topic("t", 1)
     async with open_fake_producer(fake) as producer:
         columnar_next(producer)
         d = await producer.send("t", b"x")
         assert (await d).offset == 0
-        steps = _Steps(trio.lowlevel.current_task())
-        trio.lowlevel.add_instrument(steps)
-        try:
+        with counting_steps() as steps:
             for _ in range(100):  # settled: the fallback path, still no schedule pass
                 assert (await d).offset == 0
-        finally:
-            trio.lowlevel.remove_instrument(steps)
         assert steps.steps <= 2, steps.steps
         with trio.CancelScope() as scope:
             scope.cancel()
