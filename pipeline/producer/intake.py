@@ -293,8 +293,7 @@ class Intake:
         # is bounded by the _YIELD_EVERY sends between two checkpoints.
         burst = self._burst
         if burst is None or not self._ledger.admit(msg, size, self._burst_deadline):
-            self._rows = None  # (a later send must not join a burst ahead of msg)
-            return await self._accept_alone(msg, size)
+            return await self._accept_alone(msg, size)  # (ends the columnar burst)
         if topic is not self._burst_topic:
             self._burst_topic = None  # mixed (or an equal str object): the dispatcher checks
         burst.append(msg)
