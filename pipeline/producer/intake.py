@@ -214,12 +214,11 @@ class Intake:
                     if size <= self._max_message_bytes and self._ledger.admit_row(size):
                         values = rows.values
                         delivery = _send_rows.new_row(rows, len(values))
-                        if on_delivery is not None:  # each row's own (or None)
-                            if rows.on_delivery is None:
-                                rows.on_delivery = [None] * len(values)
-                            rows.on_delivery.append(on_delivery)
-                        elif rows.on_delivery is not None:
-                            rows.on_delivery.append(None)
+                        fns = rows.on_delivery  # each row's own (or None)
+                        if fns is not None:
+                            fns.append(on_delivery)
+                        elif on_delivery is not None:  # the burst's first callback
+                            rows.on_delivery = [None] * len(values) + [on_delivery]
                         values.append(value)
                         if not self._wall_clock:
                             rows.timestamps.append(self._timestamp_ms())

@@ -34,7 +34,7 @@ Invariants:
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -120,13 +120,6 @@ class RowOutcomes:
             self.event.set()
             self.event = None
 
-    def metadata(self, run: RowRun) -> Iterable[RecordMetadata]:
-        """The ``RecordMetadata`` of each row of ``run`` (settled OK, recorded),
-        in row order (``run_metadata``: C, or C-level maps)."""
-        a, b = _span(run)
-        return run_metadata(run.topic, run.partition, run.offset, self.timestamps[a:b],
-                            run.timestamp)
-
     def call_back(self, run: RowRun, failed: Callable[[Any, Any], None]) -> None:
         """Call the ``on_delivery`` of each row of ``run`` (settled, recorded)
         once, in row order: ``fn(metadata, None)`` or ``fn(None, error)``. A
@@ -135,14 +128,16 @@ class RowOutcomes:
         still hears."""
         assert self.on_delivery is not None
         a, b = _span(run)
-        outcomes = (((meta, None) for meta in self.metadata(run)) if run._state == OK
-                    else ((None, error) for error in self.errors(run)))
-        for (meta, error), fn in zip(outcomes, self.on_delivery[a:b], strict=True):
+        if run._state == OK:  # the common case: one C loop (or its twin)
+            call_back_ok(self.on_delivery[a:b], run.topic, run.partition, run.offset,
+                         self.timestamps[a:b], run.timestamp, failed)
+            return
+        for error, fn in zip(self.errors(run), self.on_delivery[a:b], strict=True):
             if fn is not None:
                 try:
-                    fn(meta, error)
+                    fn(None, error)
                 except Exception:
-                    failed(fn, meta if error is None else error.message)
+                    failed(fn, error.message)
 
     def errors(self, run: RowRun) -> Iterator[ProducerError]:
         """The ``ProducerError`` of each row of ``run`` (failed), in row order,
@@ -201,7 +196,7 @@ if TYPE_CHECKING:
         pass
 else:
     class _NoCRowAwait:  # (a base of its own: ``object`` here would break the MRO;
-        __slots__ = ()   # second, so that object.__new__ still makes RowDelivery)
+        __slots__ = ("_row", "_rows")  # its fields, as _delivery.RowAwait has them)
 
     _RowAwaitBase = _NoCRowAwait if _m._c is None else _m._c.RowAwait
 
@@ -210,8 +205,10 @@ class RowDelivery(Delivery, _RowAwaitBase):
     """What ``send()`` returns for a row of a columnar burst: the same API as
     a message's ``Delivery``, read from the burst (two slots, no copy).
 
-    ``send()`` builds it with ``new_row``: the C one (``_delivery.c``) also
-    untracks it from the cyclic GC. That is safe because nothing it refers to
+    Where the C extension is built, its two fields are ``_delivery.RowAwait``'s
+    (the row's index a C integer) and its instances are no GC objects
+    (``make_untracked`` in ``_delivery.c``, at import): a loop keeping 200k of
+    them then triggers no collection. That is safe because nothing it refers to
     can lead back to it once its burst is settled: ``_rows`` is a ``SendRows``
     whose values are ``bytes``, timestamps ``int``s, and whose only user
     objects, the rows' ``on_delivery`` callbacks, are dropped when the last
@@ -220,7 +217,7 @@ class RowDelivery(Delivery, _RowAwaitBase):
     is ``_delivery.RowAwait``'s ``am_await`` when the C path is in use (the
     settled case without a Python frame), else ``_row_await_py``."""
 
-    __slots__ = ("_row", "_rows")
+    __slots__ = ()  # its two fields are its base's (_delivery.c makes it GC-free)
     _rows: SendRows  # the burst (set by new_row)
     _row: int  # the row's index in it
 
@@ -380,21 +377,23 @@ def _row_settled_checkpoint(self: RowDelivery, full: bool) -> Generator[Any, Non
 
 
 def _new_row_py(rows: SendRows, row: int) -> RowDelivery:
-    """``_delivery.new_row``'s twin (a tracked object: untracking needs C)."""
+    """``_delivery.new_row``'s twin (a GC object when the extension is not built)."""
     delivery = _new_delivery(RowDelivery)
     delivery._rows = rows
     delivery._row = row
     return delivery
 
 
-_new_delivery = object.__new__
+_new_delivery = RowDelivery.__new__
 
 
-def _run_metadata_py(topic: str, partition: int | None, base: int, stamps: list[int],
-                     append_time: int) -> Iterable[RecordMetadata]:
-    """``_delivery.run_metadata``'s twin: row i's offset is ``base + i`` (-1,
-    unknown, when ``base`` < 0), its timestamp ``append_time`` when >= 0 (the
-    broker's LogAppendTime), else ``stamps[i]``. C-level maps, no bytecode per row."""
+def _row_metadata_each(topic: str, partition: int | None, base: int, stamps: list[int],
+                       append_time: int) -> Iterator[RecordMetadata]:
+    """The ``RecordMetadata`` of each row of a run settled OK, lazily (as
+    ``_delivery.call_back_ok`` builds them): row i's offset is ``base + i``
+    (-1, unknown, when ``base`` < 0), its timestamp ``append_time`` when >= 0
+    (the broker's LogAppendTime), else ``stamps[i]``. C-level maps, no
+    bytecode per row."""
     n = len(stamps)
     offsets = range(base, base + n) if base >= 0 else repeat(-1, n)
     times = stamps if append_time < 0 else repeat(append_time, n)
@@ -402,9 +401,25 @@ def _run_metadata_py(topic: str, partition: int | None, base: int, stamps: list[
         repeat(topic, n), repeat(partition), offsets, times, repeat(base >= 0)))
 
 
-#: A settled run's rows' metadata: ``_delivery.run_metadata`` or its twin (``_use_rows``).
-run_metadata: Callable[[str, int | None, int, list[int], int], Iterable[RecordMetadata]] = (
-    _run_metadata_py)
+def _call_back_ok_py(fns: list[DeliveryCallback | None], topic: str, partition: int | None,
+                     base: int, stamps: list[int], append_time: int,
+                     failed: Callable[[Any, Any], None]) -> None:
+    """``_delivery.call_back_ok``'s twin: ``fn(meta, None)`` for each row of a
+    run settled OK whose callback is not None, in row order; an ``Exception``
+    from one goes to ``failed(fn, meta)`` (from the ``except`` block, which
+    logs it), and the next row still hears."""
+    metas = _row_metadata_each(topic, partition, base, stamps, append_time)
+    for meta, fn in zip(metas, fns, strict=True):
+        if fn is not None:
+            try:
+                fn(meta, None)
+            except Exception:
+                failed(fn, meta)
+
+
+#: Calls the callbacks of a run settled OK: ``_delivery.call_back_ok`` or its
+#: twin (``_use_rows``).
+call_back_ok: Callable[..., None] = _call_back_ok_py
 
 #: ``send()``'s row constructor: ``_delivery.new_row`` or its twin (``_use_rows``).
 new_row: Callable[[SendRows, int], RowDelivery] = _new_row_py
@@ -413,19 +428,19 @@ new_row: Callable[[SendRows, int], RowDelivery] = _new_row_py
 def _use_rows(kind: str) -> None:
     """Bind the rows' await to the process's path (``message._use`` calls this
     after every switch): the C slot and allocator, or the Python twins."""
-    global new_row, run_metadata
+    global call_back_ok, new_row
     if kind == "c":
         assert _m._c is not None
         _m._c.setup_rows(row_type=RowDelivery, rows_type=SendRows, outcomes_type=RowOutcomes,
                          run_type=RowRun, python_await=_row_await_py,
                          settled_checkpoint=_row_settled_checkpoint)
         new_row = _m._c.new_row
-        run_metadata = _m._c.run_metadata
+        call_back_ok = _m._c.call_back_ok
         if "__await__" in RowDelivery.__dict__:
             del RowDelivery.__await__  # the slot comes from _delivery.RowAwait again
     else:
         new_row = _new_row_py
-        run_metadata = _run_metadata_py
+        call_back_ok = _call_back_ok_py
         RowDelivery.__await__ = _row_await_py  # type: ignore[method-assign]
 
 

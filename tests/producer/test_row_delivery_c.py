@@ -1,10 +1,11 @@
-"""Rows of a columnar burst, by hand: the C helpers (``_delivery.run_metadata``,
+"""Rows of a columnar burst, by hand: the C helpers (``_delivery.call_back_ok``,
 ``row_metadata``, ``new_row``) give what their pure-Python twins in ``send_rows.py``
 give, and waiters of pending rows are woken (the scenario tests in
 tests/scenarios/test_send_rows.py run whole schedules on both paths)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -19,22 +20,145 @@ c: Any = message._c
 needs_c = pytest.mark.skipif(c is None, reason="pipeline.producer._delivery is not built")
 
 
-@needs_c
+def _call_back_oks() -> list[Any]:
+    """The C ``call_back_ok`` (when built) and its Python twin."""
+    return [send_rows._call_back_ok_py] + ([c.call_back_ok] if c is not None else [])
+
+
+@pytest.mark.parametrize("call_back_ok", _call_back_oks())
 @pytest.mark.parametrize(("base", "append_time"), [(7, -1), (0, -1), (-1, -1), (7, 99), (-1, 99)])
-def test_run_metadata_is_its_twins(base: int, append_time: int) -> None:
-    stamps = [1000, 1001, 1002]
-    got = c.run_metadata("t", 2, base, stamps, append_time)
-    want = list(send_rows._run_metadata_py("t", 2, base, stamps, append_time))
-    assert got == want and all(type(m) is RecordMetadata for m in got)
-    assert [m.offset_known for m in got] == [base >= 0] * 3
+def test_call_back_ok_hands_each_row_its_metadata(call_back_ok: Any, base: int,
+                                                   append_time: int) -> None:
+    """Row i hears (RecordMetadata(offset base + i, or -1 unknown; timestamp
+    LogAppendTime or its own), None), in row order; a row without a callback
+    is skipped, not shifted."""
+    heard: list[tuple[str, Any, Any]] = []
+
+    def fn(name: str) -> Any:
+        return lambda meta, error: heard.append((name, meta, error))
+
+    call_back_ok([fn("a"), None, fn("c")], "t", 2, base, [1000, 1001, 1002], append_time,
+                 _never_failed)
+    known = base >= 0
+    want = [RecordMetadata("t", 2, base + i if known else -1,
+                           append_time if append_time >= 0 else 1000 + i, known)
+            for i in (0, 2)]
+    assert heard == [("a", want[0], None), ("c", want[1], None)]
+    assert all(type(meta) is RecordMetadata for _, meta, _ in heard)
+
+
+@pytest.mark.parametrize("call_back_ok", _call_back_oks())
+def test_call_back_ok_never_changes_a_metadata_someone_kept(call_back_ok: Any) -> None:
+    """The C loop refills the row before's tuple when nobody kept it: a
+    callback that keeps its metadata keeps what it was given, whatever the
+    rows after it hear; one that only reads sees its own row each time."""
+    kept: list[Any] = []
+    read: list[tuple[int, int]] = []
+
+    def keep(meta: Any, error: Any) -> None:
+        kept.append(meta)
+
+    def look(meta: Any, error: Any) -> None:
+        read.append((meta.offset, meta.timestamp))
+
+    call_back_ok([look, look, keep, look, keep, keep, look], "t", 1, 20,
+                 [100, 101, 102, 103, 104, 105, 106], -1, _never_failed)
+    assert read == [(20, 100), (21, 101), (23, 103), (26, 106)]
+    assert kept == [RecordMetadata("t", 1, 22, 102, True), RecordMetadata("t", 1, 24, 104, True),
+                    RecordMetadata("t", 1, 25, 105, True)]
+
+
+def _never_failed(fn: Any, what: Any) -> None:
+    raise AssertionError(f"failed({fn!r}, {what!r}) was not expected")
+
+
+@pytest.mark.parametrize("call_back_ok", _call_back_oks())
+def test_call_back_ok_reports_a_raising_callback_and_goes_on(call_back_ok: Any) -> None:
+    """A callback's Exception goes to failed(fn, meta) while it is the exception
+    being handled (what logging's exc_info reads), with its traceback; the next
+    row still hears; afterwards no exception is left being handled."""
+    heard: list[int] = []
+    reports: list[tuple[Any, Any, Any]] = []
+
+    def boom(meta: Any, error: Any) -> None:
+        raise ValueError(f"bad row {meta.offset}")
+
+    def failed(fn: Any, what: Any) -> None:
+        exc = sys.exc_info()[1]
+        assert exc is not None and exc.__traceback__ is not None
+        reports.append((fn, what.offset, str(exc)))
+
+    call_back_ok([boom, lambda meta, error: heard.append(meta.offset)], "t", 0, 10, [5, 6], -1,
+                 failed)
+    assert reports == [(boom, 10, "bad row 10")]
+    assert heard == [11]
+    assert sys.exc_info() == (None, None, None)
+
+
+@pytest.mark.parametrize("call_back_ok", _call_back_oks())
+def test_call_back_ok_lets_base_exceptions_and_failed_errors_through(call_back_ok: Any) -> None:
+    """Not an Exception (KeyboardInterrupt) is not the user's bug to count: it
+    propagates, as an exception from failed() itself does; the rows after it
+    are not called."""
+    heard: list[int] = []
+
+    def interrupt(meta: Any, error: Any) -> None:
+        raise KeyboardInterrupt
+
+    def boom(meta: Any, error: Any) -> None:
+        raise ValueError("bad")
+
+    def failing(fn: Any, what: Any) -> None:
+        raise RuntimeError("the report failed")
+
+    rest = [lambda meta, error: heard.append(meta.offset)]
+    with pytest.raises(KeyboardInterrupt):
+        call_back_ok([interrupt, *rest], "t", 0, 10, [5, 6], -1, _never_failed)
+    with pytest.raises(RuntimeError, match="the report failed"):
+        call_back_ok([boom, *rest], "t", 0, 10, [5, 6], -1, failing)
+    assert heard == []
 
 
 @needs_c
-def test_run_metadata_refuses_what_it_cannot_read() -> None:
-    with pytest.raises(TypeError, match="stamps must be a list"):
-        c.run_metadata("t", 2, 0, (1, 2), -1)
-    with pytest.raises(TypeError, match="takes 5 arguments"):
-        c.run_metadata("t", 2, 0, [1])
+def test_call_back_ok_refuses_what_it_cannot_read() -> None:
+    with pytest.raises(TypeError, match="fns and stamps must be lists"):
+        c.call_back_ok([None], "t", 2, 0, (1,), -1, _never_failed)
+    with pytest.raises(ValueError, match="2 callbacks for 1 rows"):
+        c.call_back_ok([None, None], "t", 2, 0, [1], -1, _never_failed)
+    with pytest.raises(TypeError, match="takes 7 arguments"):
+        c.call_back_ok([None], "t", 2, 0, [1], -1)
+
+
+@needs_c
+def test_row_delivery_is_no_gc_object_and_frees_its_burst() -> None:
+    """RowDelivery's instances are not GC objects (``_delivery.make_untracked``):
+    allocating one does not count toward a collection, and dropping it drops
+    its burst (RowAwait's dealloc). Its ``_row`` is a C integer, read and
+    written as an int."""
+    import gc
+    import weakref
+
+    class Burst:  # stands for SendRows: anything that can be weakly referenced
+        pass
+
+    burst = Burst()
+    gone = weakref.ref(burst)
+    d = send_rows.new_row(burst, 300)  # type: ignore[arg-type]
+    assert not gc.is_tracked(d) and gc.get_referents(d) == []
+    assert d._row == 300 and d._rows is burst
+    d._row = 301
+    assert d._row == 301
+    gc.collect()
+    before = gc.get_count()[0]
+    kept = [send_rows.new_row(burst, i) for i in range(1000)]  # type: ignore[arg-type]
+    assert gc.get_count()[0] - before < 10  # (a GC allocation would count 1000)
+    del burst, d, kept
+    assert gone() is None
+    with pytest.raises(TypeError, match="RowAwait's layout"):
+        c.setup_rows(row_type=type("WithDict", (c.RowAwait,), {}), rows_type=send_rows.SendRows,
+                     outcomes_type=send_rows.RowOutcomes, run_type=RowRun,
+                     python_await=send_rows._row_await_py,
+                     settled_checkpoint=send_rows._row_settled_checkpoint)
 
 
 def _settled_row(state: int, offset: int, append_time: int, row: int) -> Any:
@@ -79,11 +203,11 @@ def test_the_c_row_path_is_used_when_built_and_the_twins_otherwise() -> None:
     before = message.DELIVERY_AWAIT
     try:
         message._use("c")
-        assert send_rows.new_row is c.new_row and send_rows.run_metadata is c.run_metadata
+        assert send_rows.new_row is c.new_row and send_rows.call_back_ok is c.call_back_ok
         assert "__await__" not in send_rows.RowDelivery.__dict__  # RowAwait's am_await
         message._use("python")
         assert send_rows.new_row is send_rows._new_row_py
-        assert send_rows.run_metadata is send_rows._run_metadata_py
+        assert send_rows.call_back_ok is send_rows._call_back_ok_py
         assert send_rows.RowDelivery.__await__ is send_rows._row_await_py  # type: ignore[comparison-overlap]
         message._use("c")
         assert "__await__" not in send_rows.RowDelivery.__dict__
