@@ -199,6 +199,48 @@ async def test_settled_await_is_a_cancellation_point_every_time(await_path: str)
     assert (await d).offset == 7  # and afterwards it still returns
 
 
+def test_the_cancellation_check_reads_the_awaiting_threads_task(await_path: str) -> None:
+    """Two trio runs in two threads at once: an await in a cancelled scope of
+    one raises Cancelled although the other thread's current task, whose run
+    context the C path read last, is not cancelled (the C path keeps the run
+    context's per-thread dict of one thread, found again for another)."""
+    import threading
+
+    d = settled()
+    ready, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def other_thread() -> None:
+        async def main() -> None:
+            assert (await d).offset == 7  # this thread's run context was read last
+            ready.set()
+            await trio.to_thread.run_sync(release.wait)  # its task stays current here
+
+        try:
+            trio.run(main)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    try:
+        assert ready.wait(10)
+
+        async def main() -> None:
+            sync_budget()  # no schedule point due: the cancellation check decides
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await d
+                pytest.fail("the await read another thread's task")
+            assert scope.cancelled_caught
+
+        trio.run(main)
+    finally:
+        release.set()
+        thread.join(10)
+    assert errors == [] and not thread.is_alive()
+
+
 async def test_pending_await_parks_until_the_batch_settles(await_path: str) -> None:
     d = MessageDelivery("t", b"v")
     got: list[RecordMetadata] = []
