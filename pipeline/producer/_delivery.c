@@ -591,6 +591,7 @@ static PyObject *new_row(PyObject *module, PyObject *const *args, Py_ssize_t nar
     Py_INCREF(args[0]);
     ROW(d)->rows = args[0];
     ROW(d)->row = row;
+    if (PyObject_GC_IsTracked(d)) PyObject_GC_UnTrack(d); /* (a GC class: see make_untracked) */
     return d;
 }
 
@@ -732,19 +733,20 @@ static PyTypeObject RowAwait_Type = {
  * (setup_rows runs at send_rows' import), and only for the layout this relies on:
  * RowAwait's fields and nothing more (no __dict__, no __weakref__, no slots, no
  * finalizer), so subtype_dealloc's non-GC path (RowAwait's dealloc, then the type's
- * reference) frees all an instance holds. */
+ * reference) frees all an instance holds. Any other layout (a later CPython's, say)
+ * stays a GC class, and new_row untracks each instance instead. */
 static int make_untracked(PyTypeObject *tp) {
-    if (!PyType_IsSubtype(tp, &RowAwait_Type) || tp->tp_base != &RowAwait_Type ||
-        tp->tp_basicsize != RowAwait_Type.tp_basicsize || tp->tp_itemsize != 0 ||
-        tp->tp_dictoffset != 0 || tp->tp_weaklistoffset != 0 ||
-        (tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) || tp->tp_finalize != NULL ||
-        tp->tp_del != NULL || !(tp->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s must be a class with RowAwait's layout and nothing more "
-                     "(__slots__ = (), no finalizer)", tp->tp_name);
+    if (!PyType_IsSubtype(tp, &RowAwait_Type)) {
+        PyErr_Format(PyExc_TypeError, "row_type must be a subclass of RowAwait, not %s",
+                     tp->tp_name);
         return -1;
     }
     if (!(tp->tp_flags & Py_TPFLAGS_HAVE_GC)) return 0; /* done already */
+    if (tp->tp_base != &RowAwait_Type || tp->tp_basicsize != RowAwait_Type.tp_basicsize ||
+        tp->tp_itemsize != 0 || tp->tp_dictoffset != 0 || tp->tp_weaklistoffset != 0 ||
+        (tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) || tp->tp_finalize != NULL ||
+        tp->tp_del != NULL || !(tp->tp_flags & Py_TPFLAGS_HEAPTYPE))
+        return 0;
     tp->tp_flags &= ~Py_TPFLAGS_HAVE_GC;
     tp->tp_free = PyObject_Free;
     tp->tp_traverse = NULL;

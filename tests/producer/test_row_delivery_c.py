@@ -154,11 +154,33 @@ def test_row_delivery_is_no_gc_object_and_frees_its_burst() -> None:
     assert gc.get_count()[0] - before < 10  # (a GC allocation would count 1000)
     del burst, d, kept
     assert gone() is None
-    with pytest.raises(TypeError, match="RowAwait's layout"):
-        c.setup_rows(row_type=type("WithDict", (c.RowAwait,), {}), rows_type=send_rows.SendRows,
+
+
+@needs_c
+def test_a_row_class_of_another_layout_stays_a_gc_class_and_its_rows_are_untracked() -> None:
+    """``make_untracked`` changes only a class of exactly RowAwait's layout: one
+    with a ``__dict__`` stays a GC class (its rows untracked one by one by
+    ``new_row``); a class that is no RowAwait is refused."""
+    import gc
+
+    def bind(row_type: type) -> None:
+        c.setup_rows(row_type=row_type, rows_type=send_rows.SendRows,
                      outcomes_type=send_rows.RowOutcomes, run_type=RowRun,
                      python_await=send_rows._row_await_py,
                      settled_checkpoint=send_rows._row_settled_checkpoint)
+
+    with_dict = type("WithDict", (c.RowAwait,), {})
+    try:
+        bind(with_dict)
+        assert with_dict.__flags__ & (1 << 14)  # Py_TPFLAGS_HAVE_GC: unchanged
+        d = c.new_row(object(), 1)
+        assert type(d) is with_dict and gc.is_tracked(d) is False and d._row == 1
+        d.note = "a dict of its own"  # (the layout make_untracked refused)
+        with pytest.raises(TypeError, match="subclass of RowAwait"):
+            bind(send_rows.SendRows)
+    finally:
+        bind(send_rows.RowDelivery)
+    assert not send_rows.RowDelivery.__flags__ & (1 << 14)
 
 
 def _settled_row(state: int, offset: int, append_time: int, row: int) -> Any:
