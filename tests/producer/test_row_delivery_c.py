@@ -119,6 +119,33 @@ def test_call_back_ok_lets_base_exceptions_and_failed_errors_through(call_back_o
     assert heard == []
 
 
+@pytest.mark.parametrize("call_back_ok", _call_back_oks())
+def test_call_back_ok_refuses_callbacks_and_rows_of_different_lengths(call_back_ok: Any) -> None:
+    with pytest.raises(ValueError):
+        call_back_ok([None, None], "t", 2, 0, [1], -1, _never_failed)
+    with pytest.raises(ValueError):
+        call_back_ok([None], "t", 2, 0, [1, 2], -1, _never_failed)
+
+
+def test_a_failed_run_calls_back_only_the_rows_that_have_a_callback() -> None:
+    """A burst's rows with and without callbacks, its run failed: each row with
+    one hears (None, its error naming its value), in row order; a row without
+    one is skipped, and nothing counts as a callback error."""
+    chunk = RowChunk(None, 0)
+    burst = RowRun("t", None, None, 0, 0, chunk, 0)  # type: ignore[arg-type]
+    rows = send_rows.SendRows("t", burst, chunk)
+    heard: list[tuple[Any, bytes]] = []
+    rows.values, rows.timestamps = [b"a", b"b", b"c", b"d"], [10, 11, 12, 13]
+    rows.on_delivery = [None, lambda m, e: heard.append((m, e.message.value)), None,
+                        lambda m, e: heard.append((m, e.message.value))]
+    outcomes = send_rows.RowOutcomes(4, rows)
+    run = RowRun("t", None, range(0, 4), 4, 0, chunk, 0)  # type: ignore[arg-type]
+    run._state, run._outcome, run.partition = FAILED, RuntimeError("no"), 1
+    outcomes.record(run)
+    outcomes.call_back(run, _never_failed)
+    assert heard == [(None, b"b"), (None, b"d")]
+
+
 @needs_c
 def test_call_back_ok_refuses_what_it_cannot_read() -> None:
     with pytest.raises(TypeError, match="fns and stamps must be lists"):
