@@ -133,6 +133,10 @@ class BrokerProducer:
         self._parts = self._acc.parts
         self._in_flight: deque[_InFlight] = deque()
         self._wake_flusher = trio.Event()
+        # The time the flusher waits until, while it waits (None: it is busy, and
+        # looks at the queues again before it waits): what the intake compares an
+        # arrival's effect with (_poke_flusher).
+        self._flusher_until: float | None = None
         self._wake_responder = trio.Event()
         self._acks = config.acks_value
         self._timeout_ms = int(config.request_timeout * 1000)
@@ -160,7 +164,25 @@ class BrokerProducer:
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
                 self._accept(item)
-            self._wake_flusher.set()
+            self._poke_flusher()
+
+    def _poke_flusher(self) -> None:
+        """Wake the flusher for what just arrived or was answered, unless that
+        changes nothing it waits for: it waits until a time not brought forward
+        (a linger or delivery deadline, with the request slot freed:
+        ``_next_wake``), and nothing is ready to send now. Measured at a paced 20k msg/s, two of three flusher
+        wake-ups found nothing to send (an arrival into a partition that already
+        lingered) and cost ~80 us of CPU each. A busy flusher is always woken:
+        it looks at the queues again before it waits anyway."""
+        until = self._flusher_until
+        if until is not None:
+            now = trio.current_time()
+            slot_free = len(self._in_flight) < self._config.max_in_flight
+            paused = self._idem is not None and self._idem.paused
+            if not (slot_free and self._acc.ready(now)) and (
+                    self._next_wake(slot_free and not paused) >= until):
+                return
+        self._wake_flusher.set()
 
     def _accept(self, item: BrokerItem) -> None:
         part = self._acc.queue(item.tp)
@@ -269,8 +291,10 @@ class BrokerProducer:
                 await self._send_one()
                 continue
             paused = self._idem is not None and self._idem.paused
-            with trio.move_on_at(self._next_wake(slot_free and not paused)):
+            self._flusher_until = until = self._next_wake(slot_free and not paused)
+            with trio.move_on_at(until):
                 await self._wake_flusher.wait()
+            self._flusher_until = None
             self._wake_flusher = trio.Event()
 
     def _build(self, taken: dict[TopicPartition, SealedBatch]) -> ProduceRequest:
@@ -352,7 +376,7 @@ class BrokerProducer:
                 else:
                     self._in_flight.popleft()
                     self._handle_response(flight, response)
-            self._wake_flusher.set()
+            self._poke_flusher()
 
     def _fail_flight(self, flight: _InFlight, exc: BaseException) -> None:
         """No answer (connection lost, timed out): the batches may have been written."""
