@@ -696,3 +696,55 @@ async def test_a_batch_found_expired_when_its_answer_is_read_fails_then(
     assert "never acknowledged; last error: NOT_ENOUGH_REPLICAS" in str(result.cause)
     assert offsets([n_result]) == [0]
     assert values_in_log(fake, "t", 0) == [b"n"]
+
+
+class _FlusherSteps(trio.abc.Instrument):
+    """Counts the steps (scheduler passes) of every broker producer's flusher."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name.endswith("BrokerProducer._flusher"):
+            self.steps += 1
+
+
+async def test_the_flusher_wakes_only_when_an_arrival_or_an_answer_changes_its_wait(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """The intake and the responder wake the flusher only when what arrived or
+    was answered makes something ready now or brings its wake-up time forward
+    (``_poke_flusher``): an arrival into a partition already lingering, or an
+    answer with nothing queued, leaves it asleep.
+
+    Schedule (plain producer, linger 1 s, t[0] on broker 0): t0: m0 is sent
+    into an empty queue: the flusher wakes once, to wait for m0's linger. m1 ..
+    m19 follow 1 ms apart: each joins the lingering batch, no wake-up. At t0 +
+    1 the flusher sends the batch; its answer leaves nothing queued: no
+    wake-up. Waking on every arrival took 19 more steps, on every answer one
+    more (the warm-up's, already in the first millisecond)."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=False, linger=1.0)) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        counter = _FlusherSteps()
+        trio.lowlevel.add_instrument(counter)
+        try:
+            t0 = trio.current_time()
+            sent = [producer.send_nowait("t", b"m0", partition=0)]
+            await trio.sleep(0.001)
+            assert counter.steps == 1  # the arrival into an empty queue
+            for i in range(1, 20):
+                sent.append(producer.send_nowait("t", b"m%d" % i, partition=0))
+                await trio.sleep(0.001)
+            assert counter.steps == 1  # 19 arrivals into a lingering batch
+            results = await outcomes(sent)
+            assert trio.current_time() == t0 + 1.0
+            await trio.sleep(0.5)
+            # + 5 at t0 + 1: the linger wake-up and the request's writing (the
+            # connection's write lock and the stream write each yield); none for
+            # the answer.
+            assert counter.steps == 6
+        finally:
+            trio.lowlevel.remove_instrument(counter)
+    assert offsets(results) == list(range(1, 21))
+    assert len(fake.requests_of(ApiKey.PRODUCE)) == 2  # warm, then one batch of 20
