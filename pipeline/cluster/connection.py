@@ -55,7 +55,8 @@ import collections
 import copy
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar, overload
 
 import trio
@@ -284,7 +285,7 @@ class BrokerConnection:
                 await self._acquire_slot()
             slot_held = expect_response  # until the pending entry owns it
             try:
-                async with self._write_lock:
+                async with self._write_lock_nowait():
                     self._raise_if_closed()
                     if gated and self._gate is not None:
                         # A re-authentication began while we waited for the slot or
@@ -338,12 +339,31 @@ class BrokerConnection:
 
     # ------------------------------------------------------------------- slots
 
+    @asynccontextmanager
+    async def _write_lock_nowait(self) -> AsyncIterator[None]:
+        """The write lock, without a schedule point when it is free (a trio
+        ``Lock`` yields even then; see ``_acquire_slot``): writes stay whole
+        frames in order, and a busy lock is waited for as before."""
+        lock = self._write_lock
+        if lock.locked():
+            async with lock:
+                yield
+            return
+        lock.acquire_nowait()
+        try:
+            yield
+        finally:
+            lock.release()
+
     async def _acquire_slot(self) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._raise_if_closed()
         if self._free_slots > 0:
+            # No schedule point here: the write that follows has one (the
+            # stream's send), and a pass of every other runnable task between
+            # sealing a batch and writing it only delays the request (measured
+            # at a paced 20k msg/s: 0.7 ms from seal to write at the median).
             self._free_slots -= 1
-            await trio.lowlevel.cancel_shielded_checkpoint()
             return
         # Parked until a slot is handed to us (or the connection fails). If we
         # are cancelled while parked, nothing was handed to us.
