@@ -203,17 +203,18 @@ class SendRows:
         self.outcomes: RowOutcomes | None = None  # set when sealed
         self.event: trio.Event | None = None  # set when sealed, if someone waits
 
-    def seal(self) -> None:
+    def seal(self) -> int:
         """The burst is closed (the dispatcher took it, or the producer closes):
         its columns are packed into the run, and its rows become pending rows
-        of the chunk."""
+        of the chunk. Returns the bytes of that packed copy."""
         pack = kernel().pack_binary
         offsets, data, validity, _ = pack(self.values, "values")
         assert validity is None, "send() put only bytes values here"
         values = BinaryColumn(memoryview(offsets).cast("q"), memoryview(data))
         n = len(self.values)
         run, chunk = self.run, self.chunk
-        run.columns = Columns(values, None, None, memoryview(array("q", self.timestamps)))
+        stamps = memoryview(array("q", self.timestamps))
+        run.columns = Columns(values, None, None, stamps)
         run.count = n
         run._size = self.size
         chunk.pending = n
@@ -221,6 +222,7 @@ class SendRows:
         self.on_delivery = None  # the outcomes hold them until the last row settles
         if self.event is not None:
             self.event.set()
+        return values.offsets.nbytes + values.data.nbytes + stamps.nbytes
 
 
 if TYPE_CHECKING:

@@ -112,3 +112,25 @@ async def test_a_burst_with_callbacks_keeps_the_values_and_timestamps_they_need(
         assert outcomes.run_of is None
     assert [offset for offset, _ in heard] == list(range(ROWS))
     assert all(ts > 0 for _, ts in heard)
+
+
+async def test_a_sealed_burst_holds_its_packed_copy_in_the_buffer_until_it_settles(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """The packed columns (values, their offsets, the timestamps) are counted in
+    ``buffered_bytes`` from the seal to the burst's last row, as a send_batch
+    list's copy is: what waits is what is reserved (runs: their exact encoded
+    sizes once split; the chunk: its copy). A sender then finds the buffer full
+    sooner, not the process bigger than buffer_memory says."""
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake, **PATIENT) as producer:
+        _, _, gate = await _held_burst(fake, producer, keep=None)
+        [chunk] = [c for c in producer._ledger.outstanding.values() if type(c) is RowChunk]
+        values = b"".join(b"v%d" % i for i in range(ROWS))
+        assert chunk.extra == len(values) + 8 * (ROWS + 1) + 8 * ROWS
+        [run] = chunk.runs
+        assert bytes(run.columns.values.data) == values
+        assert producer.statistics().buffered_bytes == run._size + chunk.extra
+        gate.set()
+        await producer.flush()
+        assert producer.statistics().buffered_bytes == 0
