@@ -329,17 +329,10 @@ class Intake:
 
     def close_rows(self, run: RowRun) -> None:
         """The dispatcher took ``run``: if it is a columnar burst, seal it (it
-        takes no more rows) and pack its columns.
-
-        The packed copy is counted in the buffer (``chunk.extra``, released
-        with the burst's last row, as for a ``send_batch`` list's copy): the
-        rows reserved their encoded bound, which the topic producer trims to
-        the runs' exact encoded sizes, while the copy lives until they all
-        settle, beside their encoded batches. Counted over ``buffer_memory``
-        if need be (the dispatcher never waits for room): by at most this one
-        burst's copy, and the next ``send()`` waits. Measured (1M ``send()``,
-        buffer full): peak RSS 76 -> 58 MB, the copies having been ~33 MB
-        beside the 32 MB reserved; throughput unchanged."""
+        takes no more rows) and pack its columns, whose copy the buffer counts
+        until the last row settles (``chunk.extra``; over ``buffer_memory`` if
+        need be, the dispatcher never waits: docs/architecture.md, "send()
+        bursts as columns", step 2)."""
         chunk = run._sink
         rows = chunk.send_rows
         if rows is None:
