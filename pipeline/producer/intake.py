@@ -328,7 +328,10 @@ class Intake:
 
     def close_rows(self, run: RowRun) -> None:
         """The dispatcher took ``run``: if it is a columnar burst, seal it (it
-        takes no more rows) and pack its columns."""
+        takes no more rows) and pack its columns, whose copy the buffer counts
+        until the last row settles (``chunk.extra``; over ``buffer_memory`` if
+        need be, the dispatcher never waits: docs/architecture.md, "send()
+        bursts as columns", step 2)."""
         chunk = run._sink
         rows = chunk.send_rows
         if rows is None:
@@ -336,7 +339,8 @@ class Intake:
         chunk.send_rows = None
         if rows is self._rows:
             self._rows = None
-        rows.seal()
+        chunk.extra = copy = rows.seal()
+        self._ledger.reserve_over(copy)
         self._columns_next = self._columnar and run.count >= COLUMNS_MIN
 
     async def _accept_alone(self, msg: MessageDelivery, size: int) -> MessageDelivery:

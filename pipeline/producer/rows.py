@@ -25,7 +25,8 @@ splits it; then the split runs), so a close that fails the chunk's pending runs
 fails each row once. Buffer bytes: the chunk reserves the per-row bound
 (``columnar.record_size_bounds``, the per-message path's bound); the split
 releases the difference to the runs' exact encoded sizes, which the runs then
-hold until they settle.
+hold until they settle; the chunk holds its packed copy (``extra``: a list
+call's, a ``send()`` burst's) until its last row settles.
 """
 
 from __future__ import annotations
@@ -76,8 +77,9 @@ class RowChunk:
         self.pending = rows  # rows not settled yet
         self.runs: list[RowRun] = []
         # Reserved bytes of the copies build_columns made of these rows (lists are
-        # packed; Arrow is borrowed): held until the last row settles, since every
-        # run of the chunk shares those buffers.
+        # packed; Arrow is borrowed), or of a send() burst's packed columns (counted
+        # when it is sealed): held until the last row settles, since every run of
+        # the chunk shares those buffers.
         self.extra = 0
         # A send() burst (send_rows.py): its SendRows until sealed, then the
         # outcomes its rows' deliveries read (written as its runs settle).

@@ -18,7 +18,12 @@ Per-row outcomes are read lazily: when one of the chunk's runs settles, the
 ledger records which run each of its rows belongs to and the row's offset
 (``RowOutcomes.record``: slice stores, no object per row), and a
 ``RowDelivery`` reads its row from there. ``flush()`` callers drop their
-deliveries at once, so the burst's value list dies when its columns are packed.
+deliveries at once, so the burst's value and timestamp lists die when its
+columns are packed, and ``run_of`` is never made (no delivery is alive when
+its first run settles): a waiting burst holds its packed columns and nothing
+per row besides (measured at the peak of the 1M ``send()`` bench: the two
+lists were 4.7 MB of its 81 MB). Callbacks keep the values and timestamps
+lists (an error names its row's value, metadata carries its timestamp).
 
 Invariants:
 * Rows are accepted in call order and the ids of a burst are consecutive: a
@@ -33,6 +38,7 @@ Invariants:
 
 from __future__ import annotations
 
+import weakref
 from array import array
 from collections.abc import Callable, Generator, Iterator
 from itertools import repeat
@@ -66,6 +72,10 @@ COLUMNS_MIN = 64
 
 _new_metadata = tuple.__new__
 
+#: ``RowOutcomes.timestamps`` of a burst without callbacks: only ``metadata`` and
+#: ``errors`` read it, for ``call_back`` (a row's delivery reads its ``SendRows``).
+_NOT_KEPT: list[int] = []
+
 
 def _span(run: RowRun) -> tuple[int, int]:
     """The rows of a burst's run: consecutive, as the null-key split and the
@@ -95,27 +105,43 @@ class RowOutcomes:
     drops it with its last row: ``run_of`` points at runs, and runs at the
     chunk) and the ``SendRows``, so neither keeps the other alive."""
 
-    __slots__ = ("event", "on_delivery", "run_of", "timestamps", "topic", "values")
+    __slots__ = ("_count", "_readers", "event", "on_delivery", "run_of", "timestamps", "topic",
+                 "values")
 
     def __init__(self, count: int, rows: SendRows) -> None:
         # run_of[row]: the run that settled the row (None: pending). The row's
         # offset follows from it: the run's base offset plus the row's place in
-        # the run (``row_offset``), -1 when the broker gave none.
-        self.run_of: list[RowRun | None] = [None] * count
+        # the run (``row_offset``), -1 when the broker gave none. Only the
+        # rows' deliveries read it, and each holds the burst's ``SendRows``:
+        # so it is made when the first run settles and only if that ``SendRows``
+        # is still alive then (``_readers``); a ``flush()`` caller dropped every
+        # delivery at once, and its burst never pays 8 bytes a row for it (no
+        # delivery of a sealed burst can appear later). None until then, and
+        # for good when nobody can read it: a reader takes None as "pending".
+        self.run_of: list[RowRun | None] | None = None
+        self._count = count
+        self._readers: weakref.ref[SendRows] | None = weakref.ref(rows)
         # Set when a run settles while someone waits for a row (then replaced).
         self.event: trio.Event | None = None
         # The rows' on_delivery callbacks (None: no row has one), called per row by
         # the ledger when a run settles (with the row's metadata, or its error
-        # naming its value: hence the lists).
+        # naming its value: hence the lists, kept only then; a delivery reads
+        # its value and timestamp from its ``SendRows``).
         self.on_delivery = rows.on_delivery
         self.topic = rows.topic
-        self.timestamps = rows.timestamps
+        self.timestamps = rows.timestamps if rows.on_delivery is not None else _NOT_KEPT
         self.values = rows.values if rows.on_delivery is not None else None
 
     def record(self, run: RowRun) -> None:
         """``run`` settled (its ``_state``, ``offset`` and ``timestamp`` are set)."""
+        run_of = self.run_of
+        if run_of is None:
+            readers, self._readers = self._readers, None
+            if readers is None or readers() is None:
+                return  # no delivery of the burst is alive: nobody reads run_of
+            run_of = self.run_of = [None] * self._count
         a, b = _span(run)
-        self.run_of[a:b] = [run] * (b - a)
+        run_of[a:b] = [run] * (b - a)
         if self.event is not None:
             self.event.set()
             self.event = None
@@ -156,8 +182,9 @@ class SendRows:
     """One ``send()`` burst: its columns while open (a list per column), then
     the deliveries' view of its rows."""
 
-    __slots__ = ("chunk", "event", "on_delivery", "outcomes", "run", "size", "timestamps",
-                 "topic", "values")
+    # (__weakref__: the outcomes tell by it whether a delivery of the burst is alive)
+    __slots__ = ("__weakref__", "chunk", "event", "on_delivery", "outcomes", "run", "size",
+                 "timestamps", "topic", "values")
 
     def __init__(self, topic: str, run: RowRun, chunk: RowChunk) -> None:
         self.topic = topic
@@ -171,17 +198,18 @@ class SendRows:
         self.outcomes: RowOutcomes | None = None  # set when sealed
         self.event: trio.Event | None = None  # set when sealed, if someone waits
 
-    def seal(self) -> None:
+    def seal(self) -> int:
         """The burst is closed (the dispatcher took it, or the producer closes):
         its columns are packed into the run, and its rows become pending rows
-        of the chunk."""
+        of the chunk. Returns the bytes of that packed copy."""
         pack = kernel().pack_binary
         offsets, data, validity, _ = pack(self.values, "values")
         assert validity is None, "send() put only bytes values here"
         values = BinaryColumn(memoryview(offsets).cast("q"), memoryview(data))
         n = len(self.values)
         run, chunk = self.run, self.chunk
-        run.columns = Columns(values, None, None, memoryview(array("q", self.timestamps)))
+        stamps = memoryview(array("q", self.timestamps))
+        run.columns = Columns(values, None, None, stamps)
         run.count = n
         run._size = self.size
         chunk.pending = n
@@ -189,6 +217,7 @@ class SendRows:
         self.on_delivery = None  # the outcomes hold them until the last row settles
         if self.event is not None:
             self.event.set()
+        return values.offsets.nbytes + values.data.nbytes + stamps.nbytes
 
 
 if TYPE_CHECKING:
@@ -247,7 +276,8 @@ class RowDelivery(Delivery, _RowAwaitBase):
 
     def _run(self) -> RowRun | None:
         outcomes = self._rows.outcomes
-        return None if outcomes is None else outcomes.run_of[self._row]
+        run_of = None if outcomes is None else outcomes.run_of
+        return None if run_of is None else run_of[self._row]  # (None: nothing settled yet)
 
     @property
     def partition(self) -> int | None:  # type: ignore[override]
@@ -317,7 +347,7 @@ class RowDelivery(Delivery, _RowAwaitBase):
         rows = self._rows
         while True:
             outcomes = rows.outcomes
-            if outcomes is not None and outcomes.run_of[self._row] is not None:
+            if outcomes is not None and self._run() is not None:
                 await trio.lowlevel.checkpoint()
                 return
             if outcomes is None:  # not sealed yet: the dispatcher has not taken it
@@ -333,8 +363,7 @@ class RowDelivery(Delivery, _RowAwaitBase):
 def _row_await_py(self: RowDelivery) -> Generator[Any, None, RecordMetadata]:
     """``RowDelivery.__await__`` in Python: all of it without the C module, and
     its pending / failed part with it (``RowAwait`` hands those cases over)."""
-    outcomes = self._rows.outcomes
-    run = None if outcomes is None else outcomes.run_of[self._row]
+    run = self._run()
     if run is not None and run._state == OK:  # settled: no schedule pass
         if _m._schedule_due():  # (the process-wide budget and check of message.py)
             yield from _checkpoint().__await__()
@@ -354,6 +383,7 @@ def _row_metadata_py(self: RowDelivery) -> RecordMetadata:
     """The ``RecordMetadata`` of a row settled OK (``_delivery.row_metadata``'s twin)."""
     outcomes = self._rows.outcomes
     assert outcomes is not None
+    assert outcomes.run_of is not None  # (made when the first run settled: self is a reader)
     run = outcomes.run_of[self._row]
     assert run is not None
     row = self._row
