@@ -348,6 +348,24 @@ async def test_rows_with_other_callbacks_or_none_share_the_burst_each_hearing_it
     assert values_in_log(fake, "t", 0) == [b"a0", b"a1", b"a2", b"b", b"c", b"d"]
 
 
+async def test_a_bursts_first_callback_may_come_after_rows_without_one(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A columnar burst opened by rows without on_delivery takes a later row's
+    callback (the burst's callback list is made then, None for the rows
+    before): it is called once, for its own row, with its row's metadata."""
+    fake.create_topic("t", 1)
+    heard: list[Any] = []
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        plain = [await producer.send("t", b"p%d" % i) for i in range(3)]
+        late = await producer.send("t", b"late", on_delivery=lambda m, e: heard.append((m, e)))
+        await producer.flush()
+    assert set(_kinds([*plain, late])) == {"row"}
+    assert heard == [(await late, None)]
+    assert heard[0][0].offset == 3
+
+
 async def test_rows_written_with_acks_0_report_no_offset(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
