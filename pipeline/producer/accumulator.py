@@ -65,7 +65,7 @@ class PartitionQueue:
     sealed: deque[SealedBatch] = field(default_factory=deque)  # retried batches, sent first
     msgs: list[ProducerMessage] = field(default_factory=list)  # loose, in order
     nbytes: int = 0
-    first_at: float = math.inf  # when the oldest loose message arrived (linger)
+    first_at: float = math.inf  # when the oldest loose message was accepted (linger)
     in_flight: int = 0  # batches of this partition on the wire (muting)
     # Set when a batch of this partition failed retriably here: nothing more
     # of it is sent, and everything goes back, until its Fin arrives.
@@ -92,6 +92,19 @@ class Accumulator:
         # summed here are upper bounds, so the encoded batch is never larger.
         self._batch_cap = min(config.batch_bytes, config.max_message_bytes)
 
+    def _linger_from(self, msg: ProducerMessage) -> float:
+        """When the linger of a batch that ``msg`` opens started: when ``send()``
+        accepted ``msg`` (its delivery deadline minus ``delivery_timeout``), as
+        librdkafka counts ``linger.ms`` from ``produce()`` and the Java client
+        from the append its ``send()`` does. The hops from the intake to here
+        (and a wait for a leader) are then absorbed by the linger instead of
+        added to it: measured at a paced 20k msg/s, the hops took 0.8 ms at the
+        median. A message accepted within the last microsecond counts from now,
+        exactly: the subtraction's rounding must not move a virtual time."""
+        now = trio.current_time()
+        accepted = msg._deadline - self._config.delivery_timeout
+        return now if accepted > now - 1e-6 else accepted
+
     def queue(self, tp: TopicPartition) -> PartitionQueue:
         part = self.parts.get(tp)
         if part is None:
@@ -109,7 +122,7 @@ class Accumulator:
             items = items[n:]
         if items:
             if not part.msgs:
-                part.first_at = trio.current_time()
+                part.first_at = self._linger_from(items[0])
             part.msgs.extend(items)  # type: ignore[arg-type]
             part.nbytes += sum(map(_size_of, items))
             if not part.has_runs and RowRun in set(map(type, items)):
@@ -207,7 +220,7 @@ class Accumulator:
                     taken = taken[:n]
                 del msgs[:len(taken)]
                 part.nbytes -= size
-                part.first_at = trio.current_time() if msgs else math.inf
+                part.first_at = self._linger_from(msgs[0]) if msgs else math.inf
                 return taken, size
             part.has_runs = False
         if (
@@ -224,7 +237,7 @@ class Accumulator:
         taken = msgs[:n]
         del msgs[:n]
         part.nbytes -= size
-        part.first_at = trio.current_time() if msgs else math.inf
+        part.first_at = self._linger_from(msgs[0]) if msgs else math.inf
         return taken, size
 
     def _seal(self, tp: TopicPartition, msgs: list[ProducerMessage], nbytes: int) -> SealedBatch:

@@ -54,7 +54,7 @@ async def test_the_rest_of_a_split_backlog_waits_for_its_linger(
     flight per partition): t0: x0, x1, x2 reach the broker producer together;
     three records are more than a batch, so a batch goes at once: x0, x1 are
     written at t0. x2 alone is not a full batch: it goes at its linger, t0 + 5
-    (its linger restarts when the front of the backlog leaves). Counting the
+    (its linger counts from its acceptance at t0). Counting the
     taken bytes twice, or not subtracting them, made x2 look like a full batch:
     it was written at t0."""
     value = b"x" * 100
@@ -369,14 +369,18 @@ async def test_messages_queued_before_a_row_run_are_batched_by_size(
     """A partition queue holding ``send()`` messages and then a ``send_batch``
     run (``_take_loose``'s run path): the messages before the run are taken by
     size like any backlog (``fill``), and what stays counts only its own bytes
-    and waits a linger from the take; the run is sealed alone.
+    and waits for its linger (counted from its acceptance); the run is sealed
+    alone.
 
     Schedule (plain producer, linger 5 s, batch_bytes = two 100-byte records;
     t[0] on broker 0, which answers the first request 1 s late): t0: w is sent
-    and held in flight until t0 + 1. Then x0, x1, x2 and a run of two small rows
-    queue behind it. At t0 + 1 the backlog is more than a batch: x0, x1 go.
-    x2 and the run are less than a batch: x2 goes at its linger from that take,
-    t0 + 6, and the run, a new backlog then, at its own linger: t0 + 11."""
+    and held in flight until t0 + 1, when flush() returns. Then x0, x1, x2 and
+    a run of two small rows are accepted: the backlog is more than a batch, x0,
+    x1 go at t0 + 1. x2 and the run are less than a batch: x2 goes at its
+    linger, t0 + 6; the run, accepted with x2, has lingered as long by then,
+    and goes as soon as x2's batch is answered (one batch in flight per
+    partition): t0 + 6 too. (Counting its linger from the take of x2 wrote it
+    at t0 + 11.)"""
     value = b"x" * 100
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=False, linger=5.0,
@@ -394,7 +398,7 @@ async def test_messages_queued_before_a_row_run_are_batched_by_size(
         rest = await outcomes(xs[2:])
         assert trio.current_time() == t0 + 6.0
         await run
-        assert trio.current_time() == t0 + 11.0
+        assert trio.current_time() == t0 + 6.0
     assert offsets(front + rest) == [0, 1, 2, 3]
     assert [len(r[0]) for r in request_contents(fake, "t")] == [1, 2, 1, 2]
     assert values_in_log(fake, "t", 0)[-2:] == [b"r0", b"r1"]
@@ -407,17 +411,19 @@ async def test_after_an_expiry_the_queue_counts_no_bytes_of_it(
     the queue stops counting their bytes: a message arriving later is judged
     by its own size, and waits for its linger.
 
-    Schedule (plain producer, linger 3 s, delivery_timeout 5 s, request_timeout
-    1 s, batch_bytes = the size of a and b together): t[1]'s only replica,
+    Schedule (plain producer, linger 2 s, delivery_timeout 5 s, request_timeout
+    3 s, batch_bytes = the size of a and b together): t[1]'s only replica,
     broker 1, is stopped without an election. t0: a is sent and waits for a
-    leader. t0 + 2.4375: broker 1 is back; at the metadata round of t0 + 2.5 a
-    reaches broker 1's queue and lingers. At t0 + 5 a expires there. t0 + 5.25:
-    b is sent: alone it is half a batch, so it is written at its linger, t0 +
-    8.25. Still counting a's bytes made b a full batch, written at once."""
+    leader. t0 + 2.4375: broker 1 is back, its first ApiVersions answer 4 s
+    late; at the metadata round of t0 + 2.5 a reaches broker 1's queue, its
+    linger over: the flusher waits for the connection, a wait cut at a's
+    deadline: a expires there at t0 + 5. t0 + 5.25: b is sent: alone it is
+    half a batch, so it is written at its linger, t0 + 7.25. Still counting a's
+    bytes made b a full batch, ready at once."""
     from pipeline.producer.errors import DeliveryTimeoutError
 
     fake.create_topic("t", 2, leaders=[0, 1])
-    options = exact(idempotent=False, linger=3.0, delivery_timeout=5.0, request_timeout=1.0,
+    options = exact(idempotent=False, linger=2.0, delivery_timeout=5.0, request_timeout=3.0,
                     batch_bytes=2 * batch_size_for_record(None, b"a"))
     async with open_fake_producer(fake, **options) as producer:
         await producer.send_and_wait("t", b"warm", partition=0)
@@ -427,11 +433,12 @@ async def test_after_an_expiry_the_queue_counts_no_bytes_of_it(
         a = producer.send_nowait("t", b"a", partition=1)
         await trio.sleep(2.4375)
         fake.restart_broker(1)
+        fake.delay_responses(4.0, api_key=ApiKey.API_VERSIONS, node_id=1, count=1)
         (a_result,) = await outcomes([a])
         assert trio.current_time() == t0 + 5.0
         await trio.sleep(0.25)
         b_result = await outcomes([producer.send_nowait("t", b"b", partition=1)])
-        assert trio.current_time() == t0 + 8.25
+        assert trio.current_time() == t0 + 7.25
     assert isinstance(a_result.cause, DeliveryTimeoutError)
     assert offsets(b_result) == [0]
 
@@ -478,17 +485,19 @@ async def test_a_backlog_that_does_not_fit_the_rest_of_a_request_sends_what_fits
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """A partition whose first message fits what a request has left, but not
-    its whole backlog, sends the front that fits; the rest waits for its
-    linger (``test_the_rest_of_a_split_backlog_waits_for_its_linger``).
+    its whole backlog, sends the front that fits; the rest waits for its own
+    linger, counted from the acceptance of its first message
+    (``test_the_rest_of_a_split_backlog_waits_for_its_linger``).
 
     Schedule (linger 1 s, max_request_bytes = max_message_bytes = batch_bytes =
     R, t[0] and t[1] on broker 0): w is sent to t[0] and flushed first, so
     that t[0] comes first in the broker producer's queues. t0: two messages of
-    0.3 R to t[0], three to t[1]. At t0 + 1 the request takes t[0]'s two
-    (0.6 R) and one of t[1]'s (0.3 R of the 0.4 R left); t[1]'s other two
-    restart their linger and go at t0 + 2. Taking t[1]'s whole backlog
-    because it fits a batch (the budget check flipped) overshot the request;
-    not restarting the linger of the rest sent it at t0 + 1."""
+    0.3 R to t[0], one to t[1]; t0 + 0.5: two more to t[1]. At t0 + 1 the
+    request takes t[0]'s two (0.6 R) and t[1]'s first (0.3 R of the 0.4 R
+    left); t[1]'s other two go at their linger, t0 + 1.5. Taking t[1]'s whole
+    backlog because it fits a batch (the budget check flipped) overshot the
+    request; keeping the linger start of the batch taken sent the rest at
+    t0 + 1; counting it from the take, at t0 + 2."""
     request_bytes = 4096
     values = {p: [b"%d-%d" % (p, i) + b"-" * (request_bytes * 3 // 10) for i in range(3)]
               for p in (0, 1)}
@@ -501,11 +510,13 @@ async def test_a_backlog_that_does_not_fit_the_rest_of_a_request_sends_what_fits
         await producer.flush()
         t0 = trio.current_time()
         sent = [producer.send_nowait("t", v, partition=0) for v in values[0][:2]]
-        sent += [producer.send_nowait("t", v, partition=1) for v in values[1]]
+        sent += [producer.send_nowait("t", values[1][0], partition=1)]
+        await trio.sleep(0.5)
+        sent += [producer.send_nowait("t", v, partition=1) for v in values[1][1:]]
         results = await outcomes(sent[:3])
         assert trio.current_time() == t0 + 1.0
         results += await outcomes(sent[3:])
-        assert trio.current_time() == t0 + 2.0
+        assert trio.current_time() == t0 + 1.5
     assert offsets(await outcomes([warm]) + results) == [0, 1, 2, 0, 1, 2]
     assert request_contents(fake, "t")[1:] == [
         {0: values[0][:2], 1: values[1][:1]}, {1: values[1][1:]}]

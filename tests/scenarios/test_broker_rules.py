@@ -225,9 +225,11 @@ async def test_a_batch_in_flight_expires_at_its_own_deadline_not_its_requests(
     4 s): t[2]'s only replica, broker 2, is stopped without an election. t0: x
     is sent to t[2] and waits for a leader. t0 + 3: t[2]'s leadership moves to
     broker 1, and m is sent to t[1] (broker 1), whose next Produce answer comes
-    2 s late. x reaches broker 1's queue at the metadata round of t0 + 3.125;
-    at m's linger, t0 + 4, one request carries x and m. x's deadline is t0 + 5:
-    it fails then, in flight; m's is t0 + 8: it is written, answered at t0 + 6.
+    2.5 s late. x reaches broker 1's queue at the metadata round of that
+    instant, its linger (from t0) over: one request carries x and m (every
+    partition with something queued goes along) at once. x's deadline is t0 +
+    5: it fails then, in flight; m's is t0 + 8: it is written, answered at t0
+    + 5.5.
     Bug (fixed): the whole request expired at its earliest deadline, so m
     failed at t0 + 5, after 2 s, as "may or may not have been written"."""
     from pipeline.producer.errors import DeliveryTimeoutError
@@ -241,12 +243,12 @@ async def test_a_batch_in_flight_expires_at_its_own_deadline_not_its_requests(
         x = producer.send_nowait("t", b"x", partition=2)
         await trio.sleep(3.0)
         fake.move_leader("t", 2, to=1)
-        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, node_id=1, count=1)
+        fake.delay_responses(2.5, api_key=ApiKey.PRODUCE, node_id=1, count=1)
         m = producer.send_nowait("t", b"m", partition=1)
         (x_result,) = await outcomes([x])
         assert trio.current_time() == t0 + 5.0
         (m_result,) = await outcomes([m])
-        assert trio.current_time() == t0 + 6.0
+        assert trio.current_time() == t0 + 5.5
     assert isinstance(x_result.cause, DeliveryTimeoutError)
     assert "may or may not have been written" in str(x_result.cause)
     assert offsets([m_result]) == [1]
@@ -266,9 +268,10 @@ async def test_a_bounced_backlog_leaves_no_bytes_behind(
     is answered NOT_ENOUGH_REPLICAS 0.5 s late. t0 + 1.25: b waits behind it
     (muted). t0 + 1.5: a fails: a and b go back; after the backoff (t0 + 1.625)
     both return to broker 0's producer, a sealed, b loose: a is re-sent and
-    written at once; b, one byte short of a batch, waits a linger of its own:
-    written at t0 + 2.625. A queue still counting b's bytes from before the
-    bounce (not reset, or reset to 1) made b a full batch, sent at t0 + 1.625."""
+    written at once; b, one byte short of a batch, waits for its linger
+    (counted from its acceptance): written at t0 + 2.25. A queue still
+    counting b's bytes from before the bounce (not reset, or reset to 1) made
+    b a full batch, sent at t0 + 1.625."""
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=False, linger=1.0,
                     batch_bytes=batch_size_for_record(None, b"b") + 1)
@@ -283,9 +286,9 @@ async def test_a_bounced_backlog_leaves_no_bytes_behind(
         results = await outcomes([a])
         assert trio.current_time() == t0 + 1.625
         results += await outcomes([b])
-        assert trio.current_time() == t0 + 2.625
+        assert trio.current_time() == t0 + 2.25
     assert offsets(results) == [0, 1]
-    assert [r.time - t0 for r in fake.requests_of(ApiKey.PRODUCE)[-3:]] == [1.0, 1.625, 2.625]
+    assert [r.time - t0 for r in fake.requests_of(ApiKey.PRODUCE)[-3:]] == [1.0, 1.625, 2.25]
 
 
 async def test_a_success_clears_the_partitions_last_retry_error(
@@ -435,10 +438,10 @@ async def test_a_batch_out_of_retries_leaves_no_last_error_behind(
     Schedule (plain, retries=0, linger 1 s, delivery_timeout 5 s,
     request_timeout 4 s, t[0] on broker 0): t0: a is sent; at t0 + 1 it is
     answered NOT_ENOUGH_REPLICAS and fails with it; the partition producer
-    re-attaches after a metadata round, answered 0.125 s late (t0 + 1.125). c,
-    sent at t0 + 1, waits for that and its linger: it goes at t0 + 2.125 and
-    is answered 5 s late; its deadline, t0 + 6, comes before its request
-    timeout (t0 + 6.125): it fails then, in flight, with no "last error". Setting it on exhaustion too (the ``again`` check forced
+    re-attaches after a metadata round, answered 1.5 s late (t0 + 2.5). c,
+    sent at t0 + 1, waits for that, its linger over by then: it goes at t0 +
+    2.5 and is answered 5 s late; its deadline, t0 + 6, comes before its
+    request timeout (t0 + 6.5): it fails then, in flight, with no "last error". Setting it on exhaustion too (the ``again`` check forced
     True) named NOT_ENOUGH_REPLICAS."""
     from pipeline.producer.errors import DeliveryTimeoutError
 
@@ -448,7 +451,7 @@ async def test_a_batch_out_of_retries_leaves_no_last_error_behind(
     async with open_fake_producer(fake, **options) as producer:
         await producer._core.cluster.partitions_for("t")
         fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
-        fake.delay_responses(0.125, api_key=ApiKey.METADATA, count=1)
+        fake.delay_responses(1.5, api_key=ApiKey.METADATA, count=1)
         t0 = trio.current_time()
         results = await outcomes([producer.send_nowait("t", b"a", partition=0)])
         assert trio.current_time() == t0 + 1.0
@@ -457,7 +460,7 @@ async def test_a_batch_out_of_retries_leaves_no_last_error_behind(
         assert trio.current_time() == t0 + 6.0
         await trio.sleep(2.0)
     assert offsets(results) == [ErrorCode.NOT_ENOUGH_REPLICAS]
-    assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)] == [1.0, 2.125]
+    assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)] == [1.0, 2.5]
     assert isinstance(c_result.cause, DeliveryTimeoutError)
     assert "may or may not have been written" in str(c_result.cause)
     assert "last error" not in str(c_result.cause)
