@@ -67,20 +67,25 @@ async def test_a_burst_mixing_topics_is_split_by_topic(fake: FakeCluster) -> Non
     assert all(d.result().topic == ("a" if i % 3 else "b") for i, d in enumerate(sent))
 
 
+@pytest.mark.parametrize("columnar", [False, True], ids=["messages", "rows"])
 async def test_timestamps_are_the_wall_clock_millisecond(
-    fake: FakeCluster, monkeypatch: pytest.MonkeyPatch
+    fake: FakeCluster, monkeypatch: pytest.MonkeyPatch, columnar: bool
 ) -> None:
+    """Messages, and the rows of a columnar burst (its first row stamped by
+    ``current_ms``, the others inline): the same millisecond rules."""
     times = [1_700_000_000.0001, 1_700_000_000.0009, 1_700_000_000.001, 1_700_000_000.0019,
-             1_700_000_000.5, 1_700_000_000.4999, 1_700_000_001.25]
+             1_700_000_000.5, 1_700_000_000.4999, 1_700_000_000.5015, 1_700_000_001.25]
     clock = iter(times)
     monkeypatch.setattr(intake, "_time", lambda: next(clock))
     async with open_fake_producer(fake, timestamp_ms=None) as producer:
+        producer._intake._columns_next = columnar
         sent = [await producer.send("a", b"v") for _ in times]
         await producer.flush()
+    assert {type(d).__name__ for d in sent} == {"RowDelivery" if columnar else "MessageDelivery"}
     # Within a millisecond the int is shared; a clock stepping back by less than
     # a millisecond (NTP) keeps the millisecond already handed out.
     expected = [1_700_000_000_000, 1_700_000_000_000, 1_700_000_000_001, 1_700_000_000_001,
-                1_700_000_000_500, 1_700_000_000_500, 1_700_000_001_250]
+                1_700_000_000_500, 1_700_000_000_500, 1_700_000_000_501, 1_700_000_001_250]
     assert [d.timestamp for d in sent] == expected
     assert sent[0].timestamp is sent[1].timestamp
     assert [e.batch.base_timestamp + e.record.timestamp_delta for e in fake.log("a", 0)] == expected
