@@ -521,3 +521,27 @@ async def test_a_backlog_that_does_not_fit_the_rest_of_a_request_sends_what_fits
     assert request_contents(fake, "t")[1:] == [
         {0: values[0][:2], 1: values[1][:1]}, {1: values[1][1:]}]
     assert max(request_records_bytes(fake)) <= request_bytes
+
+
+async def test_a_message_that_did_not_wait_lingers_from_now_exactly(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A batch's linger counts from its first message's acceptance, found as
+    its deadline minus ``delivery_timeout``; for a message that reached the
+    broker producer in the instant it was accepted that is now itself, not
+    the subtraction's rounding of it (``Accumulator._linger_from``).
+
+    Schedule (plain, linger 0.005 s, delivery_timeout 120 s; times that are
+    not dyadic): t0 = 0.1 s after the warm-up: m is sent and reaches its queue
+    at once; it is written at t0 + 0.005 exactly. From (t0 + 120) - 120, which
+    is not t0 in binary floating point, it was written a hair earlier."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=False, linger=0.005,
+                                                 delivery_timeout=120.0)) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        await trio.sleep(0.1)
+        t0 = trio.current_time()
+        assert (t0 + 120.0) - 120.0 != t0  # (the rounding this test is about)
+        await outcomes([producer.send_nowait("t", b"m", partition=0)])
+        assert trio.current_time() == t0 + 0.005
+        assert fake.requests_of(ApiKey.PRODUCE)[-1].time == t0 + 0.005
