@@ -374,13 +374,12 @@ async def test_messages_queued_before_a_row_run_are_batched_by_size(
 
     Schedule (plain producer, linger 5 s, batch_bytes = two 100-byte records;
     t[0] on broker 0, which answers the first request 1 s late): t0: w is sent
-    and held in flight until t0 + 1, when flush() returns. Then x0, x1, x2 and
-    a run of two small rows are accepted: the backlog is more than a batch, x0,
-    x1 go at t0 + 1. x2 and the run are less than a batch: x2 goes at its
-    linger, t0 + 6; the run, accepted with x2, has lingered as long by then,
-    and goes as soon as x2's batch is answered (one batch in flight per
-    partition): t0 + 6 too. (Counting its linger from the take of x2 wrote it
-    at t0 + 11.)"""
+    and held in flight until t0 + 1, when flush() returns. Then x0, x1, x2 are
+    accepted, and 0.5 s later a run of two small rows: the backlog is more
+    than a batch, x0, x1 go at t0 + 1. x2 and the run are less than a batch:
+    x2 goes at its linger, t0 + 6; the run, the backlog then, at its own
+    linger from its acceptance: t0 + 6.5. (Counting it from the take of x2
+    wrote it at t0 + 11; keeping the linger start of x2's batch, at t0 + 6.)"""
     value = b"x" * 100
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=False, linger=5.0,
@@ -392,15 +391,16 @@ async def test_messages_queued_before_a_row_run_are_batched_by_size(
         w = producer.send_nowait("t", b"w", partition=0)
         await producer.flush()  # w leaves now, despite the linger
         xs = [producer.send_nowait("t", value[:-1] + b"%d" % i, partition=0) for i in range(3)]
+        await trio.sleep(0.5)
         run = await producer.send_batch("t", [b"r0", b"r1"], partitions=[0, 0])
         front = await outcomes([w, *xs[:2]])
-        assert trio.current_time() == t0 + 1.0
         rest = await outcomes(xs[2:])
         assert trio.current_time() == t0 + 6.0
         await run
-        assert trio.current_time() == t0 + 6.0
+        assert trio.current_time() == t0 + 6.5
     assert offsets(front + rest) == [0, 1, 2, 3]
     assert [len(r[0]) for r in request_contents(fake, "t")] == [1, 2, 1, 2]
+    assert [r.time - t0 for r in fake.requests_of(ApiKey.PRODUCE)] == [0.0, 1.0, 6.0, 6.5]
     assert values_in_log(fake, "t", 0)[-2:] == [b"r0", b"r1"]
 
 
