@@ -44,7 +44,14 @@ import trio
 
 from pipeline.cluster.errors import AuthenticationError, KafkaError
 from pipeline.producer.accumulator import Accumulator, PartitionQueue, fill
-from pipeline.producer.batches import split_batch, unless_duplicate_echo
+from pipeline.producer.batches import (
+    EPOCH_CODES,
+    MAYBE_WRITTEN,
+    REFRESH_CODES,
+    TOO_LARGE,
+    split_batch,
+    unless_duplicate_echo,
+)
 from pipeline.producer.envelopes import (
     Batch,
     BrokerItem,
@@ -70,33 +77,6 @@ if TYPE_CHECKING:
     from pipeline.producer.ports import RetrySinks
 
 log = logging.getLogger("pipeline.producer")
-# Errors after which the partition's leader may have moved.
-_REFRESH_CODES = frozenset({
-    ErrorCode.NOT_LEADER_OR_FOLLOWER,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    ErrorCode.LEADER_NOT_AVAILABLE,
-    ErrorCode.FENCED_LEADER_EPOCH,
-    ErrorCode.UNKNOWN_LEADER_EPOCH,
-    ErrorCode.KAFKA_STORAGE_ERROR,
-})
-_EPOCH_CODES = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
-# The broker found the batch too large: over max.message.bytes (MESSAGE_TOO_LARGE) or
-# over segment.bytes (RECORD_LIST_TOO_LARGE). Nothing was written; a batch of several
-# records is split in two and retried (KIP-126), a single record fails with that cause.
-_TOO_LARGE = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE})
-# Errors Kafka also answers *after* appending the batch to the leader's log (an
-# acks=all produce waiting in purgatory completes with them: it timed out, the
-# ISR shrank, the leadership or the log dir went away), so the batch may be
-# written. Such a batch must never be re-stamped with a new epoch (a copy under
-# new sequences would be a duplicate), only re-sent identical. Found by the
-# schedule explorer (a bump between a REQUEST_TIMED_OUT and its retry).
-_MAYBE_WRITTEN = frozenset({
-    ErrorCode.REQUEST_TIMED_OUT,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER,
-    ErrorCode.KAFKA_STORAGE_ERROR,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-})
 
 
 @dataclass(slots=True)
@@ -421,18 +401,18 @@ class BrokerProducer:
             # not written; it is re-sent under a new epoch.
             self._schedule_bounce(part, batch, cause)
             idem.request_bump(f"UNKNOWN_PRODUCER_ID on {tp}")
-        elif code in _EPOCH_CODES and idem is not None:
+        elif code in EPOCH_CODES and idem is not None:
             # Not written. The current epoch fenced (tansu refuses an epoch the
             # producer bumped itself): recover with a new producer id; re-sent then.
             self._schedule_bounce(part, batch, cause)
             idem.epoch_fenced(batch.producer_id, batch.producer_epoch, code)
         elif code.retriable:
-            if code in _MAYBE_WRITTEN:
+            if code in MAYBE_WRITTEN:
                 batch.fate_unknown = True
             self._schedule_bounce(part, batch, cause)
-            if code in _REFRESH_CODES:
+            if code in REFRESH_CODES:
                 self._cluster.request_refresh([tp.topic])
-        elif code in _TOO_LARGE and record_count(batch.messages) > 1 and not batch.fate_unknown:
+        elif code in TOO_LARGE and record_count(batch.messages) > 1 and not batch.fate_unknown:
             # KIP-126, as the Java client: two halves, in order, retried (each split
             # takes a retry level); with idempotence they share the batch's sequence
             # range, so later batches (answered OUT_OF_ORDER meanwhile) follow them

@@ -153,7 +153,7 @@ async def test_an_error_after_append_makes_the_fate_unknown(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """A retriable error that may come after the write
-    (NOT_ENOUGH_REPLICAS_AFTER_APPEND and the others of ``_MAYBE_WRITTEN``)
+    (NOT_ENOUGH_REPLICAS_AFTER_APPEND and the others of ``MAYBE_WRITTEN``)
     leaves the batch's fate unknown: after an epoch bump it is not re-stamped
     (a re-stamped copy would be a duplicate) but fails as "may or may not have
     been written", like a batch whose answer was lost
