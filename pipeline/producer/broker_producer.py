@@ -25,6 +25,8 @@ arrives. The partition producer sends the chaser only after hearing of the
 failure (a bounce, or ``leader_changed`` when nothing went back), so when it
 arrives nothing of the partition is in flight, failed or queued here: it is
 returned at once, and the partition is served again.
+When that bounce finds nothing to send back (all failed here), no chaser would
+come: ``_gave_up`` ends the state, or has the partition producer leave with one.
 
 Muting (``Accumulator.sendable``): at most ``max_in_flight_per_partition``
 batches of one partition are in flight (1 without idempotence, so a retry can
@@ -162,10 +164,11 @@ class BrokerProducer:
         part.retrying = cause
         part.failed.append(batch)
 
-    def _maybe_bounce(self, tp: TopicPartition, part: PartitionQueue) -> None:
-        """Send everything of a retrying partition back, once nothing of it is in flight."""
+    def _maybe_bounce(self, tp: TopicPartition, part: PartitionQueue) -> bool:
+        """Send everything of a retrying partition back, once nothing of it is in
+        flight. True when it bounced and nothing went back: all it held failed here."""
         if part.in_flight or part.retrying is None:
-            return
+            return False
         cause = part.retrying
         items: list[SealedBatch | ProducerMessage] = [*part.failed, *part.sealed, *part.msgs]
         # Only a batch that was sent and failed spends a retry; what merely waited
@@ -180,7 +183,7 @@ class BrokerProducer:
         part.nbytes = 0
         part.first_at = math.inf
         if not items:
-            return
+            return True
         limit = self._config.retries
         now = trio.current_time()
         again: list[RetryItem] = []
@@ -207,13 +210,24 @@ class BrokerProducer:
                 again.append(unit)
         if exhausted:
             self._ledger.fail(exhausted, cause)
-            if not again:
-                self._sinks.retry_sink(tp).leader_changed()
         if expired:
             self._ledger.fail(expired, self._errors.delivery_timeout_error(tp, cause))
         if again:
             self._errors.last[tp] = cause
             self._sinks.retry_sink(tp).retry(again)
+        return not again
+
+    def _gave_up(self, tp: TopicPartition, part: PartitionQueue) -> None:
+        """A failure's first bounce sent nothing back (all failed here). No chaser
+        is out or would come; left retrying, the partition's next message would go
+        back once (a backoff and a retry level spent for nothing)."""
+        cause = part.retrying
+        if isinstance(cause, BrokerResponseError) and cause.code not in REFRESH_CODES:
+            # The leader itself answered (a refused record, NOT_ENOUGH_REPLICAS run
+            # out): nothing moved, nothing is left to order. The Java client unmutes.
+            part.retrying = None
+        else:  # no answer, connection lost, NOT_LEADER...: the leader may be gone
+            self._sinks.retry_sink(tp).leader_changed()
 
     def _settled(self, tp: TopicPartition) -> None:
         """One batch of ``tp`` left the wire: unmute, and bounce once none is left."""
@@ -221,8 +235,8 @@ class BrokerProducer:
         part.in_flight -= 1
         if self._idem is not None:
             self._idem.batch_done()
-        if not part.in_flight:
-            self._maybe_bounce(tp, part)
+        if self._maybe_bounce(tp, part):
+            self._gave_up(tp, part)
 
     # -- flushing ----------------------------------------------------------
     def _next_wake(self, slot_free: bool) -> float:
@@ -287,7 +301,8 @@ class BrokerProducer:
             for tp, part in list(self._parts.items()):
                 if (part.msgs or part.sealed) and self._acc.sendable(part, tp):
                     part.retrying = exc
-                    self._maybe_bounce(tp, part)
+                    if self._maybe_bounce(tp, part):
+                        self._gave_up(tp, part)
                     self._cluster.request_refresh([tp.topic])
             return
         if self._idem is not None and self._idem.paused:

@@ -52,10 +52,12 @@ async def test_an_idempotent_batch_out_of_retries_starts_a_new_epoch(
     Schedule (idempotent, retries=1, backoff 0.125 s, t[0] on broker 0,
     confirmed): t0: a is answered NOT_ENOUGH_REPLICAS, and again at its retry
     (t0 + 0.125): it fails, and the epoch goes to 1 at once (nothing else in
-    flight). b, sent next, waits for the metadata round the give-up asked for
-    (rounds 0.125 s apart) and is written at t0 + 0.25 with epoch 1 and
-    sequence 0. Without the bump b carried sequence 2 after a gap: the broker
-    answered OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    flight). b, sent next, is written at once, at t0 + 0.125, with epoch 1 and
+    sequence 0: the leader itself answered, so the give-up ends the
+    partition's retry state in the broker producer (``_gave_up``) and b waits
+    for no metadata round (with ``leader_changed`` there, b waited for the
+    next round, 0.125 s later). Without the bump b carried sequence 2 after a
+    gap: the broker answered OUT_OF_ORDER_SEQUENCE_NUMBER."""
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake, **exact(idempotent=True, retries=1)) as producer:
         await producer.send_and_wait("t", b"warm", partition=0)
@@ -64,7 +66,7 @@ async def test_an_idempotent_batch_out_of_retries_starts_a_new_epoch(
         t0 = trio.current_time()
         a = await outcomes([await producer.send("t", b"a", partition=0)])
         b = await outcomes([await producer.send("t", b"b", partition=0)])
-        assert trio.current_time() == t0 + 0.25
+        assert trio.current_time() == t0 + 0.125
         idem = producer._core.idempotence
         assert idem is not None and idem.producer_epoch == 1
     assert offsets(a + b) == [ErrorCode.NOT_ENOUGH_REPLICAS, 1]
@@ -434,12 +436,14 @@ async def test_a_batch_out_of_retries_leaves_no_last_error_behind(
 
     Schedule (plain, retries=0, linger 1 s, delivery_timeout 5 s,
     request_timeout 4 s, t[0] on broker 0): t0: a is sent; at t0 + 1 it is
-    answered NOT_ENOUGH_REPLICAS and fails with it; the partition producer
-    re-attaches after a metadata round, answered 0.125 s late (t0 + 1.125). c,
+    answered NOT_LEADER_OR_FOLLOWER and fails with it; the leader may have
+    moved, so the partition producer re-attaches after a metadata round,
+    answered 0.125 s late (t0 + 1.125). c,
     sent at t0 + 1, waits for that and its linger: it goes at t0 + 2.125 and
     is answered 5 s late; its deadline, t0 + 6, comes before its request
-    timeout (t0 + 6.125): it fails then, in flight, with no "last error". Setting it on exhaustion too (the ``again`` check forced
-    True) named NOT_ENOUGH_REPLICAS."""
+    timeout (t0 + 6.125): it fails then, in flight, with no "last error".
+    Setting it on exhaustion too (the ``again`` check forced True) named
+    NOT_LEADER_OR_FOLLOWER."""
     from pipeline.producer.errors import DeliveryTimeoutError
 
     fake.create_topic("t", 1, leaders=[0])
@@ -447,7 +451,7 @@ async def test_a_batch_out_of_retries_leaves_no_last_error_behind(
                     request_timeout=4.0)
     async with open_fake_producer(fake, **options) as producer:
         await producer._core.cluster.partitions_for("t")
-        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, node_id=0)
         fake.delay_responses(0.125, api_key=ApiKey.METADATA, count=1)
         t0 = trio.current_time()
         results = await outcomes([producer.send_nowait("t", b"a", partition=0)])
@@ -456,7 +460,7 @@ async def test_a_batch_out_of_retries_leaves_no_last_error_behind(
         (c_result,) = await outcomes([producer.send_nowait("t", b"c", partition=0)])
         assert trio.current_time() == t0 + 6.0
         await trio.sleep(2.0)
-    assert offsets(results) == [ErrorCode.NOT_ENOUGH_REPLICAS]
+    assert offsets(results) == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
     assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)] == [1.0, 2.125]
     assert isinstance(c_result.cause, DeliveryTimeoutError)
     assert "may or may not have been written" in str(c_result.cause)
@@ -662,14 +666,12 @@ async def test_a_batch_found_expired_when_its_answer_is_read_fails_then(
     not in the log. Without failing what expired there (or with the
     branch skipped), m never got an outcome.
 
-    Nothing went back, so the partition producer was not told: the partition
-    stays retrying here, and n, sent after m's outcome, goes back once and
-    is written after one backoff, at t0 + 5.125, as after a failed batch
-    expires while it waits for its partition's flights (test_epoch_rules'
-    ``test_a_failed_batch_waiting_for_its_partitions_flights_expires_on_time``,
-    c). Telling the partition producer at once (``leader_changed``, as when
-    retries ran out) would be another consistent rule, but then for both
-    paths: with it here only, n went at t0 + 5."""
+    Nothing went back, and the leader itself answered: the broker producer
+    ends the partition's retry state there (``_gave_up``), so n, sent after
+    m's outcome, is written at once, at t0 + 5, on its first attempt. (It
+    stayed retrying before: n went back once, without being sent, and was
+    written after one backoff, at t0 + 5.125.) For an answer that says the
+    leader may be gone, see the next test."""
     from pipeline.producer.errors import DeliveryTimeoutError
 
     from .time_passes import jump_before_step, named
@@ -691,8 +693,61 @@ async def test_a_batch_found_expired_when_its_answer_is_read_fails_then(
         assert jump.jumped_at == t0 + 3.75
         assert trio.current_time() == t0 + 5.0
         (n_result,) = await outcomes([producer.send_nowait("t", b"n", partition=0)])
-        assert trio.current_time() == t0 + 5.125
+        assert trio.current_time() == t0 + 5.0
     assert isinstance(result.cause, DeliveryTimeoutError)
     assert "never acknowledged; last error: NOT_ENOUGH_REPLICAS" in str(result.cause)
     assert offsets([n_result]) == [0]
+    assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)] == [0.0, 5.0]
+    assert values_in_log(fake, "t", 0) == [b"n"]
+
+
+async def test_a_give_up_that_may_have_lost_the_leader_sends_the_next_message_to_the_new_one(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """When everything a broker producer held for a partition failed there and
+    nothing went back, and the error says the leader may have moved, the
+    partition producer is told (``leader_changed``): it leaves with a chaser
+    and sends the next message to the leader that fresh metadata names, on
+    its first attempt, with none of its retries spent.
+
+    Schedule (plain, retries=1, delivery_timeout 5 s, request_timeout 4 s,
+    backoff 0.125 s, t[0] on broker 0; the real-clock order of the test
+    before): t0: m is sent; the leader moves to broker 1; broker 0 answers
+    m NOT_LEADER_OR_FOLLOWER 3.75 s late and the responder reads it at m's
+    deadline, t0 + 5: m fails, nothing goes back. n, sent then, goes to
+    broker 1 at t0 + 5 (the metadata round asked for at the answer is in by
+    then), is answered NOT_ENOUGH_REPLICAS once and written at its retry, t0
+    + 5.125. Before: nobody was told, n went to broker 0's producer, was sent
+    back unsent (a backoff, and its one retry level spent), reached broker 1
+    at t0 + 5.125, and failed there with NOT_ENOUGH_REPLICAS, out of retries."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    from .time_passes import jump_before_step, named
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, retries=1, delivery_timeout=5.0, request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, node_id=0)
+        fake.delay_responses(3.75, api_key=ApiKey.PRODUCE, node_id=0, count=1)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=1)
+
+        def reading_the_answer(task: Any) -> bool:
+            return named(task, "BrokerProducer._responder") and trio.current_time() == t0 + 3.75
+
+        with jump_before_step(autojump_clock, 1.25, reading_the_answer) as jump:
+            m = producer.send_nowait("t", b"m", partition=0)
+            fake.move_leader("t", 0, to=1)  # m still goes to broker 0: the cached leader
+            with trio.fail_after(10):
+                (result,) = await outcomes([m])
+        assert jump.jumped_at == t0 + 3.75
+        assert trio.current_time() == t0 + 5.0
+        (n_result,) = await outcomes([producer.send_nowait("t", b"n", partition=0)])
+        assert trio.current_time() == t0 + 5.125
+    assert isinstance(result.cause, DeliveryTimeoutError)
+    assert "never acknowledged; last error: NOT_LEADER_OR_FOLLOWER" in str(result.cause)
+    assert offsets([n_result]) == [0]
+    assert [(q.node_id, q.time - t0) for q in fake.requests_of(ApiKey.PRODUCE)] == [
+        (0, 0.0), (1, 5.0), (1, 5.125)]
     assert values_in_log(fake, "t", 0) == [b"n"]
