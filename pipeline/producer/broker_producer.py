@@ -189,6 +189,7 @@ class BrokerProducer:
         again: list[RetryItem] = []
         exhausted: list[ProducerMessage] = []
         expired: list[ProducerMessage] = []
+        unanswered: list[ProducerMessage] = []  # expired, from a batch of unknown fate
         # An authentication failure is not retried (KIP-152, as the Java client):
         # the messages fail with it now instead of retrying into delivery_timeout.
         fatal = isinstance(cause, AuthenticationError)
@@ -200,7 +201,8 @@ class BrokerProducer:
             assert all(m._state == PENDING for m in msgs), "a bounced unit is pending"
             spent = fatal or (i < sent and unit._level >= limit)
             if spent or unit._deadline <= now:
-                (exhausted if spent else expired).extend(msgs)
+                unknown = isinstance(unit, SealedBatch) and unit.fate_unknown
+                (exhausted if spent else unanswered if unknown else expired).extend(msgs)
                 if self._idem is not None and isinstance(unit, SealedBatch):
                     self._idem.batch_failed(
                         unit, "authentication failed" if fatal
@@ -212,6 +214,8 @@ class BrokerProducer:
             self._ledger.fail(exhausted, cause)
         if expired:
             self._ledger.fail(expired, self._errors.delivery_timeout_error(tp, cause))
+        if unanswered:
+            self._ledger.fail(unanswered, self._errors.delivery_timeout_error(tp, cause, fate_unknown=True))
         if again:
             self._errors.last[tp] = cause
             self._sinks.retry_sink(tp).retry(again)
@@ -464,7 +468,8 @@ class BrokerProducer:
             # at the bounce, up to request_timeout late: found by make mutants.)
             while part.failed and part.failed[0]._deadline <= now:
                 batch = part.failed.pop(0)
-                ledger.fail(batch.messages, timeout_error(tp, part.retrying))
+                ledger.fail(batch.messages, timeout_error(
+                    tp, part.retrying, fate_unknown=batch.fate_unknown))
                 if self._idem is not None:
                     self._idem.batch_failed(batch, "delivery timeout")
         for flight in self._in_flight:

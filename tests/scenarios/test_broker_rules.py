@@ -701,6 +701,52 @@ async def test_a_batch_found_expired_when_its_answer_is_read_fails_then(
     assert values_in_log(fake, "t", 0) == [b"n"]
 
 
+async def test_an_unanswered_batch_found_expired_when_its_request_fails_may_have_been_written(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A batch whose request got no answer and that its bounce finds past its
+    deadline (the real-clock order of the test before) fails saying it may or
+    may not have been written, as a batch expiring in flight does: the broker
+    may have applied it. ("never acknowledged" was true, but hid that.)
+
+    Schedule (plain, delivery_timeout 5 s, request_timeout 4 s, t[0] on
+    broker 0): t0: m is sent and broker 0 never answers; the request times out
+    at t0 + 4 and the responder's step that reads the failure runs 1 s later,
+    at m's deadline, t0 + 5: m fails then, "may or may not have been
+    written; last error: ... no response ...". Nothing went back and no
+    answer came: the partition producer is told (``leader_changed``), and n,
+    sent then, is written on its first attempt, at t0 + 5 (the metadata round
+    it waits for is answered at once)."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.testing.fake_cluster import NO_RESPONSE
+
+    from .time_passes import jump_before_step, named
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        fake.control(ApiKey.PRODUCE, lambda ctx: NO_RESPONSE, node_id=0)
+
+        def reading_the_failure(task: Any) -> bool:
+            return named(task, "BrokerProducer._responder") and trio.current_time() == t0 + 4.0
+
+        with jump_before_step(autojump_clock, 1.0, reading_the_failure) as jump:
+            with trio.fail_after(10):
+                (result,) = await outcomes([producer.send_nowait("t", b"m", partition=0)])
+        assert jump.jumped_at == t0 + 4.0
+        assert trio.current_time() == t0 + 5.0
+        (n_result,) = await outcomes([producer.send_nowait("t", b"n", partition=0)])
+        assert trio.current_time() == t0 + 5.0
+    assert isinstance(result.cause, DeliveryTimeoutError)
+    message = str(result.cause)
+    assert "no clear answer, so it may or may not have been written; last error:" in message
+    assert "no response" in message and "never acknowledged" not in message
+    assert offsets([n_result]) == [0]  # (this broker did not apply m)
+    assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)] == [0.0, 5.0]
+
+
 async def test_a_give_up_that_may_have_lost_the_leader_sends_the_next_message_to_the_new_one(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
@@ -746,7 +792,9 @@ async def test_a_give_up_that_may_have_lost_the_leader_sends_the_next_message_to
         (n_result,) = await outcomes([producer.send_nowait("t", b"n", partition=0)])
         assert trio.current_time() == t0 + 5.125
     assert isinstance(result.cause, DeliveryTimeoutError)
-    assert "never acknowledged; last error: NOT_LEADER_OR_FOLLOWER" in str(result.cause)
+    # NOT_LEADER may come after the append (MAYBE_WRITTEN): m's fate is unknown.
+    assert "may or may not have been written; last error: NOT_LEADER_OR_FOLLOWER" in str(
+        result.cause)
     assert offsets([n_result]) == [0]
     assert [(q.node_id, q.time - t0) for q in fake.requests_of(ApiKey.PRODUCE)] == [
         (0, 0.0), (1, 5.0), (1, 5.125)]
