@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import trio
 
+from pipeline.producer.envelopes import TopicPartition
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.records import batch_size_for_record
@@ -381,7 +382,9 @@ async def test_an_unreachable_broker_bounces_only_partitions_with_something_to_s
     leader. t0 + 1: broker 1 is back, leader of both again; a is written then.
     t0 + 2: b (t[1]) is written at once. Marking the idle t[1] retrying too
     (the check forced True, or ``or``) bounced b once more: written at
-    t0 + 2.125, after a backoff."""
+    t0 + 2.125, after a backoff. Since a give-up with nothing sent back tells
+    the partition producer (``_gave_up``), that mutant made t[1]'s partition
+    producer leave its broker producer instead: asserted at t0 + 0.5."""
     fake.create_topic("t", 2, leaders=[1, 1])
     async with open_fake_producer(fake, **exact(idempotent=False)) as producer:
         await producer.send_and_wait("t", b"w0", partition=0)
@@ -389,7 +392,10 @@ async def test_an_unreachable_broker_bounces_only_partitions_with_something_to_s
         fake.stop_broker(1, elect=False)
         t0 = trio.current_time()
         a = producer.send_nowait("t", b"a", partition=0)
-        await trio.sleep(1.0)
+        await trio.sleep(0.5)
+        idle = producer._core.retry_sink(TopicPartition("t", 1))
+        assert idle.bp is not None and idle.hwm == 0  # never told to leave
+        await trio.sleep(0.5)
         fake.restart_broker(1)
         results = await outcomes([a])
         assert trio.current_time() == t0 + 1.0
