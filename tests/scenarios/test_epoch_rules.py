@@ -193,6 +193,26 @@ async def test_a_duplicate_answer_to_producer_id_0_keeps_the_records_timestamps(
         assert values_in_log(fake, "t", 0) == [b"v0", b"v1", b"v2"]
 
 
+async def _p_late_then_a_unanswered(fake: FakeCluster, producer: Any) -> tuple[float, list[Any]]:
+    """The shared start of two schedules (idempotent, one message per batch, t[0] on
+    broker 0): at t0, p and a are sent; p is answered 2 s late, a waits behind it (one
+    batch in flight until the partition is confirmed), goes at t0 + 2 and is never
+    answered. Returns t0 and the two deliveries, at once."""
+    from pipeline.testing.fake_cluster import NO_RESPONSE
+
+    await producer._core.cluster.partitions_for("t")
+    produces: list[float] = []
+
+    def second_goes_unanswered(ctx: Any) -> Any:
+        produces.append(ctx.time)
+        return NO_RESPONSE if len(produces) == 2 else None
+
+    fake.control(ApiKey.PRODUCE, second_goes_unanswered, sticky=True)
+    fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
+    t0 = trio.current_time()
+    return t0, [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
+
+
 async def test_a_batch_expiring_in_flight_explains_the_gap_behind_it(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
@@ -212,23 +232,12 @@ async def test_a_batch_expiring_in_flight_explains_the_gap_behind_it(
     back and is written at t0 + 6.125 with epoch 1, sequence 0. Without the
     retrying mark, b failed with OUT_OF_ORDER_SEQUENCE_NUMBER."""
     from pipeline.producer.errors import DeliveryTimeoutError
-    from pipeline.testing.fake_cluster import NO_RESPONSE
 
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
                     request_timeout=4.0)
     async with open_fake_producer(fake, **options) as producer:
-        await producer._core.cluster.partitions_for("t")
-        produces: list[float] = []
-
-        def second_goes_unanswered(ctx: Any) -> Any:
-            produces.append(ctx.time)
-            return NO_RESPONSE if len(produces) == 2 else None
-
-        fake.control(ApiKey.PRODUCE, second_goes_unanswered, sticky=True)
-        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
-        t0 = trio.current_time()
-        sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
+        t0, sent = await _p_late_then_a_unanswered(fake, producer)
         await trio.sleep(2.5)
         sent.append(producer.send_nowait("t", b"b", partition=0))
         results = await outcomes(sent[:2])
@@ -583,23 +592,13 @@ async def test_an_in_flight_expiry_with_nothing_left_sends_the_next_message_to_t
     producer, which sent it back unsent, and reached broker 1 one backoff
     later, at t0 + 6.625."""
     from pipeline.producer.errors import DeliveryTimeoutError
-    from pipeline.testing.fake_cluster import NO_RESPONSE
 
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
                     request_timeout=4.0)
     async with open_fake_producer(fake, **options) as producer:
-        await producer._core.cluster.partitions_for("t")
-        produces: list[float] = []
-
-        def second_goes_unanswered(ctx: Any) -> Any:
-            produces.append(ctx.time)
-            return NO_RESPONSE if len(produces) == 2 else None
-
-        fake.control(ApiKey.PRODUCE, second_goes_unanswered, sticky=True)
-        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
-        t0 = trio.current_time()
-        results = await outcomes([producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")])
+        t0, sent = await _p_late_then_a_unanswered(fake, producer)
+        results = await outcomes(sent)
         assert trio.current_time() == t0 + 5.0
         await trio.sleep(0.5)
         fake.move_leader("t", 0, to=1)
