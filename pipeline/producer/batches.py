@@ -1,5 +1,6 @@
 """What a broker producer does to a sealed batch after a broker's answer, besides
-re-sending it: split one that was too large, read a duplicate's answer right.
+re-sending it: what an error code says about the batch and its leader (the code sets
+below), split one that was too large, read a duplicate's answer right.
 
 Pure functions on ``SealedBatch`` (no I/O, no trio): the broker producer calls them from
 its response handling.
@@ -11,12 +12,44 @@ from typing import TYPE_CHECKING
 
 from pipeline.producer.envelopes import SEQUENCE_WRAP, SealedBatch
 from pipeline.protocol.batch_format import ATTRIBUTES_OFFSET, TAIL
+from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.records import BatchBuilder
 
 if TYPE_CHECKING:
     from pipeline.producer.config import ProducerConfig
 
-__all__ = ["split_batch", "unless_duplicate_echo"]
+__all__ = [
+    "EPOCH_CODES", "MAYBE_WRITTEN", "REFRESH_CODES", "TOO_LARGE", "split_batch",
+    "unless_duplicate_echo",
+]
+
+# Errors after which the partition's leader may have moved.
+REFRESH_CODES = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.KAFKA_STORAGE_ERROR,
+})
+EPOCH_CODES = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
+# The broker found the batch too large: over max.message.bytes (MESSAGE_TOO_LARGE) or
+# over segment.bytes (RECORD_LIST_TOO_LARGE). Nothing was written; a batch of several
+# records is split in two and retried (KIP-126), a single record fails with that cause.
+TOO_LARGE = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE})
+# Errors Kafka also answers *after* appending the batch to the leader's log (an
+# acks=all produce waiting in purgatory completes with them: it timed out, the
+# ISR shrank, the leadership or the log dir went away), so the batch may be
+# written. Such a batch must never be re-stamped with a new epoch (a copy under
+# new sequences would be a duplicate), only re-sent identical. Found by the
+# schedule explorer (a bump between a REQUEST_TIMED_OUT and its retry).
+MAYBE_WRITTEN = frozenset({
+    ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+})
 
 
 def split_batch(batch: SealedBatch, n: int, first_bytes: int, config: ProducerConfig

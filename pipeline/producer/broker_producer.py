@@ -25,6 +25,8 @@ arrives. The partition producer sends the chaser only after hearing of the
 failure (a bounce, or ``leader_changed`` when nothing went back), so when it
 arrives nothing of the partition is in flight, failed or queued here: it is
 returned at once, and the partition is served again.
+When that bounce finds nothing to send back (all failed here), no chaser would
+come: ``_gave_up`` ends the state, or has the partition producer leave with one.
 
 Muting (``Accumulator.sendable``): at most ``max_in_flight_per_partition``
 batches of one partition are in flight (1 without idempotence, so a retry can
@@ -44,7 +46,14 @@ import trio
 
 from pipeline.cluster.errors import AuthenticationError, KafkaError
 from pipeline.producer.accumulator import Accumulator, PartitionQueue, fill
-from pipeline.producer.batches import split_batch, unless_duplicate_echo
+from pipeline.producer.batches import (
+    EPOCH_CODES,
+    MAYBE_WRITTEN,
+    REFRESH_CODES,
+    TOO_LARGE,
+    split_batch,
+    unless_duplicate_echo,
+)
 from pipeline.producer.envelopes import (
     Batch,
     BrokerItem,
@@ -70,33 +79,6 @@ if TYPE_CHECKING:
     from pipeline.producer.ports import RetrySinks
 
 log = logging.getLogger("pipeline.producer")
-# Errors after which the partition's leader may have moved.
-_REFRESH_CODES = frozenset({
-    ErrorCode.NOT_LEADER_OR_FOLLOWER,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    ErrorCode.LEADER_NOT_AVAILABLE,
-    ErrorCode.FENCED_LEADER_EPOCH,
-    ErrorCode.UNKNOWN_LEADER_EPOCH,
-    ErrorCode.KAFKA_STORAGE_ERROR,
-})
-_EPOCH_CODES = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
-# The broker found the batch too large: over max.message.bytes (MESSAGE_TOO_LARGE) or
-# over segment.bytes (RECORD_LIST_TOO_LARGE). Nothing was written; a batch of several
-# records is split in two and retried (KIP-126), a single record fails with that cause.
-_TOO_LARGE = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE})
-# Errors Kafka also answers *after* appending the batch to the leader's log (an
-# acks=all produce waiting in purgatory completes with them: it timed out, the
-# ISR shrank, the leadership or the log dir went away), so the batch may be
-# written. Such a batch must never be re-stamped with a new epoch (a copy under
-# new sequences would be a duplicate), only re-sent identical. Found by the
-# schedule explorer (a bump between a REQUEST_TIMED_OUT and its retry).
-_MAYBE_WRITTEN = frozenset({
-    ErrorCode.REQUEST_TIMED_OUT,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER,
-    ErrorCode.KAFKA_STORAGE_ERROR,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-})
 
 
 @dataclass(slots=True)
@@ -204,10 +186,11 @@ class BrokerProducer:
         part.retrying = cause
         part.failed.append(batch)
 
-    def _maybe_bounce(self, tp: TopicPartition, part: PartitionQueue) -> None:
-        """Send everything of a retrying partition back, once nothing of it is in flight."""
+    def _maybe_bounce(self, tp: TopicPartition, part: PartitionQueue) -> bool:
+        """Send everything of a retrying partition back, once nothing of it is in
+        flight. True when it bounced and nothing went back: all it held failed here."""
         if part.in_flight or part.retrying is None:
-            return
+            return False
         cause = part.retrying
         items: list[SealedBatch | ProducerMessage] = [*part.failed, *part.sealed, *part.msgs]
         # Only a batch that was sent and failed spends a retry; what merely waited
@@ -222,12 +205,13 @@ class BrokerProducer:
         part.nbytes = 0
         part.first_at = math.inf
         if not items:
-            return
+            return True
         limit = self._config.retries
         now = trio.current_time()
         again: list[RetryItem] = []
         exhausted: list[ProducerMessage] = []
         expired: list[ProducerMessage] = []
+        unanswered: list[ProducerMessage] = []  # expired, from a batch of unknown fate
         # An authentication failure is not retried (KIP-152, as the Java client):
         # the messages fail with it now instead of retrying into delivery_timeout.
         fatal = isinstance(cause, AuthenticationError)
@@ -239,7 +223,8 @@ class BrokerProducer:
             assert all(m._state == PENDING for m in msgs), "a bounced unit is pending"
             spent = fatal or (i < sent and unit._level >= limit)
             if spent or unit._deadline <= now:
-                (exhausted if spent else expired).extend(msgs)
+                unknown = isinstance(unit, SealedBatch) and unit.fate_unknown
+                (exhausted if spent else unanswered if unknown else expired).extend(msgs)
                 if self._idem is not None and isinstance(unit, SealedBatch):
                     self._idem.batch_failed(
                         unit, "authentication failed" if fatal
@@ -249,13 +234,26 @@ class BrokerProducer:
                 again.append(unit)
         if exhausted:
             self._ledger.fail(exhausted, cause)
-            if not again:
-                self._sinks.retry_sink(tp).leader_changed()
         if expired:
             self._ledger.fail(expired, self._errors.delivery_timeout_error(tp, cause))
+        if unanswered:
+            self._ledger.fail(unanswered, self._errors.delivery_timeout_error(tp, cause, fate_unknown=True))
         if again:
             self._errors.last[tp] = cause
             self._sinks.retry_sink(tp).retry(again)
+        return not again
+
+    def _gave_up(self, tp: TopicPartition, part: PartitionQueue) -> None:
+        """A failure's first bounce sent nothing back (all failed here). No chaser
+        is out or would come; left retrying, the partition's next message would go
+        back once (a backoff and a retry level spent for nothing)."""
+        cause = part.retrying
+        if isinstance(cause, BrokerResponseError) and cause.code not in REFRESH_CODES:
+            # The leader itself answered (a refused record, NOT_ENOUGH_REPLICAS run
+            # out): nothing moved, nothing is left to order. The Java client unmutes.
+            part.retrying = None
+        else:  # no answer, connection lost, NOT_LEADER...: the leader may be gone
+            self._sinks.retry_sink(tp).leader_changed()
 
     def _settled(self, tp: TopicPartition) -> None:
         """One batch of ``tp`` left the wire: unmute, and bounce once none is left."""
@@ -263,8 +261,8 @@ class BrokerProducer:
         part.in_flight -= 1
         if self._idem is not None:
             self._idem.batch_done()
-        if not part.in_flight:
-            self._maybe_bounce(tp, part)
+        if self._maybe_bounce(tp, part):
+            self._gave_up(tp, part)
 
     # -- flushing ----------------------------------------------------------
     def _next_wake(self, slot_free: bool) -> float:
@@ -331,7 +329,8 @@ class BrokerProducer:
             for tp, part in list(self._parts.items()):
                 if (part.msgs or part.sealed) and self._acc.sendable(part, tp):
                     part.retrying = exc
-                    self._maybe_bounce(tp, part)
+                    if self._maybe_bounce(tp, part):
+                        self._gave_up(tp, part)
                     self._cluster.request_refresh([tp.topic])
             return
         if self._idem is not None and self._idem.paused:
@@ -445,18 +444,18 @@ class BrokerProducer:
             # not written; it is re-sent under a new epoch.
             self._schedule_bounce(part, batch, cause)
             idem.request_bump(f"UNKNOWN_PRODUCER_ID on {tp}")
-        elif code in _EPOCH_CODES and idem is not None:
+        elif code in EPOCH_CODES and idem is not None:
             # Not written. The current epoch fenced (tansu refuses an epoch the
             # producer bumped itself): recover with a new producer id; re-sent then.
             self._schedule_bounce(part, batch, cause)
             idem.epoch_fenced(batch.producer_id, batch.producer_epoch, code)
         elif code.retriable:
-            if code in _MAYBE_WRITTEN:
+            if code in MAYBE_WRITTEN:
                 batch.fate_unknown = True
             self._schedule_bounce(part, batch, cause)
-            if code in _REFRESH_CODES:
+            if code in REFRESH_CODES:
                 self._cluster.request_refresh([tp.topic])
-        elif code in _TOO_LARGE and record_count(batch.messages) > 1 and not batch.fate_unknown:
+        elif code in TOO_LARGE and record_count(batch.messages) > 1 and not batch.fate_unknown:
             # KIP-126, as the Java client: two halves, in order, retried (each split
             # takes a retry level); with idempotence they share the batch's sequence
             # range, so later batches (answered OUT_OF_ORDER meanwhile) follow them
@@ -493,7 +492,8 @@ class BrokerProducer:
             # at the bounce, up to request_timeout late: found by make mutants.)
             while part.failed and part.failed[0]._deadline <= now:
                 batch = part.failed.pop(0)
-                ledger.fail(batch.messages, timeout_error(tp, part.retrying))
+                ledger.fail(batch.messages, timeout_error(
+                    tp, part.retrying, fate_unknown=batch.fate_unknown))
                 if self._idem is not None:
                     self._idem.batch_failed(batch, "delivery timeout")
         for flight in self._in_flight:

@@ -50,14 +50,18 @@ class RetryErrors:
         self.last: dict[TopicPartition, BaseException] = {}
 
     def delivery_timeout_error(
-        self, tp: TopicPartition, cause: BaseException | None, *, in_flight: bool = False
+        self, tp: TopicPartition, cause: BaseException | None, *, in_flight: bool = False,
+        fate_unknown: bool = False,
     ) -> DeliveryTimeoutError:
-        """``cause`` None: the partition's last retry error, if any."""
-        what = (
-            "its request was still in flight, so it may or may not have been written"
-            if in_flight
-            else "it was never acknowledged"
-        )
+        """``cause`` None: the partition's last retry error, if any. ``in_flight``: its
+        request is still out; ``fate_unknown``: its last request got no answer, or one
+        Kafka also gives after appending (``SealedBatch.fate_unknown``)."""
+        if in_flight:
+            what = "its request was still in flight, so it may or may not have been written"
+        elif fate_unknown:
+            what = "its last request got no clear answer, so it may or may not have been written"
+        else:
+            what = "it was never acknowledged"
         if cause is None:
             cause = self.last.get(tp)
         last = f"; last error: {cause}" if cause is not None else ""

@@ -9,9 +9,10 @@ back). ``hwm`` is the highest level this partition is working on.
    partition. Raise ``hwm`` to that level, send a ``Fin`` chaser down the old
    path (that broker producer), detach, back off, then re-attach to the
    current leader and send the message there. Leaving a broker producer that
-   gave up on the partition without sending anything back (``leader_changed``)
-   works the same way, one level up, without a backoff: a broker producer ends
-   its retry state for a partition only when the chaser reaches it.
+   gave up on the partition without sending anything back, after an error that
+   says the leader may be gone (``leader_changed``), works the same way, one
+   level up, without a backoff: a broker producer that told us ends its retry
+   state for the partition only when the chaser reaches it.
 2. A message below ``hwm`` is held back in its level's buffer (this includes
    every new level-0 message while a retry is under way).
 3. The ``Fin`` comes back (at ``hwm``): the old path is empty, so the held-back
@@ -134,9 +135,11 @@ class PartitionProducer:
 
     def leader_changed(self) -> None:
         """Our broker producer gave up on this partition and sent nothing back
-        (retries exhausted or disabled). It bounces the partition until our chaser
-        reaches it: we leave it with one at the next tick, and re-attach (to it if
-        still the leader) once metadata fresher than the failure is in (#294)."""
+        (retries or delivery_timeout ran out), after an error that says the
+        leader may be gone (no answer, NOT_LEADER, ...). It bounces the partition
+        until our chaser reaches it: we leave it with one at the next tick, and
+        re-attach (to it if still the leader) once metadata fresher than the
+        failure is in (#294)."""
         self._reroute = True
         self._refresh_metadata()
 

@@ -58,7 +58,8 @@ class RetrySink(Protocol):
         """Messages at their new level in their original order, or a returning chaser."""
 
     def leader_changed(self) -> None:
-        """The broker producer gave up on the partition and sent nothing back."""
+        """The broker producer gave up on the partition and sent nothing back,
+        and the error says the leader may be gone: leave it with a chaser."""
 
 
 class RetrySinks(Protocol):

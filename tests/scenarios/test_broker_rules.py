@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import trio
 
+from pipeline.producer.envelopes import TopicPartition
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.records import batch_size_for_record
@@ -52,10 +53,12 @@ async def test_an_idempotent_batch_out_of_retries_starts_a_new_epoch(
     Schedule (idempotent, retries=1, backoff 0.125 s, t[0] on broker 0,
     confirmed): t0: a is answered NOT_ENOUGH_REPLICAS, and again at its retry
     (t0 + 0.125): it fails, and the epoch goes to 1 at once (nothing else in
-    flight). b, sent next, waits for the metadata round the give-up asked for
-    (rounds 0.125 s apart) and is written at t0 + 0.25 with epoch 1 and
-    sequence 0. Without the bump b carried sequence 2 after a gap: the broker
-    answered OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    flight). b, sent next, is written at once, at t0 + 0.125, with epoch 1 and
+    sequence 0: the leader itself answered, so the give-up ends the
+    partition's retry state in the broker producer (``_gave_up``) and b waits
+    for no metadata round (with ``leader_changed`` there, b waited for the
+    next round, 0.125 s later). Without the bump b carried sequence 2 after a
+    gap: the broker answered OUT_OF_ORDER_SEQUENCE_NUMBER."""
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake, **exact(idempotent=True, retries=1)) as producer:
         await producer.send_and_wait("t", b"warm", partition=0)
@@ -64,7 +67,7 @@ async def test_an_idempotent_batch_out_of_retries_starts_a_new_epoch(
         t0 = trio.current_time()
         a = await outcomes([await producer.send("t", b"a", partition=0)])
         b = await outcomes([await producer.send("t", b"b", partition=0)])
-        assert trio.current_time() == t0 + 0.25
+        assert trio.current_time() == t0 + 0.125
         idem = producer._core.idempotence
         assert idem is not None and idem.producer_epoch == 1
     assert offsets(a + b) == [ErrorCode.NOT_ENOUGH_REPLICAS, 1]
@@ -153,7 +156,7 @@ async def test_an_error_after_append_makes_the_fate_unknown(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """A retriable error that may come after the write
-    (NOT_ENOUGH_REPLICAS_AFTER_APPEND and the others of ``_MAYBE_WRITTEN``)
+    (NOT_ENOUGH_REPLICAS_AFTER_APPEND and the others of ``MAYBE_WRITTEN``)
     leaves the batch's fate unknown: after an epoch bump it is not re-stamped
     (a re-stamped copy would be a duplicate) but fails as "may or may not have
     been written", like a batch whose answer was lost
@@ -382,7 +385,9 @@ async def test_an_unreachable_broker_bounces_only_partitions_with_something_to_s
     leader. t0 + 1: broker 1 is back, leader of both again; a is written then.
     t0 + 2: b (t[1]) is written at once. Marking the idle t[1] retrying too
     (the check forced True, or ``or``) bounced b once more: written at
-    t0 + 2.125, after a backoff."""
+    t0 + 2.125, after a backoff. Since a give-up with nothing sent back tells
+    the partition producer (``_gave_up``), that mutant made t[1]'s partition
+    producer leave its broker producer instead: asserted at t0 + 0.5."""
     fake.create_topic("t", 2, leaders=[1, 1])
     async with open_fake_producer(fake, **exact(idempotent=False)) as producer:
         await producer.send_and_wait("t", b"w0", partition=0)
@@ -390,7 +395,10 @@ async def test_an_unreachable_broker_bounces_only_partitions_with_something_to_s
         fake.stop_broker(1, elect=False)
         t0 = trio.current_time()
         a = producer.send_nowait("t", b"a", partition=0)
-        await trio.sleep(1.0)
+        await trio.sleep(0.5)
+        idle = producer._core.retry_sink(TopicPartition("t", 1))
+        assert idle.bp is not None and idle.hwm == 0  # never told to leave
+        await trio.sleep(0.5)
         fake.restart_broker(1)
         results = await outcomes([a])
         assert trio.current_time() == t0 + 1.0
@@ -437,12 +445,13 @@ async def test_a_batch_out_of_retries_leaves_no_last_error_behind(
 
     Schedule (plain, retries=0, linger 1 s, delivery_timeout 5 s,
     request_timeout 4 s, t[0] on broker 0): t0: a is sent; at t0 + 1 it is
-    answered NOT_ENOUGH_REPLICAS and fails with it; the partition producer
-    re-attaches after a metadata round, answered 1.5 s late (t0 + 2.5). c,
-    sent at t0 + 1, waits for that, its linger over by then: it goes at t0 +
-    2.5 and is answered 5 s late; its deadline, t0 + 6, comes before its
-    request timeout (t0 + 6.5): it fails then, in flight, with no "last error". Setting it on exhaustion too (the ``again`` check forced
-    True) named NOT_ENOUGH_REPLICAS."""
+    answered NOT_LEADER_OR_FOLLOWER and fails with it; the leader may have
+    moved, so the partition producer re-attaches after a metadata round,
+    answered 1.5 s late (t0 + 2.5). c, sent at t0 + 1, waits for that, its
+    linger over by then: it goes at t0 + 2.5 and is answered 5 s late; its
+    deadline, t0 + 6, comes before its request timeout (t0 + 6.5): it fails
+    then, in flight, with no "last error". Setting it on exhaustion too (the
+    ``again`` check forced True) named NOT_LEADER_OR_FOLLOWER."""
     from pipeline.producer.errors import DeliveryTimeoutError
 
     fake.create_topic("t", 1, leaders=[0])
@@ -450,7 +459,7 @@ async def test_a_batch_out_of_retries_leaves_no_last_error_behind(
                     request_timeout=4.0)
     async with open_fake_producer(fake, **options) as producer:
         await producer._core.cluster.partitions_for("t")
-        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, node_id=0)
         fake.delay_responses(1.5, api_key=ApiKey.METADATA, count=1)
         t0 = trio.current_time()
         results = await outcomes([producer.send_nowait("t", b"a", partition=0)])
@@ -459,7 +468,7 @@ async def test_a_batch_out_of_retries_leaves_no_last_error_behind(
         (c_result,) = await outcomes([producer.send_nowait("t", b"c", partition=0)])
         assert trio.current_time() == t0 + 6.0
         await trio.sleep(2.0)
-    assert offsets(results) == [ErrorCode.NOT_ENOUGH_REPLICAS]
+    assert offsets(results) == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
     assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)] == [1.0, 2.5]
     assert isinstance(c_result.cause, DeliveryTimeoutError)
     assert "may or may not have been written" in str(c_result.cause)
@@ -665,14 +674,12 @@ async def test_a_batch_found_expired_when_its_answer_is_read_fails_then(
     not in the log. Without failing what expired there (or with the
     branch skipped), m never got an outcome.
 
-    Nothing went back, so the partition producer was not told: the partition
-    stays retrying here, and n, sent after m's outcome, goes back once and
-    is written after one backoff, at t0 + 5.125, as after a failed batch
-    expires while it waits for its partition's flights (test_epoch_rules'
-    ``test_a_failed_batch_waiting_for_its_partitions_flights_expires_on_time``,
-    c). Telling the partition producer at once (``leader_changed``, as when
-    retries ran out) would be another consistent rule, but then for both
-    paths: with it here only, n went at t0 + 5."""
+    Nothing went back, and the leader itself answered: the broker producer
+    ends the partition's retry state there (``_gave_up``), so n, sent after
+    m's outcome, is written at once, at t0 + 5, on its first attempt. (It
+    stayed retrying before: n went back once, without being sent, and was
+    written after one backoff, at t0 + 5.125.) For an answer that says the
+    leader may be gone, see the next test."""
     from pipeline.producer.errors import DeliveryTimeoutError
 
     from .time_passes import jump_before_step, named
@@ -694,10 +701,111 @@ async def test_a_batch_found_expired_when_its_answer_is_read_fails_then(
         assert jump.jumped_at == t0 + 3.75
         assert trio.current_time() == t0 + 5.0
         (n_result,) = await outcomes([producer.send_nowait("t", b"n", partition=0)])
-        assert trio.current_time() == t0 + 5.125
+        assert trio.current_time() == t0 + 5.0
     assert isinstance(result.cause, DeliveryTimeoutError)
     assert "never acknowledged; last error: NOT_ENOUGH_REPLICAS" in str(result.cause)
     assert offsets([n_result]) == [0]
+    assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)] == [0.0, 5.0]
+    assert values_in_log(fake, "t", 0) == [b"n"]
+
+
+async def test_an_unanswered_batch_found_expired_when_its_request_fails_may_have_been_written(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A batch whose request got no answer and that its bounce finds past its
+    deadline (the real-clock order of the test before) fails saying it may or
+    may not have been written, as a batch expiring in flight does: the broker
+    may have applied it. ("never acknowledged" was true, but hid that.)
+
+    Schedule (plain, delivery_timeout 5 s, request_timeout 4 s, t[0] on
+    broker 0): t0: m is sent and broker 0 never answers; the request times out
+    at t0 + 4 and the responder's step that reads the failure runs 1 s later,
+    at m's deadline, t0 + 5: m fails then, "may or may not have been
+    written; last error: ... no response ...". Nothing went back and no
+    answer came: the partition producer is told (``leader_changed``), and n,
+    sent then, is written on its first attempt, at t0 + 5 (the metadata round
+    it waits for is answered at once)."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.testing.fake_cluster import NO_RESPONSE
+
+    from .time_passes import jump_before_step, named
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        fake.control(ApiKey.PRODUCE, lambda ctx: NO_RESPONSE, node_id=0)
+
+        def reading_the_failure(task: Any) -> bool:
+            return named(task, "BrokerProducer._responder") and trio.current_time() == t0 + 4.0
+
+        with jump_before_step(autojump_clock, 1.0, reading_the_failure) as jump:
+            with trio.fail_after(10):
+                (result,) = await outcomes([producer.send_nowait("t", b"m", partition=0)])
+        assert jump.jumped_at == t0 + 4.0
+        assert trio.current_time() == t0 + 5.0
+        (n_result,) = await outcomes([producer.send_nowait("t", b"n", partition=0)])
+        assert trio.current_time() == t0 + 5.0
+    assert isinstance(result.cause, DeliveryTimeoutError)
+    message = str(result.cause)
+    assert "no clear answer, so it may or may not have been written; last error:" in message
+    assert "no response" in message and "never acknowledged" not in message
+    assert offsets([n_result]) == [0]  # (this broker did not apply m)
+    assert [q.time - t0 for q in fake.requests_of(ApiKey.PRODUCE)] == [0.0, 5.0]
+
+
+async def test_a_give_up_that_may_have_lost_the_leader_sends_the_next_message_to_the_new_one(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """When everything a broker producer held for a partition failed there and
+    nothing went back, and the error says the leader may have moved, the
+    partition producer is told (``leader_changed``): it leaves with a chaser
+    and sends the next message to the leader that fresh metadata names, on
+    its first attempt, with none of its retries spent.
+
+    Schedule (plain, retries=1, delivery_timeout 5 s, request_timeout 4 s,
+    backoff 0.125 s, t[0] on broker 0; the real-clock order of the test
+    before): t0: m is sent; the leader moves to broker 1; broker 0 answers
+    m NOT_LEADER_OR_FOLLOWER 3.75 s late and the responder reads it at m's
+    deadline, t0 + 5: m fails, nothing goes back. n, sent then, goes to
+    broker 1 at t0 + 5 (the metadata round asked for at the answer is in by
+    then), is answered NOT_ENOUGH_REPLICAS once and written at its retry, t0
+    + 5.125. Before: nobody was told, n went to broker 0's producer, was sent
+    back unsent (a backoff, and its one retry level spent), reached broker 1
+    at t0 + 5.125, and failed there with NOT_ENOUGH_REPLICAS, out of retries."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    from .time_passes import jump_before_step, named
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, retries=1, delivery_timeout=5.0, request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        t0 = trio.current_time()
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, node_id=0)
+        fake.delay_responses(3.75, api_key=ApiKey.PRODUCE, node_id=0, count=1)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=1)
+
+        def reading_the_answer(task: Any) -> bool:
+            return named(task, "BrokerProducer._responder") and trio.current_time() == t0 + 3.75
+
+        with jump_before_step(autojump_clock, 1.25, reading_the_answer) as jump:
+            m = producer.send_nowait("t", b"m", partition=0)
+            fake.move_leader("t", 0, to=1)  # m still goes to broker 0: the cached leader
+            with trio.fail_after(10):
+                (result,) = await outcomes([m])
+        assert jump.jumped_at == t0 + 3.75
+        assert trio.current_time() == t0 + 5.0
+        (n_result,) = await outcomes([producer.send_nowait("t", b"n", partition=0)])
+        assert trio.current_time() == t0 + 5.125
+    assert isinstance(result.cause, DeliveryTimeoutError)
+    # NOT_LEADER may come after the append (MAYBE_WRITTEN): m's fate is unknown.
+    assert "may or may not have been written; last error: NOT_LEADER_OR_FOLLOWER" in str(
+        result.cause)
+    assert offsets([n_result]) == [0]
+    assert [(q.node_id, q.time - t0) for q in fake.requests_of(ApiKey.PRODUCE)] == [
+        (0, 0.0), (1, 5.0), (1, 5.125)]
     assert values_in_log(fake, "t", 0) == [b"n"]
 
 

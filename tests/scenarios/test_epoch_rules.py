@@ -193,6 +193,26 @@ async def test_a_duplicate_answer_to_producer_id_0_keeps_the_records_timestamps(
         assert values_in_log(fake, "t", 0) == [b"v0", b"v1", b"v2"]
 
 
+async def _p_late_then_a_unanswered(fake: FakeCluster, producer: Any) -> tuple[float, list[Any]]:
+    """The shared start of two schedules (idempotent, one message per batch, t[0] on
+    broker 0): at t0, p and a are sent; p is answered 2 s late, a waits behind it (one
+    batch in flight until the partition is confirmed), goes at t0 + 2 and is never
+    answered. Returns t0 and the two deliveries, at once."""
+    from pipeline.testing.fake_cluster import NO_RESPONSE
+
+    await producer._core.cluster.partitions_for("t")
+    produces: list[float] = []
+
+    def second_goes_unanswered(ctx: Any) -> Any:
+        produces.append(ctx.time)
+        return NO_RESPONSE if len(produces) == 2 else None
+
+    fake.control(ApiKey.PRODUCE, second_goes_unanswered, sticky=True)
+    fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
+    t0 = trio.current_time()
+    return t0, [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
+
+
 async def test_a_batch_expiring_in_flight_explains_the_gap_behind_it(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
@@ -212,23 +232,12 @@ async def test_a_batch_expiring_in_flight_explains_the_gap_behind_it(
     back and is written at t0 + 6.125 with epoch 1, sequence 0. Without the
     retrying mark, b failed with OUT_OF_ORDER_SEQUENCE_NUMBER."""
     from pipeline.producer.errors import DeliveryTimeoutError
-    from pipeline.testing.fake_cluster import NO_RESPONSE
 
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
                     request_timeout=4.0)
     async with open_fake_producer(fake, **options) as producer:
-        await producer._core.cluster.partitions_for("t")
-        produces: list[float] = []
-
-        def second_goes_unanswered(ctx: Any) -> Any:
-            produces.append(ctx.time)
-            return NO_RESPONSE if len(produces) == 2 else None
-
-        fake.control(ApiKey.PRODUCE, second_goes_unanswered, sticky=True)
-        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
-        t0 = trio.current_time()
-        sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
+        t0, sent = await _p_late_then_a_unanswered(fake, producer)
         await trio.sleep(2.5)
         sent.append(producer.send_nowait("t", b"b", partition=0))
         results = await outcomes(sent[:2])
@@ -530,3 +539,75 @@ async def test_an_in_flight_expiry_keeps_the_error_its_partition_is_retrying_for
     assert "may or may not have been written" in b_error
     assert "never acknowledged; last error: NOT_ENOUGH_REPLICAS" in c_error
     assert values_in_log(fake, "t", 2) == [b"warm"]
+
+
+async def test_a_refused_idempotent_batch_does_not_hold_up_the_next_message(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """With idempotence, a batch the leader refuses for good (INVALID_RECORD:
+    a record-level error) marks its partition retrying, so that later batches
+    in flight answered OUT_OF_ORDER are explained and come back. When none is
+    (nothing of the partition in flight or waiting), that state ends in the
+    broker producer (``_gave_up``): nothing moved and nothing is left to keep
+    in order, so the next message goes at once, as in the Java client, which
+    unmutes the partition and bumps the epoch.
+
+    Schedule (idempotent, t[0] on broker 0, confirmed): t0: a is answered
+    INVALID_RECORD and fails; the epoch goes to 1. b, sent then, is written at
+    t0 with epoch 1, sequence 0, on its first attempt and with no metadata
+    round asked for. Before: the partition stayed retrying, b was sent back
+    unsent and written after one backoff, at t0 + 0.125."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=True)) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        await trio.sleep(1.0)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.INVALID_RECORD, node_id=0)
+        metadata_before = len(fake.requests_of(ApiKey.METADATA))
+        t0 = trio.current_time()
+        a = await outcomes([await producer.send("t", b"a", partition=0)])
+        b = await outcomes([await producer.send("t", b"b", partition=0)])
+        assert trio.current_time() == t0
+        assert len(fake.requests_of(ApiKey.METADATA)) == metadata_before
+    assert offsets(a + b) == [ErrorCode.INVALID_RECORD, 1]
+    assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (1, 0)]
+    assert values_in_log(fake, "t", 0) == [b"warm", b"b"]
+
+
+async def test_an_in_flight_expiry_with_nothing_left_sends_the_next_message_to_the_new_leader(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """With idempotence, a batch expiring in flight marks its partition
+    retrying. If nothing else of the partition is there when its request
+    ends, nothing goes back; no answer came, so the leader may be gone: the
+    partition producer is told (``leader_changed``), leaves with a chaser and
+    re-attaches to the leader fresh metadata names.
+
+    Schedule (idempotent, one message per batch, delivery_timeout 5 s,
+    request_timeout 4 s, t[0] on broker 0): t0: p and a are sent; p is
+    answered 2 s late, a waits behind it (one batch in flight until the
+    partition is confirmed), goes at t0 + 2 and is never answered. t0 + 5: a
+    fails in flight. t0 + 5.5: the leader moves to broker 1. t0 + 6: a's
+    request times out. n, sent at t0 + 6.5, is written at broker 1 at once
+    with epoch 1, sequence 0. Before: nobody was told; n went to broker 0's
+    producer, which sent it back unsent, and reached broker 1 one backoff
+    later, at t0 + 6.625."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
+                    request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        t0, sent = await _p_late_then_a_unanswered(fake, producer)
+        results = await outcomes(sent)
+        assert trio.current_time() == t0 + 5.0
+        await trio.sleep(0.5)
+        fake.move_leader("t", 0, to=1)
+        await trio.sleep(1.0)
+        results += await outcomes([producer.send_nowait("t", b"n", partition=0)])
+        assert trio.current_time() == t0 + 6.5
+    assert offsets(results[:1] + results[2:]) == [0, 1]
+    assert isinstance(results[1].cause, DeliveryTimeoutError)
+    assert [(q.node_id, q.time - t0) for q in fake.requests_of(ApiKey.PRODUCE)] == [
+        (0, 0.0), (0, 2.0), (1, 6.5)]
+    assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (1, 0)]
+    assert values_in_log(fake, "t", 0) == [b"p", b"n"]

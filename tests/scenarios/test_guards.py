@@ -221,9 +221,11 @@ async def test_exhausted_batch_leaves_no_retry_state_behind(
     move) and is failed for good. Broker 0 bounced nothing, so no chaser would
     have come: its retry state for the partition used to stay, and the next
     message was bounced once without being sent (a retry burnt, a backoff
-    waited) before the chaser of that bounce cleared it. Now the partition
-    producer leaves with a chaser as soon as the batch is given up, and the
-    next message goes out the moment it is sent, on its first attempt.
+    waited) before the chaser of that bounce cleared it. Now the give-up ends
+    that state (the leader answered: in the broker producer, ``_gave_up``;
+    for an error that says the leader may be gone the partition producer
+    leaves with a chaser instead), and the next message goes out the moment
+    it is sent, on its first attempt.
 
     Schedule: t0: a sent, fails; t0 + 0.125 (backoff): a re-sent, fails: a is
     failed. t0 + 1: b sent and written at t0 + 1 exactly, in one request."""
@@ -302,24 +304,30 @@ async def test_retries_disabled_next_message_waits_for_the_new_leader(
 async def test_retries_disabled_no_backoff_after_a_give_up(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
-    """When a broker producer gives up on a partition (retries=0 here), the
-    partition producer leaves it without backing off: nothing is retried, so
-    the next message waits only for fresh metadata, never for retry_backoff.
+    """When a broker producer gives up on a partition (retries=0 here) with an
+    error that says the leader may have moved, the partition producer leaves
+    it (``leader_changed``) without backing off: nothing is retried, so the
+    next message waits only for fresh metadata, never for retry_backoff.
 
     Schedule (retry_backoff 1 s, instant metadata, the last refresh long ago):
-    t0: a fails at broker 0 (NOT_ENOUGH_REPLICAS, given up at once); b is sent
-    right after and written at t0 exactly (the refresh round starts at once)."""
+    t0: a fails at broker 0 (NOT_LEADER_OR_FOLLOWER, given up at once; the
+    leader stays 0); b is sent right after and written at t0 exactly (the
+    refresh round starts at once). With NOT_ENOUGH_REPLICAS the partition
+    producer would not leave at all (``_gave_up``): the test would prove
+    nothing about the backoff."""
     fake.create_topic("t", 1, leaders=[0])
     options = exact(retries=0, idempotent=False, retry_backoff=1.0, retry_backoff_max=1.0)
     async with open_fake_producer(fake, **options) as producer:
         await producer.send_and_wait("t", b"warm", partition=0)
         await trio.sleep(5.0)
-        fake.fail_next(PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        fake.fail_next(PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, node_id=0)
+        metadata_before = len(fake.requests_of(METADATA))
         t0 = trio.current_time()
         a = await outcomes([await producer.send("t", b"a", partition=0)])
         b = await outcomes([await producer.send("t", b"b", partition=0)])
         assert trio.current_time() == t0
-    assert offsets(a + b) == [ErrorCode.NOT_ENOUGH_REPLICAS, 1]
+        assert len(fake.requests_of(METADATA)) > metadata_before  # it did leave
+    assert offsets(a + b) == [ErrorCode.NOT_LEADER_OR_FOLLOWER, 1]
 
 
 async def test_flush_sends_at_once_and_linger_holds_otherwise(

@@ -287,3 +287,37 @@ async def test_failed_reauthentication_fails_later_messages_fast_and_keeps_deliv
                for e in failed)
     assert b"after0" not in in_log
     assert settled_at - changed_at < 4.0 + 1.0  # a refusal, not a delivery timeout
+
+
+async def test_a_partition_is_served_again_once_authentication_works_again(
+    nursery: trio.Nursery, autojump_clock: Any
+) -> None:
+    """An authentication failure fails what waits for the broker at once (not
+    retried, KIP-152) without giving the partition up for good: everything the
+    broker producer held failed and nothing went back, so it tells the
+    partition producer (``leader_changed``), which leaves with a chaser. Once
+    the credentials work again, the next message is written. Without that,
+    the broker producer kept the partition retrying with the authentication
+    error and failed every later message with it, forever, without even
+    trying to connect.
+
+    Schedule (PLAIN, 3 s sessions): ok is written; alice's password changes,
+    the re-authentication is refused and the connection closed; m, sent 4 s
+    later, fails with SaslAuthenticationError. The password is set back; n,
+    sent 5 s later, is written."""
+    sasl = FakeSasl(users=dict(USERS), session_lifetime=3.0)
+    fake = await _fake(nursery, sasl)
+    async with open_fake_producer(fake, idempotent=False, delivery_timeout=60.0,
+                                  **credentials("PLAIN")) as producer:
+        ok = await producer.send_and_wait("t", b"ok")
+        sasl.users["alice"] = "changed-by-the-admin"
+        await trio.sleep(4.0)
+        m = await producer.send("t", b"m")
+        with pytest.raises(ProducerError) as refused:
+            await m
+        assert isinstance(refused.value.cause, SaslAuthenticationError)
+        sasl.users["alice"] = USERS["alice"]
+        await trio.sleep(5.0)
+        n = await producer.send_and_wait("t", b"n")
+    assert (ok.offset, n.offset) == (0, 1)
+    assert values_in_log(fake, "t", 0) == [b"ok", b"n"]
