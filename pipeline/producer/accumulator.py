@@ -122,7 +122,7 @@ class Accumulator:
             items = items[n:]
         if items:
             if not part.msgs:
-                part.first_at = self._linger_from(items[0])
+                part.first_at = self._linger_from(items[0])  # type: ignore[arg-type]
             part.msgs.extend(items)  # type: ignore[arg-type]
             part.nbytes += sum(map(_size_of, items))
             if not part.has_runs and RowRun in set(map(type, items)):

@@ -1,6 +1,7 @@
-"""What a broker producer does to a sealed batch after a broker's answer, besides
-re-sending it: what an error code says about the batch and its leader (the code sets
-below), split one that was too large, read a duplicate's answer right.
+"""What a broker producer does with sealed batches: the request that carries them
+(``produce_request``), and after a broker's answer, besides re-sending one: what an
+error code says about the batch and its leader (the code sets below), split one that
+was too large, read a duplicate's answer right.
 
 Pure functions on ``SealedBatch`` (no I/O, no trio): the broker producer calls them from
 its response handling.
@@ -10,17 +11,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipeline.producer.envelopes import SEQUENCE_WRAP, SealedBatch
+from pipeline.producer.envelopes import SEQUENCE_WRAP, SealedBatch, TopicPartition
 from pipeline.protocol.batch_format import ATTRIBUTES_OFFSET, TAIL
 from pipeline.protocol.errors import ErrorCode
+from pipeline.protocol.messages.produce import (
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+)
 from pipeline.protocol.records import BatchBuilder
 
 if TYPE_CHECKING:
     from pipeline.producer.config import ProducerConfig
 
 __all__ = [
-    "EPOCH_CODES", "MAYBE_WRITTEN", "REFRESH_CODES", "TOO_LARGE", "split_batch",
-    "unless_duplicate_echo",
+    "EPOCH_CODES", "MAYBE_WRITTEN", "REFRESH_CODES", "TOO_LARGE", "produce_request",
+    "split_batch", "unless_duplicate_echo",
 ]
 
 # Errors after which the partition's leader may have moved.
@@ -96,3 +102,17 @@ def unless_duplicate_echo(batch: SealedBatch, append_time: int) -> int:
     spread of CreateTimes."""
     max_timestamp = TAIL.unpack_from(batch.records, ATTRIBUTES_OFFSET)[3]
     return -1 if append_time == max_timestamp else append_time
+
+
+def produce_request(taken: dict[TopicPartition, SealedBatch], acks: int,
+                    timeout_ms: int) -> ProduceRequest:
+    """The ProduceRequest that carries ``taken`` (one sealed batch per partition,
+    partitions grouped by topic in the order taken)."""
+    topics: dict[str, list[PartitionProduceData]] = {}
+    for tp, batch in taken.items():
+        topics.setdefault(tp.topic, []).append(
+            PartitionProduceData(index=tp.partition, records=batch.records))
+    return ProduceRequest(
+        transactional_id=None, acks=acks, timeout_ms=timeout_ms,
+        topic_data=tuple(TopicProduceData(name=name, partition_data=tuple(parts))
+                         for name, parts in topics.items()))
