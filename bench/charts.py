@@ -21,7 +21,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
 
 _COLORS = {"pipeline": "#1f77b4", "confluent": "#ff7f0e", "aiokafka": "#2ca02c",
-           "foreach": "#ff7f0e", "spark_kafka": "#d62728", "noop_arrow": "#7f7f7f"}
+           "foreach": "#ff7f0e", "spark_kafka": "#d62728", "noop_arrow": "#7f7f7f",
+           "pipeline-callback": "#17becf"}
 
 
 def _plt() -> Any:
@@ -178,11 +179,11 @@ def latency_chart(report: dict[str, Any], out: Path) -> Path:
     right.set_ylabel("send -> ack, ms (log scale)")
     right.set_title("percentile curve (median of rounds)", fontsize=9)
     handles, labels = left.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8)
     fig.suptitle(f"Latency at a paced {meta['rate']:,.0f} msg/s, linger {meta['linger_ms']} ms, "
                  f"acks=all, {meta['rounds']} rounds of {meta['seconds']:g} s\n"
                  + _conditions(meta, meta.get("broker", "")), fontsize=9)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
