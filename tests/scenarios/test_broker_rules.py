@@ -858,3 +858,81 @@ async def test_the_flusher_wakes_only_when_an_arrival_or_an_answer_changes_its_w
             trio.lowlevel.remove_instrument(counter)
     assert offsets(results) == list(range(1, 21))
     assert len(fake.requests_of(ApiKey.PRODUCE)) == 2  # warm, then one batch of 20
+
+
+async def test_the_flusher_sleeps_through_an_arrival_it_has_no_slot_for(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """An arrival the flusher could send only through a request slot that is
+    taken does not wake it (``_poke_flusher``): it waits for the answer that
+    frees the slot, not for the arrival.
+
+    Schedule (plain, max_in_flight 1, linger 1 s, batch_bytes = one record of
+    b, t[0] and t[1] on broker 0): t0: w is flushed to t[0], answered 0.5 s
+    late: the one slot is taken. t0 + 0.25: b (t[1]), a full batch, arrives:
+    no flusher step until the answer at t0 + 0.5, which frees the slot and
+    sends b. Counting a taken last slot as free, or the linger deadlines while
+    no slot is free, woke the flusher for b."""
+    fake.create_topic("t", 2, leaders=[0, 0])
+    options = exact(idempotent=False, max_in_flight=1, linger=1.0,
+                    batch_bytes=batch_size_for_record(None, b"b"))
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        fake.delay_responses(0.5, api_key=ApiKey.PRODUCE, node_id=0, count=1)
+        counter = _FlusherSteps()
+        trio.lowlevel.add_instrument(counter)
+        try:
+            t0 = trio.current_time()
+            w = producer.send_nowait("t", b"w", partition=0)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(producer.flush)
+                await trio.sleep(0.25)
+                before = counter.steps
+                b = producer.send_nowait("t", b"b", partition=1)
+                await trio.sleep(0.125)
+                assert counter.steps == before  # a full batch, but no free slot
+            results = await outcomes([w, b])
+            assert trio.current_time() == t0 + 0.5
+        finally:
+            trio.lowlevel.remove_instrument(counter)
+    assert offsets(results) == [1, 0]
+
+
+async def test_an_answer_that_leaves_the_flushers_wait_as_it_was_does_not_wake_it(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """An answer that frees a slot while the flusher waits for a linger
+    deadline, with a slot free already, leaves its wake-up time as it was: no
+    flusher step (``_poke_flusher``'s ``>=``: the same time is no reason).
+
+    Schedule (plain, max_in_flight 2, linger 1 s, batch_bytes = one record of
+    100 bytes, t[0] and t[1] on broker 0): t0: w (t[0], 100 bytes, a full
+    batch) is written at once and answered 0.5 s late. t0 + 0.125: m (t[1], one
+    byte) arrives and lingers until t0 + 1.125, one slot still free. w's answer
+    at t0 + 0.5 changes nothing the flusher waits for: no step from t0 + 0.25
+    to t0 + 1. m is written at t0 + 1.125."""
+    fake.create_topic("t", 2, leaders=[0, 0])
+    big = b"w" * 100
+    options = exact(idempotent=False, max_in_flight=2, linger=1.0,
+                    batch_bytes=batch_size_for_record(None, big))
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        fake.delay_responses(0.5, api_key=ApiKey.PRODUCE, node_id=0, count=1)
+        counter = _FlusherSteps()
+        trio.lowlevel.add_instrument(counter)
+        try:
+            t0 = trio.current_time()
+            w = producer.send_nowait("t", big, partition=0)
+            await trio.sleep(0.125)
+            m = producer.send_nowait("t", b"m", partition=1)
+            await trio.sleep(0.125)
+            before = counter.steps
+            (w_result,) = await outcomes([w])
+            assert trio.current_time() == t0 + 0.5
+            await trio.sleep(0.5)
+            assert counter.steps == before  # the answer changed nothing it waits for
+            (m_result,) = await outcomes([m])
+            assert trio.current_time() == t0 + 1.125
+        finally:
+            trio.lowlevel.remove_instrument(counter)
+    assert offsets([w_result, m_result]) == [1, 0]
