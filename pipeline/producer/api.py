@@ -5,9 +5,9 @@
 ``send_many`` / ``send_batch``), ``InputAcceptance`` (``input_acceptance.py``:
 ``producer.input``), the dispatcher and ``InputChannel`` (``async_producer.py``);
 the stages behind it are built by ``core.py``; the report task (``Reporter``,
-``ledger.py``) feeds ``producer.successes`` / ``errors``. It
-owns the lifecycle: ``open_producer`` connects, starts the pipeline in a
-nursery and closes it (``Producer._shut_down``) when the block ends.
+``ledger.py``) feeds ``producer.successes`` / ``errors``. It owns the lifecycle:
+``open_producer`` connects, starts the pipeline in a nursery and closes it
+(``Producer._shut_down``) when the block ends.
 """
 
 from __future__ import annotations
@@ -200,9 +200,8 @@ class Producer:
 
     @classmethod
     @asynccontextmanager
-    async def _running(
-        cls, bootstrap: str | Sequence[str], cfg: ProducerConfig
-    ) -> AsyncIterator[Producer]:
+    async def _running(cls, bootstrap: str | Sequence[str], cfg: ProducerConfig
+                       ) -> AsyncIterator[Producer]:
         """Connect, run the pipeline while the block runs, then shut down."""
         ledger = Ledger(cfg.buffer_memory, cfg.max_block)
         async with Cluster.open(bootstrap, cfg.cluster) as cluster:
@@ -211,13 +210,17 @@ class Producer:
             producer = cls(core)
             async with trio.open_nursery() as outer:
                 pipeline_scope = trio.CancelScope()
+                stopped = trio.Event()  # the pipeline's tasks have all ended
 
                 async def run_pipeline(*, task_status: trio.TaskStatus[None]) -> None:
-                    with pipeline_scope:
-                        async with trio.open_nursery() as nursery:
-                            await core.start(nursery)  # (idempotence: the first producer id)
-                            await producer._run(nursery)
-                            task_status.started()
+                    try:
+                        with pipeline_scope:
+                            async with trio.open_nursery() as nursery:
+                                await core.start(nursery)  # (idempotence: the first id)
+                                await producer._run(nursery)
+                                task_status.started()
+                    finally:
+                        stopped.set()
 
                 await outer.start(run_pipeline)
                 graceful = False
@@ -225,18 +228,17 @@ class Producer:
                     yield producer
                     graceful = True
                 finally:
-                    await producer._shut_down(pipeline_scope, graceful=graceful)
+                    await producer._shut_down(pipeline_scope, stopped, graceful=graceful)
 
     async def _run(self, nursery: trio.Nursery) -> None:
-        """Start the intake's tasks in the pipeline nursery: the dispatcher
-        (which starts the topic producers) and the report task."""
+        """Start the dispatcher (it starts the topic producers) and the report task."""
         await nursery.start(self._dispatcher.run)
         nursery.start_soon(self._reporter.run)
 
-    async def _shut_down(self, pipeline_scope: trio.CancelScope, *, graceful: bool) -> None:
-        """Close: refuse new messages, flush (``graceful``: up to close_timeout),
-        let idempotent requests on the wire come back, stop the pipeline, and
-        fail whatever is still outstanding with ``ProducerClosed``."""
+    async def _shut_down(self, scope: trio.CancelScope, stopped: trio.Event, *, graceful: bool) -> None:
+        """Close: refuse new messages, flush (``graceful``: up to close_timeout), let
+        idempotent requests on the wire come back, stop the pipeline and, once its last
+        steps ended (regression abort-close-after-a-response-was-read), fail the rest."""
         self._intake.stop_accepting()
         cfg = self._config
         with trio.CancelScope(shield=True):
@@ -250,13 +252,12 @@ class Producer:
                 idem.paused = True
                 with trio.move_on_after(cfg.request_timeout):
                     await idem.wait_drained()
-            pipeline_scope.cancel()
+            scope.cancel()
+            with trio.move_on_after(cfg.request_timeout):
+                await stopped.wait()
             self._inputs.shut_down(self._intake.leftovers())
-            left = self._ledger.fail_all_outstanding(ProducerClosed(
-                "the producer closed before this message was acknowledged"
-                + (f" (close_timeout={cfg.close_timeout}s ran out)" if graceful else "")
-                + "; it may or may not have been written"
-            ))
+            left = self._ledger.fail_all_outstanding(
+                ProducerClosed.unsettled(cfg.close_timeout if graceful else None))
             if left:
                 log.warning("producer closed with %d undelivered messages", left)
             self._reporter.close()

@@ -36,6 +36,14 @@ class ProducerClosed(KafkaError):
     ran out.
     """
 
+    @classmethod
+    def unsettled(cls, close_timeout: float | None) -> ProducerClosed:
+        """The cause for what a close leaves unsettled (``close_timeout``: the
+        one that ran out, for a graceful close; None: a close without flush)."""
+        ran_out = f" (close_timeout={close_timeout}s ran out)" if close_timeout is not None else ""
+        return cls(f"the producer closed before this message was acknowledged{ran_out}; "
+                   "it may or may not have been written")
+
 
 class DeliveryTimeoutError(KafkaError):
     """The message's ``delivery_timeout`` elapsed before it was acknowledged."""

@@ -196,10 +196,14 @@ def test_producer_closed_only_from_the_close_and_for_all_an_abort_left() -> None
     closed.settled_closing = True
     assert kinds(trace(False, [closed], [])) == []
     s = replace(schedule(False), abort=True)
-    other = msg(1, ok=False)
-    other.settled_closing = True  # settled during a close without flush: must be ProducerClosed
+    other = msg(1, ok=False, at=46.0, settled=50.0)
+    # Settled with its own outcome in the close's instant: the pipeline's last step
+    # (a response read before the close) ends before the close fails the rest.
+    other.settled_closing = True
     t = Trace(s, messages=[closed, other], close_start=50.0, close_end=50.0)
     t.logs = {0: []}
+    assert kinds(t) == []
+    other.settled_at = 50.25  # later: the pipeline ran on after a close without flush
     assert kinds(t) == ["C1 close"]
     t.schedule = replace(s, idempotent=True)  # (the bounded drain may still settle it)
     assert kinds(t) == []

@@ -247,10 +247,17 @@ def _flushes_and_close(trace: Trace) -> list[Violation]:
             out.append(Violation("C1 closed early", f"message #{m.index} failed with "
                                  f"ProducerClosed at {m.settled_at:.4f}, before the close "
                                  f"began"))
-        elif s.abort and not s.idempotent and not closed and m.settled_closing:
+        elif (s.abort and not s.idempotent and not closed and m.settled_closing
+              and (m.settled_at is None or m.settled_at > trace.close_start + EPS)):
+            # A close without flush stops the pipeline, then fails what is left:
+            # a step already under way (a response read, a timer fired) ends
+            # first, in the close's instant, with the message's real outcome (as
+            # the Java client's sender finishes its last loop on a forced close).
+            # Anything later means the pipeline ran on.
             out.append(Violation("C1 close", f"message #{m.index} unsettled when the close "
                                  f"(no flush) began at {trace.close_start:.4f} "
-                                 f"{'succeeded' if m.ok else 'failed: ' + m.cause[:120]}"))
+                                 f"{'succeeded' if m.ok else 'failed: ' + m.cause[:120]}"
+                                 f" at {m.settled_at}"))
     if trace.close_start >= 0:
         if trace.close_end < 0:
             out.append(Violation("O3 close", "close never returned"))
