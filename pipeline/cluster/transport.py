@@ -152,6 +152,3 @@ class WriteLock:
 
     async def __aexit__(self, *exc: object) -> None:
         self._lock.release()
-
-    def locked(self) -> bool:
-        return self._lock.locked()

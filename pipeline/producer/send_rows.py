@@ -72,8 +72,8 @@ COLUMNS_MIN = 64
 
 _new_metadata = tuple.__new__
 
-#: ``RowOutcomes.timestamps`` of a burst without callbacks: only ``metadata`` and
-#: ``errors`` read it, for ``call_back`` (a row's delivery reads its ``SendRows``).
+#: ``RowOutcomes.timestamps`` of a burst without callbacks: only ``call_back``
+#: (and ``errors``, for it) read it; a row's delivery reads its ``SendRows``.
 _NOT_KEPT: list[int] = []
 
 
