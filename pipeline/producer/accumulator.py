@@ -22,6 +22,7 @@ order), and nothing of a partition that is retrying.
 from __future__ import annotations
 
 import math
+import sys
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
@@ -41,6 +42,32 @@ from pipeline.protocol.records import BatchBuilder, batch_size_for_record, resta
 if TYPE_CHECKING:
     from pipeline.producer.context import StageContext
     from pipeline.producer.errors import DeliveryTimeoutError
+
+_SystemClock: type | None  # trio's real clock (a virtual one, MockClock or the explorer's, is not it)
+try:
+    from trio._core._run import SystemClock as _SystemClock
+except ImportError:  # pragma: no cover - a trio without it: no slack anywhere
+    _SystemClock = None
+
+#: Half the run loop's timer resolution where that resolution is 1 ms (epoll on
+#: Linux, IOCP on Windows): CPython rounds a poll timeout *up* to whole ms, so
+#: a timed wake-up ends 0 to ~1.15 ms late (measured on this project's Linux
+#: machines: 0.6 ms at the median, alone in its run loop). kqueue (macOS, BSD)
+#: takes a timespec, so it gets none.
+TIMER_SLACK = 0.0005 if sys.platform.startswith(("linux", "win32")) else 0.0
+
+
+def timer_slack() -> float:
+    """How much earlier than its linger a batch is due (``Accumulator``):
+    ``TIMER_SLACK`` on trio's real clock, so that a linger's end, rounded to the
+    timer's resolution, is rounded to the nearest ms instead of up (a 5 ms
+    linger sealed at 4.5-5.65 ms, not at 5-6.15; the Java client's whole-ms
+    clock rounds both ways too). 0 on any other clock: virtual time is exact,
+    and the deterministic tests see every linger end exactly on time."""
+    if _SystemClock is None or not isinstance(trio.lowlevel.current_clock(), _SystemClock):
+        return 0.0
+    return TIMER_SLACK
+
 
 _size_of = attrgetter("_size")
 # Every accepted message counts at least this many bytes (an empty record's
@@ -91,6 +118,12 @@ class Accumulator:
         # each one fits. Found by the schedule explorer. The per-message sizes
         # summed here are upper bounds, so the encoded batch is never larger.
         self._batch_cap = min(config.batch_bytes, config.max_message_bytes)
+        # When a partition's loose messages are due, after the first one's
+        # acceptance: linger, less the timer's slack (``timer_slack``). ready()
+        # and next_wake() both use it, so the flusher's timed wake and its
+        # readiness check agree (a wake before it would find nothing due and
+        # sleep again, up to a whole ms).
+        self._linger_due = max(0.0, config.linger - timer_slack())
 
     def _linger_from(self, msg: ProducerMessage) -> float:
         """When the linger of a batch that ``msg`` opens started: when ``send()``
@@ -150,7 +183,7 @@ class Accumulator:
                 flushing
                 or part.nbytes >= self._batch_cap
                 or len(part.msgs) >= config.max_batch_messages
-                or now >= part.first_at + config.linger
+                or now >= part.first_at + self._linger_due
             ):
                 return True
         return False
@@ -158,7 +191,7 @@ class Accumulator:
     def next_wake(self, slot_free: bool) -> float:
         """The next delivery deadline of anything queued, and, when a request
         slot is free, the next linger deadline (see ``BrokerProducer._next_wake``)."""
-        linger = self._config.linger
+        linger = self._linger_due
         wake = math.inf
         for tp, part in self.parts.items():
             if part.msgs:

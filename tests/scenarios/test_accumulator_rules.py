@@ -18,7 +18,7 @@ from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.records import batch_size_for_record, decode_record_batches
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import leaderless_after_warm, open_fake_producer, values_in_log
+from .conftest import leaderless_after_warm, livelock_guard, open_fake_producer, values_in_log
 from .test_guards import exact, offsets
 from .test_sarama_suite import outcomes
 
@@ -545,3 +545,50 @@ async def test_a_message_that_did_not_wait_lingers_from_now_exactly(
         await outcomes([producer.send_nowait("t", b"m", partition=0)])
         assert trio.current_time() == t0 + 0.005
         assert fake.requests_of(ApiKey.PRODUCE)[-1].time == t0 + 0.005
+
+
+async def test_a_linger_ends_the_timer_slack_early(
+    fake: FakeCluster, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On trio's real clock a batch is due ``TIMER_SLACK`` (0.5 ms) before its
+    linger ends: a timed wake-up there ends 0 to ~1.15 ms late (epoll's whole-ms
+    timeouts are rounded up), so the linger's end is rounded to the nearest ms
+    instead of up. The flusher's timer and its readiness check use the same
+    due time (``Accumulator._linger_due``).
+
+    Schedule (plain, linger 5 ms, the slack forced to 0.5 ms on the virtual
+    clock): t0: m is sent; it is written at t0 + 4.5 ms exactly. Without the
+    slack it waited until t0 + 5 ms; with the slack in the timer alone the
+    flusher woke at t0 + 4.5 ms, found nothing due, and woke again at once
+    without end (virtual time stood still)."""
+    from pipeline.producer import accumulator
+
+    monkeypatch.setattr(accumulator, "timer_slack", lambda: 0.0005)
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=False, linger=0.005)) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        await trio.sleep(0.125)
+        t0 = trio.current_time()
+        with livelock_guard():
+            await outcomes([producer.send_nowait("t", b"m", partition=0)])
+        assert fake.requests_of(ApiKey.PRODUCE)[-1].time == t0 + 0.0045
+        assert trio.current_time() == t0 + 0.0045
+
+
+def test_the_timer_slack_is_only_for_the_real_clock() -> None:
+    """``timer_slack`` is ``TIMER_SLACK`` on trio's real clock, where a timed
+    wake-up is up to a whole ms late, and 0 on a virtual one (MockClock, as the
+    explorer's and every scenario's), where each linger ends exactly on time."""
+    import sys
+
+    from trio.testing import MockClock
+
+    from pipeline.producer.accumulator import TIMER_SLACK, timer_slack
+
+    async def slack() -> float:
+        return timer_slack()
+
+    assert TIMER_SLACK == (0.0005 if sys.platform.startswith(("linux", "win32")) else 0.0)
+    assert trio.run(slack) == TIMER_SLACK
+    assert trio.run(slack, clock=MockClock(autojump_threshold=0)) == 0.0
+    assert trio.run(slack, clock=MockClock()) == 0.0
