@@ -44,7 +44,7 @@ from pipeline.producer.message import (
     ProducerMessage,
     RecordMetadata,
 )
-from pipeline.producer.rows import RowChunk, RowsError
+from pipeline.producer.rows import RowChunk, RowRun, RowsError
 
 if TYPE_CHECKING:
     from pipeline.producer.send_rows import RowOutcomes
@@ -331,12 +331,20 @@ class Ledger:
             # Runs point at their chunk (_sink) and it at them: break the cycle now,
             # or the chunk's columns wait for the cyclic GC (found measuring peak RSS:
             # seven calls' columns alive at once instead of the two in flight).
+            runs: list[RowRun] = chunk.runs
             chunk.runs = []
             if chunk.outcomes is not None:  # a send() burst
                 # Every row heard its callback: drop them (a callback may refer to
                 # its own delivery) and the outcomes (its runs point at the chunk).
                 chunk.outcomes.on_delivery = None
                 chunk.outcomes = None
+                # Kept deliveries reach the runs (run_of) for their offsets, never
+                # the packed columns, which nothing reads once every row settled:
+                # freed now, not with the last delivery (measured: a loop keeping
+                # 1M deliveries held all 1M rows' packed copy, ~110 MB, and ran
+                # 2.3x the collections of one that kept none).
+                for each in runs:
+                    each.columns = None  # type: ignore[assignment]  # (settled: never read)
             if chunk.extra:
                 self.release(chunk.extra)  # the chunk's copied columns
 

@@ -183,8 +183,8 @@ class SendRows:
     the deliveries' view of its rows."""
 
     # (__weakref__: the outcomes tell by it whether a delivery of the burst is alive)
-    __slots__ = ("__weakref__", "chunk", "event", "on_delivery", "outcomes", "run", "size",
-                 "timestamps", "topic", "values")
+    __slots__ = ("__weakref__", "chunk", "deadline", "event", "on_delivery", "outcomes", "run",
+                 "size", "timestamps", "topic", "values")
 
     def __init__(self, topic: str, run: RowRun, chunk: RowChunk) -> None:
         self.topic = topic
@@ -193,7 +193,9 @@ class SendRows:
         self.values: list[bytes] = []
         self.timestamps: list[int] = []
         self.size = 0  # bytes reserved (the per-message bounds)
-        self.run = run  # the burst's run, in the intake until the dispatcher takes it
+        # The burst's run, in the intake until the dispatcher takes it (None after).
+        self.run: RowRun | None = run
+        self.deadline = run._deadline  # its rows' delivery deadline (run's is set first)
         self.chunk = chunk
         self.outcomes: RowOutcomes | None = None  # set when sealed
         self.event: trio.Event | None = None  # set when sealed, if someone waits
@@ -208,6 +210,8 @@ class SendRows:
         values = BinaryColumn(memoryview(offsets).cast("q"), memoryview(data))
         n = len(self.values)
         run, chunk = self.run, self.chunk
+        assert run is not None, "a burst is sealed once"
+        self.run = None  # it travels on; the burst's deliveries must not keep its columns
         stamps = memoryview(array("q", self.timestamps))
         run.columns = Columns(values, None, None, stamps)
         run.count = n

@@ -229,7 +229,7 @@ def _record(index: int, msg: ProducerMessage | Delivery, at: float,
         # A row of a columnar send() burst: no _id of its own; the rows of a
         # burst hold the consecutive ids from its chunk's first, in send order.
         burst = msg._rows
-        msg_id, deadline = burst.chunk._id + msg._row, burst.run._deadline
+        msg_id, deadline = burst.chunk._id + msg._row, burst.deadline
     else:
         msg_id, deadline = msg._id, msg._deadline  # type: ignore[union-attr]
     rec = Message(index, msg_id, msg.value or b"", at, deadline, partition=msg.partition)
