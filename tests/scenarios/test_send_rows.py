@@ -280,6 +280,37 @@ async def test_a_settled_burst_leaves_no_reference_cycle(
             gc.enable()
 
 
+async def test_a_burst_whose_deliveries_were_kept_leaves_no_reference_cycle(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Kept deliveries make the burst's ``run_of`` (outcomes -> runs), and the
+    runs point at their chunk: the chunk drops its outcomes with its last row,
+    so once the caller drops the deliveries too, everything is freed by
+    reference counting (the cycle chunk -> outcomes -> runs -> chunk was left
+    to the cyclic GC otherwise)."""
+    import gc
+
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        for _ in range(600):
+            await producer.send("t", b"w")
+        await producer.flush()
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(3):
+                columnar_next(producer)
+                kept = [await producer.send("t", b"v" * 50) for _ in range(600)]
+                await producer.flush()
+                assert sum(type(d) is RowDelivery for d in kept) >= 88
+                assert all(d.done() for d in kept)
+                del kept
+            assert gc.collect() == 0
+        finally:
+            gc.enable()
+
+
 async def test_on_delivery_is_called_once_per_row_with_its_metadata_or_error(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
@@ -594,9 +625,13 @@ async def test_kept_deliveries_do_not_keep_their_bursts_packed_columns(
     values = [b"v%d" % i for i in range(LOOP)]
     async with open_fake_producer(fake) as producer:
         columnar_next(producer)
+        t0 = trio.current_time()
         deliveries = [await producer.send("t", v) for v in values]
         await producer.flush()
         results = [await d for d in deliveries]
+        # The rows' deadline outlives the run (the schedule explorer reads it).
+        assert {d._rows.deadline for d in deliveries if type(d) is RowDelivery} == {
+            t0 + producer._config.delivery_timeout}
         # (A stage waiting for its next item still holds its last one: one more.)
         await producer.send_and_wait("t", b"next", partition=0)  # (a message, not a burst)
         gc.collect()
