@@ -211,8 +211,14 @@ async def test_acks0_connection_survives_stray_responses(
                 await producer.flush()  # many small requests
         metas = [await d for d in deliveries]
         assert producer.statistics().requests_sent >= 10
+        # Read back while the connection is still open: with acks=0 nothing says
+        # when the broker has appended what was written, and a broker may drop
+        # requests it has not handled when their connection closes (Kafka's own
+        # acks=0 promise). Measured on tansu, reading after the close: 3 runs of
+        # 21 read back 240 of 400 (on this commit and the one before); reading
+        # before it, 12 of 12 read all 400.
+        got = await read_back(consume, kafka_bootstrap, topic, 2, n)
     assert all(m.offset == -1 and not m.offset_known for m in metas)
-    got = await read_back(consume, kafka_bootstrap, topic, 2, n)
     for p in (0, 1):
         assert [m.value() for m in got if m.partition() == p] == [
             b"z%d" % i for i in range(p, n, 2)
