@@ -187,3 +187,27 @@ def test_a_port_taken_before_the_node_binds_it_is_retried(
             assert len(picks) == 2
             assert cluster.port(1) == picks[1][0] != taken
             assert cluster.describe_topic("pipeline-ready-probe").fully_replicated
+
+
+def test_records_with_old_timestamps_are_kept() -> None:
+    """Tests write records with fixed CreateTimes of 2022-2023. Kafka's default 7-day
+    retention deleted them at its first check (30 s after the start; every 5 min later, 1 s
+    here), active segment too: a CI read-back that straddled a check found partitions
+    starting at offset 18. The test kit turns time-based retention off."""
+    import time
+
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    with KafkaCluster(1, {"log.retention.check.interval.ms": "1000"}) as cluster:
+        cluster.create_topic("old-timestamps", 1)
+        producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap})
+        for i in range(20):
+            producer.produce("old-timestamps", b"v%d" % i, timestamp=1_700_000_000_000 + i)
+        assert producer.flush(30) == 0
+        consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap,
+                                             "group.id": "retention"})
+        try:
+            partition = confluent_kafka.TopicPartition("old-timestamps", 0)
+            time.sleep(33)  # past the first retention check (30 s after the start)
+            assert consumer.get_watermark_offsets(partition, timeout=10) == (0, 20)
+        finally:
+            consumer.close()

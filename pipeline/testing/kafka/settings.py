@@ -43,7 +43,7 @@ OWNED = frozenset({
 def test_kit_config(nodes: int) -> dict[str, str]:
     """Broker settings for tests (overridable by ``broker_config``): Kafka's own test kit
     choices (small internal topics, no rebalance delay, a small cleaner buffer), topics only
-    created on purpose, and failure detection within seconds."""
+    created on purpose, failure detection within seconds, and no time-based retention."""
     rf, isr = str(min(nodes, 3)), str(min(nodes, 2))
     return {
         "offsets.topic.replication.factor": rf,
@@ -63,6 +63,11 @@ def test_kit_config(nodes: int) -> dict[str, str]:
         # A SIGKILLed broker is fenced (its leaderships and ISR places move) after 6 s, not 9.
         "broker.heartbeat.interval.ms": "500",
         "broker.session.timeout.ms": "6000",
+        # Tests write records with fixed CreateTimes of 2022-2023 (BASE_TS): Kafka's default
+        # 7-day retention deleted them, active segment too, at its first check (30 s after
+        # the start, then every 5 min), so a read-back that straddled one found a partition
+        # starting at offset 18 (a CI run of test_columnar_batches_read_back_by_librdkafka).
+        "log.retention.ms": "-1",
     }
 
 
