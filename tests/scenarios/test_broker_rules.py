@@ -7,6 +7,8 @@ asserted exactly.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -653,6 +655,28 @@ async def test_an_acks_0_batch_that_expires_while_its_request_is_written_fails_o
     assert values_in_log(fake, "t", 0) == [b"m"]
 
 
+async def _m_read_at_its_deadline(producer: Any, clock: Any, t0: float, read_at: float,
+                                  after_send: Any = None) -> tuple[Any, Any]:
+    """Send m to t[0]; the responder's step that reads m's answer (or its failure), at
+    t0 + ``read_at``, runs late, at m's deadline t0 + 5 (the clock jumps right before
+    it: the real-clock order); then send n. ``after_send`` runs between m's send and
+    its outcome. Returns m's and n's outcomes."""
+    from .time_passes import jump_before_step, named
+
+    def reading_m(task: Any) -> bool:
+        return named(task, "BrokerProducer._responder") and trio.current_time() == t0 + read_at
+
+    with jump_before_step(clock, 5.0 - read_at, reading_m) as jump:
+        m = producer.send_nowait("t", b"m", partition=0)
+        if after_send is not None:
+            after_send()
+        with trio.fail_after(10):
+            (result,) = await outcomes([m])
+    assert jump.jumped_at == t0 + read_at
+    assert trio.current_time() == t0 + 5.0
+    (n_result,) = await outcomes([producer.send_nowait("t", b"n", partition=0)])
+    return result, n_result
+
 
 async def test_a_batch_found_expired_when_its_answer_is_read_fails_then(
     fake: FakeCluster, autojump_clock: Any
@@ -682,8 +706,6 @@ async def test_a_batch_found_expired_when_its_answer_is_read_fails_then(
     leader may be gone, see the next test."""
     from pipeline.producer.errors import DeliveryTimeoutError
 
-    from .time_passes import jump_before_step, named
-
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=4.0)
     async with open_fake_producer(fake, **options) as producer:
@@ -691,16 +713,7 @@ async def test_a_batch_found_expired_when_its_answer_is_read_fails_then(
         t0 = trio.current_time()
         fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
         fake.delay_responses(3.75, api_key=ApiKey.PRODUCE, node_id=0, count=1)
-
-        def reading_the_answer(task: Any) -> bool:
-            return named(task, "BrokerProducer._responder") and trio.current_time() == t0 + 3.75
-
-        with jump_before_step(autojump_clock, 1.25, reading_the_answer) as jump:
-            with trio.fail_after(10):
-                (result,) = await outcomes([producer.send_nowait("t", b"m", partition=0)])
-        assert jump.jumped_at == t0 + 3.75
-        assert trio.current_time() == t0 + 5.0
-        (n_result,) = await outcomes([producer.send_nowait("t", b"n", partition=0)])
+        result, n_result = await _m_read_at_its_deadline(producer, autojump_clock, t0, 3.75)
         assert trio.current_time() == t0 + 5.0
     assert isinstance(result.cause, DeliveryTimeoutError)
     assert "never acknowledged; last error: NOT_ENOUGH_REPLICAS" in str(result.cause)
@@ -728,24 +741,13 @@ async def test_an_unanswered_batch_found_expired_when_its_request_fails_may_have
     from pipeline.producer.errors import DeliveryTimeoutError
     from pipeline.testing.fake_cluster import NO_RESPONSE
 
-    from .time_passes import jump_before_step, named
-
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=4.0)
     async with open_fake_producer(fake, **options) as producer:
         await producer._core.cluster.partitions_for("t")
         t0 = trio.current_time()
         fake.control(ApiKey.PRODUCE, lambda ctx: NO_RESPONSE, node_id=0)
-
-        def reading_the_failure(task: Any) -> bool:
-            return named(task, "BrokerProducer._responder") and trio.current_time() == t0 + 4.0
-
-        with jump_before_step(autojump_clock, 1.0, reading_the_failure) as jump:
-            with trio.fail_after(10):
-                (result,) = await outcomes([producer.send_nowait("t", b"m", partition=0)])
-        assert jump.jumped_at == t0 + 4.0
-        assert trio.current_time() == t0 + 5.0
-        (n_result,) = await outcomes([producer.send_nowait("t", b"n", partition=0)])
+        result, n_result = await _m_read_at_its_deadline(producer, autojump_clock, t0, 4.0)
         assert trio.current_time() == t0 + 5.0
     assert isinstance(result.cause, DeliveryTimeoutError)
     message = str(result.cause)
@@ -776,8 +778,6 @@ async def test_a_give_up_that_may_have_lost_the_leader_sends_the_next_message_to
     at t0 + 5.125, and failed there with NOT_ENOUGH_REPLICAS, out of retries."""
     from pipeline.producer.errors import DeliveryTimeoutError
 
-    from .time_passes import jump_before_step, named
-
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=False, retries=1, delivery_timeout=5.0, request_timeout=4.0)
     async with open_fake_producer(fake, **options) as producer:
@@ -786,18 +786,9 @@ async def test_a_give_up_that_may_have_lost_the_leader_sends_the_next_message_to
         fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_LEADER_OR_FOLLOWER, node_id=0)
         fake.delay_responses(3.75, api_key=ApiKey.PRODUCE, node_id=0, count=1)
         fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=1)
-
-        def reading_the_answer(task: Any) -> bool:
-            return named(task, "BrokerProducer._responder") and trio.current_time() == t0 + 3.75
-
-        with jump_before_step(autojump_clock, 1.25, reading_the_answer) as jump:
-            m = producer.send_nowait("t", b"m", partition=0)
-            fake.move_leader("t", 0, to=1)  # m still goes to broker 0: the cached leader
-            with trio.fail_after(10):
-                (result,) = await outcomes([m])
-        assert jump.jumped_at == t0 + 3.75
-        assert trio.current_time() == t0 + 5.0
-        (n_result,) = await outcomes([producer.send_nowait("t", b"n", partition=0)])
+        # m still goes to broker 0 after the move: the cached leader
+        result, n_result = await _m_read_at_its_deadline(
+            producer, autojump_clock, t0, 3.75, lambda: fake.move_leader("t", 0, to=1))
         assert trio.current_time() == t0 + 5.125
     assert isinstance(result.cause, DeliveryTimeoutError)
     # NOT_LEADER may come after the append (MAYBE_WRITTEN): m's fate is unknown.
@@ -820,6 +811,16 @@ class _FlusherSteps(trio.abc.Instrument):
             self.steps += 1
 
 
+@contextmanager
+def _counting_flusher_steps() -> Iterator[_FlusherSteps]:
+    counter = _FlusherSteps()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        yield counter
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+
+
 async def test_the_flusher_wakes_only_when_an_arrival_or_an_answer_changes_its_wait(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
@@ -837,9 +838,7 @@ async def test_the_flusher_wakes_only_when_an_arrival_or_an_answer_changes_its_w
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake, **exact(idempotent=False, linger=1.0)) as producer:
         await producer.send_and_wait("t", b"warm", partition=0)
-        counter = _FlusherSteps()
-        trio.lowlevel.add_instrument(counter)
-        try:
+        with _counting_flusher_steps() as counter:
             t0 = trio.current_time()
             sent = [producer.send_nowait("t", b"m0", partition=0)]
             await trio.sleep(0.001)
@@ -854,8 +853,6 @@ async def test_the_flusher_wakes_only_when_an_arrival_or_an_answer_changes_its_w
             # + 3 at t0 + 1: the linger wake-up and the request's writing (the
             # stream's send yields); none for the answer.
             assert counter.steps == 4
-        finally:
-            trio.lowlevel.remove_instrument(counter)
     assert offsets(results) == list(range(1, 21))
     assert len(fake.requests_of(ApiKey.PRODUCE)) == 2  # warm, then one batch of 20
 
@@ -879,9 +876,7 @@ async def test_the_flusher_sleeps_through_an_arrival_it_has_no_slot_for(
     async with open_fake_producer(fake, **options) as producer:
         await producer.send_and_wait("t", b"warm", partition=0)
         fake.delay_responses(0.5, api_key=ApiKey.PRODUCE, node_id=0, count=1)
-        counter = _FlusherSteps()
-        trio.lowlevel.add_instrument(counter)
-        try:
+        with _counting_flusher_steps() as counter:
             t0 = trio.current_time()
             w = producer.send_nowait("t", b"w", partition=0)
             async with trio.open_nursery() as nursery:
@@ -893,8 +888,6 @@ async def test_the_flusher_sleeps_through_an_arrival_it_has_no_slot_for(
                 assert counter.steps == before  # a full batch, but no free slot
             results = await outcomes([w, b])
             assert trio.current_time() == t0 + 0.5
-        finally:
-            trio.lowlevel.remove_instrument(counter)
     assert offsets(results) == [1, 0]
 
 
@@ -918,9 +911,7 @@ async def test_an_answer_that_leaves_the_flushers_wait_as_it_was_does_not_wake_i
     async with open_fake_producer(fake, **options) as producer:
         await producer.send_and_wait("t", b"warm", partition=0)
         fake.delay_responses(0.5, api_key=ApiKey.PRODUCE, node_id=0, count=1)
-        counter = _FlusherSteps()
-        trio.lowlevel.add_instrument(counter)
-        try:
+        with _counting_flusher_steps() as counter:
             t0 = trio.current_time()
             w = producer.send_nowait("t", big, partition=0)
             await trio.sleep(0.125)
@@ -933,6 +924,4 @@ async def test_an_answer_that_leaves_the_flushers_wait_as_it_was_does_not_wake_i
             assert counter.steps == before  # the answer changed nothing it waits for
             (m_result,) = await outcomes([m])
             assert trio.current_time() == t0 + 1.125
-        finally:
-            trio.lowlevel.remove_instrument(counter)
     assert offsets([w_result, m_result]) == [1, 0]
