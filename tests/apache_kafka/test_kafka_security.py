@@ -184,6 +184,18 @@ async def test_expired_token(kafka_sasl_ssl: KafkaCluster) -> None:
     assert "refused an OAUTHBEARER token" in text
 
 
+async def test_a_token_issued_in_the_future_is_refused(kafka_sasl_ssl: KafkaCluster) -> None:
+    """Kafka checks ``iat`` against its clock with no skew allowed: the rule the test
+    kit's tokens meet by rounding ``iat`` down (tests/testing/test_kafka_pki.py)."""
+    from pipeline.testing.kafka import unsecured_token
+
+    def ahead() -> tuple[str, float]:
+        return unsecured_token("alice", lifetime=60.0, now=time.time() + 5.0)
+    options = kafka_sasl_ssl.client_options("OAUTHBEARER")
+    options["sasl_oauth_token_provider"] = ahead
+    await check_refused(kafka_sasl_ssl, SaslAuthenticationError, "invalid_token", **options)
+
+
 async def test_untrusted_certificate(kafka_sasl_ssl: KafkaCluster) -> None:
     options = kafka_sasl_ssl.client_options("PLAIN")
     del options["ssl_cafile"]  # the system CAs do not know the test CA

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -59,9 +60,15 @@ def _b64(data: bytes) -> str:
 def unsecured_token(principal: str, lifetime: float = 3600.0, *,
                     now: float | None = None) -> tuple[str, float]:
     """An unsecured JWS (``alg: none``) for Kafka's test validator, and its expiry in
-    epoch seconds: ``(token, expires_at)``, what a token provider returns."""
-    issued = time.time() if now is None else now
-    expires = issued + lifetime
+    epoch seconds: ``(token, expires_at)``, what a token provider returns.
+
+    ``iat`` is whole seconds, rounded down: Kafka refuses a token whose ``iat * 1000`` is
+    after its own clock in whole milliseconds (``validateIssuedAt``, no clock skew
+    allowed by default), so a fractional ``iat`` of this very instant was refused
+    whenever the broker checked it within the same millisecond (CI, stop 23)."""
+    now = time.time() if now is None else now
+    issued = math.floor(now)
+    expires = now + lifetime
     header = _b64(json.dumps({"alg": "none"}).encode())
     claims = _b64(json.dumps({"sub": principal, "iat": issued, "exp": expires}).encode())
     return f"{header}.{claims}.", expires
