@@ -191,3 +191,17 @@ def test_failed_cds_training_is_not_retried(tmp_path: Path,
     assert cds_archive(tmp_path, sys.executable, "x.jar", train) is None
     assert len(calls) == 1
     assert list(tmp_path.glob("*.jsa")) == []
+
+
+def test_a_nodes_jvm_unpacks_native_libraries_in_its_own_directory(tmp_path: Path) -> None:
+    """lz4-java and snappy-java unpack a native library into ``java.io.tmpdir`` and delete
+    it on a normal exit only: a SIGKILLed node (the chaos tests' crash) left one in /tmp per
+    start. The node's own directory is removed with the cluster."""
+    from pipeline.testing.kafka.node import KafkaNode, NodePorts
+
+    node = KafkaNode(0, NodePorts(1, 2, 3), tmp_path / "node-0", java="java", classpath="cp",
+                     jvm_options=(), config={"node.id": "0"})
+    node.write_files()
+    options = [o for o in node.command() if o.startswith("-Djava.io.tmpdir=")]
+    assert options == [f"-Djava.io.tmpdir={tmp_path / 'node-0' / 'tmp'}"]
+    assert (tmp_path / "node-0" / "tmp").is_dir()

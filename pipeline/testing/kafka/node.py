@@ -218,8 +218,14 @@ class KafkaNode:
     def pid(self) -> int | None:
         return self.proc.pid if self.running and self.proc is not None else None
 
+    @property
+    def tmp_dir(self) -> Path:
+        """The JVM's ``java.io.tmpdir``."""
+        return self.directory / "tmp"
+
     def write_files(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir.mkdir(exist_ok=True)
         lines = [f"{k}={v}" for k, v in self.config.items()]
         self.config_path.write_text(
             "# Written by pipeline.testing.kafka.KafkaCluster\n" + "\n".join(lines) + "\n"
@@ -250,6 +256,10 @@ class KafkaNode:
             self.java, *self.jvm_options,
             f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.directory}",
+            # Native libraries the JVM unpacks (lz4-java, snappy-java) go in the node's
+            # directory, removed with the cluster: a SIGKILLed JVM (a chaos test's crash)
+            # skips its delete-on-exit and left them in /tmp for good.
+            f"-Djava.io.tmpdir={self.tmp_dir}",
             "-cp", self.classpath,
             "kafka.Kafka", str(self.config_path),
         ]
