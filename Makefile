@@ -30,9 +30,10 @@ help:
 	@echo "make clean      remove .venv and caches"
 
 # (Re)install whenever pyproject.toml or a C extension changes (the install builds
-# pipeline/protocol/_kernel.c and pipeline/producer/_delivery.c in place). The venv
-# itself is created only if missing.
-$(STAMP): pyproject.toml pipeline/protocol/_kernel.c pipeline/producer/_delivery.c
+# pipeline/protocol/_kernel.c and pipeline/producer/_delivery.c, _send.c in place). The
+# venv itself is created only if missing.
+$(STAMP): pyproject.toml pipeline/protocol/_kernel.c pipeline/producer/_delivery.c \
+		pipeline/producer/_send.c pipeline/producer/_slots.h
 	@test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPIP) install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
 	@touch $@

@@ -68,6 +68,24 @@ def await_path(request: pytest.FixtureRequest) -> Iterator[str]:
         message._use(before)
 
 
+@pytest.fixture(params=["c", "python"])
+def send_path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run the test once per ``producer.send`` path of the producers it opens
+    (pipeline/producer/_send.c's row branch, or ``Intake.send`` alone), then restore
+    the process's own. The C run is skipped only when the extension is not built or
+    PIPELINE_PURE_PYTHON is set."""
+    from pipeline.producer import fast_send
+
+    if request.param == "c" and fast_send._c is None:
+        pytest.skip("pipeline.producer._send is not built (or PIPELINE_PURE_PYTHON is set)")
+    before = fast_send.SEND_PATH
+    fast_send.use(request.param)
+    try:
+        yield request.param
+    finally:
+        fast_send.use(before)
+
+
 @pytest.fixture(autouse=True)
 def _pipeline_logger_as_found() -> Iterator[None]:
     """Entry points run in-process by tests silence the ``pipeline`` logger for

@@ -31,6 +31,8 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include "_slots.h" /* SLOT, member_offset */
+
 /* ------------------------------------------------------------------ state */
 
 static PyTypeObject *message_type = NULL;   /* ProducerMessage */
@@ -44,23 +46,6 @@ static long schedule_every = 0;
 static long countdown = 0;
 
 static PyObject *str_task, *str_cancel_status, *str_effectively_cancelled;
-
-#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
-
-static int member_offset(PyTypeObject *cls, const char *name, Py_ssize_t *out) {
-    PyObject *descr = PyDict_GetItemString(cls->tp_dict, name); /* borrowed */
-    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", cls->tp_name, name);
-        return -1;
-    }
-    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-    if (m->type != T_OBJECT_EX) {
-        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", cls->tp_name, name);
-        return -1;
-    }
-    *out = m->offset;
-    return 0;
-}
 
 static int check_ready(void) {
     if (message_type == NULL) {

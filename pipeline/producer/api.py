@@ -22,6 +22,7 @@ from typing import Any
 import trio
 
 from pipeline.cluster.pool import Cluster
+from pipeline.producer import fast_send
 from pipeline.producer.async_producer import Dispatcher, InputChannel
 from pipeline.producer.bulk import Bulk
 from pipeline.producer.config import ProducerConfig, make_config
@@ -67,7 +68,7 @@ class Producer:
         ledger.return_successes = config.return_successes
         self._intake = intake = Intake(config, ledger)
         # The hot path: no wrapper call per message (the methods below say the same).
-        self.send = intake.send  # type: ignore[method-assign]
+        self.send = fast_send.entry(intake, config.partitioner == "default")  # type: ignore[method-assign]
         self.send_nowait = intake.send_nowait  # type: ignore[method-assign]
         self._bulk = Bulk(intake, ledger)
         self._inputs = InputAcceptance(intake, ledger)

@@ -83,6 +83,14 @@ IntakeItem = ProducerMessage | list[ProducerMessage] | FlushMark | RowRun
 class Intake:
     """The intake channel's send side, the open burst and the CreateTime clock."""
 
+    # Slots: send()'s row branch in C (_send.c) reads and writes these fields at
+    # their offsets, sharing them with the Python branch below.
+    __slots__ = (
+        "_burst", "_burst_deadline", "_burst_topic", "_channel", "_closing", "_columnar",
+        "_columns_next", "_delivery_timeout", "_ledger", "_max_message_bytes", "_ms",
+        "_ms_ends", "_now", "_outbox", "_rows", "_timestamp_ms", "_until_yield", "_wall_clock",
+    )
+
     def __init__(self, config: ProducerConfig, ledger: Ledger) -> None:
         self._ledger = ledger
         self._channel, self._outbox = trio.open_memory_channel[IntakeItem](

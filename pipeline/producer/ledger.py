@@ -55,6 +55,11 @@ _size_of = attrgetter("_size")
 
 
 class Ledger:
+    # The fields send()'s row branch in C reads and writes (_send.c, at these
+    # slots' offsets); everything else lives in the instance dict (tests and the
+    # explorer replace methods on an instance).
+    __slots__ = ("__dict__", "_next_id", "buffer_memory", "buffered_bytes")
+
     def __init__(self, buffer_memory: int, max_block: float) -> None:
         self.buffer_memory = buffer_memory
         self.max_block = max_block

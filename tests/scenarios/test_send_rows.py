@@ -44,9 +44,10 @@ def columnar_next(producer: Any) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _modes(both_modes: bool, await_path: str) -> bool:
+def _modes(both_modes: bool, await_path: str, send_path: str) -> bool:
     """Every schedule runs plain and idempotent, on both await paths (the C
-    ``_delivery.RowAwait`` and ``new_row``, and their Python twins)."""
+    ``_delivery.RowAwait`` and ``new_row``, and their Python twins) and both
+    send paths (``_send.c``'s row branch, and ``Intake.send`` alone)."""
     return both_modes
 
 
