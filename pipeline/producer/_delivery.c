@@ -75,15 +75,40 @@ static inline PyObject *slot(PyObject *msg, Py_ssize_t off, const char *name) {
 
 /* ------------------------------------------------------------------ metadata */
 
+/* The last RecordMetadata made here, kept: when nobody else holds it any more (an
+ * `await d` whose result was dropped, a callback that kept nothing) the next one is
+ * this object with its items replaced, instead of a free and an allocation (what
+ * zip() and enumerate() do with their result tuple: nobody can see the change). */
+static PyObject *spare_metadata = NULL;
+
 /* A RecordMetadata (tp_alloc of the named tuple) of topic, partition, timestamp and known
  * (borrowed) and offset (a new reference, which it steals, released on failure too). */
 static PyObject *new_metadata(PyObject *topic, PyObject *partition, PyObject *offset,
                               PyObject *timestamp, PyObject *known) {
-    PyObject *r = metadata_type->tp_alloc(metadata_type, 5);
+    PyObject *r = spare_metadata;
+    if (r != NULL && Py_REFCNT(r) == 1 && Py_IS_TYPE(r, metadata_type)) {
+        PyObject *old[5];
+        for (int k = 0; k < 5; k++) old[k] = PyTuple_GET_ITEM(r, k);
+        Py_INCREF(topic);
+        PyTuple_SET_ITEM(r, 0, topic);
+        Py_INCREF(partition);
+        PyTuple_SET_ITEM(r, 1, partition);
+        PyTuple_SET_ITEM(r, 2, offset);
+        Py_INCREF(timestamp);
+        PyTuple_SET_ITEM(r, 3, timestamp);
+        Py_INCREF(known);
+        PyTuple_SET_ITEM(r, 4, known);
+        for (int k = 0; k < 5; k++) Py_DECREF(old[k]); /* (str, int, bool: no code runs) */
+        Py_INCREF(r);
+        return r;
+    }
+    r = metadata_type->tp_alloc(metadata_type, 5);
     if (r == NULL) {
         Py_DECREF(offset);
         return NULL;
     }
+    Py_INCREF(r);
+    Py_XSETREF(spare_metadata, r); /* (one still held elsewhere is its holder's alone) */
     Py_INCREF(topic);
     PyTuple_SET_ITEM(r, 0, topic);
     Py_INCREF(partition);
@@ -821,6 +846,7 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
     Py_XSETREF(message_type, cls);
     Py_INCREF(md);
     Py_XSETREF(metadata_type, (PyTypeObject *)md);
+    Py_CLEAR(spare_metadata);
     Py_INCREF(pa);
     Py_XSETREF(python_await, pa);
     Py_INCREF(sc);

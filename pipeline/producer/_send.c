@@ -519,7 +519,20 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
     Py_RETURN_NONE;
 }
 
+/* atomic_list() -> []: a list the cyclic GC does not track. For a burst's values
+ * (bytes) and timestamps (ints): lists that hold only atomic objects can be in no
+ * cycle, and a kept burst's 512-item lists made every young collection walk them
+ * (measured: 30 ms of GC per 1M kept deliveries, against 4 ms when dropped). A list
+ * is never tracked again by CPython once untracked; it must get only atomic items. */
+static PyObject *atomic_list(PyObject *module, PyObject *unused) {
+    PyObject *list = PyList_New(0);
+    if (list != NULL) PyObject_GC_UnTrack(list);
+    return list;
+}
+
 static PyMethodDef methods[] = {
+    {"atomic_list", atomic_list, METH_NOARGS,
+     "atomic_list() -> a new empty list the cyclic GC does not track (atomic items only)."},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
      "setup(intake_type, ledger_type, rows_type, size_base, intake_globals, rows_globals, "
      "wall_time): bind the module to pipeline.producer.intake (once, at its import)."},

@@ -45,6 +45,7 @@ def _load_c() -> ModuleType | None:  # (PIPELINE_PURE_PYTHON=1: the twin only)
     # A coroutine to trio (nursery.start_soon(producer.send, ...)): it has no frame, so
     # trio wraps it in one, as it does for coroutines written in C or Cython.
     collections.abc.Coroutine.register(_send.SendCall)
+    _send_rows.new_column = _send.atomic_list
     return _send
 
 

@@ -190,8 +190,9 @@ class SendRows:
         self.topic = topic
         # Each row's on_delivery (or None), once a row had one; None: no row had.
         self.on_delivery: list[DeliveryCallback | None] | None = None
-        self.values: list[bytes] = []
-        self.timestamps: list[int] = []
+        # Only bytes and ints: lists the cyclic GC need not walk (new_column).
+        self.values: list[bytes] = new_column()
+        self.timestamps: list[int] = new_column()
         self.size = 0  # bytes reserved (the per-message bounds)
         # The burst's run, in the intake until the dispatcher takes it (None after).
         self.run: RowRun | None = run
@@ -454,6 +455,11 @@ def _call_back_ok_py(fns: list[DeliveryCallback | None], topic: str, partition: 
 #: Calls the callbacks of a run settled OK: ``_delivery.call_back_ok`` or its
 #: twin (``_use_rows``).
 call_back_ok: Callable[..., None] = _call_back_ok_py
+
+#: A burst's column list: ``_send.atomic_list`` (a list the cyclic GC does not
+#: track: its items are bytes or ints, in no cycle) when that module is loaded
+#: (``fast_send.py`` sets it), else ``list``.
+new_column: Callable[[], list[Any]] = list
 
 #: ``send()``'s row constructor: ``_delivery.new_row`` or its twin (``_use_rows``).
 new_row: Callable[[SendRows, int], RowDelivery] = _new_row_py

@@ -408,3 +408,40 @@ def test_the_path_switch_names_what_is_wrong(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(RuntimeError, match="_send is not built or is disabled"):
         fast_send.use("c")
     assert fast_send.SEND_PATH in ("c", "python")  # unchanged by the refusals
+
+
+async def test_a_kept_metadata_never_changes(fake: FakeCluster, await_path: str) -> None:
+    """The C await refills the last RecordMetadata it made when nobody holds it any
+    more (``_delivery.c``, new_metadata): one that is held (kept in a list, or by a
+    callback) keeps its own row's fields, whatever is awaited after it."""
+    kept: list[Any] = []
+    async with open_fake_producer(fake) as producer:
+        await open_burst(producer)
+        sent = [await producer.send("ta", b"v%d" % i, on_delivery=(
+            (lambda m, e: kept.append(m)) if i % 7 == 0 else None)) for i in range(60)]
+        await producer.flush()
+        held = []
+        for i, d in enumerate(sent):
+            meta = await d
+            assert meta.offset == i + 1  # what the await gives, read at once
+            if i % 3 == 0:
+                held.append(meta)
+            del meta
+    assert [m.offset for m in held] == [i + 1 for i in range(0, 60, 3)]
+    assert [m.offset for m in kept] == [i + 1 for i in range(0, 60, 7)]
+    assert {(m.topic, m.partition, m.offset_known) for m in held + kept} == {("ta", 0, True)}
+
+
+def test_a_bursts_columns_are_not_walked_by_the_gc(send_path: str) -> None:
+    """A burst's values (bytes) and timestamps (ints) are lists the cyclic GC does
+    not track when ``_send`` is loaded (kept bursts made young collections walk them:
+    30 ms of 1M kept deliveries' GC, against 14 untracked)."""
+    from pipeline.producer.send_rows import SendRows, new_column
+
+    rows = SendRows.__new__(SendRows)
+    rows.values, rows.timestamps = new_column(), new_column()
+    tracked = fast_send._c is None
+    assert gc.is_tracked(rows.values) is tracked and gc.is_tracked(rows.timestamps) is tracked
+    rows.values.append(b"v")
+    rows.timestamps.append(T)
+    assert gc.is_tracked(rows.values) is tracked  # (a list is never tracked again)
