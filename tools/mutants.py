@@ -91,6 +91,10 @@ TARGETS: dict[str, set[str] | None] = {
     },
     # send() bursts as columns (issue 15)
     "pipeline/producer/send_rows.py": None,
+    # which send() a producer gets: Intake.send or the C Sender (_send.c, mutated by
+    # hand: tools/mutants_c.py). Its import-time loader maps to no test (it runs
+    # before any): deleting its setup() or registrations fails every C-path test.
+    "pipeline/producer/fast_send.py": {"use", "entry"},
 }
 TESTS = ["tests/scenarios", "tests/producer"]
 PYTEST = [

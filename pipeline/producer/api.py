@@ -5,9 +5,8 @@
 ``send_many`` / ``send_batch``), ``InputAcceptance`` (``input_acceptance.py``:
 ``producer.input``), the dispatcher and ``InputChannel`` (``async_producer.py``);
 the stages behind it are built by ``core.py``; the report task (``Reporter``,
-``ledger.py``) feeds ``producer.successes`` / ``errors``. It owns the lifecycle:
-``open_producer`` connects, starts the pipeline in a nursery and closes it
-(``Producer._shut_down``) when the block ends.
+``ledger.py``) feeds ``producer.successes`` / ``errors``. It owns the lifecycle: ``open_producer``
+connects, starts the pipeline in a nursery, closes it (``_shut_down``) when the block ends.
 """
 
 from __future__ import annotations

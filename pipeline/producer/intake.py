@@ -83,13 +83,11 @@ IntakeItem = ProducerMessage | list[ProducerMessage] | FlushMark | RowRun
 class Intake:
     """The intake channel's send side, the open burst and the CreateTime clock."""
 
-    # Slots: send()'s row branch in C (_send.c) reads and writes these fields at
-    # their offsets, sharing them with the Python branch below.
-    __slots__ = (
-        "_burst", "_burst_deadline", "_burst_topic", "_channel", "_closing", "_columnar",
-        "_columns_next", "_delivery_timeout", "_ledger", "_max_message_bytes", "_ms",
-        "_ms_ends", "_now", "_outbox", "_rows", "_timestamp_ms", "_until_yield", "_wall_clock",
-    )
+    # (slots: send()'s row branch in C, _send.c, shares these fields at their offsets)
+    __slots__ = ("_burst", "_burst_deadline", "_burst_topic", "_channel", "_closing",
+                 "_columnar", "_columns_next", "_delivery_timeout", "_ledger",
+                 "_max_message_bytes", "_ms", "_ms_ends", "_now", "_outbox", "_rows",
+                 "_timestamp_ms", "_until_yield", "_wall_clock")
 
     def __init__(self, config: ProducerConfig, ledger: Ledger) -> None:
         self._ledger = ledger
@@ -114,14 +112,12 @@ class Intake:
         # dispatcher takes it or anything else is put on the channel. Only one of
         # _burst and _rows is open at a time, so the order of sends is kept.
         self._rows: SendRows | None = None
-        # Open the next burst as columns: the last burst taken had COLUMNS_MIN
-        # messages or more, and the partitioner is the default one (whose
-        # null-key choice the columnar split asks, as send_batch does).
+        # Open the next burst as columns: the last burst taken had COLUMNS_MIN messages or
+        # more, and the partitioner is the default one (the columnar split asks its choice).
         self._columnar = config.partitioner == "default"
         self._columns_next = False
-        # send()'s CreateTime: the current millisecond, and when it ends (time.time()
-        # seconds). One int per millisecond, not per message, which also lets the
-        # batch encoder skip the timestamp arithmetic for records that share it.
+        # send()'s CreateTime: the current millisecond, and when it ends (time.time() s).
+        # One int per millisecond, which lets the encoder skip records that share it.
         self._ms = 0
         self._ms_ends = 0.0
         # trio.current_time() walks several layers; the clock object is fixed per run.

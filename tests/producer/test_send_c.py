@@ -72,6 +72,12 @@ async def open_burst(producer: Any) -> None:
     assert type(first) is RowDelivery
 
 
+async def test_a_producer_takes_the_c_path_when_it_is_built(fake: FakeCluster) -> None:
+    async with open_fake_producer(fake) as producer:
+        kind = type(producer.send).__name__
+    assert kind == ("Sender" if fast_send._c is not None else "method")
+
+
 @pytest.mark.parametrize("partitioner", ["default", "round_robin"])
 async def test_which_send_a_producer_gets(fake: FakeCluster, send_path: str,
                                           partitioner: str) -> None:

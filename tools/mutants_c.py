@@ -1,0 +1,124 @@
+"""Hand-written mutants of the C send path (``pipeline/producer/_send.c``) and of the
+metadata reuse in ``_delivery.c``: ``tools/mutants.py`` mutates Python only.
+
+Each mutant is one textual change of a condition or a value; the extension is rebuilt
+in place with the system compiler, the tests that hold the C path to its Python twin
+run, and the original is rebuilt at the end (also after a failure). A survivor is
+either killed by a new test or explained in ``EQUIVALENT`` (docs/mutation.md).
+
+    python tools/mutants_c.py [--only N,M]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCER = ROOT / "pipeline" / "producer"
+TESTS = ["tests/producer/test_send_c.py", "tests/producer/test_hot_path.py",
+         "tests/scenarios/test_send_rows.py", "tests/producer/test_row_delivery_c.py"]
+
+# (file, original text, mutated text)
+MUTANTS: list[tuple[str, str, str]] = [
+    ("_send.c", "until <= 0", "until < 0"),
+    ("_send.c", "if (SLOT(intake, off_closing) != Py_False) return NULL;", ""),
+    ("_send.c", "!PyBytes_CheckExact(value) || ", ""),
+    ("_send.c", " || !PyUnicode_CheckExact(topic)) return NULL;", ") return NULL;"),
+    ("_send.c", "if (rows_topic != topic && PyUnicode_Compare(topic, rows_topic) != 0) return NULL;",
+     ""),
+    ("_send.c", "if (rows_topic != topic && PyUnicode_Compare(topic, rows_topic) != 0) return NULL;",
+     "if (rows_topic != topic) return NULL;"),
+    ("_send.c", "if (n >= 8192) return NULL;", "if (n > 8192) return NULL;"),
+    ("_send.c", "(n < 64 ? 1 : 2)", "(n <= 64 ? 1 : 2)"),
+    ("_send.c", "(n < 64 ? 1 : 2)", "(n < 64 ? 1 : 1)"),
+    ("_send.c", "n + size_base + 1 +", "n + size_base +"),
+    ("_send.c", "!ok || size > max_bytes", "!ok || size >= max_bytes"),
+    ("_send.c", "!ok || size > max_bytes", "!ok"),
+    ("_send.c", "(used + size > buffer_memory && used)", "(used + size > buffer_memory + 1 && used)"),
+    ("_send.c", "(used + size > buffer_memory && used)", "(0)"),
+    ("_send.c", "PyLong_FromLongLong(next_id + 1)", "PyLong_FromLongLong(next_id)"),
+    ("_send.c", "PyLong_FromLongLong(used + size)", "PyLong_FromLongLong(used)"),
+    ("_send.c", "if (PyList_Append(fns, fn) < 0) goto fail;", ""),
+    ("_send.c", "    } else if (fn != Py_None) {", "    } else if (0) {"),
+    ("_send.c", "PyList_SET_ITEM(list, before, fn);", "PyList_SET_ITEM(list, before, Py_None);"),
+    ("_send.c", "if (now < PyFloat_AS_DOUBLE(ms_ends))", "if (now <= PyFloat_AS_DOUBLE(ms_ends))"),
+    ("_send.c", "if (now < PyFloat_AS_DOUBLE(ms_ends))", "if (0)"),
+    ("_send.c", "(double)(ms + 1) / 1000", "(double)(ms + 2) / 1000"),
+    ("_send.c", "if (clock == wall_time)", "if (1)"),
+    ("_send.c", "if (clock == wall_time)", "if (0)"),
+    ("_send.c", "    if (!wall) {", "    if (0) {"),
+    ("_send.c", "PyLong_FromLongLong(rows_size + size)", "PyLong_FromLongLong(rows_size)"),
+    ("_send.c", "PyObject *u = PyLong_FromLongLong(until)", "PyObject *u = PyLong_FromLongLong(until + 1)"),
+    ("_send.c", "if (PyVectorcall_NARGS(nargsf) != 2) return", "if (0) return"),
+    ("_send.c", "if (PyTuple_GET_SIZE(kwnames) != 1 ||", "if (0 ||"),
+    ("_send.c", "(args[2] != Py_None && !PyCallable_Check(args[2])))", "(0))"),
+    ("_send.c", "if (arg != Py_None) {", "if (0) {"),
+    ("_send.c", "    if (self->intake != NULL &&\n        PyErr_WarnEx", "    if (0 &&\n        PyErr_WarnEx"),
+    ("_send.c", "if (r != PYGEN_NEXT) Py_CLEAR(self->coro);", ""),
+    ("_send.c", "        stamp = SLOT(intake, off_ms);\n        Py_INCREF(stamp);",
+     "        stamp = PyLong_FromLongLong(PyLong_AsLongLong(SLOT(intake, off_ms)));"),
+    ("_send.c", "    if (list != NULL) PyObject_GC_UnTrack(list);", ""),
+    ("_delivery.c", "r != NULL && Py_REFCNT(r) == 1 && Py_IS_TYPE", "r != NULL && Py_REFCNT(r) >= 1 && Py_IS_TYPE"),
+]
+
+# index -> why the mutant cannot be told apart by any test (docs/mutation.md)
+EQUIVALENT = {
+    23: "time.time called through its object gives the same double the direct "
+        "_PyTime_GetSystemClock read gives (that read only saves the call)",
+    32: "a finished coroutine kept until its SendCall is freed: awaiting again raises "
+        "RuntimeError('cannot reuse already awaited ...') either way, from the coroutine "
+        "instead of from SendCall",
+}
+
+
+def build(file: str) -> None:
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    src = PRODUCER / file
+    out = PRODUCER / (src.stem + suffix)
+    include = sysconfig.get_paths()["include"]
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", f"-I{include}", f"-I{PRODUCER}", str(src),
+                    "-o", str(out)], check=True, capture_output=True, text=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated mutant indices")
+    args = parser.parse_args()
+    only = {int(i) for i in args.only.split(",")} if args.only else None
+    originals = {f: (PRODUCER / f).read_text() for f in {m[0] for m in MUTANTS}}
+    survivors = []
+    try:
+        for i, (file, old, new) in enumerate(MUTANTS):
+            if only is not None and i not in only:
+                continue
+            source = originals[file]
+            if source.count(old) != 1:
+                print(f"{i:3d} {file}: pattern not found once: {old!r}")
+                return 2
+            (PRODUCER / file).write_text(source.replace(old, new))
+            build(file)
+            result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly",
+                                     "-p", "no:cacheprovider", *TESTS], cwd=ROOT,
+                                    capture_output=True, text=True, timeout=900)
+            (PRODUCER / file).write_text(source)
+            build(file)
+            verdict = "killed" if result.returncode else (
+                "equivalent" if i in EQUIVALENT else "SURVIVED")
+            if verdict == "SURVIVED":
+                survivors.append(i)
+            print(f"{i:3d} {verdict:10s} {file}: {old.strip()[:60]!r} -> {new.strip()[:40]!r}",
+                  flush=True)
+    finally:
+        for file, source in originals.items():
+            (PRODUCER / file).write_text(source)
+            build(file)
+    print(f"{len(survivors)} survived: {survivors}" if survivors else "no survivor")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
