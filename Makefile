@@ -13,7 +13,7 @@ CHAOS_ARGS ?=
 FAST_MARKERS := not integration and not chaos and not spark and not slow and not kafka
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-fast demo bench bench-quick bench-charts chaos lint mutants clean kafka explore
+.PHONY: help venv test test-fast demo bench bench-quick bench-charts chaos lint mutants mutants-c clean kafka explore
 
 help:
 	@echo "make demo       the main job: 1M order events exported from Spark into the embedded broker, read back, verified"
@@ -26,6 +26,7 @@ help:
 	@echo "make kafka      fetch the Apache Kafka jars (Maven Central) into ~/.cache/pipeline"
 	@echo "make lint       ruff + mypy --strict (pipeline/ and the typing checks in tests/typecheck/)"
 	@echo "make mutants    mutation testing of the ordering-critical producer code (docs/mutation.md)"
+	@echo "make mutants-c  the hand-written mutants of the C send path (tools/mutants_c.py)"
 	@echo "make explore    N seeded fault schedules against the fake cluster (N=1000, SEED=random)"
 	@echo "make clean      remove .venv and caches"
 
@@ -74,6 +75,10 @@ kafka: $(STAMP)
 JOBS ?= 2
 mutants: $(STAMP)
 	$(VPY) tools/mutants.py --jobs $(JOBS) $(MUTANTS_ARGS)
+
+# The C send path's hand-written mutants (rebuilds the extensions in place, then restores).
+mutants-c: $(STAMP)
+	$(VPY) tools/mutants_c.py
 
 # The schedule explorer (docs/architecture.md, Testing). `make test` runs its
 # 1,000-schedule CI sweep (tests/explore); this runs more, from a random seed by
