@@ -34,7 +34,7 @@ help:
 # pipeline/protocol/_kernel.c and pipeline/producer/_delivery.c, _send.c in place). The
 # venv itself is created only if missing.
 $(STAMP): pyproject.toml pipeline/protocol/_kernel.c pipeline/producer/_delivery.c \
-		pipeline/producer/_send.c pipeline/producer/_slots.h
+		pipeline/producer/_send.c pipeline/producer/_shared.h
 	@test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPIP) install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
 	@touch $@

@@ -51,39 +51,38 @@ _DIR_MARKERS = {
 }
 
 
+def _on_path(kind: str, c_module: object, name: str, current: str,
+             use: Callable[[str], None]) -> Iterator[str]:
+    """Switch a C / pure-Python pair to ``kind`` for one test, then back to ``current``;
+    the C run is skipped only when the extension is not built or PIPELINE_PURE_PYTHON
+    is set."""
+    if kind == "c" and c_module is None:
+        pytest.skip(f"pipeline.producer.{name} is not built (or PIPELINE_PURE_PYTHON is set)")
+    use(kind)
+    try:
+        yield kind
+    finally:
+        use(current)
+
+
 @pytest.fixture(params=["c", "python"])
 def await_path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run the test once per ``await delivery`` path (pipeline/producer/_delivery.c, its
-    pure-Python twin in message.py), then restore the process's own. The C run is
-    skipped only when the extension is not built or PIPELINE_PURE_PYTHON is set."""
+    pure-Python twin in message.py)."""
     from pipeline.producer import message
 
-    if request.param == "c" and message._c is None:
-        pytest.skip("pipeline.producer._delivery is not built (or PIPELINE_PURE_PYTHON is set)")
-    before = message.DELIVERY_AWAIT
-    message._use(request.param)
-    try:
-        yield request.param
-    finally:
-        message._use(before)
+    yield from _on_path(request.param, message._c, "_delivery", message.DELIVERY_AWAIT,
+                        message._use)
 
 
 @pytest.fixture(params=["c", "python"])
 def send_path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run the test once per ``producer.send`` path of the producers it opens
-    (pipeline/producer/_send.c's row branch, or ``Intake.send`` alone), then restore
-    the process's own. The C run is skipped only when the extension is not built or
-    PIPELINE_PURE_PYTHON is set."""
+    (pipeline/producer/_send.c's row branch, or ``Intake.send`` alone)."""
     from pipeline.producer import fast_send
 
-    if request.param == "c" and fast_send._c is None:
-        pytest.skip("pipeline.producer._send is not built (or PIPELINE_PURE_PYTHON is set)")
-    before = fast_send.SEND_PATH
-    fast_send.use(request.param)
-    try:
-        yield request.param
-    finally:
-        fast_send.use(before)
+    yield from _on_path(request.param, fast_send._c, "_send", fast_send.SEND_PATH,
+                        fast_send.use)
 
 
 @pytest.fixture(autouse=True)

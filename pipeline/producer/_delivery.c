@@ -31,7 +31,7 @@
 #include <Python.h>
 #include <structmember.h>
 
-#include "_slots.h" /* SLOT, member_offset */
+#include "_shared.h" /* SLOT, member_offset, stop_iteration, throw_unstarted */
 
 /* ------------------------------------------------------------------ state */
 
@@ -85,39 +85,25 @@ static PyObject *spare_metadata = NULL;
  * (borrowed) and offset (a new reference, which it steals, released on failure too). */
 static PyObject *new_metadata(PyObject *topic, PyObject *partition, PyObject *offset,
                               PyObject *timestamp, PyObject *known) {
-    PyObject *r = spare_metadata;
+    PyObject *r = spare_metadata, *old[5] = {NULL, NULL, NULL, NULL, NULL};
     if (r != NULL && Py_REFCNT(r) == 1 && Py_IS_TYPE(r, metadata_type)) {
-        PyObject *old[5];
         for (int k = 0; k < 5; k++) old[k] = PyTuple_GET_ITEM(r, k);
-        Py_INCREF(topic);
-        PyTuple_SET_ITEM(r, 0, topic);
-        Py_INCREF(partition);
-        PyTuple_SET_ITEM(r, 1, partition);
-        PyTuple_SET_ITEM(r, 2, offset);
-        Py_INCREF(timestamp);
-        PyTuple_SET_ITEM(r, 3, timestamp);
-        Py_INCREF(known);
-        PyTuple_SET_ITEM(r, 4, known);
-        for (int k = 0; k < 5; k++) Py_DECREF(old[k]); /* (str, int, bool: no code runs) */
         Py_INCREF(r);
-        return r;
+    } else {
+        r = metadata_type->tp_alloc(metadata_type, 5);
+        if (r == NULL) {
+            Py_DECREF(offset);
+            return NULL;
+        }
+        Py_INCREF(r);
+        Py_XSETREF(spare_metadata, r); /* (one still held elsewhere is its holder's alone) */
     }
-    r = metadata_type->tp_alloc(metadata_type, 5);
-    if (r == NULL) {
-        Py_DECREF(offset);
-        return NULL;
+    PyObject *items[5] = {topic, partition, offset, timestamp, known};
+    for (int k = 0; k < 5; k++) {
+        if (k != 2) Py_INCREF(items[k]); /* (offset: its reference is the caller's) */
+        PyTuple_SET_ITEM(r, k, items[k]);
     }
-    Py_INCREF(r);
-    Py_XSETREF(spare_metadata, r); /* (one still held elsewhere is its holder's alone) */
-    Py_INCREF(topic);
-    PyTuple_SET_ITEM(r, 0, topic);
-    Py_INCREF(partition);
-    PyTuple_SET_ITEM(r, 1, partition);
-    PyTuple_SET_ITEM(r, 2, offset);
-    Py_INCREF(timestamp);
-    PyTuple_SET_ITEM(r, 3, timestamp);
-    Py_INCREF(known);
-    PyTuple_SET_ITEM(r, 4, known);
+    for (int k = 0; k < 5; k++) Py_XDECREF(old[k]); /* (str, int, bool: no code runs) */
     return r;
 }
 
@@ -203,40 +189,17 @@ static PySendResult ready_am_send(ReadyObject *self, PyObject *arg, PyObject **o
 static PyObject *ready_stop(ReadyObject *self) {
     PyObject *r = self->result;
     self->result = NULL;
-    if (r == NULL) {
-        PyErr_SetNone(PyExc_StopIteration);
-        return NULL;
-    }
-    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, r);
-    Py_DECREF(r);
-    if (exc == NULL) return NULL;
-    PyErr_SetObject(PyExc_StopIteration, exc);
-    Py_DECREF(exc);
-    return NULL;
+    return stop_iteration(r);
 }
 
 static PyObject *ready_iternext(ReadyObject *self) { return ready_stop(self); }
 
 static PyObject *ready_send(ReadyObject *self, PyObject *arg) { return ready_stop(self); }
 
-/* throw() into an iterator that never yielded: the exception comes straight back,
- * as from a generator that has not started (its result is dropped). */
+/* throw() into an iterator that never yielded (its result is dropped). */
 static PyObject *ready_throw(ReadyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 1 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
-        return NULL;
-    }
-    Py_CLEAR(self->result);
-    PyObject *typ = args[0];
-    PyObject *val = nargs > 1 ? args[1] : Py_None;
-    if (PyExceptionInstance_Check(typ)) {
-        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
-    } else if (PyExceptionClass_Check(typ)) {
-        PyErr_SetObject(typ, val == Py_None ? NULL : val);
-    } else {
-        PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
-    }
-    return NULL;
+    if (nargs >= 1 && nargs <= 3) Py_CLEAR(self->result);
+    return throw_unstarted(args, nargs);
 }
 
 static PyObject *ready_close(ReadyObject *self, PyObject *unused) {
@@ -920,15 +883,7 @@ PyMODINIT_FUNC PyInit__delivery(void) {
     effectively_cancelled_attr.name = str_effectively_cancelled;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
-    Py_INCREF(&SettledAwait_Type);
-    if (PyModule_AddObject(m, "SettledAwait", (PyObject *)&SettledAwait_Type) < 0) {
-        Py_DECREF(&SettledAwait_Type);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&RowAwait_Type);
-    if (PyModule_AddObject(m, "RowAwait", (PyObject *)&RowAwait_Type) < 0) {
-        Py_DECREF(&RowAwait_Type);
+    if (PyModule_AddType(m, &SettledAwait_Type) < 0 || PyModule_AddType(m, &RowAwait_Type) < 0) {
         Py_DECREF(m);
         return NULL;
     }

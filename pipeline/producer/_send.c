@@ -31,7 +31,7 @@
 #include <Python.h>
 #include <structmember.h>
 
-#include "_slots.h" /* SLOT, member_offset */
+#include "_shared.h" /* SLOT, member_offset, stop_iteration, throw_unstarted */
 
 /* ------------------------------------------------------------------ state (setup) */
 
@@ -288,16 +288,9 @@ static PyObject *step_result(PySendResult r, PyObject *out) {
     if (r == PYGEN_ERROR) return NULL;
     if (out == Py_None) {
         Py_DECREF(out);
-        PyErr_SetNone(PyExc_StopIteration);
-        return NULL;
+        out = NULL;
     }
-    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, out);
-    Py_DECREF(out);
-    if (exc != NULL) {
-        PyErr_SetObject(PyExc_StopIteration, exc);
-        Py_DECREF(exc);
-    }
-    return NULL;
+    return stop_iteration(out);
 }
 
 static PyObject *call_iternext(SendCallObject *self) {
@@ -325,20 +318,8 @@ static PyObject *call_throw(SendCallObject *self, PyObject *const *args, Py_ssiz
         Py_DECREF(coro);
         return r;
     }
-    if (nargs < 1 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
-        return NULL;
-    }
-    call_clear(self);
-    PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
-    if (PyExceptionInstance_Check(typ)) {
-        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
-    } else if (PyExceptionClass_Check(typ)) {
-        PyErr_SetObject(typ, val == Py_None ? NULL : val);
-    } else {
-        PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
-    }
-    return NULL;
+    if (nargs >= 1 && nargs <= 3) call_clear(self);
+    return throw_unstarted(args, nargs);
 }
 
 static PyObject *call_close(SendCallObject *self, PyObject *unused) {
@@ -554,15 +535,7 @@ PyMODINIT_FUNC PyInit__send(void) {
     if (str_time == NULL || str_new_row == NULL || kw_on_delivery == NULL) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
-    Py_INCREF(&Sender_Type);
-    if (PyModule_AddObject(m, "Sender", (PyObject *)&Sender_Type) < 0) {
-        Py_DECREF(&Sender_Type);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&SendCall_Type);
-    if (PyModule_AddObject(m, "SendCall", (PyObject *)&SendCall_Type) < 0) {
-        Py_DECREF(&SendCall_Type);
+    if (PyModule_AddType(m, &Sender_Type) < 0 || PyModule_AddType(m, &SendCall_Type) < 0) {
         Py_DECREF(m);
         return NULL;
     }
