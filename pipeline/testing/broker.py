@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from pipeline.testing.spawn import spawn
 from pipeline.testing.topics import (
     TOPIC_ALREADY_EXISTS,
     TopicCreationError,
@@ -286,19 +287,12 @@ class EmbeddedBroker:
         env.setdefault("NO_COLOR", "1")
         env.setdefault("RUST_BACKTRACE", "1")
         env.update(self._extra_env)
-        with open(self._log_path, "ab") as log_file:
-            # New session: a Ctrl-C in the terminal goes to us, and we stop tansu ourselves.
-            try:
-                self._proc = subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise BrokerStartError(f"cannot execute {cmd[0]}: {exc}") from exc
+        # New session: a Ctrl-C in the terminal goes to us, and we stop tansu ourselves;
+        # and killed by the kernel if this process dies, even by SIGKILL (spawn.py).
+        try:
+            self._proc = spawn(cmd, log_path=self._log_path, cwd=Path.cwd(), env=env)
+        except OSError as exc:
+            raise BrokerStartError(f"cannot execute {cmd[0]}: {exc}") from exc
         self._finalizer = weakref.finalize(self, _kill_process, self._proc)
         self._port = port
         self._advertised_port = advertised_port

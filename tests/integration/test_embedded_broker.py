@@ -351,6 +351,51 @@ def test_fixture_falls_through_when_the_container_fails() -> None:
         assert endpoint.kind == "tansu"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):  # a zombie (not reaped yet) counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_tansu_dies_with_a_killed_owner() -> None:
+    """The process that started tansu is SIGKILLed (no finalizer runs): the kernel ends
+    tansu too (PR_SET_PDEATHSIG, pipeline/testing/spawn.py). Before, it was left running
+    with init as its parent, its port taken."""
+    code = textwrap.dedent("""
+        import sys, time
+        from pipeline.testing.broker import EmbeddedBroker
+        broker = EmbeddedBroker().start()
+        print(broker.pid, broker.bootstrap, flush=True)
+        time.sleep(60)
+    """)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             cwd=REPO, env=env)
+    watchdog = threading.Timer(60, owner.kill)
+    watchdog.start()
+    try:
+        assert owner.stdout is not None
+        pid_text, bootstrap = owner.stdout.readline().split()
+        pid = int(pid_text)
+        assert _alive(pid) and _accepts(bootstrap)
+        owner.kill()
+        owner.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid), f"tansu {pid} outlived its killed owner"
+    finally:
+        watchdog.cancel()
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+
+
 # --------------------------------------------------------------------------- CLI
 
 

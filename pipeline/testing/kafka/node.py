@@ -7,32 +7,26 @@ Each node is its own ``java -cp`` process, started
 * in a new session (its own process group: a Ctrl-C in the terminal reaches Python, which
   stops the nodes itself, and a kill reaches the whole group);
 * on Linux with ``PR_SET_PDEATHSIG = SIGKILL``, so the kernel kills it when the Python
-  process dies in any way, SIGKILL included. The kernel sends that signal when the *thread*
-  that forked the child ends, so every node is forked by one daemon thread that lives as long
-  as the interpreter (:func:`spawn`), never by a short-lived worker thread;
+  process dies in any way, SIGKILL included (:func:`pipeline.testing.spawn.spawn`, which
+  forks from one long-lived thread: the signal follows the forking *thread*);
 * with a ``weakref.finalize`` on its owner (:class:`~pipeline.testing.kafka.KafkaCluster`)
   that kills it at garbage collection and at interpreter exit.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import ctypes
 import os
-import queue
 import signal
 import socket
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pipeline.testing.kafka.dist import KafkaStartError
+from pipeline.testing.spawn import spawn
 
 __all__ = [
     "DEFAULT_JVM_OPTIONS",
@@ -81,72 +75,6 @@ logger.request.level = WARN
 """
 
 # ----------------------------------------------------------------------------- spawning
-
-_PR_SET_PDEATHSIG = 1
-_prctl: Any = None
-if sys.platform.startswith("linux"):
-    with contextlib.suppress(OSError, AttributeError):
-        _prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-
-def _die_with_parent(parent_pid: int) -> Callable[[], None]:
-    def preexec() -> None:  # runs in the child between fork and exec
-        if _prctl is not None:
-            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
-
-
-_spawn_queue: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]]] = (
-    queue.SimpleQueue()
-)
-_spawner_lock = threading.Lock()
-_spawner: threading.Thread | None = None
-
-
-def _spawner_loop() -> None:
-    while True:
-        future, fn = _spawn_queue.get()
-        if not future.set_running_or_notify_cancel():
-            continue
-        try:
-            future.set_result(fn())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-
-def spawn(cmd: Sequence[str], *, log_path: Path, cwd: Path, env: Mapping[str, str]
-          ) -> subprocess.Popen[bytes]:
-    """Start ``cmd`` (stdout and stderr appended to ``log_path``) from the spawner thread,
-    in a new session, killed by the kernel if this process dies."""
-    global _spawner
-    with _spawner_lock:
-        if _spawner is None or not _spawner.is_alive():
-            _spawner = threading.Thread(
-                target=_spawner_loop, name="pipeline-kafka-spawner", daemon=True
-            )
-            _spawner.start()
-    parent = os.getpid()
-
-    def start() -> subprocess.Popen[bytes]:
-        with open(log_path, "ab") as log:
-            return subprocess.Popen(
-                list(cmd),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=cwd,
-                env=dict(env),
-                start_new_session=True,
-                preexec_fn=_die_with_parent(parent),
-            )
-
-    future: concurrent.futures.Future[subprocess.Popen[bytes]] = concurrent.futures.Future()
-    _spawn_queue.put((future, start))
-    return future.result()
-
 
 def kill_process_group(proc: subprocess.Popen[bytes], *, wait: float = 10.0) -> None:
     """SIGKILL ``proc``'s process group (its session) and reap it. Never raises."""
