@@ -121,10 +121,9 @@ static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, 
     long long rows_size = int_slot(rows, off_s_size, &ok);
     if (!ok || (used + size > buffer_memory && used)) return NULL; /* admit_row: no room */
     PyObject *values = SLOT(rows, off_s_values), *stamps = SLOT(rows, off_s_timestamps);
-    PyObject *fns = SLOT(rows, off_s_on_delivery), *ms_ends = SLOT(intake, off_ms_ends);
+    PyObject *fns = SLOT(rows, off_s_on_delivery);
     if (values == NULL || !PyList_CheckExact(values) || stamps == NULL ||
-        !PyList_CheckExact(stamps) || fns == NULL || (fns != Py_None && !PyList_CheckExact(fns)) ||
-        ms_ends == NULL || !PyFloat_CheckExact(ms_ends) || SLOT(intake, off_ms) == NULL)
+        !PyList_CheckExact(stamps) || fns == NULL || (fns != Py_None && !PyList_CheckExact(fns)))
         return NULL;
     PyObject *new_row = PyDict_GetItemWithError(rows_globals, str_new_row); /* borrowed */
     PyObject *clock = PyDict_GetItemWithError(intake_globals, str_time);
@@ -133,7 +132,10 @@ static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, 
         return NULL;
     }
 
-    /* Every condition holds: the branch itself, in Intake.send's order. */
+    /* Every condition holds: the branch itself, in Intake.send's order. The objects it
+     * works on are held for its length (a patched clock or the Python new_row twin runs
+     * code, which could replace a slot's object), and the millisecond is read after the
+     * clock (Intake's _ms_ends is always a float, _ms an int). */
     PyObject *u = PyLong_FromLongLong(until), *a = PyLong_FromLongLong(used + size),
              *b = PyLong_FromLongLong(next_id + 1);
     if (u == NULL || a == NULL || b == NULL) {
@@ -142,15 +144,18 @@ static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, 
         Py_XDECREF(b);
         return NULL;
     }
+    PyObject *held[7] = {rows, values, stamps, fns, ledger, new_row, wall ? clock : injected};
+    for (int k = 0; k < 7; k++) Py_INCREF(held[k]);
+    PyObject *delivery = NULL, *stamp = NULL;
     set_slot(intake, off_until_yield, u);
     set_slot(ledger, off_buffered, a); /* Ledger.admit_row */
     set_slot(ledger, off_next_id, b);
     PyObject *row = PyLong_FromSsize_t(PyList_GET_SIZE(values));
-    if (row == NULL) return NULL;
+    if (row == NULL) goto fail;
     PyObject *args[2] = {rows, row};
-    PyObject *delivery = PyObject_Vectorcall(new_row, args, 2, NULL);
+    delivery = PyObject_Vectorcall(new_row, args, 2, NULL);
     Py_DECREF(row);
-    if (delivery == NULL) return NULL;
+    if (delivery == NULL) goto fail;
     if (fns != Py_None) { /* each row's own callback (or None) */
         if (PyList_Append(fns, fn) < 0) goto fail;
     } else if (fn != Py_None) { /* the burst's first callback */
@@ -167,51 +172,48 @@ static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, 
     }
     if (PyList_Append(values, value) < 0) goto fail;
     if (!wall) { /* an injected clock (config.timestamp_ms, tests) */
-        PyObject *stamp = PyObject_CallNoArgs(injected);
+        stamp = PyObject_CallNoArgs(injected);
         if (stamp == NULL) goto fail;
-        int appended = PyList_Append(stamps, stamp);
-        Py_DECREF(stamp);
-        if (appended < 0) goto fail;
-        goto stamped;
-    }
-    double now;
-    if (clock == wall_time) {
-        if (wall_clock_now(&now) < 0) goto fail;
-    } else { /* a patched time.time (tests) */
-        PyObject *t = PyObject_CallNoArgs(clock);
-        if (t == NULL) goto fail;
-        now = PyFloat_AsDouble(t);
-        Py_DECREF(t);
-        if (now == -1.0 && PyErr_Occurred()) goto fail;
-    }
-    PyObject *stamp;
-    if (now < PyFloat_AS_DOUBLE(ms_ends)) { /* the same millisecond: share the int */
-        stamp = SLOT(intake, off_ms);
-        Py_INCREF(stamp);
     } else {
-        long long ms = (long long)(now * 1000); /* int(now * 1000) */
-        stamp = PyLong_FromLongLong(ms);
-        PyObject *ends = PyFloat_FromDouble((double)(ms + 1) / 1000); /* (ms + 1) / 1000 */
-        if (stamp == NULL || ends == NULL) {
-            Py_XDECREF(stamp);
-            Py_XDECREF(ends);
-            goto fail;
+        double now;
+        if (clock == wall_time) {
+            if (wall_clock_now(&now) < 0) goto fail;
+        } else { /* a patched time.time (tests) */
+            PyObject *t = PyObject_CallNoArgs(clock);
+            if (t == NULL) goto fail;
+            now = PyFloat_AsDouble(t);
+            Py_DECREF(t);
+            if (now == -1.0 && PyErr_Occurred()) goto fail;
         }
-        Py_INCREF(stamp);
-        set_slot(intake, off_ms, stamp);
-        set_slot(intake, off_ms_ends, ends);
+        PyObject *ends_now = SLOT(intake, off_ms_ends), *ms_now = SLOT(intake, off_ms);
+        if (ends_now != NULL && PyFloat_CheckExact(ends_now) && ms_now != NULL &&
+            now < PyFloat_AS_DOUBLE(ends_now)) { /* the same millisecond: share the int */
+            stamp = ms_now;
+            Py_INCREF(stamp);
+        } else {
+            long long ms = (long long)(now * 1000); /* int(now * 1000) */
+            stamp = PyLong_FromLongLong(ms);
+            PyObject *ends = PyFloat_FromDouble((double)(ms + 1) / 1000); /* (ms + 1) / 1000 */
+            if (stamp == NULL || ends == NULL) {
+                Py_XDECREF(ends);
+                goto fail;
+            }
+            Py_INCREF(stamp);
+            set_slot(intake, off_ms, stamp);
+            set_slot(intake, off_ms_ends, ends);
+        }
     }
-    int appended = PyList_Append(stamps, stamp);
-    Py_DECREF(stamp);
-    if (appended < 0) goto fail;
-stamped:;
+    if (PyList_Append(stamps, stamp) < 0) goto fail;
     PyObject *grown = PyLong_FromLongLong(rows_size + size);
     if (grown == NULL) goto fail;
     set_slot(rows, off_s_size, grown);
-    return delivery;
+    goto done;
 fail:
-    Py_DECREF(delivery);
-    return NULL;
+    Py_CLEAR(delivery);
+done:
+    Py_XDECREF(stamp);
+    for (int k = 0; k < 7; k++) Py_DECREF(held[k]);
+    return delivery;
 }
 
 /* ------------------------------------------------------------------ SendCall */
