@@ -220,14 +220,21 @@ done:
 
 typedef struct {
     PyObject_HEAD
-    PyObject *intake, *slow, *topic, *value, *fn; /* until the first step (then NULL) */
-    PyObject *coro;                          /* the Python path's coroutine, once started */
+    vectorcallfunc vectorcall;
+    PyObject *intake; /* the Intake */
+    PyObject *slow;   /* intake.send: the Python path (returns its coroutine) */
+} SenderObject;
+
+typedef struct {
+    PyObject_HEAD
+    SenderObject *sender;                 /* until the first step (then NULL), with */
+    PyObject *topic, *value, *fn;         /* the call's arguments */
+    PyObject *coro;                       /* the Python path's coroutine, once started */
 } SendCallObject;
 
 
 static void call_clear(SendCallObject *self) {
-    Py_CLEAR(self->intake);
-    Py_CLEAR(self->slow);
+    Py_CLEAR(self->sender);
     Py_CLEAR(self->topic);
     Py_CLEAR(self->value);
     Py_CLEAR(self->fn);
@@ -238,10 +245,10 @@ static void call_clear(SendCallObject *self) {
  * (When the warning is an error, the unraisable hook gets intake.send, alive, not
  * this object: a hook that keeps its object would keep one being freed.) */
 static void warn_unawaited(SendCallObject *self) {
-    if (self->intake != NULL &&
+    if (self->sender != NULL &&
         PyErr_WarnEx(PyExc_RuntimeWarning,
                      "send() was never awaited: its message was not sent", 1) < 0)
-        PyErr_WriteUnraisable(self->slow);
+        PyErr_WriteUnraisable(self->sender->slow);
 }
 
 static void call_dealloc(SendCallObject *self) {
@@ -255,7 +262,7 @@ static void call_dealloc(SendCallObject *self) {
 
 static PySendResult call_am_send(SendCallObject *self, PyObject *arg, PyObject **out) {
     if (self->coro == NULL) {
-        if (self->intake == NULL) {
+        if (self->sender == NULL) {
             PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited send()");
             return PYGEN_ERROR;
         }
@@ -264,7 +271,7 @@ static PySendResult call_am_send(SendCallObject *self, PyObject *arg, PyObject *
                             "can't send non-None value to a just-started coroutine");
             return PYGEN_ERROR;
         }
-        PyObject *delivery = row_branch(self->intake, self->topic, self->value, self->fn);
+        PyObject *delivery = row_branch(self->sender->intake, self->topic, self->value, self->fn);
         if (delivery != NULL || PyErr_Occurred()) {
             call_clear(self);
             *out = delivery;
@@ -272,8 +279,8 @@ static PySendResult call_am_send(SendCallObject *self, PyObject *arg, PyObject *
         }
         PyObject *args[3] = {self->topic, self->value, self->fn};
         PyObject *coro = self->fn == Py_None
-            ? PyObject_Vectorcall(self->slow, args, 2, NULL)
-            : PyObject_Vectorcall(self->slow, args, 2, kw_on_delivery);
+            ? PyObject_Vectorcall(self->sender->slow, args, 2, NULL)
+            : PyObject_Vectorcall(self->sender->slow, args, 2, kw_on_delivery);
         call_clear(self);
         if (coro == NULL) return PYGEN_ERROR;
         self->coro = coro;
@@ -366,13 +373,6 @@ static PyTypeObject SendCall_Type = {
 
 /* ------------------------------------------------------------------ Sender */
 
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    PyObject *intake; /* the Intake */
-    PyObject *slow;   /* intake.send: the Python path (returns its coroutine) */
-} SenderObject;
-
 static PyObject *sender_vectorcall(SenderObject *self, PyObject *const *args, size_t nargsf,
                                    PyObject *kwnames) {
     /* send(topic, value) or send(topic, value, on_delivery=fn), fn None or callable */
@@ -392,10 +392,8 @@ static PyObject *sender_vectorcall(SenderObject *self, PyObject *const *args, si
      * unawaited, whose warning then came late.) */
     SendCallObject *c = PyObject_New(SendCallObject, &SendCall_Type);
     if (c == NULL) return NULL;
-    Py_INCREF(self->intake);
-    c->intake = self->intake;
-    Py_INCREF(self->slow);
-    c->slow = self->slow;
+    Py_INCREF(self);
+    c->sender = self;
     Py_INCREF(args[0]);
     c->topic = args[0];
     Py_INCREF(args[1]);
