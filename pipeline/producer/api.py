@@ -67,7 +67,7 @@ class Producer:
         ledger.return_successes = config.return_successes
         self._intake = intake = Intake(config, ledger)
         # The hot path: no wrapper call per message (the methods below say the same).
-        self.send = fast_send.entry(intake, config.partitioner == "default")  # type: ignore[method-assign]
+        self.send = fast_send.entry(intake)  # type: ignore[method-assign]
         self.send_nowait = intake.send_nowait  # type: ignore[method-assign]
         self._bulk = Bulk(intake, ledger)
         self._inputs = InputAcceptance(intake, ledger)

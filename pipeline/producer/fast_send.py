@@ -64,8 +64,9 @@ def use(kind: str) -> None:
     SEND_PATH = kind
 
 
-def entry(intake: _intake.Intake, columnar: bool) -> Callable[..., Any]:
-    """``producer.send`` for a producer whose intake is ``intake``."""
-    if SEND_PATH == "c" and columnar and _c is not None:
+def entry(intake: _intake.Intake) -> Callable[..., Any]:
+    """``producer.send`` for a producer whose intake is ``intake`` (the C ``Sender`` only
+    when its bursts may become columns: else the row branch never applies)."""
+    if SEND_PATH == "c" and intake.columnar and _c is not None:
         return _c.Sender(intake, intake.send)  # type: ignore[no-any-return]
     return intake.send

@@ -58,15 +58,14 @@ _new_delivery = object.__new__
 
 _KEYWORDS_ONLY = object()  # see Intake.send
 
-# The intake's send side closes at the end of a close; a call still waiting then
-# sees one of these, and reports ProducerClosed instead.
+# What a call still waiting sees once a close closed the send side (-> ProducerClosed).
 CLOSED = (trio.ClosedResourceError, trio.BrokenResourceError)
 
 
 class FlushMark:
-    """Control item ``flush()`` puts on the intake: once the dispatcher reaches
-    it, everything a user put on ``producer.input`` before it is accepted (has
-    an id), so flush can wait for those too. Never leaves the dispatcher."""
+    """Control item ``flush()`` puts on the intake: once the dispatcher reaches it,
+    everything a user put on ``producer.input`` before it is accepted (has an id), so
+    flush can wait for those too. Never leaves the dispatcher."""
 
     __slots__ = ("reached",)
 
@@ -74,9 +73,8 @@ class FlushMark:
         self.reached = trio.Event()
 
 
-#: What the intake channel carries: a burst or a ``send_many`` chunk (accepted
-#: by its sender), a ``send_batch`` chunk (accepted), a raw message from
-#: ``producer.input`` (accepted by the dispatcher), or a flush's mark.
+#: The intake channel's items: a burst or ``send_many`` chunk (accepted by its sender), a
+#: ``send_batch`` chunk, a raw ``producer.input`` message (the dispatcher accepts it), a mark.
 IntakeItem = ProducerMessage | list[ProducerMessage] | FlushMark | RowRun
 
 
@@ -100,21 +98,19 @@ class Intake:
         self._max_message_bytes = config.max_message_bytes
         self._closing = False
         self._until_yield = _YIELD_EVERY
-        # The open burst: a list already in the channel that send() appends to
-        # until the dispatcher takes it (None: no open burst). Its messages share
-        # the deadline (no trio time passes between two checkpoints) and, while
-        # they all have the same one, the topic (None: maybe mixed).
+        # The open burst: a list already in the channel that send() appends to until the
+        # dispatcher takes it (None: none). Its messages share the deadline (no trio time
+        # passes between two checkpoints) and, while all have one, the topic (None: mixed).
         self._burst: list[ProducerMessage] | None = None
         self._burst_deadline = 0.0
         self._burst_topic: str | None = None
-        # The open columnar burst (send_rows.py; None: none open): a run already
-        # in the channel whose SendRows the common send() appends to, until the
-        # dispatcher takes it or anything else is put on the channel. Only one of
-        # _burst and _rows is open at a time, so the order of sends is kept.
+        # The open columnar burst (send_rows.py; None: none open): a run already in the
+        # channel whose SendRows the common send() appends to, until the dispatcher takes
+        # it or anything else is put on the channel. One of _burst and _rows at a time.
         self._rows: SendRows | None = None
         # Open the next burst as columns: the last burst taken had COLUMNS_MIN messages or
         # more, and the partitioner is the default one (the columnar split asks its choice).
-        self._columnar = config.partitioner == "default"
+        self._columnar: bool = config.partitioner == "default"
         self._columns_next = False
         # send()'s CreateTime: the current millisecond, and when it ends (time.time() s).
         # One int per millisecond, which lets the encoder skip records that share it.
@@ -140,6 +136,10 @@ class Intake:
     @property
     def max_message_bytes(self) -> int:
         return self._max_message_bytes
+
+    @property
+    def columnar(self) -> bool:  # send() bursts may become columns (the default partitioner)
+        return self._columnar
 
     def check_open(self) -> None:
         if self._closing:
