@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import trio
+
 from pipeline.producer.message import ProducerMessage
 
 #: Sequence numbers are int32 and wrap from 2**31-1 to 0 (Kafka's DefaultRecordBatch).
@@ -106,3 +108,14 @@ BrokerItem = Batch | Fin
 # What a broker producer sends back to a partition producer (never blocks):
 # messages at their new level, in their original order, or a returning chaser.
 RetryItem = ProducerMessage | SealedBatch | Fin
+
+
+class FlushMark:
+    """Control item ``flush()`` puts on the intake: once the dispatcher reaches it,
+    everything a user put on ``producer.input`` before it is accepted (has an id), so
+    flush can wait for those too. Never leaves the dispatcher."""
+
+    __slots__ = ("reached",)
+
+    def __init__(self) -> None:
+        self.reached = trio.Event()

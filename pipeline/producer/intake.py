@@ -1,25 +1,24 @@
 """The intake stage, send side: where a message is accepted.
 
-Acceptance is the line that matters to users. ``send()`` validates the
-message, reserves buffer memory (waiting up to ``max_block``), then puts it on
-the intake channel. Only after that does the message count as accepted: from
-then on it gets exactly one outcome, even if the caller is cancelled, the
-producer closes, or every broker is down. A ``send()`` cancelled before that
-point sends nothing and leaves no trace.
+Acceptance is the line that matters to users. ``send()`` validates the message,
+reserves buffer memory (waiting up to ``max_block``), then puts it on the intake
+channel. Only then is it accepted: from then on it gets exactly one outcome, even
+if the caller is cancelled, the producer closes, or every broker is down. A
+``send()`` cancelled before that point sends nothing and leaves no trace.
 
 ``Intake`` owns the intake channel (its send side; the dispatcher,
-``async_producer.py``, receives) and the *burst*: consecutive ``send()``
-calls share one open list already queued in the channel, so a burst costs
-one channel operation, not one per message. The dispatcher closes the list
-when it takes it (``close_burst``); anything else put on the channel
-(``producer.input``, a ``send_many`` or ``send_batch`` chunk) ends the burst
-first, so a later ``send()`` never joins a list queued ahead of it.
+``async_producer.py``, receives) and the *burst*: consecutive ``send()`` calls
+share one open list (or columnar ``SendRows``) already queued in the channel, so a
+burst costs one channel operation, not one per message. The dispatcher closes it
+when it takes it (``close_burst``, ``close_rows``); anything else put on the
+channel (``producer.input``, a ``send_many`` or ``send_batch`` chunk) ends the
+burst first, so a later ``send()`` never joins a burst queued ahead of it.
 
 ``send()`` is a checkpoint (cancellation and schedule point) at least every
-``_YIELD_EVERY`` calls and whenever it has to wait (buffer or intake full), so
-a tight loop of sends neither starves the pipeline nor pays a scheduler pass
-per message; the checkpoint comes before acceptance, so a cancelled ``send()``
-never accepted its message.
+``_YIELD_EVERY`` calls and whenever it has to wait (buffer or intake full), so a
+tight loop of sends neither starves the pipeline nor pays a scheduler pass per
+message; the checkpoint comes before acceptance, so a cancelled ``send()`` never
+accepted its message.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ import trio
 
 from pipeline.producer import send_rows as _send_rows
 from pipeline.producer.config import ProducerConfig
+from pipeline.producer.envelopes import FlushMark
 from pipeline.producer.errors import BufferFullError, ProducerClosed
 from pipeline.producer.ledger import Ledger
 from pipeline.producer.message import (
@@ -60,17 +60,6 @@ _KEYWORDS_ONLY = object()  # see Intake.send
 
 # What a call still waiting sees once a close closed the send side (-> ProducerClosed).
 CLOSED = (trio.ClosedResourceError, trio.BrokenResourceError)
-
-
-class FlushMark:
-    """Control item ``flush()`` puts on the intake: once the dispatcher reaches it,
-    everything a user put on ``producer.input`` before it is accepted (has an id), so
-    flush can wait for those too. Never leaves the dispatcher."""
-
-    __slots__ = ("reached",)
-
-    def __init__(self) -> None:
-        self.reached = trio.Event()
 
 
 #: The intake channel's items: a burst or ``send_many`` chunk (accepted by its sender), a
@@ -158,8 +147,7 @@ class Intake:
         """CreateTime for a message without one (``send()`` inlines this)."""
         if not self._wall_clock:
             return self._timestamp_ms()  # an injected clock (tests)
-        now = _time()
-        if now < self._ms_ends:
+        if (now := _time()) < self._ms_ends:
             return self._ms  # the same millisecond: share the int
         ms = self._ms = int(now * 1000)
         self._ms_ends = (ms + 1) / 1000
@@ -183,13 +171,10 @@ class Intake:
         on_delivery: DeliveryCallback | None = None,
     ) -> Delivery:
         """``Producer.send`` (see there; a producer's ``send`` *is* this bound
-        method, so a send pays for one coroutine, not two).
-
-        The options are keyword-only, as ``Producer.send`` declares them, but
-        not by a ``*``: keyword-only defaults cost a dict lookup each on every
-        call (measured: 140 ns per send for these six, against none for
-        positional defaults). ``_keywords_only`` catches a third positional
-        argument instead, with the TypeError Python would raise."""
+        method, or ``_send.c``'s row branch in front of it). The options are
+        keyword-only without a ``*``: keyword-only defaults cost a dict lookup
+        each per call (measured: 140 ns per send for these six); ``_keywords_only``
+        catches a third positional argument, with the TypeError Python raises."""
         # A schedule point every _YIELD_EVERY calls (and whenever it must wait
         # below), not on every call: a checkpoint costs more than the rest of
         # send(), and the pipeline moves the whole burst in one pass anyway.
@@ -209,13 +194,15 @@ class Intake:
         ):
             if key is None and metadata is None and (on_delivery is None or callable(on_delivery)):
                 rows = self._rows
-                if rows is not None and topic == rows.topic:
-                    # A row of the open columnar burst (send_rows.py): the same
-                    # size bound as below, for a null key.
-                    size = len(value)
-                    size += SIZE_BASE + 1 + (
-                        1 if size < 64 else 2 if size < 8192 else prefix_size(size))
-                    if size <= self._max_message_bytes and self._ledger.admit_row(size):
+                # A row of a columnar burst (send_rows.py): the same size bound
+                # as below, for a null key.
+                size = len(value)
+                size += SIZE_BASE + 1 + (
+                    1 if size < 64 else 2 if size < 8192 else prefix_size(size))
+                if size > self._max_message_bytes:
+                    pass  # (the per-message path raises MessageTooLargeError)
+                elif rows is not None and topic == rows.topic:
+                    if self._ledger.admit_row(size):
                         values = rows.values
                         delivery = _send_rows.new_row(rows, len(values))
                         fns = rows.on_delivery  # each row's own (or None)
@@ -234,14 +221,15 @@ class Intake:
                             self._ms_ends = (ms + 1) / 1000
                         rows.size += size
                         return delivery
+                    return await self._row_after_room(topic, value, on_delivery, size)
                 elif rows is None and self._columns_next and self._burst is None:
-                    opened = self._open_rows(topic, value, on_delivery)
+                    if not self._ledger.try_reserve(size):
+                        return await self._row_after_room(topic, value, on_delivery, size)
+                    opened = self._open_rows(topic, value, on_delivery, size)
                     if opened is not None:
                         return opened
-            # The common call, validated in place (same rules and size bound as
-            # normalize, which handles everything else and raises its errors).
-            # The bound of batch_size_for_record (exact varint widths of the
-            # length prefixes), with the two common widths inlined.
+            # The common call, validated in place (normalize's rules and bound,
+            # batch_size_for_record's, with the two common prefix widths inlined).
             size = len(value)
             size += SIZE_BASE + (
                 1 if size < 64 else 2 if size < 8192 else prefix_size(size)
@@ -302,16 +290,28 @@ class Intake:
         burst.append(msg)
         return msg
 
-    def _open_rows(self, topic: str, value: bytes, on_delivery: DeliveryCallback | None
-                   ) -> RowDelivery | None:
-        """Open a columnar burst with this first row: one chunk accepted with one
-        row, its run put on the channel now. None (nothing done): no room in the
-        buffer or the intake; the per-message path then waits for it."""
-        size = len(value)
-        size += SIZE_BASE + 1 + (1 if size < 64 else 2 if size < 8192 else prefix_size(size))
+    async def _row_after_room(self, topic: str, value: bytes,
+                              on_delivery: DeliveryCallback | None, size: int) -> Delivery:
+        """A row found the buffer full: wait for room (up to ``max_block``, as a
+        message does), then send it again with no checkpoint in between, so the
+        room is still there and the row joins the open burst or opens one, even
+        if the burst taken meanwhile was short (cut by the full buffer): a loop
+        stays columnar under backpressure (it went per-message: 0.1-8% of 1M)."""
         ledger = self._ledger
-        if size > self._max_message_bytes or not ledger.try_reserve(size):
-            return None
+        await ledger.reserve(size)
+        ledger.release(size)
+        if self._closing:
+            raise closed_while_waiting("buffer space")
+        self._until_yield = _YIELD_EVERY  # (the wait was a schedule point)
+        self._columns_next = self._columnar  # (a high-rate sender: see the docstring)
+        return await self.send(topic, value, on_delivery=on_delivery)
+
+    def _open_rows(self, topic: str, value: bytes, on_delivery: DeliveryCallback | None,
+                   size: int) -> RowDelivery | None:
+        """Open a columnar burst with this first row (``size`` bytes, reserved): one
+        chunk accepted with one row, its run put on the channel now. None (the bytes
+        given back): no room in the intake; the per-message path waits for it."""
+        ledger = self._ledger
         chunk = RowChunk(None, 0)
         ledger.accept_rows(chunk, 1)
         run = RowRun(topic, None, None, 0, 0, chunk, 0)  # type: ignore[arg-type]  # sealed later

@@ -46,20 +46,20 @@ async def test_a_paced_sender_keeps_the_per_message_path(
         await producer.flush()
 
 
-async def test_a_full_buffer_ends_the_columnar_burst_and_keeps_the_order(
+async def test_a_full_buffer_keeps_the_order_and_the_rows(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
-    """buffer_memory holds about 20 rows: the 21st send finds no room, takes the
-    per-message path and waits (the open columnar burst ends there, so nothing
-    sent later can pass it); every value is in the log in send order."""
+    """buffer_memory holds about 20 rows: the 21st send finds no room and waits
+    (Intake._row_after_room), then is a row again, of the burst still open or
+    of a new one (test_send_rows_room.py has the schedules); every value is in
+    the log in send order."""
     fake.create_topic("t", 1)
     values = [b"%04d" % i + b"y" * 96 for i in range(200)]
     async with open_fake_producer(fake, buffer_memory=20 * 140, max_message_bytes=1000) as producer:
         columnar_next(producer)
         deliveries = [await producer.send("t", v) for v in values]
         results = [await d for d in deliveries]
-    kinds = _kinds(deliveries)
-    assert kinds[0] == "row" and "msg" in kinds
+    assert _kinds(deliveries) == ["row"] * 200
     assert values_in_log(fake, "t", 0) == values
     assert [r.offset for r in results] == list(range(200))
 
@@ -220,7 +220,8 @@ async def test_rows_fill_the_buffer_to_the_byte_and_the_next_send_waits(
     """buffer_memory holds exactly four rows (Produce held, nothing released):
     the four are accepted as rows at once, no time passing; the fifth finds no
     room and waits (cancelled here after 1 s: it was never accepted), and so
-    does a send that would open a new columnar burst, until Produce answers."""
+    does a send that would open a new columnar burst, until Produce answers:
+    then it opens one."""
     from .test_bad_input import PATIENT, stall_produce
 
     fake.create_topic("t", 1)
@@ -240,8 +241,8 @@ async def test_rows_fill_the_buffer_to_the_byte_and_the_next_send_waits(
         with trio.move_on_after(1) as waited:
             await producer.send("t", value)
         assert waited.cancelled_caught and producer.statistics().accepted == 4
-        # No room to open a new columnar burst either: the send waits on the
-        # per-message path, and gets a message's delivery once room is made.
+        # No room to open a new columnar burst either: the send waits, and once
+        # room is made it opens one (Intake._row_after_room): a row's delivery.
         columnar_next(producer)
         later: list[Any] = []
 
@@ -253,7 +254,7 @@ async def test_rows_fill_the_buffer_to_the_byte_and_the_next_send_waits(
             await trio.sleep(1)
             assert later == []
             gate.set()
-        assert type(later[0]) is MessageDelivery and (await later[0]).offset == 4
+        assert type(later[0]) is RowDelivery and (await later[0]).offset == 4
 
 
 @pytest.mark.parametrize("burst", [63, 64])
