@@ -63,6 +63,14 @@ MUTANTS: list[tuple[str, str, str]] = [
      "            stamp = PyLong_FromLongLong(PyLong_AsLongLong(ms_now));"),
     ("_send.c", "    if (list != NULL) PyObject_GC_UnTrack(list);", ""),
     ("_delivery.c", "r != NULL && Py_REFCNT(r) == 1 && Py_IS_TYPE", "r != NULL && Py_REFCNT(r) >= 1 && Py_IS_TYPE"),
+    ("_delivery.c", "Py_REFCNT(o) == 1 && Py_SIZE(o) == 1", "Py_SIZE(o) == 1"),
+    ("_delivery.c", "Py_REFCNT(o) == 1 && Py_SIZE(o) == 1", "Py_REFCNT(o) == 1"),
+    ("_delivery.c", "v > 256 && v < ((long long)1 << PyLong_SHIFT) &&", "v > 256 &&"),
+    ("_delivery.c", "v > 256 && v < ((long long)1 << PyLong_SHIFT) &&",
+     "v > 0 && v < ((long long)1 << PyLong_SHIFT) &&"),
+    ("_delivery.c", "r != NULL && Py_REFCNT(r) == 1 &&\n        Py_IS_TYPE(r, metadata_type)",
+     "r != NULL &&\n        Py_IS_TYPE(r, metadata_type)"),
+    ("_delivery.c", "task_seen != NULL && version == task_seen_version", "task_seen != NULL"),
 ]
 
 # index -> why the mutant cannot be told apart by any test (docs/mutation.md)

@@ -504,7 +504,9 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
  * (bytes) and timestamps (ints): lists that hold only atomic objects can be in no
  * cycle, and a kept burst's 512-item lists made every young collection walk them
  * (measured: 30 ms of GC per 1M kept deliveries, against 4 ms when dropped). A list
- * is never tracked again by CPython once untracked; it must get only atomic items. */
+ * is never tracked again by CPython once untracked; it must get only atomic items, or
+ * be in no cycle the code does not cut itself (send_rows' run_of: its runs' cycle is
+ * cut by the ledger at the burst's last row; send_rows.py says why). */
 static PyObject *atomic_list(PyObject *module, PyObject *unused) {
     PyObject *list = PyList_New(0);
     if (list != NULL) PyObject_GC_UnTrack(list);

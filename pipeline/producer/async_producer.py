@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 import trio
 
-from pipeline.producer.input_acceptance import InputAcceptance
 from pipeline.producer.envelopes import FlushMark
+from pipeline.producer.input_acceptance import InputAcceptance
 from pipeline.producer.intake import Intake, IntakeItem
 from pipeline.producer.message import ProducerMessage
 from pipeline.producer.normalize import not_a_message_error

@@ -234,6 +234,33 @@ def test_row_metadata_is_its_twins(offset: int, append_time: int) -> None:
 
 
 @needs_c
+@pytest.mark.parametrize(("first", "then"), [
+    (2**31, 1000),   # a two-digit int in the spare, then a one-digit value
+    (1000, 2**31),   # a one-digit int, then a value that needs two digits
+    (1000, 4),       # then a small int: the shared singleton, never a rewritten one
+    (1000, 2000),    # rewritten in place: nobody else holds the spare or its int
+])
+def test_a_dropped_results_offset_int_is_reused_only_where_nobody_can_tell(
+    first: int, then: int
+) -> None:
+    """offset_int (_delivery.c): the spare RecordMetadata's offset int is rewritten
+    for the next result only when nothing else holds it and the value fits its
+    one digit above the small ints; a kept int or tuple never changes."""
+    a, b = _settled_row(OK, first, -1, 3), _settled_row(OK, then, -1, 3)
+    c.row_metadata(a)  # dropped: the spare holds its int alone
+    meta = c.row_metadata(b)
+    assert meta.offset == then + 1
+    if then + 1 <= 256:
+        assert meta.offset is int(str(then + 1))  # the small int itself
+    kept_int = meta.offset
+    del meta
+    again = c.row_metadata(a)  # the tuple was free again, its int is not: a new int
+    assert (kept_int, again.offset) == (then + 1, first + 1)
+    kept_meta = again
+    assert c.row_metadata(b).offset == then + 1 and kept_meta.offset == first + 1
+
+
+@needs_c
 def test_row_metadata_is_none_unless_settled_ok() -> None:
     assert c.row_metadata(_settled_row(FAILED, 40, -1, 3)) is None
     assert c.row_metadata(_settled_row(OK, 40, -1, 0)) is None  # row 0: pending

@@ -17,7 +17,7 @@ import trio
 
 from pipeline.producer import message
 from pipeline.producer.errors import ProducerClosed, ProducerError
-from pipeline.producer.send_rows import RowDelivery
+from pipeline.producer.send_rows import RowDelivery, RowOutcomes
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_producer, values_in_log
@@ -189,6 +189,42 @@ async def test_a_settled_row_is_still_a_cancellation_point(
         assert scope.cancelled_caught
 
 
+async def test_each_task_awaiting_settled_rows_hears_its_own_cancellation(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """The C await remembers the current task while trio's run context is
+    unchanged (a loop that never yields); a task step changes it. Tasks a (in
+    a cancelled scope) and b (not cancelled) await settled rows, b yielding
+    after its first: whichever runs first, a's first await raises Cancelled
+    (a's own cancel status, not b's) and b awaits every row (b's, not a's)."""
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        rows = [await producer.send("t", b"v") for _ in range(100)]
+        await producer.flush()
+        heard = {"a": 0, "b": 0}
+
+        async def b() -> None:
+            await rows[0]
+            await trio.lowlevel.checkpoint()  # (a task step: a may run now)
+            for d in rows:
+                await d
+                heard["b"] += 1
+
+        async def a() -> None:
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                for d in rows:
+                    await d
+                    heard["a"] += 1
+            assert scope.cancelled_caught
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(b)
+            nursery.start_soon(a)
+    assert heard == {"a": 0, "b": 100}
+
+
 async def test_rows_get_the_log_append_time_the_broker_gave(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
@@ -265,7 +301,9 @@ async def test_a_settled_burst_leaves_no_reference_cycle(
     ``kept``: the caller keeps every delivery until all settled, then drops
     them. Kept deliveries make the burst's ``run_of`` (outcomes -> runs), so
     the chunk must drop its outcomes with its last row: the cycle chunk ->
-    outcomes -> runs -> chunk was left to the cyclic GC otherwise."""
+    outcomes -> runs -> chunk was left to the cyclic GC otherwise. ``run_of``
+    is a list the GC does not track, so a cycle through it would not even be
+    collected: no ``RowOutcomes`` may outlive its burst."""
     import gc
 
     fake.create_topic("t", 1)
@@ -276,6 +314,7 @@ async def test_a_settled_burst_leaves_no_reference_cycle(
         await producer.flush()
         gc.collect()
         gc.disable()
+        older = {id(o) for o in gc.get_objects() if type(o) is RowOutcomes}  # (other tests')
         try:
             for _ in range(3):
                 columnar_next(producer)
@@ -289,6 +328,7 @@ async def test_a_settled_burst_leaves_no_reference_cycle(
                 assert not keep or (all(d.done() for d in kept)
                                     and sum(type(d) is RowDelivery for d in kept) >= 88)
                 del kept
+            assert not [o for o in gc.get_objects() if type(o) is RowOutcomes and id(o) not in older]
             assert gc.collect() == 0
         finally:
             gc.enable()
@@ -417,19 +457,21 @@ async def test_a_topics_first_row_reports_offset_0_and_its_message_its_state(
 async def test_awaiting_settled_rows_schedules_about_never(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
-    """As for messages (test_delivery_results): one schedule point per 512
-    awaits of settled rows, not one per await."""
+    """As for messages (test_delivery_results): one schedule point per
+    _SCHEDULE_EVERY (4096) awaits of settled rows, not one per await."""
     from .test_delivery_results import counting_steps
 
+    n = 10_000
     fake.create_topic("t", 3)
     async with open_fake_producer(fake) as producer:
         columnar_next(producer)
-        rows = [await producer.send("t", b"v%d" % i) for i in range(5000)]
+        rows = [await producer.send("t", b"v%d" % i) for i in range(n)]
         await producer.flush()
         with counting_steps() as steps:
             metas = [await d for d in rows]
-    assert set(_kinds(rows)) == {"row"} and len(metas) == 5000
-    assert 9 <= steps.steps <= 12, steps.steps
+    assert set(_kinds(rows)) == {"row"} and len(metas) == n
+    every = message._SCHEDULE_EVERY
+    assert n // every <= steps.steps <= n // every + 1, steps.steps
 
 
 async def test_a_row_await_falls_back_to_trio_public_api(
