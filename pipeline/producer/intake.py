@@ -192,13 +192,17 @@ class Intake:
             and type(value) is bytes and (key is None or type(key) is bytes)
             and type(topic) is str and topic
         ):
+            # The common call, validated in place (normalize's rules and bound,
+            # batch_size_for_record's, with the two common prefix widths inlined).
+            size = len(value)
+            size += SIZE_BASE + (
+                1 if size < 64 else 2 if size < 8192 else prefix_size(size)
+            ) + (
+                1 if key is None
+                else len(key) + (1 if len(key) < 64 else prefix_size(len(key)))
+            )
             if key is None and metadata is None and (on_delivery is None or callable(on_delivery)):
-                rows = self._rows
-                # A row of a columnar burst (send_rows.py): the same size bound
-                # as below, for a null key.
-                size = len(value)
-                size += SIZE_BASE + 1 + (
-                    1 if size < 64 else 2 if size < 8192 else prefix_size(size))
+                rows = self._rows  # a row of a columnar burst (send_rows.py)?
                 if size > self._max_message_bytes:
                     pass  # (the per-message path raises MessageTooLargeError)
                 elif rows is not None and topic == rows.topic:
@@ -228,15 +232,6 @@ class Intake:
                     opened = self._open_rows(topic, value, on_delivery, size)
                     if opened is not None:
                         return opened
-            # The common call, validated in place (normalize's rules and bound,
-            # batch_size_for_record's, with the two common prefix widths inlined).
-            size = len(value)
-            size += SIZE_BASE + (
-                1 if size < 64 else 2 if size < 8192 else prefix_size(size)
-            ) + (
-                1 if key is None
-                else len(key) + (1 if len(key) < 64 else prefix_size(len(key)))
-            )
             # Delivery.__init__, inlined (a class call costs more than these
             # stores); every slot is set here or below (tests check that).
             msg = _new_delivery(MessageDelivery)
