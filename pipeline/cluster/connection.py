@@ -79,10 +79,10 @@ from pipeline.cluster.security import (
     stream_error,
     tls_answer_error,
 )
-from pipeline.cluster.transport import Connector, WriteLock
+from pipeline.cluster.transport import Connector, WriteLock, send_parts
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.base import Request, Response
-from pipeline.protocol.codec import decode_response_as, encode_request, peek_correlation_id
+from pipeline.protocol.codec import decode_response_as, encode_request_parts, peek_correlation_id
 from pipeline.protocol.errors import ProtocolError
 from pipeline.protocol.framing import NEED_DATA, FrameBuffer
 
@@ -295,8 +295,9 @@ class BrokerConnection:
                     # connection.
                     await trio.lowlevel.checkpoint_if_cancelled()
                     correlation_id = self._next_correlation_id
-                    frame = encode_request(request, version=version, correlation_id=correlation_id,
-                                           client_id=self.config.client_id)
+                    frame = encode_request_parts(request, version=version,
+                                                 correlation_id=correlation_id,
+                                                 client_id=self.config.client_id)
                     self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
                     pending: PendingResponse[R | None] = PendingResponse(
                         api_key, version, correlation_id,
@@ -305,7 +306,7 @@ class BrokerConnection:
                         self._register(pending)
                         slot_held = False
                     try:
-                        await self._stream.send_all(frame)
+                        await send_parts(self._stream, frame)
                     except trio.Cancelled:
                         self._fail(
                             BrokerConnectionError(

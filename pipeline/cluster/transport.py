@@ -24,7 +24,9 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-__all__ = ["Connector", "MemoryNetwork", "WriteLock", "parse_address", "tcp_connector"]
+__all__ = [
+    "Connector", "MemoryNetwork", "WriteLock", "parse_address", "send_parts", "tcp_connector",
+]
 
 Connector = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
@@ -80,6 +82,43 @@ def tcp_connector(
         raise TimeoutError(errno.ETIMEDOUT, f"connect to {host}:{port} timed out")
 
     return connect
+
+
+# Buffers per sendmsg call: Linux's IOV_MAX (the POSIX minimum is 16; every
+# platform trio runs on allows 1024).
+_IOV_MAX = 1024
+_CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
+
+
+async def send_parts(stream: trio.abc.Stream, parts: list[bytes | bytearray | memoryview]) -> None:
+    """Write ``parts`` to ``stream`` in order, as ``send_all(b"".join(parts))`` would.
+
+    A plain TCP stream gets one gather write (``sendmsg``) per round, so the
+    parts are never copied into one frame; any other stream (TLS, memory, a
+    test's proxy) gets the joined frame. Errors are those of ``send_all``:
+    :class:`trio.ClosedResourceError` after a close, :class:`trio.BrokenResourceError`
+    when the socket fails. Like ``send_all`` it is a checkpoint, and a
+    cancellation may leave part of the frame written.
+    """
+    if type(stream) is not trio.SocketStream or len(parts) == 1:
+        await stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
+        return
+    sock = stream.socket
+    views = [memoryview(p) for p in parts]
+    i = 0
+    try:
+        while i < len(views):
+            sent = await sock.sendmsg(views[i:i + _IOV_MAX])
+            # Skip what was written: whole buffers, then the start of the next.
+            while i < len(views) and sent >= views[i].nbytes:
+                sent -= views[i].nbytes
+                i += 1
+            if sent:
+                views[i] = views[i][sent:]
+    except OSError as exc:
+        if exc.errno in _CLOSED_ERRNOS:
+            raise trio.ClosedResourceError("this socket was already closed") from None
+        raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
 
 
 class MemoryNetwork:

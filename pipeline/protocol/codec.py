@@ -25,10 +25,13 @@ from pipeline.protocol.messages import REQUESTS, RESPONSES
 from pipeline.protocol.primitives import Reader, Writer
 
 __all__ = [
+    "GATHER_MIN",
+    "GatherWriter",
     "decode_request",
     "decode_response",
     "decode_response_as",
     "encode_request",
+    "encode_request_parts",
     "encode_response",
     "peek_correlation_id",
 ]
@@ -39,6 +42,56 @@ _I32 = struct.Struct(">i")
 R = TypeVar("R", bound=Response)
 
 
+#: Byte fields at least this long are kept by reference by :class:`GatherWriter`;
+#: shorter ones are copied (a part costs a list entry and an iovec).
+GATHER_MIN = 1024
+
+
+class GatherWriter(Writer):
+    """A :class:`Writer` that keeps long byte fields as references, not copies.
+
+    ``parts()`` returns buffers whose concatenation is exactly what a
+    :class:`Writer` would have built. A produce request is mostly its record
+    batches; copying them into one frame (and again into ``bytes``) took fresh
+    pages per request, which a gather write (``sendmsg``) does not need.
+    """
+
+    __slots__ = ("_parts",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Everything written before ``buf``, in order: closed bytearrays and the
+        # long payloads between them (never an empty buffer).
+        self._parts: list[bytes | bytearray | memoryview] = []
+
+    def _payload(self, v: bytes | bytearray | memoryview) -> None:
+        if len(v) < GATHER_MIN:
+            self.buf += v
+            return
+        if self.buf:
+            self._parts.append(self.buf)
+            self.buf = bytearray()
+        self._parts.append(v)
+
+    def bytes_(self, v: bytes | bytearray | memoryview) -> None:
+        self.buf += _I32.pack(len(v))
+        self._payload(v)
+
+    def compact_bytes(self, v: bytes | bytearray | memoryview) -> None:
+        self.uvarint(len(v) + 1)
+        self._payload(v)
+
+    def __len__(self) -> int:
+        return len(self.buf) + sum(len(p) for p in self._parts)
+
+    def getvalue(self) -> bytes:
+        return b"".join(self.parts())
+
+    def parts(self) -> list[bytes | bytearray | memoryview]:
+        """The buffers written so far, in order (a new list; none empty)."""
+        return [*self._parts, self.buf] if self.buf else list(self._parts)
+
+
 def _check_version(cls: Any, version: int) -> None:
     if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
         raise UnsupportedVersionError(
@@ -46,15 +99,13 @@ def _check_version(cls: Any, version: int) -> None:
         )
 
 
-def encode_request(
-    request: Request[Any], *, version: int, correlation_id: int, client_id: str | None
-) -> bytes:
-    """Header + body of ``request`` at ``version``, with the int32 size prefix."""
+def _write_request(
+    w: Writer, request: Request[Any], version: int, correlation_id: int, client_id: str | None
+) -> None:
     cls = type(request)
     _check_version(cls, version)
     api_key: int = cls.API_KEY
-    w = Writer()
-    w.buf += b"\x00\x00\x00\x00"
+    w.buf += b"\x00\x00\x00\x00"  # the size prefix, filled in by the caller
     RequestHeader(
         request_api_key=api_key,
         request_api_version=version,
@@ -62,8 +113,35 @@ def encode_request(
         client_id=client_id,
     )._write(w, request_header_version(api_key, version))
     request._write(w, version)
+
+
+def encode_request(
+    request: Request[Any], *, version: int, correlation_id: int, client_id: str | None
+) -> bytes:
+    """Header + body of ``request`` at ``version``, with the int32 size prefix."""
+    w = Writer()
+    _write_request(w, request, version, correlation_id, client_id)
     _I32.pack_into(w.buf, 0, len(w.buf) - 4)
     return bytes(w.buf)
+
+
+def encode_request_parts(
+    request: Request[Any], *, version: int, correlation_id: int, client_id: str | None
+) -> list[bytes | bytearray | memoryview]:
+    """:func:`encode_request` as buffers to write in order (a gather write).
+
+    Their concatenation is byte for byte ``encode_request``'s frame, but byte
+    fields of :data:`GATHER_MIN` bytes or more (a
+    produce request's record batches) are the caller's objects, not copies. The
+    first buffer starts with the size prefix.
+    """
+    w = GatherWriter()
+    _write_request(w, request, version, correlation_id, client_id)
+    parts = w.parts()
+    first = parts[0]
+    assert isinstance(first, bytearray)  # the header's buffer: never a payload
+    _I32.pack_into(first, 0, sum(len(p) for p in parts) - 4)
+    return parts
 
 
 def decode_request(

@@ -177,6 +177,7 @@ class Writer:
             self.buf += data
 
 
+
 class Reader:
     """Decoder over a ``memoryview``; every read is bounds-checked."""
 
