@@ -64,9 +64,10 @@ async def test_every_split_of_a_short_write_resumes_at_the_right_byte(cap: int) 
     short = _Short(stream.socket, cap)
     stream.socket = short  # type: ignore[assignment]
     got = bytearray()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_read_all, peer, len(want), got)
-        await send_parts(stream, parts)
+    with trio.fail_after(20):  # a write that never ends fails, not hangs
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_read_all, peer, len(want), got)
+            await send_parts(stream, parts)
     assert got == want
     # one call per cap's worth (a whole buffer list when nothing is short)
     assert len(short.calls) == -(-len(want) // cap)
@@ -83,9 +84,10 @@ async def test_more_buffers_than_one_call_takes(monkeypatch: pytest.MonkeyPatch)
     stream.socket = short  # type: ignore[assignment]
     got = bytearray()
     want = b"".join(parts)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_read_all, peer, len(want), got)
-        await send_parts(stream, parts)
+    with trio.fail_after(20):  # a write that never ends fails, not hangs
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_read_all, peer, len(want), got)
+            await send_parts(stream, parts)
     assert got == want
     assert short.calls == [16] * 6 + [4]  # 100 buffers, 16 at a time
     peer.close()
@@ -99,9 +101,10 @@ async def test_a_frame_larger_than_the_socket_buffers() -> None:
     parts = _parts(9, 300, 20_000)  # ~3 MB: many rounds of waiting for room
     want = b"".join(parts)
     got = bytearray()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_read_all, peer, len(want), got)
-        await send_parts(stream, parts)
+    with trio.fail_after(20):  # a write that never ends fails, not hangs
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_read_all, peer, len(want), got)
+            await send_parts(stream, parts)
     assert got == want
     peer.close()
     await stream.aclose()
