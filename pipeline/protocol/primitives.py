@@ -177,7 +177,6 @@ class Writer:
             self.buf += data
 
 
-
 class Reader:
     """Decoder over a ``memoryview``; every read is bounds-checked."""
 

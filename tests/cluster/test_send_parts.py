@@ -56,58 +56,51 @@ class _Short:
         return sent
 
 
-@pytest.mark.parametrize("cap", [1, 7, 1000, 4096, 10**9])
-async def test_every_split_of_a_short_write_resumes_at_the_right_byte(cap: int) -> None:
-    stream, peer = await _pair()
-    parts = _parts(cap, 40 if cap > 1 else 8, 3000 if cap > 1 else 40)
-    want = b"".join(parts)
-    short = _Short(stream.socket, cap)
-    stream.socket = short  # type: ignore[assignment]
+async def _write_and_read(stream: trio.SocketStream, peer: trio.socket.SocketType,
+                          parts: list[bytes | bytearray | memoryview]) -> bytes:
+    """``send_parts`` while the peer reads; what the peer got. Closes both ends."""
     got = bytearray()
     with trio.fail_after(20):  # a write that never ends fails, not hangs
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_read_all, peer, len(want), got)
+            nursery.start_soon(_read_all, peer, len(b"".join(parts)), got)
             await send_parts(stream, parts)
-    assert got == want
+    peer.close()
+    if isinstance(stream.socket, _Short):
+        stream.socket = stream.socket._sock
+    await stream.aclose()
+    return bytes(got)
+
+
+async def _short_pair(cap: int) -> tuple[trio.SocketStream, trio.socket.SocketType, _Short]:
+    stream, peer = await _pair()
+    short = _Short(stream.socket, cap)
+    stream.socket = short  # type: ignore[assignment]
+    return stream, peer, short
+
+
+@pytest.mark.parametrize("cap", [1, 7, 1000, 4096, 10**9])
+async def test_every_split_of_a_short_write_resumes_at_the_right_byte(cap: int) -> None:
+    stream, peer, short = await _short_pair(cap)
+    parts = _parts(cap, 40 if cap > 1 else 8, 3000 if cap > 1 else 40)
+    want = b"".join(parts)
+    assert await _write_and_read(stream, peer, parts) == want
     # one call per cap's worth (a whole buffer list when nothing is short)
     assert len(short.calls) == -(-len(want) // cap)
-    peer.close()
-    stream.socket = short._sock
-    await stream.aclose()
 
 
 async def test_more_buffers_than_one_call_takes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transport, "_IOV_MAX", 16)
-    stream, peer = await _pair()
+    stream, peer, short = await _short_pair(10**9)
     parts = _parts(5, 100, 50)
-    short = _Short(stream.socket, 10**9)
-    stream.socket = short  # type: ignore[assignment]
-    got = bytearray()
-    want = b"".join(parts)
-    with trio.fail_after(20):  # a write that never ends fails, not hangs
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_read_all, peer, len(want), got)
-            await send_parts(stream, parts)
-    assert got == want
+    assert await _write_and_read(stream, peer, parts) == b"".join(parts)
     assert short.calls == [16] * 6 + [4]  # 100 buffers, 16 at a time
-    peer.close()
-    stream.socket = short._sock
-    await stream.aclose()
 
 
 async def test_a_frame_larger_than_the_socket_buffers() -> None:
     stream, peer = await _pair()
     stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     parts = _parts(9, 300, 20_000)  # ~3 MB: many rounds of waiting for room
-    want = b"".join(parts)
-    got = bytearray()
-    with trio.fail_after(20):  # a write that never ends fails, not hangs
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_read_all, peer, len(want), got)
-            await send_parts(stream, parts)
-    assert got == want
-    peer.close()
-    await stream.aclose()
+    assert await _write_and_read(stream, peer, parts) == b"".join(parts)
 
 
 async def test_a_closed_stream_and_a_broken_one_raise_as_send_all_does() -> None:
