@@ -1,5 +1,6 @@
-"""Hand-written mutants of the C send path (``pipeline/producer/_send.c``) and of the
-metadata reuse in ``_delivery.c``: ``tools/mutants.py`` mutates Python only.
+"""Hand-written mutants of the C send path (``pipeline/producer/_send.c``), of the
+metadata reuse and the row lookup in ``_delivery.c``: ``tools/mutants.py`` mutates
+Python only.
 
 Each mutant is one textual change of a condition or a value; the extension is rebuilt
 in place with the system compiler, the tests that hold the C path to its Python twin
@@ -19,8 +20,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCER = ROOT / "pipeline" / "producer"
+PROTOCOL = ROOT / "pipeline" / "protocol"
+HOME = {"_send.c": PRODUCER, "_delivery.c": PRODUCER, "_kernel.c": PROTOCOL}  # (where each lives)
 TESTS = ["tests/producer/test_send_c.py", "tests/producer/test_hot_path.py",
-         "tests/scenarios/test_send_rows.py", "tests/producer/test_row_delivery_c.py"]
+         "tests/scenarios/test_send_rows.py", "tests/producer/test_row_delivery_c.py",
+         "tests/scenarios/test_send_rows_memory.py", "tests/protocol/test_columnar_fuzz.py"]
 
 # (file, original text, mutated text)
 MUTANTS: list[tuple[str, str, str]] = [
@@ -71,6 +75,13 @@ MUTANTS: list[tuple[str, str, str]] = [
     ("_delivery.c", "r != NULL && Py_REFCNT(r) == 1 &&\n        Py_IS_TYPE(r, metadata_type)",
      "r != NULL &&\n        Py_IS_TYPE(r, metadata_type)"),
     ("_delivery.c", "task_seen != NULL && version == task_seen_version", "task_seen != NULL"),
+    # the span lookup (RowOutcomes.bounds): the hint, the search, the gap, the start
+    ("_delivery.c", "if (i >= n || row < start || row >= stop) {",
+     "if (i >= n || row < start || row > stop) {"),
+    ("_delivery.c", "if (start <= row) lo = mid + 1;", "if (start < row) lo = mid + 1;"),
+    ("_delivery.c", "if (row >= stop) return NULL; /* pending: between",
+     "if (row > stop) return NULL; /* pending: between"),
+    ("_delivery.c", "*start_out = start;", "*start_out = 0;"),
 ]
 
 # index -> why the mutant cannot be told apart by any test (docs/mutation.md)
@@ -85,8 +96,8 @@ EQUIVALENT = {
 
 def build(file: str) -> None:
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    src = PRODUCER / file
-    out = PRODUCER / (src.stem + suffix)
+    src = HOME[file] / file
+    out = HOME[file] / (src.stem + suffix)
     include = sysconfig.get_paths()["include"]
     subprocess.run(["cc", "-shared", "-fPIC", "-O2", f"-I{include}", f"-I{PRODUCER}", str(src),
                     "-o", str(out)], check=True, capture_output=True, text=True)
@@ -97,7 +108,7 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated mutant indices")
     args = parser.parse_args()
     only = {int(i) for i in args.only.split(",")} if args.only else None
-    originals = {f: (PRODUCER / f).read_text() for f in {m[0] for m in MUTANTS}}
+    originals = {f: (HOME[f] / f).read_text() for f in {m[0] for m in MUTANTS}}
     survivors = []
     try:
         for i, (file, old, new) in enumerate(MUTANTS):
@@ -107,12 +118,12 @@ def main() -> int:
             if source.count(old) != 1:
                 print(f"{i:3d} {file}: pattern not found once: {old!r}")
                 return 2
-            (PRODUCER / file).write_text(source.replace(old, new))
+            (HOME[file] / file).write_text(source.replace(old, new))
             build(file)
             result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly",
                                      "-p", "no:cacheprovider", *TESTS], cwd=ROOT,
                                     capture_output=True, text=True, timeout=900)
-            (PRODUCER / file).write_text(source)
+            (HOME[file] / file).write_text(source)
             build(file)
             verdict = "killed" if result.returncode else (
                 "equivalent" if i in EQUIVALENT else "SURVIVED")
@@ -122,7 +133,7 @@ def main() -> int:
                   flush=True)
     finally:
         for file, source in originals.items():
-            (PRODUCER / file).write_text(source)
+            (HOME[file] / file).write_text(source)
             build(file)
     print(f"{len(survivors)} survived: {survivors}" if survivors else "no survivor")
     return 1 if survivors else 0

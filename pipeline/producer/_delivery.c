@@ -434,9 +434,10 @@ static PyTypeObject SettledAwait_Type = {
 /* ------------------------------------------------------------------ rows (send_rows.py) */
 
 /* A row of a columnar send() burst (send_rows.RowDelivery, whose fields _rows and
- * _row are RowAwait's) is settled when its burst's RowOutcomes.run_of[row] is a RowRun whose _state is
- * OK; its metadata comes from that run (topic, partition, base offset plus the
- * row's place in the run, LogAppendTime) and the burst's timestamps list. Every
+ * _row are RowAwait's) is settled when a span of its burst's RowOutcomes.bounds
+ * holds the row and that span's run (RowOutcomes.runs) has _state OK; its
+ * metadata comes from that run (topic, partition, base offset plus the row's place
+ * in the span, LogAppendTime) and the burst's timestamps list. Every
  * read is a slot at an offset found by setup_rows(); anything unexpected (an
  * unsealed burst, a pending or failed row, a non-list) takes send_rows' Python
  * await. RowDelivery's instances are no GC objects (make_untracked, below): they
@@ -457,10 +458,9 @@ typedef struct {
 
 #define ROW(d) ((RowAwaitObject *)(d))
 static Py_ssize_t off_s_outcomes, off_s_timestamps;      /* SendRows */
-static Py_ssize_t off_o_run_of;                          /* RowOutcomes */
-static Py_ssize_t off_r_state, off_r_topic, off_r_partition, off_r_offset, off_r_timestamp,
-    off_r_rows;                                          /* RowRun */
-static PyObject *str_start;
+static Py_ssize_t off_o_bounds, off_o_runs;              /* RowOutcomes */
+static Py_ssize_t off_r_state, off_r_topic, off_r_partition, off_r_offset,
+    off_r_timestamp;                                     /* RowRun */
 
 static int check_row(PyObject *d) {
     if (row_type == NULL) {
@@ -475,33 +475,64 @@ static int check_row(PyObject *d) {
     return 0;
 }
 
-/* The row's settled run (borrowed), or NULL without an error when it is not settled
- * OK or anything is not as expected (then the Python path decides). */
-static PyObject *row_settled_run(PyObject *d, PyObject **rows_out, Py_ssize_t *row_out) {
+/* The span last found: the rows awaited one after the other are mostly rows of
+ * one run, so it is tried first. Only a hint (an index into whatever spans the
+ * next lookup reads, checked against them): never a reference. */
+static Py_ssize_t span_hint = 0;
+
+/* Span i of a RowOutcomes.bounds (int64 pairs [start, stop), sorted, disjoint). */
+static inline void span_at(const char *bounds, Py_ssize_t i, long long *start, long long *stop) {
+    memcpy(start, bounds + 16 * i, 8);
+    memcpy(stop, bounds + 16 * i + 8, 8);
+}
+
+/* The row's settled run (borrowed) and the first row of that run, or NULL without
+ * an error when it is not settled OK or anything is not as expected (then the
+ * Python path decides). */
+static PyObject *row_settled_run(PyObject *d, PyObject **rows_out, Py_ssize_t *row_out,
+                                 long long *start_out) {
     PyObject *rows = ROW(d)->rows;
     if (rows == NULL) return NULL;
     PyObject *outcomes = SLOT(rows, off_s_outcomes);
     if (outcomes == NULL || outcomes == Py_None) return NULL;
-    PyObject *run_of = SLOT(outcomes, off_o_run_of);
-    if (run_of == NULL || !PyList_CheckExact(run_of)) return NULL;
+    PyObject *bounds = SLOT(outcomes, off_o_bounds), *runs = SLOT(outcomes, off_o_runs);
+    if (bounds == NULL || !PyByteArray_CheckExact(bounds) || runs == NULL ||
+        !PyList_CheckExact(runs))
+        return NULL;
+    Py_ssize_t n = PyByteArray_GET_SIZE(bounds) / 16;
+    if (n != PyList_GET_SIZE(runs)) return NULL;
+    const char *b = PyByteArray_AS_STRING(bounds);
     Py_ssize_t row = ROW(d)->row;
-    if (row < 0 || row >= PyList_GET_SIZE(run_of)) return NULL;
-    PyObject *run = PyList_GET_ITEM(run_of, row);
-    if (run == Py_None || SLOT(run, off_r_state) != ok_state) return NULL;
+    long long start, stop;
+    Py_ssize_t i = span_hint;
+    if (i < n) span_at(b, i, &start, &stop);
+    if (i >= n || row < start || row >= stop) {
+        Py_ssize_t lo = 0, hi = n; /* the first span starting after row */
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            span_at(b, mid, &start, &stop);
+            if (start <= row) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo == 0) return NULL; /* pending: before every settled span */
+        i = lo - 1;
+        span_at(b, i, &start, &stop);
+        if (row >= stop) return NULL; /* pending: between settled spans */
+        span_hint = i;
+    }
+    PyObject *run = PyList_GET_ITEM(runs, i);
+    if (SLOT(run, off_r_state) != ok_state) return NULL;
     *rows_out = rows;
     *row_out = row;
+    *start_out = start;
     return run;
 }
-
-/* The last run's span (a range, held) and its start: the rows awaited one after
- * the other are mostly rows of one run (saves an attribute read per await). */
-static PyObject *last_span = NULL;
-static long long last_start = 0;
 
 /* RecordMetadata of row `row` of settled run `run` (send_rows.row_offset and
  * RowDelivery.timestamp, in C). NULL with an error, or NULL without one when a
  * field is not what it should be (the caller then takes the Python path). */
-static PyObject *build_row_metadata(PyObject *rows, Py_ssize_t row, PyObject *run) {
+static PyObject *build_row_metadata(PyObject *rows, Py_ssize_t row, PyObject *run,
+                                    long long start) {
     PyObject *topic = SLOT(run, off_r_topic), *partition = SLOT(run, off_r_partition);
     PyObject *base_obj = SLOT(run, off_r_offset), *ts_obj = SLOT(run, off_r_timestamp);
     if (topic == NULL || partition == NULL || base_obj == NULL || ts_obj == NULL ||
@@ -511,23 +542,6 @@ static PyObject *build_row_metadata(PyObject *rows, Py_ssize_t row, PyObject *ru
     if (base == -1 && PyErr_Occurred()) return NULL;
     PyObject *offset, *known, *timestamp;
     if (base >= 0) {
-        long long start = 0;
-        PyObject *span = SLOT(run, off_r_rows);
-        if (span == NULL) return NULL;
-        if (span == last_span) {
-            start = last_start;
-        } else if (span != Py_None) {
-            PyObject *st = PyObject_GetAttr(span, str_start);
-            if (st == NULL) return NULL;
-            start = PyLong_AsLongLong(st);
-            Py_DECREF(st);
-            if (start == -1 && PyErr_Occurred()) return NULL;
-            if (PyRange_Check(span)) { /* immutable, and kept alive while cached */
-                Py_INCREF(span);
-                Py_XSETREF(last_span, span);
-                last_start = start;
-            }
-        }
         offset = offset_int(base + row - start);
         known = Py_True;
     } else {
@@ -557,7 +571,8 @@ static PyObject *row_await(PyObject *self) {
     if (check_row(self) < 0) return NULL;
     PyObject *rows;
     Py_ssize_t row;
-    PyObject *run = row_settled_run(self, &rows, &row);
+    long long start;
+    PyObject *run = row_settled_run(self, &rows, &row, &start);
     if (run == NULL) {
         if (PyErr_Occurred()) return NULL;
         return PyObject_CallOneArg(row_python_await, self);
@@ -566,7 +581,7 @@ static PyObject *row_await(PyObject *self) {
     int c = cancelled();
     if (c < 0) return NULL;
     if (c) return PyObject_CallFunctionObjArgs(row_settled_checkpoint, self, Py_False, NULL);
-    PyObject *meta = build_row_metadata(rows, row, run);
+    PyObject *meta = build_row_metadata(rows, row, run, start);
     if (meta == NULL) {
         if (PyErr_Occurred()) return NULL;
         return PyObject_CallOneArg(row_python_await, self);
@@ -580,12 +595,13 @@ static PyObject *row_metadata(PyObject *module, PyObject *d) {
     if (check_row(d) < 0) return NULL;
     PyObject *rows;
     Py_ssize_t row;
-    PyObject *run = row_settled_run(d, &rows, &row);
+    long long start;
+    PyObject *run = row_settled_run(d, &rows, &row, &start);
     if (run == NULL) {
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
-    PyObject *meta = build_row_metadata(rows, row, run);
+    PyObject *meta = build_row_metadata(rows, row, run, start);
     if (meta == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
     return meta;
 }
@@ -784,27 +800,27 @@ static PyObject *setup_rows(PyObject *module, PyObject *args, PyObject *kwargs) 
         PyErr_SetString(PyExc_TypeError, "python_await and settled_checkpoint must be callable");
         return NULL;
     }
-    Py_ssize_t c, e, f, g, h, i, j, k, l;
+    Py_ssize_t c, e, f, f2, g, h, i, j, k;
     if (make_untracked((PyTypeObject *)dt) < 0 ||
         member_offset((PyTypeObject *)st, "outcomes", &c) < 0 ||
         member_offset((PyTypeObject *)st, "timestamps", &e) < 0 ||
-        member_offset((PyTypeObject *)ot, "run_of", &f) < 0 ||
+        member_offset((PyTypeObject *)ot, "bounds", &f) < 0 ||
+        member_offset((PyTypeObject *)ot, "runs", &f2) < 0 ||
         member_offset((PyTypeObject *)rt, "_state", &g) < 0 ||
         member_offset((PyTypeObject *)rt, "topic", &h) < 0 ||
         member_offset((PyTypeObject *)rt, "partition", &i) < 0 ||
         member_offset((PyTypeObject *)rt, "offset", &j) < 0 ||
-        member_offset((PyTypeObject *)rt, "timestamp", &k) < 0 ||
-        member_offset((PyTypeObject *)rt, "rows", &l) < 0)
+        member_offset((PyTypeObject *)rt, "timestamp", &k) < 0)
         return NULL;
     off_s_outcomes = c;
     off_s_timestamps = e;
-    off_o_run_of = f;
+    off_o_bounds = f;
+    off_o_runs = f2;
     off_r_state = g;
     off_r_topic = h;
     off_r_partition = i;
     off_r_offset = j;
     off_r_timestamp = k;
-    off_r_rows = l;
     Py_INCREF(dt);
     Py_XSETREF(row_type, (PyTypeObject *)dt);
     Py_INCREF(pa);
@@ -907,8 +923,6 @@ PyMODINIT_FUNC PyInit__delivery(void) {
     if (PyType_Ready(&Ready_Type) < 0 || PyType_Ready(&SettledAwait_Type) < 0 ||
         PyType_Ready(&RowAwait_Type) < 0)
         return NULL;
-    str_start = PyUnicode_InternFromString("start");
-    if (str_start == NULL) return NULL;
     str_dict = PyUnicode_InternFromString("__dict__");
     if (str_dict == NULL) return NULL;
     PyObject *thread_mod = PyImport_ImportModule("_thread");

@@ -505,8 +505,7 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
  * cycle, and a kept burst's 512-item lists made every young collection walk them
  * (measured: 30 ms of GC per 1M kept deliveries, against 4 ms when dropped). A list
  * is never tracked again by CPython once untracked; it must get only atomic items, or
- * be in no cycle the code does not cut itself (send_rows' run_of: its runs' cycle is
- * cut by the ledger at the burst's last row; send_rows.py says why). */
+ * be in no cycle the code does not cut itself. */
 static PyObject *atomic_list(PyObject *module, PyObject *unused) {
     PyObject *list = PyList_New(0);
     if (list != NULL) PyObject_GC_UnTrack(list);

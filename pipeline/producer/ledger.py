@@ -343,7 +343,7 @@ class Ledger:
                 # its own delivery) and the outcomes (its runs point at the chunk).
                 chunk.outcomes.on_delivery = None
                 chunk.outcomes = None
-                # Kept deliveries reach the runs (run_of) for their offsets, never
+                # Kept deliveries reach the runs (outcomes.runs) for their offsets, never
                 # the packed columns, which nothing reads once every row settled:
                 # freed now, not with the last delivery (measured: a loop keeping
                 # 1M deliveries held all 1M rows' packed copy, ~110 MB, and ran

@@ -15,15 +15,14 @@ message, its share of the cyclic GC, and the per-message work of every stage
 were most of ``send()`` + ``flush()``'s CPU.
 
 Per-row outcomes are read lazily: when one of the chunk's runs settles, the
-ledger records which run each of its rows belongs to and the row's offset
-(``RowOutcomes.record``: slice stores, no object per row), and a
-``RowDelivery`` reads its row from there. ``flush()`` callers drop their
-deliveries at once, so the burst's value and timestamp lists die when its
-columns are packed, and ``run_of`` is never made (no delivery is alive when
-its first run settles): a waiting burst holds its packed columns and nothing
-per row besides (measured at the peak of the 1M ``send()`` bench: the two
-lists were 4.7 MB of its 81 MB). Callbacks keep the values and timestamps
-lists (an error names its row's value, metadata carries its timestamp).
+ledger records the run's span of rows (``RowOutcomes.record``: one entry per
+run, nothing per row), and a ``RowDelivery`` finds its row's run there (its
+offset is the run's base plus the row's place in it). ``flush()`` callers drop
+their deliveries at once, so the burst's value and timestamp lists die when its
+columns are packed: a waiting burst holds its packed columns and nothing per
+row besides (measured at the peak of the 1M ``send()`` bench: the two lists
+were 4.7 MB of its 81 MB). Callbacks keep the values and timestamps lists (an
+error names its row's value, metadata carries its timestamp).
 
 Invariants:
 * Rows are accepted in call order and the ids of a burst are consecutive: a
@@ -32,13 +31,14 @@ Invariants:
 * ``chunk.pending`` counts the burst's rows only once it is sealed (by the
   dispatcher taking it, or by a close); nothing settles a row before that,
   because its run reaches no stage before the dispatcher takes it.
-* A row's outcome is written once: ``run_of[row]`` goes from None to its run
-  when that run settles (write-once ``_state`` per run), and a run settles once.
+* A row's outcome is written once: the row enters a span of
+  ``RowOutcomes.bounds`` when its run settles (write-once ``_state`` per run),
+  a run settles once, and the spans of a burst's runs never overlap.
 """
 
 from __future__ import annotations
 
-import weakref
+import struct
 from array import array
 from collections.abc import Callable, Generator, Iterator
 from itertools import repeat
@@ -75,6 +75,20 @@ _new_metadata = tuple.__new__
 #: ``RowOutcomes.timestamps`` of a burst without callbacks: only ``call_back``
 #: (and ``errors``, for it) read it; a row's delivery reads its ``SendRows``.
 _NOT_KEPT: list[int] = []
+#: One span of ``RowOutcomes.bounds``: a settled run's first row and the row after its last.
+_PAIR = struct.Struct("=qq")
+
+
+def _spans_from(bounds: bytearray, row: int) -> int:
+    """How many spans of ``bounds`` (sorted) start at or before ``row``."""
+    lo, hi = 0, len(bounds) // 16
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _PAIR.unpack_from(bounds, 16 * mid)[0] <= row:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _span(run: RowRun) -> tuple[int, int]:
@@ -102,25 +116,18 @@ def row_offset(run: RowRun, row: int) -> int:
 class RowOutcomes:
     """Where each row of a burst ended up: written by the ledger when a run of
     the burst settles, read by the rows' deliveries. Shared by the chunk (which
-    drops it with its last row: ``run_of`` points at runs, and runs at the
+    drops it with its last row: ``runs`` are runs, and runs point at the
     chunk) and the ``SendRows``, so neither keeps the other alive."""
 
-    __slots__ = ("_count", "_readers", "event", "on_delivery", "run_of", "timestamps", "topic",
-                 "values")
+    __slots__ = ("bounds", "event", "on_delivery", "runs", "timestamps", "topic", "values")
 
-    def __init__(self, count: int, rows: SendRows) -> None:
-        # run_of[row]: the run that settled the row (None: pending). The row's
-        # offset follows from it: the run's base offset plus the row's place in
-        # the run (``row_offset``), -1 when the broker gave none. Only the
-        # rows' deliveries read it, and each holds the burst's ``SendRows``:
-        # so it is made when the first run settles and only if that ``SendRows``
-        # is still alive then (``_readers``); a ``flush()`` caller dropped every
-        # delivery at once, and its burst never pays 8 bytes a row for it (no
-        # delivery of a sealed burst can appear later). None until then, and
-        # for good when nobody can read it: a reader takes None as "pending".
-        self.run_of: list[RowRun | None] | None = None
-        self._count = count
-        self._readers: weakref.ref[SendRows] | None = weakref.ref(rows)
+    def __init__(self, rows: SendRows) -> None:
+        # The settled runs in row order: ``runs[i]`` settled rows [start, stop)
+        # = ``bounds`` int64 pair i (a bytearray _delivery.c reads in place); a
+        # row in no span is pending. O(runs): nothing per row (a per-row list
+        # was 8 bytes a kept row). A row's offset: ``row_offset``.
+        self.bounds = bytearray()
+        self.runs: list[RowRun] = []
         # Set when a run settles while someone waits for a row (then replaced).
         self.event: trio.Event | None = None
         # The rows' on_delivery callbacks (None: no row has one), called per row by
@@ -134,24 +141,23 @@ class RowOutcomes:
 
     def record(self, run: RowRun) -> None:
         """``run`` settled (its ``_state``, ``offset`` and ``timestamp`` are set)."""
-        run_of = self.run_of
-        if run_of is None:
-            readers, self._readers = self._readers, None
-            if readers is None or readers() is None:
-                return  # no delivery of the burst is alive: nobody reads run_of
-            # Untracked (new_column) although it holds runs: the one cycle through
-            # it (run -> chunk -> outcomes -> run_of) is cut by the ledger at the
-            # burst's last row (chunk.outcomes = None), so reference counting frees
-            # it, and a kept burst's list no longer makes every young collection
-            # walk it (measured: ~15 ms less per 1M kept deliveries).
-            run_of = self.run_of = new_column()
-            run_of.append(None)
-            run_of *= self._count
         a, b = _span(run)
-        run_of[a:b] = [run] * (b - a)
+        i = _spans_from(self.bounds, a)
+        at = _PAIR.size * i  # (spans before it end by a; those after start at b or later)
+        assert i == 0 or _PAIR.unpack_from(self.bounds, at - _PAIR.size)[1] <= a, "spans overlap"
+        assert at == len(self.bounds) or b <= _PAIR.unpack_from(self.bounds, at)[0]
+        self.bounds[at:at] = _PAIR.pack(a, b)
+        self.runs.insert(i, run)
         if self.event is not None:
             self.event.set()
             self.event = None
+
+    def run_for(self, row: int) -> RowRun | None:
+        """The settled run of ``row`` (None: pending), as _delivery.c finds it."""
+        i = _spans_from(self.bounds, row) - 1
+        if i < 0 or row >= _PAIR.unpack_from(self.bounds, 16 * i)[1]:
+            return None
+        return self.runs[i]
 
     def call_back(self, run: RowRun, failed: Callable[[Any, Any], None]) -> None:
         """Call the ``on_delivery`` of each row of ``run`` (settled, recorded)
@@ -188,9 +194,7 @@ class RowOutcomes:
 class SendRows:
     """One ``send()`` burst: its columns while open (a list per column), then
     the deliveries' view of its rows."""
-
-    # (__weakref__: the outcomes tell by it whether a delivery of the burst is alive)
-    __slots__ = ("__weakref__", "chunk", "deadline", "event", "on_delivery", "outcomes", "run",
+    __slots__ = ("chunk", "deadline", "event", "on_delivery", "outcomes", "run",
                  "size", "timestamps", "topic", "values")
 
     def __init__(self, topic: str, run: RowRun, chunk: RowChunk) -> None:
@@ -225,7 +229,7 @@ class SendRows:
         run.count = n
         run._size = self.size
         chunk.pending = n
-        self.outcomes = chunk.outcomes = RowOutcomes(n, self)
+        self.outcomes = chunk.outcomes = RowOutcomes(self)
         self.on_delivery = None  # the outcomes hold them until the last row settles
         if self.event is not None:
             self.event.set()
@@ -288,8 +292,7 @@ class RowDelivery(Delivery, _RowAwaitBase):
 
     def _run(self) -> RowRun | None:
         outcomes = self._rows.outcomes
-        run_of = None if outcomes is None else outcomes.run_of
-        return None if run_of is None else run_of[self._row]  # (None: nothing settled yet)
+        return None if outcomes is None else outcomes.run_for(self._row)  # (None: pending)
 
     @property
     def partition(self) -> int | None:  # type: ignore[override]
@@ -395,8 +398,7 @@ def _row_metadata_py(self: RowDelivery) -> RecordMetadata:
     """The ``RecordMetadata`` of a row settled OK (``_delivery.row_metadata``'s twin)."""
     outcomes = self._rows.outcomes
     assert outcomes is not None
-    assert outcomes.run_of is not None  # (made when the first run settled: self is a reader)
-    run = outcomes.run_of[self._row]
+    run = outcomes.run_for(self._row)
     assert run is not None
     row = self._row
     offset = run.offset

@@ -140,7 +140,7 @@ def test_a_failed_run_calls_back_only_the_rows_that_have_a_callback() -> None:
     rows.values, rows.timestamps = [b"a", b"b", b"c", b"d"], [10, 11, 12, 13]
     rows.on_delivery = [None, lambda m, e: heard.append((m, e.message.value)), None,
                         lambda m, e: heard.append((m, e.message.value))]
-    outcomes = send_rows.RowOutcomes(4, rows)
+    outcomes = send_rows.RowOutcomes(rows)
     run = RowRun("t", None, range(0, 4), 4, 0, chunk, 0)  # type: ignore[arg-type]
     run._state, run._outcome, run.partition = FAILED, RuntimeError("no"), 1
     outcomes.record(run)
@@ -217,7 +217,7 @@ def _settled_row(state: int, offset: int, append_time: int, row: int) -> Any:
     run = RowRun("t", None, None, 0, 0, chunk, 0)  # type: ignore[arg-type]
     rows = send_rows.SendRows("t", run, chunk)
     rows.values, rows.timestamps = [b"a", b"b", b"c", b"d"], [10, 11, 12, 13]
-    rows.outcomes = send_rows.RowOutcomes(4, rows)
+    rows.outcomes = send_rows.RowOutcomes(rows)
     part = RowRun("t", None, range(2, 4), 2, 0, chunk, 0)  # type: ignore[arg-type]
     part._state, part.offset, part.timestamp, part.partition = state, offset, append_time, 5
     rows.outcomes.record(part)
@@ -258,6 +258,53 @@ def test_a_dropped_results_offset_int_is_reused_only_where_nobody_can_tell(
     assert (kept_int, again.offset) == (then + 1, first + 1)
     kept_meta = again
     assert c.row_metadata(b).offset == then + 1 and kept_meta.offset == first + 1
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(6))
+def test_each_row_finds_its_own_runs_span_in_any_order_of_settling_and_reading(
+    seed: int,
+) -> None:
+    """A burst of 60 rows cut into runs of 1-9 rows; the runs settle in a
+    shuffled order (one of them FAILED). After each, every row is read forwards,
+    backwards and shuffled (so the C lookup's hint is right, stale, or out of
+    range): C and its twin agree with the truth: a row in a settled OK run has
+    that run's partition and its offset base + its place in the run; a row in
+    a failed run, or in a run not settled yet (before, between or after the
+    settled spans), has no metadata."""
+    import random
+
+    rng = random.Random(seed)
+    chunk = RowChunk(None, 0)
+    burst = RowRun("t", None, None, 0, 0, chunk, 0)  # type: ignore[arg-type]
+    rows = send_rows.SendRows("t", burst, chunk)
+    rows.values, rows.timestamps = [b"v"] * 60, list(range(1000, 1060))
+    rows.outcomes = send_rows.RowOutcomes(rows)
+    runs, start = [], 0
+    while start < 60:
+        stop = min(60, start + rng.randint(1, 9))
+        run = RowRun("t", None, range(start, stop), stop - start, 0, chunk, 0)  # type: ignore[arg-type]
+        run._state, run.offset, run.timestamp, run.partition = OK, 100 * len(runs), -1, len(runs)
+        runs.append(run)
+        start = stop
+    runs[rng.randrange(len(runs))]._state = FAILED
+    deliveries = [send_rows.new_row(rows, row) for row in range(60)]
+    settled: list[RowRun] = []
+    for run in rng.sample(runs, len(runs)):
+        rows.outcomes.record(run)
+        settled.append(run)
+        for order in (range(60), range(59, -1, -1), rng.sample(range(60), 60)):
+            for row in order:
+                d = deliveries[row]
+                [mine] = [r for r in runs if row in r.rows]
+                if mine in settled and mine._state == OK:
+                    want = RecordMetadata("t", mine.partition,
+                                          mine.offset + row - mine.rows.start, 1000 + row, True)
+                else:
+                    want = None
+                assert c.row_metadata(d) == want, (row, order)
+                assert (send_rows._row_metadata_py(d) if want else None) == want
+                assert d._run() is (mine if mine in settled else None)
 
 
 @needs_c

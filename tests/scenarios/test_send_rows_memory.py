@@ -2,13 +2,15 @@
 peak-RSS bound, ``docs/architecture.md``, "send() bursts as columns").
 
 Measured at the peak of the 1M ``send()`` + ``flush()`` bench: the buffer full
-of sealed bursts, each holding its packed columns and, besides, two lists of
-8 bytes a row (the rows' timestamps and ``run_of``) that nobody read. A burst
-now keeps a list only for a reader: its timestamps for the rows' callbacks,
-``run_of`` for a row delivery still alive when the burst's first run settles."""
+of sealed bursts, each holding its packed columns and, besides, lists of 8
+bytes a row that nobody read. A burst now keeps a per-row list only for a
+reader (its timestamps for the rows' callbacks), and records where its rows
+ended up per run, not per row (``RowOutcomes.bounds``: one span per settled
+run, 8 bytes a kept row less than a per-row list)."""
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pytest
@@ -28,6 +30,13 @@ ROWS = 300
 @pytest.fixture(autouse=True)
 def _modes(both_modes: bool, await_path: str) -> bool:
     return both_modes
+
+
+def _spans(outcomes: RowOutcomes) -> list[tuple[int, int]]:
+    """The settled spans, ``[start, stop)`` each, one per settled run."""
+    spans = [span for span in struct.iter_unpack("=qq", outcomes.bounds)]
+    assert len(spans) == len(outcomes.runs)
+    return spans
 
 
 def _sealed_bursts(producer: Any) -> list[RowOutcomes]:
@@ -60,34 +69,34 @@ async def test_a_burst_whose_deliveries_were_dropped_keeps_no_per_row_list(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """A flush() caller's burst: once sealed it holds its packed columns and
-    nothing per row besides (no timestamps list, no run_of), before and after
-    its run settles; every row is still written."""
+    nothing per row besides (no timestamps list; one span per run), before and
+    after its run settles; every row is still written."""
     fake.create_topic("t", 1)
     async with open_fake_producer(fake, **PATIENT) as producer:
         outcomes, kept, gate = await _held_burst(fake, producer, keep=None)
         assert kept == [] and outcomes.values is None
-        assert outcomes.timestamps == [] and outcomes.run_of is None
+        assert outcomes.timestamps == [] and _spans(outcomes) == []
         gate.set()
         await producer.flush()
-        assert outcomes.run_of is None  # nobody could read it: never made
+        assert _spans(outcomes) == [(0, ROWS)]  # one run: one span, 16 bytes
         assert producer.statistics().succeeded == ROWS
     assert [e.record.value for e in fake.log("t", 0)] == [b"v%d" % i for i in range(ROWS)]
 
 
-async def test_a_kept_row_delivery_reads_its_outcome_from_run_of(
+async def test_a_kept_row_delivery_reads_its_outcome_from_its_runs_span(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
-    """One delivery of the burst kept: ``run_of`` is made when the run settles
-    (the delivery waits on it before: pending, then its offset), and the
-    delivery reads its value and timestamp from its burst."""
+    """One delivery of the burst kept: its run's span is recorded when the run
+    settles (the delivery waits on it before: pending, then its offset), and
+    the delivery reads its value and timestamp from its burst."""
     fake.create_topic("t", 1)
     async with open_fake_producer(fake, **PATIENT) as producer:
         outcomes, [kept], gate = await _held_burst(fake, producer, keep=ROWS - 1)
-        assert outcomes.run_of is None and not kept.done() and kept.offset == -1
+        assert _spans(outcomes) == [] and not kept.done() and kept.offset == -1
         assert kept.value == b"v%d" % (ROWS - 1) and kept.timestamp > 0
         gate.set()
         assert (await kept).offset == ROWS - 1
-        assert outcomes.run_of is not None and len(outcomes.run_of) == ROWS
+        assert _spans(outcomes) == [(0, ROWS)] and outcomes.runs[0].offset == 0
         await producer.flush()
 
 
@@ -95,8 +104,8 @@ async def test_a_burst_with_callbacks_keeps_the_values_and_timestamps_they_need(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """Callbacks need every row's value (errors name it) and timestamp (metadata):
-    those lists stay until the last row heard its callback; ``run_of`` is still
-    not made, since no delivery was kept."""
+    those lists stay until the last row heard its callback; where the rows
+    ended up is one span per run."""
     fake.create_topic("t", 1)
     heard: list[tuple[int, int]] = []
 
@@ -109,7 +118,7 @@ async def test_a_burst_with_callbacks_keeps_the_values_and_timestamps_they_need(
         assert len(outcomes.timestamps) == ROWS
         gate.set()
         await producer.flush()
-        assert outcomes.run_of is None
+        assert _spans(outcomes) == [(0, ROWS)]
     assert [offset for offset, _ in heard] == list(range(ROWS))
     assert all(ts > 0 for _, ts in heard)
 
