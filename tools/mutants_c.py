@@ -1,6 +1,6 @@
 """Hand-written mutants of the C send path (``pipeline/producer/_send.c``), of the
-metadata reuse and the row lookup in ``_delivery.c``: ``tools/mutants.py`` mutates
-Python only.
+metadata reuse and the row lookup in ``_delivery.c``, and of ``pack_ints`` in
+``pipeline/protocol/_kernel.c``: ``tools/mutants.py`` mutates Python only.
 
 Each mutant is one textual change of a condition or a value; the extension is rebuilt
 in place with the system compiler, the tests that hold the C path to its Python twin
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCER = ROOT / "pipeline" / "producer"
 PROTOCOL = ROOT / "pipeline" / "protocol"
-HOME = {"_send.c": PRODUCER, "_delivery.c": PRODUCER, "_kernel.c": PROTOCOL}  # (where each lives)
+HOME = {"_send.c": PRODUCER, "_delivery.c": PRODUCER, "_kernel.c": PROTOCOL}
 TESTS = ["tests/producer/test_send_c.py", "tests/producer/test_hot_path.py",
          "tests/scenarios/test_send_rows.py", "tests/producer/test_row_delivery_c.py",
          "tests/scenarios/test_send_rows_memory.py", "tests/protocol/test_columnar_fuzz.py"]
@@ -82,6 +82,14 @@ MUTANTS: list[tuple[str, str, str]] = [
     ("_delivery.c", "if (row >= stop) return NULL; /* pending: between",
      "if (row > stop) return NULL; /* pending: between"),
     ("_delivery.c", "*start_out = start;", "*start_out = 0;"),
+    # pack_ints: what counts as an int in range
+    ("_kernel.c", "if (!PyLong_CheckExact(it)) goto other;", "if (!PyLong_Check(it)) goto other;"),
+    ("_kernel.c", "if (overflow || v < 0 || v > top) goto other;",
+     "if (overflow || v > top) goto other;"),
+    ("_kernel.c", "if (overflow || v < 0 || v > top) goto other;",
+     "if (overflow || v < 0 || v >= top) goto other;"),
+    ("_kernel.c", "long long top = wide ? INT64_MAX : INT32_MAX;",
+     "long long top = INT64_MAX;"),
 ]
 
 # index -> why the mutant cannot be told apart by any test (docs/mutation.md)

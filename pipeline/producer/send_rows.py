@@ -224,7 +224,9 @@ class SendRows:
         run, chunk = self.run, self.chunk
         assert run is not None, "a burst is sealed once"
         self.run = None  # it travels on; the burst's deliveries must not keep its columns
-        stamps = memoryview(array("q", self.timestamps))
+        packed = kernel().pack_ints(self.timestamps, True)  # (None: an injected clock's odd
+        stamps = (memoryview(array("q", self.timestamps)) if packed is None  # value: array's)
+                  else memoryview(packed).cast("q"))
         run.columns = Columns(values, None, None, stamps)
         run.count = n
         run._size = self.size

@@ -353,8 +353,12 @@ def _ints(obj: Any, what: str, wide: bool, fill: int | None) -> memoryview:
 def _list_ints(seq: Sequence[Any], what: str, wide: bool, fill: int | None) -> memoryview:
     code = "q" if wide else "i"
     top = _INT64_MAX if wide else _INT32_MAX
+    if isinstance(seq, list | tuple):
+        packed = kernel().pack_ints(seq, wide)  # every item an int in range: C speed
+        if packed is not None:
+            return memoryview(packed).cast("q" if wide else "i")
     try:
-        out = array(code, seq)  # C speed when every item is an in-range int
+        out = array(code, seq)  # (array.array's C loop; then each item checked)
     except (TypeError, OverflowError):
         out = array(code)
         for i, v in enumerate(seq):

@@ -24,6 +24,7 @@ _OVERHEAD: Final = 21  # records._MAX_RECORD_OVERHEAD
 _NULL: Final = b"\x01"  # zigzag(-1)
 _ZERO: Final = b"\x00"
 _INT64_MAX: Final = (1 << 63) - 1
+_INT32_MAX: Final = (1 << 31) - 1
 
 
 class _Bad(Exception):
@@ -367,6 +368,15 @@ def _as_buffer(item: Any, what: str, i: int) -> bytes | memoryview:
     if not view.c_contiguous:
         raise TypeError(f"{what}: row {i}: {type(item).__name__} is not a contiguous buffer")
     return view.cast("B")
+
+
+def pack_ints(seq: Sequence[Any], wide: bool) -> bytes | None:
+    if not isinstance(seq, list | tuple):
+        raise TypeError("pack_ints needs a list or tuple")
+    top = _INT64_MAX if wide else _INT32_MAX
+    if not all(type(v) is int and 0 <= v <= top for v in seq):
+        return None  # (the C twin: an item that is not an exact int in range)
+    return array("q" if wide else "i", seq).tobytes()
 
 
 def find_outside(buf: Any, wide: bool, lo: int, hi: int) -> int:

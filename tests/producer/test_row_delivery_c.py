@@ -129,6 +129,25 @@ def test_call_back_ok_refuses_callbacks_and_rows_of_different_lengths(call_back_
         call_back_ok([None], "t", 2, 0, [1, 2], -1, _never_failed)
 
 
+@pytest.mark.parametrize("stamps", [
+    [1_700_000_000_000] * 3 + [1_700_000_000_001] * 2,  # a wall clock's: pack_ints
+    [5, -1, 7, 1 << 62, 0],  # an injected clock's odd value (-1): array's own loop
+])
+def test_a_sealed_burst_packs_its_timestamps_as_int64(stamps: list[int]) -> None:
+    """``SendRows.seal``: the run's timestamp column is the rows' timestamps as
+    int64, whichever way it was packed (the kernel's ``pack_ints``, or
+    ``array`` for what it refuses), and the packed bytes are counted."""
+    chunk = RowChunk(None, 0)
+    burst = RowRun("t", None, None, 0, 0, chunk, 0)  # type: ignore[arg-type]
+    rows = send_rows.SendRows("t", burst, chunk)
+    rows.values, rows.timestamps = [b"v%d" % i for i in range(5)], list(stamps)
+    nbytes = rows.seal()
+    assert burst.columns.timestamps is not None
+    assert burst.columns.timestamps.format == "q"
+    assert burst.columns.timestamps.tolist() == stamps and burst.count == 5
+    assert nbytes == 8 * 6 + len(b"".join(rows.values)) + 8 * 5
+
+
 def test_a_failed_run_calls_back_only_the_rows_that_have_a_callback() -> None:
     """A burst's rows with and without callbacks, its run failed: each row with
     one hears (None, its error naming its value), in row order; a row without

@@ -176,3 +176,42 @@ def test_malformed_arguments_raise_instead_of_crashing() -> None:
         c.size_bounds(good, bytearray(4))
     with pytest.raises(TypeError):
         c.pack_binary(5, "values")
+
+
+_INT_ITEMS = st.one_of(
+    st.integers(-3, 3), st.integers(0, (1 << 63) + 5), st.sampled_from(
+        [(1 << 31) - 1, 1 << 31, (1 << 63) - 1, 1 << 63, 1_700_000_000_000]),
+    st.sampled_from([None, True, False, 1.0, "1", b"1"]),
+)
+
+
+@FUZZ
+@given(st.lists(_INT_ITEMS, max_size=40), st.booleans(), st.booleans(), st.integers(0, 5))
+def test_pack_ints_both_kernels_agree_and_match_array(
+    items: list[Any], wide: bool, as_tuple: bool, repeat: int
+) -> None:
+    """``pack_ints``: C and its twin give the same bytes, or both None; the bytes
+    are ``array(code, items)``'s exactly when every item is an exact int in
+    range (0..INT64_MAX wide, 0..INT32_MAX narrow), and None otherwise (bools and
+    int subclasses included: the caller's slow path names such a row). Items
+    repeated one after the other (a burst's timestamps share their millisecond's
+    int) take the C loop's pointer-equal path."""
+    from array import array
+
+    seq_list = [v for v in items for _ in range(1 + repeat)]
+    seq: Any = tuple(seq_list) if as_tuple else seq_list
+    top = (1 << 63) - 1 if wide else (1 << 31) - 1
+    ok = all(type(v) is int and 0 <= v <= top for v in seq_list)
+    want = array("q" if wide else "i", seq_list).tobytes() if ok else None
+    assert _kernel_py.pack_ints(seq, wide) == want
+    if columnar.KERNEL == "c":
+        assert _columns._impl.pack_ints(seq, wide) == want
+
+
+def test_pack_ints_refuses_what_is_no_list_or_tuple() -> None:
+    kernels: list[Any] = [_kernel_py] + ([_columns._impl] if columnar.KERNEL == "c" else [])
+    for k in kernels:
+        with pytest.raises(TypeError, match="list or tuple"):
+            k.pack_ints(iter([1]), True)
+        assert k.pack_ints([], True) == b""
+        assert k.pack_ints([5, 5, -1], False) is None  # (the repeat, then a bad one)
