@@ -857,8 +857,8 @@ static PyObject *k_pack_ints(PyObject *self, PyObject *args) {
             if (!PyLong_CheckExact(it)) goto other;
             int overflow;
             v = PyLong_AsLongLongAndOverflow(it, &overflow);
+            if (v == -1 && PyErr_Occurred()) goto fail; /* (an exact int: never, but checked first) */
             if (overflow || v < 0 || v > top) goto other;
-            if (v == -1 && PyErr_Occurred()) goto fail;
             prev = it;
         }
         if (wide) {
