@@ -81,10 +81,10 @@ _PAIR = struct.Struct("=qq")
 
 def _spans_from(bounds: bytearray, row: int) -> int:
     """How many spans of ``bounds`` (sorted) start at or before ``row``."""
-    lo, hi = 0, len(bounds) // 16
+    lo, hi = 0, len(bounds) // _PAIR.size
     while lo < hi:
         mid = (lo + hi) // 2
-        if _PAIR.unpack_from(bounds, 16 * mid)[0] <= row:
+        if _PAIR.unpack_from(bounds, _PAIR.size * mid)[0] <= row:
             lo = mid + 1
         else:
             hi = mid
@@ -155,7 +155,7 @@ class RowOutcomes:
     def run_for(self, row: int) -> RowRun | None:
         """The settled run of ``row`` (None: pending), as _delivery.c finds it."""
         i = _spans_from(self.bounds, row) - 1
-        if i < 0 or row >= _PAIR.unpack_from(self.bounds, 16 * i)[1]:
+        if i < 0 or row >= _PAIR.unpack_from(self.bounds, _PAIR.size * i)[1]:
             return None
         return self.runs[i]
 

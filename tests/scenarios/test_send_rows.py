@@ -299,11 +299,10 @@ async def test_a_settled_burst_leaves_no_reference_cycle(
     (runs point at their chunk, the chunk at its outcomes and runs).
 
     ``kept``: the caller keeps every delivery until all settled, then drops
-    them. Kept deliveries make the burst's ``run_of`` (outcomes -> runs), so
+    them. A burst's outcomes hold its settled runs (``RowOutcomes.runs``), so
     the chunk must drop its outcomes with its last row: the cycle chunk ->
-    outcomes -> runs -> chunk was left to the cyclic GC otherwise. ``run_of``
-    is a list the GC does not track, so a cycle through it would not even be
-    collected: no ``RowOutcomes`` may outlive its burst."""
+    outcomes -> runs -> chunk was left to the cyclic GC otherwise: no
+    ``RowOutcomes`` may outlive its burst."""
     import gc
 
     fake.create_topic("t", 1)
@@ -628,7 +627,7 @@ async def test_kept_deliveries_do_not_keep_their_bursts_packed_columns(
     one more send. With all 2000 deliveries still alive, every packed copy is gone.
     They stayed alive as long as any delivery of their burst did, reached through
     the burst (``SendRows.run``) and through the runs a delivery reads its
-    offset from (``RowOutcomes.run_of``): measured, a loop keeping 1M
+    offset from (``RowOutcomes.runs``): measured, a loop keeping 1M
     deliveries held ~110 MB of packed copies, and ran 2.3x the collections."""
     import gc
     import weakref
