@@ -24,7 +24,8 @@ disk and takes seconds to start, so one Kafka serves the session, a fresh topic 
 After each run the sum of
 the partitions' high watermarks (read with Fetch: tansu's ListOffsets under-counts)
 must equal ``N`` or the row is INVALID; the first batch's producer id tells whether the
-run was really idempotent. Reported figures are medians.
+run was really idempotent. Reported figures are medians; a target's verdict is the
+ratio of the two clients' medians, printed with the spread of its per-round ratios.
 """
 
 from __future__ import annotations
@@ -473,8 +474,24 @@ def _ratios_and_targets(results: dict[str, dict[str, Any]]
             entry.update(ratio=None, verdict="n/a", reason=why)
         else:
             entry.update(ratio=a / b, verdict="PASS" if a / b >= threshold else "MISS")
+            paired = _paired_ratios(results[num]["runs"], results[den]["runs"])
+            if paired:  # the verdict stays the ratio of medians; this shows its margin
+                entry["per_round"] = {"n": len(paired), "min": paired[0], "max": paired[-1],
+                                      "median": statistics.median(paired)}
         targets.append(entry)
     return ratios, targets
+
+
+def _paired_ratios(num_runs: list[dict[str, Any]], den_runs: list[dict[str, Any]]
+                   ) -> list[float]:
+    """The ratio of each round's two runs (both ok), sorted: runs of one round are
+    minutes apart, so a slow spell of the machine hits both (the spread of these says
+    how far a verdict is from flipping; the ratio of medians pairs runs of different
+    rounds)."""
+    den = {r.get("round"): r["msgs_per_s"] for r in den_runs
+           if r.get("status") == "ok" and r.get("round") is not None}
+    return sorted(r["msgs_per_s"] / den[r["round"]] for r in num_runs
+                  if r.get("status") == "ok" and r.get("round") in den)
 
 
 def _resolve_clients(clients: Sequence[str] | str | None) -> list[str]:
@@ -643,6 +660,10 @@ def format_table(report: dict[str, Any]) -> str:
     for t in report["targets"]:
         got = "" if t["ratio"] is None else f"{t['ratio']:.2f}x"
         why = f" ({t['reason']})" if t.get("reason") else ""
+        pr = t.get("per_round")
+        if pr and pr["n"] > 1:
+            why += (f"  (per round {pr['min']:.2f}-{pr['max']:.2f}x, median "
+                    f"{pr['median']:.2f}x of {pr['n']})")
         lines.append(f"  {t['verdict']:<4} {t['target']:<42} {got}{why}")
     return "\n".join(lines)
 

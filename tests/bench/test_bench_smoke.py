@@ -95,6 +95,8 @@ def test_summary_medians_ratios_and_targets() -> None:
     assert verdicts["send() + await each >= 0.8x send() + flush"] == "MISS"  # 0.75
     assert verdicts["send_batch(list) >= 1.5x confluent"] == "n/a"  # not run
     assert verdicts["idempotent mif=5 >= 0.9x non-idempotent"] == "n/a"
+    # The runs here carry no round: no per-round spread (only paired runs make one).
+    assert all("per_round" not in t for t in targets)
     report = {"meta": {"n": 6, "value_size": 100, "partitions": 6, "repeats": 3,
                        "date": "d", "machine": "m"},
               "results": results, "ratios": ratios, "targets": targets}
@@ -119,3 +121,25 @@ def test_client_selection() -> None:
     assert "pipeline-idem-mif1" in producer_bench._resolve_clients(["idempotence"])
     with pytest.raises(ValueError, match="unknown client"):
         producer_bench._resolve_clients("kafka-go")
+
+
+def test_per_round_ratios_pair_runs_of_one_round() -> None:
+    """Each round's runs are paired (a failed run drops its round); the verdict stays
+    the ratio of medians, and the table prints the per-round spread."""
+    send = [_run(200e3, round=1), _run(100e3, round=2), _run(300e3, round=3)]
+    wait = [_run(170e3, round=1), _run(90e3, round=2),
+            {"status": "failed", "error": "x", "round": 3}]
+    results = {
+        "pipeline-send": producer_bench._summarize("p", "peers", send, None),
+        "pipeline-await": producer_bench._summarize("w", "peers", wait, None),
+    }
+    results["pipeline-await"]["status"] = "ok"  # (a failed run makes it INVALID)
+    _, targets = producer_bench._ratios_and_targets(results)
+    t = next(t for t in targets if t["numerator"] == "pipeline-await")
+    assert t["ratio"] == pytest.approx(130 / 200)  # medians: 130k of (170, 90), 200k
+    assert t["per_round"] == {"n": 2, "min": pytest.approx(0.85), "max": pytest.approx(0.9),
+                              "median": pytest.approx(0.875)}
+    report = {"meta": {"n": 6, "value_size": 100, "partitions": 6, "repeats": 3,
+                       "date": "d", "machine": "m"},
+              "results": results, "ratios": {}, "targets": targets}
+    assert "(per round 0.85-0.90x, median 0.88x of 2)" in producer_bench.format_table(report)
