@@ -68,7 +68,10 @@ class ProducerConfig:
 
     # Batching.
     linger: float = 0.005
-    batch_bytes: int = 256 * 1024  # larger than Java's 16 KiB: per-batch cost dominates in Python
+    # librdkafka's batch.size (Java's is 16 KiB): the client and Kafka's broker both pay per
+    # batch (measured on Kafka 4.1.2, 1M x 100 B send_batch: 1.15M -> 1.40M msgs/s against
+    # 256 KiB batches); under Kafka's default message.max.bytes (1,048,588) with room.
+    batch_bytes: int = 1_000_000
     max_batch_messages: int = 10_000
     max_request_bytes: int = 1024 * 1024
     max_message_bytes: int = 1024 * 1024
