@@ -18,9 +18,12 @@ acks=all, linger 5 ms, no keys, no compression. Clients (``bench/peers.py``):
 Every run is a fresh interpreter (``--client NAME`` worker mode), so CPU seconds
 (``getrusage(RUSAGE_SELF)`` delta over the timed section, all threads) and peak RSS
 (``ru_maxrss``) belong to one client. Runs are interleaved (round 1: every client, round
-2: every client, ...) so drift hits all clients alike, and by default each run on tansu
-gets a fresh broker (tansu keeps ~100 MB per 1M records forever; Kafka keeps its log on
-disk and takes seconds to start, so one Kafka serves the session, a fresh topic per run).
+2: every client from the second on, then the first, ...) so drift hits all clients alike.
+By default each run on tansu gets a fresh broker (tansu keeps ~100 MB per 1M records
+forever), and each round on Kafka gets one (it takes seconds to start; one Kafka for a
+whole session measured its later rounds with twice the broker CPU per run), warmed up
+with 500k untimed messages first (the first run on a fresh JVM had ~3x the broker CPU);
+every run writes a fresh topic.
 After each run the sum of
 the partitions' high watermarks (read with Fetch: tansu's ListOffsets under-counts)
 must equal ``N`` or the row is INVALID; the first batch's producer id tells whether the
@@ -61,6 +64,9 @@ DEFAULT_REPEATS = 3
 QUICK_N = 100_000
 PARTITIONS = 6
 BROKER_SCOPES = ("run", "round", "session")
+# Messages a fresh Kafka takes (untimed, one send_batch run) before its first measured run:
+# measured, the first run on a just-started JVM had ~3x the broker CPU of later ones.
+KAFKA_WARMUP_N = 500_000
 
 # (name, numerator, denominator, threshold)
 TARGETS = [
@@ -522,8 +528,8 @@ def run(n: int | None = None, repeats: int | None = None,
 
     ``quick``: n=100k and 1 repeat unless given. ``broker``: "tansu" (embedded) or "kafka"
     (a 1-node Apache Kafka, ``bench/brokers.py``). ``broker_scope``: a fresh broker per
-    "run" (tansu's default), per "round" (all clients once) or one for the "session"
-    (Kafka's default).
+    "run" (tansu's default), per "round" (all clients once; Kafka's default, each warmed
+    up first) or one for the "session".
     ``quiet_wait``: before each run, wait up to this many seconds for the machine to be
     quiet (< 0.3 cores busy; default 15, quick 5); 0 disables. The load during each run
     is recorded either way (``other_load_cores``).
@@ -534,7 +540,7 @@ def run(n: int | None = None, repeats: int | None = None,
     if broker not in BROKERS:
         raise ValueError(f"broker must be one of {BROKERS}, not {broker!r}")
     if broker_scope is None:
-        broker_scope = "session" if broker == "kafka" else "run"
+        broker_scope = "round" if broker == "kafka" else "run"
     if n is None:
         n = QUICK_N if quick else DEFAULT_N
     if repeats is None:
@@ -556,12 +562,18 @@ def run(n: int | None = None, repeats: int | None = None,
     t_start = time.perf_counter()
     try:
         for rnd in range(repeats):
-            for name in names:
+            # Each round starts one client later: no client is always the first on a
+            # fresh broker (on Kafka, its first run after the warm-up still cost the
+            # broker more CPU than later ones).
+            shift = rnd % len(names) if names else 0
+            for name in names[shift:] + names[:shift]:
                 if current is None:
                     t0 = time.perf_counter()
                     current = stack.enter_context(open_broker(broker))
                     broker_start_s.append(time.perf_counter() - t0)
                     description = current.description
+                    if broker == "kafka":
+                        _warm_up(current, min(n, KAFKA_WARMUP_N), log)
                 try:
                     rec = run_client_once(name, current.bootstrap, n, broker_pid=current.pid,
                                           timeout=timeout, quiet_wait=quiet_wait,
@@ -604,6 +616,15 @@ def run(n: int | None = None, repeats: int | None = None,
         "ratios": ratios,
         "targets": targets,
     }
+
+
+def _warm_up(broker: Any, n: int, log: Log) -> None:
+    """Produce ``n`` messages (untimed, ``send()`` per message: the many-request kind of
+    run) to a just-started broker, so its first measured run does not pay for the JVM's
+    class loading and compiling."""
+    rec = run_client_once("pipeline-send", broker.bootstrap, n, broker_pid=broker.pid,
+                          create_topics=broker.create_topics)
+    log(f"[producer] warm-up of the fresh broker: {n:,} messages, {rec.get('status')}")
 
 
 def _run_line(rnd: int, repeats: int, name: str, rec: dict[str, Any]) -> str:
@@ -686,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="embedded tansu (default) or a 1-node Apache Kafka")
     parser.add_argument("--broker-scope", choices=BROKER_SCOPES, default=None,
                         help="a fresh broker per run, round or session (default: run on "
-                             "tansu, session on kafka)")
+                             "tansu, round on kafka)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per run")
     parser.add_argument("--quiet-wait", type=float, default=None,
                         help="before each run wait up to this many seconds for other "

@@ -143,3 +143,41 @@ def test_per_round_ratios_pair_runs_of_one_round() -> None:
                        "date": "d", "machine": "m"},
               "results": results, "ratios": {}, "targets": targets}
     assert "(per round 0.85-0.90x, median 0.88x of 2)" in producer_bench.format_table(report)
+
+
+def test_kafka_rounds_get_a_warmed_broker_each_and_rotate_the_first_client(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Kafka each round opens a fresh broker and warms it (untimed, not in the
+    report) before its first run; each round starts one client later than the last."""
+    import contextlib
+
+    from bench import brokers
+
+    opened: list[str] = []
+    calls: list[tuple[str, int, str]] = []
+
+    @contextlib.contextmanager
+    def fake_open(kind: str = "tansu") -> Any:
+        opened.append(kind)
+        yield brokers.BenchBroker(kind, f"b{len(opened)}", None, "fake", lambda t: None)
+
+    def fake_run(client: str, bootstrap: str, n: int, **kw: Any) -> dict[str, Any]:
+        calls.append((client, n, bootstrap))
+        return _run(1e5, client=client, n=n)
+
+    monkeypatch.setattr(brokers, "open_broker", fake_open)
+    monkeypatch.setattr(producer_bench, "run_client_once", fake_run)
+    report = producer_bench.run(n=10**6, repeats=3, broker="kafka",
+                                clients="pipeline-send,pipeline-await,confluent",
+                                log=lambda msg: None)
+    assert opened == ["kafka"] * 3 and report["meta"]["broker_scope"] == "round"
+    warm = ("pipeline-send", producer_bench.KAFKA_WARMUP_N)
+    assert calls == [
+        (*warm, "b1"), ("pipeline-send", 10**6, "b1"), ("pipeline-await", 10**6, "b1"),
+        ("confluent", 10**6, "b1"),
+        (*warm, "b2"), ("pipeline-await", 10**6, "b2"), ("confluent", 10**6, "b2"),
+        ("pipeline-send", 10**6, "b2"),
+        (*warm, "b3"), ("confluent", 10**6, "b3"), ("pipeline-send", 10**6, "b3"),
+        ("pipeline-await", 10**6, "b3"),
+    ]
+    assert [r["round"] for r in report["results"]["confluent"]["runs"]] == [1, 2, 3]
