@@ -51,7 +51,11 @@ from pipeline.producer.normalize import (
 from pipeline.producer.rows import RowChunk, RowRun
 from pipeline.producer.send_rows import COLUMNS_MIN, RowDelivery, SendRows
 
-_YIELD_EVERY = 512  # measured: fewer pipeline rounds per message, ~0.4 ms between yields
+# Sends between two schedule points: each is where the dispatcher may take the open
+# burst, and a burst costs its trip through the stages (~0.2 ms) whatever its size.
+# Measured (1M x 100 B, tansu, 6 rounds): send() + flush() 1,361k msgs/s at 512,
+# 1,908k at 2048, 2,081k at 4096 (~2 ms between schedule points at ~0.45 us a send).
+_YIELD_EVERY = 4096
 
 _time = time.time
 _new_delivery = object.__new__

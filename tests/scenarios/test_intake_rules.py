@@ -15,6 +15,7 @@ import trio
 import trio.testing
 
 from pipeline import ProducerClosed, ProducerError
+from pipeline.producer import intake as intake_module
 from pipeline.producer.api import Producer
 from pipeline.protocol.api import ApiKey
 from pipeline.testing.fake_cluster import FakeCluster
@@ -191,18 +192,19 @@ async def test_a_send_waiting_for_buffer_space_at_close_accepts_nothing(
     assert (stats.buffered_bytes, stats.double_settles) == (0, 0)
 
 
-async def test_a_tight_loop_of_sends_is_a_checkpoint_every_512_calls(
+async def test_a_tight_loop_of_sends_is_a_checkpoint_every_yield_every_calls(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """``send()`` is a schedule and cancellation point once every
-    ``_YIELD_EVERY`` (512) calls, before it accepts: a tight loop neither
+    ``_YIELD_EVERY`` (E, 4096) calls, before it accepts: a tight loop neither
     starves the pipeline nor pays a checkpoint per message, and the call that
     sees a cancellation accepted nothing.
 
-    Schedule: a loop of sends inside an already cancelled scope: calls 1..511
-    accept their message, the 512th raises Cancelled (511 accepted). A second
-    such loop again accepts 511: the count starts over after each checkpoint.
+    Schedule: a loop of sends inside an already cancelled scope: calls 1..E-1
+    accept their message, the E-th raises Cancelled (E-1 accepted). A second
+    such loop again accepts E-1: the count starts over after each checkpoint.
     Nothing else waits (the buffer and the intake have room)."""
+    every = intake_module._YIELD_EVERY
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake) as producer:
         await producer._core.cluster.partitions_for("t")
@@ -210,14 +212,14 @@ async def test_a_tight_loop_of_sends_is_a_checkpoint_every_512_calls(
             sent = 0
             with trio.CancelScope() as scope:
                 scope.cancel()
-                for _ in range(600):
+                for _ in range(every + 100):
                     await producer.send("t", b"m", partition=0)
                     sent += 1
-            assert sent == 511
-            assert producer.statistics().accepted == 511 * round_
+            assert sent == every - 1
+            assert producer.statistics().accepted == (every - 1) * round_
         await producer.flush()
         assert producer.statistics().double_settles == 0
-    assert len(values_in_log(fake, "t", 0)) == 1022
+    assert len(values_in_log(fake, "t", 0)) == 2 * (every - 1)
 
 
 @pytest.mark.parametrize(("key", "value"), [(None, b"v"), (b"k", b"v" * 100),

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import trio
 
+from pipeline.producer import intake as intake_module
 from pipeline.producer import message
 from pipeline.producer.errors import ProducerClosed, ProducerError
 from pipeline.producer.send_rows import RowDelivery, RowOutcomes
@@ -24,10 +25,11 @@ from .conftest import open_fake_producer, values_in_log
 
 T = 1_700_000_000_000  # the conftest's injected CreateTime
 
-# A send() loop checkpoints every _YIELD_EVERY (512) calls, where the dispatcher
-# may take the burst (trio orders a batch's tasks at random): the loop's first
-# bursts are messages (not known to be a high-rate loop yet), later ones rows.
-LOOP = 2000
+# A send() loop checkpoints every _YIELD_EVERY (EVERY, 4096) calls, where the
+# dispatcher may take the burst (trio orders a batch's tasks at random): the loop's
+# first bursts are messages (not known to be a high-rate loop yet), later ones rows.
+EVERY = intake_module._YIELD_EVERY
+LOOP = 4 * EVERY - 48  # a few bursts, the last one short
 
 
 def _kinds(deliveries: list[Any]) -> list[str]:
@@ -39,7 +41,7 @@ def columnar_next(producer: Any) -> None:
     COLUMNS_MIN messages or more (without depending on where trio lets the
     dispatcher take one; test_a_paced_sender... checks that rule). The bursts
     of a loop after it are then all columnar: each is taken at a checkpoint,
-    512 sends after the last."""
+    EVERY sends after the last."""
     producer._intake._columns_next = True
 
 
@@ -54,8 +56,8 @@ def _modes(both_modes: bool, await_path: str, send_path: str) -> bool:
 async def test_a_send_loop_becomes_columnar_and_keeps_every_outcome(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
-    """Schedule (one partition): 2000 sends in a loop, no await between them.
-    The first 511 or more are messages, the rest rows; awaiting the last one first
+    """Schedule (one partition): LOOP sends in a loop, no await between them.
+    The first EVERY - 1 or more are messages, the rest rows; awaiting the last one first
     parks it until its burst is sealed and settled. Every delivery then reports
     offset i for the i-th send, in the log in send order, CreateTime T."""
     fake.create_topic("t", 1)
@@ -64,7 +66,8 @@ async def test_a_send_loop_becomes_columnar_and_keeps_every_outcome(
         deliveries = [await producer.send("t", v) for v in values]
         kinds = _kinds(deliveries)
         messages = kinds.count("msg")
-        assert 511 <= messages <= 1023 and kinds == ["msg"] * messages + ["row"] * (LOOP - messages)
+        assert EVERY - 1 <= messages <= 2 * EVERY - 1
+        assert kinds == ["msg"] * messages + ["row"] * (LOOP - messages)
         last = deliveries[-1]
         assert not last.done()
         with pytest.raises(trio.WouldBlock):
@@ -622,9 +625,9 @@ async def test_kept_deliveries_do_not_keep_their_bursts_packed_columns(
     of the burst settled nothing reads that copy: deliveries read their value
     and timestamp from the burst's lists and their offsets from the settled runs.
 
-    Schedule (one partition): 2000 sends in a loop, every delivery kept and
+    Schedule (one partition): LOOP sends in a loop, every delivery kept and
     awaited, each sealed burst's packed values watched (a weak reference); then
-    one more send. With all 2000 deliveries still alive, every packed copy is gone.
+    one more send. With all LOOP deliveries still alive, every packed copy is gone.
     They stayed alive as long as any delivery of their burst did, reached through
     the burst (``SendRows.run``) and through the runs a delivery reads its
     offset from (``RowOutcomes.runs``): measured, a loop keeping 1M
@@ -659,7 +662,7 @@ async def test_kept_deliveries_do_not_keep_their_bursts_packed_columns(
         # (A stage waiting for its next item still holds its last one: one more.)
         await producer.send_and_wait("t", b"next", partition=0)  # (a message, not a burst)
         gc.collect()
-        assert len(packed) >= 2 and _kinds(deliveries).count("row") >= LOOP - 512
+        assert len(packed) >= 2 and _kinds(deliveries).count("row") >= LOOP - EVERY
         assert [ref() for ref in packed] == [None] * len(packed)
     assert [r.offset for r in results] == list(range(LOOP))
     assert [d.value for d in deliveries] == values
