@@ -64,7 +64,7 @@ DEFAULT_REPEATS = 3
 QUICK_N = 100_000
 PARTITIONS = 6
 BROKER_SCOPES = ("run", "round", "session")
-# Messages a fresh Kafka takes (untimed, one send_batch run) before its first measured run:
+# Messages a fresh Kafka takes (untimed, one send() run) before its first measured run:
 # measured, the first run on a just-started JVM had ~3x the broker CPU of later ones.
 KAFKA_WARMUP_N = 500_000
 
@@ -491,9 +491,9 @@ def _ratios_and_targets(results: dict[str, dict[str, Any]]
 def _paired_ratios(num_runs: list[dict[str, Any]], den_runs: list[dict[str, Any]]
                    ) -> list[float]:
     """The ratio of each round's two runs (both ok), sorted: runs of one round are
-    minutes apart, so a slow spell of the machine hits both (the spread of these says
-    how far a verdict is from flipping; the ratio of medians pairs runs of different
-    rounds)."""
+    seconds apart, so a slow spell of the machine mostly hits both (the spread of these
+    says how far a verdict is from flipping; the ratio of medians may pair runs of
+    different rounds)."""
     den = {r.get("round"): r["msgs_per_s"] for r in den_runs
            if r.get("status") == "ok" and r.get("round") is not None}
     return sorted(r["msgs_per_s"] / den[r["round"]] for r in num_runs
