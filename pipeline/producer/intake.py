@@ -14,11 +14,11 @@ when it takes it (``close_burst``, ``close_rows``); anything else put on the
 channel (``producer.input``, a ``send_many`` or ``send_batch`` chunk) ends the
 burst first, so a later ``send()`` never joins a burst queued ahead of it.
 
-``send()`` is a checkpoint (cancellation and schedule point) at least every
-``_YIELD_EVERY`` calls and whenever it has to wait (buffer or intake full), so a
-tight loop of sends neither starves the pipeline nor pays a scheduler pass per
-message; the checkpoint comes before acceptance, so a cancelled ``send()`` never
-accepted its message.
+``send()`` is a checkpoint (cancellation and schedule point) every ``_YIELD_EVERY``
+rows or ``_YIELD_EVERY / _MESSAGE_COST`` messages, and whenever it has to wait (buffer or
+intake full): a tight loop of sends neither starves the pipeline nor pays a scheduler
+pass per message. The checkpoint comes before acceptance, so a cancelled ``send()``
+never accepted its message.
 """
 
 from __future__ import annotations
@@ -51,11 +51,11 @@ from pipeline.producer.normalize import (
 from pipeline.producer.rows import RowChunk, RowRun
 from pipeline.producer.send_rows import COLUMNS_MIN, RowDelivery, SendRows
 
-# Sends between two schedule points: each is where the dispatcher may take the open
-# burst, and a burst costs its trip through the stages (~0.2 ms) whatever its size.
-# Measured (1M x 100 B, tansu, 6 rounds): send() + flush() 1,361k msgs/s at 512,
-# 1,908k at 2048, 2,081k at 4096 (~2 ms between schedule points at ~0.45 us a send).
-_YIELD_EVERY = 4096
+# Rows between two schedule points (where the dispatcher may take the open burst; a burst
+# costs ~0.2 ms whatever its size): 1M send() + flush() on tansu, 1,361k msgs/s at 512,
+# 2,081k at 4096 (~2 ms apart). A send() that becomes a message costs _MESSAGE_COST of it:
+# 512 messages a burst (4096 cost a keyed loop 28% more CPU: 2.61 -> 3.33 s per 1M).
+_YIELD_EVERY, _MESSAGE_COST = 4096, 8
 
 _time = time.time
 _new_delivery = object.__new__
@@ -287,6 +287,7 @@ class Intake:
         if topic is not self._burst_topic:
             self._burst_topic = None  # mixed (or an equal str object): the dispatcher checks
         burst.append(msg)
+        self._until_yield -= _MESSAGE_COST - 1
         return msg
 
     async def _row_after_room(self, topic: str, value: bytes,

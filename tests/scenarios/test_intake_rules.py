@@ -195,16 +195,18 @@ async def test_a_send_waiting_for_buffer_space_at_close_accepts_nothing(
 async def test_a_tight_loop_of_sends_is_a_checkpoint_every_yield_every_calls(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
-    """``send()`` is a schedule and cancellation point once every
-    ``_YIELD_EVERY`` (E, 4096) calls, before it accepts: a tight loop neither
-    starves the pipeline nor pays a checkpoint per message, and the call that
-    sees a cancellation accepted nothing.
+    """``send()`` of a message (here: an explicit partition) is a schedule and
+    cancellation point once every ``_YIELD_EVERY / _MESSAGE_COST`` (E, 512)
+    calls, before it accepts: a tight loop neither starves the pipeline nor pays
+    a checkpoint per message, and the call that sees a cancellation accepted
+    nothing. (Rows count 1 each: test_hot_path's loop.)
 
-    Schedule: a loop of sends inside an already cancelled scope: calls 1..E-1
-    accept their message, the E-th raises Cancelled (E-1 accepted). A second
-    such loop again accepts E-1: the count starts over after each checkpoint.
-    Nothing else waits (the buffer and the intake have room)."""
-    every = intake_module._YIELD_EVERY
+    Schedule: a loop of sends inside an already cancelled scope: call 1 opens
+    the burst (``_accept_alone``, not counted), calls 2..E+1 join it, the next
+    raises Cancelled (E + 1 accepted). A second such loop again accepts E + 1:
+    the count starts over after each checkpoint. Nothing else waits (the buffer
+    and the intake have room)."""
+    every = intake_module._YIELD_EVERY // intake_module._MESSAGE_COST
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake) as producer:
         await producer._core.cluster.partitions_for("t")
@@ -215,11 +217,11 @@ async def test_a_tight_loop_of_sends_is_a_checkpoint_every_yield_every_calls(
                 for _ in range(every + 100):
                     await producer.send("t", b"m", partition=0)
                     sent += 1
-            assert sent == every - 1
-            assert producer.statistics().accepted == (every - 1) * round_
+            assert sent == every + 1
+            assert producer.statistics().accepted == (every + 1) * round_
         await producer.flush()
         assert producer.statistics().double_settles == 0
-    assert len(values_in_log(fake, "t", 0)) == 2 * (every - 1)
+    assert len(values_in_log(fake, "t", 0)) == 2 * (every + 1)
 
 
 @pytest.mark.parametrize(("key", "value"), [(None, b"v"), (b"k", b"v" * 100),

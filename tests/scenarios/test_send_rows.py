@@ -25,11 +25,13 @@ from .conftest import open_fake_producer, values_in_log
 
 T = 1_700_000_000_000  # the conftest's injected CreateTime
 
-# A send() loop checkpoints every _YIELD_EVERY (EVERY, 4096) calls, where the
-# dispatcher may take the burst (trio orders a batch's tasks at random): the loop's
-# first bursts are messages (not known to be a high-rate loop yet), later ones rows.
+# A send() loop checkpoints every _YIELD_EVERY (EVERY, 4096) rows or 512 messages,
+# where the dispatcher may take the burst (trio orders a batch's tasks at random): the
+# loop's first bursts are messages (not known to be a high-rate loop yet), later ones rows.
 EVERY = intake_module._YIELD_EVERY
 LOOP = 4 * EVERY - 48  # a few bursts, the last one short
+# A burst of messages: the one that opens it, and each later one costs _MESSAGE_COST.
+MESSAGE_BURST = EVERY // intake_module._MESSAGE_COST + 1
 
 
 def _kinds(deliveries: list[Any]) -> list[str]:
@@ -57,7 +59,7 @@ async def test_a_send_loop_becomes_columnar_and_keeps_every_outcome(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """Schedule (one partition): LOOP sends in a loop, no await between them.
-    The first EVERY - 1 or more are messages, the rest rows; awaiting the last one first
+    The first MESSAGE_BURST or more are messages, the rest rows; awaiting the last one first
     parks it until its burst is sealed and settled. Every delivery then reports
     offset i for the i-th send, in the log in send order, CreateTime T."""
     fake.create_topic("t", 1)
@@ -66,7 +68,7 @@ async def test_a_send_loop_becomes_columnar_and_keeps_every_outcome(
         deliveries = [await producer.send("t", v) for v in values]
         kinds = _kinds(deliveries)
         messages = kinds.count("msg")
-        assert EVERY - 1 <= messages <= 2 * EVERY - 1
+        assert MESSAGE_BURST <= messages <= 2 * MESSAGE_BURST
         assert kinds == ["msg"] * messages + ["row"] * (LOOP - messages)
         last = deliveries[-1]
         assert not last.done()
