@@ -55,6 +55,31 @@ def _modes(both_modes: bool, await_path: str, send_path: str) -> bool:
     return both_modes
 
 
+async def test_a_tight_loop_of_rows_is_a_checkpoint_every_yield_every_rows(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Rows count 1 each against ``_YIELD_EVERY`` (E; a message counts
+    ``_MESSAGE_COST``: test_intake_rules' loop), and the call that finds the
+    budget spent is the schedule and cancellation point, before it accepts.
+
+    Schedule: a columnar loop of sends inside an already cancelled scope: calls
+    1..E-1 accept their row, the E-th raises Cancelled (E-1 accepted, all in
+    the log after a flush)."""
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake) as producer:
+        await producer._core.cluster.partitions_for("t")
+        columnar_next(producer)
+        deliveries = []
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            for _ in range(EVERY + 100):
+                deliveries.append(await producer.send("t", b"r"))
+        assert len(deliveries) == EVERY - 1
+        assert _kinds(deliveries) == ["row"] * (EVERY - 1)
+        await producer.flush()
+    assert len(values_in_log(fake, "t", 0)) == EVERY - 1
+
+
 async def test_a_send_loop_becomes_columnar_and_keeps_every_outcome(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
