@@ -1,13 +1,14 @@
 /* pipeline.producer._send: the common send() call in C (issue 15 goal 2).
  *
- * `await producer.send(topic, value)` with a bytes value and no options, while a
- * columnar burst of that topic is open (send_rows.py), appends a row to the burst's
- * lists: the first branch of Intake.send (intake.py). In Python that is a coroutine and
+ * `await producer.send(topic, value)` with a bytes value and no options but a bytes
+ * key, while a columnar burst of that topic is open (send_rows.py), appends a row to
+ * the burst's lists: the first branch of Intake.send (intake.py). In Python that is a coroutine and
  * some 60 bytecodes per message, most of the CPU of a send() + flush() loop. Here:
  *
  *   Sender    what `producer.send` is when this module is built and the burst can be
  *             columnar. A call with exactly two positional arguments, and at most
- *             on_delivery= (None or a callable) by keyword, returns a SendCall; any
+ *             key= (None or bytes) and on_delivery= (None or a callable) by keyword,
+ *             returns a SendCall; any
  *             other call returns Intake.send's coroutine (the Python path), as before.
  *   SendCall  an awaitable standing for that coroutine, with its laziness: nothing
  *             happens until it is awaited (never awaited: nothing is sent, and a
@@ -21,7 +22,7 @@
  * and may interleave call by call. Conditions, in Intake.send's words: the countdown to
  * the next schedule point does not reach 0, the producer is not closing, the value is
  * bytes and the topic a str equal to the open burst's, the value is under
- * 8192 bytes (the inlined size bound of two prefix widths), the row fits
+ * 8192 bytes and the key under 64 (the inlined size bound's prefix widths), the row fits
  * max_message_bytes and Ledger.admit_row would admit it. The CreateTime is the wall
  * clock's millisecond (time.time, or intake.py's `_time` when a test patches it) or
  * the injected clock's (config.timestamp_ms), as in Python. intake.py's Intake.send is the twin (PIPELINE_PURE_PYTHON=1, or no
@@ -46,9 +47,10 @@ static Py_ssize_t off_until_yield, off_closing, off_rows, off_wall_clock, off_ma
 /* Ledger */
 static Py_ssize_t off_buffered, off_buffer_memory, off_next_id;
 /* SendRows */
-static Py_ssize_t off_s_topic, off_s_values, off_s_timestamps, off_s_on_delivery, off_s_size;
-static PyObject *str_time, *str_new_row;
-static PyObject *kw_on_delivery; /* ("on_delivery",): the kwnames of the Python call */
+static Py_ssize_t off_s_topic, off_s_values, off_s_timestamps, off_s_on_delivery, off_s_size,
+    off_s_keys;
+static PyObject *str_time, *str_new_row, *str_key, *str_on_delivery;
+static PyObject *kw_python; /* ("key", "on_delivery"): the kwnames of the Python call */
 
 /* time.time(), the same double (3.11-3.12: _PyTime_GetSystemClock, as time_time()). */
 static int wall_clock_now(double *now) {
@@ -92,8 +94,10 @@ static inline void set_slot(PyObject *obj, Py_ssize_t off, PyObject *v) {
  * RowDelivery; NULL without an error: a condition does not hold (nothing was changed,
  * the Python path takes the call); NULL with an error: the error of the Python
  * branch at the same point (a MemoryError, or a patched `_time` that raised).
- * `fn`: the call's on_delivery (None, or a callable: the Sender checked). */
-static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, PyObject *fn) {
+ * `key`: the call's key (None, or bytes), `fn`: its on_delivery (None, or a callable:
+ * the Sender checked). */
+static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, PyObject *key,
+                            PyObject *fn) {
     int ok = 1;
     long long until = int_slot(intake, off_until_yield, &ok) - 1;
     if (!ok || until <= 0) return NULL; /* a schedule point is due: Python's checkpoint */
@@ -110,7 +114,9 @@ static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, 
     if (injected == NULL) return NULL;
     Py_ssize_t n = PyBytes_GET_SIZE(value);
     if (n >= 8192) return NULL; /* a wider prefix: the Python branch's prefix_size() */
-    long long size = n + size_base + 1 + (n < 64 ? 1 : 2);
+    Py_ssize_t k = key == Py_None ? -1 : PyBytes_GET_SIZE(key); /* -1: no key */
+    if (k >= 64) return NULL; /* a wider key prefix: prefix_size() */
+    long long size = n + size_base + (k < 0 ? 1 : k + 1) + (n < 64 ? 1 : 2);
     long long max_bytes = int_slot(intake, off_max_bytes, &ok);
     if (!ok || size > max_bytes) return NULL;
     PyObject *ledger = SLOT(intake, off_ledger);
@@ -121,9 +127,10 @@ static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, 
     long long rows_size = int_slot(rows, off_s_size, &ok);
     if (!ok || (used + size > buffer_memory && used)) return NULL; /* admit_row: no room */
     PyObject *values = SLOT(rows, off_s_values), *stamps = SLOT(rows, off_s_timestamps);
-    PyObject *fns = SLOT(rows, off_s_on_delivery);
+    PyObject *fns = SLOT(rows, off_s_on_delivery), *keys = SLOT(rows, off_s_keys);
     if (values == NULL || !PyList_CheckExact(values) || stamps == NULL ||
-        !PyList_CheckExact(stamps) || fns == NULL || (fns != Py_None && !PyList_CheckExact(fns)))
+        !PyList_CheckExact(stamps) || fns == NULL || (fns != Py_None && !PyList_CheckExact(fns)) ||
+        keys == NULL || (keys != Py_None && !PyList_CheckExact(keys)))
         return NULL;
     PyObject *new_row = PyDict_GetItemWithError(rows_globals, str_new_row); /* borrowed */
     PyObject *clock = PyDict_GetItemWithError(intake_globals, str_time);
@@ -144,8 +151,9 @@ static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, 
         Py_XDECREF(b);
         return NULL;
     }
-    PyObject *held[7] = {rows, values, stamps, fns, ledger, new_row, wall ? clock : injected};
-    for (int k = 0; k < 7; k++) Py_INCREF(held[k]);
+    PyObject *held[8] = {rows, values, stamps, fns, ledger, new_row, wall ? clock : injected,
+                         keys};
+    for (int h = 0; h < 8; h++) Py_INCREF(held[h]);
     PyObject *delivery = NULL, *stamp = NULL;
     set_slot(intake, off_until_yield, u);
     set_slot(ledger, off_buffered, a); /* Ledger.admit_row */
@@ -162,13 +170,28 @@ static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, 
         Py_ssize_t before = PyList_GET_SIZE(values);
         PyObject *list = PyList_New(before + 1);
         if (list == NULL) goto fail;
-        for (Py_ssize_t k = 0; k < before; k++) {
+        for (Py_ssize_t j = 0; j < before; j++) {
             Py_INCREF(Py_None);
-            PyList_SET_ITEM(list, k, Py_None);
+            PyList_SET_ITEM(list, j, Py_None);
         }
         Py_INCREF(fn);
         PyList_SET_ITEM(list, before, fn);
         set_slot(rows, off_s_on_delivery, list);
+    }
+    if (keys != Py_None) { /* each row's key (or None) */
+        if (PyList_Append(keys, key) < 0) goto fail;
+    } else if (key != Py_None) { /* the burst's first key: SendRows.first_key */
+        Py_ssize_t before = PyList_GET_SIZE(values);
+        PyObject *list = PyList_New(before + 1);
+        if (list == NULL) goto fail;
+        PyObject_GC_UnTrack(list); /* bytes and None only: atomic_list() */
+        for (Py_ssize_t j = 0; j < before; j++) {
+            Py_INCREF(Py_None);
+            PyList_SET_ITEM(list, j, Py_None);
+        }
+        Py_INCREF(key);
+        PyList_SET_ITEM(list, before, key);
+        set_slot(rows, off_s_keys, list);
     }
     if (PyList_Append(values, value) < 0) goto fail;
     if (!wall) { /* an injected clock (config.timestamp_ms, tests) */
@@ -212,7 +235,7 @@ fail:
     Py_CLEAR(delivery);
 done:
     Py_XDECREF(stamp);
-    for (int k = 0; k < 7; k++) Py_DECREF(held[k]);
+    for (int h = 0; h < 8; h++) Py_DECREF(held[h]);
     return delivery;
 }
 
@@ -228,7 +251,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     SenderObject *sender;                 /* until the first step (then NULL), with */
-    PyObject *topic, *value, *fn;         /* the call's arguments */
+    PyObject *topic, *value, *key, *fn;   /* the call's arguments */
     PyObject *coro;                       /* the Python path's coroutine, once started */
 } SendCallObject;
 
@@ -237,6 +260,7 @@ static void call_clear(SendCallObject *self) {
     Py_CLEAR(self->sender);
     Py_CLEAR(self->topic);
     Py_CLEAR(self->value);
+    Py_CLEAR(self->key);
     Py_CLEAR(self->fn);
     Py_CLEAR(self->coro);
 }
@@ -271,16 +295,17 @@ static PySendResult call_am_send(SendCallObject *self, PyObject *arg, PyObject *
                             "can't send non-None value to a just-started coroutine");
             return PYGEN_ERROR;
         }
-        PyObject *delivery = row_branch(self->sender->intake, self->topic, self->value, self->fn);
+        PyObject *delivery = row_branch(self->sender->intake, self->topic, self->value,
+                                        self->key, self->fn);
         if (delivery != NULL || PyErr_Occurred()) {
             call_clear(self);
             *out = delivery;
             return delivery != NULL ? PYGEN_RETURN : PYGEN_ERROR;
         }
-        PyObject *args[3] = {self->topic, self->value, self->fn};
-        PyObject *coro = self->fn == Py_None
+        PyObject *args[4] = {self->topic, self->value, self->key, self->fn};
+        PyObject *coro = self->fn == Py_None && self->key == Py_None
             ? PyObject_Vectorcall(self->sender->slow, args, 2, NULL)
-            : PyObject_Vectorcall(self->sender->slow, args, 2, kw_on_delivery);
+            : PyObject_Vectorcall(self->sender->slow, args, 2, kw_python);
         call_clear(self);
         if (coro == NULL) return PYGEN_ERROR;
         self->coro = coro;
@@ -373,20 +398,27 @@ static PyTypeObject SendCall_Type = {
 
 /* ------------------------------------------------------------------ Sender */
 
+/* A keyword's name is `want` (interned: call sites have the same object). */
+static inline int is_name(PyObject *name, PyObject *want) {
+    return name == want || (PyUnicode_CheckExact(name) && PyUnicode_Compare(name, want) == 0);
+}
+
 static PyObject *sender_vectorcall(SenderObject *self, PyObject *const *args, size_t nargsf,
                                    PyObject *kwnames) {
-    /* send(topic, value) or send(topic, value, on_delivery=fn), fn None or callable */
-    PyObject *fn = Py_None;
+    /* send(topic, value), with key= (None or bytes) and on_delivery= (None or a
+     * callable) by keyword or not; anything else: the Python path */
+    PyObject *fn = Py_None, *key = Py_None;
     if (PyVectorcall_NARGS(nargsf) != 2) return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
-    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) {
-        PyObject *name = PyTuple_GET_ITEM(kwnames, 0);
-        if (PyTuple_GET_SIZE(kwnames) != 1 ||
-            (name != PyTuple_GET_ITEM(kw_on_delivery, 0) &&
-             !(PyUnicode_CheckExact(name) &&
-               PyUnicode_Compare(name, PyTuple_GET_ITEM(kw_on_delivery, 0)) == 0)) ||
-            (args[2] != Py_None && !PyCallable_Check(args[2])))
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t j = 0; j < nkw; j++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, j), *v = args[2 + j];
+        if (is_name(name, str_key) && (v == Py_None || PyBytes_CheckExact(v))) {
+            key = v;
+        } else if (is_name(name, str_on_delivery) && (v == Py_None || PyCallable_Check(v))) {
+            fn = v;
+        } else {
             return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
-        fn = args[2];
+        }
     }
     /* (A new object each call: one kept and reused would outlive a call dropped
      * unawaited, whose warning then came late.) */
@@ -398,6 +430,8 @@ static PyObject *sender_vectorcall(SenderObject *self, PyObject *const *args, si
     c->topic = args[0];
     Py_INCREF(args[1]);
     c->value = args[1];
+    Py_INCREF(key);
+    c->key = key;
     Py_INCREF(fn);
     c->fn = fn;
     c->coro = NULL;
@@ -471,7 +505,7 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
                                      &PyDict_Type, &ig, &PyDict_Type, &rg, &wt))
         return NULL;
     PyTypeObject *i = (PyTypeObject *)it, *l = (PyTypeObject *)lt, *r = (PyTypeObject *)rt;
-    Py_ssize_t o[17];
+    Py_ssize_t o[18];
     if (member_offset(i, "_until_yield", &o[0]) < 0 || member_offset(i, "_closing", &o[1]) < 0 ||
         member_offset(i, "_rows", &o[2]) < 0 || member_offset(i, "_wall_clock", &o[3]) < 0 ||
         member_offset(i, "_max_message_bytes", &o[4]) < 0 || member_offset(i, "_ms", &o[5]) < 0 ||
@@ -481,13 +515,13 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
         member_offset(r, "topic", &o[11]) < 0 || member_offset(r, "values", &o[12]) < 0 ||
         member_offset(r, "timestamps", &o[13]) < 0 ||
         member_offset(r, "on_delivery", &o[14]) < 0 || member_offset(r, "size", &o[15]) < 0 ||
-        member_offset(i, "_timestamp_ms", &o[16]) < 0)
+        member_offset(i, "_timestamp_ms", &o[16]) < 0 || member_offset(r, "keys", &o[17]) < 0)
         return NULL;
     off_until_yield = o[0], off_closing = o[1], off_rows = o[2], off_wall_clock = o[3];
     off_max_bytes = o[4], off_ms = o[5], off_ms_ends = o[6], off_ledger = o[7];
     off_buffered = o[8], off_buffer_memory = o[9], off_next_id = o[10];
     off_s_topic = o[11], off_s_values = o[12], off_s_timestamps = o[13];
-    off_s_on_delivery = o[14], off_s_size = o[15], off_timestamp_ms = o[16];
+    off_s_on_delivery = o[14], off_s_size = o[15], off_timestamp_ms = o[16], off_s_keys = o[17];
     size_base = base;
     Py_INCREF(ig);
     Py_XSETREF(intake_globals, ig);
@@ -530,10 +564,11 @@ PyMODINIT_FUNC PyInit__send(void) {
     if (PyType_Ready(&SendCall_Type) < 0 || PyType_Ready(&Sender_Type) < 0) return NULL;
     str_time = PyUnicode_InternFromString("_time");
     str_new_row = PyUnicode_InternFromString("new_row");
-    PyObject *name = PyUnicode_InternFromString("on_delivery"); /* as call sites have it */
-    kw_on_delivery = name == NULL ? NULL : PyTuple_Pack(1, name);
-    Py_XDECREF(name);
-    if (str_time == NULL || str_new_row == NULL || kw_on_delivery == NULL) return NULL;
+    str_key = PyUnicode_InternFromString("key"); /* as call sites have them */
+    str_on_delivery = PyUnicode_InternFromString("on_delivery");
+    kw_python = str_key == NULL || str_on_delivery == NULL
+        ? NULL : PyTuple_Pack(2, str_key, str_on_delivery);
+    if (str_time == NULL || str_new_row == NULL || kw_python == NULL) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     if (PyModule_AddType(m, &Sender_Type) < 0 || PyModule_AddType(m, &SendCall_Type) < 0) {

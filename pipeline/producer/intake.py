@@ -174,11 +174,9 @@ class Intake:
         metadata: Any = None,
         on_delivery: DeliveryCallback | None = None,
     ) -> Delivery:
-        """``Producer.send`` (see there; a producer's ``send`` *is* this bound
-        method, or ``_send.c``'s row branch in front of it). The options are
-        keyword-only without a ``*``: keyword-only defaults cost a dict lookup
-        each per call (measured: 140 ns per send for these six); ``_keywords_only``
-        catches a third positional argument, with the TypeError Python raises."""
+        """``Producer.send`` (see there): this bound method, or ``_send.c``'s row branch
+        in front of it. Options are keyword-only without a ``*`` (keyword-only defaults
+        cost 140 ns a call for these six); ``_keywords_only`` catches a third positional."""
         # A schedule point every _YIELD_EVERY calls (and whenever it must wait
         # below), not on every call: a checkpoint costs more than the rest of
         # send(), and the pipeline moves the whole burst in one pass anyway.
@@ -205,7 +203,7 @@ class Intake:
                 1 if key is None
                 else len(key) + (1 if len(key) < 64 else prefix_size(len(key)))
             )
-            if key is None and metadata is None and (on_delivery is None or callable(on_delivery)):
+            if metadata is None and (on_delivery is None or callable(on_delivery)):
                 rows = self._rows  # a row of a columnar burst (send_rows.py)?
                 if size > self._max_message_bytes:
                     pass  # (the per-message path raises MessageTooLargeError)
@@ -218,6 +216,10 @@ class Intake:
                             fns.append(on_delivery)
                         elif on_delivery is not None:  # the burst's first callback
                             rows.on_delivery = [None] * len(values) + [on_delivery]
+                        if (keys := rows.keys) is not None:  # each row's key (or None)
+                            keys.append(key)
+                        elif key is not None:  # the burst's first key
+                            rows.first_key(key)
                         values.append(value)
                         if not self._wall_clock:
                             rows.timestamps.append(self._timestamp_ms())
@@ -229,11 +231,11 @@ class Intake:
                             self._ms_ends = (ms + 1) / 1000
                         rows.size += size
                         return delivery
-                    return await self._row_after_room(topic, value, on_delivery, size)
+                    return await self._row_after_room(topic, value, key, on_delivery, size)
                 elif rows is None and self._columns_next and self._burst is None:
                     if not self._ledger.try_reserve(size):
-                        return await self._row_after_room(topic, value, on_delivery, size)
-                    opened = self._open_rows(topic, value, on_delivery, size)
+                        return await self._row_after_room(topic, value, key, on_delivery, size)
+                    opened = self._open_rows(topic, value, key, on_delivery, size)
                     if opened is not None:
                         return opened
             # Delivery.__init__, inlined (a class call costs more than these
@@ -290,13 +292,12 @@ class Intake:
         self._until_yield -= _MESSAGE_COST - 1
         return msg
 
-    async def _row_after_room(self, topic: str, value: bytes,
+    async def _row_after_room(self, topic: str, value: bytes, key: bytes | None,
                               on_delivery: DeliveryCallback | None, size: int) -> Delivery:
-        """A row found the buffer full: wait for room (up to ``max_block``, as a
-        message does), then send it again with no checkpoint in between, so the
-        room is still there and the row joins the open burst or opens one, even
-        if the burst taken meanwhile was short (cut by the full buffer): a loop
-        stays columnar under backpressure (it went per-message: 0.1-8% of 1M)."""
+        """A row found the buffer full: wait for room (up to ``max_block``), then send
+        it again with no checkpoint between, so the room is still there and the row
+        joins the open burst or opens one even if the burst taken meanwhile was short:
+        a loop stays columnar under backpressure (it went per-message: 0.1-8% of 1M)."""
         ledger = self._ledger
         await ledger.reserve(size)
         ledger.release(size)
@@ -304,10 +305,10 @@ class Intake:
             raise closed_while_waiting("buffer space")
         self._until_yield = _YIELD_EVERY  # (the wait was a schedule point)
         self._columns_next = self._columnar  # (a high-rate sender: see the docstring)
-        return await self.send(topic, value, on_delivery=on_delivery)
+        return await self.send(topic, value, key=key, on_delivery=on_delivery)
 
-    def _open_rows(self, topic: str, value: bytes, on_delivery: DeliveryCallback | None,
-                   size: int) -> RowDelivery | None:
+    def _open_rows(self, topic: str, value: bytes, key: bytes | None,
+                   on_delivery: DeliveryCallback | None, size: int) -> RowDelivery | None:
         """Open a columnar burst with this first row (``size`` bytes, reserved): one
         chunk accepted with one row, its run put on the channel now. None (the bytes
         given back): no room in the intake; the per-message path waits for it."""
@@ -325,17 +326,18 @@ class Intake:
         rows = chunk.send_rows = self._rows = SendRows(topic, run, chunk)
         if on_delivery is not None:
             rows.on_delivery = [on_delivery]
+        if key is not None:
+            rows.first_key(key)
         rows.values.append(value)
         rows.timestamps.append(self.current_ms())
         rows.size += size
         return _send_rows.new_row(rows, 0)
 
     def close_rows(self, run: RowRun) -> None:
-        """The dispatcher took ``run``: if it is a columnar burst, seal it (it
-        takes no more rows) and pack its columns, whose copy the buffer counts
-        until the last row settles (``chunk.extra``; over ``buffer_memory`` if
-        need be, the dispatcher never waits: docs/architecture.md, "send()
-        bursts as columns", step 2)."""
+        """The dispatcher took ``run``: if it is a columnar burst, seal it (it takes
+        no more rows) and pack its columns, whose copy the buffer counts until the
+        last row settles (``chunk.extra``; over ``buffer_memory`` if need be: the
+        dispatcher never waits; docs/architecture.md, "send() bursts as columns")."""
         chunk = run._sink
         rows = chunk.send_rows
         if rows is None:
@@ -375,11 +377,9 @@ class Intake:
 
     def _enqueue_nowait(self, msg: ProducerMessage, deadline: float) -> bool:
         """Put an accepted message on the intake without waiting; False if full.
-
-        It joins the open burst, or opens one: a list put on the channel now,
-        which later sends append to until the dispatcher takes it (same thread,
-        between two checkpoints, so no send can slip in between).
-        """
+        It joins the open burst, or opens one: a list put on the channel now, which
+        later sends append to until the dispatcher takes it (same thread, between
+        two checkpoints, so no send can slip in between)."""
         self._rows = None  # msg goes behind it
         burst = self._burst
         if burst is not None:

@@ -105,6 +105,7 @@ class RowRun:
         "first_row",
         "offset",
         "partition",
+        "place",
         "rows",
         "timestamp",
         "topic",
@@ -120,6 +121,10 @@ class RowRun:
         self._sink = chunk
         self._id = chunk._id
         self.first_row = first_row  # the call's index of the first row (for errors)
+        # Its first position in the chunk's wire order (row_outcomes.py): each
+        # partition's rows in row order, partition after partition; for a range
+        # of rows, its first row.
+        self.place = first_row
         self.partition: int | None = None
         self._level = 0
         self._deadline = 0.0
@@ -192,6 +197,7 @@ def split_run_batch(batch: SealedBatch, config: Any) -> tuple[SealedBatch, Seale
     first_size = len(encode_batch(run.columns, rows[:k]))
     halves = [run.split(rows[:k], k, first_size),
               run.split(rows[k:], run.count - k, run._size - first_size)]
+    halves[0].place, halves[1].place = run.place, run.place + k
     chunk: RowChunk = run._sink
     at = chunk.runs.index(run)
     chunk.runs[at:at + 1] = halves
@@ -302,10 +308,14 @@ def assign_rows(run: RowRun, n: int, partitioner: Any, *, vectorized: bool, cap:
             for i in rows:
                 parts[i] = p
     groups = group_by_partition(parts, n)
+    place = 0  # (the groups lie in partition order: the wire order, RowRun.place)
     for p, rows in groups.by_partition:
         for start, stop, nbytes in cut_batches(columns, rows, max_bytes=cap,
                                                max_records=max_records):
-            out.append((p, run.split(rows[start:stop], stop - start, nbytes)))
+            part = run.split(rows[start:stop], stop - start, nbytes)
+            part.place = place + start
+            out.append((p, part))
+        place += len(rows)
     bad = None
     if len(groups.out_of_range):
         rows = groups.out_of_range

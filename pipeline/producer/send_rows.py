@@ -1,9 +1,9 @@
 """``send()`` bursts as columns: the per-message call without a per-message
 object in the stages.
 
-A high-rate loop of common ``send()`` calls (``bytes`` value, no key, headers,
-partition, timestamp or ``metadata``; an ``on_delivery`` callable or none;
-the default partitioner) appends each call's value and timestamp to the columns of one
+A high-rate loop of common ``send()`` calls (a ``bytes`` value, a ``bytes`` key or
+none, no headers, partition, timestamp or ``metadata``; an ``on_delivery`` callable or
+none; the default partitioner) appends each call's value, key and timestamp to the columns of one
 open ``SendRows``, as Java's ``RecordAccumulator`` appends into its batch
 buffer, and returns a two-slot ``RowDelivery``. When the dispatcher takes the
 burst, its columns are packed once (the C kernel's ``pack_binary``) and the
@@ -15,9 +15,10 @@ message, its share of the cyclic GC, and the per-message work of every stage
 were most of ``send()`` + ``flush()``'s CPU.
 
 Per-row outcomes are read lazily: when one of the chunk's runs settles, the
-ledger records the run's span of rows (``RowOutcomes.record``: one entry per
-run, nothing per row), and a ``RowDelivery`` finds its row's run there (its
-offset is the run's base plus the row's place in it). ``flush()`` callers drop
+ledger records the run's span of rows (``row_outcomes.py``: one entry per
+run, nothing per row; keyed rows spread over partitions, see there), and a
+``RowDelivery`` finds its row's run there (its offset is the run's base plus the
+row's place in it). ``flush()`` callers drop
 their deliveries at once, so the burst's value and timestamp lists die when its
 columns are packed: a waiting burst holds its packed columns and nothing per
 row besides (measured at the peak of the 1M ``send()`` bench: the two lists
@@ -38,15 +39,14 @@ Invariants:
 
 from __future__ import annotations
 
-import struct
 from array import array
-from collections.abc import Callable, Generator, Iterator
-from itertools import repeat
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from pipeline.producer import message as _m
+from pipeline.producer import row_outcomes as _outcomes
 from pipeline.producer.message import (
     FAILED,
     OK,
@@ -59,6 +59,7 @@ from pipeline.producer.message import (
     _checkpoint,
     _checkpoint_if_cancelled,
 )
+from pipeline.producer.row_outcomes import RowOutcomes, _call_back_ok_py
 from pipeline.producer.rows import RowChunk, RowRun
 from pipeline.protocol.columnar import BinaryColumn, Columns, kernel
 
@@ -72,129 +73,11 @@ COLUMNS_MIN = 64
 
 _new_metadata = tuple.__new__
 
-#: ``RowOutcomes.timestamps`` of a burst without callbacks: only ``call_back``
-#: (and ``errors``, for it) read it; a row's delivery reads its ``SendRows``.
-_NOT_KEPT: list[int] = []
-#: One span of ``RowOutcomes.bounds``: a settled run's first row and the row after its last.
-_PAIR = struct.Struct("=qq")
-
-
-def _spans_from(bounds: bytearray, row: int) -> int:
-    """How many spans of ``bounds`` (sorted) start at or before ``row``."""
-    lo, hi = 0, len(bounds) // _PAIR.size
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _PAIR.unpack_from(bounds, _PAIR.size * mid)[0] <= row:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-def _span(run: RowRun) -> tuple[int, int]:
-    """The rows of a burst's run: consecutive, as the null-key split and the
-    KIP-126 halves cut them (``None``: the burst's whole unsplit run)."""
-    rows = run.rows
-    if rows is None:
-        return 0, run.count
-    assert type(rows) is range, "a burst's runs are ranges of rows"
-    assert rows.step == 1
-    return rows.start, rows.stop
-
-
-def row_offset(run: RowRun, row: int) -> int:
-    """The offset of ``row`` of a burst, written by ``run`` (settled OK): the
-    run's base offset plus the row's place in it; -1 when the broker gave no
-    offset (acks=0, or a duplicate's answer)."""
-    base = run.offset
-    if base < 0:
-        return -1
-    start: int = run.rows.start  # (settled OK: split, so its rows are a range)
-    return base + row - start
-
-
-class RowOutcomes:
-    """Where each row of a burst ended up: written by the ledger when a run of
-    the burst settles, read by the rows' deliveries. Shared by the chunk (which
-    drops it with its last row: ``runs`` are runs, and runs point at the
-    chunk) and the ``SendRows``, so neither keeps the other alive."""
-
-    __slots__ = ("bounds", "event", "on_delivery", "runs", "timestamps", "topic", "values")
-
-    def __init__(self, rows: SendRows) -> None:
-        # The settled runs in row order: ``runs[i]`` settled rows [start, stop)
-        # = ``bounds`` int64 pair i (a bytearray _delivery.c reads in place); a
-        # row in no span is pending. O(runs): nothing per row (a per-row list
-        # was 8 bytes a kept row). A row's offset: ``row_offset``.
-        self.bounds = bytearray()
-        self.runs: list[RowRun] = []
-        # Set when a run settles while someone waits for a row (then replaced).
-        self.event: trio.Event | None = None
-        # The rows' on_delivery callbacks (None: no row has one), called per row by
-        # the ledger when a run settles (with the row's metadata, or its error
-        # naming its value: hence the lists, kept only then; a delivery reads
-        # its value and timestamp from its ``SendRows``).
-        self.on_delivery = rows.on_delivery
-        self.topic = rows.topic
-        self.timestamps = rows.timestamps if rows.on_delivery is not None else _NOT_KEPT
-        self.values = rows.values if rows.on_delivery is not None else None
-
-    def record(self, run: RowRun) -> None:
-        """``run`` settled (its ``_state``, ``offset`` and ``timestamp`` are set)."""
-        a, b = _span(run)
-        i = _spans_from(self.bounds, a)
-        at = _PAIR.size * i  # (spans before it end by a; those after start at b or later)
-        assert i == 0 or _PAIR.unpack_from(self.bounds, at - _PAIR.size)[1] <= a, "spans overlap"
-        assert at == len(self.bounds) or b <= _PAIR.unpack_from(self.bounds, at)[0]
-        self.bounds[at:at] = _PAIR.pack(a, b)
-        self.runs.insert(i, run)
-        if self.event is not None:
-            self.event.set()
-            self.event = None
-
-    def run_for(self, row: int) -> RowRun | None:
-        """The settled run of ``row`` (None: pending), as _delivery.c finds it."""
-        i = _spans_from(self.bounds, row) - 1
-        if i < 0 or row >= _PAIR.unpack_from(self.bounds, _PAIR.size * i)[1]:
-            return None
-        return self.runs[i]
-
-    def call_back(self, run: RowRun, failed: Callable[[Any, Any], None]) -> None:
-        """Call the ``on_delivery`` of each row of ``run`` (settled, recorded)
-        once, in row order: ``fn(metadata, None)`` or ``fn(None, error)``. A
-        callback that raises is reported with ``failed(fn, what)`` from the
-        ``except`` block (the ledger logs and counts it), and the next row
-        still hears."""
-        assert self.on_delivery is not None
-        a, b = _span(run)
-        if run._state == OK:  # the common case: one C loop (or its twin)
-            call_back_ok(self.on_delivery[a:b], run.topic, run.partition, run.offset,
-                         self.timestamps[a:b], run.timestamp, failed)
-            return
-        for error, fn in zip(self.errors(run), self.on_delivery[a:b], strict=True):
-            if fn is not None:
-                try:
-                    fn(None, error)
-                except Exception:
-                    failed(fn, error.message)
-
-    def errors(self, run: RowRun) -> Iterator[ProducerError]:
-        """The ``ProducerError`` of each row of ``run`` (failed), in row order,
-        naming the row's value."""
-        values, cause = self.values, run._outcome
-        assert values is not None
-        assert cause is not None
-        for row in range(*_span(run)):
-            msg = ProducerMessage(self.topic, values[row], None, None, run.partition,
-                                  self.timestamps[row])
-            msg._state = FAILED
-            yield ProducerError(msg, cause)
-
 
 class SendRows:
     """One ``send()`` burst: its columns while open (a list per column), then
     the deliveries' view of its rows."""
-    __slots__ = ("chunk", "deadline", "event", "on_delivery", "outcomes", "run",
+    __slots__ = ("chunk", "deadline", "event", "keys", "on_delivery", "outcomes", "run",
                  "size", "timestamps", "topic", "values")
 
     def __init__(self, topic: str, run: RowRun, chunk: RowChunk) -> None:
@@ -204,6 +87,9 @@ class SendRows:
         # Only bytes and ints: lists the cyclic GC need not walk (new_column).
         self.values: list[bytes] = new_column()
         self.timestamps: list[int] = new_column()
+        # Each row's key (bytes or None), once a row had one; None: no row had (the
+        # burst then splits as keyless rows do; with keys, by murmur2 as send_batch).
+        self.keys: list[bytes | None] | None = None
         self.size = 0  # bytes reserved (the per-message bounds)
         # The burst's run, in the intake until the dispatcher takes it (None after).
         self.run: RowRun | None = run
@@ -211,6 +97,12 @@ class SendRows:
         self.chunk = chunk
         self.outcomes: RowOutcomes | None = None  # set when sealed
         self.event: trio.Event | None = None  # set when sealed, if someone waits
+
+    def first_key(self, key: bytes) -> None:
+        """The burst's first keyed row is the next one: the rows before it had none."""
+        self.keys = keys = new_column()  # (bytes and None only, as the values)
+        keys.extend([None] * len(self.values))
+        keys.append(key)
 
     def seal(self) -> int:
         """The burst is closed (the dispatcher took it, or the producer closes):
@@ -220,6 +112,13 @@ class SendRows:
         offsets, data, validity, _ = pack(self.values, "values")
         assert validity is None, "send() put only bytes values here"
         values = BinaryColumn(memoryview(offsets).cast("q"), memoryview(data))
+        copied = values.offsets.nbytes + values.data.nbytes
+        keys = None
+        if self.keys is not None:  # (None where a row had no key: the validity bitmap)
+            offsets, data, validity, nulls = pack(self.keys, "keys")
+            keys = BinaryColumn(memoryview(offsets).cast("q"), memoryview(data),
+                                None if validity is None else memoryview(validity), 0, nulls)
+            copied += len(offsets) + len(data) + (0 if validity is None else len(validity))
         n = len(self.values)
         run, chunk = self.run, self.chunk
         assert run is not None, "a burst is sealed once"
@@ -227,7 +126,7 @@ class SendRows:
         packed = kernel().pack_ints(self.timestamps, True)  # (None: an injected clock's odd
         stamps = (memoryview(array("q", self.timestamps)) if packed is None  # value: array's)
                   else memoryview(packed).cast("q"))
-        run.columns = Columns(values, None, None, stamps)
+        run.columns = Columns(values, keys, None, stamps)
         run.count = n
         run._size = self.size
         chunk.pending = n
@@ -235,7 +134,7 @@ class SendRows:
         self.on_delivery = None  # the outcomes hold them until the last row settles
         if self.event is not None:
             self.event.set()
-        return values.offsets.nbytes + values.data.nbytes + stamps.nbytes
+        return copied + stamps.nbytes
 
 
 if TYPE_CHECKING:
@@ -281,8 +180,9 @@ class RowDelivery(Delivery, _RowAwaitBase):
         return self._rows.values[self._row]
 
     @property
-    def key(self) -> None:  # type: ignore[override]
-        return None
+    def key(self) -> bytes | None:  # type: ignore[override]
+        keys = self._rows.keys
+        return None if keys is None else keys[self._row]
 
     @property
     def headers(self) -> tuple[()]:  # type: ignore[override]
@@ -303,10 +203,11 @@ class RowDelivery(Delivery, _RowAwaitBase):
 
     @property
     def offset(self) -> int:  # type: ignore[override]
-        run = self._run()
-        if run is None or run._state != OK:
+        outcomes = self._rows.outcomes
+        found = None if outcomes is None else outcomes.locate(self._row)
+        if found is None or found[0]._state != OK or found[0].offset < 0:
             return -1
-        return row_offset(run, self._row)
+        return found[0].offset + found[1]  # the run's base offset plus the row's place
 
     @property
     def timestamp(self) -> int:  # type: ignore[override]
@@ -328,7 +229,8 @@ class RowDelivery(Delivery, _RowAwaitBase):
     @property
     def message(self) -> ProducerMessage:
         """The row as a ``ProducerMessage`` (a copy, with its outcome's fields)."""
-        msg = ProducerMessage(self.topic, self.value, None, None, self.partition, self.timestamp)
+        msg = ProducerMessage(self.topic, self.value, self.key, None, self.partition,
+                              self.timestamp)
         msg.offset = self.offset
         msg._state = self._state
         return msg
@@ -337,7 +239,7 @@ class RowDelivery(Delivery, _RowAwaitBase):
         where = self.topic if self.partition is None else f"{self.topic}[{self.partition}]"
         state = ("pending", "ok", "failed")[self._state]
         off = f" offset={self.offset}" if self._state == OK else ""
-        return f"<Delivery {where} key=None {state}{off}>"
+        return f"<Delivery {where} key={self.key!r} {state}{off}>"
 
     def done(self) -> bool:
         return self._state != PENDING
@@ -400,12 +302,13 @@ def _row_metadata_py(self: RowDelivery) -> RecordMetadata:
     """The ``RecordMetadata`` of a row settled OK (``_delivery.row_metadata``'s twin)."""
     outcomes = self._rows.outcomes
     assert outcomes is not None
-    run = outcomes.run_for(self._row)
-    assert run is not None
     row = self._row
+    found = outcomes.locate(row)
+    assert found is not None
+    run, place = found
     offset = run.offset
-    if offset >= 0:  # (row_offset, inlined)
-        offset += row - run.rows.start
+    if offset >= 0:
+        offset += place
     timestamp = run.timestamp
     return _new_metadata(RecordMetadata, (
         run.topic, run.partition, offset,
@@ -433,40 +336,6 @@ def _new_row_py(rows: SendRows, row: int) -> RowDelivery:
 _new_delivery = RowDelivery.__new__
 
 
-def _row_metadata_each(topic: str, partition: int | None, base: int, stamps: list[int],
-                       append_time: int) -> Iterator[RecordMetadata]:
-    """The ``RecordMetadata`` of each row of a run settled OK, lazily (as
-    ``_delivery.call_back_ok`` builds them): row i's offset is ``base + i``
-    (-1, unknown, when ``base`` < 0), its timestamp ``append_time`` when >= 0
-    (the broker's LogAppendTime), else ``stamps[i]``. C-level maps, no
-    bytecode per row."""
-    n = len(stamps)
-    offsets = range(base, base + n) if base >= 0 else repeat(-1, n)
-    times = stamps if append_time < 0 else repeat(append_time, n)
-    return map(_new_metadata, repeat(RecordMetadata), zip(
-        repeat(topic, n), repeat(partition), offsets, times, repeat(base >= 0)))
-
-
-def _call_back_ok_py(fns: list[DeliveryCallback | None], topic: str, partition: int | None,
-                     base: int, stamps: list[int], append_time: int,
-                     failed: Callable[[Any, Any], None]) -> None:
-    """``_delivery.call_back_ok``'s twin: ``fn(meta, None)`` for each row of a
-    run settled OK whose callback is not None, in row order; an ``Exception``
-    from one goes to ``failed(fn, meta)`` (from the ``except`` block, which
-    logs it), and the next row still hears."""
-    metas = _row_metadata_each(topic, partition, base, stamps, append_time)
-    for meta, fn in zip(metas, fns, strict=True):
-        if fn is not None:
-            try:
-                fn(meta, None)
-            except Exception:
-                failed(fn, meta)
-
-
-#: Calls the callbacks of a run settled OK: ``_delivery.call_back_ok`` or its
-#: twin (``_use_rows``).
-call_back_ok: Callable[..., None] = _call_back_ok_py
-
 #: A burst's column list: ``_send.atomic_list`` (a list the cyclic GC does not
 #: track: its items are bytes or ints, in no cycle) when that module is loaded
 #: (``fast_send.py`` sets it), else ``list``.
@@ -479,19 +348,19 @@ new_row: Callable[[SendRows, int], RowDelivery] = _new_row_py
 def _use_rows(kind: str) -> None:
     """Bind the rows' await to the process's path (``message._use`` calls this
     after every switch): the C slot and allocator, or the Python twins."""
-    global call_back_ok, new_row
+    global new_row
     if kind == "c":
         assert _m._c is not None
         _m._c.setup_rows(row_type=RowDelivery, rows_type=SendRows, outcomes_type=RowOutcomes,
                          run_type=RowRun, python_await=_row_await_py,
                          settled_checkpoint=_row_settled_checkpoint)
         new_row = _m._c.new_row
-        call_back_ok = _m._c.call_back_ok
+        _outcomes.call_back_ok = _m._c.call_back_ok
         if "__await__" in RowDelivery.__dict__:
             del RowDelivery.__await__  # the slot comes from _delivery.RowAwait again
     else:
         new_row = _new_row_py
-        call_back_ok = _call_back_ok_py
+        _outcomes.call_back_ok = _call_back_ok_py
         RowDelivery.__await__ = _row_await_py  # type: ignore[method-assign]
 
 

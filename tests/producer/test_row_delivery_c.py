@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from pipeline.producer import message, send_rows
+from pipeline.producer import message, row_outcomes, send_rows
 from pipeline.producer.message import FAILED, OK, RecordMetadata
 from pipeline.producer.rows import RowChunk, RowRun
 
@@ -237,7 +237,7 @@ def _settled_row(state: int, offset: int, append_time: int, row: int) -> Any:
     rows = send_rows.SendRows("t", run, chunk)
     rows.values, rows.timestamps = [b"a", b"b", b"c", b"d"], [10, 11, 12, 13]
     rows.outcomes = send_rows.RowOutcomes(rows)
-    part = RowRun("t", None, range(2, 4), 2, 0, chunk, 0)  # type: ignore[arg-type]
+    part = RowRun("t", None, range(2, 4), 2, 0, chunk, 2)  # type: ignore[arg-type]
     part._state, part.offset, part.timestamp, part.partition = state, offset, append_time, 5
     rows.outcomes.record(part)
     return send_rows.new_row(rows, row)
@@ -302,7 +302,7 @@ def test_each_row_finds_its_own_runs_span_in_any_order_of_settling_and_reading(
     runs, start = [], 0
     while start < 60:
         stop = min(60, start + rng.randint(1, 9))
-        run = RowRun("t", None, range(start, stop), stop - start, 0, chunk, 0)  # type: ignore[arg-type]
+        run = RowRun("t", None, range(start, stop), stop - start, 0, chunk, start)  # type: ignore[arg-type]
         run._state, run.offset, run.timestamp, run.partition = OK, 100 * len(runs), -1, len(runs)
         runs.append(run)
         start = stop
@@ -347,11 +347,11 @@ def test_the_c_row_path_is_used_when_built_and_the_twins_otherwise() -> None:
     before = message.DELIVERY_AWAIT
     try:
         message._use("c")
-        assert send_rows.new_row is c.new_row and send_rows.call_back_ok is c.call_back_ok
+        assert send_rows.new_row is c.new_row and row_outcomes.call_back_ok is c.call_back_ok
         assert "__await__" not in send_rows.RowDelivery.__dict__  # RowAwait's am_await
         message._use("python")
         assert send_rows.new_row is send_rows._new_row_py
-        assert send_rows.call_back_ok is send_rows._call_back_ok_py
+        assert row_outcomes.call_back_ok is send_rows._call_back_ok_py
         assert send_rows.RowDelivery.__await__ is send_rows._row_await_py  # type: ignore[comparison-overlap]
         message._use("c")
         assert "__await__" not in send_rows.RowDelivery.__dict__

@@ -122,7 +122,7 @@ async def test_rows_and_messages_sent_between_them_keep_the_send_order(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """Schedule (one partition): a loop in which every 100th send carries a
-    key and every 250th goes to another topic (both take the per-message
+    header and every 250th goes to another topic (both take the per-message
     path: the open columnar burst ends, and the next common send opens a new
     one behind them). The log holds every value of "t" in send order."""
     fake.create_topic("t", 1)
@@ -136,8 +136,8 @@ async def test_rows_and_messages_sent_between_them_keep_the_send_order(
             if i % 250 == 249:
                 deliveries.append(await producer.send("u", value))
                 continue
-            key = b"k" if i % 100 == 99 else None
-            deliveries.append(await producer.send("t", value, key=key))
+            headers = [("h", b"1")] if i % 100 == 99 else None
+            deliveries.append(await producer.send("t", value, headers=headers))
             sent.append(value)
         kinds = _kinds(deliveries)
         await producer.flush()

@@ -1,0 +1,173 @@
+"""Keyed ``send()`` calls travel as columns too (``send_rows.py``, ``row_outcomes.py``).
+
+A loop of ``await producer.send(topic, value, key=key)`` appends each key to the
+open burst's key column; the topic producer splits the burst by the keys' Java
+murmur2 partitions (as ``send_batch`` does), so one burst's rows are spread over
+partitions, and each row's delivery finds its run through the burst's wire order.
+These schedules check that every keyed row gets exactly the outcome the
+per-message path gives it: its murmur2 partition, its offset in its partition's
+send order, its key on the wire, its callback once, and its error naming it."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from pipeline.producer.errors import ProducerError
+from pipeline.producer.partitioner import murmur2
+from pipeline.producer.send_rows import RowDelivery
+from pipeline.testing.fake_cluster import FakeCluster
+
+from .conftest import open_fake_producer
+from .test_send_rows import EVERY, LOOP, _kinds, columnar_next
+
+P = 6
+
+
+@pytest.fixture(autouse=True)
+def _modes(both_modes: bool, await_path: str, send_path: str) -> bool:
+    """Plain and idempotent, both await paths and both send paths (C and twin)."""
+    return both_modes
+
+
+def _partition_of(key: bytes) -> int:
+    return (murmur2(key) & 0x7FFFFFFF) % P
+
+
+def _log(fake: FakeCluster, topic: str) -> dict[int, list[tuple[bytes | None, bytes | None]]]:
+    return {p: [(e.record.key, e.record.value) for e in fake.log(topic, p)] for p in range(P)}
+
+
+async def test_keyed_rows_land_on_their_murmur2_partition_in_send_order(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """LOOP keyed sends (50 keys, every 7th send keyless) after the loop is known
+    columnar: every delivery is a row; each keyed row is on its key's murmur2
+    partition; each partition's log holds its rows' (key, value) in send order;
+    each row's offset, partition, key and awaited metadata match its place there,
+    read in a shuffled order (the lazy row -> position map of row_outcomes.py)."""
+    fake.create_topic("t", P)
+    keys = [b"key-%d" % i for i in range(50)]
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        sent = []
+        deliveries = []
+        for i in range(LOOP):
+            key = None if i % 7 == 3 else keys[i % 50]
+            sent.append((key, b"v%d" % i))
+            deliveries.append(await producer.send("t", b"v%d" % i, key=key))
+        await producer.flush()
+    assert set(_kinds(deliveries)) == {"row"}
+    log = _log(fake, "t")
+    assert sum(map(len, log.values())) == LOOP
+    where = {entry: (p, offset) for p, entries in log.items()
+             for offset, entry in enumerate(entries)}
+    assert len(where) == LOOP  # (the values are distinct)
+    for p, entries in log.items():  # send order within each partition
+        assert entries == [e for e in sent if where[e][0] == p]
+    order = list(range(LOOP))
+    random.Random(7).shuffle(order)
+    for i in order:
+        d, (key, value) = deliveries[i], sent[i]
+        p, offset = where[(key, value)]
+        if key is not None:
+            assert p == _partition_of(key)
+        meta = await d
+        assert (meta.partition, meta.offset) == (p, offset)
+        assert (d.partition, d.offset, d.key, d.value, d.done()) == (p, offset, key, value, True)
+        assert d.result() == meta == d.record_metadata()
+        assert repr(d) == f"<Delivery t[{p}] key={key!r} ok offset={offset}>"
+        assert (d.message.key, d.message.value, d.message.offset) == (key, value, offset)
+
+
+async def test_keyed_rows_are_awaited_as_they_settle(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A loop that awaits each keyed row right after its burst was sent (so
+    rows are looked up while their burst's runs are still settling, and the
+    map is filled run by run): each gets its own partition and offset."""
+    first: list[Any] = []
+    fake.create_topic("t", P)
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        got = []
+        for burst in range(3):
+            rows = [await producer.send("t", b"b%d-%d" % (burst, i), key=b"k%d" % (i % 11))
+                    for i in range(EVERY // 2)]
+            first = first if burst else rows
+            for d in rows:
+                got.append((d.key, d.value, await d))
+        await producer.flush()
+    # (later bursts may start as messages: a burst cut short by a schedule point
+    # makes the next one per-message, the COLUMNS_MIN rule)
+    assert all(type(d) is RowDelivery for d in first)
+    log = _log(fake, "t")
+    for key, value, meta in got:
+        assert meta.partition == _partition_of(key)
+        assert log[meta.partition][meta.offset] == (key, value)
+
+
+async def test_keyed_rows_call_back_once_each_with_their_partition_and_offset(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """on_delivery on every other keyed row (the first burst's callbacks start
+    mid-burst): each row with one hears once, with its row's partition and
+    offset; rows of one partition hear in their send order."""
+    fake.create_topic("t", P)
+    heard: dict[bytes, list[Any]] = {}
+
+    def hear(value: bytes) -> Any:
+        return lambda meta, error: heard.setdefault(value, []).append((meta, error))
+
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        deliveries = []
+        for i in range(LOOP):
+            value = b"v%d" % i
+            fn = hear(value) if i % 2 else None
+            deliveries.append(await producer.send("t", value, key=b"k%d" % (i % 13),
+                                                  on_delivery=fn))
+        await producer.flush()
+    assert set(_kinds(deliveries)) == {"row"}
+    assert len(heard) == LOOP // 2
+    per_partition: dict[int, list[int]] = {}
+    for d in deliveries[1::2]:
+        [(meta, error)] = heard[d.value]
+        assert error is None
+        assert (meta.partition, meta.offset, meta.topic) == (d.partition, d.offset, "t")
+        per_partition.setdefault(meta.partition, []).append(meta.offset)
+    assert all(offsets == sorted(offsets) for offsets in per_partition.values())
+
+
+async def test_keyed_rows_the_broker_rejects_fail_naming_their_value_and_key(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """retries=0, every Produce request after warm-up answered
+    NOT_ENOUGH_REPLICAS: each keyed row fails once, its error (awaited and
+    through its callback) names its own value and key."""
+    from pipeline.protocol.api import ApiKey
+    from pipeline.protocol.errors import ErrorCode
+
+    fake.create_topic("t", P, leaders=[0] * P)
+    errors: list[Any] = []
+    async with open_fake_producer(fake, idempotent=False, retries=0) as producer:
+        columnar_next(producer)
+        for _ in range(40):
+            fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        rows = [await producer.send("t", b"r%d" % i, key=b"k%d" % (i % 5),
+                                    on_delivery=lambda m, e: errors.append(e))
+                for i in range(200)]
+        await producer.flush()
+    assert set(_kinds(rows)) == {"row"}
+    assert len(errors) == 200
+    assert sorted(e.message.value for e in errors) == sorted(d.value for d in rows)
+    for e in errors:
+        assert e.message.key == b"k%d" % (int(e.message.value[1:]) % 5)
+    for i, d in enumerate(rows):
+        with pytest.raises(ProducerError, match="NOT_ENOUGH_REPLICAS") as info:
+            await d
+        assert (info.value.message.value, info.value.message.key) == (b"r%d" % i,
+                                                                      b"k%d" % (i % 5))
+        assert d.offset == -1 and d.partition == _partition_of(b"k%d" % (i % 5))
