@@ -22,7 +22,7 @@ RESULTS_DIR = BENCH_DIR / "results"
 
 _COLORS = {"pipeline": "#1f77b4", "confluent": "#ff7f0e", "aiokafka": "#2ca02c",
            "foreach": "#ff7f0e", "spark_kafka": "#d62728", "noop_arrow": "#7f7f7f",
-           "pipeline-callback": "#17becf"}
+           "pipeline-callback": "#17becf", "confluent-keyed": "#ff7f0e"}
 
 
 def _plt() -> Any:

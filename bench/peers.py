@@ -35,6 +35,13 @@ def make_values(count: int = _POOL, size: int = VALUE_SIZE, seed: int = 0) -> li
     return [rng.randbytes(size) for _ in range(count)]
 
 
+def make_keys(count: int = _POOL) -> list[bytes]:
+    """``count`` distinct keys ``b"key-000000"``, ... (``count`` a power of two): the keyed
+    clients cycle them, ``keys[i & mask]`` with ``values[i & mask]`` for message ``i``."""
+    assert count & (count - 1) == 0, "count must be a power of two"
+    return [b"key-%06d" % i for i in range(count)]
+
+
 def cpu_seconds() -> float:
     """User + system CPU of this process, every thread included (librdkafka's too)."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -56,8 +63,9 @@ class ClientResult:
 def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                      options: dict[str, Any] | None = None,
                      warmup_topic: str | None = None) -> ClientResult:
-    """pipeline: ``await producer.send()`` per message (api="send") or ``send_many`` in
-    lists of ``SEND_MANY_CHUNK`` ``ProducerMessage`` (api="send_many"), then ``flush()``."""
+    """pipeline: ``await producer.send()`` per message (api="send"; api="send-keyed":
+    ``send(key=)`` with the keys of ``make_keys()``) or ``send_many`` in lists of
+    ``SEND_MANY_CHUNK`` ``ProducerMessage`` (api="send_many"), then ``flush()``."""
     import trio
 
     from pipeline.producer.api import open_producer
@@ -67,6 +75,7 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
     opts.update(options or {})
     values = make_values()
     mask = len(values) - 1
+    keys = make_keys(len(values)) if api == "send-keyed" else []  # before the clock
     arrow_pool: Any = None
     if api == "send_batch-arrow":  # built before the clock: the data is Arrow already
         import pyarrow as pa
@@ -84,6 +93,11 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                 send = producer.send
                 for i in range(n):
                     await send(topic, values[i & mask])
+            elif api == "send-keyed":  # as "send", each message with a key of the pool
+                send = producer.send
+                for i in range(n):
+                    j = i & mask
+                    await send(topic, values[j], key=keys[j])
             elif api == "await":  # issue 15 goal 1: keep every delivery, await each
                 send = producer.send
                 deliveries = [await send(topic, values[i & mask]) for i in range(n)]
@@ -180,13 +194,15 @@ def produce_aiokafka(bootstrap: str, topic: str, n: int,
 
 
 def produce_confluent(bootstrap: str, topic: str, n: int,
-                      warmup_topic: str | None = None) -> ClientResult:
+                      warmup_topic: str | None = None, *, keyed: bool = False) -> ClientResult:
     """confluent-kafka (librdkafka), idempotent, acks=all, linger.ms=5:
-    ``produce()`` + ``poll(0)`` per message, then ``flush()``."""
+    ``produce()`` + ``poll(0)`` per message, then ``flush()``. ``keyed``:
+    ``produce(key=)`` with the keys of ``make_keys()`` (librdkafka's default partitioner)."""
     from confluent_kafka import KafkaException, Producer
 
     values = make_values()
     mask = len(values) - 1
+    keys = make_keys(len(values)) if keyed else []  # before the clock
     producer = Producer({
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
@@ -201,15 +217,27 @@ def produce_confluent(bootstrap: str, topic: str, n: int,
     full_waits = 0
     t0, c0 = time.perf_counter(), cpu_seconds()
     produce, poll = producer.produce, producer.poll
-    for i in range(n):
-        while True:
-            try:
-                produce(topic, values[i & mask])
-                break
-            except BufferError:  # local queue full: serve delivery reports, then retry
-                full_waits += 1
-                poll(0.005)
-        poll(0)
+    if keyed:  # the same loop with a key: a separate loop, so the keyless one stays as it was
+        for i in range(n):
+            j = i & mask
+            while True:
+                try:
+                    produce(topic, values[j], key=keys[j])
+                    break
+                except BufferError:  # local queue full: serve delivery reports, retry
+                    full_waits += 1
+                    poll(0.005)
+            poll(0)
+    else:
+        for i in range(n):
+            while True:
+                try:
+                    produce(topic, values[i & mask])
+                    break
+                except BufferError:  # local queue full: serve delivery reports, then retry
+                    full_waits += 1
+                    poll(0.005)
+            poll(0)
     remaining = producer.flush(120)
     elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     if remaining:
@@ -229,7 +257,7 @@ class ClientSpec:
     run: Callable[..., ClientResult]  # (bootstrap, topic, n, warmup_topic=None)
     library: str  # "pipeline" | "aiokafka" | "confluent"
     wants_idempotent: bool | None = None  # None: library default; checked on the broker
-    group: str = "peers"  # "peers" (issue 4) or "idempotence" (issue 5)
+    group: str = "peers"  # "peers" (issue 4), "idempotence" (issue 5) or "keyed"
 
 
 def _pipeline(api: str, **options: Any) -> Callable[..., ClientResult]:
@@ -238,6 +266,11 @@ def _pipeline(api: str, **options: Any) -> Callable[..., ClientResult]:
         return produce_pipeline(bootstrap, topic, n, api=api, options=options,
                                 warmup_topic=warmup_topic)
     return run
+
+
+def _confluent_keyed(bootstrap: str, topic: str, n: int, warmup_topic: str | None = None
+                     ) -> ClientResult:
+    return produce_confluent(bootstrap, topic, n, warmup_topic=warmup_topic, keyed=True)
 
 
 CLIENTS: dict[str, ClientSpec] = {spec.name: spec for spec in (
@@ -267,4 +300,11 @@ CLIENTS: dict[str, ClientSpec] = {spec.name: spec for spec in (
     ClientSpec("pipeline-nonidem", "pipeline non-idem. mif=5",
                _pipeline("send_many", idempotent=False, max_in_flight=5), "pipeline",
                wants_idempotent=False, group="idempotence"),
+    # Keyed sends, side by side: send(key=) per message against produce(key=), both
+    # cycling the same pool of make_keys() (1024 distinct keys); otherwise as
+    # "pipeline-send" and "confluent".
+    ClientSpec("pipeline-send-keyed", "pipeline send(key=)", _pipeline("send-keyed"),
+               "pipeline", group="keyed"),
+    ClientSpec("confluent-keyed", "confluent-kafka keyed [idem.]", _confluent_keyed,
+               "confluent", wants_idempotent=True, group="keyed"),
 )}

@@ -6,7 +6,8 @@
 
 Workload: ``N`` x 100-byte values (default 1M) to a fresh 6-partition topic on the
 embedded tansu broker (``--broker kafka``: a 1-node Apache Kafka, ``bench/brokers.py``),
-acks=all, linger 5 ms, no keys, no compression. Clients (``bench/peers.py``):
+acks=all, linger 5 ms, no keys (but the "keyed" pair), no compression. Clients
+(``bench/peers.py``):
 
   pipeline-send        ``await producer.send()`` per message, then ``flush()``  (issue 4)
   pipeline-send_many   ``send_many()`` with lists of 10k ``ProducerMessage``      (issue 4)
@@ -14,6 +15,9 @@ acks=all, linger 5 ms, no keys, no compression. Clients (``bench/peers.py``):
   confluent            librdkafka, idempotent, ``produce()`` + ``poll(0)``, ``flush()``
   pipeline-idem-mif5 / pipeline-idem-mif1 / pipeline-nonidem
                        issue 5: idempotence cost on the ``send_many`` path
+  pipeline-send-keyed / confluent-keyed
+                       group "keyed": as pipeline-send / confluent, each message with a
+                       key from a pool of 1024 distinct keys (b"key-000000", ...), cycled
 
 Every run is a fresh interpreter (``--client NAME`` worker mode), so CPU seconds
 (``getrusage(RUSAGE_SELF)`` delta over the timed section, all threads) and peak RSS
@@ -29,6 +33,8 @@ the partitions' high watermarks (read with Fetch: tansu's ListOffsets under-coun
 must equal ``N`` or the row is INVALID; the first batch's producer id tells whether the
 run was really idempotent. Reported figures are medians; a target's verdict is the
 ratio of the two clients' medians, printed with the spread of its per-round ratios.
+A keyed pipeline client's "vs" columns compare it with the keyed peer (confluent-keyed;
+there is no keyed aiokafka client).
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ TARGETS = [
     ("send_batch(list) >= 1.5x confluent", "pipeline-send_batch", "confluent", 1.5),
     ("send_batch(arrow) >= 1.5x confluent", "pipeline-send_batch-arrow", "confluent", 1.5),
     ("idempotent mif=5 >= 0.9x non-idempotent", "pipeline-idem-mif5", "pipeline-nonidem", 0.9),
+    ("keyed send() >= 0.6x confluent-kafka keyed", "pipeline-send-keyed", "confluent-keyed", 0.6),
 ]
 
 Log = Callable[[str], None]
@@ -463,9 +470,11 @@ def _ratios_and_targets(results: dict[str, dict[str, Any]]
         if not name.startswith("pipeline") or rate(name) is None:
             continue
         r = {}
+        # a keyed client against the keyed peer (the same workload), if there is one
+        suffix = "-keyed" if name.endswith("-keyed") else ""
         for peer in ("aiokafka", "confluent"):
-            if rate(peer):
-                r[f"vs_{peer}"] = rate(name) / rate(peer)  # type: ignore[operator]
+            if rate(peer + suffix):
+                r[f"vs_{peer}"] = rate(name) / rate(peer + suffix)  # type: ignore[operator]
         ratios[name] = r
     targets = []
     for title, num, den, threshold in TARGETS:
@@ -506,17 +515,18 @@ def _resolve_clients(clients: Sequence[str] | str | None) -> list[str]:
     if clients is None:
         return list(CLIENTS)
     items = clients.split(",") if isinstance(clients, str) else list(clients)
+    groups = list(dict.fromkeys(s.group for s in CLIENTS.values()))
     names: list[str] = []
     for item in (i.strip() for i in items):
         if not item:
             continue
-        if item in ("peers", "idempotence"):
+        if item in groups:
             names += [c for c, s in CLIENTS.items() if s.group == item]
         elif item in CLIENTS:
             names.append(item)
         else:
             raise ValueError(f"unknown client {item!r}; choose from {sorted(CLIENTS)} "
-                             "or the groups 'peers', 'idempotence'")
+                             f"or the groups {', '.join(map(repr, groups))}")
     return list(dict.fromkeys(names))
 
 
@@ -650,16 +660,18 @@ def _k(value: float | None) -> str:
 def format_table(report: dict[str, Any]) -> str:
     meta = report["meta"]
     broker = meta.get("broker") or "embedded tansu"
+    # the label column: 28 wide, wider for a longer label ("confluent-kafka keyed [idem.]")
+    w = max([28, *(len(row["label"]) for row in report["results"].values())])
     lines = [
         f"Producer: {meta['n']:,} x {meta['value_size']} B -> {meta['partitions']} partitions, "
         f"acks=all, linger 5 ms, {broker}; median of {meta['repeats']} run(s) "
         f"({meta['date']}, {meta['machine']})",
-        f"{'client':<28} {'msgs/s':>10} {'MB/s':>6} {'CPU s':>6} {'msg/CPUs':>8} {'RSS MB':>7} "
+        f"{'client':<{w}} {'msgs/s':>10} {'MB/s':>6} {'CPU s':>6} {'msg/CPUs':>8} {'RSS MB':>7} "
         f"{'brk CPU':>7} {'other':>5} {'vs aiokafka':>11} {'vs confl.':>9}  runs (msgs/s)",
     ]
     for name, row in report["results"].items():
         if row.get("msgs_per_s") is None:
-            lines.append(f"{row['label']:<28} {row['status']}: {row.get('reason', '')}")
+            lines.append(f"{row['label']:<{w}} {row['status']}: {row.get('reason', '')}")
             continue
         ratio = report["ratios"].get(name, {})
         va = f"{ratio['vs_aiokafka']:.2f}x" if "vs_aiokafka" in ratio else ""
@@ -669,7 +681,7 @@ def format_table(report: dict[str, Any]) -> str:
         runs = ", ".join(f"{v / 1000:.0f}k" for v in row["runs_msgs_per_s"])
         status = "" if row["status"] == "ok" else f"  [{row['status']}: {row.get('reason', '')}]"
         lines.append(
-            f"{row['label']:<28} {row['msgs_per_s']:>10,.0f} {row['mb_per_s']:>6.1f} "
+            f"{row['label']:<{w}} {row['msgs_per_s']:>10,.0f} {row['mb_per_s']:>6.1f} "
             f"{row['cpu_s']:>6.2f} {_k(row.get('msgs_per_cpu_s')):>8} {row['peak_rss_mb']:>7.0f} "
             f"{'' if bcpu is None else f'{bcpu:.2f}':>7} "
             f"{'' if other is None else f'{other:.2f}':>5} {va:>11} {vc:>9}  {runs}{status}"
@@ -701,7 +713,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None,
                         help=f"runs per client, median reported (default {DEFAULT_REPEATS})")
     parser.add_argument("--clients", default=None,
-                        help="comma-separated subset (names or the groups peers, idempotence)")
+                        help="comma-separated subset (names or the groups peers, idempotence, "
+                             "keyed; default: every client)")
     parser.add_argument("--quick", action="store_true", help="n=100k, 1 repeat")
     parser.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
                         help="embedded tansu (default) or a 1-node Apache Kafka")

@@ -21,15 +21,15 @@ if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
 from bench import producer_bench  # noqa: E402
-from bench.peers import CLIENTS  # noqa: E402
+from bench.peers import CLIENTS, make_keys, make_values  # noqa: E402
 
 N = 2000
 
-_NEEDS = {"aiokafka": "aiokafka", "confluent": "confluent_kafka"}
+_NEEDS = {"aiokafka": "aiokafka", "confluent": "confluent_kafka"}  # by ClientSpec.library
 
 
 def _require(client: str) -> None:
-    module = _NEEDS.get(client)
+    module = _NEEDS.get(CLIENTS[client].library)
     if module and importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} not installed (pip install -e '.[bench]')")
 
@@ -55,7 +55,7 @@ def test_each_client_runs_and_lands_every_message(client: str) -> None:
     assert rec["cpu_s"] > 0
     assert rec["peak_rss_mb"] > 10
     assert row["msgs_per_s"] == pytest.approx(N / rec["elapsed_s"])
-    if client == "confluent":
+    if CLIENTS[client].library == "confluent":
         assert rec["idempotent_on_wire"] is True  # the producer-id check itself works
     if client == "aiokafka":
         assert rec["idempotent_on_wire"] is False
@@ -63,6 +63,37 @@ def test_each_client_runs_and_lands_every_message(client: str) -> None:
     table = producer_bench.format_table(report)
     assert row["label"] in table
     assert "targets:" in table
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("client", ["pipeline-send-keyed", "confluent-keyed",
+                                    "pipeline-send", "confluent"])
+def test_keyed_clients_send_a_key_of_the_pool_with_each_message(
+        client: str, kafka_bootstrap: str, new_topic: Any) -> None:
+    """The keyed pair sends every message with a key of the shared pool (message i:
+    ``keys[i % 1024]`` with ``values[i % 1024]``), every key of the pool used, each key
+    on one partition; their keyless counterparts send no keys."""
+    from pipeline.consumer import consume
+
+    _require(client)
+    topic, warmup = new_topic(6, prefix=client), new_topic(1, prefix=f"{client}-warmup")
+    result = CLIENTS[client].run(kafka_bootstrap, topic, N, warmup_topic=warmup)
+    assert result.elapsed_s > 0
+    records = consume(kafka_bootstrap, topic, timeout=60)
+    assert len(records) == N
+    keys, values = make_keys(), make_values()
+    assert len(set(keys)) == len(keys) == len(values) == 1024
+    if not client.endswith("-keyed"):
+        assert {r.key for r in records} == {None}
+        return
+    key_of = dict(zip(values, keys, strict=True))
+    assert all(r.key == key_of[r.value] for r in records)
+    assert {r.key for r in records} == set(keys)  # N > 1024: the whole pool cycled
+    partitions: dict[bytes | None, set[int]] = {}
+    for r in records:
+        partitions.setdefault(r.key, set()).add(r.partition)
+    assert all(len(p) == 1 for p in partitions.values())
+    assert len({r.partition for r in records}) > 1  # the keys spread over partitions
 
 
 def _run(msgs_per_s: float, status: str = "ok", **kw: Any) -> dict[str, Any]:
@@ -95,6 +126,7 @@ def test_summary_medians_ratios_and_targets() -> None:
     assert verdicts["send() + await each >= 0.8x send() + flush"] == "MISS"  # 0.75
     assert verdicts["send_batch(list) >= 1.5x confluent"] == "n/a"  # not run
     assert verdicts["idempotent mif=5 >= 0.9x non-idempotent"] == "n/a"
+    assert verdicts["keyed send() >= 0.6x confluent-kafka keyed"] == "n/a"  # neither ran
     # The runs here carry no round: no per-round spread (only paired runs make one).
     assert all("per_round" not in t for t in targets)
     report = {"meta": {"n": 6, "value_size": 100, "partitions": 6, "repeats": 3,
@@ -115,8 +147,62 @@ def test_failed_runs_make_a_failed_or_na_row() -> None:
     assert mixed["msgs_per_s"] == 1e5
 
 
+def test_keyed_target_compares_the_keyed_pair() -> None:
+    """The target "keyed send() >= 0.6x confluent-kafka keyed" is pipeline-send-keyed over
+    confluent-keyed (not the keyless clients), with the per-round ratios of that pair;
+    a keyed client's "vs confl." column is against the keyed peer too."""
+    title = "keyed send() >= 0.6x confluent-kafka keyed"
+    assert (title, "pipeline-send-keyed", "confluent-keyed", 0.6) in producer_bench.TARGETS
+    results = {
+        "pipeline-send": producer_bench._summarize(
+            "p", "peers", [_run(900e3, round=1), _run(900e3, round=2)], None),
+        "confluent": producer_bench._summarize(
+            "c", "peers", [_run(300e3, round=1, idem=True), _run(300e3, round=2, idem=True)],
+            True),
+        "pipeline-send-keyed": producer_bench._summarize(
+            CLIENTS["pipeline-send-keyed"].label, "keyed",
+            [_run(120e3, round=1), _run(180e3, round=2)], None),
+        "confluent-keyed": producer_bench._summarize(
+            "ck", "keyed", [_run(200e3, round=1, idem=True), _run(200e3, round=2, idem=True)],
+            True),
+    }
+    ratios, targets = producer_bench._ratios_and_targets(results)
+    t = next(t for t in targets if t["target"] == title)
+    assert (t["numerator"], t["denominator"]) == ("pipeline-send-keyed", "confluent-keyed")
+    assert t["ratio"] == pytest.approx(150 / 200)  # medians 150k / 200k
+    assert t["verdict"] == "PASS"
+    assert t["per_round"] == {"n": 2, "min": pytest.approx(0.6), "max": pytest.approx(0.9),
+                              "median": pytest.approx(0.75)}
+    assert ratios["pipeline-send-keyed"] == {"vs_confluent": pytest.approx(150 / 200)}
+    assert ratios["pipeline-send"]["vs_confluent"] == pytest.approx(3.0)  # keyless pair
+    report = {"meta": {"n": 6, "value_size": 100, "partitions": 6, "repeats": 2,
+                       "date": "d", "machine": "m"},
+              "results": results, "ratios": ratios, "targets": targets}
+    table = producer_bench.format_table(report)
+    line = next(x for x in table.splitlines() if title in x)
+    assert line.split()[:1] == ["PASS"]
+    assert "0.75x  (per round 0.60-0.90x, median 0.75x of 2)" in line
+    assert "pipeline send(key=)" in table
+
+    # only one of the pair ran (or the other failed): n/a, saying why
+    del results["confluent-keyed"]
+    _, targets = producer_bench._ratios_and_targets(results)
+    t = next(t for t in targets if t["target"] == title)
+    assert (t["verdict"], t["ratio"], t["reason"]) == ("n/a", None, "confluent-keyed: not run")
+    results["confluent-keyed"] = producer_bench._summarize(
+        "ck", "keyed", [{"status": "failed", "error": "timed out after 9s"}], True)
+    _, targets = producer_bench._ratios_and_targets(results)
+    t = next(t for t in targets if t["target"] == title)
+    assert t["verdict"] == "n/a" and "confluent-keyed: failed" in t["reason"]
+
+
 def test_client_selection() -> None:
     assert producer_bench._resolve_clients(None) == list(CLIENTS)
+    assert {"pipeline-send-keyed", "confluent-keyed"} <= set(CLIENTS)  # in the default set
+    assert producer_bench._resolve_clients("keyed") == ["pipeline-send-keyed",
+                                                        "confluent-keyed"]
+    assert CLIENTS["pipeline-send-keyed"].library == "pipeline"
+    assert CLIENTS["confluent-keyed"].wants_idempotent is True
     assert producer_bench._resolve_clients("aiokafka,peers")[0] == "aiokafka"
     assert "pipeline-idem-mif1" in producer_bench._resolve_clients(["idempotence"])
     with pytest.raises(ValueError, match="unknown client"):
