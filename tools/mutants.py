@@ -91,6 +91,9 @@ TARGETS: dict[str, set[str] | None] = {
     },
     # send() bursts as columns (issue 15)
     "pipeline/producer/send_rows.py": None,
+    "pipeline/producer/row_outcomes.py": None,
+    # where a burst's runs take their rows and wire positions (keyed send() rows)
+    "pipeline/producer/rows.py": {"assign_rows", "split_run_batch"},
     # which send() a producer gets: Intake.send or the C Sender (_send.c, mutated by
     # hand: tools/mutants_c.py). Its import-time loader maps to no test (it runs
     # before any): deleting its setup() or registrations fails every C-path test.

@@ -24,7 +24,8 @@ PROTOCOL = ROOT / "pipeline" / "protocol"
 HOME = {"_send.c": PRODUCER, "_delivery.c": PRODUCER, "_kernel.c": PROTOCOL}
 TESTS = ["tests/producer/test_send_c.py", "tests/producer/test_hot_path.py",
          "tests/scenarios/test_send_rows.py", "tests/producer/test_row_delivery_c.py",
-         "tests/scenarios/test_send_rows_memory.py", "tests/protocol/test_columnar_fuzz.py"]
+         "tests/scenarios/test_send_rows_memory.py", "tests/protocol/test_columnar_fuzz.py",
+         "tests/scenarios/test_send_rows_keyed.py"]
 
 # (file, original text, mutated text)
 MUTANTS: list[tuple[str, str, str]] = [
@@ -39,7 +40,9 @@ MUTANTS: list[tuple[str, str, str]] = [
     ("_send.c", "if (n >= 8192) return NULL;", "if (n > 8192) return NULL;"),
     ("_send.c", "(n < 64 ? 1 : 2)", "(n <= 64 ? 1 : 2)"),
     ("_send.c", "(n < 64 ? 1 : 2)", "(n < 64 ? 1 : 1)"),
-    ("_send.c", "n + size_base + 1 +", "n + size_base +"),
+    ("_send.c", "(k < 0 ? 1 : k + 1)", "(k < 0 ? 0 : k + 1)"),
+    ("_send.c", "(k < 0 ? 1 : k + 1)", "(k < 0 ? 1 : k)"),
+    ("_send.c", "if (k >= 64) return NULL;", "if (k > 64) return NULL;"),
     ("_send.c", "!ok || size > max_bytes", "!ok || size >= max_bytes"),
     ("_send.c", "!ok || size > max_bytes", "!ok"),
     ("_send.c", "(used + size > buffer_memory && used)", "(used + size > buffer_memory + 1 && used)"),
@@ -58,8 +61,19 @@ MUTANTS: list[tuple[str, str, str]] = [
     ("_send.c", "PyLong_FromLongLong(rows_size + size)", "PyLong_FromLongLong(rows_size)"),
     ("_send.c", "PyObject *u = PyLong_FromLongLong(until)", "PyObject *u = PyLong_FromLongLong(until + 1)"),
     ("_send.c", "if (PyVectorcall_NARGS(nargsf) != 2) return", "if (0) return"),
-    ("_send.c", "if (PyTuple_GET_SIZE(kwnames) != 1 ||", "if (0 ||"),
-    ("_send.c", "(args[2] != Py_None && !PyCallable_Check(args[2])))", "(0))"),
+    ("_send.c", "is_name(name, str_key) && (v == Py_None || PyBytes_CheckExact(v))",
+     "is_name(name, str_key)"),
+    ("_send.c", "is_name(name, str_on_delivery) && (v == Py_None || PyCallable_Check(v))",
+     "is_name(name, str_on_delivery)"),
+    ("_send.c", "        } else {\n            return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);\n        }",
+     "        }"),
+    ("_send.c", "return name == want || (PyUnicode_CheckExact(name) && PyUnicode_Compare(name, want) == 0);",
+     "return name == want;"),
+    ("_send.c", "self->fn == Py_None && self->key == Py_None", "self->fn == Py_None"),
+    ("_send.c", "if (PyList_Append(keys, key) < 0) goto fail;", ""),
+    ("_send.c", "} else if (key != Py_None) { /* the burst's first key", "} else if (0) { /* the burst's first key"),
+    ("_send.c", "PyList_SET_ITEM(list, before, key);", "PyList_SET_ITEM(list, before, Py_None);"),
+    ("_send.c", "PyObject_GC_UnTrack(list); /* bytes and None only", "/* bytes and None only"),
     ("_send.c", "if (arg != Py_None) {", "if (0) {"),
     ("_send.c", "    if (self->sender != NULL &&\n        PyErr_WarnEx", "    if (0 &&\n        PyErr_WarnEx"),
     ("_send.c", "if (r != PYGEN_NEXT) Py_CLEAR(self->coro);", ""),
@@ -76,12 +90,16 @@ MUTANTS: list[tuple[str, str, str]] = [
      "r != NULL &&\n        Py_IS_TYPE(r, metadata_type)"),
     ("_delivery.c", "task_seen != NULL && version == task_seen_version", "task_seen != NULL"),
     # the span lookup (RowOutcomes.bounds): the hint, the search, the gap, the start
-    ("_delivery.c", "if (i >= n || row < start || row >= stop) {",
-     "if (i >= n || row < start || row > stop) {"),
-    ("_delivery.c", "if (start <= row) lo = mid + 1;", "if (start < row) lo = mid + 1;"),
-    ("_delivery.c", "if (row >= stop) return NULL; /* pending: between",
-     "if (row > stop) return NULL; /* pending: between"),
-    ("_delivery.c", "*start_out = start;", "*start_out = 0;"),
+    ("_delivery.c", "if (i >= n || at < start || at >= stop) {",
+     "if (i >= n || at < start || at > stop) {"),
+    ("_delivery.c", "if (start <= at) lo = mid + 1;", "if (start < at) lo = mid + 1;"),
+    ("_delivery.c", "if (at >= stop) return NULL; /* pending: between",
+     "if (at > stop) return NULL; /* pending: between"),
+    ("_delivery.c", "*start_out = start + (row - at);", "*start_out = 0;"),
+    # a keyed burst's row -> wire position (RowOutcomes.inverse)
+    ("_delivery.c", "*start_out = start + (row - at);", "*start_out = start;"),
+    ("_delivery.c", "    if (inverse != Py_None) { /* a keyed burst", "    if (0) { /* a keyed burst"),
+    ("_delivery.c", "(row + 1) * 8 > PyByteArray_GET_SIZE(inverse)", "0"),
     # pack_ints: what counts as an int in range
     ("_kernel.c", "if (!PyLong_CheckExact(it)) goto other;", "if (!PyLong_Check(it)) goto other;"),
     ("_kernel.c", "if (overflow || v < 0 || v > top) goto other;",
@@ -94,11 +112,14 @@ MUTANTS: list[tuple[str, str, str]] = [
 
 # index -> why the mutant cannot be told apart by any test (docs/mutation.md)
 EQUIVALENT = {
-    23: "time.time called through its object gives the same double the direct "
+    24: "time.time called through its object gives the same double the direct "
         "_PyTime_GetSystemClock read gives (that read only saves the call)",
-    32: "a finished coroutine kept until its SendCall is freed: awaiting again raises "
+    41: "a finished coroutine kept until its SendCall is freed: awaiting again raises "
         "RuntimeError('cannot reuse already awaited ...') either way, from the coroutine "
         "instead of from SendCall",
+    57: "a bound check for memory safety only: RowOutcomes sizes inverse to the burst's "
+        "rows when it is sealed, and a RowDelivery's row is below that count, so the "
+        "read is always in bounds",
 }
 
 

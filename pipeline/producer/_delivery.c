@@ -458,7 +458,7 @@ typedef struct {
 
 #define ROW(d) ((RowAwaitObject *)(d))
 static Py_ssize_t off_s_outcomes, off_s_timestamps;      /* SendRows */
-static Py_ssize_t off_o_bounds, off_o_runs, off_o_inverse, off_o_unmapped; /* RowOutcomes */
+static Py_ssize_t off_o_bounds, off_o_runs, off_o_inverse; /* RowOutcomes */
 static Py_ssize_t off_r_state, off_r_topic, off_r_partition, off_r_offset,
     off_r_timestamp;                                     /* RowRun */
 
@@ -505,15 +505,14 @@ static PyObject *row_settled_run(PyObject *d, PyObject **rows_out, Py_ssize_t *r
     Py_ssize_t row = ROW(d)->row, at = row; /* at: the row's wire position (row_outcomes.py) */
     PyObject *inverse = SLOT(outcomes, off_o_inverse);
     if (inverse == NULL) return NULL;
-    if (inverse != Py_None) { /* a keyed burst: at = inverse[row], once mapped */
-        PyObject *unmapped = SLOT(outcomes, off_o_unmapped);
-        if (!PyByteArray_CheckExact(inverse) || unmapped == NULL ||
-            !PyList_CheckExact(unmapped) || PyList_GET_SIZE(unmapped) != 0 ||
-            (row + 1) * 8 > PyByteArray_GET_SIZE(inverse))
-            return NULL; /* runs not mapped yet: the Python lookup maps them */
+    if (inverse != Py_None) { /* a keyed burst: at = inverse[row] */
+        if (!PyByteArray_CheckExact(inverse) || (row + 1) * 8 > PyByteArray_GET_SIZE(inverse))
+            return NULL;
         long long pos;
         memcpy(&pos, PyByteArray_AS_STRING(inverse) + 8 * row, 8);
-        if (pos < 0) return NULL; /* pending */
+        /* -1 (not mapped: its run is pending, or settled and not mapped yet) is before
+         * every span, so the search below finds none and the Python lookup (which maps
+         * the runs recorded since) decides. */
         at = (Py_ssize_t)pos;
     }
     long long start, stop;
@@ -814,14 +813,13 @@ static PyObject *setup_rows(PyObject *module, PyObject *args, PyObject *kwargs) 
         PyErr_SetString(PyExc_TypeError, "python_await and settled_checkpoint must be callable");
         return NULL;
     }
-    Py_ssize_t c, e, f, f2, f3, f4, g, h, i, j, k;
+    Py_ssize_t c, e, f, f2, f3, g, h, i, j, k;
     if (make_untracked((PyTypeObject *)dt) < 0 ||
         member_offset((PyTypeObject *)st, "outcomes", &c) < 0 ||
         member_offset((PyTypeObject *)st, "timestamps", &e) < 0 ||
         member_offset((PyTypeObject *)ot, "bounds", &f) < 0 ||
         member_offset((PyTypeObject *)ot, "runs", &f2) < 0 ||
         member_offset((PyTypeObject *)ot, "inverse", &f3) < 0 ||
-        member_offset((PyTypeObject *)ot, "unmapped", &f4) < 0 ||
         member_offset((PyTypeObject *)rt, "_state", &g) < 0 ||
         member_offset((PyTypeObject *)rt, "topic", &h) < 0 ||
         member_offset((PyTypeObject *)rt, "partition", &i) < 0 ||
@@ -833,7 +831,6 @@ static PyObject *setup_rows(PyObject *module, PyObject *args, PyObject *kwargs) 
     off_o_bounds = f;
     off_o_runs = f2;
     off_o_inverse = f3;
-    off_o_unmapped = f4;
     off_r_state = g;
     off_r_topic = h;
     off_r_partition = i;

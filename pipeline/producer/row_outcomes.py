@@ -105,8 +105,8 @@ class RowOutcomes:
         self.bounds = bytearray()
         self.runs: list[RowRun] = []
         # A keyed burst's row -> wire position (int64 per row, -1: not mapped), filled
-        # lazily from ``unmapped`` (module docstring; _delivery.c reads it in place
-        # once ``unmapped`` is empty); None: no keys, the position is the row.
+        # lazily from ``unmapped`` (module docstring). _delivery.c reads it in place
+        # and leaves a -1 to this lookup. None: no keys, the position is the row.
         self.inverse: bytearray | None = None
         self._positions: memoryview | None = None  # (inverse as int64s, for the writes)
         if rows.keys is not None:

@@ -188,6 +188,8 @@ async def test_each_condition_of_the_row_branch(
         await producer.flush()
     assert len(python_calls) == (c_calls if send_path == "c" else 1)
     assert isinstance(result, outcome), result
+    if isinstance(result, RowDelivery):  # (its key, whichever path took it)
+        assert result.key == kwargs.get("key") and result.value == args[1]
 
 
 async def test_a_full_buffer_goes_to_python(
@@ -466,3 +468,26 @@ def test_a_bursts_columns_are_not_walked_by_the_gc(send_path: str) -> None:
     rows.values.append(b"v")
     rows.timestamps.append(T)
     assert gc.is_tracked(rows.values) is tracked  # (a list is never tracked again)
+
+
+@pytest.mark.parametrize("first_key_at", [0, 5])
+async def test_a_bursts_key_column_is_not_walked_by_the_gc(
+    fake: FakeCluster, send_path: str, first_key_at: int
+) -> None:
+    """The keys a burst collects (bytes and None) go into a list the cyclic GC does
+    not track when ``_send`` is loaded, whether the burst's first row is keyed or a
+    later one (``SendRows.first_key``, or the C branch's list); each row keeps its
+    own key, None before the first keyed one."""
+    async with open_fake_producer(fake, max_message_bytes=100_000) as producer:
+        await open_burst(producer)
+        rows = producer._intake._rows
+        before = len(rows.values)
+        sent = [await producer.send("ta", b"v", key=None if i < first_key_at else b"k%d" % i)
+                for i in range(8)]
+        assert rows.keys is not None
+        assert gc.is_tracked(rows.keys) is (fast_send._c is None)
+        assert rows.keys == [None] * before + [
+            None if i < first_key_at else b"k%d" % i for i in range(8)]
+        assert [d.key for d in sent] == [None if i < first_key_at else b"k%d" % i
+                                         for i in range(8)]
+        await producer.flush()

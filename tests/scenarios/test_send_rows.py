@@ -298,6 +298,7 @@ async def test_a_too_large_columnar_batch_is_split_and_each_row_reports_its_offs
     assert [b[4] for b in sent_batches(fake, "t", 0)] == [40, 20, 10, 10, 20, 10, 10]
     assert values_in_log(fake, "t", 0) == values
     assert [r.offset for r in results] == list(range(40))
+    assert {r.partition for r in results} == {0} == {d.partition for d in rows}
 
 
 async def test_wait_all_counts_rows_and_their_errors(

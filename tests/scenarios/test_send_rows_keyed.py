@@ -171,3 +171,58 @@ async def test_keyed_rows_the_broker_rejects_fail_naming_their_value_and_key(
         assert (info.value.message.value, info.value.message.key) == (b"r%d" % i,
                                                                       b"k%d" % (i % 5))
         assert d.offset == -1 and d.partition == _partition_of(b"k%d" % (i % 5))
+
+
+async def test_too_large_keyed_batches_are_halved_and_each_row_reports_its_offset(
+    nursery: Any, autojump_clock: Any
+) -> None:
+    """KIP-126 on a keyed burst: ~40 keyed rows per partition over the topic's
+    1200-byte limit are halved until each part fits (the halves keep their wire
+    positions: RowRun.place); each row reports its own place in its partition's
+    log, awaited in reverse."""
+    fake = FakeCluster(brokers=1, seed=3, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("t", 3, configs={"max.message.bytes": "1200"})
+    sent = [(b"k%d" % (i % 9), b"%03d:" % i + b"x" * 100) for i in range(120)]
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        rows = [await producer.send("t", v, key=k) for k, v in sent]
+        results = [await d for d in reversed(rows)][::-1]
+    assert set(_kinds(rows)) == {"row"}
+    log = {p: [(e.record.key, e.record.value) for e in fake.log("t", p)] for p in range(3)}
+    for (key, value), meta in zip(sent, results, strict=True):
+        assert meta.partition == (murmur2(key) & 0x7FFFFFFF) % 3
+        assert log[meta.partition][meta.offset] == (key, value)
+    for p, entries in log.items():
+        assert entries == [e for e in sent if (murmur2(e[0]) & 0x7FFFFFFF) % 3 == p]
+
+
+async def test_a_close_fails_a_keyed_burst_the_dispatcher_never_took(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A producer left by an error while a keyed columnar burst is still in the
+    intake: the close seals it and fails each row once with ProducerClosed, its
+    error naming its own value and key (the unsplit run's rows map to themselves)."""
+    from pipeline.producer.errors import ProducerClosed
+
+    fake.create_topic("t", P)
+    rows: list[Any] = []
+    with pytest.raises(RuntimeError, match="leave"):  # noqa: PT012
+        async with open_fake_producer(fake) as producer:
+            [await producer.send("t", b"m") for _ in range(12)]
+            await producer.flush()
+            columnar_next(producer)
+            rows = [await producer.send("t", b"r%d" % i, key=b"k%d" % (i % 3) if i % 4 else None)
+                    for i in range(100)]
+            raise RuntimeError("leave")
+    assert set(_kinds(rows)) == {"row"}
+    for i, d in enumerate(rows):
+        with pytest.raises(ProducerError) as info:
+            d.result()
+        assert isinstance(info.value.cause, ProducerClosed)
+        assert (info.value.message.value, info.value.message.key) == (
+            b"r%d" % i, b"k%d" % (i % 3) if i % 4 else None)
+        assert d.key == info.value.message.key and d.offset == -1
+    stats = producer.statistics()
+    assert stats.outstanding == 0 and stats.buffered_bytes == 0
+    assert (stats.accepted, stats.succeeded, stats.failed) == (112, 12, 100)
