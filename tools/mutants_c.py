@@ -100,6 +100,10 @@ MUTANTS: list[tuple[str, str, str]] = [
     ("_delivery.c", "*start_out = start + (row - at);", "*start_out = start;"),
     ("_delivery.c", "    if (inverse != Py_None) { /* a keyed burst", "    if (0) { /* a keyed burst"),
     ("_delivery.c", "(row + 1) * 8 > PyByteArray_GET_SIZE(inverse)", "0"),
+    ("_delivery.c", "if (row < 0 || row >= size) {", "if (row < 0 || row > size) {"),
+    ("_delivery.c", "if (row < 0 || row >= size) {", "if (row >= size) {"),
+    ("_delivery.c", "long long row, at = place + k;", "long long row, at = place;"),
+    ("_delivery.c", "if (out.len % 8 || in.len % 8) {", "if (0) {"),
     # pack_ints: what counts as an int in range
     ("_kernel.c", "if (!PyLong_CheckExact(it)) goto other;", "if (!PyLong_Check(it)) goto other;"),
     ("_kernel.c", "if (overflow || v < 0 || v > top) goto other;",

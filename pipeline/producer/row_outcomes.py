@@ -148,8 +148,11 @@ class RowOutcomes:
         positions = self._positions
         if positions is not None:
             for run in self.unmapped:  # (filled on demand: the module docstring)
-                for place, each in enumerate(_rows_of(run), run.place):
-                    positions[each] = place
+                rows = _rows_of(run)
+                if type(rows) is range:  # (the whole unsplit burst: a close failed it)
+                    _map_rows_py(positions, rows, run.place)
+                else:
+                    map_rows(positions, rows, run.place)
             self.unmapped.clear()
             at = positions[row]
             if at < 0:
@@ -199,6 +202,14 @@ class RowOutcomes:
             yield ProducerError(msg, cause)
 
 
+def _map_rows_py(positions: Any, rows: Any, place: int) -> None:
+    """``_delivery.map_rows``'s twin: ``positions[rows[k]] = place + k``."""
+    for at, row in enumerate(rows, place):
+        if not 0 <= row < len(positions):
+            raise ValueError(f"map_rows: row {row} is outside 0..{len(positions) - 1}")
+        positions[row] = at
+
+
 def _row_metadata_each(topic: str, partition: int | None, base: int, stamps: list[int],
                        append_time: int) -> Iterator[RecordMetadata]:
     """The ``RecordMetadata`` of each row of a run settled OK, lazily (as
@@ -232,3 +243,5 @@ def _call_back_ok_py(fns: list[DeliveryCallback | None], topic: str, partition: 
 #: Calls the callbacks of a run settled OK: ``_delivery.call_back_ok`` or its
 #: twin (``send_rows._use_rows`` binds it).
 call_back_ok: Callable[..., None] = _call_back_ok_py
+#: Fills a keyed burst's row -> wire position map: ``_delivery.map_rows`` or its twin.
+map_rows: Callable[[Any, Any, int], None] = _map_rows_py

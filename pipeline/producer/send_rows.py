@@ -356,11 +356,13 @@ def _use_rows(kind: str) -> None:
                          settled_checkpoint=_row_settled_checkpoint)
         new_row = _m._c.new_row
         _outcomes.call_back_ok = _m._c.call_back_ok
+        _outcomes.map_rows = _m._c.map_rows
         if "__await__" in RowDelivery.__dict__:
             del RowDelivery.__await__  # the slot comes from _delivery.RowAwait again
     else:
         new_row = _new_row_py
         _outcomes.call_back_ok = _call_back_ok_py
+        _outcomes.map_rows = _outcomes._map_rows_py
         RowDelivery.__await__ = _row_await_py  # type: ignore[method-assign]
 
 

@@ -348,10 +348,12 @@ def test_the_c_row_path_is_used_when_built_and_the_twins_otherwise() -> None:
     try:
         message._use("c")
         assert send_rows.new_row is c.new_row and row_outcomes.call_back_ok is c.call_back_ok
+        assert row_outcomes.map_rows is c.map_rows
         assert "__await__" not in send_rows.RowDelivery.__dict__  # RowAwait's am_await
         message._use("python")
         assert send_rows.new_row is send_rows._new_row_py
         assert row_outcomes.call_back_ok is send_rows._call_back_ok_py
+        assert row_outcomes.map_rows is row_outcomes._map_rows_py
         assert send_rows.RowDelivery.__await__ is send_rows._row_await_py  # type: ignore[comparison-overlap]
         message._use("c")
         assert "__await__" not in send_rows.RowDelivery.__dict__
@@ -391,3 +393,44 @@ async def test_every_task_awaiting_a_pending_row_is_woken(await_path: str) -> No
             assert rows.outcomes is not None
             rows.outcomes.record(run)
     assert sorted(got) == [("sealed", 6), ("unsealed-a", 5), ("unsealed-b", 5)]
+
+
+def _map_rows() -> list[Any]:
+    """The C ``map_rows`` (when built) and its Python twin."""
+    return [row_outcomes._map_rows_py] + ([c.map_rows] if c is not None else [])
+
+
+@pytest.mark.parametrize("map_rows", _map_rows())
+@pytest.mark.parametrize("seed", range(4))
+def test_map_rows_writes_each_rows_wire_position(map_rows: Any, seed: int) -> None:
+    """positions[rows[k]] = place + k for a keyed run's rows (any subset of the
+    burst's rows, in any order), and nothing else is written; a row outside the
+    burst raises ValueError naming it."""
+    import random
+    from array import array
+
+    rng = random.Random(seed)
+    n = rng.randrange(1, 300)
+    rows = rng.sample(range(n), rng.randrange(0, n + 1))
+    place = rng.randrange(0, 50)
+    positions = memoryview(bytearray(b"\xff" * (8 * n))).cast("q")
+    map_rows(positions, memoryview(array("q", rows)), place)
+    want = [-1] * n
+    for k, row in enumerate(rows):
+        want[row] = place + k
+    assert positions.tolist() == want
+    for bad in (n, -1):
+        with pytest.raises(ValueError, match=f"row {bad} is outside 0..{n - 1}"):
+            map_rows(positions, memoryview(array("q", [0, bad])), place)
+
+
+@pytest.mark.skipif(c is None, reason="pipeline.producer._delivery is not built")
+def test_map_rows_refuses_buffers_that_are_not_int64() -> None:
+    from array import array
+
+    with pytest.raises(ValueError, match="int64 buffers"):
+        c.map_rows(bytearray(12), memoryview(array("q", [0])), 0)
+    with pytest.raises(BufferError, match="not writable"):
+        c.map_rows(bytes(16), memoryview(array("q", [0])), 0)
+    with pytest.raises(TypeError, match="takes 3 arguments"):
+        c.map_rows(bytearray(16), memoryview(array("q", [0])))
