@@ -61,8 +61,7 @@ MUTANTS: list[tuple[str, str, str]] = [
     ("_send.c", "PyLong_FromLongLong(rows_size + size)", "PyLong_FromLongLong(rows_size)"),
     ("_send.c", "PyObject *u = PyLong_FromLongLong(until)", "PyObject *u = PyLong_FromLongLong(until + 1)"),
     ("_send.c", "if (PyVectorcall_NARGS(nargsf) != 2) return", "if (0) return"),
-    ("_send.c", "is_name(name, str_key) && (v == Py_None || PyBytes_CheckExact(v))",
-     "is_name(name, str_key)"),
+    ("_send.c", "if (is_name(name, str_key) &&", "if (is_name(name, str_key) || 1 ||"),
     ("_send.c", "is_name(name, str_on_delivery) && (v == Py_None || PyCallable_Check(v))",
      "is_name(name, str_on_delivery)"),
     ("_send.c", "        } else {\n            return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);\n        }",
@@ -70,6 +69,12 @@ MUTANTS: list[tuple[str, str, str]] = [
     ("_send.c", "return name == want || (PyUnicode_CheckExact(name) && PyUnicode_Compare(name, want) == 0);",
      "return name == want;"),
     ("_send.c", "self->fn == Py_None && self->key == Py_None", "self->fn == Py_None"),
+    ("_send.c", "PyUnicode_CheckExact(value) ? PyUnicode_AsUTF8String(value) : Py_NewRef(value)",
+     "Py_NewRef(value)"),
+    ("_send.c", "PyUnicode_CheckExact(key) ? PyUnicode_AsUTF8String(key) : Py_NewRef(key)",
+     "Py_NewRef(key)"),
+    ("_send.c", "(v == Py_None || PyBytes_CheckExact(v) || PyUnicode_CheckExact(v))) {",
+     "(v == Py_None || PyBytes_CheckExact(v))) {"),
     ("_send.c", "if (PyList_Append(keys, key) < 0) goto fail;", ""),
     ("_send.c", "} else if (key != Py_None) { /* the burst's first key", "} else if (0) { /* the burst's first key"),
     ("_send.c", "PyList_SET_ITEM(list, before, key);", "PyList_SET_ITEM(list, before, Py_None);"),
@@ -118,10 +123,10 @@ MUTANTS: list[tuple[str, str, str]] = [
 EQUIVALENT = {
     24: "time.time called through its object gives the same double the direct "
         "_PyTime_GetSystemClock read gives (that read only saves the call)",
-    41: "a finished coroutine kept until its SendCall is freed: awaiting again raises "
+    44: "a finished coroutine kept until its SendCall is freed: awaiting again raises "
         "RuntimeError('cannot reuse already awaited ...') either way, from the coroutine "
         "instead of from SendCall",
-    57: "a bound check for memory safety only: RowOutcomes sizes inverse to the burst's "
+    60: "a bound check for memory safety only: RowOutcomes sizes inverse to the burst's "
         "rows when it is sealed, and a RowDelivery's row is below that count, so the "
         "read is always in bounds",
 }

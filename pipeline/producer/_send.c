@@ -1,13 +1,13 @@
 /* pipeline.producer._send: the common send() call in C (issue 15 goal 2).
  *
- * `await producer.send(topic, value)` with a bytes value and no options but a bytes
- * key, while a columnar burst of that topic is open (send_rows.py), appends a row to
- * the burst's lists: the first branch of Intake.send (intake.py). In Python that is a coroutine and
+ * `await producer.send(topic, value)` with a bytes (or str: UTF-8) value and no options
+ * but a bytes (or str) key, while a columnar burst of that topic is open (send_rows.py),
+ * appends a row to the burst's lists: the first branch of Intake.send (intake.py). In Python that is a coroutine and
  * some 60 bytecodes per message, most of the CPU of a send() + flush() loop. Here:
  *
  *   Sender    what `producer.send` is when this module is built and the burst can be
  *             columnar. A call with exactly two positional arguments, and at most
- *             key= (None or bytes) and on_delivery= (None or a callable) by keyword,
+ *             key= (None, bytes or str) and on_delivery= (None or a callable) by keyword,
  *             returns a SendCall; any
  *             other call returns Intake.send's coroutine (the Python path), as before.
  *   SendCall  an awaitable standing for that coroutine, with its laziness: nothing
@@ -295,8 +295,18 @@ static PySendResult call_am_send(SendCallObject *self, PyObject *arg, PyObject *
                             "can't send non-None value to a just-started coroutine");
             return PYGEN_ERROR;
         }
-        PyObject *delivery = row_branch(self->sender->intake, self->topic, self->value,
-                                        self->key, self->fn);
+        /* A str value or key is sent as UTF-8, as Intake.send encodes it (first). An
+         * encoding error leaves the call to Python, which raises it. */
+        PyObject *value = self->value, *key = self->key, *delivery = NULL;
+        value = PyUnicode_CheckExact(value) ? PyUnicode_AsUTF8String(value) : Py_NewRef(value);
+        key = value == NULL ? NULL
+            : PyUnicode_CheckExact(key) ? PyUnicode_AsUTF8String(key) : Py_NewRef(key);
+        if (value != NULL && key != NULL)
+            delivery = row_branch(self->sender->intake, self->topic, value, key, self->fn);
+        else
+            PyErr_Clear();
+        Py_XDECREF(value);
+        Py_XDECREF(key);
         if (delivery != NULL || PyErr_Occurred()) {
             call_clear(self);
             *out = delivery;
@@ -412,7 +422,8 @@ static PyObject *sender_vectorcall(SenderObject *self, PyObject *const *args, si
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     for (Py_ssize_t j = 0; j < nkw; j++) {
         PyObject *name = PyTuple_GET_ITEM(kwnames, j), *v = args[2 + j];
-        if (is_name(name, str_key) && (v == Py_None || PyBytes_CheckExact(v))) {
+        if (is_name(name, str_key) &&
+            (v == Py_None || PyBytes_CheckExact(v) || PyUnicode_CheckExact(v))) {
             key = v;
         } else if (is_name(name, str_on_delivery) && (v == Py_None || PyCallable_Check(v))) {
             fn = v;

@@ -177,9 +177,8 @@ class Intake:
         """``Producer.send`` (see there): this bound method, or ``_send.c``'s row branch
         in front of it. Options are keyword-only without a ``*`` (keyword-only defaults
         cost 140 ns a call for these six); ``_keywords_only`` catches a third positional."""
-        # A schedule point every _YIELD_EVERY calls (and whenever it must wait
-        # below), not on every call: a checkpoint costs more than the rest of
-        # send(), and the pipeline moves the whole burst in one pass anyway.
+        # A schedule point every _YIELD_EVERY rows (and whenever it must wait): a
+        # checkpoint costs more than the rest of send(); the burst moves in one pass.
         until_yield = self._until_yield - 1
         if until_yield > 0:
             self._until_yield = until_yield
@@ -188,6 +187,10 @@ class Intake:
             await trio.lowlevel.checkpoint()
         if self._closing:
             raise ProducerClosed("the producer is closed: no new messages are accepted")
+        if type(value) is str:  # sent as UTF-8 (normalize's rule), as rows too
+            value = value.encode()
+        if type(key) is str:
+            key = key.encode()
         if (
             headers is None and partition is None and timestamp is None
             and _keywords_only is _KEYWORDS_ONLY
@@ -269,20 +272,17 @@ class Intake:
                 self.prepare(msg)  # raises MessageTooLargeError
         else:
             if _keywords_only is not _KEYWORDS_ONLY:
-                raise TypeError(
-                    "send() takes 2 positional arguments (topic, value); pass key=, headers=, "
-                    "partition=, timestamp=, metadata=, on_delivery= by keyword"
-                )
+                raise TypeError("send() takes 2 positional arguments (topic, value); pass key=, "
+                                "headers=, partition=, timestamp=, metadata=, on_delivery= by keyword")
             msg = MessageDelivery(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
             size = self.prepare(msg)
             if on_delivery is not None:
                 msg._sink = on_delivery_sink(on_delivery)
-        # Reserved and accepted (Ledger.admit) before it is enqueued: once in
-        # the intake the dispatcher may see it at any moment, and must see it
-        # as accepted. It joins the burst already in the intake, and shares its
-        # deadline: no checkpoint has passed since the burst opened, so no trio
-        # time has either (exact under autojump_clock); in real time the shift
-        # is bounded by the _YIELD_EVERY sends between two checkpoints.
+        # Reserved and accepted (Ledger.admit) before it is enqueued: once in the
+        # intake the dispatcher may see it at any moment, and must see it as accepted.
+        # It joins the burst already in the intake, and shares its deadline: no
+        # checkpoint (so no trio time) passed since the burst opened; in real time
+        # the shift is bounded by the _YIELD_EVERY sends between two checkpoints.
         burst = self._burst
         if burst is None or not self._ledger.admit(msg, size, self._burst_deadline):
             return await self._accept_alone(msg, size)  # (ends the columnar burst)

@@ -126,7 +126,8 @@ CASES: list[tuple[str, Callable[[Any], None], tuple[Any, ...], dict[str, Any], i
     ("the countdown one before", _set("_intake._until_yield", 2), ("ta", b"v"), {}, 0,
      RowDelivery),
     ("closing", _set("_intake._closing", True), ("ta", b"v"), {}, 1, ProducerClosed),
-    ("a str value", _nothing, ("ta", "v"), {}, 1, object),
+    ("a str value", _nothing, ("ta", "v\u00e9"), {}, 0, RowDelivery),
+    ("a str value that is no UTF-8", _nothing, ("ta", "v\ud800"), {}, 1, UnicodeEncodeError),
     ("a bytearray value", _nothing, ("ta", bytearray(b"v")), {}, 1, object),
     ("another topic", _nothing, ("b", b"v"), {}, 1, object),
     ("an empty topic", _nothing, ("", b"v"), {}, 1, TypeError),
@@ -146,7 +147,11 @@ CASES: list[tuple[str, Callable[[Any], None], tuple[Any, ...], dict[str, Any], i
     ("key=None by keyword", _nothing, ("ta", b"v"), {"key": None}, 0, RowDelivery),
     ("a key of 63 bytes", _nothing, ("ta", b"v"), {"key": b"k" * 63}, 0, RowDelivery),
     ("a key of 64 bytes", _nothing, ("ta", b"v"), {"key": b"k" * 64}, 1, RowDelivery),
-    ("a str key", _nothing, ("ta", b"v"), {"key": "k"}, 1, object),
+    ("a str key", _nothing, ("ta", b"v"), {"key": "k\u00e9"}, 0, RowDelivery),
+    ("a str key that is no UTF-8", _nothing, ("ta", b"v"), {"key": "k\ud800"}, 1,
+     UnicodeEncodeError),
+    ("a str key of 64 bytes in UTF-8", _nothing, ("ta", b"v"), {"key": "\u00e9" * 32}, 1,
+     RowDelivery),
     ("a bytearray key", _nothing, ("ta", b"v"), {"key": bytearray(b"k")}, 1, object),
     ("partition=None by keyword", _nothing, ("ta", b"v"), {"partition": None}, 1, RowDelivery),
     ("a key at max_message_bytes", _set("_intake._max_message_bytes", 7 + 5 + SIZE_BASE + 2),
@@ -188,8 +193,10 @@ async def test_each_condition_of_the_row_branch(
         await producer.flush()
     assert len(python_calls) == (c_calls if send_path == "c" else 1)
     assert isinstance(result, outcome), result
-    if isinstance(result, RowDelivery):  # (its key, whichever path took it)
-        assert result.key == kwargs.get("key") and result.value == args[1]
+    if isinstance(result, RowDelivery):  # (its key and value, whichever path took it)
+        key, value = kwargs.get("key"), args[1]
+        assert result.key == (key.encode() if type(key) is str else key)
+        assert result.value == (value.encode() if type(value) is str else value)
 
 
 async def test_a_full_buffer_goes_to_python(

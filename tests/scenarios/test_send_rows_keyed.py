@@ -226,3 +226,23 @@ async def test_a_close_fails_a_keyed_burst_the_dispatcher_never_took(
     stats = producer.statistics()
     assert stats.outstanding == 0 and stats.buffered_bytes == 0
     assert (stats.accepted, stats.succeeded, stats.failed) == (112, 12, 100)
+
+
+async def test_str_keys_and_values_travel_as_utf8_rows(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """``send(topic, json_text, key=user_id)`` with str key and value (the usual
+    Python call): rows, not messages, each written as UTF-8, on the murmur2
+    partition of its key's UTF-8 bytes (the per-message path's rule)."""
+    fake.create_topic("t", P)
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        rows = [await producer.send("t", f'{{"n": {i}, "é": 1}}', key=f"user-{i % 17}-ü")
+                for i in range(500)]
+        await producer.flush()
+    assert set(_kinds(rows)) == {"row"}
+    log = _log(fake, "t")
+    for i, d in enumerate(rows):
+        key, value = f"user-{i % 17}-ü".encode(), f'{{"n": {i}, "é": 1}}'.encode()
+        assert (d.key, d.value, d.partition) == (key, value, _partition_of(key))
+        assert log[d.partition][d.offset] == (key, value)
