@@ -246,3 +246,115 @@ async def test_str_keys_and_values_travel_as_utf8_rows(
         key, value = f"user-{i % 17}-ü".encode(), f'{{"n": {i}, "é": 1}}'.encode()
         assert (d.key, d.value, d.partition) == (key, value, _partition_of(key))
         assert log[d.partition][d.offset] == (key, value)
+
+
+async def test_a_keyed_burst_cut_into_several_batches_per_partition(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """batch_bytes=2048: each partition's rows of one keyed burst are cut into
+    several batches (runs), each with its own wire positions; every row still
+    reports its own offset, and each partition's log is in send order."""
+    fake.create_topic("t", 3)
+    async with open_fake_producer(fake, batch_bytes=2048) as producer:
+        columnar_next(producer)
+        sent = [(b"k%d" % (i % 5), b"%04d:" % i + b"x" * 40) for i in range(600)]
+        rows = [await producer.send("t", v, key=k) for k, v in sent]
+        await producer.flush()
+        runs = len(producer._ledger.outstanding)  # (all settled: 0)
+    assert runs == 0 and set(_kinds(rows)) == {"row"}
+    log = {p: [(e.record.key, e.record.value) for e in fake.log("t", p)] for p in range(3)}
+    assert max(len(entries) for entries in log.values()) > 2048 // 45  # (several batches)
+    for (key, value), d in zip(sent, rows, strict=True):
+        assert d.partition == (murmur2(key) & 0x7FFFFFFF) % 3
+        assert log[d.partition][d.offset] == (key, value)
+
+
+async def test_one_key_and_keyless_rows_in_one_burst(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A burst whose rows have one key (all on that key's partition) or none
+    (the sticky partition, which may be any): every row is written once, the
+    keyed ones on their partition in send order. (No key maps to partition 0
+    here, so the keyless rows' assignment is not skipped by a partition-0 test.)"""
+    fake.create_topic("t", P)
+    key = next(b"k%d" % i for i in range(100) if _partition_of(b"k%d" % i) == 4)
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        sent = [(key if i % 2 else None, b"v%d" % i) for i in range(300)]
+        rows = [await producer.send("t", v, key=k) for k, v in sent]
+        await producer.flush()
+    assert set(_kinds(rows)) == {"row"}
+    log = _log(fake, "t")
+    assert sorted(e[1] for entries in log.values() for e in entries) == sorted(v for _, v in sent)
+    assert [e for e in log[4] if e[0] == key] == [e for e in sent if e[0] == key]
+    for (k, v), d in zip(sent, rows, strict=True):
+        assert log[d.partition][d.offset] == (k, v)
+
+
+async def test_halves_of_a_keyed_run_keep_producer_id_0_and_their_sequences(
+    nursery: Any, autojump_clock: Any
+) -> None:
+    """KIP-126 on an idempotent producer whose id is 0 (a new Kafka cluster's
+    first): both halves are sealed with producer id 0, its epoch and their
+    part of the run's sequence range, not as non-idempotent batches."""
+    from .test_idempotence import sent_batches
+
+    fake = FakeCluster(brokers=1, seed=3, auto_create_topics=False, first_producer_id=0)
+    await nursery.start(fake.run)
+    fake.create_topic("t", 1, configs={"max.message.bytes": "1200"})
+    async with open_fake_producer(fake, idempotent=True) as producer:
+        columnar_next(producer)
+        rows = [await producer.send("t", b"%03d:" % i + b"x" * 100, key=b"k") for i in range(20)]
+        await producer.flush()
+    assert set(_kinds(rows)) == {"row"}
+    batches = [b for b in sent_batches(fake, "t", 0)]
+    assert [b[4] for b in batches] == [20, 10, 5, 5, 10, 5, 5]
+    assert {(b[1], b[2]) for b in batches} == {(0, 0)}
+    assert [b[3] for b in batches[-6:]] == [0, 0, 5, 10, 10, 15]
+    assert [(await d).offset for d in rows] == list(range(20))
+
+
+async def test_a_close_fails_the_halves_of_a_split_keyed_run_once(
+    nursery: Any, autojump_clock: Any
+) -> None:
+    """A keyed run is split (KIP-126) and its halves are held by the broker when
+    the producer is left by an error: the close fails each row once (the run the
+    halves replaced is no longer one of its chunk's runs), every byte released."""
+    import trio
+
+    from pipeline.producer.errors import ProducerClosed
+    from pipeline.protocol.api import ApiKey
+
+    fake = FakeCluster(brokers=1, seed=3, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("t", 1, configs={"max.message.bytes": "1200"})
+    produced = []
+    gate = trio.Event()
+
+    async def hold_after_the_first(ctx: Any) -> None:  # (the first is refused as too large)
+        produced.append(ctx.time)
+        if len(produced) > 1:
+            await gate.wait()
+
+    fake.control(ApiKey.PRODUCE, hold_after_the_first, sticky=True)
+    rows: list[Any] = []
+    with pytest.raises(RuntimeError, match="leave"):  # noqa: PT012
+        async with open_fake_producer(fake, idempotent=False) as producer:
+            await producer._core.cluster.partitions_for("t")
+            columnar_next(producer)
+            rows = [await producer.send("t", b"%03d:" % i + b"x" * 100, key=b"k")
+                    for i in range(20)]
+            for _ in range(100):  # the run was refused, split, and its halves sent
+                if len(produced) >= 2:
+                    break
+                await trio.sleep(0.01)
+            assert len(produced) >= 2, (produced, fake.log("t", 0))
+            raise RuntimeError("leave")
+    assert set(_kinds(rows)) == {"row"}
+    for d in rows:
+        with pytest.raises(ProducerError) as info:
+            d.result()
+        assert isinstance(info.value.cause, ProducerClosed)
+    stats = producer.statistics()
+    assert stats.outstanding == 0 and stats.buffered_bytes == 0
+    assert (stats.accepted, stats.failed, stats.double_settles) == (20, 20, 0)

@@ -46,16 +46,18 @@ def _sealed_bursts(producer: Any) -> list[RowOutcomes]:
 
 
 async def _held_burst(fake: FakeCluster, producer: Any, keep: int | None,
-                      on_delivery: Any = None) -> tuple[RowOutcomes, list[Any], trio.Event]:
+                      on_delivery: Any = None,
+                      key: Any = lambda i: None) -> tuple[RowOutcomes, list[Any], trio.Event]:
     """ROWS rows sent as one columnar burst while Produce is held; the burst is
     sealed (the dispatcher took it). ``keep``: the index of the one delivery the
-    caller keeps (None: all dropped, as a flush() caller does)."""
+    caller keeps (None: all dropped, as a flush() caller does); ``key(i)``: row
+    i's key."""
     gate = stall_produce(fake)
     await producer._core.cluster.partitions_for("t")
     columnar_next(producer)
     kept = []
     for i in range(ROWS):
-        d = await producer.send("t", b"v%d" % i, on_delivery=on_delivery)
+        d = await producer.send("t", b"v%d" % i, key=key(i), on_delivery=on_delivery)
         assert type(d) is RowDelivery
         if i == keep:
             kept.append(d)
@@ -139,6 +141,35 @@ async def test_a_sealed_burst_holds_its_packed_copy_in_the_buffer_until_it_settl
         assert chunk.extra == len(values) + 8 * (ROWS + 1) + 8 * ROWS
         [run] = chunk.runs
         assert bytes(run.columns.values.data) == values
+        assert producer.statistics().buffered_bytes == run._size + chunk.extra
+        gate.set()
+        await producer.flush()
+        assert producer.statistics().buffered_bytes == 0
+
+
+@pytest.mark.parametrize("keyless_every", [3, 0])
+async def test_a_keyed_bursts_packed_keys_are_held_in_the_buffer_too(
+    fake: FakeCluster, autojump_clock: Any, keyless_every: int
+) -> None:
+    """A keyed burst's copy also holds its packed keys: their bytes, offsets and
+    validity bitmap (when a third of the rows have no key; none when all have
+    one), until its last row."""
+    fake.create_topic("t", 1)
+
+    def key(i: int) -> bytes | None:
+        return None if keyless_every and i % keyless_every == 0 else b"key%d" % i
+
+    async with open_fake_producer(fake, **PATIENT) as producer:
+        _, _, gate = await _held_burst(fake, producer, keep=None, key=key)
+        [chunk] = [c for c in producer._ledger.outstanding.values() if type(c) is RowChunk]
+        values = b"".join(b"v%d" % i for i in range(ROWS))
+        keys = b"".join(key(i) or b"" for i in range(ROWS))
+        [run] = chunk.runs
+        validity = run.columns.keys.validity or b""
+        assert bytes(run.columns.keys.data) == keys
+        assert len(validity) == ((ROWS + 7) // 8 if keyless_every else 0)
+        assert chunk.extra == (len(values) + 8 * (ROWS + 1) + len(keys) + 8 * (ROWS + 1)
+                               + len(validity) + 8 * ROWS)
         assert producer.statistics().buffered_bytes == run._size + chunk.extra
         gate.set()
         await producer.flush()
