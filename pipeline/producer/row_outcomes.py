@@ -154,9 +154,7 @@ class RowOutcomes:
                 else:
                     map_rows(positions, rows, run.place)
             self.unmapped.clear()
-            at = positions[row]
-            if at < 0:
-                return None  # in no recorded run: pending
+            at = positions[row]  # (-1, in no recorded run: before every span, pending)
         i = _spans_from(self.bounds, at) - 1
         if i < 0:
             return None

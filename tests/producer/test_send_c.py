@@ -477,20 +477,24 @@ def test_a_bursts_columns_are_not_walked_by_the_gc(send_path: str) -> None:
     assert gc.is_tracked(rows.values) is tracked  # (a list is never tracked again)
 
 
-@pytest.mark.parametrize("first_key_at", [0, 5])
+@pytest.mark.parametrize("first_key_at", [0, 5, 8])
 async def test_a_bursts_key_column_is_not_walked_by_the_gc(
     fake: FakeCluster, send_path: str, first_key_at: int
 ) -> None:
     """The keys a burst collects (bytes and None) go into a list the cyclic GC does
     not track when ``_send`` is loaded, whether the burst's first row is keyed or a
     later one (``SendRows.first_key``, or the C branch's list); each row keeps its
-    own key, None before the first keyed one."""
+    own key, None before the first keyed one. A burst of keyless rows has none."""
     async with open_fake_producer(fake, max_message_bytes=100_000) as producer:
         await open_burst(producer)
         rows = producer._intake._rows
         before = len(rows.values)
         sent = [await producer.send("ta", b"v", key=None if i < first_key_at else b"k%d" % i)
                 for i in range(8)]
+        if first_key_at == 8:  # no row had a key: no key column (split as keyless rows)
+            assert rows.keys is None
+            await producer.flush()
+            return
         assert rows.keys is not None
         assert gc.is_tracked(rows.keys) is (fast_send._c is None)
         assert rows.keys == [None] * before + [
