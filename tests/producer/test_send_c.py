@@ -145,6 +145,9 @@ CASES: list[tuple[str, Callable[[Any], None], tuple[Any, ...], dict[str, Any], i
      ("ta", b"v" * 64), {}, 1, MessageTooLargeError),
     ("a key", _nothing, ("ta", b"v"), {"key": b"k"}, 0, RowDelivery),
     ("key=None by keyword", _nothing, ("ta", b"v"), {"key": None}, 0, RowDelivery),
+    # (a keyword name made at run time is another str object than the call sites' "key")
+    ("a key= name built at run time", _nothing, ("ta", b"v"), {"".join(["k", "ey"]): b"k"}, 0,
+     RowDelivery),
     ("a key of 63 bytes", _nothing, ("ta", b"v"), {"key": b"k" * 63}, 0, RowDelivery),
     ("a key of 64 bytes", _nothing, ("ta", b"v"), {"key": b"k" * 64}, 1, RowDelivery),
     ("a str key", _nothing, ("ta", b"v"), {"key": "k\u00e9"}, 0, RowDelivery),
