@@ -51,7 +51,7 @@ MUTANTS: list[tuple[str, str, str]] = [
     ("_send.c", "PyLong_FromLongLong(used + size)", "PyLong_FromLongLong(used)"),
     ("_send.c", "if (PyList_Append(fns, fn) < 0) goto fail;", ""),
     ("_send.c", "    } else if (fn != Py_None) {", "    } else if (0) {"),
-    ("_send.c", "PyList_SET_ITEM(list, before, fn);", "PyList_SET_ITEM(list, before, Py_None);"),
+    ("_send.c", "nones_then(PyList_GET_SIZE(values), fn)", "nones_then(PyList_GET_SIZE(values), Py_None)"),
     ("_send.c", "now < PyFloat_AS_DOUBLE(ends_now))", "now <= PyFloat_AS_DOUBLE(ends_now))"),
     ("_send.c", "now < PyFloat_AS_DOUBLE(ends_now))", "0)"),
     ("_send.c", "(double)(ms + 1) / 1000", "(double)(ms + 2) / 1000"),
@@ -77,7 +77,8 @@ MUTANTS: list[tuple[str, str, str]] = [
      "(v == Py_None || PyBytes_CheckExact(v))) {"),
     ("_send.c", "if (PyList_Append(keys, key) < 0) goto fail;", ""),
     ("_send.c", "} else if (key != Py_None) { /* the burst's first key", "} else if (0) { /* the burst's first key"),
-    ("_send.c", "PyList_SET_ITEM(list, before, key);", "PyList_SET_ITEM(list, before, Py_None);"),
+    ("_send.c", "nones_then(PyList_GET_SIZE(values), key)", "nones_then(PyList_GET_SIZE(values), Py_None)"),
+    ("_send.c", "PyList_New(before + 1);", "PyList_New(before + 2);"),
     ("_send.c", "PyObject_GC_UnTrack(list); /* bytes and None only", "/* bytes and None only"),
     ("_send.c", "if (arg != Py_None) {", "if (0) {"),
     ("_send.c", "    if (self->sender != NULL &&\n        PyErr_WarnEx", "    if (0 &&\n        PyErr_WarnEx"),
@@ -123,10 +124,10 @@ MUTANTS: list[tuple[str, str, str]] = [
 EQUIVALENT = {
     24: "time.time called through its object gives the same double the direct "
         "_PyTime_GetSystemClock read gives (that read only saves the call)",
-    44: "a finished coroutine kept until its SendCall is freed: awaiting again raises "
+    45: "a finished coroutine kept until its SendCall is freed: awaiting again raises "
         "RuntimeError('cannot reuse already awaited ...') either way, from the coroutine "
         "instead of from SendCall",
-    60: "a bound check for memory safety only: RowOutcomes sizes inverse to the burst's "
+    61: "a bound check for memory safety only: RowOutcomes sizes inverse to the burst's "
         "rows when it is sealed, and a RowDelivery's row is below that count, so the "
         "read is always in bounds",
 }

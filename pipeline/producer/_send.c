@@ -88,6 +88,19 @@ static inline void set_slot(PyObject *obj, Py_ssize_t off, PyObject *v) {
     Py_XDECREF(old);
 }
 
+/* A new list: `before` times None, then `last` (a column's first non-None item). */
+static PyObject *nones_then(Py_ssize_t before, PyObject *last) {
+    PyObject *list = PyList_New(before + 1);
+    if (list == NULL) return NULL;
+    for (Py_ssize_t j = 0; j < before; j++) {
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(list, j, Py_None);
+    }
+    Py_INCREF(last);
+    PyList_SET_ITEM(list, before, last);
+    return list;
+}
+
 /* ------------------------------------------------------------------ the row branch */
 
 /* Intake.send's row branch for send(topic, value) on `intake`. Returns the new
@@ -167,30 +180,16 @@ static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, 
     if (fns != Py_None) { /* each row's own callback (or None) */
         if (PyList_Append(fns, fn) < 0) goto fail;
     } else if (fn != Py_None) { /* the burst's first callback */
-        Py_ssize_t before = PyList_GET_SIZE(values);
-        PyObject *list = PyList_New(before + 1);
+        PyObject *list = nones_then(PyList_GET_SIZE(values), fn);
         if (list == NULL) goto fail;
-        for (Py_ssize_t j = 0; j < before; j++) {
-            Py_INCREF(Py_None);
-            PyList_SET_ITEM(list, j, Py_None);
-        }
-        Py_INCREF(fn);
-        PyList_SET_ITEM(list, before, fn);
         set_slot(rows, off_s_on_delivery, list);
     }
     if (keys != Py_None) { /* each row's key (or None) */
         if (PyList_Append(keys, key) < 0) goto fail;
     } else if (key != Py_None) { /* the burst's first key: SendRows.first_key */
-        Py_ssize_t before = PyList_GET_SIZE(values);
-        PyObject *list = PyList_New(before + 1);
+        PyObject *list = nones_then(PyList_GET_SIZE(values), key);
         if (list == NULL) goto fail;
         PyObject_GC_UnTrack(list); /* bytes and None only: atomic_list() */
-        for (Py_ssize_t j = 0; j < before; j++) {
-            Py_INCREF(Py_None);
-            PyList_SET_ITEM(list, j, Py_None);
-        }
-        Py_INCREF(key);
-        PyList_SET_ITEM(list, before, key);
         set_slot(rows, off_s_keys, list);
     }
     if (PyList_Append(values, value) < 0) goto fail;
