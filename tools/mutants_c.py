@@ -122,7 +122,7 @@ MUTANTS: list[tuple[str, str, str]] = [
 
 # index -> why the mutant cannot be told apart by any test (docs/mutation.md)
 EQUIVALENT = {
-    24: "time.time called through its object gives the same double the direct "
+    25: "time.time called through its object gives the same double the direct "
         "_PyTime_GetSystemClock read gives (that read only saves the call)",
     45: "a finished coroutine kept until its SendCall is freed: awaiting again raises "
         "RuntimeError('cannot reuse already awaited ...') either way, from the coroutine "
