@@ -73,7 +73,13 @@ class ProducerConfig:
     # 256 KiB batches); under Kafka's default message.max.bytes (1,048,588) with room.
     batch_bytes: int = 1_000_000
     max_batch_messages: int = 10_000
-    max_request_bytes: int = 1024 * 1024
+    # A Produce request's bytes (several partitions' batches): 4 MiB lets one request
+    # carry a few full batches. Java and librdkafka cap a request at 1 MB, sarama and
+    # franz-go at 100 MiB; Kafka's socket.request.max.bytes is 100 MiB. Kafka handles one
+    # request of a connection at a time, so each costs a round trip: measured on Kafka
+    # 4.1.2, 1M x 100 B send_batch: 1.34M -> 1.60M msgs/s, 136 -> 35 requests (8 MiB:
+    # the same; tansu: no change).
+    max_request_bytes: int = 4 * 1024 * 1024
     max_message_bytes: int = 1024 * 1024
     compression: str = "none"
     compression_level: int | None = None

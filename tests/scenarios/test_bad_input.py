@@ -380,7 +380,7 @@ BAD_CONFIGS: list[tuple[dict[str, Any], str]] = [
     (dict(buffer_memory=0), r"invalid buffer_memory=0"),
     (dict(max_block=0), r"invalid max_block=0: must be a number of seconds > 0"),
     (
-        dict(max_message_bytes=2 * 1024 * 1024),
+        dict(max_message_bytes=8 * 1024 * 1024),  # (max_request_bytes is 4 MiB)
         r"invalid max_message_bytes=.*must be <= max_request_bytes",
     ),
     (
