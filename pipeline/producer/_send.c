@@ -2,14 +2,15 @@
  *
  * `await producer.send(topic, value)` with a bytes (or str: UTF-8) value and no options
  * but a bytes (or str) key, while a columnar burst of that topic is open (send_rows.py),
- * appends a row to the burst's lists: the first branch of Intake.send (intake.py). In Python that is a coroutine and
- * some 60 bytecodes per message, most of the CPU of a send() + flush() loop. Here:
+ * appends a row to the burst's lists: the first branch of Intake.send (intake.py). In
+ * Python that is a coroutine and some 60 bytecodes per message, most of the CPU of a
+ * send() + flush() loop. Here:
  *
  *   Sender    what `producer.send` is when this module is built and the burst can be
  *             columnar. A call with exactly two positional arguments, and at most
  *             key= (None, bytes or str) and on_delivery= (None or a callable) by keyword,
- *             returns a SendCall; any
- *             other call returns Intake.send's coroutine (the Python path), as before.
+ *             returns a SendCall; any other call returns Intake.send's coroutine (the
+ *             Python path), as before.
  *   SendCall  an awaitable standing for that coroutine, with its laziness: nothing
  *             happens until it is awaited (never awaited: nothing is sent, and a
  *             RuntimeWarning says so, as for a coroutine). Its first step runs the row
@@ -21,7 +22,7 @@
  * __slots__ (Intake, Ledger and SendRows declare them): the two paths share all state
  * and may interleave call by call. Conditions, in Intake.send's words: the countdown to
  * the next schedule point does not reach 0, the producer is not closing, the value is
- * bytes and the topic a str equal to the open burst's, the value is under
+ * bytes (a str is encoded first) and the topic a str equal to the open burst's, the value is under
  * 8192 bytes and the key under 64 (the inlined size bound's prefix widths), the row fits
  * max_message_bytes and Ledger.admit_row would admit it. The CreateTime is the wall
  * clock's millisecond (time.time, or intake.py's `_time` when a test patches it) or
