@@ -5,10 +5,10 @@ A high-rate loop of common ``send()`` calls (a ``bytes`` value, a ``bytes`` key 
 none, either of them a ``str`` sent as UTF-8; no headers, partition, timestamp or
 ``metadata``; an ``on_delivery`` callable or none; the default partitioner) appends
 each call's value, key and timestamp to the columns of one open ``SendRows``, as
-Java's ``RecordAccumulator`` appends into its batch buffer, and returns a two-slot ``RowDelivery``. When the dispatcher takes the
-burst, its columns are packed once (the C kernel's ``pack_binary``) and the
-burst travels through the four stages as a ``send_batch`` ``RowRun`` does
-(``rows.py``): split per partition and batch by the topic producer, ordered as
+Java's ``RecordAccumulator`` appends into its batch buffer, and returns a two-slot
+``RowDelivery``. When the dispatcher takes the burst, its columns are packed once
+(the C kernel's ``pack_binary``) and the burst travels through the four stages as a
+``send_batch`` ``RowRun`` does (``rows.py``): split per partition and batch by the topic producer, ordered as
 one unit by the partition producer, sealed by the columnar encoder, settled by
 the ledger as a whole. Measured (issue 15 goal 2): the 15-slot ``Delivery`` per
 message, its share of the cyclic GC, and the per-message work of every stage

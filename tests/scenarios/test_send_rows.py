@@ -177,27 +177,35 @@ async def test_rows_the_broker_rejects_fail_with_the_error_and_their_values(
         range(10, 10 + 300 - len(failed)))
 
 
+@pytest.mark.parametrize("keyed", [False, True])
 async def test_a_close_fails_a_burst_the_dispatcher_never_took(
-    fake: FakeCluster, autojump_clock: Any
+    fake: FakeCluster, autojump_clock: Any, keyed: bool
 ) -> None:
     """A producer left by an error while a columnar burst is still in the
     intake (never taken, so never sealed): the close seals it and fails each of
-    its rows with ProducerClosed, once; every byte is released."""
-    fake.create_topic("t", 1)
+    its rows with ProducerClosed, once, its error naming its own value and key
+    (keyed: most rows have one of 3 keys; the unsplit run's rows map to
+    themselves); every byte is released."""
+    fake.create_topic("t", 6 if keyed else 1)
+
+    def key(i: int) -> bytes | None:
+        return b"k%d" % (i % 3) if keyed and i % 4 else None
+
     rows: list[Any] = []
     with pytest.raises(RuntimeError, match="leave"):  # noqa: PT012
         async with open_fake_producer(fake) as producer:
             [await producer.send("t", b"m") for _ in range(12)]
             await producer.flush()
             columnar_next(producer)
-            rows = [await producer.send("t", b"r%d" % i) for i in range(100)]
+            rows = [await producer.send("t", b"r%d" % i, key=key(i)) for i in range(100)]
             raise RuntimeError("leave")
     assert set(_kinds(rows)) == {"row"}
     for i, d in enumerate(rows):
         with pytest.raises(ProducerError) as info:
             d.result()
         assert isinstance(info.value.cause, ProducerClosed)
-        assert info.value.message.value == b"r%d" % i
+        assert (info.value.message.value, info.value.message.key) == (b"r%d" % i, key(i))
+        assert d.key == key(i) and d.offset == -1
     stats = producer.statistics()
     assert stats.outstanding == 0 and stats.buffered_bytes == 0
     assert (stats.accepted, stats.succeeded, stats.failed) == (112, 12, 100)

@@ -197,37 +197,6 @@ async def test_too_large_keyed_batches_are_halved_and_each_row_reports_its_offse
         assert entries == [e for e in sent if (murmur2(e[0]) & 0x7FFFFFFF) % 3 == p]
 
 
-async def test_a_close_fails_a_keyed_burst_the_dispatcher_never_took(
-    fake: FakeCluster, autojump_clock: Any
-) -> None:
-    """A producer left by an error while a keyed columnar burst is still in the
-    intake: the close seals it and fails each row once with ProducerClosed, its
-    error naming its own value and key (the unsplit run's rows map to themselves)."""
-    from pipeline.producer.errors import ProducerClosed
-
-    fake.create_topic("t", P)
-    rows: list[Any] = []
-    with pytest.raises(RuntimeError, match="leave"):  # noqa: PT012
-        async with open_fake_producer(fake) as producer:
-            [await producer.send("t", b"m") for _ in range(12)]
-            await producer.flush()
-            columnar_next(producer)
-            rows = [await producer.send("t", b"r%d" % i, key=b"k%d" % (i % 3) if i % 4 else None)
-                    for i in range(100)]
-            raise RuntimeError("leave")
-    assert set(_kinds(rows)) == {"row"}
-    for i, d in enumerate(rows):
-        with pytest.raises(ProducerError) as info:
-            d.result()
-        assert isinstance(info.value.cause, ProducerClosed)
-        assert (info.value.message.value, info.value.message.key) == (
-            b"r%d" % i, b"k%d" % (i % 3) if i % 4 else None)
-        assert d.key == info.value.message.key and d.offset == -1
-    stats = producer.statistics()
-    assert stats.outstanding == 0 and stats.buffered_bytes == 0
-    assert (stats.accepted, stats.succeeded, stats.failed) == (112, 12, 100)
-
-
 async def test_str_keys_and_values_travel_as_utf8_rows(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
