@@ -65,7 +65,7 @@ def split_batch(batch: SealedBatch, n: int, first_bytes: int, config: ProducerCo
     the rest), with its producer id and epoch and its sequence range cut at the same point.
     So the halves take exactly the sequences the whole batch had, and the batches sealed
     after it stay in sequence. They keep its retry level (the caller sends them back over
-    the retry path)."""
+    the retry path); that bounce spends no retry."""
     msgs = batch.messages
     assert 0 < n < len(msgs)
     halves = []
@@ -82,7 +82,7 @@ def split_batch(batch: SealedBatch, n: int, first_bytes: int, config: ProducerCo
             records = builder.build()
         half = SealedBatch(batch.tp, part, records, batch.producer_id, batch.producer_epoch,
                            seq, nbytes)
-        half._level = batch._level
+        half._level, half._retries = batch._level, batch._retries - 1  # (a split is free)
         halves.append(half)
         if seq >= 0:
             seq = (seq + len(part)) % SEQUENCE_WRAP

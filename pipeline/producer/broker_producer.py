@@ -184,17 +184,13 @@ class BrokerProducer:
             return False
         cause = part.retrying
         items: list[SealedBatch | ProducerMessage] = [*part.failed, *part.sealed, *part.msgs]
-        # Only a batch that was sent and failed spends a retry; what merely waited
-        # here behind it (never on the wire this time) goes back a level up
-        # without being judged: with retries=0 it failed unsent, with the cause of
-        # the batch ahead of it (the schedule explorer, seed 300086; the Java
-        # client leaves such batches in its accumulator).
+        # Only a batch that was sent and failed spends a retry (``_retries``); what
+        # merely waited here behind it goes back a level up without being judged:
+        # with retries=0 it failed unsent, with the cause of the batch ahead of it
+        # (the schedule explorer, seed 300086; Java leaves those in its accumulator).
         sent = len(part.failed)
-        part.failed = []
         part.sealed.clear()
-        part.msgs = []
-        part.nbytes = 0
-        part.first_at = math.inf
+        part.failed, part.msgs, part.nbytes, part.first_at = [], [], 0, math.inf
         if not items:
             return True
         limit = self._config.retries
@@ -212,7 +208,8 @@ class BrokerProducer:
             # queues with its unit (Accumulator.expire, restamp), and a batch
             # failed in flight (_expire, _handle_partition) is never bounced.
             assert all(m._state == PENDING for m in msgs), "a bounced unit is pending"
-            spent = fatal or (i < sent and unit._level >= limit)
+            tried = i < sent  # (a SealedBatch: only batches are sent)
+            spent = fatal or (tried and unit._retries >= limit)  # type: ignore[union-attr]
             if spent or unit._deadline <= now:
                 unknown = isinstance(unit, SealedBatch) and unit.fate_unknown
                 (exhausted if spent else unanswered if unknown else expired).extend(msgs)
@@ -222,6 +219,8 @@ class BrokerProducer:
                         else "retries or delivery_timeout ran out")
             else:
                 unit._level += 1
+                if tried:
+                    unit._retries += 1  # type: ignore[union-attr]
                 again.append(unit)
         if exhausted:
             self._ledger.fail(exhausted, cause)
@@ -431,11 +430,11 @@ class BrokerProducer:
             if code in REFRESH_CODES:
                 self._cluster.request_refresh([tp.topic])
         elif code in TOO_LARGE and record_count(batch.messages) > 1 and not batch.fate_unknown:
-            # KIP-126, as the Java client: two halves, in order, retried (each split
-            # takes a retry level); with idempotence they share the batch's sequence
-            # range, so later batches (answered OUT_OF_ORDER meanwhile) follow them
-            # unchanged. A batch whose fate is unknown is never split: a half of a
-            # written batch would not be recognised as its duplicate.
+            # KIP-126, as the Java client: two halves, in order, retried (a split
+            # takes a retry level, spends no retry); with idempotence they share the
+            # batch's sequence range, so later batches (answered OUT_OF_ORDER
+            # meanwhile) follow them unchanged. A batch whose fate is unknown is never
+            # split: a half of a written batch would not be recognised as its duplicate.
             log.info("%s: %s for a batch of %d records; splitting it", tp, code.name,
                      record_count(batch.messages))
             head: Any = batch.messages[0]

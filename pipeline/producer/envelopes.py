@@ -61,6 +61,7 @@ class SealedBatch:
     __slots__ = (
         "_deadline",
         "_level",
+        "_retries",
         "base_sequence",
         "fate_unknown",
         "messages",
@@ -89,6 +90,13 @@ class SealedBatch:
         self.base_sequence = base_sequence
         self.nbytes = nbytes
         self._level = messages[0]._level
+        # Retries this batch spent: the times it was sent, failed and went back (the
+        # Java client's attempts - 1), judged against ``retries``. Not ``_level``,
+        # which also rises when the batch only waited behind a failed one, or is a
+        # KIP-126 half (``split_batch``: the halves start one below their batch's
+        # count, so the bounce that sends them back spends nothing, as the Java
+        # client treats split halves "as if they are not even tried").
+        self._retries = 0
         # Messages of a batch are in acceptance order (retried ones were accepted
         # before any later one), so the first has the earliest deadline.
         self._deadline = messages[0]._deadline

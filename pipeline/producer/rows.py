@@ -212,7 +212,7 @@ def split_run_batch(batch: SealedBatch, config: Any) -> tuple[SealedBatch, Seale
                    "base_sequence": seq}
         sealed = SealedBatch(batch.tp, [half], half.encode(**fields, **ids),  # type: ignore[list-item]
                              batch.producer_id, batch.producer_epoch, seq, half._size)
-        sealed._level = batch._level
+        sealed._level, sealed._retries = batch._level, batch._retries - 1  # (a split is free)
         out.append(sealed)
         if seq >= 0:
             seq = (seq + half.count) % SEQUENCE_WRAP

@@ -16,7 +16,9 @@ import trio
 
 from pipeline import ProducerError
 from pipeline.protocol.errors import ErrorCode
-from pipeline.testing.fake_cluster import FakeCluster
+from pipeline.protocol.messages import produce as pm
+from pipeline.protocol.records import decode_record_batches
+from pipeline.testing.fake_cluster import ControlContext, FakeCluster
 
 from .conftest import HalfRandom, livelock_guard, open_fake_producer, values_in_log
 from .test_sarama_suite import outcomes, send_all, vals
@@ -243,6 +245,56 @@ async def test_exhausted_batch_leaves_no_retry_state_behind(
         assert len(fake.requests_of(PRODUCE)) == before + 1
     assert offsets(a + b) == [ErrorCode.NOT_ENOUGH_REPLICAS, 0]
     assert values_in_log(fake, "t", 0) == [b"b"]
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+async def test_waiting_behind_a_failed_batch_spends_no_retry(
+    fake: FakeCluster, autojump_clock: Any, idempotent: bool
+) -> None:
+    """retries=1. A retry level is not a retry spent: what only waited behind a
+    failed batch goes back a level up, but was never sent. Counting levels as
+    retries, b failed on its first error with its retry unspent (found while
+    making a KIP-126 split spend no retry; the Java client counts a batch's own
+    attempts).
+
+    Schedule (max_in_flight=1): t0: a goes out; its answer (NOT_ENOUGH_REPLICAS)
+    is held 1 s. t0 + 0.25: b is sent and waits behind a. t0 + 1: a fails and
+    goes back with b behind it (b a level up, untried). t0 + 1.125 (backoff): a
+    written; b sent, refused once (its first error), re-sent at t0 + 1.25 and
+    written."""
+    refused: set[bytes] = set()
+
+    async def refuse_first_try(ctx: ControlContext) -> pm.ProduceResponse | None:
+        [topic] = ctx.request.topic_data
+        [part] = topic.partition_data
+        first = decode_record_batches(part.records)[0].records[0].value
+        if first in refused:
+            return None
+        refused.add(first)
+        if first == b"a":
+            await trio.sleep(1.0)
+        return pm.ProduceResponse(responses=(pm.TopicProduceResponse(
+            name=topic.name, partition_responses=(pm.PartitionProduceResponse(
+                index=part.index, error_code=ErrorCode.NOT_ENOUGH_REPLICAS, base_offset=-1,
+                log_append_time_ms=-1, log_start_offset=-1),)),))
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(retries=1, max_in_flight=1, idempotent=idempotent)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        if idempotent:
+            await producer.send_and_wait("t", b"w", partition=0)
+        fake.control(PRODUCE, refuse_first_try, sticky=True, node_id=0)
+        t0 = trio.current_time()
+        a = await producer.send("t", b"a", partition=0)
+        await trio.sleep(0.25)
+        b = await producer.send("t", b"b", partition=0)
+        results = await outcomes([a, b])
+        elapsed = trio.current_time() - t0
+    assert all(not isinstance(r, ProducerError) for r in results), results
+    assert elapsed == 1.25
+    assert [v for v in values_in_log(fake, "t", 0) if v != b"w"] == [b"a", b"b"]
+    assert refused == {b"a", b"b"}
 
 
 async def test_flusher_waits_for_a_free_request_slot_without_spinning(

@@ -309,17 +309,22 @@ async def test_close_fails_every_undelivered_row_once(
     assert values_in_log(fake, "t", 1) == rows("c", 100)[1::2]
 
 
+@pytest.mark.parametrize("retries", [None, 1])
 @pytest.mark.parametrize("limit", ["max.message.bytes", "segment.bytes"])
 async def test_too_large_run_is_split_and_delivered(
-    nursery: trio.Nursery, autojump_clock: Any, both_modes: bool, limit: str
+    nursery: trio.Nursery, autojump_clock: Any, both_modes: bool, limit: str,
+    retries: int | None
 ) -> None:
     """KIP-126 for a run: a 40-row batch over the topic's limit is halved until each
-    half fits; every row once, in order, sequences without a gap."""
+    half fits; every row once, in order, sequences without a gap. A split spends no
+    retry: with retries=1 the two splits in a row still deliver everything."""
     fake = FakeCluster(brokers=1, seed=3, auto_create_topics=False)
     await nursery.start(fake.run)
     fake.create_topic("t", 1, configs={limit: "1200"})
     values = [b"%03d:" % i + b"x" * 100 for i in range(40)]
-    options = idem_options() if both_modes else {}
+    options: dict[str, Any] = idem_options() if both_modes else {}
+    if retries is not None:
+        options["retries"] = retries
     async with open_fake_producer(fake, **options) as producer:
         result = await (await producer.send_batch("t", values))
     assert (result.delivered, result.failed) == (40, 0)
