@@ -152,9 +152,13 @@ def _spark_session(master: str | None, verbose: bool = False) -> tuple[Any, bool
         raise UserError(
             "the export needs pyspark: pip install -e '.[spark]' (and Java 17+)"
         ) from None
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active, False
+    # The active session, else the default one (a notebook's, a test's): reused, and
+    # never stopped here. getActiveSession() alone is per JVM thread, so the builder
+    # below would hand back the default session as if new, and stop it at the end.
+    try:
+        return SparkSession.active(), False
+    except Exception:  # PySparkRuntimeError: no active or default session
+        pass
     builder = (
         SparkSession.builder.master(master or "local[*]")
         .appName("pipeline-export")

@@ -42,6 +42,9 @@ def test_export_parquet_with_key_headers_and_report(
     ])
     out, err = capsys.readouterr()
     assert code == 0, err
+    # The CLI reused the running session and left it running: it used to take the
+    # default session for its own (getActiveSession() is per JVM thread) and stop it.
+    assert spark.range(3).count() == 3
     report = json.loads(out)
     assert report["delivered"] == 300
     assert report["failed"] == 0
