@@ -297,6 +297,27 @@ async def test_waiting_behind_a_failed_batch_spends_no_retry(
     assert refused == {b"a", b"b"}
 
 
+async def test_each_retry_backs_off_twice_as_long(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """The retry backoff grows with each retry of the same batch (KIP-580: initial x
+    2^(n-1), capped at retry_backoff_max); the retry level is what counts them, so a
+    level must rise by exactly one per bounce.
+
+    Schedule (backoff 0.125 s, max 1 s, no jitter): a fails three times
+    (NOT_ENOUGH_REPLICAS) and is re-sent after 0.125, 0.25 and 0.5 s: written at
+    t0 + 0.875 exactly."""
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(retry_backoff_max=1.0)) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.fail_next(PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0, count=3)
+        t0 = trio.current_time()
+        meta = await producer.send_and_wait("t", b"a", partition=0)
+        assert trio.current_time() - t0 == 0.875
+    assert meta.offset == 0
+    assert len(fake.requests_of(PRODUCE)) == 4
+
+
 async def test_flusher_waits_for_a_free_request_slot_without_spinning(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
