@@ -832,12 +832,13 @@ def report(mutants: list[Mutant], results: dict[str, dict[str, object]], seconds
         tot = [tot[0] + n, tot[1] + k, tot[2] + e]
         lines.append(f"{file} | {n} | {k} | {e} | {100 * k / n:.1f}% | {100 * k / max(1, n - e):.1f}%")
     n, k, e = tot
-    lines.append(f"total | {n} | {k} | {e} | {100 * k / n:.1f}% | {100 * k / max(1, n - e):.1f}%")
+    lines.append(f"total | {n} | {k} | {e} | {100 * k / max(1, n):.1f}% | {100 * k / max(1, n - e):.1f}%")
     text = "\n".join(lines)
     print(text)
     files = {m.file for m in mutants}  # with --only, entries of other files are not stale
-    stale = sorted(k for k in set(equivalents) - {m.key for m in mutants}
-                   if k.split(":", 1)[0] in files)
+    # (with --functions, nor are entries of the file's other functions: compare with all)
+    every = {m.key for file in files for m in collect(file)}
+    stale = sorted(k for k in set(equivalents) - every if k.split(":", 1)[0] in files)
     if stale:
         print(f"\n{len(stale)} entries of {EQUIVALENT.name} match no mutant any more:")
         print("\n".join(stale))

@@ -213,6 +213,50 @@ async def test_too_large_batch_is_split_and_delivered(
                                           (0, 30)]
 
 
+@pytest.mark.parametrize("columnar", [False, True], ids=["messages", "send_batch"])
+async def test_a_split_half_has_no_more_retries_than_its_batch(
+    nursery: trio.Nursery, autojump_clock: Any, columnar: bool
+) -> None:
+    """retries=0: a 20-record batch over the limit is split (free), and the first half
+    is refused once with a retriable error (NOT_ENOUGH_REPLICAS). It has no retry to
+    spend: it fails with that error; the second half, which only waited, is written."""
+    fake = FakeCluster(brokers=1, seed=3, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("t", 1, configs={"max.message.bytes": "1200"})
+    values = [b"%03d:" % i + b"x" * 100 for i in range(20)]
+    seen = []
+
+    def refuse_the_first_half(ctx: ControlContext) -> pm.ProduceResponse | None:
+        [topic] = ctx.request.topic_data
+        [part] = topic.partition_data
+        seen.append(len(decode_record_batches(part.records)[0].records))
+        if seen != [20, 10]:
+            return None
+        return pm.ProduceResponse(responses=(pm.TopicProduceResponse(
+            name=topic.name, partition_responses=(pm.PartitionProduceResponse(
+                index=part.index, error_code=ErrorCode.NOT_ENOUGH_REPLICAS, base_offset=-1,
+                log_append_time_ms=-1, log_start_offset=-1),)),))
+
+    fake.control(ApiKey.PRODUCE, refuse_the_first_half, sticky=True)
+    async with open_fake_producer(fake, linger=5.0, idempotent=False, retries=0) as producer:
+        if columnar:
+            group = await producer.send_batch("t", values, partitions=[0] * 20)
+            await producer.flush()
+            result = await group
+            assert (result.delivered, result.failed) == (10, 10)
+            causes = {e.cause.code for e in result.errors}
+        else:
+            deliveries = await send_all(producer, "t", values, partition=0)
+            await producer.flush()
+            results = await outcomes(deliveries)
+            assert all(isinstance(r, ProducerError) for r in results[:10]), results[:10]
+            causes = {r.cause.code for r in results[:10]}
+            assert [r.offset for r in results[10:]] == list(range(10))
+    assert causes == {ErrorCode.NOT_ENOUGH_REPLICAS}
+    assert seen == [20, 10, 10]
+    assert values_in_log(fake, "t", 0) == values[10:]
+
+
 @pytest.mark.parametrize("limit", ["max.message.bytes", "segment.bytes"])
 async def test_single_too_large_record_fails_alone(
     nursery: trio.Nursery, autojump_clock: Any, limit: str
