@@ -218,22 +218,27 @@ LIMITS = {
 }
 
 
+@pytest.mark.parametrize("retries", [None, 0], ids=["idempotent", "plain-retries0"])
 @pytest.mark.parametrize("limit", list(LIMITS))
 async def test_too_large_batch_is_split_on_kafka(
-    kafka_single: KafkaCluster, kafka_topic: Topic, limit: str
+    kafka_single: KafkaCluster, kafka_topic: Topic, limit: str, retries: int | None
 ) -> None:
     """40 records that fit the topic's limit one by one but not as one batch: the broker
     refuses the batch, the producer splits it (KIP-126) until the parts fit; every record
-    arrives once, in order, with no recovery needed."""
+    arrives once, in order, with no recovery needed. A split spends no retry: also with
+    retries=0 (not idempotent: idempotence needs retries)."""
     config, extra, scale, _, code = LIMITS[limit]
-    topic = kafka_topic(limit)
+    topic = kafka_topic(f"{limit}-{retries}")
     await kafka_single.call(kafka_single.create_topic, topic, 1, 1, config)
     values = [b"%03d:" % i + b"x" * (100 * scale) for i in range(40)]
+    if retries is not None:
+        extra = {**extra, "idempotent": False, "retries": retries}
     async with open_producer(kafka_single.bootstrap, **options(linger=1.0, **extra)) as producer:
         deliveries = [await producer.send(topic, v, partition=0) for v in values]
         await producer.flush()
         results = await outcomes(deliveries)
-        assert (idem(producer).bumps, idem(producer).new_ids) == (0, 0)
+        if retries is None:
+            assert (idem(producer).bumps, idem(producer).new_ids) == (0, 0)
     assert [r.offset for r in results] == list(range(40)), code
     assert [v for _, v, _ in await read_values(kafka_single.bootstrap, topic, 0, 40)] == values
 
