@@ -293,6 +293,58 @@ async def test_a_failed_batch_waiting_for_its_partitions_flights_expires_on_time
     assert values_in_log(fake, "t", 0) == [b"p", b"c"]
 
 
+async def test_a_failed_batch_expires_at_its_own_deadline_before_its_partitions_flights(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """As above, but b is sent 0.5 s after a, so a's deadline (t0 + 5) comes before
+    anything else the flusher waits for: b's in-flight deadline and its answer are at
+    t0 + 5.5. The flusher must wake for the failed batch's own deadline
+    (``_next_wake``), or a fails half a second late, with b.
+
+    Schedule (as above): t0: p and a; t0 + 0.5: b. p answered at t0 + 2; a and b go
+    then, a is refused at once (NOT_ENOUGH_REPLICAS) and waits for b, answered 3.5 s
+    late. t0 + 3: c, to partition 1 on the same broker, makes the flusher work out
+    its wait again (else it keeps the wait it took while a was in flight, which ends
+    at a's deadline anyway). a fails at t0 + 5 exactly; b at t0 + 5.5."""
+    from pipeline.producer.errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 2, leaders=[0, 0])
+    options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
+                    request_timeout=4.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer._core.cluster.partitions_for("t")
+        produces: list[float] = []
+
+        async def third_answered_late(ctx: Any) -> Any:
+            produces.append(ctx.time)
+            if len(produces) == 3:
+                await trio.sleep(3.5)
+            return None
+
+        fake.control(ApiKey.PRODUCE, third_answered_late, sticky=True)
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
+        await trio.sleep(0.5)
+        sent.append(producer.send_nowait("t", b"b", partition=0))
+        await trio.sleep(0.5)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        results = await outcomes(sent[:1])
+        assert trio.current_time() == t0 + 2.0
+        await trio.sleep_until(t0 + 3.0)
+        c = producer.send_nowait("t", b"c", partition=1)
+        results += await outcomes(sent[1:2])
+        a_failed_at = trio.current_time() - t0
+        results += await outcomes(sent[2:])
+        b_failed_at = trio.current_time() - t0
+        results += await outcomes([c])
+    assert (a_failed_at, b_failed_at) == (5.0, 5.5)
+    assert offsets(results[:1] + results[3:]) == [0, 0]
+    a, b = results[1].cause, results[2].cause
+    assert isinstance(a, DeliveryTimeoutError) and isinstance(b, DeliveryTimeoutError)
+    assert "never acknowledged; last error: NOT_ENOUGH_REPLICAS" in str(a)
+
+
 async def test_a_retried_batch_expiring_in_the_queue_starts_a_new_epoch(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
