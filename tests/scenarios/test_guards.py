@@ -318,6 +318,64 @@ async def test_each_retry_backs_off_twice_as_long(
     assert len(fake.requests_of(PRODUCE)) == 4
 
 
+async def test_a_batch_arriving_after_its_partitions_bounce_goes_back_too(
+    fake: FakeCluster, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker producer's intake and responder are two tasks. A batch of a
+    partition can reach the intake after the responder bounced that partition
+    and before the partition producer heard of it: the partition is retrying,
+    nothing of it is in flight, and nothing else will bounce it. ``_accept``
+    sends it back at once; left queued, it would sit there until the chaser
+    came, and the chaser would find the partition not drained.
+
+    Schedule (plain, retries on, backoff 0.125 s): t0: A goes out; it is refused
+    (NOT_ENOUGH_REPLICAS) at t0 + 1. B is sent at that instant, one scheduling
+    step later, so it is on its way to the broker producer while the responder
+    bounces A. Both go back, A first, and are written in order at t0 + 1.125."""
+    from pipeline.producer.broker_producer import BrokerProducer
+    from pipeline.producer.envelopes import Batch
+
+    late_arrivals: list[float] = []
+    accept = BrokerProducer._accept
+
+    def watched(self: BrokerProducer, item: Any) -> None:
+        part = self._acc.queue(item.tp)
+        if isinstance(item, Batch) and part.retrying is not None and not part.in_flight:
+            late_arrivals.append(trio.current_time())
+        accept(self, item)
+
+    monkeypatch.setattr(BrokerProducer, "_accept", watched)
+    refused: list[bool] = []
+
+    async def refuse_the_first_a_second_late(ctx: ControlContext) -> pm.ProduceResponse | None:
+        if refused:
+            return None
+        refused.append(True)
+        await trio.sleep(1.0)
+        [topic] = ctx.request.topic_data
+        [part] = topic.partition_data
+        return pm.ProduceResponse(responses=(pm.TopicProduceResponse(
+            name=topic.name, partition_responses=(pm.PartitionProduceResponse(
+                index=part.index, error_code=ErrorCode.NOT_ENOUGH_REPLICAS, base_offset=-1,
+                log_append_time_ms=-1, log_start_offset=-1),)),))
+
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, **exact(idempotent=False, linger=0)) as producer:
+        await producer._core.cluster.partitions_for("t")
+        fake.control(PRODUCE, refuse_the_first_a_second_late, sticky=True, node_id=0)
+        t0 = trio.current_time()
+        a = producer.send_nowait("t", b"A", partition=0)
+        await trio.sleep_until(t0 + 1.0)
+        await trio.lowlevel.checkpoint()  # B leaves as the refusal comes in
+        b = producer.send_nowait("t", b"B", partition=0)
+        results = await outcomes([a, b])
+        elapsed = trio.current_time() - t0
+    assert late_arrivals == [t0 + 1.0], "the schedule no longer reaches the race"
+    assert offsets(results) == [0, 1]
+    assert elapsed == 1.125
+    assert values_in_log(fake, "t", 0) == [b"A", b"B"]
+
+
 async def test_flusher_waits_for_a_free_request_slot_without_spinning(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
