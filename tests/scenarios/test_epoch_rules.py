@@ -313,22 +313,7 @@ async def test_a_failed_batch_expires_at_its_own_deadline_before_its_partitions_
                     request_timeout=4.0)
     async with open_fake_producer(fake, **options) as producer:
         await producer._core.cluster.partitions_for("t")
-        produces: list[float] = []
-
-        async def third_answered_late(ctx: Any) -> Any:
-            produces.append(ctx.time)
-            if len(produces) == 3:
-                await trio.sleep(3.5)
-            return None
-
-        fake.control(ApiKey.PRODUCE, third_answered_late, sticky=True)
-        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, count=1)
-        t0 = trio.current_time()
-        sent = [producer.send_nowait("t", v, partition=0) for v in (b"p", b"a")]
-        await trio.sleep(0.5)
-        sent.append(producer.send_nowait("t", b"b", partition=0))
-        await trio.sleep(0.5)
-        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS, node_id=0)
+        t0, sent = await _p_a_then_b_failing_a(fake, producer, b_late=3.5)
         results = await outcomes(sent[:1])
         assert trio.current_time() == t0 + 2.0
         await trio.sleep_until(t0 + 3.0)
