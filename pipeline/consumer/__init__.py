@@ -1,0 +1,21 @@
+"""The consumer: reading records back from Kafka.
+
+Public names (also re-exported from :mod:`pipeline` where noted there)::
+
+    from pipeline.consumer import read_topic, consume, topic_offsets, ConsumedRecord, ConsumerError
+
+Implementation modules are private (``_reader.py``: the assign-mode reader).
+"""
+
+from __future__ import annotations
+
+from pipeline.consumer._reader import (
+    ConsumedRecord,
+    ConsumerError,
+    Start,
+    consume,
+    read_topic,
+    topic_offsets,
+)
+
+__all__ = ["ConsumedRecord", "ConsumerError", "Start", "consume", "read_topic", "topic_offsets"]
