@@ -31,10 +31,10 @@ help:
 	@echo "make clean      remove .venv and caches"
 
 # (Re)install whenever pyproject.toml or a C extension changes (the install builds
-# pipeline/protocol/_kernel.c and pipeline/producer/_delivery.c, _send.c in place). The
+# pipeline/protocol/_kernel.c and pipeline/producer/_speedups/_delivery.c, _send.c in place). The
 # venv itself is created only if missing.
-$(STAMP): pyproject.toml pipeline/protocol/_kernel.c pipeline/producer/_delivery.c \
-		pipeline/producer/_send.c pipeline/producer/_shared.h
+$(STAMP): pyproject.toml pipeline/protocol/_kernel.c pipeline/producer/_speedups/_delivery.c \
+		pipeline/producer/_speedups/_send.c pipeline/producer/_speedups/_shared.h
 	@test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPIP) install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
 	@touch $@
@@ -89,6 +89,7 @@ explore: $(STAMP)
 	$(VPY) -m pipeline.testing.explore --schedules $(N) $(if $(SEED),--seed $(SEED),) $(EXPLORE_ARGS)
 
 lint: $(STAMP)
+	$(VPY) tools/module_sizes.py
 	$(VENV)/bin/ruff check pipeline tests chaoslab
 	$(VENV)/bin/mypy --strict pipeline tests/typecheck
 

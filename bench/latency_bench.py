@@ -72,7 +72,7 @@ POINTS = (50, 90, 95, 99, 99.9)
 
 
 def _succeeded(delivery: Any) -> bool:
-    from pipeline.producer.errors import ProducerError
+    from pipeline.producer._errors import ProducerError
 
     try:
         delivery.result()
@@ -87,8 +87,8 @@ def _pipeline(bootstrap: str, topic: str, n: int, rate: float, *, callbacks: boo
     ``callbacks``: each message stamped by its ``on_delivery`` (no watching tasks)."""
     import trio
 
-    from pipeline.producer.api import open_producer
-    from pipeline.producer.errors import ProducerError
+    from pipeline.producer._api import open_producer
+    from pipeline.producer._errors import ProducerError
 
     perf = time.perf_counter
     scheduled = [0.0] * n

@@ -68,8 +68,8 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
     ``SEND_MANY_CHUNK`` ``ProducerMessage`` (api="send_many"), then ``flush()``."""
     import trio
 
-    from pipeline.producer.api import open_producer
-    from pipeline.producer.message import ProducerMessage
+    from pipeline.producer._api import open_producer
+    from pipeline.producer._message import ProducerMessage
 
     opts: dict[str, Any] = {"acks": "all", "linger": LINGER_S}
     opts.update(options or {})

@@ -169,7 +169,7 @@ def run_pipeline(s: Settings, control: Control, rec: Record, *, idempotent: bool
     import trio
 
     from pipeline import ProducerError, open_producer
-    from pipeline.producer.errors import BrokerResponseError
+    from pipeline.producer._errors import BrokerResponseError
 
     def cause_name(exc: ProducerError) -> str:
         cause = exc.cause

@@ -21,24 +21,24 @@ _EXPORTS = {
     "KafkaError": "pipeline.cluster.errors",
     "RequestTimedOutError": "pipeline.cluster.errors",
     "UnknownTopicError": "pipeline.cluster.errors",
-    "BrokerResponseError": "pipeline.producer.errors",
-    "BufferFullError": "pipeline.producer.errors",
-    "ConfigError": "pipeline.producer.errors",
-    "DeliveryTimeoutError": "pipeline.producer.errors",
-    "MessageTooLargeError": "pipeline.producer.errors",
-    "ProducerClosed": "pipeline.producer.errors",
-    "ProducerError": "pipeline.producer.errors",
-    "Delivery": "pipeline.producer.message",
-    "DeliveryGroup": "pipeline.producer.message",
-    "GroupResult": "pipeline.producer.message",
-    "wait_all": "pipeline.producer.message",
-    "ProducerMessage": "pipeline.producer.message",
-    "RecordMetadata": "pipeline.producer.message",
-    "ProducerConfig": "pipeline.producer.config",
-    "Producer": "pipeline.producer.api",
-    "ProducerStatistics": "pipeline.producer.api",
-    "open_producer": "pipeline.producer.api",
-    "SyncProducer": "pipeline.producer.sync",
+    "BrokerResponseError": "pipeline.producer._errors",
+    "BufferFullError": "pipeline.producer._errors",
+    "ConfigError": "pipeline.producer._errors",
+    "DeliveryTimeoutError": "pipeline.producer._errors",
+    "MessageTooLargeError": "pipeline.producer._errors",
+    "ProducerClosed": "pipeline.producer._errors",
+    "ProducerError": "pipeline.producer._errors",
+    "Delivery": "pipeline.producer._outcomes.delivery",
+    "DeliveryGroup": "pipeline.producer._outcomes.delivery",
+    "GroupResult": "pipeline.producer._outcomes.delivery",
+    "wait_all": "pipeline.producer._outcomes.delivery",
+    "ProducerMessage": "pipeline.producer._message",
+    "RecordMetadata": "pipeline.producer._message",
+    "ProducerConfig": "pipeline.producer._config",
+    "Producer": "pipeline.producer._api",
+    "ProducerStatistics": "pipeline.producer._api",
+    "open_producer": "pipeline.producer._api",
+    "SyncProducer": "pipeline.producer._sync",
 }
 
 __all__ = [
@@ -89,9 +89,9 @@ if TYPE_CHECKING:
         RequestTimedOutError,
         UnknownTopicError,
     )
-    from pipeline.producer.api import Producer, ProducerStatistics, open_producer
-    from pipeline.producer.config import ProducerConfig
-    from pipeline.producer.errors import (
+    from pipeline.producer._api import Producer, ProducerStatistics, open_producer
+    from pipeline.producer._config import ProducerConfig
+    from pipeline.producer._errors import (
         BrokerResponseError,
         BufferFullError,
         ConfigError,
@@ -100,12 +100,6 @@ if TYPE_CHECKING:
         ProducerClosed,
         ProducerError,
     )
-    from pipeline.producer.message import (
-        Delivery,
-        DeliveryGroup,
-        GroupResult,
-        ProducerMessage,
-        RecordMetadata,
-        wait_all,
-    )
-    from pipeline.producer.sync import SyncProducer
+    from pipeline.producer._message import ProducerMessage, RecordMetadata
+    from pipeline.producer._outcomes.delivery import Delivery, DeliveryGroup, GroupResult, wait_all
+    from pipeline.producer._sync import SyncProducer

@@ -67,9 +67,9 @@ def _on_path(kind: str, c_module: object, name: str, current: str,
 
 @pytest.fixture(params=["c", "python"])
 def await_path(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Run the test once per ``await delivery`` path (pipeline/producer/_delivery.c, its
+    """Run the test once per ``await delivery`` path (pipeline/producer/_speedups/_delivery.c, its
     pure-Python twin in message.py)."""
-    from pipeline.producer import message
+    from pipeline.producer._outcomes import delivery as message
 
     yield from _on_path(request.param, message._c, "_delivery", message.DELIVERY_AWAIT,
                         message._use)
@@ -78,8 +78,8 @@ def await_path(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture(params=["c", "python"])
 def send_path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run the test once per ``producer.send`` path of the producers it opens
-    (pipeline/producer/_send.c's row branch, or ``Intake.send`` alone)."""
-    from pipeline.producer import fast_send
+    (pipeline/producer/_speedups/_send.c's row branch, or ``Intake.send`` alone)."""
+    from pipeline.producer._intake import send_path as fast_send
 
     yield from _on_path(request.param, fast_send._c, "_send", fast_send.SEND_PATH,
                         fast_send.use)

@@ -18,7 +18,7 @@ _PROBE = r"""
 import gc, json, sys
 import pipeline
 from pipeline import open_producer, ProducerConfig, ProducerMessage, SyncProducer
-import pipeline.consumer, pipeline.producer.api, pipeline.protocol.records
+import pipeline.consumer, pipeline.producer._api, pipeline.protocol.records
 gc.collect()
 big = []
 for name, mod in sorted(sys.modules.items()):
@@ -52,3 +52,18 @@ def test_no_large_gc_tracked_tables_at_module_level() -> None:
     tuples of immutable items, which the GC stops tracking; as lists they were
     65k extra references walked by every full collection."""
     assert _probe()["big"] == []
+
+
+def test_the_public_packages_export_what_they_list() -> None:
+    """Every name of ``pipeline.__all__``, ``pipeline.producer.__all__`` and
+    ``pipeline.consumer.__all__`` resolves (the lazy tables name real modules), and
+    the producer's public names are the same objects as the top level's."""
+    import pipeline
+    import pipeline.consumer
+    import pipeline.producer
+
+    for package in (pipeline, pipeline.producer, pipeline.consumer):
+        missing = [n for n in package.__all__ if getattr(package, n, None) is None]
+        assert missing == [], f"{package.__name__} lists names it cannot give: {missing}"
+    shared = set(pipeline.__all__) & set(pipeline.producer.__all__)
+    assert shared and all(getattr(pipeline, n) is getattr(pipeline.producer, n) for n in shared)

@@ -227,7 +227,7 @@ def test_export_builds_no_producer_message_per_row(
     kafka_bootstrap: str, new_topic: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 15 goal 4: the export goes through send_batch (columns), not ProducerMessage."""
-    from pipeline.producer import message
+    from pipeline.producer import _message as message
 
     built = []
     original = message.ProducerMessage.__init__

@@ -70,18 +70,18 @@ EQUIVALENT = ROOT / "tools" / "mutants_equivalent.txt"
 
 # file -> functions to mutate (None: the whole module)
 TARGETS: dict[str, set[str] | None] = {
-    "pipeline/producer/partition_producer.py": None,
-    "pipeline/producer/broker_producer.py": None,
-    "pipeline/producer/accumulator.py": None,
-    "pipeline/producer/topic_producer.py": None,
-    "pipeline/producer/idempotence.py": None,
-    "pipeline/producer/ledger.py": None,
+    "pipeline/producer/_stages/partition_producer.py": None,
+    "pipeline/producer/_stages/broker_producer.py": None,
+    "pipeline/producer/_stages/accumulator.py": None,
+    "pipeline/producer/_stages/topic_producer.py": None,
+    "pipeline/producer/_stages/idempotence.py": None,
+    "pipeline/producer/_outcomes/ledger.py": None,
     # the send() hot path
-    "pipeline/producer/normalize.py": {
+    "pipeline/producer/_intake/normalize.py": {
         "prefix_size",
         "normalize",
     },
-    "pipeline/producer/intake.py": {
+    "pipeline/producer/_intake/intake.py": {
         "Intake.send",
         "Intake._enqueue_nowait",
         "Intake._accept_alone",
@@ -90,14 +90,14 @@ TARGETS: dict[str, set[str] | None] = {
         "Intake.close_rows",
     },
     # send() bursts as columns (issue 15)
-    "pipeline/producer/send_rows.py": None,
-    "pipeline/producer/row_outcomes.py": None,
+    "pipeline/producer/_columnar/burst.py": None,
+    "pipeline/producer/_columnar/row_outcomes.py": None,
     # where a burst's runs take their rows and wire positions (keyed send() rows)
-    "pipeline/producer/rows.py": {"assign_rows", "split_run_batch"},
+    "pipeline/producer/_columnar/rows.py": {"assign_rows", "split_run_batch"},
     # which send() a producer gets: Intake.send or the C Sender (_send.c, mutated by
     # hand: tools/mutants_c.py). Its import-time loader maps to no test (it runs
     # before any): deleting its setup() or registrations fails every C-path test.
-    "pipeline/producer/fast_send.py": {"use", "entry"},
+    "pipeline/producer/_intake/send_path.py": {"use", "entry"},
 }
 TESTS = ["tests/scenarios", "tests/producer"]
 PYTEST = [

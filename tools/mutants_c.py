@@ -1,4 +1,4 @@
-"""Hand-written mutants of the C send path (``pipeline/producer/_send.c``), of the
+"""Hand-written mutants of the C send path (``pipeline/producer/_speedups/_send.c``), of the
 metadata reuse and the row lookup in ``_delivery.c``, and of ``pack_ints`` in
 ``pipeline/protocol/_kernel.c``: ``tools/mutants.py`` mutates Python only.
 

@@ -213,7 +213,7 @@ def _options(args: argparse.Namespace, cls: type[Any]) -> dict[str, Any]:
     import logging
 
     from pipeline.cluster.properties import kafka_properties, option_from_text
-    from pipeline.producer.errors import ConfigError
+    from pipeline.producer._errors import ConfigError
     from pipeline.spark.options import KAFKA_OPTIONS
 
     try:
@@ -249,8 +249,8 @@ def echo_options(options: dict[str, Any]) -> None:
 
 
 def producer_options(args: argparse.Namespace) -> dict[str, Any]:
-    from pipeline.producer.config import ProducerConfig, make_config
-    from pipeline.producer.errors import ConfigError
+    from pipeline.producer._config import ProducerConfig, make_config
+    from pipeline.producer._errors import ConfigError
 
     opts = _options(args, ProducerConfig)
     if args.compression is not None:

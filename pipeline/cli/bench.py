@@ -111,8 +111,8 @@ def _producer_bench(args: argparse.Namespace, bootstrap: str, options: dict[str,
 async def _produce(
     args: argparse.Namespace, bootstrap: str, topic: str, options: dict[str, Any]
 ) -> dict[str, Any]:
-    from pipeline.producer.api import open_producer
-    from pipeline.producer.message import ProducerMessage
+    from pipeline.producer._api import open_producer
+    from pipeline.producer._message import ProducerMessage
 
     await check_topic(bootstrap, topic, args.timeout, options)
     value = b"x" * args.size

@@ -121,8 +121,9 @@ async def _produce(
 ) -> tuple[int, int, str | None]:
     import trio
 
-    from pipeline.producer.api import open_producer
-    from pipeline.producer.message import DeliveryGroup, ProducerMessage
+    from pipeline.producer._api import open_producer
+    from pipeline.producer._message import ProducerMessage
+    from pipeline.producer._outcomes.delivery import DeliveryGroup
 
     count = await check_topic(args.bootstrap, args.topic, args.timeout, options)
     if args.partition is not None and args.partition >= count:

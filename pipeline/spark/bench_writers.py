@@ -204,7 +204,7 @@ def read_back(bootstrap: str, topic: str, *, rows: int, partitions: int,
     partition Java's client picks)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    from pipeline.producer.partitioner import java_positive, murmur2
+    from pipeline.producer._stages.partitioner import java_positive, murmur2
 
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"export-bench-{time.monotonic_ns()}",

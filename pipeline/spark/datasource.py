@@ -64,7 +64,7 @@ def _parse(value: str) -> Any:
 
 def config_from_options(options: Any) -> ExportConfig:
     """Data source options (case-insensitive) -> ExportConfig; ValueError on a bad one."""
-    from pipeline.producer.config import make_config
+    from pipeline.producer._config import make_config
 
     opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
     bootstrap = opts.get("kafka.bootstrap.servers")

@@ -290,7 +290,7 @@ def export_dataframe(
     topic check, and :class:`ExportError` when the job fails (the message is the
     failing task's cause).
     """
-    from pipeline.producer.config import make_config
+    from pipeline.producer._config import make_config
     from pipeline.spark.options import producer_options_from_kafka
 
     keep = validate_schema(df.schema, topic=topic)
@@ -351,7 +351,7 @@ def _check_topic(bootstrap: str, topic: str, producer_options: Mapping[str, Any]
 
     from pipeline.cluster.errors import BrokerConnectionError
     from pipeline.cluster.pool import Cluster
-    from pipeline.producer.config import make_config
+    from pipeline.producer._config import make_config
     from pipeline.util.groups import unwrap_single_errors
 
     # The producers' cluster options (and later their security options), with the

@@ -50,7 +50,7 @@ from pipeline.spark.status import (
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
 
-    from pipeline.producer.message import DeliveryGroup
+    from pipeline.producer._outcomes.delivery import DeliveryGroup
 
 __all__ = [
     "DEFAULT_MESSAGE_ID_HEADER",
@@ -290,7 +290,7 @@ async def _export_async(
 ) -> None:
     import trio
 
-    from pipeline.producer.api import open_producer
+    from pipeline.producer._api import open_producer
 
     converter = _Converter(batches, cfg, status.partition)
     outcomes = _Outcomes()

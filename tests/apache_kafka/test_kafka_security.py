@@ -32,7 +32,7 @@ from pipeline.cluster.errors import (
     TlsHostnameError,
 )
 from pipeline.consumer import read_topic, topic_offsets
-from pipeline.producer.errors import ProducerError
+from pipeline.producer._errors import ProducerError
 from pipeline.testing.fake_cluster import FakeCluster, FakeSasl
 from pipeline.testing.kafka import KafkaCluster, unsecured_token_provider
 

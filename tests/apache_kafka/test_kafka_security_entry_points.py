@@ -21,7 +21,7 @@ import pytest
 from pipeline import SyncProducer
 from pipeline.cluster.errors import SaslAuthenticationError
 from pipeline.consumer import consume
-from pipeline.producer.config import ProducerConfig
+from pipeline.producer._config import ProducerConfig
 from pipeline.testing.kafka import KafkaCluster
 
 from .conftest import read_partitions

@@ -38,8 +38,8 @@ from pipeline import (
 )
 from pipeline.cluster import Cluster
 from pipeline.cluster.errors import UnknownTopicError
-from pipeline.producer.envelopes import TopicPartition
-from pipeline.producer.topic_producer import PartitionOutOfRangeError
+from pipeline.producer._stages.envelopes import TopicPartition
+from pipeline.producer._stages.topic_producer import PartitionOutOfRangeError
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages import produce as pm

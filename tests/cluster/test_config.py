@@ -20,8 +20,8 @@ from pipeline.cluster.config import ClusterConfig, cluster_config, parse_option_
 from pipeline.cluster.connection import BrokerConnection
 from pipeline.cluster.errors import ConfigError, MetadataTimeoutError, RequestTimedOutError
 from pipeline.consumer import read_topic, topic_offsets
-from pipeline.producer.api import open_producer
-from pipeline.producer.config import ProducerConfig, make_config
+from pipeline.producer._api import open_producer
+from pipeline.producer._config import ProducerConfig, make_config
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.messages.metadata import MetadataRequest
 from pipeline.testing.fake_cluster import FakeCluster

@@ -15,7 +15,7 @@ import pytest
 from pipeline.cluster.config import ClusterConfig
 from pipeline.cluster.errors import ConfigError
 from pipeline.cluster.security import SECRET_OPTIONS, redact_options
-from pipeline.producer.config import ProducerConfig, make_config
+from pipeline.producer._config import ProducerConfig, make_config
 
 trustme = pytest.importorskip("trustme")
 serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization")

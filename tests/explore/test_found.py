@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from pipeline import ProducerClosed, ProducerError, ProducerMessage
-from pipeline.producer.api import open_producer
+from pipeline.producer._api import open_producer
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import ControlContext, FakeCluster
 

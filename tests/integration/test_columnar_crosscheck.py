@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 
-from pipeline.producer.column_partitioner import group_by_partition, key_partitions
+from pipeline.producer._columnar.partitioning import group_by_partition, key_partitions
 from pipeline.protocol.columnar import build_columns, cut_batches, encode_batch
 from pipeline.protocol.compression import Compression
 from pipeline.testing.broker import EmbeddedBroker

@@ -1,4 +1,4 @@
-"""pipeline.producer.column_partitioner: vectorized murmur2 partitioning and grouping.
+"""pipeline.producer._columnar.partitioning: vectorized murmur2 partitioning and grouping.
 
 Checked against the Kafka vectors (fixtures/murmur2-vectors.json, from the Java
 client's UtilsTest) and, by hypothesis, against the scalar ``partitioner.murmur2``
@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.producer.column_partitioner import (
+from pipeline.producer._columnar.partitioning import (
     group_by_partition,
     key_partitions,
     murmur2_column,
 )
-from pipeline.producer.partitioner import DefaultPartitioner, murmur2
+from pipeline.producer._stages.partitioner import DefaultPartitioner, murmur2
 from pipeline.protocol.columnar import build_columns
 from tests.protocol.columnar_support import KERNELS, use_kernel
 

@@ -1,4 +1,4 @@
-"""Issue 15 goal 1: ``await delivery`` in C (``pipeline/producer/_delivery.c``) and its
+"""Issue 15 goal 1: ``await delivery`` in C (``pipeline/producer/_speedups/_delivery.c``) and its
 pure-Python twin (``message._await_py``) behave identically.
 
 Every test with the ``await_path`` fixture (tests/conftest.py) runs once per path (the C one is skipped
@@ -18,22 +18,16 @@ import pytest
 import trio
 import trio.testing
 
-from pipeline.producer import message
-from pipeline.producer.errors import ProducerError
-from pipeline.producer.message import (
-    FAILED,
-    OK,
-    MessageDelivery,
-    OnDelivery,
-    ProducerMessage,
-    RecordMetadata,
-)
+from pipeline.producer import _speedups
+from pipeline.producer._errors import ProducerError
+from pipeline.producer._message import FAILED, OK, ProducerMessage, RecordMetadata
+from pipeline.producer._outcomes import delivery as message
+from pipeline.producer._outcomes.delivery import MessageDelivery, OnDelivery
 from tests.scenarios.test_delivery_results import counting_steps, without_trio_internals
 
 EVERY = message._SCHEDULE_EVERY
-BUILT = any(Path(message.__file__).parent.glob("_delivery.*.so")) or any(
-    Path(message.__file__).parent.glob("_delivery.*.pyd")
-)
+SPEEDUPS = Path(_speedups.__file__).parent
+BUILT = any(SPEEDUPS.glob("_delivery.*.so")) or any(SPEEDUPS.glob("_delivery.*.pyd"))
 
 
 def settled(offset: int = 7, partition: int | None = 2, timestamp: int | None = 1234,
@@ -60,7 +54,7 @@ def test_the_c_path_is_used_when_built() -> None:
     if os.environ.get("PIPELINE_PURE_PYTHON", "") not in ("", "0"):
         assert message.DELIVERY_AWAIT == "python"
         return
-    from pipeline.producer import _delivery
+    from pipeline.producer._speedups import _delivery
 
     assert message.DELIVERY_AWAIT == "c"
     assert issubclass(MessageDelivery, _delivery.SettledAwait)
@@ -71,7 +65,7 @@ def test_the_c_path_is_used_when_built() -> None:
 
 
 def test_pure_python_switch_in_a_fresh_process() -> None:
-    probe = ("from pipeline.producer import message as m; "
+    probe = ("from pipeline.producer._outcomes import delivery as m; "
              "assert m.DELIVERY_AWAIT == 'python', m.DELIVERY_AWAIT; "
              "assert m.MessageDelivery.__await__ is m._await_py; "
              "assert m._metadata_of is m._metadata_py; print('ok')")

@@ -19,11 +19,12 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.producer import intake
-from pipeline.producer.accumulator import MIN_RECORD_BYTES, fill
-from pipeline.producer.message import MessageDelivery, ProducerMessage
-from pipeline.producer.partitioner import DefaultPartitioner
-from pipeline.producer.topic_producer import TopicProducer
+from pipeline.producer._intake import intake
+from pipeline.producer._message import ProducerMessage
+from pipeline.producer._outcomes.delivery import MessageDelivery
+from pipeline.producer._stages.accumulator import MIN_RECORD_BYTES, fill
+from pipeline.producer._stages.partitioner import DefaultPartitioner
+from pipeline.producer._stages.topic_producer import TopicProducer
 from pipeline.testing.fake_cluster import FakeCluster
 from tests.scenarios.conftest import open_fake_producer, values_in_log
 

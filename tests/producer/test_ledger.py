@@ -18,14 +18,9 @@ from typing import Any
 import pytest
 import trio
 
-from pipeline.producer.ledger import Ledger
-from pipeline.producer.message import (
-    FAILED,
-    OK,
-    TO_CHANNELS,
-    DeliveryGroup,
-    ProducerMessage,
-)
+from pipeline.producer._message import FAILED, OK, TO_CHANNELS, ProducerMessage
+from pipeline.producer._outcomes.delivery import DeliveryGroup
+from pipeline.producer._outcomes.ledger import Ledger
 
 
 def accepted(ledger: Ledger, n: int, sink: Any = None, size: int = 100) -> list[ProducerMessage]:

@@ -11,8 +11,8 @@ from enum import IntEnum
 
 import pytest
 
-from pipeline.producer.message import ProducerMessage
-from pipeline.producer.normalize import normalize, prefix_size
+from pipeline.producer._intake.normalize import normalize, prefix_size
+from pipeline.producer._message import ProducerMessage
 from pipeline.protocol.records import _zigzag_varint
 
 

@@ -1,4 +1,4 @@
-"""pipeline.producer.partitioner: Java-compatible murmur2 and the partitioners."""
+"""pipeline.producer._stages.partitioner: Java-compatible murmur2 and the partitioners."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pipeline.producer.partitioner import (
+from pipeline.producer._stages.partitioner import (
     PARTITIONER_NAMES,
     CallablePartitioner,
     DefaultPartitioner,

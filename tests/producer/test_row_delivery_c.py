@@ -12,12 +12,14 @@ import pytest
 import trio
 import trio.testing
 
-from pipeline.producer import message, row_outcomes, send_rows
-from pipeline.producer.message import FAILED, OK, RecordMetadata
-from pipeline.producer.rows import RowChunk, RowRun
+from pipeline.producer._columnar import burst as send_rows
+from pipeline.producer._columnar import row_outcomes
+from pipeline.producer._columnar.rows import RowChunk, RowRun
+from pipeline.producer._message import FAILED, OK, RecordMetadata
+from pipeline.producer._outcomes import delivery as message
 
 c: Any = message._c
-needs_c = pytest.mark.skipif(c is None, reason="pipeline.producer._delivery is not built")
+needs_c = pytest.mark.skipif(c is None, reason="pipeline.producer._speedups._delivery is not built")
 
 
 def _call_back_oks() -> list[Any]:
@@ -366,7 +368,7 @@ async def test_every_task_awaiting_a_pending_row_is_woken(await_path: str) -> No
     event), then both and a third (on another row) wait for the outcomes: the
     run settling wakes all three, each with its own row's metadata. An event a
     task waits on is never replaced by a later waiter's."""
-    from pipeline.producer.rows import RowChunk, RowRun
+    from pipeline.producer._columnar.rows import RowChunk, RowRun
 
     chunk = RowChunk(None, 0)
     burst = RowRun("t", None, None, 0, 0, chunk, 0)  # type: ignore[arg-type]
@@ -424,7 +426,7 @@ def test_map_rows_writes_each_rows_wire_position(map_rows: Any, seed: int) -> No
             map_rows(positions, memoryview(array("q", [0, bad])), place)
 
 
-@pytest.mark.skipif(c is None, reason="pipeline.producer._delivery is not built")
+@pytest.mark.skipif(c is None, reason="pipeline.producer._speedups._delivery is not built")
 def test_map_rows_refuses_buffers_that_are_not_int64() -> None:
     from array import array
 

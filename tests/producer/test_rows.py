@@ -6,10 +6,8 @@ import random
 
 import pytest
 
-from pipeline.producer import rows as rows_mod
-from pipeline.producer.message import DeliveryGroup, ProducerMessage
-from pipeline.producer.partitioner import DefaultPartitioner, murmur2
-from pipeline.producer.rows import (
+from pipeline.producer._columnar import rows as rows_mod
+from pipeline.producer._columnar.rows import (
     RowChunk,
     RowRun,
     assign_rows,
@@ -17,6 +15,9 @@ from pipeline.producer.rows import (
     slice_columns,
     take_until_run,
 )
+from pipeline.producer._message import ProducerMessage
+from pipeline.producer._outcomes.delivery import DeliveryGroup
+from pipeline.producer._stages.partitioner import DefaultPartitioner, murmur2
 from pipeline.protocol.columnar import KERNEL, build_columns, encode_batch
 from pipeline.protocol.records import BatchBuilder
 

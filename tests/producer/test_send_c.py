@@ -1,4 +1,4 @@
-"""``producer.send``'s row branch in C (``pipeline/producer/_send.c``) against its twin.
+"""``producer.send``'s row branch in C (``pipeline/producer/_speedups/_send.c``) against its twin.
 
 ``Intake.send`` defines what a call does; the C ``Sender`` may take a call only when
 every condition of ``Intake.send``'s row branch holds, and must then leave exactly the
@@ -19,11 +19,12 @@ from typing import Any
 import pytest
 import trio
 
-from pipeline.producer import fast_send, intake
-from pipeline.producer.errors import MessageTooLargeError, ProducerClosed
-from pipeline.producer.intake import Intake
-from pipeline.producer.normalize import SIZE_BASE
-from pipeline.producer.send_rows import RowDelivery
+from pipeline.producer._columnar.burst import RowDelivery
+from pipeline.producer._errors import MessageTooLargeError, ProducerClosed
+from pipeline.producer._intake import intake
+from pipeline.producer._intake import send_path as fast_send
+from pipeline.producer._intake.intake import Intake
+from pipeline.producer._intake.normalize import SIZE_BASE
 from pipeline.testing.fake_cluster import FakeCluster
 from tests.scenarios.conftest import open_fake_producer
 
@@ -323,7 +324,7 @@ async def test_both_paths_leave_the_same_state_after_every_call(
     fake: FakeCluster, stepped_clock: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if fast_send._c is None:
-        pytest.skip("pipeline.producer._send is not built (or PIPELINE_PURE_PYTHON is set)")
+        pytest.skip("pipeline.producer._speedups._send is not built (or PIPELINE_PURE_PYTHON is set)")
     before = fast_send.SEND_PATH
     try:
         c_states, c_results, c_heard = await _scripted_run(fake, "c")
@@ -469,7 +470,7 @@ def test_a_bursts_columns_are_not_walked_by_the_gc(send_path: str) -> None:
     """A burst's values (bytes) and timestamps (ints) are lists the cyclic GC does
     not track when ``_send`` is loaded (kept bursts made young collections walk them:
     30 ms of 1M kept deliveries' GC, against 14 untracked)."""
-    from pipeline.producer.send_rows import SendRows, new_column
+    from pipeline.producer._columnar.burst import SendRows, new_column
 
     rows = SendRows.__new__(SendRows)
     rows.values, rows.timestamps = new_column(), new_column()

@@ -17,12 +17,12 @@ from typing import Any
 
 import trio
 
-from pipeline.producer.context import RetryErrors
-from pipeline.producer.envelopes import Batch, Fin, TopicPartition
-from pipeline.producer.errors import DeliveryTimeoutError
-from pipeline.producer.ledger import Ledger
-from pipeline.producer.message import FAILED, PENDING, ProducerMessage
-from pipeline.producer.partition_producer import PartitionProducer, RetryList
+from pipeline.producer._errors import DeliveryTimeoutError
+from pipeline.producer._message import FAILED, PENDING, ProducerMessage
+from pipeline.producer._outcomes.ledger import Ledger
+from pipeline.producer._stages.context import RetryErrors
+from pipeline.producer._stages.envelopes import Batch, Fin, TopicPartition
+from pipeline.producer._stages.partition_producer import PartitionProducer, RetryList
 
 TP = TopicPartition("t", 0)
 

@@ -421,7 +421,7 @@ def test_lists_need_neither_pyarrow_nor_numpy() -> None:
         "import sys\n"
         "sys.modules['pyarrow'] = None; sys.modules['numpy'] = None  # imports now fail\n"
         "from pipeline.protocol.columnar import build_columns, encode_batch\n"
-        "from pipeline.producer.column_partitioner import key_partitions\n"
+        "from pipeline.producer._columnar.partitioning import key_partitions\n"
         "cols = build_columns([b'v', None], [b'k', None], [[('h', b'1')], None], [1, None],"
         " [None, 0], default_timestamp=5)\n"
         "assert len(encode_batch(cols)) > 61 and list(key_partitions(cols, 3))[1] == 0\n"

@@ -52,7 +52,7 @@ def _kernel_in(wheel: Path, tmp_path: Path) -> str:
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
     probe = ("from pipeline.protocol import columnar; "
-             "from pipeline.producer import message; "
+             "from pipeline.producer._outcomes import delivery as message; "
              f"assert columnar.__file__.startswith({str(site)!r}), columnar.__file__; "
              "print(columnar.KERNEL, message.DELIVERY_AWAIT)")
     env = {**os.environ, "PYTHONPATH": str(site)}
@@ -71,7 +71,7 @@ def test_pip_builds_the_extension(tmp_path: Path) -> None:
     assert "pipeline/protocol/_kernel.pyi" in files
     delivery = _delivery_files(wheel)
     assert any(f.endswith(".so") or f.endswith(".pyd") for f in delivery), delivery
-    assert "pipeline/producer/_delivery.pyi" in delivery
+    assert "pipeline/producer/_speedups/_delivery.pyi" in delivery
     assert _kernel_in(wheel, tmp_path) == "c c"  # the columnar kernel, the await path
 
 

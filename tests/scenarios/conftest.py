@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import trio
 
-from pipeline.producer.api import Producer, open_producer
-from pipeline.producer.message import ProducerMessage
+from pipeline.producer._api import Producer, open_producer
+from pipeline.producer._message import ProducerMessage
 from pipeline.testing.fake_cluster import FakeCluster
 
 # The idempotence default for open_fake_producer: the sarama suite and the

@@ -258,7 +258,7 @@ async def test_a_queued_message_expires_at_its_deadline_while_no_slot_is_free(
     the next metadata round (t0 + 3.125) m reaches broker 1's queue and waits
     for the slot. Its deadline is t0 + 5: it fails then, exactly; b is written
     at t0 + 6.5. Without the deadline in next_wake, m failed at t0 + 6.5."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 3, leaders=[0, 1, 2])
     options = exact(idempotent=False, max_in_flight=1, delivery_timeout=5.0,
@@ -317,7 +317,7 @@ async def test_a_retried_batch_expires_at_its_deadline_while_no_slot_is_free(
     one request slot. t0 + 3.25: m's batch is back in broker 1's queue, waiting
     for the slot; its deadline is t0 + 5: it fails then, exactly. b is written
     at t0 + 7.1875."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 3, leaders=[0, 1, 2])
     options = exact(idempotent=False, max_in_flight=1, delivery_timeout=5.0,
@@ -420,7 +420,7 @@ async def test_after_an_expiry_the_queue_counts_no_bytes_of_it(
     deadline: a expires there at t0 + 5. t0 + 5.25: b is sent: alone it is
     half a batch, so it is written at its linger, t0 + 7.25. Still counting a's
     bytes made b a full batch, ready at once."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 2, leaders=[0, 1])
     options = exact(idempotent=False, linger=2.0, delivery_timeout=5.0, request_timeout=3.0,
@@ -561,7 +561,7 @@ async def test_a_linger_ends_the_timer_slack_early(
     slack it waited until t0 + 5 ms; with the slack in the timer alone the
     flusher woke at t0 + 4.5 ms, found nothing due, and woke again at once
     without end (virtual time stood still)."""
-    from pipeline.producer import accumulator
+    from pipeline.producer._stages import accumulator
 
     monkeypatch.setattr(accumulator, "timer_slack", lambda: 0.0005)
     fake.create_topic("t", 1, leaders=[0])
@@ -583,7 +583,7 @@ def test_the_timer_slack_is_only_for_the_real_clock() -> None:
 
     from trio.testing import MockClock
 
-    from pipeline.producer.accumulator import TIMER_SLACK, timer_slack
+    from pipeline.producer._stages.accumulator import TIMER_SLACK, timer_slack
 
     async def slack() -> float:
         return timer_slack()

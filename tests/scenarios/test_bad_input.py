@@ -1,7 +1,7 @@
 """Bad input (issue 4, acceptance 3): each case gets a specific error, nothing accepted is lost.
 
 Against the FakeCluster on autojump_clock, so every "within a bounded time" is asserted
-exactly in virtual time. Two families of errors (pipeline/producer/errors.py):
+exactly in virtual time. Two families of errors (pipeline/producer/_errors.py):
 
 * raised by ``send`` / ``send_nowait`` / ``send_many`` / ``open_producer``: the message
   was not accepted (bad type, too large, buffer full, closed, bad config);
@@ -33,7 +33,7 @@ from pipeline import (
     UnknownTopicError,
     open_producer,
 )
-from pipeline.producer.message import Delivery
+from pipeline.producer._outcomes.delivery import Delivery
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.records import batch_size_for_record
 from pipeline.testing.fake_cluster import ControlContext, FakeCluster
@@ -419,7 +419,7 @@ async def test_invalid_config(
 def test_unknown_option_lists_every_valid_option() -> None:
     import dataclasses
 
-    from pipeline.producer.config import make_config
+    from pipeline.producer._config import make_config
 
     with pytest.raises(ConfigError) as info:
         make_config(None, {"acks": "all", "retires": 3, "batch_size": 5})

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trio
 
-from pipeline.producer.envelopes import TopicPartition
+from pipeline.producer._stages.envelopes import TopicPartition
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.records import batch_size_for_record
@@ -198,7 +198,7 @@ async def test_a_plain_batch_timing_out_in_flight_fails_once(
     waits for a leader. t0 + 1.0625: broker 1 is back; at the round of t0 +
     1.125 m is sent, answered 4.5 s late (written). At t0 + 5, in flight, m
     fails: delivery timeout, "may or may not have been written"."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 2, leaders=[0, 1])
     options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=5.0)
@@ -237,7 +237,7 @@ async def test_a_batch_in_flight_expires_at_its_own_deadline_not_its_requests(
     + 5.5.
     Bug (fixed): the whole request expired at its earliest deadline, so m
     failed at t0 + 5, after 2 s, as "may or may not have been written"."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     from .test_accumulator_rules import request_contents
 
@@ -310,7 +310,7 @@ async def test_a_success_clears_the_partitions_last_retry_error(
     would be answered at t0 + 6.125, but its deadline is t0 + 5.125: it fails
     then, in flight, with no "last error". Kept after a's success, the
     NOT_ENOUGH_REPLICAS was named as c's last error."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=False, max_batch_messages=1, delivery_timeout=5.0,
@@ -352,7 +352,7 @@ async def test_a_stalled_connect_is_cut_short_at_the_delivery_deadline(
     connecting; m's deadline, t0 + 5, cuts the connect short: m fails then,
     "never acknowledged". n, sent to t[1] (broker 1) at t0 + 5, starts a new
     connect, through at t0 + 9: n is written then."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 3, leaders=[0, 1, 2])
     options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=5.0)
@@ -454,7 +454,7 @@ async def test_a_batch_out_of_retries_leaves_no_last_error_behind(
     deadline, t0 + 6, comes before its request timeout (t0 + 6.5): it fails
     then, in flight, with no "last error". Setting it on exhaustion too (the
     ``again`` check forced True) named NOT_LEADER_OR_FOLLOWER."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=False, retries=0, linger=1.0, delivery_timeout=5.0,
@@ -591,7 +591,7 @@ async def test_the_batches_of_a_request_expire_each_at_its_own_deadline(
     carries x and y. x fails at its deadline, t0 + 5; y at its own, t0 +
     5.5, both in flight. Without the flight's new deadline y waited for the
     answer and was taken as written at t0 + 7 or later."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 3, leaders=[0, 2, 2])
     options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=5.0)
@@ -629,7 +629,7 @@ async def test_an_acks_0_batch_that_expires_while_its_request_is_written_fails_o
     returns late; the in-memory fake never does). Back from the write, the
     flusher expires m in flight at t0 + 1, before the responder sees the
     request. Settling it as written too counted a double settle."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     from .time_passes import jump_before_step, named
 
@@ -704,7 +704,7 @@ async def test_a_batch_found_expired_when_its_answer_is_read_fails_then(
     stayed retrying before: n went back once, without being sent, and was
     written after one backoff, at t0 + 5.125.) For an answer that says the
     leader may be gone, see the next test."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=4.0)
@@ -738,7 +738,7 @@ async def test_an_unanswered_batch_found_expired_when_its_request_fails_may_have
     answer came: the partition producer is told (``leader_changed``), and n,
     sent then, is written on its first attempt, at t0 + 5 (the metadata round
     it waits for is answered at once)."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
     from pipeline.testing.fake_cluster import NO_RESPONSE
 
     fake.create_topic("t", 1, leaders=[0])
@@ -776,7 +776,7 @@ async def test_a_give_up_that_may_have_lost_the_leader_sends_the_next_message_to
     + 5.125. Before: nobody was told, n went to broker 0's producer, was sent
     back unsent (a backoff, and its one retry level spent), reached broker 1
     at t0 + 5.125, and failed there with NOT_ENOUGH_REPLICAS, out of retries."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=False, retries=1, delivery_timeout=5.0, request_timeout=4.0)

@@ -4,7 +4,7 @@ Awaiting a settled delivery must not be a scheduler pass (a checkpoint per messa
 what made `await d` cost 16 us each); a pending one parks until its batch settles, so
 awaiting a whole burst in order parks about once per batch. Counted with a trio
 Instrument (task steps), never timed. Each test runs on both await paths (the
-``await_path`` fixture: pipeline/producer/_delivery.c and its pure-Python twin)."""
+``await_path`` fixture: pipeline/producer/_speedups/_delivery.c and its pure-Python twin)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 import trio
 
-from pipeline.producer.errors import ProducerClosed, ProducerError
-from pipeline.producer.message import RecordMetadata, wait_all
+from pipeline.producer._errors import ProducerClosed, ProducerError
+from pipeline.producer._message import RecordMetadata
+from pipeline.producer._outcomes.delivery import wait_all
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_producer, values_in_log
@@ -53,7 +54,7 @@ def counting_steps() -> Iterator[_Steps]:
 def without_trio_internals() -> Iterator[None]:
     """Inside the block the settled await finds no ``Task._cancel_status`` (as
     with a trio that changed them), on both await paths."""
-    from pipeline.producer import message
+    from pipeline.producer._outcomes import delivery as message
 
     old = message._set_run_context(types.SimpleNamespace(task=object()))
     try:

@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from pipeline.producer.envelopes import TopicPartition
+from pipeline.producer._stages.envelopes import TopicPartition
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import FakeCluster
@@ -231,7 +231,7 @@ async def test_a_batch_expiring_in_flight_explains_the_gap_behind_it(
     out and the connection closes; b's answer is read: explained by a, b goes
     back and is written at t0 + 6.125 with epoch 1, sequence 0. Without the
     retrying mark, b failed with OUT_OF_ORDER_SEQUENCE_NUMBER."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
@@ -268,7 +268,7 @@ async def test_a_failed_batch_waiting_for_its_partitions_flights_expires_on_time
     then); b fails in flight at its own, t0 + 5.5. c, sent after, is written
     in the new epoch at t0 + 5.875, once b's answer drained the wire. Bug
     (fixed): a failed only when b's answer came, at t0 + 5.75."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
@@ -306,7 +306,7 @@ async def test_a_failed_batch_expires_at_its_own_deadline_before_its_partitions_
     late. t0 + 3: c, to partition 1 on the same broker, makes the flusher work out
     its wait again (else it keeps the wait it took while a was in flight, which ends
     at a's deadline anyway). a fails at t0 + 5 exactly; b at t0 + 5.5."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 2, leaders=[0, 0])
     options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,
@@ -346,7 +346,7 @@ async def test_a_retried_batch_expiring_in_the_queue_starts_a_new_epoch(
     batch expires in the queue at t0 + 5. n, sent to t[2] after b is written,
     goes with epoch 1, sequence 0. Without the bump it carried epoch 0,
     sequence 1: a gap the broker never saw 0 of."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     from .test_accumulator_rules import retried_m_expires_while_b_holds_the_slot
 
@@ -499,7 +499,7 @@ async def test_a_batch_expiring_in_flight_explains_its_partitions_later_gap(
     answer came at once; it is read after theirs, at t0 + 7.) With the partition looked up wrongly (the
     last partition of the loop before, t[1]), b failed with
     OUT_OF_ORDER_SEQUENCE_NUMBER."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
     from pipeline.testing.fake_cluster import NO_RESPONSE
 
     fake.create_topic("t", 3, leaders=[0, 1, 2])
@@ -544,7 +544,7 @@ async def test_an_in_flight_expiry_keeps_the_error_its_partition_is_retrying_for
     partition producer, which finds no leader; c fails at its deadline, t0 +
     8.5, "last error: NOT_ENOUGH_REPLICAS". With the cause replaced at b's
     expiry, c named "an earlier batch timed out"."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
     from pipeline.testing.fake_cluster import NO_RESPONSE
 
     fake.create_topic("t", 3, leaders=[0, 1, 2])
@@ -628,7 +628,7 @@ async def test_an_in_flight_expiry_with_nothing_left_sends_the_next_message_to_t
     with epoch 1, sequence 0. Before: nobody was told; n went to broker 0's
     producer, which sent it back unsent, and reached broker 1 one backoff
     later, at t0 + 6.625."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 1, leaders=[0])
     options = exact(idempotent=True, max_batch_messages=1, delivery_timeout=5.0,

@@ -332,8 +332,8 @@ async def test_a_batch_arriving_after_its_partitions_bounce_goes_back_too(
     (NOT_ENOUGH_REPLICAS) at t0 + 1. B is sent at that instant, one scheduling
     step later, so it is on its way to the broker producer while the responder
     bounces A. Both go back, A first, and are written in order at t0 + 1.125."""
-    from pipeline.producer.broker_producer import BrokerProducer
-    from pipeline.producer.envelopes import Batch
+    from pipeline.producer._stages.broker_producer import BrokerProducer
+    from pipeline.producer._stages.envelopes import Batch
 
     late_arrivals: list[float] = []
     accept = BrokerProducer._accept

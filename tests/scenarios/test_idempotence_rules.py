@@ -1,6 +1,6 @@
 """Idempotence rules found unpinned by ``make mutants`` (docs/mutation.md):
 obtaining the producer id, the epoch's limit, and which fence or failure
-starts which kind of recovery (``pipeline/producer/idempotence.py``).
+starts which kind of recovery (``pipeline/producer/_stages/idempotence.py``).
 
 Deterministic (FakeCluster, autojump_clock, no jitter); each docstring walks
 through the schedule it needs, and the virtual times the protocol fixes are

@@ -15,8 +15,8 @@ import trio
 import trio.testing
 
 from pipeline import ProducerClosed, ProducerError
-from pipeline.producer import intake as intake_module
-from pipeline.producer.api import Producer
+from pipeline.producer._api import Producer
+from pipeline.producer._intake import intake as intake_module
 from pipeline.protocol.api import ApiKey
 from pipeline.testing.fake_cluster import FakeCluster
 
@@ -239,7 +239,7 @@ async def test_send_builds_the_message_the_slow_path_builds(
     Schedule: one ``send()`` on an idle producer, compared at once (no
     checkpoint: nothing has touched it yet) with ``Delivery(...)`` normalized
     by ``Intake.prepare``."""
-    from pipeline.producer.message import MessageDelivery
+    from pipeline.producer._outcomes.delivery import MessageDelivery
 
     fake.create_topic("t", 1, leaders=[0])
     async with open_fake_producer(fake) as producer:
@@ -405,7 +405,7 @@ async def test_messages_joining_a_burst_share_its_deadline(
     ``send_nowait()`` opens a burst (deadline t0 + 21.5); t0 + 2.5: m2's joins
     it. Nothing can be written, and m1 and m2 both fail at t0 + 21.5 (m2 on
     its own deadline would fail at t0 + 22.5)."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 1, leaders=[1])
     failed_at: dict[bytes, tuple[float, Any]] = {}

@@ -60,7 +60,7 @@ async def test_a_message_that_never_found_a_leader_says_so_when_it_times_out(
     before anything was sent to t[1], and the producer knows it. t0: m is sent
     to t[1] and waits for a leader; at t0 + 2 exactly it fails with a
     DeliveryTimeoutError naming the partition and the missing leader."""
-    from pipeline.producer.errors import DeliveryTimeoutError
+    from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 2, leaders=[0, 1])
     options = exact(idempotent=False, delivery_timeout=2.0, request_timeout=1.0)

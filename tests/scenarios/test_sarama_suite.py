@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from pipeline import BrokerResponseError, ProducerClosed, ProducerError, RequestTimedOutError
-from pipeline.producer.message import Delivery
+from pipeline.producer._outcomes.delivery import Delivery
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import ControlContext, FakeCluster

@@ -16,7 +16,7 @@ import trio
 
 from pipeline.cluster.errors import SaslAuthenticationError, SaslMechanismError
 from pipeline.consumer import read_topic
-from pipeline.producer.errors import ProducerError
+from pipeline.producer._errors import ProducerError
 from pipeline.testing.fake_cluster import FakeCluster, FakeSasl
 
 from .conftest import open_fake_producer, values_in_log

@@ -15,8 +15,8 @@ import pytest
 import trio
 
 from pipeline import MessageTooLargeError, ProducerClosed
-from pipeline.producer.partitioner import murmur2
-from pipeline.producer.rows import RowsError
+from pipeline.producer._columnar.rows import RowsError
+from pipeline.producer._stages.partitioner import murmur2
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import FakeCluster

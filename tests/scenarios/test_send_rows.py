@@ -3,7 +3,7 @@
 After a burst of ``COLUMNS_MIN`` or more messages was taken, the next burst of
 common calls (bytes value, no key, headers, partition, timestamp, metadata or
 on_delivery) appends to the columns of one ``SendRows`` and returns
-``RowDelivery`` objects (``pipeline/producer/send_rows.py``). These schedules
+``RowDelivery`` objects (``pipeline/producer/_columnar/burst.py``). These schedules
 check that every such row gets exactly the outcome the per-message path would
 give it: its offset in send order, its partition, its timestamp, its error,
 and its place among messages sent around it."""
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import trio
 
-from pipeline.producer import intake as intake_module
-from pipeline.producer import message
-from pipeline.producer.errors import ProducerClosed, ProducerError
-from pipeline.producer.send_rows import RowDelivery, RowOutcomes
+from pipeline.producer._columnar.burst import RowDelivery, RowOutcomes
+from pipeline.producer._errors import ProducerClosed, ProducerError
+from pipeline.producer._intake import intake as intake_module
+from pipeline.producer._outcomes import delivery as message
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_producer, values_in_log
@@ -313,7 +313,7 @@ async def test_wait_all_counts_rows_and_their_errors(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """The bulk wait over row deliveries (one failed batch of retries=0)."""
-    from pipeline.producer.message import wait_all
+    from pipeline.producer._outcomes.delivery import wait_all
     from pipeline.protocol.api import ApiKey
     from pipeline.protocol.errors import ErrorCode
 
@@ -671,7 +671,7 @@ async def test_kept_deliveries_do_not_keep_their_bursts_packed_columns(
     import gc
     import weakref
 
-    from pipeline.producer.send_rows import SendRows
+    from pipeline.producer._columnar.burst import SendRows
 
     packed: list[weakref.ref[Any]] = []
     seal = SendRows.seal

@@ -19,8 +19,8 @@ import pytest
 import trio
 import trio.testing
 
-from pipeline.producer.errors import ProducerClosed
-from pipeline.producer.send_rows import RowDelivery
+from pipeline.producer._columnar.burst import RowDelivery
+from pipeline.producer._errors import ProducerClosed
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_producer, values_in_log

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import trio
 
-from pipeline.producer.message import MessageDelivery
-from pipeline.producer.send_rows import COLUMNS_MIN, RowDelivery
+from pipeline.producer._columnar.burst import COLUMNS_MIN, RowDelivery
+from pipeline.producer._outcomes.delivery import MessageDelivery
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_producer, values_in_log
@@ -107,7 +107,7 @@ async def test_a_row_delivery_given_back_to_send_many_or_input_is_refused_clearl
     refuse it (and anything else that is not one) with a TypeError saying
     what to build instead; nothing of the call is sent, and the pipeline
     goes on."""
-    from pipeline.producer.message import ProducerMessage
+    from pipeline.producer._message import ProducerMessage
 
     fake.create_topic("t", 1)
     async with open_fake_producer(fake) as producer:
@@ -159,7 +159,7 @@ async def test_a_row_reserves_the_bytes_its_message_would(
 async def test_a_row_at_max_message_bytes_is_accepted_and_one_byte_more_is_refused(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
-    from pipeline.producer.errors import MessageTooLargeError
+    from pipeline.producer._errors import MessageTooLargeError
 
     fake.create_topic("t", 1)
     async with open_fake_producer(fake, max_message_bytes=1000) as producer:
@@ -194,7 +194,7 @@ async def test_rows_take_the_millisecond_the_wall_clock_reads_when_sent(
     the int is shared, the clock is read again once it reaches the next one
     (exactly at its boundary too), and a clock stepping back by less than a
     millisecond (NTP) keeps the millisecond already handed out."""
-    from pipeline.producer import intake
+    from pipeline.producer._intake import intake
 
     times = [1_700_000_000.0001, 1_700_000_000.0009, 1_700_000_000.001, 1_700_000_000.0019,
              1_700_000_000.5, 1_700_000_000.4999, 1_700_000_001.25]
@@ -226,7 +226,7 @@ async def test_rows_fill_the_buffer_to_the_byte_and_the_next_send_waits(
 
     fake.create_topic("t", 1)
     value = b"q" * 100
-    from pipeline.producer.normalize import SIZE_BASE
+    from pipeline.producer._intake.normalize import SIZE_BASE
 
     row_bytes = 100 + 2 + 1 + SIZE_BASE  # value, its length's varint, the null key, the rest
     gate = stall_produce(fake)
@@ -296,7 +296,7 @@ async def test_a_columnar_burst_that_finds_the_intake_full_is_not_opened(
     one the dispatcher was handed, the dispatcher not run yet): the send that would open a columnar
     burst cannot queue its run, so it undoes its acceptance and takes the
     per-message path, which waits for room. Every count adds up at close."""
-    from pipeline.producer.message import ProducerMessage
+    from pipeline.producer._message import ProducerMessage
 
     fake.create_topic("t", 1)
     async with open_fake_producer(fake, channel_capacity=2) as producer:

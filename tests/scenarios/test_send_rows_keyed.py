@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.producer.errors import ProducerError
-from pipeline.producer.partitioner import murmur2
-from pipeline.producer.send_rows import RowDelivery
+from pipeline.producer._columnar.burst import RowDelivery
+from pipeline.producer._errors import ProducerError
+from pipeline.producer._stages.partitioner import murmur2
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_producer
@@ -291,7 +291,7 @@ async def test_a_close_fails_the_halves_of_a_split_keyed_run_once(
     halves replaced is no longer one of its chunk's runs), every byte released."""
     import trio
 
-    from pipeline.producer.errors import ProducerClosed
+    from pipeline.producer._errors import ProducerClosed
     from pipeline.protocol.api import ApiKey
 
     fake = FakeCluster(brokers=1, seed=3, auto_create_topics=False)

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import trio
 
-from pipeline.producer.rows import RowChunk
-from pipeline.producer.send_rows import RowDelivery, RowOutcomes
+from pipeline.producer._columnar.burst import RowDelivery, RowOutcomes
+from pipeline.producer._columnar.rows import RowChunk
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_producer

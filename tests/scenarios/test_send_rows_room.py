@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import trio
 
-from pipeline.producer.errors import BufferFullError, ProducerClosed, ProducerError
-from pipeline.producer.send_rows import COLUMNS_MIN, RowDelivery
+from pipeline.producer._columnar.burst import COLUMNS_MIN, RowDelivery
+from pipeline.producer._errors import BufferFullError, ProducerClosed, ProducerError
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_producer, values_in_log

@@ -1,6 +1,6 @@
 """Topic producer rules found unpinned by ``make mutants`` (docs/mutation.md):
 which list takes which partitioning path, and the metadata wait
-(``pipeline/producer/topic_producer.py``).
+(``pipeline/producer/_stages/topic_producer.py``).
 
 Deterministic (FakeCluster, autojump_clock, no jitter); each docstring walks
 through the schedule it needs, and the virtual times the protocol fixes are
@@ -19,10 +19,10 @@ import trio
 import trio.testing
 
 from pipeline import DeliveryTimeoutError, ProducerError
-from pipeline.producer.envelopes import TopicPartition
-from pipeline.producer.message import ProducerMessage
-from pipeline.producer.partitioner import DefaultPartitioner, java_positive, murmur2
-from pipeline.producer.topic_producer import TopicProducer
+from pipeline.producer._message import ProducerMessage
+from pipeline.producer._stages.envelopes import TopicPartition
+from pipeline.producer._stages.partitioner import DefaultPartitioner, java_positive, murmur2
+from pipeline.producer._stages.topic_producer import TopicProducer
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import FakeCluster

@@ -173,7 +173,7 @@ def test_task_retry_is_flagged_and_at_least_once(
 
 
 def test_bad_producer_option_fails_before_any_task(spark: Any, kafka_bootstrap: str) -> None:
-    from pipeline.producer.errors import ConfigError
+    from pipeline.producer._errors import ConfigError
 
     df = spark.range(1).selectExpr("cast(id as string) as value")
     with pytest.raises(ConfigError, match="lingr"):

@@ -34,16 +34,17 @@ from typing import Any
 
 import trio
 
-from pipeline.producer.api import Producer, open_producer
-from pipeline.producer.errors import (
+from pipeline.producer._api import Producer, open_producer
+from pipeline.producer._columnar.burst import RowDelivery
+from pipeline.producer._columnar.rows import RowChunk, RowRun
+from pipeline.producer._errors import (
     BufferFullError,
     MessageTooLargeError,
     ProducerClosed,
     ProducerError,
 )
-from pipeline.producer.message import OK, PENDING, Delivery, ProducerMessage, RecordMetadata
-from pipeline.producer.rows import RowChunk, RowRun
-from pipeline.producer.send_rows import RowDelivery
+from pipeline.producer._message import OK, PENDING, ProducerMessage, RecordMetadata
+from pipeline.producer._outcomes.delivery import Delivery
 from pipeline.protocol.records import batch_size_for_record, decode_record_batches
 from pipeline.testing.fake_cluster import FakeCluster
 

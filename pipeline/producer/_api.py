@@ -1,0 +1,294 @@
+"""The public producer: ``open_producer`` and ``Producer`` (a facade).
+
+``Producer`` delegates to the intake stage: ``Intake`` (``intake.py``:
+``send()``'s hot path, bursts, acceptance), ``Bulk`` (``bulk.py``:
+``send_many`` / ``send_batch``), ``InputAcceptance`` (``input_acceptance.py``:
+``producer.input``), the dispatcher and ``InputChannel`` (``async_producer.py``);
+the stages behind it are built by ``core.py``; the report task (``Reporter``,
+``ledger.py``) feeds ``producer.successes`` / ``errors``. It owns the lifecycle: ``open_producer``
+connects, starts the pipeline in a nursery, closes it (``_shut_down``) when the block ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import trio
+
+from pipeline.cluster.pool import Cluster
+from pipeline.producer._config import ProducerConfig, make_config
+from pipeline.producer._errors import ProducerClosed, ProducerError
+from pipeline.producer._intake import send_path as fast_send
+from pipeline.producer._intake.bulk import Bulk
+from pipeline.producer._intake.input import InputAcceptance
+from pipeline.producer._intake.intake import Intake
+from pipeline.producer._message import DeliveryCallback, Headers, ProducerMessage, RecordMetadata
+from pipeline.producer._outcomes.delivery import Delivery, DeliveryGroup
+from pipeline.producer._outcomes.ledger import Ledger, Reporter
+from pipeline.producer._stages.core import ProducerCore, bootstrap_metadata
+from pipeline.producer._stages.dispatcher import Dispatcher, InputChannel
+from pipeline.producer._stages.partitioner import make_partitioner
+from pipeline.protocol._columns import ColumnInput, HeadersInput, IntsInput
+from pipeline.util.groups import unwrap_single_errors
+
+log = logging.getLogger("pipeline.producer")
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerStatistics:
+    accepted: int
+    succeeded: int
+    failed: int
+    outstanding: int
+    buffered_bytes: int
+    requests_sent: int
+    double_settles: int  # a bug if ever > 0: a message settled twice
+    callback_errors: int = 0  # on_delivery callbacks that raised (each one logged)
+
+
+class Producer:
+    """A running producer. Get one from ``open_producer``."""
+
+    def __init__(self, core: ProducerCore) -> None:
+        self._core = core
+        self._config = config = core.config
+        self._ledger = ledger = core.ledger
+        ledger.return_successes = config.return_successes
+        self._intake = intake = Intake(config, ledger)
+        # The hot path: no wrapper call per message (the methods below say the same).
+        self.send = fast_send.entry(intake)  # type: ignore[method-assign]
+        self.send_nowait = intake.send_nowait  # type: ignore[method-assign]
+        self._bulk = Bulk(intake, ledger)
+        self._inputs = InputAcceptance(intake, ledger)
+        self._reporter = reporter = Reporter(ledger, config.channel_capacity)
+        #: sarama-style input: put ``ProducerMessage`` objects here; their outcomes
+        #: arrive on ``successes`` (when ``return_successes``) and ``errors``.
+        self.input = InputChannel(self._inputs, intake, intake.sender())
+        self.successes: trio.MemoryReceiveChannel[ProducerMessage] = reporter.successes
+        self.errors: trio.MemoryReceiveChannel[ProducerError] = reporter.errors
+        self._dispatcher = Dispatcher(
+            intake.outbox, intake, self._inputs,
+            partial(core.topic_producer, partitioner=make_partitioner(config.partitioner,
+                                                                      core.rng)),
+            config.channel_capacity,
+        )
+
+    # -- sending -------------------------------------------------------------
+    async def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        *,
+        key: bytes | str | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        metadata: Any = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> Delivery:
+        """Queue one message; return once it is accepted (backpressure).
+
+        Returns a ``Delivery``: ``await`` it for ``RecordMetadata`` (or a
+        ``ProducerError``). ``on_delivery(metadata, error)``, if given, is
+        called exactly once when the message settles (in the pipeline's task:
+        keep it short; an exception from it is logged and counted in
+        ``statistics().callback_errors``). Raises, without accepting the
+        message, on bad input, ``BufferFullError`` after ``max_block``, or
+        ``ProducerClosed``.
+        """
+        return await self._intake.send(
+            topic, value, key=key, headers=headers, partition=partition,
+            timestamp=timestamp, metadata=metadata, on_delivery=on_delivery)
+
+    def send_nowait(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        *,
+        key: bytes | str | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        metadata: Any = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> Delivery:
+        """Like ``send`` but never waits: raises ``BufferFullError`` instead."""
+        return self._intake.send_nowait(
+            topic, value, key=key, headers=headers, partition=partition,
+            timestamp=timestamp, metadata=metadata, on_delivery=on_delivery)
+
+    async def send_and_wait(self, topic: str, value: bytes | str | None, **kw: Any) -> RecordMetadata:
+        """``send`` then wait for the outcome."""
+        delivery = await self.send(topic, value, **kw)
+        return await delivery
+
+    async def send_many(self, messages: Iterable[ProducerMessage]) -> DeliveryGroup:
+        """Queue many messages at once; the bulk path for callers like the Spark stage.
+
+        Every message is validated before any is accepted: a bad one raises
+        and none of the call's messages are sent. Returns a ``DeliveryGroup``
+        whose ``await`` gives counts and the first errors.
+        """
+        return await self._bulk.send_many(messages)
+
+    async def send_batch(
+        self,
+        topic: str,
+        values: ColumnInput,
+        keys: ColumnInput | None = None,
+        headers: HeadersInput | None = None,
+        partitions: IntsInput | None = None,
+        timestamps: IntsInput | None = None,
+    ) -> DeliveryGroup:
+        """Queue many rows given as columns: the columnar bulk path.
+
+        Each column is an Arrow array (borrowed, not copied), a Python list,
+        or a numpy array (``protocol/_columnar_input.py`` lists every form);
+        ``headers`` per row, ``partitions`` (None/null: the partitioner
+        decides; keyed rows go on Java's murmur2 partition) and
+        ``timestamps`` (ms; None/null: now) are optional. The rows move
+        through the same stages as ``send()``'s messages, as runs of rows
+        (``producer/rows.py``), and are encoded without a Python object per
+        record. Returns a ``DeliveryGroup``: ``await`` it for the counts
+        (delivered, failed, first errors), one outcome per row.
+
+        Every row is checked before any is accepted: bad input (lengths that
+        differ, a wrong type, a row over ``max_message_bytes``) raises
+        ``TypeError``/``ValueError``/``MessageTooLargeError`` naming the
+        column and row, and nothing of the call is sent. Rows are accepted in
+        chunks of at most a quarter of ``buffer_memory``, waiting for space
+        as ``send()`` does; if the call is cancelled or fails while waiting,
+        the chunks already accepted keep their outcomes (the group counts only
+        them) and the rest was never sent.
+        """
+        return await self._bulk.send_batch(topic, values, keys, headers, partitions, timestamps)
+
+    # -- flushing, statistics, closing -----------------------------------------
+    async def flush(self) -> None:
+        """Wait until every message accepted before this call has its outcome,
+        including messages already put on ``producer.input``."""
+        self._core.start_flushing()
+        try:
+            await self._intake.reach_flush_mark()
+            await self._ledger.wait_settled_through(self._ledger.last_accepted_id)
+        finally:
+            self._core.stop_flushing()
+
+    def statistics(self) -> ProducerStatistics:
+        ledger = self._ledger
+        return ProducerStatistics(
+            accepted=ledger.accepted,
+            succeeded=ledger.succeeded,
+            failed=ledger.failed,
+            outstanding=len(ledger.outstanding),
+            buffered_bytes=ledger.buffered_bytes,
+            requests_sent=sum(bp.requests_sent for bp in self._core.broker_producers()),
+            double_settles=ledger.double_settles,
+            callback_errors=ledger.callback_errors,
+        )
+
+    @classmethod
+    @asynccontextmanager
+    async def _running(cls, bootstrap: str | Sequence[str], cfg: ProducerConfig
+                       ) -> AsyncIterator[Producer]:
+        """Connect, run the pipeline while the block runs, then shut down."""
+        ledger = Ledger(cfg.buffer_memory, cfg.max_block)
+        async with Cluster.open(bootstrap, cfg.cluster) as cluster:
+            await bootstrap_metadata(cluster, bootstrap, cfg.request_timeout)
+            core = ProducerCore(cfg, cluster, ledger)
+            producer = cls(core)
+            async with trio.open_nursery() as outer:
+                pipeline_scope = trio.CancelScope()
+                stopped = trio.Event()  # the pipeline's tasks have all ended
+
+                async def run_pipeline(*, task_status: trio.TaskStatus[None]) -> None:
+                    try:
+                        with pipeline_scope:
+                            async with trio.open_nursery() as nursery:
+                                await core.start(nursery)  # (idempotence: the first id)
+                                await producer._run(nursery)
+                                task_status.started()
+                    finally:
+                        stopped.set()
+
+                await outer.start(run_pipeline)
+                graceful = False
+                try:
+                    yield producer
+                    graceful = True
+                finally:
+                    await producer._shut_down(pipeline_scope, stopped, graceful=graceful)
+
+    async def _run(self, nursery: trio.Nursery) -> None:
+        """Start the dispatcher (it starts the topic producers) and the report task."""
+        await nursery.start(self._dispatcher.run)
+        nursery.start_soon(self._reporter.run)
+
+    async def _shut_down(self, scope: trio.CancelScope, stopped: trio.Event, *, graceful: bool) -> None:
+        """Close: refuse new messages, flush (``graceful``: up to close_timeout), let
+        idempotent requests on the wire come back, stop the pipeline and, once its last
+        steps ended (regression abort-close-after-a-response-was-read), fail the rest."""
+        self._intake.stop_accepting()
+        cfg = self._config
+        with trio.CancelScope(shield=True):
+            if graceful:
+                with trio.move_on_after(cfg.close_timeout):
+                    await self.flush()
+            idem = self._core.idempotence
+            if idem is not None and idem.in_flight:
+                # Never abandon an idempotent request on the wire (franz-go #930):
+                # seal nothing new, and wait (bounded) for the answers to come back.
+                idem.paused = True
+                with trio.move_on_after(cfg.request_timeout):
+                    await idem.wait_drained()
+            scope.cancel()
+            with trio.move_on_after(cfg.request_timeout):
+                await stopped.wait()
+            self._inputs.shut_down(self._intake.leftovers())
+            left = self._ledger.fail_all_outstanding(
+                ProducerClosed.unsettled(cfg.close_timeout if graceful else None))
+            if left:
+                log.warning("producer closed with %d undelivered messages", left)
+            self._reporter.close()
+            self.input.close()
+            self._intake.close()
+
+
+@asynccontextmanager
+async def open_producer(
+    bootstrap: str | Sequence[str],
+    config: ProducerConfig | None = None,
+    *,
+    connector: Any = None,
+    **options: Any,
+) -> AsyncIterator[Producer]:
+    """Run a producer for the duration of an ``async with`` block.
+
+    Args:
+        bootstrap: ``"host:port"``, a comma-separated list, or a sequence of them.
+        config: a ``ProducerConfig``; keyword ``options`` override its fields.
+        connector: the transport seam (tests pass a fake cluster's connector);
+            the same as the ``connector`` option.
+
+    Leaving the block normally flushes (up to ``close_timeout``) and closes;
+    whatever is still undelivered then fails with ``ProducerClosed``. Leaving
+    it by cancellation or an error closes without waiting.
+
+    Raises:
+        ConfigError: an invalid option, before anything connects.
+        KafkaError: no bootstrap broker answered within ``request_timeout``.
+    """
+    if connector is not None:
+        options["connector"] = connector
+    cfg = make_config(config, options)
+    # Nurseries wrap errors in groups; at the public boundary one error is
+    # raised as itself (`except BrokerConnectionError:` works, a user's own
+    # exception comes out unchanged), several stay a group (pipeline.util.groups).
+    with unwrap_single_errors():
+        async with Producer._running(bootstrap, cfg) as producer:
+            yield producer

@@ -1,0 +1,368 @@
+"""``send()`` bursts as columns: the per-message call without a per-message
+object in the stages.
+
+A high-rate loop of common ``send()`` calls (a ``bytes`` value, a ``bytes`` key or
+none, either of them a ``str`` sent as UTF-8; no headers, partition, timestamp or
+``metadata``; an ``on_delivery`` callable or none; the default partitioner) appends
+each call's value, key and timestamp to the columns of one open ``SendRows``, as
+Java's ``RecordAccumulator`` appends into its batch buffer, and returns a two-slot
+``RowDelivery``. When the dispatcher takes the burst, its columns are packed once
+(the C kernel's ``pack_binary``) and the burst travels through the four stages as a
+``send_batch`` ``RowRun`` does (``rows.py``): split per partition and batch by the topic producer, ordered as
+one unit by the partition producer, sealed by the columnar encoder, settled by
+the ledger as a whole. Measured (issue 15 goal 2): the 15-slot ``Delivery`` per
+message, its share of the cyclic GC, and the per-message work of every stage
+were most of ``send()`` + ``flush()``'s CPU.
+
+Per-row outcomes are read lazily: when one of the chunk's runs settles, the
+ledger records the run's span of rows (``row_outcomes.py``: one entry per
+run, nothing per row; keyed rows spread over partitions, see there), and a
+``RowDelivery`` finds its row's run there (its offset is the run's base plus the
+row's place in it). ``flush()`` callers drop
+their deliveries at once, so the burst's value and timestamp lists die when its
+columns are packed: a waiting burst holds its packed columns and nothing per
+row besides (measured at the peak of the 1M ``send()`` bench: the two lists
+were 4.7 MB of its 81 MB). Callbacks keep the values and timestamps lists (an
+error names its row's value, metadata carries its timestamp).
+
+Invariants:
+* Rows are accepted in call order and the ids of a burst are consecutive: a
+  burst is open only while nothing else was put on the intake after it
+  (``Intake`` ends it on any other item, as it ends a list burst).
+* ``chunk.pending`` counts the burst's rows only once it is sealed (by the
+  dispatcher taking it, or by a close); nothing settles a row before that,
+  because its run reaches no stage before the dispatcher takes it.
+* A row's outcome is written once: the row enters a span of
+  ``RowOutcomes.bounds`` when its run settles (write-once ``_state`` per run),
+  a run settles once, and the spans of a burst's runs never overlap.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from pipeline.producer._columnar import row_outcomes as _outcomes
+from pipeline.producer._columnar.row_outcomes import RowOutcomes, _call_back_ok_py
+from pipeline.producer._columnar.rows import RowChunk, RowRun
+from pipeline.producer._message import (
+    FAILED,
+    OK,
+    PENDING,
+    DeliveryCallback,
+    ProducerError,
+    ProducerMessage,
+    RecordMetadata,
+)
+from pipeline.producer._outcomes import delivery as _m
+from pipeline.producer._outcomes.delivery import Delivery, _checkpoint, _checkpoint_if_cancelled
+from pipeline.protocol.columnar import BinaryColumn, Columns, kernel
+
+__all__ = ["COLUMNS_MIN", "RowDelivery", "RowOutcomes", "SendRows"]
+
+#: A burst opens as columns only after a burst of at least this many messages
+#: was taken (a high-rate loop): each burst's runs are sealed as their own
+#: batches, so small bursts (a paced sender) keep the per-message path, whose
+#: messages share batches across bursts during ``linger``.
+COLUMNS_MIN = 64
+
+_new_metadata = tuple.__new__
+
+
+class SendRows:
+    """One ``send()`` burst: its columns while open (a list per column), then
+    the deliveries' view of its rows."""
+    __slots__ = ("chunk", "deadline", "event", "keys", "on_delivery", "outcomes", "run",
+                 "size", "timestamps", "topic", "values")
+
+    def __init__(self, topic: str, run: RowRun, chunk: RowChunk) -> None:
+        self.topic = topic
+        # Each row's on_delivery (or None), once a row had one; None: no row had.
+        self.on_delivery: list[DeliveryCallback | None] | None = None
+        # Only bytes and ints: lists the cyclic GC need not walk (new_column).
+        self.values: list[bytes] = new_column()
+        self.timestamps: list[int] = new_column()
+        # Each row's key (bytes or None), once a row had one; None: no row had (the
+        # burst then splits as keyless rows do; with keys, by murmur2 as send_batch).
+        self.keys: list[bytes | None] | None = None
+        self.size = 0  # bytes reserved (the per-message bounds)
+        # The burst's run, in the intake until the dispatcher takes it (None after).
+        self.run: RowRun | None = run
+        self.deadline = run._deadline  # its rows' delivery deadline (run's is set first)
+        self.chunk = chunk
+        self.outcomes: RowOutcomes | None = None  # set when sealed
+        self.event: trio.Event | None = None  # set when sealed, if someone waits
+
+    def first_key(self, key: bytes) -> None:
+        """The burst's first keyed row is the next one: the rows before it had none."""
+        self.keys = keys = new_column()  # (bytes and None only, as the values)
+        keys.extend([None] * len(self.values))
+        keys.append(key)
+
+    def seal(self) -> int:
+        """The burst is closed (the dispatcher took it, or the producer closes):
+        its columns are packed into the run, and its rows become pending rows
+        of the chunk. Returns the bytes of that packed copy."""
+        pack = kernel().pack_binary
+        offsets, data, validity, _ = pack(self.values, "values")
+        assert validity is None, "send() put only bytes values here"
+        values = BinaryColumn(memoryview(offsets).cast("q"), memoryview(data))
+        copied = values.offsets.nbytes + values.data.nbytes
+        keys = None
+        if self.keys is not None:  # (None where a row had no key: the validity bitmap)
+            offsets, data, validity, nulls = pack(self.keys, "keys")
+            keys = BinaryColumn(memoryview(offsets).cast("q"), memoryview(data),
+                                None if validity is None else memoryview(validity), 0, nulls)
+            copied += len(offsets) + len(data) + (0 if validity is None else len(validity))
+        n = len(self.values)
+        run, chunk = self.run, self.chunk
+        assert run is not None, "a burst is sealed once"
+        self.run = None  # it travels on; the burst's deliveries must not keep its columns
+        packed = kernel().pack_ints(self.timestamps, True)  # (None: an injected clock's odd
+        stamps = (memoryview(array("q", self.timestamps)) if packed is None  # value: array's)
+                  else memoryview(packed).cast("q"))
+        run.columns = Columns(values, keys, None, stamps)
+        run.count = n
+        run._size = self.size
+        chunk.pending = n
+        self.outcomes = chunk.outcomes = RowOutcomes(self)
+        self.on_delivery = None  # the outcomes hold them until the last row settles
+        if self.event is not None:
+            self.event.set()
+        return copied + stamps.nbytes
+
+
+if TYPE_CHECKING:
+    class _RowAwaitBase:
+        pass
+else:
+    class _NoCRowAwait:  # (a base of its own: ``object`` here would break the MRO;
+        __slots__ = ("_row", "_rows")  # its fields, as _delivery.RowAwait has them)
+
+    _RowAwaitBase = _NoCRowAwait if _m._c is None else _m._c.RowAwait
+
+
+class RowDelivery(Delivery, _RowAwaitBase):
+    """What ``send()`` returns for a row of a columnar burst: the same API as
+    a message's ``Delivery``, read from the burst (two slots, no copy).
+
+    Where the C extension is built, its two fields are ``_delivery.RowAwait``'s
+    (the row's index a C integer) and its instances are no GC objects
+    (``make_untracked`` in ``_delivery.c``, at import): a loop keeping 200k of
+    them then triggers no collection. That is safe because nothing it refers to
+    can lead back to it once its burst is settled: ``_rows`` is a ``SendRows``
+    whose values are ``bytes``, timestamps ``int``s, and whose only user
+    objects, the rows' ``on_delivery`` callbacks, are dropped when the last
+    row settled (until then a callback that refers to its own delivery makes
+    a cycle that the settling breaks; every accepted row settles). Its await
+    is ``_delivery.RowAwait``'s ``am_await`` when the C path is in use (the
+    settled case without a Python frame), else ``_row_await_py``."""
+
+    __slots__ = ()  # its two fields are its base's (_delivery.c makes it GC-free)
+    _rows: SendRows  # the burst (set by new_row)
+    _row: int  # the row's index in it
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        return _row_await_py(self)  # replaced by the C slot (_use_rows)
+
+    # -- the message's fields ----------------------------------------------------
+    @property
+    def topic(self) -> str:  # type: ignore[override]
+        return self._rows.topic
+
+    @property
+    def value(self) -> bytes:  # type: ignore[override]
+        return self._rows.values[self._row]
+
+    @property
+    def key(self) -> bytes | None:  # type: ignore[override]
+        keys = self._rows.keys
+        return None if keys is None else keys[self._row]
+
+    @property
+    def headers(self) -> tuple[()]:  # type: ignore[override]
+        return ()
+
+    @property
+    def metadata(self) -> None:
+        return None
+
+    def _run(self) -> RowRun | None:
+        outcomes = self._rows.outcomes
+        return None if outcomes is None else outcomes.run_for(self._row)  # (None: pending)
+
+    @property
+    def partition(self) -> int | None:  # type: ignore[override]
+        run = self._run()
+        return None if run is None else run.partition
+
+    @property
+    def offset(self) -> int:  # type: ignore[override]
+        outcomes = self._rows.outcomes
+        found = None if outcomes is None else outcomes.locate(self._row)
+        if found is None or found[0]._state != OK or found[0].offset < 0:
+            return -1
+        return found[0].offset + found[1]  # the run's base offset plus the row's place
+
+    @property
+    def timestamp(self) -> int:  # type: ignore[override]
+        run = self._run()
+        if run is not None and run._state == OK and run.timestamp >= 0:
+            return run.timestamp  # the broker's LogAppendTime
+        return self._rows.timestamps[self._row]
+
+    @property
+    def _state(self) -> int:  # type: ignore[override]
+        run = self._run()
+        return PENDING if run is None else run._state
+
+    @property
+    def _outcome(self) -> BaseException | None:  # type: ignore[override]
+        run = self._run()
+        return None if run is None else run._outcome
+
+    @property
+    def message(self) -> ProducerMessage:
+        """The row as a ``ProducerMessage`` (a copy, with its outcome's fields)."""
+        msg = ProducerMessage(self.topic, self.value, self.key, None, self.partition,
+                              self.timestamp)
+        msg.offset = self.offset
+        msg._state = self._state
+        return msg
+
+    def __repr__(self) -> str:
+        where = self.topic if self.partition is None else f"{self.topic}[{self.partition}]"
+        state = ("pending", "ok", "failed")[self._state]
+        off = f" offset={self.offset}" if self._state == OK else ""
+        return f"<Delivery {where} key={self.key!r} {state}{off}>"
+
+    def done(self) -> bool:
+        return self._state != PENDING
+
+    def record_metadata(self) -> RecordMetadata:
+        offset = self.offset
+        return _new_metadata(RecordMetadata, (
+            self._rows.topic, self.partition, offset, self.timestamp, offset >= 0))
+
+    def result(self) -> RecordMetadata:
+        state = self._state
+        if state == OK:
+            return self.record_metadata()
+        if state == FAILED:
+            outcome = self._outcome
+            assert outcome is not None
+            raise ProducerError(self.message, outcome)
+        raise trio.WouldBlock
+
+    async def _park(self) -> None:
+        """Wait (a trio checkpoint) until the row is settled: woken whenever a
+        run of its burst settles, so a loop awaiting a burst's rows in order
+        parks about once per batch."""
+        rows = self._rows
+        while True:
+            outcomes = rows.outcomes
+            if outcomes is not None and self._run() is not None:
+                await trio.lowlevel.checkpoint()
+                return
+            if outcomes is None:  # not sealed yet: the dispatcher has not taken it
+                if rows.event is None:
+                    rows.event = trio.Event()
+                await rows.event.wait()
+                continue
+            if outcomes.event is None:
+                outcomes.event = trio.Event()
+            await outcomes.event.wait()
+
+
+def _row_await_py(self: RowDelivery) -> Generator[Any, None, RecordMetadata]:
+    """``RowDelivery.__await__`` in Python: all of it without the C module, and
+    its pending / failed part with it (``RowAwait`` hands those cases over)."""
+    run = self._run()
+    if run is not None and run._state == OK:  # settled: no schedule pass
+        if _m._schedule_due():  # (the process-wide budget and check of message.py)
+            yield from _checkpoint().__await__()
+        else:
+            try:
+                cancelled = _m._run_context.task._cancel_status.effectively_cancelled
+            except AttributeError:
+                cancelled = True
+            if cancelled:
+                yield from _checkpoint_if_cancelled().__await__()  # raises Cancelled
+        return _row_metadata_py(self)
+    yield from self._park().__await__()  # pending: waits; failed: a checkpoint
+    return self.result()
+
+
+def _row_metadata_py(self: RowDelivery) -> RecordMetadata:
+    """The ``RecordMetadata`` of a row settled OK (``_delivery.row_metadata``'s twin)."""
+    outcomes = self._rows.outcomes
+    assert outcomes is not None
+    row = self._row
+    found = outcomes.locate(row)
+    assert found is not None
+    run, place = found
+    offset = run.offset
+    if offset >= 0:
+        offset += place
+    timestamp = run.timestamp
+    return _new_metadata(RecordMetadata, (
+        run.topic, run.partition, offset,
+        timestamp if timestamp >= 0 else self._rows.timestamps[row], offset >= 0))
+
+
+def _row_settled_checkpoint(self: RowDelivery, full: bool) -> Generator[Any, None, RecordMetadata]:
+    """The C path's settled await when it must yield: a schedule point is due
+    (``full``), or the task is cancelled or its cancel status unreadable."""
+    if full:
+        yield from _checkpoint().__await__()
+    else:
+        yield from _checkpoint_if_cancelled().__await__()
+    return _row_metadata_py(self)
+
+
+def _new_row_py(rows: SendRows, row: int) -> RowDelivery:
+    """``_delivery.new_row``'s twin (a GC object when the extension is not built)."""
+    delivery = _new_delivery(RowDelivery)
+    delivery._rows = rows
+    delivery._row = row
+    return delivery
+
+
+_new_delivery = RowDelivery.__new__
+
+
+#: A burst's column list: ``_send.atomic_list`` (a list the cyclic GC does not
+#: track: its items are bytes or ints, in no cycle) when that module is loaded
+#: (``fast_send.py`` sets it), else ``list``.
+new_column: Callable[[], list[Any]] = list
+
+#: ``send()``'s row constructor: ``_delivery.new_row`` or its twin (``_use_rows``).
+new_row: Callable[[SendRows, int], RowDelivery] = _new_row_py
+
+
+def _use_rows(kind: str) -> None:
+    """Bind the rows' await to the process's path (``message._use`` calls this
+    after every switch): the C slot and allocator, or the Python twins."""
+    global new_row
+    if kind == "c":
+        assert _m._c is not None
+        _m._c.setup_rows(row_type=RowDelivery, rows_type=SendRows, outcomes_type=RowOutcomes,
+                         run_type=RowRun, python_await=_row_await_py,
+                         settled_checkpoint=_row_settled_checkpoint)
+        new_row = _m._c.new_row
+        _outcomes.call_back_ok = _m._c.call_back_ok
+        _outcomes.map_rows = _m._c.map_rows
+        if "__await__" in RowDelivery.__dict__:
+            del RowDelivery.__await__  # the slot comes from _delivery.RowAwait again
+    else:
+        new_row = _new_row_py
+        _outcomes.call_back_ok = _call_back_ok_py
+        _outcomes.map_rows = _outcomes._map_rows_py
+        RowDelivery.__await__ = _row_await_py  # type: ignore[method-assign]
+
+
+_m._USE_HOOKS.append(_use_rows)
+_use_rows(_m.DELIVERY_AWAIT)

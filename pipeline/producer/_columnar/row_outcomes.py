@@ -1,0 +1,245 @@
+"""Where each row of a columnar ``send()`` burst ended up (``send_rows.py``).
+
+A burst's rows are split by the topic producer into runs (``rows.assign_rows``):
+one per partition and batch. The ledger records each run here when it settles
+(``RowOutcomes.record``: one entry per run, nothing per row); a row's delivery
+then finds its run, and its offset is the run's base offset plus the row's
+place in it. The rows' ``on_delivery`` callbacks are called from here too.
+
+*Wire order* is the order of a burst's rows once split: each partition's rows
+in call order, partition after partition (``RowRun.place`` is a run's first
+position in it). A run covers consecutive positions of the wire order, so the
+settled runs are sorted, disjoint spans of it (``bounds``). Without keys the
+wire order is the call order (the null-key split cuts consecutive rows); a
+keyed burst's rows are spread over partitions by murmur2, so a row's wire
+position is read from ``inverse`` (row -> position), which is filled lazily,
+from the runs recorded since (``unmapped``), by the first lookup that needs
+it: a ``flush()`` caller, who looks up no row, pays nothing per row for it.
+
+Invariants: a row is in at most one span (spans never overlap: asserted); a
+row in no span is pending; ``inverse`` holds a position for exactly the rows
+of the recorded runs not in ``unmapped``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from itertools import repeat
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+from pipeline.producer._message import (
+    FAILED,
+    OK,
+    DeliveryCallback,
+    ProducerError,
+    ProducerMessage,
+    RecordMetadata,
+)
+
+if TYPE_CHECKING:
+    from pipeline.producer._columnar.rows import RowRun
+
+__all__ = ["RowOutcomes", "call_back_ok"]
+
+_new_metadata = tuple.__new__
+
+#: ``RowOutcomes.timestamps`` of a burst without callbacks: only ``call_back``
+#: (and ``errors``, for it) read it; a row's delivery reads its ``SendRows``.
+_NOT_KEPT: list[int] = []
+#: One span of ``RowOutcomes.bounds``: a settled run's first wire position and the one after its last.
+_PAIR = struct.Struct("=qq")
+
+
+class Burst(Protocol):
+    """What the outcomes read of a sealed burst (``send_rows.SendRows``)."""
+
+    topic: str
+    values: list[bytes]
+    timestamps: list[int]
+    keys: list[bytes | None] | None
+    on_delivery: list[DeliveryCallback | None] | None
+
+
+def _spans_from(bounds: bytearray, at: int) -> int:
+    """How many spans of ``bounds`` (sorted) start at or before position ``at``."""
+    lo, hi = 0, len(bounds) // _PAIR.size
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _PAIR.unpack_from(bounds, _PAIR.size * mid)[0] <= at:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _rows_of(run: RowRun) -> Any:
+    """The burst's rows ``run`` holds, in wire order: a range (a null-key
+    split, or the whole unsplit burst) or int64 row indices (a keyed split)."""
+    return range(run.count) if run.rows is None else run.rows
+
+
+def _take(column: list[Any], run: RowRun) -> list[Any]:
+    """``column``'s items for the rows of ``run``, in its wire order."""
+    rows = _rows_of(run)
+    if type(rows) is range:
+        return column[rows.start:rows.stop]
+    return list(map(column.__getitem__, rows))
+
+
+class RowOutcomes:
+    """A burst's settled runs: written by the ledger when a run of the burst
+    settles, read by the rows' deliveries. Shared by the chunk (which drops it
+    with its last row: ``runs`` are runs, and runs point at the chunk) and the
+    ``SendRows``, so neither keeps the other alive."""
+
+    __slots__ = ("_positions", "bounds", "event", "inverse", "keys", "on_delivery", "runs",
+                 "timestamps", "topic", "unmapped", "values")
+
+    def __init__(self, rows: Burst) -> None:
+        # The settled runs in wire order: ``runs[i]`` settled wire positions
+        # [start, stop) = ``bounds`` int64 pair i (a bytearray _delivery.c reads in
+        # place). O(runs): nothing per row (a per-row list was 8 bytes a kept row).
+        self.bounds = bytearray()
+        self.runs: list[RowRun] = []
+        # A keyed burst's row -> wire position (int64 per row, -1: not mapped), filled
+        # lazily from ``unmapped`` (module docstring). _delivery.c reads it in place
+        # and leaves a -1 to this lookup. None: no keys, the position is the row.
+        self.inverse: bytearray | None = None
+        self._positions: memoryview | None = None  # (inverse as int64s, for the writes)
+        if rows.keys is not None:
+            self.inverse = bytearray(b"\xff" * (8 * len(rows.values)))
+            self._positions = memoryview(self.inverse).cast("q")
+        self.unmapped: list[RowRun] = []
+        # Set when a run settles while someone waits for a row (then replaced).
+        self.event: trio.Event | None = None
+        # The rows' on_delivery callbacks (None: no row has one), called per row by
+        # the ledger when a run settles (with the row's metadata, or its error
+        # naming its value and key: hence the lists, kept only then; a delivery
+        # reads its value, key and timestamp from its ``SendRows``).
+        self.on_delivery = rows.on_delivery
+        self.topic = rows.topic
+        kept = rows.on_delivery is not None
+        self.timestamps = rows.timestamps if kept else _NOT_KEPT
+        self.values = rows.values if kept else None
+        self.keys = rows.keys if kept else None
+
+    def record(self, run: RowRun) -> None:
+        """``run`` settled (its ``_state``, ``offset`` and ``timestamp`` are set)."""
+        a = run.place
+        b = a + run.count
+        i = _spans_from(self.bounds, a)
+        at = _PAIR.size * i  # (spans before it end by a; those after start at b or later)
+        assert i == 0 or _PAIR.unpack_from(self.bounds, at - _PAIR.size)[1] <= a, "spans overlap"
+        assert at == len(self.bounds) or b <= _PAIR.unpack_from(self.bounds, at)[0]
+        self.bounds[at:at] = _PAIR.pack(a, b)
+        self.runs.insert(i, run)
+        if self.inverse is not None:
+            self.unmapped.append(run)
+        if self.event is not None:
+            self.event.set()
+            self.event = None
+
+    def locate(self, row: int) -> tuple[RowRun, int] | None:
+        """The settled run of ``row`` and the row's place in it (None: pending)."""
+        at = row
+        positions = self._positions
+        if positions is not None:
+            for run in self.unmapped:  # (filled on demand: the module docstring)
+                rows = _rows_of(run)
+                if type(rows) is range:  # (the whole unsplit burst: a close failed it)
+                    _map_rows_py(positions, rows, run.place)
+                else:
+                    map_rows(positions, rows, run.place)
+            self.unmapped.clear()
+            at = positions[row]  # (-1, in no recorded run: before every span, pending)
+        i = _spans_from(self.bounds, at) - 1
+        if i < 0:
+            return None
+        start, stop = _PAIR.unpack_from(self.bounds, _PAIR.size * i)
+        if at >= stop:
+            return None
+        return self.runs[i], at - start
+
+    def run_for(self, row: int) -> RowRun | None:
+        """The settled run of ``row`` (None: pending)."""
+        found = self.locate(row)
+        return None if found is None else found[0]
+
+    def call_back(self, run: RowRun, failed: Callable[[Any, Any], None]) -> None:
+        """Call the ``on_delivery`` of each row of ``run`` (settled, recorded)
+        once, in wire order: ``fn(metadata, None)`` or ``fn(None, error)``. A
+        callback that raises is reported with ``failed(fn, what)`` from the
+        ``except`` block (the ledger logs and counts it), and the next row
+        still hears."""
+        assert self.on_delivery is not None
+        fns = _take(self.on_delivery, run)
+        if run._state == OK:  # the common case: one C loop (or its twin)
+            call_back_ok(fns, run.topic, run.partition, run.offset,
+                         _take(self.timestamps, run), run.timestamp, failed)
+            return
+        for error, fn in zip(self.errors(run), fns, strict=True):
+            if fn is not None:
+                try:
+                    fn(None, error)
+                except Exception:
+                    failed(fn, error.message)
+
+    def errors(self, run: RowRun) -> Iterator[ProducerError]:
+        """The ``ProducerError`` of each row of ``run`` (failed), in wire order,
+        naming the row's value and key."""
+        values, keys, cause = self.values, self.keys, run._outcome
+        assert values is not None
+        assert cause is not None
+        for row in _rows_of(run):
+            msg = ProducerMessage(self.topic, values[row], None if keys is None else keys[row],
+                                  None, run.partition, self.timestamps[row])
+            msg._state = FAILED
+            yield ProducerError(msg, cause)
+
+
+def _map_rows_py(positions: Any, rows: Any, place: int) -> None:
+    """``_delivery.map_rows``'s twin: ``positions[rows[k]] = place + k``."""
+    for at, row in enumerate(rows, place):
+        if not 0 <= row < len(positions):
+            raise ValueError(f"map_rows: row {row} is outside 0..{len(positions) - 1}")
+        positions[row] = at
+
+
+def _row_metadata_each(topic: str, partition: int | None, base: int, stamps: list[int],
+                       append_time: int) -> Iterator[RecordMetadata]:
+    """The ``RecordMetadata`` of each row of a run settled OK, lazily (as
+    ``_delivery.call_back_ok`` builds them): row i's offset is ``base + i``
+    (-1, unknown, when ``base`` < 0), its timestamp ``append_time`` when >= 0
+    (the broker's LogAppendTime), else ``stamps[i]``. C-level maps, no
+    bytecode per row."""
+    n = len(stamps)
+    offsets = range(base, base + n) if base >= 0 else repeat(-1, n)
+    times = stamps if append_time < 0 else repeat(append_time, n)
+    return map(_new_metadata, repeat(RecordMetadata), zip(
+        repeat(topic, n), repeat(partition), offsets, times, repeat(base >= 0)))
+
+
+def _call_back_ok_py(fns: list[DeliveryCallback | None], topic: str, partition: int | None,
+                     base: int, stamps: list[int], append_time: int,
+                     failed: Callable[[Any, Any], None]) -> None:
+    """``_delivery.call_back_ok``'s twin: ``fn(meta, None)`` for each row of a
+    run settled OK whose callback is not None, in row order; an ``Exception``
+    from one goes to ``failed(fn, meta)`` (from the ``except`` block, which
+    logs it), and the next row still hears."""
+    metas = _row_metadata_each(topic, partition, base, stamps, append_time)
+    for meta, fn in zip(metas, fns, strict=True):
+        if fn is not None:
+            try:
+                fn(meta, None)
+            except Exception:
+                failed(fn, meta)
+
+
+#: Calls the callbacks of a run settled OK: ``_delivery.call_back_ok`` or its
+#: twin (``send_rows._use_rows`` binds it).
+call_back_ok: Callable[..., None] = _call_back_ok_py
+#: Fills a keyed burst's row -> wire position map: ``_delivery.map_rows`` or its twin.
+map_rows: Callable[[Any, Any, int], None] = _map_rows_py

@@ -1,0 +1,65 @@
+"""Errors the producer raises or reports.
+
+Two families, kept apart on purpose:
+
+* raised by ``send()`` / ``send_nowait()`` / ``open_producer()``: the message was
+  *not accepted* (bad input, buffer full, producer closed, invalid config).
+  Nothing was queued, so nothing else is lost.
+* reported as the outcome of an accepted message: always a ``ProducerError``
+  carrying the message and the specific ``cause``. Every accepted message gets
+  exactly one outcome: a ``RecordMetadata`` or a ``ProducerError``.
+  ``ProducerError`` is defined in ``message.py``, beside the message it carries
+  (each refers to the other), and re-exported here.
+"""
+
+from __future__ import annotations
+
+from pipeline.cluster.errors import ConfigError as ConfigError
+from pipeline.cluster.errors import KafkaError
+from pipeline.producer._message import ProducerError as ProducerError
+from pipeline.protocol.errors import ErrorCode
+
+
+class MessageTooLargeError(KafkaError, ValueError):
+    """A message larger than ``max_message_bytes`` was refused by ``send()``."""
+
+
+class BufferFullError(KafkaError):
+    """``buffer_memory`` is exhausted: ``send_nowait`` refuses, ``send`` gave up after ``max_block``."""
+
+
+class ProducerClosed(KafkaError):
+    """The producer is closing or closed.
+
+    Raised by ``send()`` after close began; used as the ``cause`` of the
+    ``ProducerError`` of every message still undelivered when ``close_timeout``
+    ran out.
+    """
+
+    @classmethod
+    def unsettled(cls, close_timeout: float | None) -> ProducerClosed:
+        """The cause for what a close leaves unsettled (``close_timeout``: the
+        one that ran out, for a graceful close; None: a close without flush)."""
+        ran_out = f" (close_timeout={close_timeout}s ran out)" if close_timeout is not None else ""
+        return cls(f"the producer closed before this message was acknowledged{ran_out}; "
+                   "it may or may not have been written")
+
+
+class DeliveryTimeoutError(KafkaError):
+    """The message's ``delivery_timeout`` elapsed before it was acknowledged."""
+
+    retriable = True
+
+
+class BrokerResponseError(KafkaError):
+    """The broker answered a produce request for this partition with an error code."""
+
+    def __init__(self, code: ErrorCode, error_message: str | None = None) -> None:
+        self.code = code
+        self.error_message = error_message
+        detail = f": {error_message}" if error_message else ""
+        super().__init__(f"{code.name} ({int(code)}) {code.description}{detail}")
+
+    @property
+    def retriable(self) -> bool:  # type: ignore[override]
+        return self.code.retriable

@@ -1,0 +1,69 @@
+"""What ``producer.send`` is: ``Intake.send`` itself, or its row branch in C.
+
+``_send.c`` (see its header) runs the common call, ``await producer.send(topic, value)``
+appending a row to the open columnar burst, without a coroutine or a bytecode of
+Python; every other call, and every call whose conditions do not all hold, runs
+``Intake.send`` (``intake.py``), the twin that defines the behaviour. Both share the
+intake's, the ledger's and the burst's fields (their ``__slots__``), so they can
+alternate call by call.
+
+The C path is used when the extension is built, ``PIPELINE_PURE_PYTHON`` is not set,
+and the producer's bursts can be columnar (the default partitioner: otherwise the
+branch never applies and the extra call would only cost). ``use("python")`` switches
+the process to the twin (tests run both and compare).
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from pipeline.producer import _speedups
+from pipeline.producer._columnar import burst as _send_rows
+from pipeline.producer._intake import intake as _intake
+from pipeline.producer._intake.normalize import SIZE_BASE
+from pipeline.producer._outcomes.ledger import Ledger
+
+__all__ = ["SEND_PATH", "entry", "use"]
+
+
+def _load_c() -> ModuleType | None:
+    _send = _speedups.load("_send")
+    if _send is None:  # not built, or PIPELINE_PURE_PYTHON=1: Intake.send alone
+        return None
+    _send.setup(
+        intake_type=_intake.Intake, ledger_type=Ledger, rows_type=_send_rows.SendRows,
+        size_base=SIZE_BASE, intake_globals=vars(_intake), rows_globals=vars(_send_rows),
+        wall_time=time.time,
+    )
+    # A coroutine to trio (nursery.start_soon(producer.send, ...)): it has no frame, so
+    # trio wraps it in one, as it does for coroutines written in C or Cython.
+    collections.abc.Coroutine.register(_send.SendCall)
+    _send_rows.new_column = _send.atomic_list
+    return _send
+
+
+_c: ModuleType | None = _load_c()
+#: The path new producers take: ``"c"`` when the extension is loaded, else ``"python"``.
+SEND_PATH = "c" if _c is not None else "python"
+
+
+def use(kind: str) -> None:
+    """Switch the send path of producers opened from now on (``"c"``, ``"python"``)."""
+    global SEND_PATH
+    if kind not in ("c", "python"):
+        raise ValueError(f"send path must be 'c' or 'python', not {kind!r}")
+    if kind == "c" and _c is None:
+        raise RuntimeError("pipeline.producer._speedups._send is not built or is disabled")
+    SEND_PATH = kind
+
+
+def entry(intake: _intake.Intake) -> Callable[..., Any]:
+    """``producer.send`` for a producer whose intake is ``intake`` (the C ``Sender`` only
+    when its bursts may become columns: else the row branch never applies)."""
+    if SEND_PATH == "c" and intake.columnar and _c is not None:
+        return _c.Sender(intake, intake.send)  # type: ignore[no-any-return]
+    return intake.send

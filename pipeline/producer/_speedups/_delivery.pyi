@@ -1,0 +1,22 @@
+# Stub of the C extension pipeline/producer/_speedups/_delivery.c (see its header comment).
+# Its pure-Python twin is in pipeline/producer/_message.py (_await_py, _metadata_py,
+# _schedule_due_py); tests run both.
+from collections.abc import Callable, Generator
+from typing import Any
+
+class SettledAwait:
+    """Mixin of Delivery: its am_await is the settled-await fast path."""
+
+def setup(
+    *,
+    message_type: type,
+    metadata_type: type,
+    python_await: Callable[[Any], Generator[Any, None, Any]],
+    settled_checkpoint: Callable[[Any, bool], Generator[Any, None, Any]],
+    run_context: Any,
+    ok: int,
+    schedule_every: int,
+) -> None: ...
+def metadata(msg: Any, /) -> Any: ...
+def schedule_due() -> bool: ...
+def set_run_context(run_context: Any, /) -> Any: ...

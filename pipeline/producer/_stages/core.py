@@ -1,0 +1,157 @@
+"""ProducerCore: the composition root of the pipeline's stages.
+
+The core owns the pipeline nursery and is the one place that builds stages.
+Topic, partition and broker producers are started lazily with
+``nursery.start`` the first time they are needed, and live until the
+producer closes; nothing is fire-and-forget.
+
+Stages never see the core. Each is given the shared services
+(``StageContext``) and the one lookup it needs to reach its neighbours
+(``ports.py``), which the core implements: a topic producer gets
+``PartitionInputs``, a partition producer ``BrokerInputs``, a broker producer
+``RetrySinks``. So every edge of the import graph points from the core to a
+stage, never back.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from pipeline.cluster.errors import AuthenticationError, BrokerConnectionError, KafkaError
+from pipeline.producer._config import ProducerConfig
+from pipeline.producer._message import ProducerMessage
+from pipeline.producer._outcomes.ledger import Ledger
+from pipeline.producer._stages.broker_producer import BrokerProducer
+from pipeline.producer._stages.context import FlushState, RetryErrors, StageContext, retry_backoff
+from pipeline.producer._stages.envelopes import TopicPartition
+from pipeline.producer._stages.idempotence import Idempotence
+from pipeline.producer._stages.partition_producer import PartitionProducer
+from pipeline.producer._stages.topic_producer import TopicProducer
+
+if TYPE_CHECKING:
+    from pipeline.cluster.pool import Cluster
+
+
+class ProducerCore:
+    def __init__(self, config: ProducerConfig, cluster: Cluster, ledger: Ledger) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.ledger = ledger
+        self.rng = config.cluster.rng if config.cluster.rng is not None else random.Random()
+        backoff = retry_backoff(config, self.rng)
+        self.flush = FlushState()
+        self.idempotence: Idempotence | None = (
+            Idempotence(config, cluster, backoff, self._wake_broker_producers)
+            if config.idempotent
+            else None
+        )
+        self.context = StageContext(
+            config=config,
+            cluster=cluster,
+            ledger=ledger,
+            idempotence=self.idempotence,
+            backoff=backoff,
+            retry_errors=RetryErrors(config.delivery_timeout),
+            flush=self.flush,
+        )
+        self.nursery: trio.Nursery | None = None
+        self._pps: dict[TopicPartition, PartitionProducer] = {}
+        self._pp_inputs: dict[TopicPartition, trio.MemorySendChannel[list[ProducerMessage]]] = {}
+        self._bps: dict[int, BrokerProducer] = {}
+
+    @property
+    def last_error(self) -> dict[TopicPartition, BaseException]:
+        """Each partition's last retry error, until a batch of it succeeds."""
+        return self.context.retry_errors.last
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Adopt the pipeline nursery; with idempotence, obtain the first
+        producer id there, failing clearly within request_timeout."""
+        self.nursery = nursery
+        if self.idempotence is None:
+            return
+        timeout = self.config.request_timeout
+        try:
+            with trio.fail_after(timeout):
+                await nursery.start(self.idempotence.run)
+        except trio.TooSlowError:
+            raise BrokerConnectionError(
+                f"could not obtain a producer id (InitProducerId) within request_timeout="
+                f"{timeout}s; the broker may not support idempotence: pass idempotent=False "
+                "to produce without it"
+            ) from None
+
+    # -- building stages ----------------------------------------------------
+    def topic_producer(
+        self,
+        topic: str,
+        inbox: trio.MemoryReceiveChannel[list[ProducerMessage]],
+        partitioner: Any,
+    ) -> TopicProducer:
+        """A topic producer for the dispatcher, which starts it in its own nursery
+        (so closing its topic channels cascades shutdown down the forward path)."""
+        return TopicProducer(self.context, topic, inbox, partitioner, self)
+
+    # -- PartitionInputs (for topic producers) -------------------------------
+    async def partition_input(
+        self, tp: TopicPartition
+    ) -> trio.MemorySendChannel[list[ProducerMessage]]:
+        send = self._pp_inputs.get(tp)
+        if send is None:
+            assert self.nursery is not None
+            send, receive = trio.open_memory_channel[list[ProducerMessage]](
+                self.config.channel_capacity
+            )
+            pp = PartitionProducer(self.context, tp, receive, self)
+            self._pps[tp] = pp
+            self._pp_inputs[tp] = send
+            await self.nursery.start(pp.run)
+        return send
+
+    # -- RetrySinks (for broker producers) -----------------------------------
+    def retry_sink(self, tp: TopicPartition) -> PartitionProducer:
+        return self._pps[tp]
+
+    # -- BrokerInputs (for partition producers) ------------------------------
+    async def broker_producer(self, node_id: int) -> BrokerProducer:
+        bp = self._bps.get(node_id)
+        if bp is None:
+            assert self.nursery is not None
+            bp = self._bps[node_id] = BrokerProducer(self.context, node_id, self)
+            await self.nursery.start(bp.run)
+        return bp
+
+    def broker_producers(self) -> list[BrokerProducer]:
+        return list(self._bps.values())
+
+    def _wake_broker_producers(self) -> None:
+        for bp in self._bps.values():
+            bp.wake()
+
+    # -- flush (for the Producer) --------------------------------------------
+    def start_flushing(self) -> None:
+        self.flush.depth += 1
+        self._wake_broker_producers()
+
+    def stop_flushing(self) -> None:
+        self.flush.depth -= 1
+
+
+async def bootstrap_metadata(cluster: Cluster, bootstrap: object, limit: float) -> None:
+    """Fetch cluster metadata once, so an unreachable cluster fails fast and clearly."""
+    try:
+        with trio.fail_after(limit):
+            await cluster.refresh(force=True)
+    except AuthenticationError:
+        raise  # TLS or SASL refused us: that is the reason, said as is
+    except (trio.TooSlowError, KafkaError) as exc:
+        last = cluster.last_error
+        detail = f": {exc}" if isinstance(exc, KafkaError) else (
+            f" (last error: {last})" if last is not None else "")
+        raise BrokerConnectionError(
+            f"no bootstrap broker of {bootstrap!r} answered within request_timeout={limit}s"
+            f"{detail}; check the address and that the broker is running"
+        ) from exc

@@ -1,0 +1,210 @@
+"""asyncProducer (the dispatcher): intake -> one topic producer per topic.
+
+The intake channel (owned by ``Intake``, ``intake.py``; the dispatcher holds
+its receive side) carries lists (bursts of ``send`` calls, ``send_many``
+chunks), ``RowRun`` chunks of ``send_batch`` calls, flush marks, and raw
+``ProducerMessage`` objects a user put on ``producer.input``. Lists and runs
+were validated and accepted by their sender; raw messages are accepted here
+(``InputAcceptance.accept``, ``input_acceptance.py``), and a bad one is failed
+onto ``producer.errors`` (it has no other way to report). The dispatcher
+drains whatever is ready with ``receive_nowait`` and hands each topic one
+list, so a burst costs one scheduler pass per hop instead of one per message.
+``InputChannel`` (``producer.input``) is the intake's other send side.
+
+It owns the topic channels (one per topic, bounded) and starts each topic
+producer in its own nursery, so closing those channels when it ends
+cascades shutdown down the forward path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import trio
+
+from pipeline.producer._columnar.rows import RowRun
+from pipeline.producer._intake.input import InputAcceptance
+from pipeline.producer._intake.intake import Intake, IntakeItem
+from pipeline.producer._intake.normalize import not_a_message_error
+from pipeline.producer._message import ProducerMessage
+from pipeline.producer._stages.envelopes import FlushMark
+
+
+class Bursts(Protocol):
+    """The send side's open burst, as the dispatcher sees it (``Intake``)."""
+
+    def close_burst(self, batch: list[ProducerMessage]) -> str | None:
+        """Close ``batch`` if it is the open burst; its topic if known uniform."""
+
+    def close_rows(self, run: RowRun) -> None:
+        """Seal ``run`` if it is a columnar ``send()`` burst (``send_rows.py``)."""
+
+
+class InputAcceptor(Protocol):
+    """Acceptance of a raw ``producer.input`` message (``InputAcceptance``)."""
+
+    def accept(self, msg: ProducerMessage) -> bool:
+        """True: accepted, route it; False: failed at once, drop it."""
+
+
+#: (topic, inbox) -> a topic producer reading that inbox (its ``run`` not started)
+TopicFactory = Callable[[str, trio.MemoryReceiveChannel[list[ProducerMessage]]], Any]
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        intake: trio.MemoryReceiveChannel[IntakeItem],
+        bursts: Bursts,
+        inputs: InputAcceptor,
+        topic_producer: TopicFactory,
+        channel_capacity: int,
+    ) -> None:
+        self._intake = intake
+        self._bursts = bursts
+        self._inputs = inputs
+        self._topic_producer = topic_producer
+        self._capacity = channel_capacity
+        self._topics: dict[str, trio.MemorySendChannel[list[ProducerMessage]]] = {}
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        intake = self._intake
+        close_burst = self._bursts.close_burst
+        close_rows = self._bursts.close_rows
+        accept_input = self._inputs.accept
+        async with trio.open_nursery() as nursery:
+            try:
+                async for item in intake:
+                    by_topic: dict[str, list[ProducerMessage]] = {}
+                    while True:
+                        if isinstance(item, list):
+                            self._sort_list(item, by_topic, close_burst(item))
+                        elif isinstance(item, FlushMark):
+                            item.reached.set()
+                        elif isinstance(item, RowRun):  # accepted already
+                            close_rows(item)  # (a columnar send() burst: sealed now)
+                            by_topic.setdefault(item.topic, []).append(item)  # type: ignore[arg-type]
+                        elif accept_input(item):
+                            by_topic.setdefault(item.topic, []).append(item)
+                        try:
+                            item = intake.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                    for topic, msgs in by_topic.items():
+                        send = self._topics.get(topic)
+                        if send is None:
+                            send = await self._start_topic(nursery, topic)
+                        try:
+                            send.send_nowait(msgs)
+                        except trio.WouldBlock:
+                            await send.send(msgs)
+            finally:
+                # Closing the topic channels cascades shutdown down the forward path.
+                for send in self._topics.values():
+                    send.close()
+
+    @staticmethod
+    def _sort_list(
+        msgs: list[ProducerMessage],
+        by_topic: dict[str, list[ProducerMessage]],
+        known_topic: str | None = None,
+    ) -> None:
+        topic = msgs[0].topic
+        if known_topic is not None or all(m.topic == topic for m in msgs):
+            group = by_topic.get(topic)
+            if group is None:
+                by_topic[topic] = msgs
+            else:
+                group.extend(msgs)
+            return
+        for msg in msgs:
+            group = by_topic.get(msg.topic)
+            if group is None:
+                by_topic[msg.topic] = [msg]
+            else:
+                group.append(msg)
+
+    async def _start_topic(
+        self, nursery: trio.Nursery, topic: str
+    ) -> trio.MemorySendChannel[list[ProducerMessage]]:
+        send, receive = trio.open_memory_channel[list[ProducerMessage]](self._capacity)
+        tp = self._topic_producer(topic, receive)
+        await nursery.start(tp.run)
+        self._topics[topic] = send
+        return send
+
+
+class InputChannel(trio.abc.SendChannel[ProducerMessage]):
+    """``producer.input``: the intake's send side, for sarama-style use.
+
+    A message put here holds its buffer bytes before it enters the intake (see
+    ``InputAcceptance.reserve``), so the dispatcher never waits for memory.
+
+    Invariant: one task's calls are written in the order it made them. A
+    ``send()`` burst is a list already queued in the intake that later
+    ``send()`` calls join until the dispatcher takes it, so a message put
+    here first ends that burst: a ``send()`` after it must not join a list
+    queued ahead of it. (Found by the schedule explorer, like the same hole in
+    ``send_many``.)
+    """
+
+    __slots__ = ("_acceptance", "_channel", "_intake")
+
+    def __init__(
+        self,
+        acceptance: InputAcceptance,
+        intake: Intake,
+        channel: trio.MemorySendChannel[IntakeItem],
+    ) -> None:
+        self._acceptance = acceptance
+        self._intake = intake
+        self._channel = channel
+
+    def send_nowait(self, value: ProducerMessage) -> None:
+        """Raises ``trio.WouldBlock`` when the intake or the buffer memory is full."""
+        if not isinstance(value, ProducerMessage):
+            raise not_a_message_error("producer.input", value)
+        acceptance = self._acceptance
+        if not acceptance.reserve_nowait(value):
+            raise trio.WouldBlock
+        try:
+            self._channel.send_nowait(value)
+        except BaseException:
+            acceptance.unreserve(value)
+            raise
+        self._intake.end_burst()
+
+    async def send(self, value: ProducerMessage) -> None:
+        """Waits for buffer memory (up to ``max_block``; then the message fails
+        with BufferFullError on ``producer.errors``) and room in the intake."""
+        if not isinstance(value, ProducerMessage):
+            raise not_a_message_error("producer.input", value)
+        acceptance = self._acceptance
+        if not await acceptance.reserve(value):
+            return  # settled already: its outcome is on producer.errors
+        try:
+            await self._channel.send(value)
+        except BaseException:
+            acceptance.unreserve(value)
+            raise
+        self._intake.end_burst()
+
+    def clone(self) -> InputChannel:
+        return InputChannel(self._acceptance, self._intake, self._channel.clone())
+
+    def close(self) -> None:
+        self._channel.close()
+
+    async def aclose(self) -> None:
+        await self._channel.aclose()
+
+    def statistics(self) -> trio.MemoryChannelStatistics:
+        return self._channel.statistics()
+
+    def __enter__(self) -> InputChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

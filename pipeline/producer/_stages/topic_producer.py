@@ -1,0 +1,271 @@
+"""topicProducer: one task per topic; runs the partitioner.
+
+It learns the topic's partition count (waiting for metadata the first time,
+bounded by the messages' delivery deadlines), assigns each message a
+partition, and hands one list per partition to that partition's producer.
+Messages for an unknown topic, or with an explicit partition out of range,
+fail here with a specific error; later messages are looked up again, so a
+topic created meanwhile starts working.
+"""
+
+from __future__ import annotations
+
+import logging
+from bisect import bisect_left
+from itertools import accumulate, chain
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from pipeline.cluster.errors import KafkaError
+from pipeline.producer._columnar.rows import RowRun, assign_rows
+from pipeline.producer._errors import DeliveryTimeoutError
+from pipeline.producer._message import PENDING, ProducerMessage
+from pipeline.producer._stages.envelopes import TopicPartition
+from pipeline.producer._stages.partitioner import DefaultPartitioner, Murmur2Partitioner
+
+if TYPE_CHECKING:
+    from pipeline.producer._stages.context import StageContext
+    from pipeline.producer._stages.ports import PartitionInputs
+
+log = logging.getLogger("pipeline.producer")
+_key_of = attrgetter("key")
+_partition_of = attrgetter("partition")
+_size_of = attrgetter("_size")
+# Below this many messages the per-message loop is as cheap as the run's setup.
+_RUN_MIN = 16
+
+
+class PartitionOutOfRangeError(KafkaError, ValueError):
+    """An explicit partition that the topic does not have."""
+
+
+class TopicProducer:
+    def __init__(
+        self,
+        ctx: StageContext,
+        topic: str,
+        inbox: trio.MemoryReceiveChannel[list[ProducerMessage]],
+        partitioner: Any,
+        partitions: PartitionInputs,
+    ) -> None:
+        self._cluster = ctx.cluster
+        self._ledger = ctx.ledger
+        self._config = ctx.config
+        self._partitions = partitions
+        self.topic = topic
+        self._inbox = inbox
+        self._partitioner = partitioner
+        # KIP-480/794 sticky partitioning for null keys: switch partitions after
+        # a batch's worth of bytes went to the current one.
+        self._sticky_bytes = 0
+        self._sticky_partition = -1
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        inbox = self._inbox
+        async for msgs in inbox:
+            pending = [msgs]
+            while True:
+                try:
+                    pending.append(inbox.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            batch = pending[0] if len(pending) == 1 else list(chain.from_iterable(pending))
+            await self._route(batch)
+
+    async def _partition_count(self, msgs: list[ProducerMessage]) -> int | None:
+        cluster = self._cluster
+        n = cluster.partition_count_nowait(self.topic)
+        if n is not None:
+            return n
+        deadline = min(m._deadline for m in msgs)
+        try:
+            with trio.fail_at(deadline):
+                return await cluster.partitions_for(self.topic)
+        except trio.TooSlowError:
+            self._ledger.fail(msgs, DeliveryTimeoutError(
+                f"no metadata for topic {self.topic!r} within delivery_timeout="
+                f"{self._config.delivery_timeout}s"
+            ))
+        except KafkaError as exc:
+            self._ledger.fail(msgs, exc)
+        return None
+
+    async def _route(self, msgs: list[ProducerMessage]) -> None:
+        n = await self._partition_count(msgs)
+        if n is None:
+            return
+        topic = self.topic
+        bad: list[ProducerMessage] = []
+        if RowRun in set(map(type, msgs)):
+            by_partition = self._assign_mixed(msgs, n, bad)
+        elif (
+            type(self._partitioner) is DefaultPartitioner
+            and n >= 1
+            and len(msgs) >= _RUN_MIN
+            and list(map(_key_of, msgs)).count(None) == len(msgs)
+            and list(map(_partition_of, msgs)).count(None) == len(msgs)
+        ):
+            by_partition = self._assign_sticky_run(msgs, n)
+        else:
+            by_partition = self._assign(msgs, n, bad)
+        if bad:
+            for msg in bad:
+                self._ledger.fail([msg], PartitionOutOfRangeError(
+                    f"partition {msg.partition} does not exist: topic {topic!r} has {n} "
+                    f"partitions (0..{n - 1})"
+                ))
+        partitions = self._partitions
+        for p, group in by_partition.items():
+            send = await partitions.partition_input(TopicPartition(topic, p))
+            try:
+                send.send_nowait(group)
+            except trio.WouldBlock:
+                await send.send(group)
+
+    def _assign_mixed(
+        self, items: list[ProducerMessage], n: int, bad: list[ProducerMessage]
+    ) -> dict[int, list[ProducerMessage]]:
+        """A list holding send_batch runs: runs are split by ``rows.assign_rows``,
+        the messages between them by ``_assign``; per partition in list order."""
+        by_partition: dict[int, list[Any]] = {}
+        config = self._config
+        cap = min(config.batch_bytes, config.max_message_bytes)
+        vectorized = type(self._partitioner) in (DefaultPartitioner, Murmur2Partitioner)
+        segment: list[ProducerMessage] = []
+        item: Any
+        for item in [*items, None]:
+            if item is not None and type(item) is not RowRun:
+                segment.append(item)
+                continue
+            if segment:
+                for p, group in self._assign(segment, n, bad).items():
+                    by_partition.setdefault(p, []).extend(group)
+                segment = []
+            if item is None:
+                break
+            run: RowRun = item
+            if run._state != PENDING:
+                # Settled on its way here: a close without flush failed it (and
+                # released its bytes) after the dispatcher forwarded it, before
+                # this task ran. Splitting it would release its bytes again.
+                continue
+            runs, out_of_range = assign_rows(run, n, self._partitioner, vectorized=vectorized,
+                                             cap=cap, max_records=config.max_batch_messages)
+            split = [r for _, r in runs]
+            run._sink.runs = split + ([out_of_range] if out_of_range is not None else [])
+            # The chunk reserved the per-row bound; its runs hold their exact sizes.
+            self._ledger.release(run._size - sum(r._size for r in split))
+            for p, part_run in runs:
+                part_run.partition = p
+                by_partition.setdefault(p, []).append(part_run)
+            if out_of_range is not None:
+                self._ledger.fail([out_of_range], PartitionOutOfRangeError(  # type: ignore[list-item]
+                    f"rows pinned to partitions the topic {self.topic!r} does not have: it has "
+                    f"{n} partitions (0..{n - 1})"
+                ))
+        return by_partition
+
+    def _assign(
+        self, msgs: list[ProducerMessage], n: int, bad: list[ProducerMessage]
+    ) -> dict[int, list[ProducerMessage]]:
+        """Partition each message (keys, explicit partitions, any partitioner)."""
+        topic = self.topic
+        partitioner = self._partitioner
+        partition_of = partitioner.partition
+        # The default partitioner's null-key choice changes only in on_new_batch,
+        # which this loop calls: between two calls it is cached here (sticky_now).
+        cache_sticky = type(partitioner) is DefaultPartitioner
+        sticky_now = -1
+        sticky_partition = self._sticky_partition
+        sticky_bytes = self._sticky_bytes
+        by_partition: dict[int, list[ProducerMessage]] = {}
+        batch_bytes = self._config.batch_bytes
+        last_p = -1
+        last_group: list[ProducerMessage] = []
+        for msg in msgs:
+            p = msg.partition
+            if p is None:
+                key = msg.key
+                if key is None and sticky_now >= 0:
+                    p = sticky_now
+                else:
+                    try:
+                        p = partition_of(topic, key, msg.value, n)
+                    except Exception as exc:  # a user partitioner's bug fails its message only
+                        self._ledger.fail([msg], exc)
+                        continue
+                    if key is None and cache_sticky:
+                        sticky_now = p
+                if key is None:
+                    if p != sticky_partition:
+                        sticky_partition = p
+                        sticky_bytes = 0
+                    sticky_bytes += msg._size
+                    if sticky_bytes >= batch_bytes:
+                        partitioner.on_new_batch(topic, n, p)
+                        sticky_bytes = 0
+                        sticky_now = -1
+                msg.partition = p
+            elif not 0 <= p < n:
+                bad.append(msg)
+                continue
+            if p == last_p:
+                last_group.append(msg)
+                continue
+            group = by_partition.get(p)
+            if group is None:
+                group = by_partition[p] = [msg]
+            else:
+                group.append(msg)
+            last_p = p
+            last_group = group
+        self._sticky_partition = sticky_partition
+        self._sticky_bytes = sticky_bytes
+        return by_partition
+
+    def _assign_sticky_run(
+        self, msgs: list[ProducerMessage], n: int
+    ) -> dict[int, list[ProducerMessage]]:
+        """The default partitioner on a run of null-key messages with no explicit
+        partition: the same choices as ``_assign`` (sticky partition, a new one
+        once ``batch_bytes`` went to it), found with a bisection over cumulative
+        sizes instead of a per-message partitioner call."""
+        topic = self.topic
+        partitioner = self._partitioner
+        batch_bytes = self._config.batch_bytes
+        sticky_partition = self._sticky_partition
+        sticky_bytes = self._sticky_bytes
+        cumulative = list(accumulate(map(_size_of, msgs)))
+        by_partition: dict[int, list[ProducerMessage]] = {}
+        total = len(msgs)
+        start = 0
+        while start < total:
+            p = partitioner.partition(topic, None, None, n)
+            if p != sticky_partition:
+                sticky_partition = p
+                sticky_bytes = 0
+            before = cumulative[start - 1] if start else 0
+            # The first message that brings the partition to batch_bytes is the
+            # last one it gets.
+            crossing = bisect_left(cumulative, batch_bytes - sticky_bytes + before, start)
+            end = min(crossing + 1, total)
+            chunk = msgs[start:end]
+            for msg in chunk:
+                msg.partition = p
+            group = by_partition.get(p)
+            if group is None:
+                by_partition[p] = chunk
+            else:
+                group.extend(chunk)
+            if crossing < total:
+                partitioner.on_new_batch(topic, n, p)
+                sticky_bytes = 0
+            else:
+                sticky_bytes += cumulative[end - 1] - before
+            start = end
+        self._sticky_partition = sticky_partition
+        self._sticky_bytes = sticky_bytes
+        return by_partition
