@@ -68,21 +68,21 @@ def _on_path(kind: str, c_module: object, name: str, current: str,
 @pytest.fixture(params=["c", "python"])
 def await_path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run the test once per ``await delivery`` path (pipeline/producer/_speedups/_delivery.c, its
-    pure-Python twin in message.py)."""
-    from pipeline.producer._outcomes import delivery as message
+    pure-Python twin in _outcomes/delivery.py)."""
+    from pipeline.producer._outcomes import delivery as _delivery
 
-    yield from _on_path(request.param, message._c, "_delivery", message.DELIVERY_AWAIT,
-                        message._use)
+    yield from _on_path(request.param, _delivery._c, "_delivery", _delivery.DELIVERY_AWAIT,
+                        _delivery._use)
 
 
 @pytest.fixture(params=["c", "python"])
 def send_path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run the test once per ``producer.send`` path of the producers it opens
     (pipeline/producer/_speedups/_send.c's row branch, or ``Intake.send`` alone)."""
-    from pipeline.producer._intake import send_path as fast_send
+    from pipeline.producer._intake import send_path as _send_path
 
-    yield from _on_path(request.param, fast_send._c, "_send", fast_send.SEND_PATH,
-                        fast_send.use)
+    yield from _on_path(request.param, _send_path._c, "_send", _send_path.SEND_PATH,
+                        _send_path.use)
 
 
 @pytest.fixture(autouse=True)

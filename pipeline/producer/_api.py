@@ -23,15 +23,15 @@ import trio
 from pipeline.cluster.pool import Cluster
 from pipeline.producer._config import ProducerConfig, make_config
 from pipeline.producer._errors import ProducerClosed, ProducerError
-from pipeline.producer._intake import send_path as fast_send
+from pipeline.producer._intake import send_path
 from pipeline.producer._intake.bulk import Bulk
-from pipeline.producer._intake.input import InputAcceptance
+from pipeline.producer._intake.input import InputAcceptance, InputChannel
 from pipeline.producer._intake.intake import Intake
 from pipeline.producer._message import DeliveryCallback, Headers, ProducerMessage, RecordMetadata
 from pipeline.producer._outcomes.delivery import Delivery, DeliveryGroup
 from pipeline.producer._outcomes.ledger import Ledger, Reporter
 from pipeline.producer._stages.core import ProducerCore, bootstrap_metadata
-from pipeline.producer._stages.dispatcher import Dispatcher, InputChannel
+from pipeline.producer._stages.dispatcher import Dispatcher
 from pipeline.producer._stages.partitioner import make_partitioner
 from pipeline.protocol._columns import ColumnInput, HeadersInput, IntsInput
 from pipeline.util.groups import unwrap_single_errors
@@ -61,7 +61,7 @@ class Producer:
         ledger.return_successes = config.return_successes
         self._intake = intake = Intake(config, ledger)
         # The hot path: no wrapper call per message (the methods below say the same).
-        self.send = fast_send.entry(intake)  # type: ignore[method-assign]
+        self.send = send_path.entry(intake)  # type: ignore[method-assign]
         self.send_nowait = intake.send_nowait  # type: ignore[method-assign]
         self._bulk = Bulk(intake, ledger)
         self._inputs = InputAcceptance(intake, ledger)

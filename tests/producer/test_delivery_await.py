@@ -1,5 +1,5 @@
 """Issue 15 goal 1: ``await delivery`` in C (``pipeline/producer/_speedups/_delivery.c``) and its
-pure-Python twin (``message._await_py``) behave identically.
+pure-Python twin (``_outcomes.delivery._await_py``) behave identically.
 
 Every test with the ``await_path`` fixture (tests/conftest.py) runs once per path (the C one is skipped
 only when the extension is not built, and ``test_the_c_path_is_used_when_built``
@@ -21,11 +21,11 @@ import trio.testing
 from pipeline.producer import _speedups
 from pipeline.producer._errors import ProducerError
 from pipeline.producer._message import FAILED, OK, ProducerMessage, RecordMetadata
-from pipeline.producer._outcomes import delivery as message
+from pipeline.producer._outcomes import delivery as delivery_module
 from pipeline.producer._outcomes.delivery import MessageDelivery, OnDelivery
 from tests.scenarios.test_delivery_results import counting_steps, without_trio_internals
 
-EVERY = message._SCHEDULE_EVERY
+EVERY = delivery_module._SCHEDULE_EVERY
 SPEEDUPS = Path(_speedups.__file__).parent
 BUILT = any(SPEEDUPS.glob("_delivery.*.so")) or any(SPEEDUPS.glob("_delivery.*.pyd"))
 
@@ -41,7 +41,7 @@ def sync_budget() -> None:
     """Consume the shared schedule budget up to its due call: the next due one is
     then exactly _SCHEDULE_EVERY calls away."""
     for _ in range(EVERY):
-        if message._schedule_due():
+        if delivery_module._schedule_due():
             return
     raise AssertionError(f"_schedule_due() was never True in {EVERY} calls")
 
@@ -52,16 +52,16 @@ def test_the_c_path_is_used_when_built() -> None:
     if not BUILT:
         pytest.skip("the extension is not built here")
     if os.environ.get("PIPELINE_PURE_PYTHON", "") not in ("", "0"):
-        assert message.DELIVERY_AWAIT == "python"
+        assert delivery_module.DELIVERY_AWAIT == "python"
         return
     from pipeline.producer._speedups import _delivery
 
-    assert message.DELIVERY_AWAIT == "c"
+    assert delivery_module.DELIVERY_AWAIT == "c"
     assert issubclass(MessageDelivery, _delivery.SettledAwait)
     assert "__await__" not in MessageDelivery.__dict__  # the slot is SettledAwait's am_await
     assert MessageDelivery.__await__ is _delivery.SettledAwait.__await__  # type: ignore[attr-defined]
-    assert message._schedule_due is _delivery.schedule_due  # one budget for both paths
-    assert message._metadata_of is _delivery.metadata
+    assert delivery_module._schedule_due is _delivery.schedule_due  # one budget for both paths
+    assert delivery_module._metadata_of is _delivery.metadata
 
 
 def test_pure_python_switch_in_a_fresh_process() -> None:
@@ -77,17 +77,17 @@ def test_pure_python_switch_in_a_fresh_process() -> None:
 
 def test_switching_paths_changes_the_await_slot(await_path: str) -> None:
     if await_path == "python":
-        assert MessageDelivery.__await__ is message._await_py
-        assert message._schedule_due is message._schedule_due_py
+        assert MessageDelivery.__await__ is delivery_module._await_py
+        assert delivery_module._schedule_due is delivery_module._schedule_due_py
     else:
         assert "__await__" not in MessageDelivery.__dict__
-        assert message._schedule_due is not message._schedule_due_py
-    assert message.DELIVERY_AWAIT == await_path
+        assert delivery_module._schedule_due is not delivery_module._schedule_due_py
+    assert delivery_module.DELIVERY_AWAIT == await_path
 
 
 def test_unknown_path_is_refused() -> None:
     with pytest.raises(ValueError, match="'c' or 'python'"):
-        message._use("rust")
+        delivery_module._use("rust")
 
 
 # -- RecordMetadata ----------------------------------------------------------------
@@ -102,26 +102,26 @@ def test_metadata_is_the_same_named_tuple_on_both_paths(
 ) -> None:
     d = settled(offset, partition, timestamp, topic="orders")
     expected = RecordMetadata("orders", partition, offset, timestamp, offset >= 0)  # type: ignore[arg-type]
-    assert message._metadata_py(d) == expected
+    assert delivery_module._metadata_py(d) == expected
     assert d.record_metadata() == expected and type(d.record_metadata()) is RecordMetadata
     assert d.result() == expected
-    if message._c is not None:
-        got = message._c.metadata(d)
+    if delivery_module._c is not None:
+        got = delivery_module._c.metadata(d)
         assert got == expected and type(got) is RecordMetadata
         assert got.offset_known is (offset >= 0)  # a bool, not just truthy
         assert got.topic is d.topic  # the slot's own object
 
 
 def test_c_metadata_refuses_what_is_not_a_message() -> None:
-    if message._c is None:
+    if delivery_module._c is None:
         pytest.skip("not built")
     with pytest.raises(TypeError, match="ProducerMessage"):
-        message._c.metadata(object())
+        delivery_module._c.metadata(object())
     m = ProducerMessage.__new__(ProducerMessage)  # slots never set
     with pytest.raises(AttributeError, match="topic"):
-        message._c.metadata(m)
+        delivery_module._c.metadata(m)
     with pytest.raises(TypeError):
-        message._c.SettledAwait()  # type: ignore[call-arg]  # a mixin only
+        delivery_module._c.SettledAwait()  # type: ignore[call-arg]  # a mixin only
 
 
 def test_plain_messages_are_not_awaitable() -> None:
@@ -137,7 +137,7 @@ async def test_settled_await_returns_the_metadata_without_a_step(await_path: str
     with counting_steps() as steps:
         got = [await d for d in ds]
     assert steps.steps == 0
-    assert got == [message._metadata_py(d) for d in ds]
+    assert got == [delivery_module._metadata_py(d) for d in ds]
     assert all(type(m) is RecordMetadata for m in got)
     assert got[-1].offset_known is False and got[0].offset_known is True
 
@@ -153,9 +153,9 @@ async def test_a_full_schedule_point_every_n_awaits_on_one_budget(await_path: st
         assert steps.steps == 1
         for _ in range(EVERY - 2):
             await d
-        message._schedule_due()  # another user of the same budget takes one turn
+        delivery_module._schedule_due()  # another user of the same budget takes one turn
         assert steps.steps == 1
-        assert (await d) == message._metadata_py(d)
+        assert (await d) == delivery_module._metadata_py(d)
         assert steps.steps == 2
 
 

@@ -1,5 +1,5 @@
 """Rows of a columnar burst, by hand: the C helpers (``_delivery.call_back_ok``,
-``row_metadata``, ``new_row``) give what their pure-Python twins in ``send_rows.py``
+``row_metadata``, ``new_row``) give what their pure-Python twins in ``_burst.py``
 give, and waiters of pending rows are woken (the scenario tests in
 tests/scenarios/test_send_rows.py run whole schedules on both paths)."""
 
@@ -12,19 +12,19 @@ import pytest
 import trio
 import trio.testing
 
-from pipeline.producer._columnar import burst as send_rows
+from pipeline.producer._columnar import burst as _burst
 from pipeline.producer._columnar import row_outcomes
 from pipeline.producer._columnar.rows import RowChunk, RowRun
 from pipeline.producer._message import FAILED, OK, RecordMetadata
-from pipeline.producer._outcomes import delivery as message
+from pipeline.producer._outcomes import delivery as _delivery
 
-c: Any = message._c
+c: Any = _delivery._c
 needs_c = pytest.mark.skipif(c is None, reason="pipeline.producer._speedups._delivery is not built")
 
 
 def _call_back_oks() -> list[Any]:
     """The C ``call_back_ok`` (when built) and its Python twin."""
-    return [send_rows._call_back_ok_py] + ([c.call_back_ok] if c is not None else [])
+    return [_burst._call_back_ok_py] + ([c.call_back_ok] if c is not None else [])
 
 
 @pytest.mark.parametrize("call_back_ok", _call_back_oks())
@@ -136,12 +136,12 @@ def test_call_back_ok_refuses_callbacks_and_rows_of_different_lengths(call_back_
     [5, -1, 7, 1 << 62, 0],  # an injected clock's odd value (-1): array's own loop
 ])
 def test_a_sealed_burst_packs_its_timestamps_as_int64(stamps: list[int]) -> None:
-    """``SendRows.seal``: the run's timestamp column is the rows' timestamps as
+    """``RowBurst.seal``: the run's timestamp column is the rows' timestamps as
     int64, whichever way it was packed (the kernel's ``pack_ints``, or
     ``array`` for what it refuses), and the packed bytes are counted."""
     chunk = RowChunk(None, 0)
     burst = RowRun("t", None, None, 0, 0, chunk, 0)  # type: ignore[arg-type]
-    rows = send_rows.SendRows("t", burst, chunk)
+    rows = _burst.RowBurst("t", burst, chunk)
     rows.values, rows.timestamps = [b"v%d" % i for i in range(5)], list(stamps)
     nbytes = rows.seal()
     assert burst.columns.timestamps is not None
@@ -156,12 +156,12 @@ def test_a_failed_run_calls_back_only_the_rows_that_have_a_callback() -> None:
     one is skipped, and nothing counts as a callback error."""
     chunk = RowChunk(None, 0)
     burst = RowRun("t", None, None, 0, 0, chunk, 0)  # type: ignore[arg-type]
-    rows = send_rows.SendRows("t", burst, chunk)
+    rows = _burst.RowBurst("t", burst, chunk)
     heard: list[tuple[Any, bytes]] = []
     rows.values, rows.timestamps = [b"a", b"b", b"c", b"d"], [10, 11, 12, 13]
     rows.on_delivery = [None, lambda m, e: heard.append((m, e.message.value)), None,
                         lambda m, e: heard.append((m, e.message.value))]
-    outcomes = send_rows.RowOutcomes(rows)
+    outcomes = _burst.RowOutcomes(rows)
     run = RowRun("t", None, range(0, 4), 4, 0, chunk, 0)  # type: ignore[arg-type]
     run._state, run._outcome, run.partition = FAILED, RuntimeError("no"), 1
     outcomes.record(run)
@@ -188,19 +188,19 @@ def test_row_delivery_is_no_gc_object_and_frees_its_burst() -> None:
     import gc
     import weakref
 
-    class Burst:  # stands for SendRows: anything that can be weakly referenced
+    class Burst:  # stands for RowBurst: anything that can be weakly referenced
         pass
 
     burst = Burst()
     gone = weakref.ref(burst)
-    d = send_rows.new_row(burst, 300)  # type: ignore[arg-type]
+    d = _burst.new_row(burst, 300)  # type: ignore[arg-type]
     assert not gc.is_tracked(d) and gc.get_referents(d) == []
     assert d._row == 300 and d._rows is burst
     d._row = 301
     assert d._row == 301
     gc.collect()
     before = gc.get_count()[0]
-    kept = [send_rows.new_row(burst, i) for i in range(1000)]  # type: ignore[arg-type]
+    kept = [_burst.new_row(burst, i) for i in range(1000)]  # type: ignore[arg-type]
     assert gc.get_count()[0] - before < 10  # (a GC allocation would count 1000)
     del burst, d, kept
     assert gone() is None
@@ -214,10 +214,10 @@ def test_a_row_class_of_another_layout_stays_a_gc_class_and_its_rows_are_untrack
     import gc
 
     def bind(row_type: type) -> None:
-        c.setup_rows(row_type=row_type, rows_type=send_rows.SendRows,
-                     outcomes_type=send_rows.RowOutcomes, run_type=RowRun,
-                     python_await=send_rows._row_await_py,
-                     settled_checkpoint=send_rows._row_settled_checkpoint)
+        c.setup_rows(row_type=row_type, rows_type=_burst.RowBurst,
+                     outcomes_type=_burst.RowOutcomes, run_type=RowRun,
+                     python_await=_burst._row_await_py,
+                     settled_checkpoint=_burst._row_settled_checkpoint)
 
     with_dict = type("WithDict", (c.RowAwait,), {})
     try:
@@ -227,30 +227,30 @@ def test_a_row_class_of_another_layout_stays_a_gc_class_and_its_rows_are_untrack
         assert type(d) is with_dict and gc.is_tracked(d) is False and d._row == 1
         d.note = "a dict of its own"  # (the layout make_untracked refused)
         with pytest.raises(TypeError, match="subclass of RowAwait"):
-            bind(send_rows.SendRows)
+            bind(_burst.RowBurst)
     finally:
-        bind(send_rows.RowDelivery)
-    assert not send_rows.RowDelivery.__flags__ & (1 << 14)
+        bind(_burst.RowDelivery)
+    assert not _burst.RowDelivery.__flags__ & (1 << 14)
 
 
 def _settled_row(state: int, offset: int, append_time: int, row: int) -> Any:
     chunk = RowChunk(None, 0)
     run = RowRun("t", None, None, 0, 0, chunk, 0)  # type: ignore[arg-type]
-    rows = send_rows.SendRows("t", run, chunk)
+    rows = _burst.RowBurst("t", run, chunk)
     rows.values, rows.timestamps = [b"a", b"b", b"c", b"d"], [10, 11, 12, 13]
-    rows.outcomes = send_rows.RowOutcomes(rows)
+    rows.outcomes = _burst.RowOutcomes(rows)
     part = RowRun("t", None, range(2, 4), 2, 0, chunk, 2)  # type: ignore[arg-type]
     part._state, part.offset, part.timestamp, part.partition = state, offset, append_time, 5
     rows.outcomes.record(part)
-    return send_rows.new_row(rows, row)
+    return _burst.new_row(rows, row)
 
 
 @needs_c
 @pytest.mark.parametrize(("offset", "append_time"), [(40, -1), (0, -1), (-1, -1), (40, 77)])
 def test_row_metadata_is_its_twins(offset: int, append_time: int) -> None:
     d = _settled_row(OK, offset, append_time, 3)
-    assert type(d) is send_rows.RowDelivery
-    assert c.row_metadata(d) == send_rows._row_metadata_py(d) == d.record_metadata()
+    assert type(d) is _burst.RowDelivery
+    assert c.row_metadata(d) == _burst._row_metadata_py(d) == d.record_metadata()
     assert c.row_metadata(d).offset == (offset + 1 if offset >= 0 else -1)
 
 
@@ -298,9 +298,9 @@ def test_each_row_finds_its_own_runs_span_in_any_order_of_settling_and_reading(
     rng = random.Random(seed)
     chunk = RowChunk(None, 0)
     burst = RowRun("t", None, None, 0, 0, chunk, 0)  # type: ignore[arg-type]
-    rows = send_rows.SendRows("t", burst, chunk)
+    rows = _burst.RowBurst("t", burst, chunk)
     rows.values, rows.timestamps = [b"v"] * 60, list(range(1000, 1060))
-    rows.outcomes = send_rows.RowOutcomes(rows)
+    rows.outcomes = _burst.RowOutcomes(rows)
     runs, start = [], 0
     while start < 60:
         stop = min(60, start + rng.randint(1, 9))
@@ -309,7 +309,7 @@ def test_each_row_finds_its_own_runs_span_in_any_order_of_settling_and_reading(
         runs.append(run)
         start = stop
     runs[rng.randrange(len(runs))]._state = FAILED
-    deliveries = [send_rows.new_row(rows, row) for row in range(60)]
+    deliveries = [_burst.new_row(rows, row) for row in range(60)]
     settled: list[RowRun] = []
     for run in rng.sample(runs, len(runs)):
         rows.outcomes.record(run)
@@ -324,7 +324,7 @@ def test_each_row_finds_its_own_runs_span_in_any_order_of_settling_and_reading(
                 else:
                     want = None
                 assert c.row_metadata(d) == want, (row, order)
-                assert (send_rows._row_metadata_py(d) if want else None) == want
+                assert (_burst._row_metadata_py(d) if want else None) == want
                 assert d._run() is (mine if mine in settled else None)
 
 
@@ -344,23 +344,23 @@ def test_new_row_takes_two_arguments() -> None:
 
 @needs_c
 def test_the_c_row_path_is_used_when_built_and_the_twins_otherwise() -> None:
-    """``message._use`` switches the rows with the messages (send_rows' hook):
+    """``_delivery._use`` switches the rows with the messages (send_rows' hook):
     C allocator, metadata builder and await slot, or their Python twins."""
-    before = message.DELIVERY_AWAIT
+    before = _delivery.DELIVERY_AWAIT
     try:
-        message._use("c")
-        assert send_rows.new_row is c.new_row and row_outcomes.call_back_ok is c.call_back_ok
+        _delivery._use("c")
+        assert _burst.new_row is c.new_row and row_outcomes.call_back_ok is c.call_back_ok
         assert row_outcomes.map_rows is c.map_rows
-        assert "__await__" not in send_rows.RowDelivery.__dict__  # RowAwait's am_await
-        message._use("python")
-        assert send_rows.new_row is send_rows._new_row_py
-        assert row_outcomes.call_back_ok is send_rows._call_back_ok_py
+        assert "__await__" not in _burst.RowDelivery.__dict__  # RowAwait's am_await
+        _delivery._use("python")
+        assert _burst.new_row is _burst._new_row_py
+        assert row_outcomes.call_back_ok is _burst._call_back_ok_py
         assert row_outcomes.map_rows is row_outcomes._map_rows_py
-        assert send_rows.RowDelivery.__await__ is send_rows._row_await_py  # type: ignore[comparison-overlap]
-        message._use("c")
-        assert "__await__" not in send_rows.RowDelivery.__dict__
+        assert _burst.RowDelivery.__await__ is _burst._row_await_py  # type: ignore[comparison-overlap]
+        _delivery._use("c")
+        assert "__await__" not in _burst.RowDelivery.__dict__
     finally:
-        message._use(before)
+        _delivery._use(before)
 
 
 async def test_every_task_awaiting_a_pending_row_is_woken(await_path: str) -> None:
@@ -372,9 +372,9 @@ async def test_every_task_awaiting_a_pending_row_is_woken(await_path: str) -> No
 
     chunk = RowChunk(None, 0)
     burst = RowRun("t", None, None, 0, 0, chunk, 0)  # type: ignore[arg-type]
-    rows = send_rows.SendRows("t", burst, chunk)
+    rows = _burst.RowBurst("t", burst, chunk)
     rows.values, rows.timestamps, rows.size = [b"a", b"b"], [10, 11], 2
-    first, second = send_rows.new_row(rows, 0), send_rows.new_row(rows, 1)
+    first, second = _burst.new_row(rows, 0), _burst.new_row(rows, 1)
     got: list[tuple[str, int]] = []
 
     async def wait(name: str, d: Any) -> None:

@@ -22,7 +22,7 @@ import trio
 from pipeline.producer._columnar.burst import RowDelivery
 from pipeline.producer._errors import MessageTooLargeError, ProducerClosed
 from pipeline.producer._intake import intake
-from pipeline.producer._intake import send_path as fast_send
+from pipeline.producer._intake import send_path as _send_path
 from pipeline.producer._intake.intake import Intake
 from pipeline.producer._intake.normalize import SIZE_BASE
 from pipeline.testing.fake_cluster import FakeCluster
@@ -76,7 +76,7 @@ async def open_burst(producer: Any) -> None:
 async def test_a_producer_takes_the_c_path_when_it_is_built(fake: FakeCluster) -> None:
     async with open_fake_producer(fake) as producer:
         kind = type(producer.send).__name__
-    assert kind == ("Sender" if fast_send._c is not None else "method")
+    assert kind == ("Sender" if _send_path._c is not None else "method")
 
 
 @pytest.mark.parametrize("partitioner", ["default", "round_robin"])
@@ -279,7 +279,7 @@ def _snapshot(producer: Any, delivery: Any) -> tuple[Any, ...]:
 async def _scripted_run(fake: FakeCluster, kind: str) -> tuple[list[Any], list[Any], list[Any]]:
     """Phases without a schedule point inside (the countdown is reset to 512 at each
     start, and no call waits), so each call's state is fixed by the calls before it."""
-    fast_send.use(kind)
+    _send_path.use(kind)
     heard: list[Any] = []
 
     def callback(meta: Any, error: Any) -> None:
@@ -323,15 +323,15 @@ async def _scripted_run(fake: FakeCluster, kind: str) -> tuple[list[Any], list[A
 async def test_both_paths_leave_the_same_state_after_every_call(
     fake: FakeCluster, stepped_clock: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if fast_send._c is None:
+    if _send_path._c is None:
         pytest.skip("pipeline.producer._speedups._send is not built (or PIPELINE_PURE_PYTHON is set)")
-    before = fast_send.SEND_PATH
+    before = _send_path.SEND_PATH
     try:
         c_states, c_results, c_heard = await _scripted_run(fake, "c")
         step_the_clock(monkeypatch)  # the same clock again
         p_states, p_results, p_heard = await _scripted_run(fake, "python")
     finally:
-        fast_send.use(before)
+        _send_path.use(before)
     assert len(c_states) == len(p_states) == 518
     for i, (c, p) in enumerate(zip(c_states, p_states, strict=True)):
         assert c == p, f"call {i}"
@@ -437,11 +437,11 @@ async def test_send_can_be_a_trio_task(fake: FakeCluster, send_path: str) -> Non
 
 def test_the_path_switch_names_what_is_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="send path must be 'c' or 'python', not 'rust'"):
-        fast_send.use("rust")
-    monkeypatch.setattr(fast_send, "_c", None)
+        _send_path.use("rust")
+    monkeypatch.setattr(_send_path, "_c", None)
     with pytest.raises(RuntimeError, match="_send is not built or is disabled"):
-        fast_send.use("c")
-    assert fast_send.SEND_PATH in ("c", "python")  # unchanged by the refusals
+        _send_path.use("c")
+    assert _send_path.SEND_PATH in ("c", "python")  # unchanged by the refusals
 
 
 async def test_a_kept_metadata_never_changes(fake: FakeCluster, await_path: str) -> None:
@@ -470,11 +470,11 @@ def test_a_bursts_columns_are_not_walked_by_the_gc(send_path: str) -> None:
     """A burst's values (bytes) and timestamps (ints) are lists the cyclic GC does
     not track when ``_send`` is loaded (kept bursts made young collections walk them:
     30 ms of 1M kept deliveries' GC, against 14 untracked)."""
-    from pipeline.producer._columnar.burst import SendRows, new_column
+    from pipeline.producer._columnar.burst import RowBurst, new_column
 
-    rows = SendRows.__new__(SendRows)
+    rows = RowBurst.__new__(RowBurst)
     rows.values, rows.timestamps = new_column(), new_column()
-    tracked = fast_send._c is None
+    tracked = _send_path._c is None
     assert gc.is_tracked(rows.values) is tracked and gc.is_tracked(rows.timestamps) is tracked
     rows.values.append(b"v")
     rows.timestamps.append(T)
@@ -487,7 +487,7 @@ async def test_a_bursts_key_column_is_not_walked_by_the_gc(
 ) -> None:
     """The keys a burst collects (bytes and None) go into a list the cyclic GC does
     not track when ``_send`` is loaded, whether the burst's first row is keyed or a
-    later one (``SendRows.first_key``, or the C branch's list); each row keeps its
+    later one (``RowBurst.first_key``, or the C branch's list); each row keeps its
     own key, None before the first keyed one. A burst of keyless rows has none."""
     async with open_fake_producer(fake, max_message_bytes=100_000) as producer:
         await open_burst(producer)
@@ -500,7 +500,7 @@ async def test_a_bursts_key_column_is_not_walked_by_the_gc(
             await producer.flush()
             return
         assert rows.keys is not None
-        assert gc.is_tracked(rows.keys) is (fast_send._c is None)
+        assert gc.is_tracked(rows.keys) is (_send_path._c is None)
         assert rows.keys == [None] * before + [
             None if i < first_key_at else b"k%d" % i for i in range(8)]
         assert [d.key for d in sent] == [None if i < first_key_at else b"k%d" % i

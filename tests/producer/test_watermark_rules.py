@@ -21,7 +21,7 @@ from pipeline.producer._errors import DeliveryTimeoutError
 from pipeline.producer._message import FAILED, PENDING, ProducerMessage
 from pipeline.producer._outcomes.ledger import Ledger
 from pipeline.producer._stages.context import RetryErrors
-from pipeline.producer._stages.envelopes import Batch, Fin, TopicPartition
+from pipeline.producer._stages.envelopes import Fin, Handoff, TopicPartition
 from pipeline.producer._stages.partition_producer import PartitionProducer, RetryList
 
 TP = TopicPartition("t", 0)
@@ -93,7 +93,7 @@ def msgs(*names: str, level: int = 0, deadline: float = math.inf) -> list[Produc
 
 
 def values(batch: Any) -> list[bytes]:
-    assert isinstance(batch, Batch)
+    assert isinstance(batch, Handoff)
     return [m.value for m in batch.messages]  # type: ignore[union-attr]
 
 
@@ -258,7 +258,7 @@ async def test_a_give_up_reported_after_we_left_needs_no_second_chaser() -> None
     (a,) = msgs("a", level=2)
     pp._handle(RetryList([a]))
     await pp._tick()
-    assert [type(i) for i in core.brokers[0].items()] == [Batch, Fin]
+    assert [type(i) for i in core.brokers[0].items()] == [Handoff, Fin]
     pp.leader_changed()
     pp._metadata_fresh = True
     pp._handle(RetryList([Fin(TP, 2)]))

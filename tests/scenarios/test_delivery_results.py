@@ -54,13 +54,13 @@ def counting_steps() -> Iterator[_Steps]:
 def without_trio_internals() -> Iterator[None]:
     """Inside the block the settled await finds no ``Task._cancel_status`` (as
     with a trio that changed them), on both await paths."""
-    from pipeline.producer._outcomes import delivery as message
+    from pipeline.producer._outcomes import delivery as _delivery
 
-    old = message._set_run_context(types.SimpleNamespace(task=object()))
+    old = _delivery._set_run_context(types.SimpleNamespace(task=object()))
     try:
         yield
     finally:
-        message._set_run_context(old)
+        _delivery._set_run_context(old)
 
 
 async def test_awaiting_settled_deliveries_schedules_about_never(

@@ -333,14 +333,14 @@ async def test_a_batch_arriving_after_its_partitions_bounce_goes_back_too(
     step later, so it is on its way to the broker producer while the responder
     bounces A. Both go back, A first, and are written in order at t0 + 1.125."""
     from pipeline.producer._stages.broker_producer import BrokerProducer
-    from pipeline.producer._stages.envelopes import Batch
+    from pipeline.producer._stages.envelopes import Handoff
 
     late_arrivals: list[float] = []
     accept = BrokerProducer._accept
 
     def watched(self: BrokerProducer, item: Any) -> None:
         part = self._acc.queue(item.tp)
-        if isinstance(item, Batch) and part.retrying is not None and not part.in_flight:
+        if isinstance(item, Handoff) and part.retrying is not None and not part.in_flight:
             late_arrivals.append(trio.current_time())
         accept(self, item)
 

@@ -2,7 +2,7 @@
 
 After a burst of ``COLUMNS_MIN`` or more messages was taken, the next burst of
 common calls (bytes value, no key, headers, partition, timestamp, metadata or
-on_delivery) appends to the columns of one ``SendRows`` and returns
+on_delivery) appends to the columns of one ``RowBurst`` and returns
 ``RowDelivery`` objects (``pipeline/producer/_columnar/burst.py``). These schedules
 check that every such row gets exactly the outcome the per-message path would
 give it: its offset in send order, its partition, its timestamp, its error,
@@ -18,7 +18,7 @@ import trio
 from pipeline.producer._columnar.burst import RowDelivery, RowOutcomes
 from pipeline.producer._errors import ProducerClosed, ProducerError
 from pipeline.producer._intake import intake as intake_module
-from pipeline.producer._outcomes import delivery as message
+from pipeline.producer._outcomes import delivery as _delivery
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_producer, values_in_log
@@ -508,7 +508,7 @@ async def test_awaiting_settled_rows_schedules_about_never(
         with counting_steps() as steps:
             metas = [await d for d in rows]
     assert set(_kinds(rows)) == {"row"} and len(metas) == n
-    every = message._SCHEDULE_EVERY
+    every = _delivery._SCHEDULE_EVERY
     assert n // every <= steps.steps <= n // every + 1, steps.steps
 
 
@@ -570,7 +570,7 @@ async def test_row_deliveries_cost_the_cyclic_gc_nothing_and_leak_no_cycle(
             rows = [await producer.send("t", b"v") for _ in range(10)]
             holder.append(await producer.send(
                 "t", b"w", on_delivery=lambda m, e, c=canary, h=holder: (c, h)))
-            assert {gc.is_tracked(d) for d in [*rows, holder[0]]} == {message._c is None}
+            assert {gc.is_tracked(d) for d in [*rows, holder[0]]} == {_delivery._c is None}
             del canary, rows
             await producer.flush()
             assert holder[0].done()
@@ -665,25 +665,25 @@ async def test_kept_deliveries_do_not_keep_their_bursts_packed_columns(
     awaited, each sealed burst's packed values watched (a weak reference); then
     one more send. With all LOOP deliveries still alive, every packed copy is gone.
     They stayed alive as long as any delivery of their burst did, reached through
-    the burst (``SendRows.run``) and through the runs a delivery reads its
+    the burst (``RowBurst.run``) and through the runs a delivery reads its
     offset from (``RowOutcomes.runs``): measured, a loop keeping 1M
     deliveries held ~110 MB of packed copies, and ran 2.3x the collections."""
     import gc
     import weakref
 
-    from pipeline.producer._columnar.burst import SendRows
+    from pipeline.producer._columnar.burst import RowBurst
 
     packed: list[weakref.ref[Any]] = []
-    seal = SendRows.seal
+    seal = RowBurst.seal
 
-    def watched_seal(self: SendRows) -> int:
+    def watched_seal(self: RowBurst) -> int:
         run = self.run
         nbytes = seal(self)
         assert run is not None
         packed.append(weakref.ref(run.columns.values.data))
         return nbytes
 
-    monkeypatch.setattr(SendRows, "seal", watched_seal)
+    monkeypatch.setattr(RowBurst, "seal", watched_seal)
     fake.create_topic("t", 1)
     values = [b"v%d" % i for i in range(LOOP)]
     async with open_fake_producer(fake) as producer:

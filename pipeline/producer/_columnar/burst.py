@@ -4,7 +4,7 @@ object in the stages.
 A high-rate loop of common ``send()`` calls (a ``bytes`` value, a ``bytes`` key or
 none, either of them a ``str`` sent as UTF-8; no headers, partition, timestamp or
 ``metadata``; an ``on_delivery`` callable or none; the default partitioner) appends
-each call's value, key and timestamp to the columns of one open ``SendRows``, as
+each call's value, key and timestamp to the columns of one open ``RowBurst``, as
 Java's ``RecordAccumulator`` appends into its batch buffer, and returns a two-slot
 ``RowDelivery``. When the dispatcher takes the burst, its columns are packed once
 (the C kernel's ``pack_binary``) and the burst travels through the four stages as a
@@ -57,11 +57,11 @@ from pipeline.producer._message import (
     ProducerMessage,
     RecordMetadata,
 )
-from pipeline.producer._outcomes import delivery as _m
+from pipeline.producer._outcomes import delivery as _delivery
 from pipeline.producer._outcomes.delivery import Delivery, _checkpoint, _checkpoint_if_cancelled
 from pipeline.protocol.columnar import BinaryColumn, Columns, kernel
 
-__all__ = ["COLUMNS_MIN", "RowDelivery", "RowOutcomes", "SendRows"]
+__all__ = ["COLUMNS_MIN", "RowBurst", "RowDelivery", "RowOutcomes"]
 
 #: A burst opens as columns only after a burst of at least this many messages
 #: was taken (a high-rate loop): each burst's runs are sealed as their own
@@ -72,7 +72,7 @@ COLUMNS_MIN = 64
 _new_metadata = tuple.__new__
 
 
-class SendRows:
+class RowBurst:
     """One ``send()`` burst: its columns while open (a list per column), then
     the deliveries' view of its rows."""
     __slots__ = ("chunk", "deadline", "event", "keys", "on_delivery", "outcomes", "run",
@@ -142,7 +142,7 @@ else:
     class _NoCRowAwait:  # (a base of its own: ``object`` here would break the MRO;
         __slots__ = ("_row", "_rows")  # its fields, as _delivery.RowAwait has them)
 
-    _RowAwaitBase = _NoCRowAwait if _m._c is None else _m._c.RowAwait
+    _RowAwaitBase = _NoCRowAwait if _delivery._c is None else _delivery._c.RowAwait
 
 
 class RowDelivery(Delivery, _RowAwaitBase):
@@ -153,7 +153,7 @@ class RowDelivery(Delivery, _RowAwaitBase):
     (the row's index a C integer) and its instances are no GC objects
     (``make_untracked`` in ``_delivery.c``, at import): a loop keeping 200k of
     them then triggers no collection. That is safe because nothing it refers to
-    can lead back to it once its burst is settled: ``_rows`` is a ``SendRows``
+    can lead back to it once its burst is settled: ``_rows`` is a ``RowBurst``
     whose values are ``bytes``, timestamps ``int``s, and whose only user
     objects, the rows' ``on_delivery`` callbacks, are dropped when the last
     row settled (until then a callback that refers to its own delivery makes
@@ -162,7 +162,7 @@ class RowDelivery(Delivery, _RowAwaitBase):
     settled case without a Python frame), else ``_row_await_py``."""
 
     __slots__ = ()  # its two fields are its base's (_delivery.c makes it GC-free)
-    _rows: SendRows  # the burst (set by new_row)
+    _rows: RowBurst  # the burst (set by new_row)
     _row: int  # the row's index in it
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
@@ -282,11 +282,11 @@ def _row_await_py(self: RowDelivery) -> Generator[Any, None, RecordMetadata]:
     its pending / failed part with it (``RowAwait`` hands those cases over)."""
     run = self._run()
     if run is not None and run._state == OK:  # settled: no schedule pass
-        if _m._schedule_due():  # (the process-wide budget and check of message.py)
+        if _delivery._schedule_due():  # (the process-wide budget and check of message.py)
             yield from _checkpoint().__await__()
         else:
             try:
-                cancelled = _m._run_context.task._cancel_status.effectively_cancelled
+                cancelled = _delivery._run_context.task._cancel_status.effectively_cancelled
             except AttributeError:
                 cancelled = True
             if cancelled:
@@ -323,7 +323,7 @@ def _row_settled_checkpoint(self: RowDelivery, full: bool) -> Generator[Any, Non
     return _row_metadata_py(self)
 
 
-def _new_row_py(rows: SendRows, row: int) -> RowDelivery:
+def _new_row_py(rows: RowBurst, row: int) -> RowDelivery:
     """``_delivery.new_row``'s twin (a GC object when the extension is not built)."""
     delivery = _new_delivery(RowDelivery)
     delivery._rows = rows
@@ -340,7 +340,7 @@ _new_delivery = RowDelivery.__new__
 new_column: Callable[[], list[Any]] = list
 
 #: ``send()``'s row constructor: ``_delivery.new_row`` or its twin (``_use_rows``).
-new_row: Callable[[SendRows, int], RowDelivery] = _new_row_py
+new_row: Callable[[RowBurst, int], RowDelivery] = _new_row_py
 
 
 def _use_rows(kind: str) -> None:
@@ -348,13 +348,13 @@ def _use_rows(kind: str) -> None:
     after every switch): the C slot and allocator, or the Python twins."""
     global new_row
     if kind == "c":
-        assert _m._c is not None
-        _m._c.setup_rows(row_type=RowDelivery, rows_type=SendRows, outcomes_type=RowOutcomes,
+        assert _delivery._c is not None
+        _delivery._c.setup_rows(row_type=RowDelivery, rows_type=RowBurst, outcomes_type=RowOutcomes,
                          run_type=RowRun, python_await=_row_await_py,
                          settled_checkpoint=_row_settled_checkpoint)
-        new_row = _m._c.new_row
-        _outcomes.call_back_ok = _m._c.call_back_ok
-        _outcomes.map_rows = _m._c.map_rows
+        new_row = _delivery._c.new_row
+        _outcomes.call_back_ok = _delivery._c.call_back_ok
+        _outcomes.map_rows = _delivery._c.map_rows
         if "__await__" in RowDelivery.__dict__:
             del RowDelivery.__await__  # the slot comes from _delivery.RowAwait again
     else:
@@ -364,5 +364,5 @@ def _use_rows(kind: str) -> None:
         RowDelivery.__await__ = _row_await_py  # type: ignore[method-assign]
 
 
-_m._USE_HOOKS.append(_use_rows)
-_use_rows(_m.DELIVERY_AWAIT)
+_delivery._USE_HOOKS.append(_use_rows)
+_use_rows(_delivery.DELIVERY_AWAIT)

@@ -47,14 +47,15 @@ __all__ = ["RowOutcomes", "call_back_ok"]
 _new_metadata = tuple.__new__
 
 #: ``RowOutcomes.timestamps`` of a burst without callbacks: only ``call_back``
-#: (and ``errors``, for it) read it; a row's delivery reads its ``SendRows``.
+#: (and ``errors``, for it) read it; a row's delivery reads its ``RowBurst``.
 _NOT_KEPT: list[int] = []
 #: One span of ``RowOutcomes.bounds``: a settled run's first wire position and the one after its last.
 _PAIR = struct.Struct("=qq")
 
 
-class Burst(Protocol):
-    """What the outcomes read of a sealed burst (``send_rows.SendRows``)."""
+class BurstView(Protocol):
+    """What the outcomes read of a sealed ``RowBurst`` (``burst.py``; a protocol, so
+    this module needs no import of it)."""
 
     topic: str
     values: list[bytes]
@@ -93,12 +94,12 @@ class RowOutcomes:
     """A burst's settled runs: written by the ledger when a run of the burst
     settles, read by the rows' deliveries. Shared by the chunk (which drops it
     with its last row: ``runs`` are runs, and runs point at the chunk) and the
-    ``SendRows``, so neither keeps the other alive."""
+    ``RowBurst``, so neither keeps the other alive."""
 
     __slots__ = ("_positions", "bounds", "event", "inverse", "keys", "on_delivery", "runs",
                  "timestamps", "topic", "unmapped", "values")
 
-    def __init__(self, rows: Burst) -> None:
+    def __init__(self, rows: BurstView) -> None:
         # The settled runs in wire order: ``runs[i]`` settled wire positions
         # [start, stop) = ``bounds`` int64 pair i (a bytearray _delivery.c reads in
         # place). O(runs): nothing per row (a per-row list was 8 bytes a kept row).
@@ -118,7 +119,7 @@ class RowOutcomes:
         # The rows' on_delivery callbacks (None: no row has one), called per row by
         # the ledger when a run settles (with the row's metadata, or its error
         # naming its value and key: hence the lists, kept only then; a delivery
-        # reads its value, key and timestamp from its ``SendRows``).
+        # reads its value, key and timestamp from its ``RowBurst``).
         self.on_delivery = rows.on_delivery
         self.topic = rows.topic
         kept = rows.on_delivery is not None

@@ -82,7 +82,7 @@ class RowChunk:
         # when it is sealed): held until the last row settles, since every run of
         # the chunk shares those buffers.
         self.extra = 0
-        # A send() burst (send_rows.py): its SendRows until sealed, then the
+        # A send() burst (send_rows.py): its RowBurst until sealed, then the
         # outcomes its rows' deliveries read (written as its runs settle).
         self.send_rows: Any = None
         self.outcomes: Any = None

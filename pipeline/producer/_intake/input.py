@@ -1,7 +1,7 @@
-"""The intake stage, ``producer.input``: acceptance of sarama-style raw messages.
+"""``producer.input``: the intake's channel for sarama-style raw messages.
 
 A user puts ``ProducerMessage`` objects on ``producer.input`` (an
-``InputChannel``, ``async_producer.py``); their outcomes arrive on ``producer.successes`` (when
+``InputChannel``, below); their outcomes arrive on ``producer.successes`` (when
 ``return_successes``) and ``producer.errors``. Such a message is *reserved*
 in the sender's task and *accepted* by the dispatcher when it takes it from
 the intake (``InputAcceptance.accept``); a bad or reused one is accepted and
@@ -9,19 +9,19 @@ failed there, so its outcome reaches ``producer.errors`` (it has no other way
 to report).
 
 Invariant: every item in the intake holds its buffer bytes already, so the
-dispatcher never waits for space. It used to reserve for input messages
-itself, in intake order; then a message queued behind one (send() from
-another task) could hold the very bytes it waited for, and the whole intake
-stalled for max_block before failing it. Found by the schedule explorer. So
-``producer.input.send()`` reserves in the sender's task, as ``send()`` does,
-and applies the same backpressure.
+dispatcher never waits for space: ``producer.input.send()`` reserves in the
+sender's task, as ``send()`` does, and applies the same backpressure. (A
+dispatcher that reserved in intake order could wait for the very bytes a message
+queued behind it holds: the whole intake would stall for ``max_block``.)
 """
 
 from __future__ import annotations
 
+import trio
+
 from pipeline.producer._errors import BufferFullError, ProducerClosed
-from pipeline.producer._intake.intake import Intake
-from pipeline.producer._intake.normalize import reused_error
+from pipeline.producer._intake.intake import Intake, IntakeItem
+from pipeline.producer._intake.normalize import not_a_message_error, reused_error
 from pipeline.producer._message import TO_CHANNELS, ProducerMessage
 from pipeline.producer._outcomes.ledger import Ledger
 
@@ -163,3 +163,76 @@ class InputAcceptance:
             msg._sink = TO_CHANNELS
             self._accept(msg)
         self._shut_down = True
+
+
+class InputChannel(trio.abc.SendChannel[ProducerMessage]):
+    """``producer.input``: the intake's send side, for sarama-style use.
+
+    A message put here holds its buffer bytes before it enters the intake (see
+    ``InputAcceptance.reserve``), so the dispatcher never waits for memory.
+
+    Invariant: one task's calls are written in the order it made them. A
+    ``send()`` burst is a list already queued in the intake that later
+    ``send()`` calls join until the dispatcher takes it, so a message put
+    here first ends that burst: a ``send()`` after it must not join a list
+    queued ahead of it.
+    """
+
+    __slots__ = ("_acceptance", "_channel", "_intake")
+
+    def __init__(
+        self,
+        acceptance: InputAcceptance,
+        intake: Intake,
+        channel: trio.MemorySendChannel[IntakeItem],
+    ) -> None:
+        self._acceptance = acceptance
+        self._intake = intake
+        self._channel = channel
+
+    def send_nowait(self, value: ProducerMessage) -> None:
+        """Raises ``trio.WouldBlock`` when the intake or the buffer memory is full."""
+        if not isinstance(value, ProducerMessage):
+            raise not_a_message_error("producer.input", value)
+        acceptance = self._acceptance
+        if not acceptance.reserve_nowait(value):
+            raise trio.WouldBlock
+        try:
+            self._channel.send_nowait(value)
+        except BaseException:
+            acceptance.unreserve(value)
+            raise
+        self._intake.end_burst()
+
+    async def send(self, value: ProducerMessage) -> None:
+        """Waits for buffer memory (up to ``max_block``; then the message fails
+        with BufferFullError on ``producer.errors``) and room in the intake."""
+        if not isinstance(value, ProducerMessage):
+            raise not_a_message_error("producer.input", value)
+        acceptance = self._acceptance
+        if not await acceptance.reserve(value):
+            return  # settled already: its outcome is on producer.errors
+        try:
+            await self._channel.send(value)
+        except BaseException:
+            acceptance.unreserve(value)
+            raise
+        self._intake.end_burst()
+
+    def clone(self) -> InputChannel:
+        return InputChannel(self._acceptance, self._intake, self._channel.clone())
+
+    def close(self) -> None:
+        self._channel.close()
+
+    async def aclose(self) -> None:
+        await self._channel.aclose()
+
+    def statistics(self) -> trio.MemoryChannelStatistics:
+        return self._channel.statistics()
+
+    def __enter__(self) -> InputChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

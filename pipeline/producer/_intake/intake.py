@@ -8,7 +8,7 @@ if the caller is cancelled, the producer closes, or every broker is down. A
 
 ``Intake`` owns the intake channel (its send side; the dispatcher,
 ``async_producer.py``, receives) and the *burst*: consecutive ``send()`` calls
-share one open list (or columnar ``SendRows``) already queued in the channel, so a
+share one open list (or columnar ``RowBurst``) already queued in the channel, so a
 burst costs one channel operation, not one per message. The dispatcher closes it
 when it takes it (``close_burst``, ``close_rows``); anything else put on the
 channel (``producer.input``, a ``send_many`` or ``send_batch`` chunk) ends the
@@ -28,8 +28,8 @@ from typing import Any
 
 import trio
 
-from pipeline.producer._columnar import burst as _send_rows
-from pipeline.producer._columnar.burst import COLUMNS_MIN, RowDelivery, SendRows
+from pipeline.producer._columnar import burst as _burst
+from pipeline.producer._columnar.burst import COLUMNS_MIN, RowBurst, RowDelivery
 from pipeline.producer._columnar.rows import RowChunk, RowRun
 from pipeline.producer._config import ProducerConfig
 from pipeline.producer._errors import BufferFullError, ProducerClosed
@@ -92,9 +92,9 @@ class Intake:
         self._burst_deadline = 0.0
         self._burst_topic: str | None = None
         # The open columnar burst (send_rows.py; None: none open): a run already in the
-        # channel whose SendRows the common send() appends to, until the dispatcher takes
+        # channel whose RowBurst the common send() appends to, until the dispatcher takes
         # it or anything else is put on the channel. One of _burst and _rows at a time.
-        self._rows: SendRows | None = None
+        self._rows: RowBurst | None = None
         # Open the next burst as columns: the last burst taken had COLUMNS_MIN messages or
         # more, and the partitioner is the default one (the columnar split asks its choice).
         self._columnar: bool = config.partitioner == "default"
@@ -207,7 +207,7 @@ class Intake:
                 elif rows is not None and topic == rows.topic:
                     if self._ledger.admit_row(size):
                         values = rows.values
-                        delivery = _send_rows.new_row(rows, len(values))
+                        delivery = _burst.new_row(rows, len(values))
                         fns = rows.on_delivery  # each row's own (or None)
                         if fns is not None:
                             fns.append(on_delivery)
@@ -317,7 +317,7 @@ class Intake:
         except trio.WouldBlock:
             ledger.unaccept_rows(chunk, 1, size)
             return None
-        rows = chunk.send_rows = self._rows = SendRows(topic, run, chunk)
+        rows = chunk.send_rows = self._rows = RowBurst(topic, run, chunk)
         if on_delivery is not None:
             rows.on_delivery = [on_delivery]
         if key is not None:
@@ -325,7 +325,7 @@ class Intake:
         rows.values.append(value)
         rows.timestamps.append(self.current_ms())
         rows.size += size
-        return _send_rows.new_row(rows, 0)
+        return _burst.new_row(rows, 0)
 
     def close_rows(self, run: RowRun) -> None:
         """The dispatcher took ``run``: if it is a columnar burst, seal it (it takes

@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from pipeline.producer import _speedups
-from pipeline.producer._columnar import burst as _send_rows
+from pipeline.producer._columnar import burst as _burst
 from pipeline.producer._intake import intake as _intake
 from pipeline.producer._intake.normalize import SIZE_BASE
 from pipeline.producer._outcomes.ledger import Ledger
@@ -35,14 +35,14 @@ def _load_c() -> ModuleType | None:
     if _send is None:  # not built, or PIPELINE_PURE_PYTHON=1: Intake.send alone
         return None
     _send.setup(
-        intake_type=_intake.Intake, ledger_type=Ledger, rows_type=_send_rows.SendRows,
-        size_base=SIZE_BASE, intake_globals=vars(_intake), rows_globals=vars(_send_rows),
+        intake_type=_intake.Intake, ledger_type=Ledger, rows_type=_burst.RowBurst,
+        size_base=SIZE_BASE, intake_globals=vars(_intake), rows_globals=vars(_burst),
         wall_time=time.time,
     )
     # A coroutine to trio (nursery.start_soon(producer.send, ...)): it has no frame, so
     # trio wraps it in one, as it does for coroutines written in C or Cython.
     collections.abc.Coroutine.register(_send.SendCall)
-    _send_rows.new_column = _send.atomic_list
+    _burst.new_column = _send.atomic_list
     return _send
 
 

@@ -452,12 +452,12 @@ static PyObject *row_settled_checkpoint = NULL;
  * it (a C integer: no int object per row). */
 typedef struct {
     PyObject_HEAD
-    PyObject *rows; /* the SendRows (NULL until set) */
+    PyObject *rows; /* the RowBurst (NULL until set) */
     Py_ssize_t row;
 } RowAwaitObject;
 
 #define ROW(d) ((RowAwaitObject *)(d))
-static Py_ssize_t off_s_outcomes, off_s_timestamps;      /* SendRows */
+static Py_ssize_t off_s_outcomes, off_s_timestamps;      /* RowBurst */
 static Py_ssize_t off_o_bounds, off_o_runs, off_o_inverse; /* RowOutcomes */
 static Py_ssize_t off_r_state, off_r_topic, off_r_partition, off_r_offset,
     off_r_timestamp;                                     /* RowRun */
@@ -795,7 +795,7 @@ static void row_await_dealloc(PyObject *self) {
 }
 
 static PyMemberDef row_await_members[] = {
-    {"_rows", T_OBJECT_EX, offsetof(RowAwaitObject, rows), 0, "the burst (a SendRows)"},
+    {"_rows", T_OBJECT_EX, offsetof(RowAwaitObject, rows), 0, "the burst (a RowBurst)"},
     {"_row", T_PYSSIZET, offsetof(RowAwaitObject, row), 0, "the row's index in the burst"},
     {NULL, 0, 0, 0, NULL},
 };

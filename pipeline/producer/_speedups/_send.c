@@ -19,7 +19,7 @@
  *             same arguments and forwards every send / throw / close to it.
  *
  * The branch reads and writes the same fields as Intake.send, at the offsets of their
- * __slots__ (Intake, Ledger and SendRows declare them): the two paths share all state
+ * __slots__ (Intake, Ledger and RowBurst declare them): the two paths share all state
  * and may interleave call by call. Conditions, in Intake.send's words: the countdown to
  * the next schedule point does not reach 0, the producer is not closing, the value is
  * bytes (a str is encoded first) and the topic a str equal to the open burst's, the value is under
@@ -37,7 +37,7 @@
 
 /* ------------------------------------------------------------------ state (setup) */
 
-static PyTypeObject *rows_type = NULL; /* send_rows.SendRows */
+static PyTypeObject *rows_type = NULL; /* send_rows.RowBurst */
 static PyObject *intake_globals = NULL; /* intake.py's globals: `_time` is read per row */
 static PyObject *rows_globals = NULL;   /* send_rows.py's: `new_row` is read per row */
 static PyObject *wall_time = NULL;      /* time.time: then the clock is read directly */
@@ -47,7 +47,7 @@ static Py_ssize_t off_until_yield, off_closing, off_rows, off_wall_clock, off_ma
     off_ms, off_ms_ends, off_ledger, off_timestamp_ms;
 /* Ledger */
 static Py_ssize_t off_buffered, off_buffer_memory, off_next_id;
-/* SendRows */
+/* RowBurst */
 static Py_ssize_t off_s_topic, off_s_values, off_s_timestamps, off_s_on_delivery, off_s_size,
     off_s_keys;
 static PyObject *str_time, *str_new_row, *str_key, *str_on_delivery;
@@ -187,7 +187,7 @@ static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, 
     }
     if (keys != Py_None) { /* each row's key (or None) */
         if (PyList_Append(keys, key) < 0) goto fail;
-    } else if (key != Py_None) { /* the burst's first key: SendRows.first_key */
+    } else if (key != Py_None) { /* the burst's first key: RowBurst.first_key */
         PyObject *list = nones_then(PyList_GET_SIZE(values), key);
         if (list == NULL) goto fail;
         PyObject_GC_UnTrack(list); /* bytes and None only: atomic_list() */

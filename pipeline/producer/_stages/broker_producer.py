@@ -59,9 +59,9 @@ from pipeline.producer._stages.batches import (
     unless_duplicate_echo,
 )
 from pipeline.producer._stages.envelopes import (
-    Batch,
     BrokerItem,
     Fin,
+    Handoff,
     RetryItem,
     SealedBatch,
     TopicPartition,
@@ -159,7 +159,7 @@ class BrokerProducer:
 
     def _accept(self, item: BrokerItem) -> None:
         part = self._acc.queue(item.tp)
-        if isinstance(item, Batch):
+        if isinstance(item, Handoff):
             self._acc.add(part, item.messages)
             if part.retrying is not None:
                 self._maybe_bounce(item.tp, part)

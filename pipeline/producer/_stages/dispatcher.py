@@ -24,9 +24,7 @@ from typing import Any, Protocol
 import trio
 
 from pipeline.producer._columnar.rows import RowRun
-from pipeline.producer._intake.input import InputAcceptance
-from pipeline.producer._intake.intake import Intake, IntakeItem
-from pipeline.producer._intake.normalize import not_a_message_error
+from pipeline.producer._intake.intake import IntakeItem
 from pipeline.producer._message import ProducerMessage
 from pipeline.producer._stages.envelopes import FlushMark
 
@@ -134,77 +132,3 @@ class Dispatcher:
         await nursery.start(tp.run)
         self._topics[topic] = send
         return send
-
-
-class InputChannel(trio.abc.SendChannel[ProducerMessage]):
-    """``producer.input``: the intake's send side, for sarama-style use.
-
-    A message put here holds its buffer bytes before it enters the intake (see
-    ``InputAcceptance.reserve``), so the dispatcher never waits for memory.
-
-    Invariant: one task's calls are written in the order it made them. A
-    ``send()`` burst is a list already queued in the intake that later
-    ``send()`` calls join until the dispatcher takes it, so a message put
-    here first ends that burst: a ``send()`` after it must not join a list
-    queued ahead of it. (Found by the schedule explorer, like the same hole in
-    ``send_many``.)
-    """
-
-    __slots__ = ("_acceptance", "_channel", "_intake")
-
-    def __init__(
-        self,
-        acceptance: InputAcceptance,
-        intake: Intake,
-        channel: trio.MemorySendChannel[IntakeItem],
-    ) -> None:
-        self._acceptance = acceptance
-        self._intake = intake
-        self._channel = channel
-
-    def send_nowait(self, value: ProducerMessage) -> None:
-        """Raises ``trio.WouldBlock`` when the intake or the buffer memory is full."""
-        if not isinstance(value, ProducerMessage):
-            raise not_a_message_error("producer.input", value)
-        acceptance = self._acceptance
-        if not acceptance.reserve_nowait(value):
-            raise trio.WouldBlock
-        try:
-            self._channel.send_nowait(value)
-        except BaseException:
-            acceptance.unreserve(value)
-            raise
-        self._intake.end_burst()
-
-    async def send(self, value: ProducerMessage) -> None:
-        """Waits for buffer memory (up to ``max_block``; then the message fails
-        with BufferFullError on ``producer.errors``) and room in the intake."""
-        if not isinstance(value, ProducerMessage):
-            raise not_a_message_error("producer.input", value)
-        acceptance = self._acceptance
-        if not await acceptance.reserve(value):
-            return  # settled already: its outcome is on producer.errors
-        try:
-            await self._channel.send(value)
-        except BaseException:
-            acceptance.unreserve(value)
-            raise
-        self._intake.end_burst()
-
-    def clone(self) -> InputChannel:
-        return InputChannel(self._acceptance, self._intake, self._channel.clone())
-
-    def close(self) -> None:
-        self._channel.close()
-
-    async def aclose(self) -> None:
-        await self._channel.aclose()
-
-    def statistics(self) -> trio.MemoryChannelStatistics:
-        return self._channel.statistics()
-
-    def __enter__(self) -> InputChannel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

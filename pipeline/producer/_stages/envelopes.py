@@ -38,7 +38,7 @@ class Fin:
 
 
 @dataclass(slots=True)
-class Batch:
+class Handoff:
     """Partition producer -> broker producer: one partition's items, in order.
 
     Sealed batches (retries) always come before loose messages: a retried batch
@@ -112,7 +112,7 @@ class SealedBatch:
         )
 
 
-BrokerItem = Batch | Fin
+BrokerItem = Handoff | Fin
 # What a broker producer sends back to a partition producer (never blocks):
 # messages at their new level, in their original order, or a returning chaser.
 RetryItem = ProducerMessage | SealedBatch | Fin

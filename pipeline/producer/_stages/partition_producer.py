@@ -58,9 +58,9 @@ from pipeline.cluster.errors import KafkaError
 from pipeline.producer._errors import DeliveryTimeoutError
 from pipeline.producer._message import PENDING, ProducerMessage
 from pipeline.producer._stages.envelopes import (
-    Batch,
     BrokerItem,
     Fin,
+    Handoff,
     RetryItem,
     SealedBatch,
     TopicPartition,
@@ -309,7 +309,7 @@ class PartitionProducer:
     def _flush_out(self) -> None:
         if self._out:
             assert self.bp is not None
-            self._outbox.append((self.bp, Batch(self.tp, self._out)))
+            self._outbox.append((self.bp, Handoff(self.tp, self._out)))
             self._out = []
 
     async def _tick(self) -> None:
