@@ -176,7 +176,7 @@ def test_the_checks_see_what_they_must() -> None:
 
 
 def test_the_producer_api_is_a_facade() -> None:
-    """api.py delegates (intake, bulk, input acceptance, dispatcher live in their own modules)."""
+    """_api.py delegates (intake, bulk, input acceptance, dispatcher live in their own modules)."""
     lines = len((PACKAGE / FACADE).read_text(encoding="utf-8").splitlines())
     assert lines <= FACADE_MAX_LINES, f"{FACADE} is {lines} lines: move work into a stage"
 

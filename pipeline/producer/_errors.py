@@ -8,7 +8,7 @@ Two families, kept apart on purpose:
 * reported as the outcome of an accepted message: always a ``ProducerError``
   carrying the message and the specific ``cause``. Every accepted message gets
   exactly one outcome: a ``RecordMetadata`` or a ``ProducerError``.
-  ``ProducerError`` is defined in ``message.py``, beside the message it carries
+  ``ProducerError`` is defined in ``_message.py``, beside the message it carries
   (each refers to the other), and re-exported here.
 """
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from pipeline.cluster.errors import KafkaError
+from pipeline.producer._speedups import fields
+from pipeline.producer._speedups.fields import slots
 
 PENDING, OK, FAILED = 0, 1, 2
 
@@ -77,23 +79,9 @@ class ProducerMessage:
     set; the message is then what ``producer.successes`` yields.
     """
 
-    __slots__ = (
-        "_deadline",
-        "_id",
-        "_level",
-        "_outcome",
-        "_sink",
-        "_size",
-        "_state",
-        "headers",
-        "key",
-        "metadata",
-        "offset",
-        "partition",
-        "timestamp",
-        "topic",
-        "value",
-    )
+    __slots__ = slots(fields.DELIVERY_MESSAGE, (
+        "_deadline", "_id", "_level", "_outcome", "_sink", "_size", "headers", "key",
+        "metadata", "value"))
 
     def __init__(
         self,

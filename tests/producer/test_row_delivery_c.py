@@ -213,11 +213,7 @@ def test_a_row_class_of_another_layout_stays_a_gc_class_and_its_rows_are_untrack
     ``new_row``); a class that is no RowAwait is refused."""
     import gc
 
-    def bind(row_type: type) -> None:
-        c.setup_rows(row_type=row_type, rows_type=_burst.RowBurst,
-                     outcomes_type=_burst.RowOutcomes, run_type=RowRun,
-                     python_await=_burst._row_await_py,
-                     settled_checkpoint=_burst._row_settled_checkpoint)
+    bind = _burst._setup_rows
 
     with_dict = type("WithDict", (c.RowAwait,), {})
     try:
@@ -344,7 +340,7 @@ def test_new_row_takes_two_arguments() -> None:
 
 @needs_c
 def test_the_c_row_path_is_used_when_built_and_the_twins_otherwise() -> None:
-    """``_delivery._use`` switches the rows with the messages (send_rows' hook):
+    """``_delivery._use`` switches the rows with the messages (burst.py's hook):
     C allocator, metadata builder and await slot, or their Python twins."""
     before = _delivery.DELIVERY_AWAIT
     try:

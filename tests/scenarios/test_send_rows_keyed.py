@@ -1,4 +1,4 @@
-"""Keyed ``send()`` calls travel as columns too (``send_rows.py``, ``row_outcomes.py``).
+"""Keyed ``send()`` calls travel as columns too (``burst.py``, ``row_outcomes.py``).
 
 A loop of ``await producer.send(topic, value, key=key)`` appends each key to the
 open burst's key column; the topic producer splits the burst by the keys' Java

@@ -59,6 +59,8 @@ from pipeline.producer._message import (
 )
 from pipeline.producer._outcomes import delivery as _delivery
 from pipeline.producer._outcomes.delivery import Delivery, _checkpoint, _checkpoint_if_cancelled
+from pipeline.producer._speedups import fields
+from pipeline.producer._speedups.fields import names, slots
 from pipeline.protocol.columnar import BinaryColumn, Columns, kernel
 
 __all__ = ["COLUMNS_MIN", "RowBurst", "RowDelivery", "RowOutcomes"]
@@ -75,8 +77,8 @@ _new_metadata = tuple.__new__
 class RowBurst:
     """One ``send()`` burst: its columns while open (a list per column), then
     the deliveries' view of its rows."""
-    __slots__ = ("chunk", "deadline", "event", "keys", "on_delivery", "outcomes", "run",
-                 "size", "timestamps", "topic", "values")
+    __slots__ = slots(fields.SEND_BURST, fields.DELIVERY_BURST, (
+        "chunk", "deadline", "event", "run"))
 
     def __init__(self, topic: str, run: RowRun, chunk: RowChunk) -> None:
         self.topic = topic
@@ -282,7 +284,7 @@ def _row_await_py(self: RowDelivery) -> Generator[Any, None, RecordMetadata]:
     its pending / failed part with it (``RowAwait`` hands those cases over)."""
     run = self._run()
     if run is not None and run._state == OK:  # settled: no schedule pass
-        if _delivery._schedule_due():  # (the process-wide budget and check of message.py)
+        if _delivery._schedule_due():  # (the process-wide budget and check of delivery.py)
             yield from _checkpoint().__await__()
         else:
             try:
@@ -336,11 +338,23 @@ _new_delivery = RowDelivery.__new__
 
 #: A burst's column list: ``_send.atomic_list`` (a list the cyclic GC does not
 #: track: its items are bytes or ints, in no cycle) when that module is loaded
-#: (``fast_send.py`` sets it), else ``list``.
+#: (``_intake/send_path.py`` sets it), else ``list``.
 new_column: Callable[[], list[Any]] = list
 
 #: ``send()``'s row constructor: ``_delivery.new_row`` or its twin (``_use_rows``).
 new_row: Callable[[RowBurst, int], RowDelivery] = _new_row_py
+
+
+def _setup_rows(row_type: type) -> None:
+    """Bind ``_delivery.c``'s rows to ``row_type`` (``RowDelivery``) and to the fields
+    of ``fields.DELIVERY_BURST``, ``DELIVERY_OUTCOMES`` and ``DELIVERY_RUN``."""
+    assert _delivery._c is not None
+    _delivery._c.setup_rows(
+        row_type=row_type,
+        rows_type=RowBurst, rows_fields=names(fields.DELIVERY_BURST),
+        outcomes_type=RowOutcomes, outcomes_fields=names(fields.DELIVERY_OUTCOMES),
+        run_type=RowRun, run_fields=names(fields.DELIVERY_RUN),
+        python_await=_row_await_py, settled_checkpoint=_row_settled_checkpoint)
 
 
 def _use_rows(kind: str) -> None:
@@ -349,9 +363,7 @@ def _use_rows(kind: str) -> None:
     global new_row
     if kind == "c":
         assert _delivery._c is not None
-        _delivery._c.setup_rows(row_type=RowDelivery, rows_type=RowBurst, outcomes_type=RowOutcomes,
-                         run_type=RowRun, python_await=_row_await_py,
-                         settled_checkpoint=_row_settled_checkpoint)
+        _setup_rows(RowDelivery)
         new_row = _delivery._c.new_row
         _outcomes.call_back_ok = _delivery._c.call_back_ok
         _outcomes.map_rows = _delivery._c.map_rows

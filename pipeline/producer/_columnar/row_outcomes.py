@@ -1,4 +1,4 @@
-"""Where each row of a columnar ``send()`` burst ended up (``send_rows.py``).
+"""Where each row of a columnar ``send()`` burst ended up (``burst.py``).
 
 A burst's rows are split by the topic producer into runs (``rows.assign_rows``):
 one per partition and batch. The ledger records each run here when it settles
@@ -38,6 +38,8 @@ from pipeline.producer._message import (
     ProducerMessage,
     RecordMetadata,
 )
+from pipeline.producer._speedups import fields
+from pipeline.producer._speedups.fields import slots
 
 if TYPE_CHECKING:
     from pipeline.producer._columnar.rows import RowRun
@@ -96,8 +98,9 @@ class RowOutcomes:
     with its last row: ``runs`` are runs, and runs point at the chunk) and the
     ``RowBurst``, so neither keeps the other alive."""
 
-    __slots__ = ("_positions", "bounds", "event", "inverse", "keys", "on_delivery", "runs",
-                 "timestamps", "topic", "unmapped", "values")
+    __slots__ = slots(fields.DELIVERY_OUTCOMES, (
+        "_positions", "event", "keys", "on_delivery", "timestamps", "topic", "unmapped",
+        "values"))
 
     def __init__(self, rows: BurstView) -> None:
         # The settled runs in wire order: ``runs[i]`` settled wire positions
@@ -240,7 +243,7 @@ def _call_back_ok_py(fns: list[DeliveryCallback | None], topic: str, partition: 
 
 
 #: Calls the callbacks of a run settled OK: ``_delivery.call_back_ok`` or its
-#: twin (``send_rows._use_rows`` binds it).
+#: twin (``burst._use_rows`` binds it).
 call_back_ok: Callable[..., None] = _call_back_ok_py
 #: Fills a keyed burst's row -> wire position map: ``_delivery.map_rows`` or its twin.
 map_rows: Callable[[Any, Any, int], None] = _map_rows_py

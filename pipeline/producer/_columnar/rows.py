@@ -6,7 +6,7 @@ accepts them in *chunks* (consecutive rows, each within a quarter of
 per chunk. The stages move a ``RowRun`` where they move a ``ProducerMessage``:
 
 * the topic producer splits a chunk's run (``assign_rows``): keyed rows on the
-  Java murmur2 partition (vectorized, ``column_partitioner``), pinned rows on
+  Java murmur2 partition (vectorized, ``partitioning.py``), pinned rows on
   theirs, null-key rows one batch's worth at a time on the partitioner's
   null-key choice; then each partition's rows are cut into runs of at most one
   batch (exact encoded sizes, ``columnar.cut_batches``), in row order;
@@ -40,6 +40,8 @@ from pipeline.producer._columnar.partitioning import group_by_partition, key_par
 from pipeline.producer._errors import ProducerError
 from pipeline.producer._message import PENDING
 from pipeline.producer._outcomes.delivery import DeliveryGroup
+from pipeline.producer._speedups import fields
+from pipeline.producer._speedups.fields import slots
 from pipeline.producer._stages.envelopes import SEQUENCE_WRAP, SealedBatch
 from pipeline.protocol.columnar import (
     KERNEL,
@@ -70,7 +72,7 @@ __all__ = [
 class RowChunk:
     """Ledger entry of one accepted chunk (ids ``_id .. _id + rows - 1``)."""
 
-    __slots__ = ("_id", "extra", "group", "outcomes", "pending", "runs", "send_rows")
+    __slots__ = ("_id", "burst", "extra", "group", "outcomes", "pending", "runs")
 
     def __init__(self, group: DeliveryGroup | None, rows: int) -> None:
         self._id = 0
@@ -82,9 +84,9 @@ class RowChunk:
         # when it is sealed): held until the last row settles, since every run of
         # the chunk shares those buffers.
         self.extra = 0
-        # A send() burst (send_rows.py): its RowBurst until sealed, then the
+        # A send() burst (burst.py): its RowBurst until sealed, then the
         # outcomes its rows' deliveries read (written as its runs settle).
-        self.send_rows: Any = None
+        self.burst: Any = None
         self.outcomes: Any = None
 
 
@@ -93,24 +95,9 @@ class RowRun:
     partition, at most one batch), in their wire order. Duck-types the
     fields of ``ProducerMessage`` the stages read."""
 
-    __slots__ = (
-        "_deadline",
-        "_id",
-        "_level",
-        "_outcome",
-        "_sink",
-        "_size",
-        "_state",
-        "columns",
-        "count",
-        "first_row",
-        "offset",
-        "partition",
-        "place",
-        "rows",
-        "timestamp",
-        "topic",
-    )
+    __slots__ = slots(fields.DELIVERY_RUN, (
+        "_deadline", "_id", "_level", "_outcome", "_sink", "_size", "columns", "count",
+        "first_row", "place", "rows"))
 
     def __init__(self, topic: str, columns: Columns, rows: Any, count: int, size: int,
                  chunk: RowChunk, first_row: int) -> None:

@@ -7,7 +7,7 @@ if the caller is cancelled, the producer closes, or every broker is down. A
 ``send()`` cancelled before that point sends nothing and leaves no trace.
 
 ``Intake`` owns the intake channel (its send side; the dispatcher,
-``async_producer.py``, receives) and the *burst*: consecutive ``send()`` calls
+``_stages/dispatcher.py``, receives) and the *burst*: consecutive ``send()`` calls
 share one open list (or columnar ``RowBurst``) already queued in the channel, so a
 burst costs one channel operation, not one per message. The dispatcher closes it
 when it takes it (``close_burst``, ``close_rows``); anything else put on the
@@ -43,6 +43,8 @@ from pipeline.producer._intake.normalize import (
 from pipeline.producer._message import PENDING, DeliveryCallback, Headers, ProducerMessage
 from pipeline.producer._outcomes.delivery import Delivery, MessageDelivery
 from pipeline.producer._outcomes.ledger import Ledger
+from pipeline.producer._speedups import fields
+from pipeline.producer._speedups.fields import slots
 from pipeline.producer._stages.envelopes import FlushMark
 
 # Rows between two schedule points (where the dispatcher may take the open burst; a burst
@@ -68,11 +70,10 @@ IntakeItem = ProducerMessage | list[ProducerMessage] | FlushMark | RowRun
 class Intake:
     """The intake channel's send side, the open burst and the CreateTime clock."""
 
-    # (slots: send()'s row branch in C, _send.c, shares these fields at their offsets)
-    __slots__ = ("_burst", "_burst_deadline", "_burst_topic", "_channel", "_closing",
-                 "_columnar", "_columns_next", "_delivery_timeout", "_ledger",
-                 "_max_message_bytes", "_ms", "_ms_ends", "_now", "_outbox", "_rows",
-                 "_timestamp_ms", "_until_yield", "_wall_clock")
+    # send()'s row branch in C (_send.c) shares the fields of fields.SEND_INTAKE
+    __slots__ = slots(fields.SEND_INTAKE, (
+        "_burst", "_burst_deadline", "_burst_topic", "_channel", "_columnar", "_columns_next",
+        "_delivery_timeout", "_now", "_outbox"))
 
     def __init__(self, config: ProducerConfig, ledger: Ledger) -> None:
         self._ledger = ledger
@@ -91,7 +92,7 @@ class Intake:
         self._burst: list[ProducerMessage] | None = None
         self._burst_deadline = 0.0
         self._burst_topic: str | None = None
-        # The open columnar burst (send_rows.py; None: none open): a run already in the
+        # The open columnar burst (burst.py; None: none open): a run already in the
         # channel whose RowBurst the common send() appends to, until the dispatcher takes
         # it or anything else is put on the channel. One of _burst and _rows at a time.
         self._rows: RowBurst | None = None
@@ -201,7 +202,7 @@ class Intake:
                 else len(key) + (1 if len(key) < 64 else prefix_size(len(key)))
             )
             if metadata is None and (on_delivery is None or callable(on_delivery)):
-                rows = self._rows  # a row of a columnar burst (send_rows.py)?
+                rows = self._rows  # a row of a columnar burst (burst.py)?
                 if size > self._max_message_bytes:
                     pass  # (the per-message path raises MessageTooLargeError)
                 elif rows is not None and topic == rows.topic:
@@ -317,7 +318,7 @@ class Intake:
         except trio.WouldBlock:
             ledger.unaccept_rows(chunk, 1, size)
             return None
-        rows = chunk.send_rows = self._rows = RowBurst(topic, run, chunk)
+        rows = chunk.burst = self._rows = RowBurst(topic, run, chunk)
         if on_delivery is not None:
             rows.on_delivery = [on_delivery]
         if key is not None:
@@ -333,10 +334,10 @@ class Intake:
         last row settles (``chunk.extra``; over ``buffer_memory`` if need be: the
         dispatcher never waits; docs/architecture.md, "send() bursts as columns")."""
         chunk = run._sink
-        rows = chunk.send_rows
+        rows = chunk.burst
         if rows is None:
             return  # a send_batch chunk (or sealed at a close)
-        chunk.send_rows = None
+        chunk.burst = None
         if rows is self._rows:
             self._rows = None
         chunk.extra = copy = rows.seal()

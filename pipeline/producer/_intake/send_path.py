@@ -26,6 +26,8 @@ from pipeline.producer._columnar import burst as _burst
 from pipeline.producer._intake import intake as _intake
 from pipeline.producer._intake.normalize import SIZE_BASE
 from pipeline.producer._outcomes.ledger import Ledger
+from pipeline.producer._speedups import fields
+from pipeline.producer._speedups.fields import names
 
 __all__ = ["SEND_PATH", "entry", "use"]
 
@@ -35,7 +37,9 @@ def _load_c() -> ModuleType | None:
     if _send is None:  # not built, or PIPELINE_PURE_PYTHON=1: Intake.send alone
         return None
     _send.setup(
-        intake_type=_intake.Intake, ledger_type=Ledger, rows_type=_burst.RowBurst,
+        intake_type=_intake.Intake, intake_fields=names(fields.SEND_INTAKE),
+        ledger_type=Ledger, ledger_fields=names(fields.SEND_LEDGER),
+        rows_type=_burst.RowBurst, rows_fields=names(fields.SEND_BURST),
         size_base=SIZE_BASE, intake_globals=vars(_intake), rows_globals=vars(_burst),
         wall_time=time.time,
     )

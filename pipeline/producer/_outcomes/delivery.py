@@ -31,6 +31,8 @@ from pipeline.producer._message import (
     _metadata_py,
     _new_metadata,
 )
+from pipeline.producer._speedups import fields
+from pipeline.producer._speedups.fields import names
 
 
 class OnDelivery:
@@ -102,7 +104,7 @@ class Delivery:
     ``result()``, ``wait()`` and ``message``.
 
     Two kinds behave the same: ``MessageDelivery`` (the accepted message
-    itself) and ``send_rows.RowDelivery`` (a row of a columnar ``send()`` burst).
+    itself) and ``burst.RowDelivery`` (a row of a columnar ``send()`` burst).
     Awaiting a settled one schedules nothing (a cancellation check; a schedule
     point every ``_SCHEDULE_EVERY`` awaits); a pending one parks until its batch
     settles, which settles its neighbours too (about one park per batch).
@@ -225,7 +227,8 @@ def _use(kind: str) -> None:
         if _c is None:
             raise RuntimeError("pipeline.producer._speedups._delivery is not built or is disabled")
         _c.setup(
-            message_type=ProducerMessage, metadata_type=RecordMetadata, python_await=_await_py,
+            message_type=ProducerMessage, message_fields=names(fields.DELIVERY_MESSAGE),
+            metadata_type=RecordMetadata, python_await=_await_py,
             settled_checkpoint=_await_settled_checkpoint, run_context=_run_context, ok=OK,
             schedule_every=_SCHEDULE_EVERY,
         )
@@ -242,7 +245,7 @@ def _use(kind: str) -> None:
         hook(kind)
 
 
-_USE_HOOKS: list[Callable[[str], None]] = []  # called after a switch (send_rows' rows)
+_USE_HOOKS: list[Callable[[str], None]] = []  # called after a switch (burst.py's rows)
 
 
 def _set_run_context(ctx: Any) -> Any:

@@ -44,6 +44,8 @@ from pipeline.producer._message import (
     RecordMetadata,
 )
 from pipeline.producer._outcomes.delivery import DeliveryGroup, OnDelivery
+from pipeline.producer._speedups import fields
+from pipeline.producer._speedups.fields import slots
 
 if TYPE_CHECKING:
     from pipeline.producer._columnar.burst import RowOutcomes
@@ -57,7 +59,7 @@ class Ledger:
     # The fields send()'s row branch in C reads and writes (_send.c, at these
     # slots' offsets); everything else lives in the instance dict (tests and the
     # explorer replace methods on an instance).
-    __slots__ = ("__dict__", "_next_id", "buffer_memory", "buffered_bytes")
+    __slots__ = slots(fields.SEND_LEDGER, ("__dict__",))
 
     def __init__(self, buffer_memory: int, max_block: float) -> None:
         self.buffer_memory = buffer_memory
@@ -410,12 +412,12 @@ class Ledger:
         rows = 0
         for entry in list(self.outstanding.values()):
             if type(entry) is RowChunk:
-                if entry.send_rows is not None:
+                if entry.burst is not None:
                     # A send() burst the dispatcher never took (it may sit in the
                     # intake, or in the cancelled dispatcher's hands): sealed now,
                     # so its run counts its rows.
-                    entry.send_rows.seal()
-                    entry.send_rows = None
+                    entry.burst.seal()
+                    entry.burst = None
                 pending = [r for r in entry.runs if r._state == PENDING]
                 rows += entry.pending
                 msgs.extend(pending)  # type: ignore[arg-type]  # RowRuns settle as messages

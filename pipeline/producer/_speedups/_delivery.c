@@ -1,7 +1,7 @@
 /* pipeline.producer._speedups._delivery: awaiting a settled Delivery without Python frames.
  *
  * `await delivery` on a message that is already settled OK is the per-message
- * path of a loop that keeps every Delivery and awaits each (issue 15 goal 1). In
+ * path of a loop that keeps every Delivery and awaits each. In
  * Python it costs a generator, a NamedTuple built by tuple.__new__ and three
  * attribute reads for the cancellation check (~1.26 us). Here:
  *
@@ -10,7 +10,7 @@
  *                 Its am_await, when the message is OK, no schedule point is due and
  *                 the task is not cancelled, returns a tiny iterator whose first
  *                 am_send / tp_iternext returns the RecordMetadata at once. In every
- *                 other case it returns what pipeline/producer/_message.py gives it
+ *                 other case it returns what pipeline/producer/_outcomes/delivery.py gives it
  *                 at setup(): the Python __await__ (pending -> park, failed ->
  *                 checkpoint + raise) or the settled-but-checkpoint generator (a
  *                 schedule point is due: full checkpoint; cancelled, or the cancel
@@ -18,12 +18,14 @@
  *   metadata(msg) RecordMetadata(topic, partition, offset, timestamp, offset >= 0)
  *                 built by tp_alloc of the NamedTuple class.
  *   schedule_due() the process-wide schedule budget: True on every `every`-th call.
- *                 message.py uses this very function when the module is loaded, so
+ *                 delivery.py uses this very function when the module is loaded, so
  *                 the C and the Python path share one budget.
  *
- * Slots are read at the offsets of ProducerMessage's member descriptors, found
- * once by setup(); every entry point first checks that its argument is an
- * instance of that class. pipeline/producer/_message.py holds the pure-Python
+ * Slots are read at the offsets of the member descriptors of the fields
+ * pipeline/producer/_speedups/fields.py declares (DELIVERY_MESSAGE; the rows':
+ * DELIVERY_BURST, DELIVERY_OUTCOMES, DELIVERY_RUN), found once by setup(); every
+ * entry point first checks that its argument is an instance of that class.
+ * pipeline/producer/_outcomes/delivery.py holds the pure-Python
  * twin of all of it (used when this module is not built or PIPELINE_PURE_PYTHON
  * is set); tests run both and compare.
  */
@@ -37,7 +39,7 @@
 
 static PyTypeObject *message_type = NULL;   /* ProducerMessage */
 static PyTypeObject *metadata_type = NULL;  /* RecordMetadata (a tuple subclass) */
-static PyObject *python_await = NULL;       /* message.py's Python __await__ (a function) */
+static PyObject *python_await = NULL;       /* delivery.py's Python __await__ (a function) */
 static PyObject *settled_checkpoint = NULL; /* f(msg, full: bool) -> generator */
 static PyObject *run_context = NULL;        /* trio's GLOBAL_RUN_CONTEXT, or anything */
 static PyObject *ok_state = NULL;           /* the int OK */
@@ -431,22 +433,22 @@ static PyTypeObject SettledAwait_Type = {
     .tp_doc = "Mixin of Delivery: __await__ of a settled message without Python frames.",
 };
 
-/* ------------------------------------------------------------------ rows (send_rows.py) */
+/* ------------------------------------------------------------------ rows (burst.py) */
 
-/* A row of a columnar send() burst (send_rows.RowDelivery, whose fields _rows and
+/* A row of a columnar send() burst (burst.RowDelivery, whose fields _rows and
  * _row are RowAwait's) is settled when a span of its burst's RowOutcomes.bounds
  * holds the row and that span's run (RowOutcomes.runs) has _state OK; its
  * metadata comes from that run (topic, partition, base offset plus the row's place
  * in the span, LogAppendTime) and the burst's timestamps list. Every
  * read is a slot at an offset found by setup_rows(); anything unexpected (an
- * unsealed burst, a pending or failed row, a non-list) takes send_rows' Python
+ * unsealed burst, a pending or failed row, a non-list) takes burst.py's Python
  * await. RowDelivery's instances are no GC objects (make_untracked, below): they
- * can be part of no cycle once their burst is settled (send_rows.py says why), and
+ * can be part of no cycle once their burst is settled (burst.py says why), and
  * a loop that keeps 200k of them then costs the collector nothing. call_back_ok()
  * calls a settled run's on_delivery callbacks in one C loop. */
 
-static PyTypeObject *row_type = NULL;         /* send_rows.RowDelivery */
-static PyObject *row_python_await = NULL;     /* send_rows._row_await_py */
+static PyTypeObject *row_type = NULL;         /* burst.RowDelivery */
+static PyObject *row_python_await = NULL;     /* burst._row_await_py */
 static PyObject *row_settled_checkpoint = NULL;
 /* RowDelivery's own fields live in its C base: the burst and the row's index in
  * it (a C integer: no int object per row). */
@@ -541,7 +543,7 @@ static PyObject *row_settled_run(PyObject *d, PyObject **rows_out, Py_ssize_t *r
     return run;
 }
 
-/* RecordMetadata of row `row` of settled run `run` (send_rows.row_offset and
+/* RecordMetadata of row `row` of settled run `run` (burst.row_offset and
  * RowDelivery.timestamp, in C). NULL with an error, or NULL without one when a
  * field is not what it should be (the caller then takes the Python path). */
 static PyObject *build_row_metadata(PyObject *rows, Py_ssize_t row, PyObject *run,
@@ -696,7 +698,7 @@ done:
  * it as the exception being handled (what `except Exception:` gives: sys.exc_info()
  * and logging's exc_info see it), then the next row still hears. Anything that is
  * not an Exception (KeyboardInterrupt, ...) and an exception from failed()
- * propagate. The Python twin is send_rows._call_back_ok_py. */
+ * propagate. The Python twin is burst._call_back_ok_py. */
 static PyObject *call_back_ok(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (check_ready() < 0) return NULL;
     if (nargs != 7) {
@@ -808,8 +810,8 @@ static PyTypeObject RowAwait_Type = {
     .tp_as_async = &row_async,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_members = row_await_members,
-    .tp_new = PyType_GenericNew, /* (send_rows' twin allocates with RowDelivery.__new__) */
-    .tp_doc = "Base of send_rows.RowDelivery: its two fields, and __await__ of a settled "
+    .tp_new = PyType_GenericNew, /* (burst.py's twin allocates with RowDelivery.__new__) */
+    .tp_doc = "Base of burst.RowDelivery: its two fields, and __await__ of a settled "
               "row without Python frames.",
 };
 
@@ -818,8 +820,8 @@ static PyTypeObject RowAwait_Type = {
  * toward a collection until it dies, so a loop keeping 200k deliveries ran ~280
  * extra collections (measured: 40 ms of 200k awaits' 0.85 s), though untracked
  * instances gave each nothing to do. It can be part of no cycle once its burst is
- * settled (send_rows.RowDelivery says why). Done once, before any instance exists
- * (setup_rows runs at send_rows' import), and only for the layout this relies on:
+ * settled (burst.RowDelivery says why). Done once, before any instance exists
+ * (setup_rows runs at burst.py's import), and only for the layout this relies on:
  * RowAwait's fields and nothing more (no __dict__, no __weakref__, no slots, no
  * finalizer), so subtype_dealloc's non-GC path (RowAwait's dealloc, then the type's
  * reference) frees all an instance holds. Any other layout (a later CPython's, say)
@@ -845,41 +847,36 @@ static int make_untracked(PyTypeObject *tp) {
 }
 
 static PyObject *setup_rows(PyObject *module, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"row_type", "rows_type", "outcomes_type", "run_type",
-                             "python_await", "settled_checkpoint", NULL};
-    PyObject *dt, *st, *ot, *rt, *pa, *sc;
+    static char *kwlist[] = {"row_type", "rows_type", "rows_fields", "outcomes_type",
+                             "outcomes_fields", "run_type", "run_fields", "python_await",
+                             "settled_checkpoint", NULL};
+    PyObject *dt, *st, *sf, *ot, *of, *rt, *rf, *pa, *sc;
     if (check_ready() < 0) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!O!O!OO:setup_rows", kwlist,
-                                     &PyType_Type, &dt, &PyType_Type, &st, &PyType_Type, &ot,
-                                     &PyType_Type, &rt, &pa, &sc))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!OO!OO!OOO:setup_rows", kwlist,
+                                     &PyType_Type, &dt, &PyType_Type, &st, &sf, &PyType_Type,
+                                     &ot, &of, &PyType_Type, &rt, &rf, &pa, &sc))
         return NULL;
     if (!PyCallable_Check(pa) || !PyCallable_Check(sc)) {
         PyErr_SetString(PyExc_TypeError, "python_await and settled_checkpoint must be callable");
         return NULL;
     }
-    Py_ssize_t c, e, f, f2, f3, g, h, i, j, k;
+    /* fields.DELIVERY_BURST, DELIVERY_OUTCOMES, DELIVERY_RUN, in their order */
+    Py_ssize_t s[2], o[3], r[5];
     if (make_untracked((PyTypeObject *)dt) < 0 ||
-        member_offset((PyTypeObject *)st, "outcomes", &c) < 0 ||
-        member_offset((PyTypeObject *)st, "timestamps", &e) < 0 ||
-        member_offset((PyTypeObject *)ot, "bounds", &f) < 0 ||
-        member_offset((PyTypeObject *)ot, "runs", &f2) < 0 ||
-        member_offset((PyTypeObject *)ot, "inverse", &f3) < 0 ||
-        member_offset((PyTypeObject *)rt, "_state", &g) < 0 ||
-        member_offset((PyTypeObject *)rt, "topic", &h) < 0 ||
-        member_offset((PyTypeObject *)rt, "partition", &i) < 0 ||
-        member_offset((PyTypeObject *)rt, "offset", &j) < 0 ||
-        member_offset((PyTypeObject *)rt, "timestamp", &k) < 0)
+        member_offsets((PyTypeObject *)st, sf, 2, s) < 0 ||
+        member_offsets((PyTypeObject *)ot, of, 3, o) < 0 ||
+        member_offsets((PyTypeObject *)rt, rf, 5, r) < 0)
         return NULL;
-    off_s_outcomes = c;
-    off_s_timestamps = e;
-    off_o_bounds = f;
-    off_o_runs = f2;
-    off_o_inverse = f3;
-    off_r_state = g;
-    off_r_topic = h;
-    off_r_partition = i;
-    off_r_offset = j;
-    off_r_timestamp = k;
+    off_s_outcomes = s[0];
+    off_s_timestamps = s[1];
+    off_o_bounds = o[0];
+    off_o_runs = o[1];
+    off_o_inverse = o[2];
+    off_r_state = r[0];
+    off_r_topic = r[1];
+    off_r_partition = r[2];
+    off_r_offset = r[3];
+    off_r_timestamp = r[4];
     Py_INCREF(dt);
     Py_XSETREF(row_type, (PyTypeObject *)dt);
     Py_INCREF(pa);
@@ -892,13 +889,13 @@ static PyObject *setup_rows(PyObject *module, PyObject *args, PyObject *kwargs) 
 /* ------------------------------------------------------------------ setup */
 
 static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"message_type", "metadata_type", "python_await",
+    static char *kwlist[] = {"message_type", "message_fields", "metadata_type", "python_await",
                              "settled_checkpoint", "run_context", "ok", "schedule_every",
                              NULL};
-    PyObject *mt, *md, *pa, *sc, *rc, *ok;
+    PyObject *mt, *mf, *md, *pa, *sc, *rc, *ok;
     long every;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!OOOOl:setup", kwlist, &PyType_Type, &mt,
-                                     &PyType_Type, &md, &pa, &sc, &rc, &ok, &every))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOOOl:setup", kwlist, &PyType_Type, &mt,
+                                     &mf, &PyType_Type, &md, &pa, &sc, &rc, &ok, &every))
         return NULL;
     if (!PyType_IsSubtype((PyTypeObject *)md, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "metadata_type must be a tuple subclass");
@@ -913,16 +910,13 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
         return NULL;
     }
     PyTypeObject *cls = (PyTypeObject *)mt;
-    Py_ssize_t st, tp, pt, of, ts;
-    if (member_offset(cls, "_state", &st) < 0 || member_offset(cls, "topic", &tp) < 0 ||
-        member_offset(cls, "partition", &pt) < 0 || member_offset(cls, "offset", &of) < 0 ||
-        member_offset(cls, "timestamp", &ts) < 0)
-        return NULL;
-    off_state = st;
-    off_topic = tp;
-    off_partition = pt;
-    off_offset = of;
-    off_timestamp = ts;
+    Py_ssize_t m[5]; /* fields.DELIVERY_MESSAGE, in its order */
+    if (member_offsets(cls, mf, 5, m) < 0) return NULL;
+    off_state = m[0];
+    off_topic = m[1];
+    off_partition = m[2];
+    off_offset = m[3];
+    off_timestamp = m[4];
     Py_INCREF(mt);
     Py_XSETREF(message_type, cls);
     Py_INCREF(md);
@@ -953,14 +947,16 @@ static PyObject *set_run_context(PyObject *module, PyObject *rc) {
 
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
-     "setup(message_type, metadata_type, python_await, settled_checkpoint, run_context, ok, "
-     "schedule_every): bind the module to pipeline.producer._message (once, at its import)."},
+     "setup(message_type, message_fields, metadata_type, python_await, settled_checkpoint, "
+     "run_context, ok, schedule_every): bind the module to the message type (once, at the "
+     "import of pipeline.producer._outcomes.delivery)."},
     {"metadata", metadata, METH_O, "metadata(msg) -> RecordMetadata of a ProducerMessage."},
     {"schedule_due", schedule_due, METH_NOARGS,
      "True on every schedule_every-th call (one budget for the process)."},
     {"setup_rows", (PyCFunction)(void (*)(void))setup_rows, METH_VARARGS | METH_KEYWORDS,
-     "setup_rows(row_type, rows_type, outcomes_type, run_type, python_await, "
-     "settled_checkpoint): bind the row await to pipeline.producer._columnar.burst (after setup)."},
+     "setup_rows(row_type, rows_type, rows_fields, outcomes_type, outcomes_fields, run_type, "
+     "run_fields, python_await, settled_checkpoint): bind the row await to "
+     "pipeline.producer._columnar.burst (after setup)."},
     {"row_metadata", row_metadata, METH_O,
      "row_metadata(row_delivery) -> RecordMetadata of a row settled OK, else None."},
     {"map_rows", (PyCFunction)(void (*)(void))map_rows, METH_FASTCALL,

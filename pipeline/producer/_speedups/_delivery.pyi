@@ -1,6 +1,6 @@
 # Stub of the C extension pipeline/producer/_speedups/_delivery.c (see its header comment).
-# Its pure-Python twin is in pipeline/producer/_message.py (_await_py, _metadata_py,
-# _schedule_due_py); tests run both.
+# Its pure-Python twins are in pipeline/producer/_outcomes/delivery.py (_await_py,
+# _metadata_py, _schedule_due_py) and _columnar/burst.py (the rows); tests run both.
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -10,6 +10,7 @@ class SettledAwait:
 def setup(
     *,
     message_type: type,
+    message_fields: tuple[str, ...],
     metadata_type: type,
     python_await: Callable[[Any], Generator[Any, None, Any]],
     settled_checkpoint: Callable[[Any, bool], Generator[Any, None, Any]],

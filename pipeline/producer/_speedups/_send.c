@@ -1,7 +1,7 @@
-/* pipeline.producer._speedups._send: the common send() call in C (issue 15 goal 2).
+/* pipeline.producer._speedups._send: the common send() call in C.
  *
  * `await producer.send(topic, value)` with a bytes (or str: UTF-8) value and no options
- * but a bytes (or str) key, while a columnar burst of that topic is open (send_rows.py),
+ * but a bytes (or str) key, while a columnar burst of that topic is open (burst.py),
  * appends a row to the burst's lists: the first branch of Intake.send (intake.py). In
  * Python that is a coroutine and some 60 bytecodes per message, most of the CPU of a
  * send() + flush() loop. Here:
@@ -19,15 +19,17 @@
  *             same arguments and forwards every send / throw / close to it.
  *
  * The branch reads and writes the same fields as Intake.send, at the offsets of their
- * __slots__ (Intake, Ledger and RowBurst declare them): the two paths share all state
- * and may interleave call by call. Conditions, in Intake.send's words: the countdown to
+ * __slots__: the fields of Intake, Ledger and RowBurst that fields.py declares
+ * (SEND_INTAKE, SEND_LEDGER, SEND_BURST), passed to setup() in C's order. The two
+ * paths share all state and may interleave call by call. Conditions, in Intake.send's words: the countdown to
  * the next schedule point does not reach 0, the producer is not closing, the value is
  * bytes (a str is encoded first) and the topic a str equal to the open burst's, the value is under
  * 8192 bytes and the key under 64 (the inlined size bound's prefix widths), the row fits
  * max_message_bytes and Ledger.admit_row would admit it. The CreateTime is the wall
  * clock's millisecond (time.time, or intake.py's `_time` when a test patches it) or
- * the injected clock's (config.timestamp_ms), as in Python. intake.py's Intake.send is the twin (PIPELINE_PURE_PYTHON=1, or no
- * compiler); tests/producer/test_send_c.py runs both on the same calls and compares.
+ * the injected clock's (config.timestamp_ms), as in Python. _intake/intake.py's
+ * Intake.send is the twin (PIPELINE_PURE_PYTHON=1, or no compiler);
+ * tests/producer/test_send_c.py runs both on the same calls and compares.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,9 +39,9 @@
 
 /* ------------------------------------------------------------------ state (setup) */
 
-static PyTypeObject *rows_type = NULL; /* send_rows.RowBurst */
+static PyTypeObject *rows_type = NULL; /* burst.RowBurst */
 static PyObject *intake_globals = NULL; /* intake.py's globals: `_time` is read per row */
-static PyObject *rows_globals = NULL;   /* send_rows.py's: `new_row` is read per row */
+static PyObject *rows_globals = NULL;   /* burst.py's: `new_row` is read per row */
 static PyObject *wall_time = NULL;      /* time.time: then the clock is read directly */
 static Py_ssize_t size_base = 0;        /* normalize.SIZE_BASE */
 /* Intake */
@@ -507,32 +509,27 @@ static PyTypeObject Sender_Type = {
 /* ------------------------------------------------------------------ setup */
 
 static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"intake_type", "ledger_type", "rows_type", "size_base",
-                             "intake_globals", "rows_globals", "wall_time", NULL};
-    PyObject *it, *lt, *rt, *ig, *rg, *wt;
+    static char *kwlist[] = {"intake_type", "intake_fields", "ledger_type", "ledger_fields",
+                             "rows_type", "rows_fields", "size_base", "intake_globals",
+                             "rows_globals", "wall_time", NULL};
+    PyObject *it, *lt, *rt, *ifs, *lfs, *rfs, *ig, *rg, *wt;
     Py_ssize_t base;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!O!nO!O!O:setup", kwlist, &PyType_Type,
-                                     &it, &PyType_Type, &lt, &PyType_Type, &rt, &base,
-                                     &PyDict_Type, &ig, &PyDict_Type, &rg, &wt))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OO!OnO!O!O:setup", kwlist, &PyType_Type,
+                                     &it, &ifs, &PyType_Type, &lt, &lfs, &PyType_Type, &rt, &rfs,
+                                     &base, &PyDict_Type, &ig, &PyDict_Type, &rg, &wt))
         return NULL;
     PyTypeObject *i = (PyTypeObject *)it, *l = (PyTypeObject *)lt, *r = (PyTypeObject *)rt;
-    Py_ssize_t o[18];
-    if (member_offset(i, "_until_yield", &o[0]) < 0 || member_offset(i, "_closing", &o[1]) < 0 ||
-        member_offset(i, "_rows", &o[2]) < 0 || member_offset(i, "_wall_clock", &o[3]) < 0 ||
-        member_offset(i, "_max_message_bytes", &o[4]) < 0 || member_offset(i, "_ms", &o[5]) < 0 ||
-        member_offset(i, "_ms_ends", &o[6]) < 0 || member_offset(i, "_ledger", &o[7]) < 0 ||
-        member_offset(l, "buffered_bytes", &o[8]) < 0 ||
-        member_offset(l, "buffer_memory", &o[9]) < 0 || member_offset(l, "_next_id", &o[10]) < 0 ||
-        member_offset(r, "topic", &o[11]) < 0 || member_offset(r, "values", &o[12]) < 0 ||
-        member_offset(r, "timestamps", &o[13]) < 0 ||
-        member_offset(r, "on_delivery", &o[14]) < 0 || member_offset(r, "size", &o[15]) < 0 ||
-        member_offset(i, "_timestamp_ms", &o[16]) < 0 || member_offset(r, "keys", &o[17]) < 0)
+    /* fields.SEND_INTAKE, SEND_LEDGER, SEND_BURST, in their order */
+    Py_ssize_t fi[9], fl[3], fr[6];
+    if (member_offsets(i, ifs, 9, fi) < 0 || member_offsets(l, lfs, 3, fl) < 0 ||
+        member_offsets(r, rfs, 6, fr) < 0)
         return NULL;
-    off_until_yield = o[0], off_closing = o[1], off_rows = o[2], off_wall_clock = o[3];
-    off_max_bytes = o[4], off_ms = o[5], off_ms_ends = o[6], off_ledger = o[7];
-    off_buffered = o[8], off_buffer_memory = o[9], off_next_id = o[10];
-    off_s_topic = o[11], off_s_values = o[12], off_s_timestamps = o[13];
-    off_s_on_delivery = o[14], off_s_size = o[15], off_timestamp_ms = o[16], off_s_keys = o[17];
+    off_until_yield = fi[0], off_closing = fi[1], off_rows = fi[2], off_wall_clock = fi[3];
+    off_max_bytes = fi[4], off_ms = fi[5], off_ms_ends = fi[6], off_ledger = fi[7];
+    off_timestamp_ms = fi[8];
+    off_buffered = fl[0], off_buffer_memory = fl[1], off_next_id = fl[2];
+    off_s_topic = fr[0], off_s_values = fr[1], off_s_timestamps = fr[2];
+    off_s_on_delivery = fr[3], off_s_size = fr[4], off_s_keys = fr[5];
     size_base = base;
     Py_INCREF(ig);
     Py_XSETREF(intake_globals, ig);
@@ -561,8 +558,9 @@ static PyMethodDef methods[] = {
     {"atomic_list", atomic_list, METH_NOARGS,
      "atomic_list() -> a new empty list the cyclic GC does not track (atomic items only)."},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
-     "setup(intake_type, ledger_type, rows_type, size_base, intake_globals, rows_globals, "
-     "wall_time): bind the module to pipeline.producer._intake.intake (once, at its import)."},
+     "setup(intake_type, intake_fields, ledger_type, ledger_fields, rows_type, rows_fields, "
+     "size_base, intake_globals, rows_globals, wall_time): bind the module to the intake "
+     "(once, at the import of pipeline.producer._intake.send_path)."},
     {NULL, NULL, 0, NULL},
 };
 

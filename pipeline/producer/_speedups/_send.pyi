@@ -19,8 +19,11 @@ def atomic_list() -> list[Any]: ...
 def setup(
     *,
     intake_type: type,
+    intake_fields: tuple[str, ...],
     ledger_type: type,
+    ledger_fields: tuple[str, ...],
     rows_type: type,
+    rows_fields: tuple[str, ...],
     size_base: int,
     intake_globals: dict[str, Any],
     rows_globals: dict[str, Any],

@@ -28,6 +28,23 @@ static int member_offset(PyTypeObject *cls, const char *name, Py_ssize_t *out) {
     return 0;
 }
 
+/* The offsets of the slots named by `fields` (a tuple of str, from
+ * pipeline/producer/_speedups/fields.py) of `cls`, in the tuple's order: the caller's
+ * field order is the tuple's, so no field name is spelled in C. `n`: how many fields the
+ * caller's code uses (a tuple of another length is refused). */
+static int member_offsets(PyTypeObject *cls, PyObject *fields, Py_ssize_t n, Py_ssize_t *out) {
+    if (!PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) != n) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a tuple of %zd field names (fields.py)",
+                     cls->tp_name, n);
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields, k));
+        if (name == NULL || member_offset(cls, name, &out[k]) < 0) return -1;
+    }
+    return 0;
+}
+
 /* Raise StopIteration(value), as a generator returning `value` does (value stolen;
  * NULL: a bare StopIteration, a return of None). Always returns NULL. */
 static PyObject *stop_iteration(PyObject *value) {

@@ -5,7 +5,7 @@ its receive side) carries lists (bursts of ``send`` calls, ``send_many``
 chunks), ``RowRun`` chunks of ``send_batch`` calls, flush marks, and raw
 ``ProducerMessage`` objects a user put on ``producer.input``. Lists and runs
 were validated and accepted by their sender; raw messages are accepted here
-(``InputAcceptance.accept``, ``input_acceptance.py``), and a bad one is failed
+(``InputAcceptance.accept``, ``_intake/input.py``), and a bad one is failed
 onto ``producer.errors`` (it has no other way to report). The dispatcher
 drains whatever is ready with ``receive_nowait`` and hands each topic one
 list, so a burst costs one scheduler pass per hop instead of one per message.
@@ -36,7 +36,7 @@ class Bursts(Protocol):
         """Close ``batch`` if it is the open burst; its topic if known uniform."""
 
     def close_rows(self, run: RowRun) -> None:
-        """Seal ``run`` if it is a columnar ``send()`` burst (``send_rows.py``)."""
+        """Seal ``run`` if it is a columnar ``send()`` burst (``burst.py``)."""
 
 
 class InputAcceptor(Protocol):

@@ -8,7 +8,7 @@ Schedule i of a run with ``--seed S`` has seed S+i, so a violation is
 replayed with ``--replay S+i`` (and the same ``--idempotent``). The last line
 is always ``explored N schedules: K violations``; the exit status is 1 when
 K > 0. The line before it says how many accepted messages were rows of
-columnar ``send()`` bursts (``send_rows.py``), and in how many schedules.
+columnar ``send()`` bursts (``burst.py``), and in how many schedules.
 """
 
 from __future__ import annotations

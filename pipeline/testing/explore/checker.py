@@ -2,7 +2,7 @@
 
 Notation: *accepted* messages are those ``send()``/``send_many()`` accepted
 (ledger ids give their acceptance order, which is the send order; the rows of
-a columnar ``send()`` burst, ``send_rows.py``, are messages like any other:
+a columnar ``send()`` burst, ``burst.py``, are messages like any other:
 their ids are their chunk's first id + their row numbers, and their outcomes
 are what their ``RowDelivery`` reports);
 *acknowledged* ones got a success; *failed* ones got an error. The log of a

@@ -14,7 +14,7 @@ What happens in a run:
 * the producer opens against the fake; one task per message *source* sends
   that source's messages at their times (``send()``, ``send()`` with a
   header, ``send_many()``, ``producer.input``, or a tight loop of ``send()``
-  calls whose bursts become columnar: ``RowDelivery`` rows, ``send_rows.py``),
+  calls whose bursts become columnar: ``RowDelivery`` rows, ``burst.py``),
   recording refusals;
 * the fault driver (`driver.py`) applies the schedule's events at their
   times and heals the cluster at ``heal_at``;
@@ -400,7 +400,7 @@ async def _send_loop(
     with a key or partition, some with on_delivery), no
     other await in between, so the calls after the first join one burst. Once
     the dispatcher took a burst of >= COLUMNS_MIN messages, such a burst is
-    columnar (send_rows.py: RowDelivery rows)."""
+    columnar (burst.py: RowDelivery rows)."""
     if group[0][1].columns:
         # Force the loop's first burst columnar, as a taken burst of >= COLUMNS_MIN
         # messages would: otherwise a producer's first loop is always messages

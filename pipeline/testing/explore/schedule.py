@@ -83,7 +83,7 @@ class Send:
     # "input": put on producer.input (outcomes read from producer.errors/successes);
     # "loop": send() in one tight loop with the source's other "loop" sends at
     # `at` (mostly no key, no partition, no await between them: a high-rate loop, whose
-    # bursts become columnar send() bursts, send_rows.py); at `close_at`, the
+    # bursts become columnar send() bursts, burst.py); at `close_at`, the
     # loop is the closing task's last act before the close (any source).
     via: str = "send"
     # "loop" only (read from a loop's first send): `columns` forces the loop's

@@ -1,0 +1,154 @@
+"""What the C speedups may touch of Python objects and modules: declared once, here.
+
+``_send.c`` and ``_delivery.c`` read and write some fields of Python objects directly,
+at the offsets of their ``__slots__`` member descriptors, so the C path and its
+pure-Python twin share every piece of state and may interleave call by call. Each
+tuple below is the whole of that coupling for one (extension, class) pair:
+
+* the class builds its ``__slots__`` from it (``slots(...)``), so a field C uses is
+  always a plain object slot of that name;
+* the extension's setup receives it and looks the offsets up *by position*: C's field
+  order is the tuple's order (``_shared.h``'s ``member_offsets``), and no field name is
+  spelled in C;
+* ``tests/producer/test_speedup_fields.py`` fails when a field is renamed on one side
+  only, is not a plain slot any more (a property would bypass it), holds a value of
+  another type than declared here after both paths ran, or when C spells a name itself.
+
+Module globals the extensions read, or that the switch to the C path replaces, are
+declared in ``GLOBALS`` (checked by the same test). The one private trio name used,
+``trio._core._run.GLOBAL_RUN_CONTEXT`` (``_outcomes/delivery.py``), sits behind a
+tested fallback to ``trio.lowlevel.checkpoint_if_cancelled``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = [
+    "DELIVERY_BURST",
+    "DELIVERY_MESSAGE",
+    "DELIVERY_OUTCOMES",
+    "DELIVERY_RUN",
+    "GLOBALS",
+    "SEND_BURST",
+    "SEND_INTAKE",
+    "SEND_LEDGER",
+    "Field",
+    "Global",
+    "names",
+    "slots",
+]
+
+
+class Field(NamedTuple):
+    """One slot C reads or writes: its name, the Python types it may hold (checked
+    by the test on live objects), and the invariant both paths keep."""
+
+    name: str
+    types: tuple[str, ...]
+    invariant: str
+
+
+class Global(NamedTuple):
+    """A module global C reads at call time, or that the C path replaces."""
+
+    module: str
+    name: str
+    c_path: str  # what it is on the C path, "<extension>.<name>"; "" when C only reads it
+    when: str  # "read": C reads it per call; "load": set when the extension loads;
+    #            "switch": set by ``delivery._use`` for the process's await path
+    invariant: str
+
+
+# -- _send.c: send()'s row branch (Intake.send's first branch, in C) -------------------
+SEND_INTAKE: tuple[Field, ...] = (
+    Field("_until_yield", ("int",),
+          "sends left before the next schedule point; both paths count down, only "
+          "Python resets it (at 0 the call takes the Python path and checkpoints)"),
+    Field("_closing", ("bool",), "True once close() began: C then leaves every call to Python"),
+    Field("_rows", ("RowBurst", "NoneType"),
+          "the open columnar burst (already in the intake channel), or None"),
+    Field("_wall_clock", ("bool",), "True: CreateTime is the wall clock (no injected clock)"),
+    Field("_max_message_bytes", ("int",), "the config's max_message_bytes"),
+    Field("_ms", ("int",), "the current CreateTime millisecond, shared by rows within it"),
+    Field("_ms_ends", ("float",), "when ``_ms`` ends, in time.time() seconds"),
+    Field("_ledger", ("Ledger",), "the producer's ledger (its memory and ids)"),
+    Field("_timestamp_ms", ("function", "method", "builtin_function_or_method"),
+          "the CreateTime clock in ms (the injected one when ``_wall_clock`` is False)"),
+)
+SEND_LEDGER: tuple[Field, ...] = (
+    Field("buffered_bytes", ("int",),
+          "bytes reserved by accepted, unsettled messages; never above buffer_memory "
+          "on admission (admit_row's rule, inlined in C)"),
+    Field("buffer_memory", ("int",), "the config's buffer_memory"),
+    Field("_next_id", ("int",), "the next acceptance id: ids are consecutive, in call order"),
+)
+SEND_BURST: tuple[Field, ...] = (
+    Field("topic", ("str",), "every row of a burst goes to this topic"),
+    Field("values", ("list",), "one bytes per row, in call order (an untracked list)"),
+    Field("timestamps", ("list",), "one int CreateTime per row (an untracked list)"),
+    Field("on_delivery", ("list", "NoneType"),
+          "each row's callback or None, once a row had one; None: no row had"),
+    Field("size", ("int",), "the burst's reserved bytes (rows' size bounds)"),
+    Field("keys", ("list", "NoneType"), "each row's key or None, once a row had one"),
+)
+
+# -- _delivery.c: awaiting a settled delivery, row metadata and callbacks ----------------
+DELIVERY_MESSAGE: tuple[Field, ...] = (
+    Field("_state", ("int",), "PENDING, OK or FAILED; written once (never back to PENDING)"),
+    Field("topic", ("str",), "the message's topic"),
+    Field("partition", ("int", "NoneType"), "its partition once delivered"),
+    Field("offset", ("int",), "its offset once delivered (-1: not known)"),
+    Field("timestamp", ("int", "NoneType"), "its timestamp once delivered"),
+)
+DELIVERY_BURST: tuple[Field, ...] = (
+    Field("outcomes", ("RowOutcomes", "NoneType"),
+          "where each row ended up; set when the burst is sealed"),
+    Field("timestamps", ("list",), "as in SEND_BURST"),
+)
+DELIVERY_OUTCOMES: tuple[Field, ...] = (
+    Field("bounds", ("bytearray",), "sorted, disjoint spans of settled wire positions"),
+    Field("runs", ("list",), "the settled runs, one per span, in span order"),
+    Field("inverse", ("bytearray", "NoneType"),
+          "row -> wire position as int64s (a keyed burst; -1: not mapped yet), or None"),
+)
+DELIVERY_RUN: tuple[Field, ...] = (
+    Field("_state", ("int",), "as in DELIVERY_MESSAGE, for every row of the run at once"),
+    Field("topic", ("str",), "the run's topic"),
+    Field("partition", ("int", "NoneType"), "the run's partition (None until assigned)"),
+    Field("offset", ("int",), "the run's base offset once delivered (-1: not known)"),
+    Field("timestamp", ("int",), "LogAppendTime when the topic uses it, else -1"),
+)
+
+GLOBALS: tuple[Global, ...] = (
+    Global("pipeline.producer._intake.intake", "_time", "", "read",
+           "the wall clock send() stamps rows with (time.time; tests replace it)"),
+    Global("pipeline.producer._columnar.burst", "new_row", "_delivery.new_row", "switch",
+           "builds a row's RowDelivery; read by _send.c per row"),
+    Global("pipeline.producer._columnar.burst", "new_column", "_send.atomic_list", "load",
+           "a burst's values / timestamps list: untracked by the GC on the C path"),
+    Global("pipeline.producer._columnar.row_outcomes", "call_back_ok", "_delivery.call_back_ok",
+           "switch",
+           "calls a settled run's rows' on_delivery callbacks"),
+    Global("pipeline.producer._columnar.row_outcomes", "map_rows", "_delivery.map_rows", "switch",
+           "fills a keyed burst's row -> wire position map"),
+    Global("pipeline.producer._outcomes.delivery", "_schedule_due", "_delivery.schedule_due",
+           "switch",
+           "the process-wide budget of awaits between full schedule points"),
+    Global("pipeline.producer._outcomes.delivery", "_metadata_of", "_delivery.metadata", "switch",
+           "builds a delivered message's RecordMetadata"),
+)
+
+
+def names(fields: tuple[Field, ...]) -> tuple[str, ...]:
+    """The fields' names, in C's order: what an extension's setup receives."""
+    return tuple(f.name for f in fields)
+
+
+def slots(*parts: tuple[Field, ...] | tuple[str, ...]) -> tuple[str, ...]:
+    """A class's ``__slots__``: the names of the field tuples C uses and of the plain
+    Python fields, each once, sorted."""
+    out: set[str] = set()
+    for part in parts:
+        out.update(p.name if isinstance(p, Field) else p for p in part)
+    return tuple(sorted(out))
