@@ -2,7 +2,8 @@
 
 The blocks and their markers: tests/docs/markdown.py. Each file's examples run in document
 order, each in its own process (``python`` blocks as a script, shell blocks with ``bash -e``,
-the virtualenv's ``bin`` first on PATH so ``pipeline`` and ``python`` are this checkout's),
+the virtualenv's ``bin`` first on PATH so ``pipeline`` and ``python`` are this checkout's, and
+the checkout on PYTHONPATH so ``python -m bench`` works as from its root),
 in one scratch directory per file, with ``127.0.0.1:9092`` replaced by the broker's address.
 A block that exits non-zero or runs past its time fails the test, naming the file and line
 and showing the block's output.
