@@ -25,7 +25,7 @@ help:
 	@echo "make chaos      21 failure schedules on a 3-node Kafka x pipeline, confluent-kafka, aiokafka (~35 min)"
 	@echo "make kafka      fetch the Apache Kafka jars (Maven Central) into ~/.cache/pipeline"
 	@echo "make lint       ruff + mypy --strict (pipeline/ and the typing checks in tests/typecheck/)"
-	@echo "make mutants    mutation testing of the ordering-critical producer code (docs/mutation.md)"
+	@echo "make mutants    mutation testing of the ordering-critical producer code (docs/testing.md)"
 	@echo "make mutants-c  the hand-written mutants of the C send path (tools/mutants_c.py)"
 	@echo "make explore    N seeded fault schedules against the fake cluster (N=1000, SEED=random)"
 	@echo "make clean      remove .venv and caches"
@@ -80,7 +80,7 @@ mutants: $(STAMP)
 mutants-c: $(STAMP)
 	$(VPY) tools/mutants_c.py
 
-# The schedule explorer (docs/architecture.md, Testing). `make test` runs its
+# The schedule explorer (docs/testing.md). `make test` runs its
 # 1,000-schedule CI sweep (tests/explore); this runs more, from a random seed by
 # default (printed first): make explore N=100000 SEED=7
 N ?= 1000

@@ -9,9 +9,11 @@ round) and runs the others as usual. ``--broker kafka`` (``make bench BROKER=kaf
 latency, export: a 1-node Apache Kafka instead of the embedded tansu broker, see
 ``bench/brokers.py``); benchmarks without a broker (the codec) run as usual. Each report is
 printed and written to ``bench/results/<name>.json`` (``<name>-kafka.json`` for a Kafka
-run, so both sit side by side); a module that is missing (not written yet) or lacks ``run``
-is reported and skipped, so this runner works while the suite grows. At the end the PNG
-charts (``bench/charts.py``) are drawn beside the reports.
+run, so both sit side by side; these are not committed: a run worth keeping is copied to
+``bench/history/`` under a date-first name, with a CHANGELOG entry); a module that is
+missing (not written yet) or lacks ``run`` is reported and skipped, so this runner works
+while the suite grows. At the end the PNG charts (``bench/charts.py``) are drawn beside the
+reports.
 """
 
 from __future__ import annotations

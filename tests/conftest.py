@@ -8,7 +8,7 @@
    the image);
 3. the embedded tansu broker (``"tansu"``), one per session.
 
-``broker_kind`` lets tests adjust for tansu's deviations (docs: broker-tansu.md), e.g.
+``broker_kind`` lets tests adjust for tansu's deviations (docs/testing.md), e.g.
 a duplicate idempotent batch gets 46 instead of NONE, and bad CRCs are only logged.
 
 Apache Kafka itself (``pipeline.testing.kafka``): ``kafka_cluster`` (3 nodes) and

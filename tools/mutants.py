@@ -26,7 +26,7 @@ How it runs (2 cores):
    ``pipeline`` is imported from the mutated file, nothing is patched in
    memory); ``--no-fork`` starts a fresh interpreter per mutant instead, and
    ``--compare N`` runs N sampled mutants both ways and checks the verdicts
-   agree (docs/mutation.md has the sample and the saving).
+   agree (docs/testing.md, "Mutation testing").
 3. Results are cached per mutant (keyed by the file's and the tests' hashes),
    so a rerun only runs mutants whose code or tests changed.
 
@@ -39,7 +39,7 @@ guards: see docs/architecture.md), type annotations and TYPE_CHECKING blocks.
 
 Equivalent mutants (no test can kill them) are listed, with the reason, in
 ``tools/mutants_equivalent.txt`` (``file:line: description | reason``); the
-score is reported with and without them. docs/mutation.md has the figures.
+score is reported with and without them. docs/testing.md has the current table.
 
 Usage::
 

@@ -5,7 +5,7 @@ metadata reuse and the row lookup in ``_delivery.c``, and of ``pack_ints`` in
 Each mutant is one textual change of a condition or a value; the extension is rebuilt
 in place with the system compiler, the tests that hold the C path to its Python twin
 run, and the original is rebuilt at the end (also after a failure). A survivor is
-either killed by a new test or explained in ``EQUIVALENT`` (docs/mutation.md).
+either killed by a new test or explained in ``EQUIVALENT`` (docs/testing.md, "Mutation testing").
 
     python tools/mutants_c.py [--only N,M]
 """
@@ -120,7 +120,7 @@ MUTANTS: list[tuple[str, str, str]] = [
      "long long top = INT64_MAX;"),
 ]
 
-# index -> why the mutant cannot be told apart by any test (docs/mutation.md)
+# index -> why the mutant cannot be told apart by any test (docs/testing.md, "Mutation testing")
 EQUIVALENT = {
     25: "time.time called through its object gives the same double the direct "
         "_PyTime_GetSystemClock read gives (that read only saves the call)",

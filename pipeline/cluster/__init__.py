@@ -1,5 +1,21 @@
 """The I/O side of the wire: transports, broker connections, the cluster client.
 
+The only layer that does network I/O; every option is one frozen ``ClusterConfig``
+(``config.py``), validated once. Its seams, each a small module:
+
+* ``pool.Cluster``: the metadata cache and single-flight refresh rounds; it owns the
+  nursery the connection readers run in (``metadata.py``: the snapshots and pure rules);
+* ``brokers.BrokerPool``: one lazily made connection per broker, reconnect backoff,
+  bootstrap pseudo-nodes;
+* ``connection.BrokerConnection``: one stream, one reader task, in-flight slots, request
+  timeouts; ``pending.PendingResponse`` is one request's answer;
+* ``handshake``: TLS, ApiVersions, then SASL (``sasl.py``, ``reauth.py`` for KIP-368),
+  on every new connection before it is handed out; ``security.py`` checks the options
+  and builds the TLS context; ``properties.py`` maps Java / librdkafka property names;
+* ``transport``: ``Connector = async (host, port) -> trio.abc.Stream`` (TCP, TLS, or the
+  in-memory streams of tests);
+* ``errors``: what the layer raises, mapped at its boundary.
+
 The admin client lives in :mod:`pipeline.cluster.admin` (``Admin``) and
 :mod:`pipeline.cluster.admin_types` (what it takes and returns); it is not imported here, so a
 producer does not load the admin messages.

@@ -5,6 +5,22 @@ failures (refused, reset, closed, timed out) become
 :class:`BrokerConnectionError`; bytes that do not parse become
 :class:`BrokerProtocolError`. ``retriable`` tells the producer whether a fresh
 attempt (after a metadata refresh and backoff) can succeed.
+
+The hierarchy::
+
+    KafkaError                      everything the client raises
+      ConfigError (also ValueError) an invalid option, raised before anything connects
+      BrokerConnectionError         retriable: stream refused, reset or closed
+        RequestTimedOutError        retriable: no response within request_timeout
+      BrokerProtocolError           a malformed frame: the connection is closed
+      UnsupportedApiError           the broker lacks an API we need
+      UnknownTopicError             the topic does not exist (auto-creation off)
+      MetadataTimeoutError, TopicMetadataError
+      AuthenticationError           not retriable: waiting messages fail with it at once
+        SaslAuthenticationError     wrong password, unknown user, rejected token
+        SaslMechanismError          the mechanism is not enabled (lists what is)
+        TlsError                    + TlsCertificateError, TlsHostnameError,
+                                      TlsClientCertificateError
 """
 
 from __future__ import annotations

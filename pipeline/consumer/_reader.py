@@ -9,7 +9,13 @@ by ``python -m pipeline consume``, the demo's read-back, and tests.
                                 stop_at_end=True):
         print(rec.partition, rec.offset, rec.key, rec.value)
 
-``consume(...)`` is the blocking form returning a list.
+``consume(...)`` is the blocking form returning a list; ``topic_offsets`` gives
+``{partition: (earliest, latest)}``. Each takes ``config=ClusterConfig(...)`` (or a
+``ProducerConfig``'s cluster part) and ``ClusterConfig`` fields by name over it (the
+security options...), so it reaches a cluster the way the producer does.
+``request_timeout`` (default: the config's, else 10 s) also bounds the metadata waits.
+Errors come out as themselves (``pipeline.util.groups``), never wrapped in a nursery's
+exception group.
 """
 
 from __future__ import annotations

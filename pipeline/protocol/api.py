@@ -1,4 +1,10 @@
-"""API keys, the version ranges this client speaks, and key -> class lookup."""
+"""API keys, the version ranges this client speaks, and key -> class lookup.
+
+``ApiKey`` is the one place an API key is named: no module or test redefines one.
+``CLIENT_VERSIONS`` is the range of each API *we* speak (negotiated against the
+broker's by :mod:`~pipeline.protocol.versions`); ``request_class`` /
+``response_class`` map a key to its generated class.
+"""
 
 from __future__ import annotations
 

@@ -9,7 +9,23 @@ pins this.
 
 The generated classes (``tools/gen_messages.py``) are frozen, slotted
 dataclasses deriving from these; the bases hold no state (``__slots__ = ()``)
-and only declare what the generated code defines.
+and only declare what the generated code defines. What every generated class
+promises:
+
+* ``@dataclass(frozen=True, slots=True, kw_only=True)``; names are the spec's
+  (``ProduceRequest``, nested structs by their spec struct name, e.g.
+  ``TopicProduceData``; a response struct whose name clashes with a request struct
+  in the same module is prefixed ``Response``); fields are the spec's names in
+  snake_case;
+* every field has a default (the spec's, else 0 / "" / None for nullable / an empty
+  tuple), so ``ProduceRequest(acks=-1, timeout_ms=30000, topic_data=(...))`` works;
+  arrays are tuples; ``records`` fields are raw ``bytes | None`` (decode them with
+  ``records.decode_record_batches``);
+* ``encode(version) -> bytes`` (the body only) and the classmethod
+  ``decode(data, version)``; a field absent at a version is skipped on encode and
+  left at its default on decode;
+* ClassVars ``API_KEY``, ``MIN_VERSION``, ``MAX_VERSION``, ``FLEXIBLE_VERSION`` (the
+  first flexible version, or None).
 """
 
 from __future__ import annotations

@@ -1,4 +1,13 @@
-"""Kafka error codes and the protocol layer's exceptions (sans-I/O)."""
+"""Kafka error codes and the protocol layer's exceptions (sans-I/O).
+
+* ``ErrorCode``: every Kafka error code, each with ``.retriable`` (as the Java
+  client's exception class says) and ``.description``. ``ErrorCode(x)`` raises on a
+  code this client does not know; :func:`error_code` maps such a code to
+  ``UNKNOWN_SERVER_ERROR`` instead, which is what code reading a broker's answer uses.
+* ``ProtocolError`` and its subclasses ``DecodeError`` (truncated or malformed bytes)
+  and ``UnsupportedVersionError`` (no common version; ``header=`` lets a fake broker
+  answer with the right correlation id).
+"""
 
 from __future__ import annotations
 

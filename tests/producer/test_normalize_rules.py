@@ -1,4 +1,4 @@
-"""``normalize.py`` rules found unpinned by ``make mutants`` (docs/mutation.md).
+"""``normalize.py`` rules found unpinned by ``make mutants`` (docs/testing.md, "Mutation testing").
 
 Pure functions, so direct unit tests: ``prefix_size`` against Kafka's varint
 rule for a record's key/value length, and ``normalize``'s handling of values

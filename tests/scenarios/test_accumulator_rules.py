@@ -1,6 +1,6 @@
 """The accumulator's byte accounting, each rule pinned by the schedule that needs it.
 
-Found by ``make mutants`` (docs/mutation.md): these rules survived every other
+Found by ``make mutants`` (docs/testing.md, "Mutation testing"): these rules survived every other
 test. Deterministic (FakeCluster, autojump_clock, no jitter); each docstring
 walks through the schedule, and the virtual times the protocol fixes are
 asserted exactly.

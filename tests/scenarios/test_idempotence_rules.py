@@ -1,4 +1,4 @@
-"""Idempotence rules found unpinned by ``make mutants`` (docs/mutation.md):
+"""Idempotence rules found unpinned by ``make mutants`` (docs/testing.md, "Mutation testing"):
 obtaining the producer id, the epoch's limit, and which fence or failure
 starts which kind of recovery (``pipeline/producer/_stages/idempotence.py``).
 

@@ -1,5 +1,5 @@
 """Intake rules (``Intake.send`` and its helpers) found unpinned by ``make mutants``
-(docs/mutation.md).
+(docs/testing.md, "Mutation testing").
 
 Deterministic (FakeCluster, autojump_clock, exact virtual times); each
 docstring walks through the schedule it needs.

@@ -1,4 +1,4 @@
-"""Ledger rules found unpinned by ``make mutants`` (docs/mutation.md).
+"""Ledger rules found unpinned by ``make mutants`` (docs/testing.md, "Mutation testing").
 
 Deterministic (FakeCluster, autojump_clock); each docstring walks through the
 schedule it needs.

@@ -1,4 +1,4 @@
-"""Partition producer rules found unpinned by ``make mutants`` (docs/mutation.md).
+"""Partition producer rules found unpinned by ``make mutants`` (docs/testing.md, "Mutation testing").
 
 Deterministic (FakeCluster, autojump_clock, no jitter); each docstring walks
 through the schedule it needs, and the virtual times the protocol fixes are

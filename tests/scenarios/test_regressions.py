@@ -1,4 +1,4 @@
-"""Regression tests for sarama's producer bugs (sarama-reference.md §8) and our own.
+"""Regression tests for sarama's producer bugs (each names its sarama issue) and our own.
 
 Each test opens with the bug it guards against. All run on autojump_clock
 against the FakeCluster and assert order, exactly one outcome per message,

@@ -1,6 +1,6 @@
 """sarama's AsyncProducer test suite, as scenarios against the FakeCluster.
 
-Each test names the sarama test it ports (sarama-reference.md §7), runs on
+Each test names the sarama test it ports (sarama's async_producer_test.go), runs on
 autojump_clock, and asserts per-partition order, exactly one outcome per
 message, and the virtual time the retry protocol implies (retry_backoff=0.1,
 no jitter, every fake request answered in zero virtual time).

@@ -1,4 +1,4 @@
-"""Topic producer rules found unpinned by ``make mutants`` (docs/mutation.md):
+"""Topic producer rules found unpinned by ``make mutants`` (docs/testing.md, "Mutation testing"):
 which list takes which partitioning path, and the metadata wait
 (``pipeline/producer/_stages/topic_producer.py``).
 

@@ -1,4 +1,4 @@
-"""Spark fixtures (spark-notes.md §5): one session-scoped ``local[1]`` SparkSession.
+"""Spark fixtures: one session-scoped ``local[1]`` SparkSession.
 
 JVM startup costs 5-9 s, so never start Spark per test; budget ~12 s for the first tests
 and ~0.2 s for each later one. Skips when pyspark or java is missing.

@@ -261,7 +261,7 @@ class FetchRequest(Request["FetchResponse"]):
     MAX_VERSION: ClassVar[int] = 17
     FLEXIBLE_VERSION: ClassVar[int | None] = 12
 
-    #: The clusterId if known. This is used to validate metadata fetches prior to broker registration. (v12-17; nullable v12-17; tag 0)
+    #: The clusterId if known. This serves to validate metadata fetches prior to broker registration. (v12-17; nullable v12-17; tag 0)
     cluster_id: str | None = None
     #: The broker ID of the follower, of -1 if this request is from a consumer. (v0-14)
     replica_id: int = -1

@@ -32,7 +32,7 @@ class InitProducerIdRequest(Request["InitProducerIdResponse"]):
     transactional_id: str | None = None
     #: The time in ms to wait before aborting idle transactions sent by this producer. This is only relevant if a TransactionalId has been defined. (v0-5)
     transaction_timeout_ms: int = 0
-    #: The producer id. This is used to disambiguate requests if a transactional id is reused following its expiration. (v3-5)
+    #: The producer id. This serves to disambiguate requests if a transactional id is reused following its expiration. (v3-5)
     producer_id: int = -1
     #: The producer's current epoch. This will be checked against the producer epoch on the broker, and the request will return an error if they do not match. (v3-5)
     producer_epoch: int = -1

@@ -27,8 +27,8 @@ idempotent producer):
   has written to the partition, so a message whose fate was unknown is absent
   or in its place. (With a new producer id instead, such a straggler is in
   sequence for the old id and lands after later messages: that is what the
-  checker catches when the local bump is disabled, README "Does it have
-  teeth?". On tansu, which refuses the bump, the producer falls back to new
+  checker catches when the local bump is disabled: docs/testing.md, "Does it
+  have teeth?". On tansu, which refuses the bump, the producer falls back to new
   ids and keeps that weakness; docs/architecture.md, Recovery.)
 
 Without idempotence (acks 1 or all, one batch per partition in flight, as
