@@ -59,7 +59,10 @@ class Producer:
         self._config = config = core.config
         self._ledger = ledger = core.ledger
         ledger.return_successes = config.return_successes
-        self._intake = intake = Intake(config, ledger)
+        partitioner = make_partitioner(config.partitioner, core.rng)
+        self._dispatcher = Dispatcher(
+            partial(core.topic_producer, partitioner=partitioner), config.channel_capacity)
+        self._intake = intake = Intake(config, ledger, self._dispatcher.inbox)
         # The hot path: no wrapper call per message (the methods below say the same).
         self.send = send_path.entry(intake)  # type: ignore[method-assign]
         self.send_nowait = intake.send_nowait  # type: ignore[method-assign]
@@ -71,12 +74,6 @@ class Producer:
         self.input = InputChannel(self._inputs, intake, intake.sender())
         self.successes: trio.MemoryReceiveChannel[ProducerMessage] = reporter.successes
         self.errors: trio.MemoryReceiveChannel[ProducerError] = reporter.errors
-        self._dispatcher = Dispatcher(
-            intake.outbox, intake, self._inputs,
-            partial(core.topic_producer, partitioner=make_partitioner(config.partitioner,
-                                                                      core.rng)),
-            config.channel_capacity,
-        )
 
     # -- sending -------------------------------------------------------------
     async def send(
@@ -226,7 +223,7 @@ class Producer:
 
     async def _run(self, nursery: trio.Nursery) -> None:
         """Start the dispatcher (it starts the topic producers) and the report task."""
-        await nursery.start(self._dispatcher.run)
+        await nursery.start(self._dispatcher.run, self._intake, self._inputs)
         nursery.start_soon(self._reporter.run)
 
     async def _shut_down(self, scope: trio.CancelScope, stopped: trio.Event, *, graceful: bool) -> None:
@@ -249,7 +246,7 @@ class Producer:
             scope.cancel()
             with trio.move_on_after(cfg.request_timeout):
                 await stopped.wait()
-            self._inputs.shut_down(self._intake.leftovers())
+            self._inputs.shut_down(self._dispatcher.leftovers())
             left = self._ledger.fail_all_outstanding(
                 ProducerClosed.unsettled(cfg.close_timeout if graceful else None))
             if left:

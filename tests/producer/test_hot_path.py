@@ -124,9 +124,9 @@ async def test_a_message_is_sent_once(fake: FakeCluster) -> None:
 
 
 def _topic_producer(batch_bytes: int, seed: int) -> TopicProducer:
-    ctx: Any = SimpleNamespace(config=SimpleNamespace(batch_bytes=batch_bytes), ledger=None,
+    ctx: Any = SimpleNamespace(config=SimpleNamespace(batch_bytes=batch_bytes, channel_capacity=10), ledger=None,
                                cluster=None)
-    return TopicProducer(ctx, "t", None, DefaultPartitioner(random.Random(seed)), None)  # type: ignore[arg-type]
+    return TopicProducer(ctx, "t", DefaultPartitioner(random.Random(seed)), None)  # type: ignore[arg-type]
 
 
 @settings(max_examples=200, deadline=None)

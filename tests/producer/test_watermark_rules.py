@@ -30,7 +30,7 @@ TP = TopicPartition("t", 0)
 class StubBroker:
     def __init__(self, node_id: int, capacity: int = 100) -> None:
         self.node_id = node_id
-        self.input, self.received = trio.open_memory_channel[Any](capacity)
+        self.inbox, self.received = trio.open_memory_channel[Any](capacity)
 
     def items(self) -> list[Any]:
         out = []
@@ -43,13 +43,13 @@ class StubBroker:
 
 @dataclass
 class StubCore:
-    """The partition producer's StageContext and its BrokerInputs in one stub."""
+    """The partition producer's StageContext and its BrokerInboxes in one stub."""
 
     leader: int = 0
     brokers: dict[int, StubBroker] = field(default_factory=dict)
     ledger: Ledger = field(default_factory=lambda: Ledger(10**9, 1.0))
     config: Any = field(default_factory=lambda: type("C", (), {
-        "request_timeout": 5.0, "delivery_timeout": 60.0})())
+        "request_timeout": 5.0, "delivery_timeout": 60.0, "channel_capacity": 10})())
     refreshes: int = 0
     idempotence: Any = None  # not idempotent
     retry_errors: RetryErrors = field(default_factory=lambda: RetryErrors(60.0))
@@ -99,8 +99,7 @@ def values(batch: Any) -> list[bytes]:
 
 async def attached(core: StubCore) -> PartitionProducer:
     """A partition producer attached to broker 0, as after its first message."""
-    _, receive = trio.open_memory_channel[Any](10)
-    pp = PartitionProducer(core, TP, receive, core)  # type: ignore[arg-type]
+    pp = PartitionProducer(core, TP, core)  # type: ignore[arg-type]
     pp._handle(msgs("first"))
     await pp._tick()
     assert pp.bp is core.brokers[0]
@@ -311,8 +310,8 @@ async def test_a_retry_handed_over_while_the_main_loop_is_busy_is_not_lost(
     then the partition producer raises for c and sends the chaser, at once."""
     core = StubCore()
     core.brokers[0] = StubBroker(0, capacity=1)
-    send, receive = trio.open_memory_channel[Any](10)
-    pp = PartitionProducer(core, TP, receive, core)  # type: ignore[arg-type]
+    pp = PartitionProducer(core, TP, core)  # type: ignore[arg-type]
+    send = pp.inbox
     got: list[Any] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(pp.run)

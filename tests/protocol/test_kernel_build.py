@@ -43,7 +43,7 @@ def _kernel_files(wheel: Path) -> list[str]:
 
 def _delivery_files(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as zf:
-        return [n for n in zf.namelist() if n.startswith("pipeline/producer/_delivery")]
+        return [n for n in zf.namelist() if n.startswith("pipeline/producer/_speedups/_delivery")]
 
 
 def _kernel_in(wheel: Path, tmp_path: Path) -> str:
@@ -52,9 +52,9 @@ def _kernel_in(wheel: Path, tmp_path: Path) -> str:
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
     probe = ("from pipeline.protocol import columnar; "
-             "from pipeline.producer._outcomes import delivery as message; "
+             "from pipeline.producer._outcomes import delivery; "
              f"assert columnar.__file__.startswith({str(site)!r}), columnar.__file__; "
-             "print(columnar.KERNEL, message.DELIVERY_AWAIT)")
+             "print(columnar.KERNEL, delivery.DELIVERY_AWAIT)")
     env = {**os.environ, "PYTHONPATH": str(site)}
     env.pop("PIPELINE_PURE_PYTHON", None)
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

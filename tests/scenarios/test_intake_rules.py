@@ -106,7 +106,7 @@ async def test_a_send_waiting_for_room_in_the_intake_at_close_gets_its_outcome(
 ) -> None:
     """A ``send()`` waiting for room in the intake when the producer closes:
     its message was accepted (it has an id and its bytes), so the close ends
-    the wait (``Intake.leftovers`` drains the intake, which lets the waiting
+    the wait (``Dispatcher.leftovers`` drains its inbox, which lets the waiting
     list in) and fails it with ``ProducerClosed`` like every other message
     still outstanding; the call returns its Delivery then, not before, and
     the intake's close never reaches it (it is no longer waiting).

@@ -151,16 +151,16 @@ async def test_a_full_partition_inbox_makes_the_topic_producer_wait(
     send.send_nowait(ahead)
     asked: list[TopicPartition] = []
 
-    async def partition_input(tp: TopicPartition) -> trio.MemorySendChannel[list[Any]]:
+    async def partition_inbox(tp: TopicPartition) -> trio.MemorySendChannel[list[Any]]:
         asked.append(tp)
         return send
 
     ctx: Any = SimpleNamespace(
         cluster=SimpleNamespace(partition_count_nowait=lambda topic: 1),
-        ledger=None, config=SimpleNamespace(batch_bytes=16384),
+        ledger=None, config=SimpleNamespace(batch_bytes=16384, channel_capacity=10),
     )
-    partitions: Any = SimpleNamespace(partition_input=partition_input)
-    producer = TopicProducer(ctx, "t", None, DefaultPartitioner(random.Random(0)), partitions)  # type: ignore[arg-type]
+    partitions: Any = SimpleNamespace(partition_inbox=partition_inbox)
+    producer = TopicProducer(ctx, "t", DefaultPartitioner(random.Random(0)), partitions)
     m = ProducerMessage("t", b"m", partition=0)
     t0 = trio.current_time()
     async with trio.open_nursery() as nursery:
@@ -286,8 +286,8 @@ async def test_mixed_keys_go_by_murmur2_and_null_keys_stick_by_bytes(
     ]
     counts = [3, 3, 3, 3, 1, 3, 1]
     producer = TopicProducer(
-        SimpleNamespace(config=SimpleNamespace(batch_bytes=100), ledger=None, cluster=None),  # type: ignore[arg-type]
-        "t", None, DefaultPartitioner(random.Random(5)), None,  # type: ignore[arg-type]
+        SimpleNamespace(config=SimpleNamespace(batch_bytes=100, channel_capacity=10), ledger=None, cluster=None),  # type: ignore[arg-type]
+        "t", DefaultPartitioner(random.Random(5)), None,  # type: ignore[arg-type]
     )
     reference, state = DefaultPartitioner(random.Random(5)), [-1, 0]
     spread: set[int] = set()

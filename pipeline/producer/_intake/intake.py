@@ -72,14 +72,15 @@ class Intake:
 
     # send()'s row branch in C (_send.c) shares the fields of fields.SEND_INTAKE
     __slots__ = slots(fields.SEND_INTAKE, (
-        "_burst", "_burst_deadline", "_burst_topic", "_channel", "_columnar", "_columns_next",
-        "_delivery_timeout", "_now", "_outbox"))
+        "_burst", "_burst_deadline", "_burst_topic", "_columnar", "_columns_next",
+        "_delivery_timeout", "_dispatcher", "_now"))
 
-    def __init__(self, config: ProducerConfig, ledger: Ledger) -> None:
+    def __init__(
+        self, config: ProducerConfig, ledger: Ledger, dispatcher: trio.MemorySendChannel[IntakeItem]
+    ) -> None:
         self._ledger = ledger
-        self._channel, self._outbox = trio.open_memory_channel[IntakeItem](
-            config.channel_capacity
-        )
+        # The send side of the dispatcher's inbox (the dispatcher made it).
+        self._dispatcher = dispatcher
         self._timestamp_ms = config.timestamp_ms or self._wall_clock_ms
         self._wall_clock = config.timestamp_ms is None  # send() reads time.time itself
         self._delivery_timeout = config.delivery_timeout
@@ -107,15 +108,9 @@ class Intake:
         # trio.current_time() walks several layers; the clock object is fixed per run.
         self._now = trio.lowlevel.current_clock().current_time
 
-    # -- the channel's ends ------------------------------------------------------
-    @property
-    def outbox(self) -> trio.MemoryReceiveChannel[IntakeItem]:
-        """The receive side, for the dispatcher."""
-        return self._outbox
-
     def sender(self) -> trio.MemorySendChannel[IntakeItem]:
-        """A clone of the send side (``producer.input`` writes through one)."""
-        return self._channel.clone()
+        """A clone of the dispatcher's inbox (``producer.input`` writes through one)."""
+        return self._dispatcher.clone()
 
     @property
     def closing(self) -> bool:
@@ -314,7 +309,7 @@ class Intake:
         run._deadline = self._now() + self._delivery_timeout
         chunk.runs = [run]
         try:
-            self._channel.send_nowait(run)
+            self._dispatcher.send_nowait(run)
         except trio.WouldBlock:
             ledger.unaccept_rows(chunk, 1, size)
             return None
@@ -361,10 +356,10 @@ class Intake:
         if not self._enqueue_nowait(msg, deadline):
             # Only a cancellation ends this wait with an error, and the message
             # is still pending then: a close first lets every waiting list in
-            # (leftovers() drains the intake), then fails what is outstanding,
+            # (the dispatcher's leftovers() drains its inbox), then fails what is outstanding,
             # and only then closes the channel.
             try:
-                await self._channel.send([msg])
+                await self._dispatcher.send([msg])
             except BaseException:
                 ledger.unaccept(msg)  # cancelled before acceptance: leave no trace
                 raise
@@ -383,7 +378,7 @@ class Intake:
             return True
         burst = [msg]
         try:
-            self._channel.send_nowait(burst)
+            self._dispatcher.send_nowait(burst)
         except trio.WouldBlock:
             return False
         self._burst = burst
@@ -416,7 +411,7 @@ class Intake:
         ledger.accept(msg, deadline)
         if not self._enqueue_nowait(msg, deadline):
             ledger.unaccept(msg)
-            capacity = self._channel.statistics().max_buffer_size
+            capacity = self._dispatcher.statistics().max_buffer_size
             raise BufferFullError(
                 f"the intake is full ({capacity} items wait for the dispatcher; "
                 f"channel_capacity={capacity}): use await send() to wait for room, "
@@ -448,9 +443,9 @@ class Intake:
         waiting for room; then the burst ends (``end_burst``). Raises what the
         channel raises (cancelled, or ``CLOSED`` once the producer closed)."""
         try:
-            self._channel.send_nowait(item)
+            self._dispatcher.send_nowait(item)
         except trio.WouldBlock:
-            await self._channel.send(item)
+            await self._dispatcher.send(item)
         self._burst = None
         self._rows = None
 
@@ -459,7 +454,7 @@ class Intake:
         reaches it (at once when the producer is closing)."""
         mark = FlushMark()
         try:
-            await self._channel.send(mark)
+            await self._dispatcher.send(mark)
         except CLOSED:
             return  # closing: nothing new can be on the intake
         await mark.reached.wait()
@@ -471,25 +466,9 @@ class Intake:
         self._burst = None
         self._rows = None
 
-    def leftovers(self) -> list[ProducerMessage]:
-        """At shutdown (the dispatcher is cancelled): what is still in the
-        channel. Flush marks are released; lists and ``send_batch`` chunks were
-        accepted by their senders (the ledger holds them); the raw messages
-        from ``producer.input`` are returned, never accepted yet."""
-        raw: list[ProducerMessage] = []
-        while True:
-            try:
-                item = self._outbox.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return raw
-            if type(item) is FlushMark:
-                item.reached.set()
-            elif isinstance(item, ProducerMessage):
-                raw.append(item)
-
     def close(self) -> None:
         """The end of a close: a later ``put`` or flush mark sees ``CLOSED``. No
-        call is still waiting for room by then: ``leftovers`` drained the
-        channel, which let every waiting item in."""
-        self._channel.close()
+        call is still waiting for room by then: the dispatcher's ``leftovers`` drained
+        its inbox, which let every waiting item in."""
+        self._dispatcher.close()
 

@@ -104,8 +104,9 @@ class BrokerProducer:
         self._errors = ctx.retry_errors
         # The retry back-edge: the partition producer of a partition we were sent.
         self._sinks = sinks
-        self.input: trio.MemorySendChannel[BrokerItem]
-        self.input, self._input = trio.open_memory_channel[BrokerItem](config.channel_capacity)
+        # Our inbox: partition producers send to ``inbox``; ``_intake`` reads ``_inbox``.
+        self.inbox: trio.MemorySendChannel[BrokerItem]
+        self.inbox, self._inbox = trio.open_memory_channel[BrokerItem](config.channel_capacity)
         # Per-partition queues, readiness and sealing (accumulator.py).
         self._acc = Accumulator(ctx)
         self._parts = self._acc.parts
@@ -131,7 +132,7 @@ class BrokerProducer:
 
     # -- intake ------------------------------------------------------------
     async def _intake(self) -> None:
-        receive = self._input
+        receive = self._inbox
         async for item in receive:
             self._accept(item)
             while True:

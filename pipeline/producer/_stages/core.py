@@ -8,7 +8,7 @@ producer closes; nothing is fire-and-forget.
 Stages never see the core. Each is given the shared services
 (``StageContext``) and the one lookup it needs to reach its neighbours
 (``ports.py``), which the core implements: a topic producer gets
-``PartitionInputs``, a partition producer ``BrokerInputs``, a broker producer
+``PartitionInboxes``, a partition producer ``BrokerInboxes``, a broker producer
 ``RetrySinks``. So every edge of the import graph points from the core to a
 stage, never back.
 """
@@ -59,7 +59,6 @@ class ProducerCore:
         )
         self.nursery: trio.Nursery | None = None
         self._pps: dict[TopicPartition, PartitionProducer] = {}
-        self._pp_inputs: dict[TopicPartition, trio.MemorySendChannel[list[ProducerMessage]]] = {}
         self._bps: dict[int, BrokerProducer] = {}
 
     @property
@@ -85,37 +84,28 @@ class ProducerCore:
             ) from None
 
     # -- building stages ----------------------------------------------------
-    def topic_producer(
-        self,
-        topic: str,
-        inbox: trio.MemoryReceiveChannel[list[ProducerMessage]],
-        partitioner: Any,
-    ) -> TopicProducer:
+    def topic_producer(self, topic: str, partitioner: Any) -> TopicProducer:
         """A topic producer for the dispatcher, which starts it in its own nursery
-        (so closing its topic channels cascades shutdown down the forward path)."""
-        return TopicProducer(self.context, topic, inbox, partitioner, self)
+        (so closing the topic producers' inboxes cascades shutdown down the forward
+        path)."""
+        return TopicProducer(self.context, topic, partitioner, self)
 
-    # -- PartitionInputs (for topic producers) -------------------------------
-    async def partition_input(
+    # -- PartitionInboxes (for topic producers) ------------------------------
+    async def partition_inbox(
         self, tp: TopicPartition
     ) -> trio.MemorySendChannel[list[ProducerMessage]]:
-        send = self._pp_inputs.get(tp)
-        if send is None:
+        pp = self._pps.get(tp)
+        if pp is None:
             assert self.nursery is not None
-            send, receive = trio.open_memory_channel[list[ProducerMessage]](
-                self.config.channel_capacity
-            )
-            pp = PartitionProducer(self.context, tp, receive, self)
-            self._pps[tp] = pp
-            self._pp_inputs[tp] = send
+            pp = self._pps[tp] = PartitionProducer(self.context, tp, self)
             await self.nursery.start(pp.run)
-        return send
+        return pp.inbox
 
     # -- RetrySinks (for broker producers) -----------------------------------
     def retry_sink(self, tp: TopicPartition) -> PartitionProducer:
         return self._pps[tp]
 
-    # -- BrokerInputs (for partition producers) ------------------------------
+    # -- BrokerInboxes (for partition producers) -----------------------------
     async def broker_producer(self, node_id: int) -> BrokerProducer:
         bp = self._bps.get(node_id)
         if bp is None:

@@ -19,7 +19,7 @@ cascades shutdown down the forward path.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 
@@ -46,32 +46,45 @@ class InputAcceptor(Protocol):
         """True: accepted, route it; False: failed at once, drop it."""
 
 
-#: (topic, inbox) -> a topic producer reading that inbox (its ``run`` not started)
-TopicFactory = Callable[[str, trio.MemoryReceiveChannel[list[ProducerMessage]]], Any]
+class TopicStage(Protocol):
+    """A topic producer as the dispatcher sees it (``topic_producer.py``)."""
+
+    @property
+    def inbox(self) -> trio.MemorySendChannel[list[ProducerMessage]]: ...
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = ...) -> None: ...
+
+
+#: topic -> that topic's producer (its ``run`` not started)
+TopicFactory = Callable[[str], TopicStage]
 
 
 class Dispatcher:
-    def __init__(
-        self,
-        intake: trio.MemoryReceiveChannel[IntakeItem],
-        bursts: Bursts,
-        inputs: InputAcceptor,
-        topic_producer: TopicFactory,
-        channel_capacity: int,
-    ) -> None:
-        self._intake = intake
-        self._bursts = bursts
-        self._inputs = inputs
+    """The intake channel is the dispatcher's inbox: the intake (``send()`` and the
+    bulk calls) and ``producer.input`` send to ``inbox``; ``run`` reads ``_inbox``."""
+
+    def __init__(self, topic_producer: TopicFactory, channel_capacity: int) -> None:
+        self.inbox: trio.MemorySendChannel[IntakeItem]
+        self.inbox, self._inbox = trio.open_memory_channel[IntakeItem](channel_capacity)
         self._topic_producer = topic_producer
-        self._capacity = channel_capacity
+        # Each started topic producer's inbox: closed when we end, which cascades
+        # shutdown down the forward path.
         self._topics: dict[str, trio.MemorySendChannel[list[ProducerMessage]]] = {}
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self,
+        bursts: Bursts,
+        inputs: InputAcceptor,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Route the inbox's items to the topic producers until cancelled. ``bursts``:
+        the intake's open burst; ``inputs``: acceptance of ``producer.input``'s messages."""
         task_status.started()
-        intake = self._intake
-        close_burst = self._bursts.close_burst
-        close_rows = self._bursts.close_rows
-        accept_input = self._inputs.accept
+        intake = self._inbox
+        close_burst = bursts.close_burst
+        close_rows = bursts.close_rows
+        accept_input = inputs.accept
         async with trio.open_nursery() as nursery:
             try:
                 async for item in intake:
@@ -99,7 +112,8 @@ class Dispatcher:
                         except trio.WouldBlock:
                             await send.send(msgs)
             finally:
-                # Closing the topic channels cascades shutdown down the forward path.
+                # Closing the topic producers' inboxes cascades shutdown down the
+                # forward path.
                 for send in self._topics.values():
                     send.close()
 
@@ -127,8 +141,23 @@ class Dispatcher:
     async def _start_topic(
         self, nursery: trio.Nursery, topic: str
     ) -> trio.MemorySendChannel[list[ProducerMessage]]:
-        send, receive = trio.open_memory_channel[list[ProducerMessage]](self._capacity)
-        tp = self._topic_producer(topic, receive)
+        tp = self._topic_producer(topic)
         await nursery.start(tp.run)
-        self._topics[topic] = send
-        return send
+        self._topics[topic] = tp.inbox
+        return tp.inbox
+
+    def leftovers(self) -> list[ProducerMessage]:
+        """At shutdown (after ``run`` was cancelled): what is still in the inbox.
+        Flush marks are released; lists and ``send_batch`` chunks were accepted by
+        their senders (the ledger holds them); the raw messages from
+        ``producer.input`` are returned, never accepted yet."""
+        raw: list[ProducerMessage] = []
+        while True:
+            try:
+                item = self._inbox.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return raw
+            if type(item) is FlushMark:
+                item.reached.set()
+            elif isinstance(item, ProducerMessage):
+                raw.append(item)

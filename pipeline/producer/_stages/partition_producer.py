@@ -69,7 +69,7 @@ from pipeline.producer._stages.envelopes import (
 if TYPE_CHECKING:
     from pipeline.cluster.pool import RefreshRound
     from pipeline.producer._stages.context import StageContext
-    from pipeline.producer._stages.ports import BrokerInput, BrokerInputs
+    from pipeline.producer._stages.ports import BrokerInbox, BrokerInboxes
 
 log = logging.getLogger("pipeline.producer")
 
@@ -90,8 +90,7 @@ class PartitionProducer:
         self,
         ctx: StageContext,
         tp: TopicPartition,
-        inbox: trio.MemoryReceiveChannel[list[ProducerMessage]],
-        brokers: BrokerInputs,
+        brokers: BrokerInboxes,
     ) -> None:
         self.tp = tp
         self._config = ctx.config
@@ -101,7 +100,10 @@ class PartitionProducer:
         self._backoff = ctx.backoff
         self._errors = ctx.retry_errors
         self._brokers = brokers
-        self._inbox = inbox
+        # Our inbox: the topic producer sends to ``inbox``; we read ``_inbox``.
+        self.inbox: trio.MemorySendChannel[list[ProducerMessage]]
+        self.inbox, self._inbox = trio.open_memory_channel[list[ProducerMessage]](
+            ctx.config.channel_capacity)
         # The retry back-edge: broker producers append here without ever
         # blocking (the pipeline is a cycle; a blocking back-edge deadlocks it,
         # sarama wiki), then ``_wake`` us.
@@ -113,7 +115,7 @@ class PartitionProducer:
         self.hwm = 0
         # Per level below hwm: its messages, held back until the chaser is back.
         self._levels: dict[int, list[Unit]] = {}
-        self.bp: BrokerInput | None = None
+        self.bp: BrokerInbox | None = None
         # Messages at level ``hwm`` waiting for a leader or for the backoff.
         self._held: list[Unit] = []
         self._backoff_until = 0.0
@@ -126,7 +128,7 @@ class PartitionProducer:
         self._out: list[Unit] = []  # for ``bp``, gathered during one pass
         # Items for broker producers in the order they must arrive; a Fin must
         # follow every message sent before it on the same path.
-        self._outbox: list[tuple[BrokerInput, BrokerItem]] = []
+        self._outbox: list[tuple[BrokerInbox, BrokerItem]] = []
 
     # -- called by broker producers (sync, never blocks) --------------------
     def retry(self, items: list[RetryItem]) -> None:
@@ -328,9 +330,9 @@ class PartitionProducer:
             outbox, self._outbox = self._outbox, []
             for bp, item in outbox:
                 try:
-                    bp.input.send_nowait(item)
+                    bp.inbox.send_nowait(item)
                 except trio.WouldBlock:
-                    await bp.input.send(item)
+                    await bp.inbox.send(item)
 
     async def _attach(self) -> None:
         leader = self._cluster.metadata.leader_for(self.tp.topic, self.tp.partition)

@@ -8,7 +8,7 @@ three lookups; tests drive a stage with stubs of the one it takes.
 
 Direction of flow (docs/architecture.md, "The stages")::
 
-    topicProducer --PartitionInputs--> partitionProducer --BrokerInputs--> brokerProducer
+    topicProducer --PartitionInboxes--> partitionProducer --BrokerInboxes--> brokerProducer
                                               ^                                  |
                                               +------------ RetrySinks ----------+
 """
@@ -23,28 +23,28 @@ from pipeline.producer._message import ProducerMessage
 from pipeline.producer._stages.envelopes import BrokerItem, RetryItem, TopicPartition
 
 
-class PartitionInputs(Protocol):
+class PartitionInboxes(Protocol):
     """What a topic producer needs: the inbox of a partition's producer,
     started (with ``nursery.start``) the first time it is asked for."""
 
-    async def partition_input(
+    async def partition_inbox(
         self, tp: TopicPartition
     ) -> trio.MemorySendChannel[list[ProducerMessage]]: ...
 
 
-class BrokerInput(Protocol):
-    """A broker producer as a partition producer sees it: its input channel
-    (bounded; owned by the broker producer, which never closes it)."""
+class BrokerInbox(Protocol):
+    """A broker producer as a partition producer sees it: the send side of its
+    inbox (bounded; made by the broker producer, which never closes it)."""
 
     @property
-    def input(self) -> trio.MemorySendChannel[BrokerItem]: ...
+    def inbox(self) -> trio.MemorySendChannel[BrokerItem]: ...
 
 
-class BrokerInputs(Protocol):
+class BrokerInboxes(Protocol):
     """What a partition producer needs: the broker producer of a node,
     started the first time it is asked for."""
 
-    async def broker_producer(self, node_id: int) -> BrokerInput: ...
+    async def broker_producer(self, node_id: int) -> BrokerInbox: ...
 
 
 class RetrySink(Protocol):

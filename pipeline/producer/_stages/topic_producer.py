@@ -27,7 +27,7 @@ from pipeline.producer._stages.partitioner import DefaultPartitioner, Murmur2Par
 
 if TYPE_CHECKING:
     from pipeline.producer._stages.context import StageContext
-    from pipeline.producer._stages.ports import PartitionInputs
+    from pipeline.producer._stages.ports import PartitionInboxes
 
 log = logging.getLogger("pipeline.producer")
 _key_of = attrgetter("key")
@@ -46,16 +46,18 @@ class TopicProducer:
         self,
         ctx: StageContext,
         topic: str,
-        inbox: trio.MemoryReceiveChannel[list[ProducerMessage]],
         partitioner: Any,
-        partitions: PartitionInputs,
+        partitions: PartitionInboxes,
     ) -> None:
         self._cluster = ctx.cluster
         self._ledger = ctx.ledger
         self._config = ctx.config
         self._partitions = partitions
         self.topic = topic
-        self._inbox = inbox
+        # Our inbox: the dispatcher sends to ``inbox`` (and closes it to stop us).
+        self.inbox: trio.MemorySendChannel[list[ProducerMessage]]
+        self.inbox, self._inbox = trio.open_memory_channel[list[ProducerMessage]](
+            ctx.config.channel_capacity)
         self._partitioner = partitioner
         # KIP-480/794 sticky partitioning for null keys: switch partitions after
         # a batch's worth of bytes went to the current one.
@@ -119,7 +121,7 @@ class TopicProducer:
                 ))
         partitions = self._partitions
         for p, group in by_partition.items():
-            send = await partitions.partition_input(TopicPartition(topic, p))
+            send = await partitions.partition_inbox(TopicPartition(topic, p))
             try:
                 send.send_nowait(group)
             except trio.WouldBlock:
