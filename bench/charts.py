@@ -1,4 +1,4 @@
-"""PNG charts of the benchmark results (issue 15, goal 7), drawn with matplotlib.
+"""PNG charts of the benchmark results, drawn with matplotlib.
 
     python -m bench.charts [--results bench/results] [--out DIR]
 

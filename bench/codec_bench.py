@@ -181,7 +181,7 @@ def run(records: int = 100_000, repeats: int = 5, batch_records: int = 1000,
     }
 
 
-COLUMNAR_TARGET = 5_000_000  # records/s, uncompressed (issue 15, goal 5)
+COLUMNAR_TARGET = 5_000_000  # records/s, uncompressed
 
 
 def format_table(report: dict[str, Any]) -> str:

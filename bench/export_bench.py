@@ -1,4 +1,4 @@
-"""Spark export bench (issue 15, goal 4): our ``export_dataframe`` beside the hand-written
+"""Spark export bench: our ``export_dataframe`` beside the hand-written
 ``foreachPartition`` + confluent-kafka exporter, Spark's own ``format("kafka")`` sink and a
 ``mapInArrow`` no-op (the ceiling), on the same cached DataFrame, same broker, same run.
 

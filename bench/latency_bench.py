@@ -1,4 +1,4 @@
-"""Send-to-ack latency at a paced rate (issue 15, goal 6): pipeline beside confluent-kafka.
+"""Send-to-ack latency at a paced rate: pipeline beside confluent-kafka.
 
     python -m bench.latency_bench [--rate 20000] [--seconds 5] [--rounds 3] [--quick]
                                   [--broker tansu|kafka] [--json PATH]

@@ -98,13 +98,13 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                 for i in range(n):
                     j = i & mask
                     await send(topic, values[j], key=keys[j])
-            elif api == "await":  # issue 15 goal 1: keep every delivery, await each
+            elif api == "await":  # keep every delivery, await each
                 send = producer.send
                 deliveries = [await send(topic, values[i & mask]) for i in range(n)]
                 for d in deliveries:
                     await d
                 del deliveries
-            elif api == "callback":  # issue 15 goal 1: on_delivery per message
+            elif api == "callback":  # on_delivery per message
                 send = producer.send
                 counts = [0, 0]
 
@@ -119,14 +119,14 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                     batch = [ProducerMessage(topic, values[i & mask])
                              for i in range(start, min(n, start + SEND_MANY_CHUNK))]
                     groups.append(await send_many(batch))
-            elif api == "send_batch":  # issue 15 goal 3: a list per call
+            elif api == "send_batch":  # a list per call
                 send_batch = producer.send_batch
                 for start in range(0, n, SEND_BATCH_ROWS):
                     column = [values[i & mask]
                               for i in range(start, min(n, start + SEND_BATCH_ROWS))]
                     groups.append(await send_batch(topic, column))
                     del column
-            elif api == "send_batch-arrow":  # issue 15 goal 3: Arrow data, as Spark has it
+            elif api == "send_batch-arrow":  # Arrow data, as Spark has it
                 send_batch = producer.send_batch
                 for start in range(0, n, SEND_BATCH_ROWS):
                     rows = min(n, start + SEND_BATCH_ROWS) - start

@@ -89,7 +89,7 @@ TARGETS: dict[str, set[str] | None] = {
         "Intake._open_rows",
         "Intake.close_rows",
     },
-    # send() bursts as columns (issue 15)
+    # send() bursts as columns
     "pipeline/producer/_columnar/burst.py": None,
     "pipeline/producer/_columnar/row_outcomes.py": None,
     # where a burst's runs take their rows and wire positions (keyed send() rows)

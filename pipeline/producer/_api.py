@@ -229,7 +229,7 @@ class Producer:
     async def _shut_down(self, scope: trio.CancelScope, stopped: trio.Event, *, graceful: bool) -> None:
         """Close: refuse new messages, flush (``graceful``: up to close_timeout), let
         idempotent requests on the wire come back, stop the pipeline and, once its last
-        steps ended (regression abort-close-after-a-response-was-read), fail the rest."""
+        steps ended, fail the rest (regression abort-close-after-a-response-was-read)."""
         self._intake.stop_accepting()
         cfg = self._config
         with trio.CancelScope(shield=True):

@@ -10,9 +10,9 @@ Java's ``RecordAccumulator`` appends into its batch buffer, and returns a two-sl
 (the C kernel's ``pack_binary``) and the burst travels through the four stages as a
 ``send_batch`` ``RowRun`` does (``rows.py``): split per partition and batch by the topic producer, ordered as
 one unit by the partition producer, sealed by the columnar encoder, settled by
-the ledger as a whole. Measured (issue 15 goal 2): the 15-slot ``Delivery`` per
-message, its share of the cyclic GC, and the per-message work of every stage
-were most of ``send()`` + ``flush()``'s CPU.
+the ledger as a whole. Why: a 15-slot ``Delivery`` per message, its share of the
+cyclic GC, and the per-message work of every stage would be most of ``send()`` +
+``flush()``'s CPU (``docs/benchmarks.md``).
 
 Per-row outcomes are read lazily: when one of the chunk's runs settles, the
 ledger records the run's span of rows (``row_outcomes.py``: one entry per

@@ -186,7 +186,7 @@ def split_run_batch(batch: SealedBatch, config: Any) -> tuple[SealedBatch, Seale
     halves = [run.split(rows[:k], k, first_size),
               run.split(rows[k:], run.count - k, run._size - first_size)]
     halves[0].place, halves[1].place = run.place, run.place + k
-    for half in halves:  # (a send() row's metadata names it: it was None before 25 Nov)
+    for half in halves:  # (a send() row's metadata names its run's partition)
         half.partition = run.partition
     chunk: RowChunk = run._sink
     at = chunk.runs.index(run)

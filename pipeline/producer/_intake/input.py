@@ -107,7 +107,8 @@ class InputAcceptance:
             # failed everything outstanding, and runs once more before its
             # cancellation lands: accepted now, it would never be settled. It
             # fails like the rest (nobody reads producer.errors any more, so its
-            # outcome is only on the message). Found by the schedule explorer.
+            # outcome is only on the message):
+            # test_input_message_handed_over_as_the_producer_closes_gets_an_outcome.
             if self._reserved(msg):
                 ledger.release(msg._size)
             msg._sink, msg._size = None, 0

@@ -434,7 +434,7 @@ class Intake:
     def end_burst(self) -> None:
         """Something was put on the channel behind the open burst: a later
         ``send()`` must not join that burst (it would be written before that
-        item, although sent after it). Found by the schedule explorer."""
+        item, although sent after it): ``test_one_task_send_then_other_entry_then_send_keeps_order``."""
         self._burst = None
         self._rows = None
 

@@ -148,9 +148,9 @@ def reused_error(msg: ProducerMessage) -> ValueError:
 
 
 def closed_while_waiting(what: str) -> ProducerClosed:
-    """A send that waited for `what` while the producer closed: not accepted.
-    (Before, the message stayed registered forever and trio.ClosedResourceError
-    reached the caller; found by the schedule explorer.)"""
+    """A send that waited for `what` while the producer closed: not accepted, and
+    nothing of it stays in the ledger
+    (``test_send_waiting_for_space_when_the_producer_closes``)."""
     return ProducerClosed(
         f"the producer closed while this call waited for {what}: the message was not accepted"
     )

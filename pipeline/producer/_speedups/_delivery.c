@@ -440,7 +440,7 @@ static PyTypeObject SettledAwait_Type = {
  * holds the row and that span's run (RowOutcomes.runs) has _state OK; its
  * metadata comes from that run (topic, partition, base offset plus the row's place
  * in the span, LogAppendTime) and the burst's timestamps list. Every
- * read is a slot at an offset found by setup_rows(); anything unexpected (an
+ * read is a slot at an offset setup_rows() looked up; anything unexpected (an
  * unsealed burst, a pending or failed row, a non-list) takes burst.py's Python
  * await. RowDelivery's instances are no GC objects (make_untracked, below): they
  * can be part of no cycle once their burst is settled (burst.py says why), and

@@ -113,9 +113,9 @@ class Accumulator:
         self._per_partition = config.max_in_flight_per_partition
         # The largest batch sealed: batch_bytes, but never above max_message_bytes,
         # the limit the broker applies to a whole batch (sarama caps its batches
-        # at MaxMessageBytes too). A batch of batch_bytes > max_message_bytes was
-        # refused with MESSAGE_TOO_LARGE, failing every message in it although
-        # each one fits. Found by the schedule explorer. The per-message sizes
+        # at MaxMessageBytes too). A batch of batch_bytes > max_message_bytes would
+        # be refused with MESSAGE_TOO_LARGE, failing every message in it although
+        # each one fits (test_batches_never_exceed_max_message_bytes). The sizes
         # summed here are upper bounds, so the encoded batch is never larger.
         self._batch_cap = min(config.batch_bytes, config.max_message_bytes)
         # When a partition's loose messages are due, after the first one's

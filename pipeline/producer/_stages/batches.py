@@ -47,8 +47,8 @@ TOO_LARGE = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LA
 # acks=all produce waiting in purgatory completes with them: it timed out, the
 # ISR shrank, the leadership or the log dir went away), so the batch may be
 # written. Such a batch must never be re-stamped with a new epoch (a copy under
-# new sequences would be a duplicate), only re-sent identical. Found by the
-# schedule explorer (a bump between a REQUEST_TIMED_OUT and its retry).
+# new sequences would be a duplicate), only re-sent identical (regression
+# after-append-error-then-bump-duplicate: a bump between a REQUEST_TIMED_OUT and its retry).
 MAYBE_WRITTEN = frozenset({
     ErrorCode.REQUEST_TIMED_OUT,
     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,

@@ -87,7 +87,8 @@ class _InFlight:
     # Batches failed at their own delivery deadline while in flight: their
     # outcome is settled, the answer only unmutes their partition. Per batch, as
     # the Java client's Sender: a batch sharing a request with an older one is
-    # not failed at the older one's deadline (it was, found by make mutants).
+    # not failed at the older one's deadline
+    # (test_the_batches_of_a_request_expire_each_at_its_own_deadline).
     expired: set[TopicPartition] = field(default_factory=set)
     # Set when writing the request failed. It is still queued behind the
     # requests before it, so its batches go back *after* theirs: a partition's
@@ -290,8 +291,8 @@ class BrokerProducer:
         try:
             # Connecting (reconnect backoff, then a handshake of up to
             # request_timeout) must not hold up expiry: what waits here is
-            # failed at its delivery deadline, and the flusher tries again. (It
-            # waited for the whole connect; found by the schedule explorer.)
+            # failed at its delivery deadline, and the flusher tries again
+            # (regression connect-holds-expiry).
             conn: BrokerConnection | None = None
             with trio.move_on_at(self._next_wake(False)):
                 conn = await self._cluster.connection(self.node_id)
@@ -463,8 +464,9 @@ class BrokerProducer:
         for tp, part in self._parts.items():
             # A batch that failed here waits for the partition's other batches
             # in flight before it goes back (_maybe_bounce); past its deadline
-            # it fails now, with the error that sent it back. (It failed only
-            # at the bounce, up to request_timeout late: found by make mutants.)
+            # it fails now, with the error that sent it back, not at the bounce up
+            # to request_timeout later
+            # (test_a_failed_batch_expires_at_its_own_deadline_before_its_partitions_flights).
             while part.failed and part.failed[0]._deadline <= now:
                 batch = part.failed.pop(0)
                 ledger.fail(batch.messages, timeout_error(
