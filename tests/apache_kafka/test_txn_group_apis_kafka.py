@@ -16,7 +16,6 @@ import pytest
 import trio
 
 from pipeline.cluster import Cluster
-from pipeline.cluster.connection import BrokerConnection
 from pipeline.protocol.api import CLIENT_VERSIONS, ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages import consumer_group_describe as cgd
