@@ -12,10 +12,19 @@ from __future__ import annotations
 from pipeline.consumer._reader import (
     ConsumedRecord,
     ConsumerError,
+    Isolation,
     Start,
     consume,
     read_topic,
     topic_offsets,
 )
 
-__all__ = ["ConsumedRecord", "ConsumerError", "Start", "consume", "read_topic", "topic_offsets"]
+__all__ = [
+    "ConsumedRecord",
+    "ConsumerError",
+    "Isolation",
+    "Start",
+    "consume",
+    "read_topic",
+    "topic_offsets",
+]
