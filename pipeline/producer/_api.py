@@ -12,7 +12,7 @@ connects, starts the pipeline in a nursery, closes it (``_shut_down``) when the 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -20,9 +20,10 @@ from typing import Any
 
 import trio
 
+from pipeline.cluster.errors import KafkaError
 from pipeline.cluster.pool import Cluster
 from pipeline.producer._config import ProducerConfig, make_config
-from pipeline.producer._errors import ProducerClosed, ProducerError
+from pipeline.producer._errors import ProducerClosed, ProducerError, TransactionStateError
 from pipeline.producer._intake import send_path
 from pipeline.producer._intake.bulk import Bulk
 from pipeline.producer._intake.input import InputAcceptance, InputChannel
@@ -33,6 +34,7 @@ from pipeline.producer._outcomes.ledger import Ledger, Reporter
 from pipeline.producer._stages.core import ProducerCore, bootstrap_metadata
 from pipeline.producer._stages.dispatcher import Dispatcher
 from pipeline.producer._stages.partitioner import make_partitioner
+from pipeline.producer._stages.transactions import State, TransactionManager
 from pipeline.protocol._columns import ColumnInput, HeadersInput, IntsInput
 from pipeline.util.groups import unwrap_single_errors
 
@@ -74,6 +76,12 @@ class Producer:
         self.input = InputChannel(self._inputs, intake, intake.sender())
         self.successes: trio.MemoryReceiveChannel[ProducerMessage] = reporter.successes
         self.errors: trio.MemoryReceiveChannel[ProducerError] = reporter.errors
+        self._txn = txn = core.transactions
+        if txn is not None:  # records are accepted only inside a transaction
+            txn.flush = self.flush
+            txn.on_state = lambda state: intake.refuse(
+                None if state == State.IN_TRANSACTION else txn.refusal)
+            txn.on_state(txn.state)
 
     # -- sending -------------------------------------------------------------
     async def send(
@@ -165,6 +173,52 @@ class Producer:
         """
         return await self._bulk.send_batch(topic, values, keys, headers, partitions, timestamps)
 
+    # -- transactions (transactional_id=...; docs/transactions.md) ---------------
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Producer]:
+        """Begin a transaction; commit it when the block ends normally, abort it when
+        the block raises or is cancelled (the exception then propagates)."""
+        await self.begin_transaction()
+        try:
+            yield self
+        except BaseException as exc:
+            with trio.CancelScope(shield=True), trio.move_on_after(self._config.close_timeout):
+                try:
+                    await self._transactions().abort()
+                except KafkaError as abort_error:  # the block's own error is what propagates
+                    exc.add_note(f"(aborting the transaction failed too: {abort_error!r})")
+            raise
+        await self.commit_transaction()
+
+    async def begin_transaction(self) -> None:
+        """Open a transaction: ``send()`` and the bulk calls are accepted until it ends."""
+        await trio.lowlevel.checkpoint()
+        self._transactions().begin()
+
+    async def commit_transaction(self) -> None:
+        """Flush, then commit: every record of the transaction becomes visible to
+        ``read_committed`` readers at once. Raises ``TransactionAbortableError`` (abort,
+        then go on), ``ProducerFencedError`` or ``TransactionFatalError`` (close)."""
+        await self._transactions().commit()
+
+    async def abort_transaction(self) -> None:
+        """Abort: records without an outcome fail with ``TransactionAbortedError``, and
+        none of the transaction is visible to ``read_committed`` readers."""
+        await self._transactions().abort()
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[Any, int], group_metadata: Any,
+                                          ) -> None:
+        """Commit a consumer group's ``offsets`` ({(topic, partition): next offset}) in
+        the open transaction (KIP-447): they take effect only if it commits.
+        ``group_metadata``: the consumer's ``group_metadata()``, or a group id."""
+        await self._transactions().send_offsets(offsets, group_metadata)
+
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise TransactionStateError(
+                "this producer is not transactional: open it with transactional_id=...")
+        return self._txn
+
     # -- flushing, statistics, closing -----------------------------------------
     async def flush(self) -> None:
         """Wait until every message accepted before this call has its outcome,
@@ -233,6 +287,14 @@ class Producer:
         self._intake.stop_accepting()
         cfg = self._config
         with trio.CancelScope(shield=True):
+            txn = self._txn
+            if txn is not None and txn.state in (State.IN_TRANSACTION, State.ABORTABLE):
+                with trio.move_on_after(cfg.close_timeout):  # (an open transaction: abort)
+                    try:
+                        await txn.abort()
+                    except KafkaError as exc:
+                        log.warning("closing: the open transaction could not be aborted (%s); "
+                                    "the coordinator aborts it after transaction_timeout", exc)
             if graceful:
                 with trio.move_on_after(cfg.close_timeout):
                     await self.flush()

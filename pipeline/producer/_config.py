@@ -93,6 +93,11 @@ class ProducerConfig:
     return_successes: bool = False
     close_timeout: float = 30.0
 
+    # Transactions (Java's transactional.id / transaction.timeout.ms). A transactional
+    # producer is idempotent with acks="all"; every record goes in a transaction.
+    transactional_id: str | None = None
+    transaction_timeout: float = 60.0
+
     # Partitioning: a name, a Partitioner object, or a callable(topic, key, value, n) -> int.
     partitioner: Any = "default"
 
@@ -223,6 +228,18 @@ class ProducerConfig:
             if self.max_in_flight > 5:
                 raise bad("max_in_flight", self.max_in_flight,
                           "must be <= 5 with idempotent=True (Kafka caches 5 batches per producer)")
+        if self.transactional_id is not None:
+            if not isinstance(self.transactional_id, str) or not self.transactional_id:
+                raise bad("transactional_id", self.transactional_id, "must be a non-empty str")
+            if not self.idempotent:
+                raise ConfigError(
+                    "transactional_id requires idempotent=True (a transactional producer is "
+                    "idempotent); leave idempotent unset")
+        if (not isinstance(self.transaction_timeout, (int, float))
+                or isinstance(self.transaction_timeout, bool) or self.transaction_timeout <= 0):
+            raise bad("transaction_timeout", self.transaction_timeout,
+                      "must be a number of seconds > 0 (the broker caps it at its "
+                      "transaction.max.timeout.ms, 15 minutes by default)")
         if isinstance(self.partitioner, str) and self.partitioner not in _PARTITIONERS:
             raise bad("partitioner", self.partitioner,
                       f"use one of {list(_PARTITIONERS)}, a Partitioner, or a callable")

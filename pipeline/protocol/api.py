@@ -79,7 +79,7 @@ def _full(key: ApiKey) -> tuple[int, int]:
 CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.METADATA: (1, 12),
-    ApiKey.PRODUCE: (3, 11),
+    ApiKey.PRODUCE: (3, 12),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.FETCH: (4, _full(ApiKey.FETCH)[1]),
     ApiKey.LIST_OFFSETS: _full(ApiKey.LIST_OFFSETS),

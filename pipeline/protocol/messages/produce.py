@@ -28,11 +28,11 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionProduceData:
-    """PartitionProduceData (in ProduceRequest, v0-11)."""
+    """PartitionProduceData (in ProduceRequest, v0-12)."""
 
-    #: The partition index. (v0-11)
+    #: The partition index. (v0-12)
     index: int = 0
-    #: The record data to be produced. (v0-11; nullable v0-11)
+    #: The record data to be produced. (v0-12; nullable v0-12)
     records: bytes | None = None
 
     def _write(self, w: Writer, version: int) -> None:
@@ -60,11 +60,11 @@ class PartitionProduceData:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicProduceData:
-    """TopicProduceData (in ProduceRequest, v0-11)."""
+    """TopicProduceData (in ProduceRequest, v0-12)."""
 
-    #: The topic name. (v0-11)
+    #: The topic name. (v0-12)
     name: str = ""
-    #: Each partition to produce to. (v0-11)
+    #: Each partition to produce to. (v0-12)
     partition_data: tuple[PartitionProduceData, ...] = ()
 
     def _write(self, w: Writer, version: int) -> None:
@@ -104,26 +104,26 @@ class TopicProduceData:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProduceRequest(Request["ProduceResponse"]):
-    """ProduceRequest (API key 0, versions 0-11, from ProduceRequest.json)."""
+    """ProduceRequest (API key 0, versions 0-12, from ProduceRequest.json)."""
 
     API_KEY: ClassVar[int] = 0
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 11
+    MAX_VERSION: ClassVar[int] = 12
     FLEXIBLE_VERSION: ClassVar[int | None] = 9
 
-    #: The transactional ID, or null if the producer is not transactional. (v3-11; nullable v3-11)
+    #: The transactional ID, or null if the producer is not transactional. (v3-12; nullable v3-12)
     transactional_id: str | None = None
-    #: The number of acknowledgments the producer requires the leader to have received before considering a request complete. Allowed values: 0 for no acknowledgments, 1 for only the leader and -1 for the full ISR. (v0-11)
+    #: The number of acknowledgments the producer requires the leader to have received before considering a request complete. Allowed values: 0 for no acknowledgments, 1 for only the leader and -1 for the full ISR. (v0-12)
     acks: int = 0
-    #: The timeout to await a response in milliseconds. (v0-11)
+    #: The timeout to await a response in milliseconds. (v0-12)
     timeout_ms: int = 0
-    #: Each topic to produce to. (v0-11)
+    #: Each topic to produce to. (v0-12)
     topic_data: tuple[TopicProduceData, ...] = ()
 
     def encode(self, version: int) -> bytes:
         """Encode the body (no header, no size prefix) at ``version``."""
-        if not 0 <= version <= 11:
-            raise UnsupportedVersionError(f"ProduceRequest version {version} is outside 0-11")
+        if not 0 <= version <= 12:
+            raise UnsupportedVersionError(f"ProduceRequest version {version} is outside 0-12")
         w = Writer()
         self._write(w, version)
         return bytes(w.buf)
@@ -131,8 +131,8 @@ class ProduceRequest(Request["ProduceResponse"]):
     @classmethod
     def decode(cls, data: bytes | bytearray | memoryview, version: int) -> Self:
         """Decode a body (no header, no size prefix) encoded at ``version``."""
-        if not 0 <= version <= 11:
-            raise UnsupportedVersionError(f"ProduceRequest version {version} is outside 0-11")
+        if not 0 <= version <= 12:
+            raise UnsupportedVersionError(f"ProduceRequest version {version} is outside 0-12")
         return cls._read(Reader(data), version)
 
     def response_type(self) -> type[ProduceResponse]:
@@ -189,11 +189,11 @@ class ProduceRequest(Request["ProduceResponse"]):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchIndexAndErrorMessage:
-    """BatchIndexAndErrorMessage (in ProduceResponse, v8-11)."""
+    """BatchIndexAndErrorMessage (in ProduceResponse, v8-12)."""
 
-    #: The batch index of the record that cause the batch to be dropped (v8-11)
+    #: The batch index of the record that cause the batch to be dropped (v8-12)
     batch_index: int = 0
-    #: The error message of the record that caused the batch to be dropped (v8-11; nullable v8-11)
+    #: The error message of the record that caused the batch to be dropped (v8-12; nullable v8-12)
     batch_index_error_message: str | None = None
 
     def _write(self, w: Writer, version: int) -> None:
@@ -221,11 +221,11 @@ class BatchIndexAndErrorMessage:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderIdAndEpoch:
-    """LeaderIdAndEpoch (in ProduceResponse, v10-11)."""
+    """LeaderIdAndEpoch (in ProduceResponse, v10-12)."""
 
-    #: The ID of the current leader or -1 if the leader is unknown. (v10-11)
+    #: The ID of the current leader or -1 if the leader is unknown. (v10-12)
     leader_id: int = -1
-    #: The latest known leader epoch (v10-11)
+    #: The latest known leader epoch (v10-12)
     leader_epoch: int = -1
 
     def _write(self, w: Writer, version: int) -> None:
@@ -245,23 +245,23 @@ class LeaderIdAndEpoch:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionProduceResponse:
-    """PartitionProduceResponse (in ProduceResponse, v0-11)."""
+    """PartitionProduceResponse (in ProduceResponse, v0-12)."""
 
-    #: The partition index. (v0-11)
+    #: The partition index. (v0-12)
     index: int = 0
-    #: The error code, or 0 if there was no error. (v0-11)
+    #: The error code, or 0 if there was no error. (v0-12)
     error_code: int = 0
-    #: The base offset. (v0-11)
+    #: The base offset. (v0-12)
     base_offset: int = 0
-    #: The timestamp returned by broker after appending the messages. If CreateTime is used for the topic, the timestamp will be -1. If LogAppendTime is used for the topic, the timestamp will be the broker local time when the messages are appended. (v2-11)
+    #: The timestamp returned by broker after appending the messages. If CreateTime is used for the topic, the timestamp will be -1. If LogAppendTime is used for the topic, the timestamp will be the broker local time when the messages are appended. (v2-12)
     log_append_time_ms: int = -1
-    #: The log start offset. (v5-11)
+    #: The log start offset. (v5-12)
     log_start_offset: int = -1
-    #: The batch indices of records that caused the batch to be dropped (v8-11)
+    #: The batch indices of records that caused the batch to be dropped (v8-12)
     record_errors: tuple[BatchIndexAndErrorMessage, ...] = ()
-    #: The global error message summarizing the common root cause of the records that caused the batch to be dropped (v8-11; nullable v8-11)
+    #: The global error message summarizing the common root cause of the records that caused the batch to be dropped (v8-12; nullable v8-12)
     error_message: str | None = None
-    #: (v10-11; tag 0)
+    #: (v10-12; tag 0)
     current_leader: LeaderIdAndEpoch = LeaderIdAndEpoch()
 
     def _write(self, w: Writer, version: int) -> None:
@@ -352,11 +352,11 @@ class PartitionProduceResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicProduceResponse:
-    """TopicProduceResponse (in ProduceResponse, v0-11)."""
+    """TopicProduceResponse (in ProduceResponse, v0-12)."""
 
-    #: The topic name (v0-11)
+    #: The topic name (v0-12)
     name: str = ""
-    #: Each partition that we produced to within the topic. (v0-11)
+    #: Each partition that we produced to within the topic. (v0-12)
     partition_responses: tuple[PartitionProduceResponse, ...] = ()
 
     def _write(self, w: Writer, version: int) -> None:
@@ -396,15 +396,15 @@ class TopicProduceResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeEndpoint:
-    """NodeEndpoint (in ProduceResponse, v10-11)."""
+    """NodeEndpoint (in ProduceResponse, v10-12)."""
 
-    #: The ID of the associated node. (v10-11)
+    #: The ID of the associated node. (v10-12)
     node_id: int = 0
-    #: The node's hostname. (v10-11)
+    #: The node's hostname. (v10-12)
     host: str = ""
-    #: The node's port. (v10-11)
+    #: The node's port. (v10-12)
     port: int = 0
-    #: The rack of the node, or null if it has not been assigned to a rack. (v10-11; nullable v10-11)
+    #: The rack of the node, or null if it has not been assigned to a rack. (v10-12; nullable v10-12)
     rack: str | None = None
 
     def _write(self, w: Writer, version: int) -> None:
@@ -430,24 +430,24 @@ class NodeEndpoint:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProduceResponse(Response):
-    """ProduceResponse (API key 0, versions 0-11, from ProduceResponse.json)."""
+    """ProduceResponse (API key 0, versions 0-12, from ProduceResponse.json)."""
 
     API_KEY: ClassVar[int] = 0
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 11
+    MAX_VERSION: ClassVar[int] = 12
     FLEXIBLE_VERSION: ClassVar[int | None] = 9
 
-    #: Each produce response (v0-11)
+    #: Each produce response (v0-12)
     responses: tuple[TopicProduceResponse, ...] = ()
-    #: The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (v1-11)
+    #: The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (v1-12)
     throttle_time_ms: int = 0
-    #: Endpoints for all current-leaders enumerated in PartitionProduceResponses, with errors NOT_LEADER_OR_FOLLOWER. (v10-11; tag 0)
+    #: Endpoints for all current-leaders enumerated in PartitionProduceResponses, with errors NOT_LEADER_OR_FOLLOWER. (v10-12; tag 0)
     node_endpoints: tuple[NodeEndpoint, ...] = ()
 
     def encode(self, version: int) -> bytes:
         """Encode the body (no header, no size prefix) at ``version``."""
-        if not 0 <= version <= 11:
-            raise UnsupportedVersionError(f"ProduceResponse version {version} is outside 0-11")
+        if not 0 <= version <= 12:
+            raise UnsupportedVersionError(f"ProduceResponse version {version} is outside 0-12")
         w = Writer()
         self._write(w, version)
         return bytes(w.buf)
@@ -455,8 +455,8 @@ class ProduceResponse(Response):
     @classmethod
     def decode(cls, data: bytes | bytearray | memoryview, version: int) -> Self:
         """Decode a body (no header, no size prefix) encoded at ``version``."""
-        if not 0 <= version <= 11:
-            raise UnsupportedVersionError(f"ProduceResponse version {version} is outside 0-11")
+        if not 0 <= version <= 12:
+            raise UnsupportedVersionError(f"ProduceResponse version {version} is outside 0-12")
         return cls._read(Reader(data), version)
 
     def _write(self, w: Writer, version: int) -> None:
