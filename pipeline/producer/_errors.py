@@ -72,6 +72,9 @@ class TransactionError(KafkaError):
     this producer), ``TransactionFatalError`` (this producer can do no more
     transactional work)."""
 
+    #: The Kafka error code behind it, when a broker's answer was the cause.
+    code: ErrorCode | None = None
+
 
 class TransactionStateError(TransactionError):
     """A transactional call in the wrong state, e.g. ``send()`` with no transaction

@@ -162,6 +162,10 @@ class _FindCoordinator(Exception):
     """Internal: the coordinator moved; look it up again."""
 
 
+class _OutcomeUnknown(Exception):
+    """Internal: a request was written and its answer lost (or UNKNOWN_SERVER_ERROR)."""
+
+
 class TransactionManager:
     """One per transactional producer: the transaction state, the coordinator, the
     partitions and offsets of the open transaction."""
@@ -284,26 +288,37 @@ class TransactionManager:
             raise
 
     async def _call(self, build: Callable[[int], Request[R]], what: str, api: ApiKey,
-                    check: Callable[[R], ErrorCode]) -> R:
+                    check: Callable[[R], ErrorCode], *, lost_is_unknown: bool = False) -> R:
         """Send ``build(version)`` to the coordinator until it is answered without a
         retriable error (finding the coordinator again as needed); raise the
-        classified error of any other answer."""
+        classified error of any other answer. ``lost_is_unknown``: a request written
+        whose answer was lost raises ``_OutcomeUnknown`` instead of being sent again."""
         attempt = 0
         while True:
             attempt += 1
             try:
                 conn = await self._coordinator_connection()
                 version = conn.version_for(api)
-                response = await conn.request(build(version), version=version)
-                code = check(response)
             except _FindCoordinator as exc:
                 code, detail = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)
             except (BrokerConnectionError, RequestTimedOutError, OSError) as exc:
                 self._coordinator = None
-                log.info("%s to the transaction coordinator failed (%s); retrying", what, exc)
+                log.info("%s: the transaction coordinator is unreachable (%s); retrying", what, exc)
                 await trio.sleep(self._backoff(attempt))
                 continue
             else:
+                try:
+                    response = await conn.request(build(version), version=version)
+                except (BrokerConnectionError, RequestTimedOutError, OSError) as exc:
+                    self._coordinator = None
+                    if lost_is_unknown:
+                        raise _OutcomeUnknown(f"{what}: {exc}") from exc
+                    log.info("%s to the transaction coordinator failed (%s); retrying", what, exc)
+                    await trio.sleep(self._backoff(attempt))
+                    continue
+                code = check(response)
+                if code == ErrorCode.UNKNOWN_SERVER_ERROR and lost_is_unknown:
+                    raise _OutcomeUnknown(f"{what}: {code.name}")
                 detail = code.name
             if code == ErrorCode.NONE:
                 return response
@@ -318,16 +333,20 @@ class TransactionManager:
 
     def _classify(self, code: ErrorCode, what: str) -> TransactionError:
         text = f"{what} for transactional_id {self.transactional_id!r}: {code.name} ({int(code)}) {code.description}"
+        error: TransactionError
         if code in _FENCED:
-            return ProducerFencedError(
+            error = ProducerFencedError(
                 f"{text}; another producer with this transactional_id took over: close this one")
-        if code in _ABORTABLE:
-            return TransactionAbortableError(f"{text}; abort the transaction, then go on")
-        if code == ErrorCode.INVALID_TRANSACTION_TIMEOUT:
-            return TransactionFatalError(
+        elif code in _ABORTABLE:
+            error = TransactionAbortableError(f"{text}; abort the transaction, then go on")
+        elif code == ErrorCode.INVALID_TRANSACTION_TIMEOUT:
+            error = TransactionFatalError(
                 f"{text}; transaction_timeout={self._config.transaction_timeout}s is more than "
                 "the broker allows (transaction.max.timeout.ms): lower it")
-        return TransactionFatalError(text)
+        else:
+            error = TransactionFatalError(text)
+        error.code = code
+        return error
 
     # -- initialisation ----------------------------------------------------------
     async def obtain_id(self) -> tuple[int, int]:
@@ -618,8 +637,12 @@ class TransactionManager:
                                  producer_epoch=epoch, committed=commit)
 
         try:
-            response = await self._call(build, "EndTxn", ApiKey.END_TXN,
-                                        lambda r: error_code(r.error_code))
+            try:
+                response = await self._call(build, "EndTxn", ApiKey.END_TXN,
+                                            lambda r: error_code(r.error_code),
+                                            lost_is_unknown=commit)
+            except _OutcomeUnknown as exc:
+                return await self._abort_after_lost_commit(pid, epoch, str(exc))
         except ProducerFencedError as exc:
             if self._timed_out(exc):
                 raise TransactionTimedOutError(
@@ -629,6 +652,37 @@ class TransactionManager:
             raise
         new = (response.producer_id, response.producer_epoch)
         return new if new[0] >= 0 and new[1] >= 0 else (pid, epoch)
+
+    async def _abort_after_lost_commit(self, pid: int, epoch: int, why: str) -> tuple[int, int]:
+        """The commit's answer was lost: it may or may not have happened. Retrying it
+        could commit what the caller may already be redoing, so abort instead (franz-go's
+        rule). An abort refused with INVALID_TXN_STATE says the commit completed: it
+        stands. Otherwise the transaction is aborted, and the commit raises."""
+        log.warning("the answer to committing %r was lost (%s); aborting it instead",
+                    self.transactional_id, why)
+
+        def build(version: int) -> EndTxnRequest:
+            return EndTxnRequest(transactional_id=self.transactional_id, producer_id=pid,
+                                 producer_epoch=epoch, committed=False)
+
+        try:
+            response = await self._call(build, "EndTxn (abort after a lost commit)",
+                                        ApiKey.END_TXN, lambda r: error_code(r.error_code))
+        except TransactionFatalError as exc:
+            if exc.code != ErrorCode.INVALID_TXN_STATE:
+                raise
+            # The commit completed (under v2 it bumped the epoch too): a fresh epoch
+            # from the coordinator, as after any InitProducerId of this id.
+            log.info("the lost commit of %r had completed", self.transactional_id)
+            return await self._init_producer_id(-1, -1)
+        self.aborted += 1
+        if response.producer_id >= 0 and response.producer_epoch >= 0:
+            self._idem.restart(response.producer_id, response.producer_epoch)
+        self._set(State.READY)
+        raise TransactionAbortedError(
+            f"the answer to committing the transaction was lost ({why}); it was aborted "
+            "instead: nothing of it is visible to read_committed readers. Redo its work in "
+            "a new transaction")
 
     def _timed_out(self, exc: ProducerFencedError) -> bool:
         """A coordinator that aborts a transaction for its timeout bumps the epoch
