@@ -13,6 +13,7 @@ from typing import ClassVar
 
 __all__ = [
     "AuthenticationError",
+    "BootstrapError",
     "BrokerConnectionError",
     "BrokerProtocolError",
     "ConfigError",
@@ -47,9 +48,17 @@ class BrokerConnectionError(KafkaError):
 
     A request that failed with this error may or may not have reached the
     broker: only idempotence makes a retry safe against duplicates.
+
+    ``reason`` is the cause alone, without the broker's name ("connection refused",
+    "name not resolved (...)", "TLS handshake failed: ...", "timed out ..."): what
+    :class:`BootstrapError` lists per address.
     """
 
     retriable = True
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason if reason is not None else message
 
 
 class RequestTimedOutError(BrokerConnectionError):
@@ -92,6 +101,20 @@ class MetadataTimeoutError(KafkaError):
     """Metadata could not be obtained before the deadline."""
 
     retriable = True
+
+
+class BootstrapError(BrokerConnectionError, MetadataTimeoutError):
+    """No bootstrap address could be connected to within ``connect_timeout``.
+
+    ``causes`` maps each address (``"host:port"``) to why the last attempt on it
+    failed; the message lists them all. Raised by the first metadata request of a
+    cluster client (``open_producer``, the reader, ``Admin`` calls, the CLI). It is
+    also a :class:`MetadataTimeoutError`: the metadata never came.
+    """
+
+    def __init__(self, message: str, causes: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.causes = dict(causes or {})
 
 
 class TopicMetadataError(KafkaError):
