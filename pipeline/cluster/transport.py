@@ -141,7 +141,7 @@ def connect_failure_reason(exc: BaseException) -> str:
         if isinstance(error, ConnectionRefusedError):
             detail = error.strerror or str(error)
             return "connection refused" + (
-                f" ({detail})" if detail.lower() != "connection refused" else "")
+                "" if detail.lower().endswith("connection refused") else f" ({detail})")
     for error in errors:
         if isinstance(error, socket.gaierror):
             return f"name not resolved ({error.strerror or error})"
