@@ -10,7 +10,7 @@ configs, on the admin client (:class:`pipeline.Admin`)::
 Every action takes ``-b``, ``-X``, ``--config FILE`` and ``--timeout`` as ``consume``
 does. A refused action is one ``error:`` line with the broker's reason (exit status 1);
 ``create --if-not-exists`` and ``delete --if-exists`` make the obvious cases succeed.
-``describe`` lists the configs that are not the broker's defaults.
+``describe`` lists the configs set on the topic itself (as ``kafka-topics.sh --describe``).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--internal", action="store_true",
                          help="include internal topics (__consumer_offsets...)")
 
-    describe = action("describe", "partitions, leaders, replicas and non-default configs",
+    describe = action("describe", "partitions, leaders, replicas and the topic's own configs",
                       _describe)
     describe.add_argument("topics", nargs="+", metavar="TOPIC")
     describe.add_argument("-J", "--json", action="store_true", help="one JSON object per topic")
@@ -130,6 +130,7 @@ async def _list(admin: Any, args: argparse.Namespace) -> None:
 
 
 async def _describe(admin: Any, args: argparse.Namespace) -> None:
+    from pipeline.cluster.admin_types import ConfigSource
     from pipeline.protocol.errors import ErrorCode
 
     topics = await admin.describe_topics(args.topics)
@@ -140,7 +141,8 @@ async def _describe(admin: Any, args: argparse.Namespace) -> None:
     for name in dict.fromkeys(args.topics):
         t = topics[name]
         configs = await admin.describe_topic_config(name)
-        changed = {k: e.value for k, e in sorted(configs.items()) if not e.is_default}
+        changed = {k: e.value for k, e in sorted(configs.items())
+                   if e.source == ConfigSource.TOPIC}
         replication = len(t.partitions[0].replicas) if t.partitions else 0
         if args.json:
             print(json.dumps({
