@@ -69,7 +69,9 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="how long to wait for the cluster to answer (default: 10)",
+        help="how long to wait for the cluster to answer (default: 10); a bootstrap that "
+        "nobody answers fails after min(5, SECONDS) (-X socket.connection.setup.timeout.ms="
+        "MS to choose)",
     )
 
 

@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
 async def fetch_metadata(bootstrap: str, topic: str | None, timeout: float,  # noqa: ASYNC109
                          options: dict[str, Any]) -> dict[str, Any]:
     """The metadata as kcat's ``-J`` object (what :func:`format_metadata` prints)."""
-    from pipeline import Admin
+    from pipeline.cluster.admin import Admin
 
     async with Admin.open(bootstrap, timeout=timeout, **options) as admin:
         cluster = await admin.describe_cluster()

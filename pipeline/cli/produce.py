@@ -198,7 +198,8 @@ async def _produce(
 ) -> tuple[int, int, str | None]:
     import trio
 
-    from pipeline import DeliveryGroup, ProducerMessage, open_producer
+    from pipeline.producer.api import open_producer
+    from pipeline.producer.message import DeliveryGroup, ProducerMessage
 
     count = await check_topic(args.bootstrap, args.topic, args.timeout, options)
     if args.partition is not None and args.partition >= count:

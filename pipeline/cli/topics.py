@@ -114,7 +114,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def _with_admin(args: argparse.Namespace, options: dict[str, Any]) -> None:
-    from pipeline import Admin
+    from pipeline.cluster.admin import Admin
 
     async with Admin.open(args.bootstrap, timeout=args.timeout, **options) as admin:
         await args._action(admin, args)
@@ -165,7 +165,7 @@ async def _describe(admin: Any, args: argparse.Namespace) -> None:
 
 
 async def _create(admin: Any, args: argparse.Namespace) -> None:
-    from pipeline import NewTopic
+    from pipeline.cluster.admin_types import NewTopic
     from pipeline.protocol.errors import ErrorCode
 
     names = list(dict.fromkeys(args.topics))

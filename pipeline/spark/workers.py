@@ -3,7 +3,7 @@
 PySpark starts its Python workers with the SparkContext's ``pythonExec``:
 ``PYSPARK_PYTHON`` as it was when the context was created, else ``python3`` from the
 PATH. On a plain venv run that is the system Python, which has neither pipeline nor
-pyarrow, and the export's first task would die with ``ModuleNotFoundError`` inside a
+pyarrow or pandas, and the export's first task would die with ``ModuleNotFoundError`` inside a
 hundred lines of Spark's stderr. So, before the job, :func:`worker_python_problem`:
 
 * gives a **local** session (master ``local...``) whose user chose nothing (no
@@ -31,8 +31,9 @@ __all__ = ["worker_python_advice", "worker_python_problem"]
 
 log = logging.getLogger("pipeline.spark")
 
-#: What an export task imports on a worker (the task function's module, and Arrow).
-NEEDED = ("pipeline.spark.partition", "pyarrow")
+#: What an export task imports on a worker: the task function's module, and what
+#: PySpark's mapInArrow needs.
+NEEDED = ("pipeline.spark.partition", "pyarrow", "pandas")
 
 #: Defined apart from every importable module, so that PySpark's cloudpickle ships the
 #: probe by value: a worker without pipeline can still run it and say so.
