@@ -13,7 +13,13 @@ again.
 Bootstrap addresses are pseudo-nodes with negative ids (-1, -2, ...). They are
 used only while no known broker answers, and retired by the
 :class:`~pipeline.cluster.pool.Cluster` once a MetadataResponse lists the
-brokers.
+brokers. The very first connect (:meth:`BrokerPool.connect_bootstrap`) tries them
+all, staggered, and gives up after ``connect_timeout`` with one
+:class:`~pipeline.cluster.errors.BootstrapError` naming each address's cause.
+
+A node's first failed connect of an outage is logged at WARNING, the retries at
+DEBUG, the reconnect that ends it at INFO: an unreachable broker is one line, not
+one per attempt.
 
 A connect that fails authentication (TLS refused a certificate, SASL refused the
 credentials: :class:`~pipeline.cluster.errors.AuthenticationError`) is not
