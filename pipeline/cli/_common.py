@@ -21,7 +21,7 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 #: the exit status for a user error (usage errors included)
 EXIT_ERROR = 1
-#: connect_timeout of the CLI's clients unless set (-X connect_timeout / --timeout lower)
+#: ClusterConfig's connect_timeout: a --timeout below it lowers it (-X sets it)
 CONNECT_TIMEOUT = 5.0
 
 
@@ -319,7 +319,8 @@ def producer_options(args: argparse.Namespace) -> dict[str, Any]:
         opts["compression"] = args.compression
     opts.setdefault("request_timeout", args.timeout)
     opts.setdefault("delivery_timeout", max(120.0, args.timeout + 1))
-    opts.setdefault("connect_timeout", min(CONNECT_TIMEOUT, args.timeout))
+    if args.timeout < CONNECT_TIMEOUT:
+        opts.setdefault("connect_timeout", args.timeout)
     try:
         make_config(None, opts)
     except ConfigError as exc:
@@ -335,8 +336,8 @@ def cluster_options(args: argparse.Namespace) -> dict[str, Any]:
 
     opts = _options(args, ClusterConfig)
     timeout = getattr(args, "timeout", None)
-    if timeout is not None:
-        opts.setdefault("connect_timeout", min(CONNECT_TIMEOUT, timeout))
+    if timeout is not None and timeout < CONNECT_TIMEOUT:
+        opts.setdefault("connect_timeout", timeout)
     try:
         cluster_config(None, opts)
     except ConfigError as exc:
