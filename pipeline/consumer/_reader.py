@@ -22,7 +22,7 @@ from typing import Any, Literal
 import trio
 
 from pipeline.cluster.config import ClusterConfig, cluster_config
-from pipeline.cluster.errors import KafkaError, UnknownTopicError
+from pipeline.cluster.errors import KafkaError, MetadataTimeoutError, UnknownTopicError
 from pipeline.cluster.pool import Cluster
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
@@ -268,9 +268,13 @@ async def read_topic(
     cfg = _cluster_config(config, request_timeout, options)
     with unwrap_single_errors():
         async with Cluster.open(bootstrap, cfg) as cluster:
-            with trio.fail_after(cfg.request_timeout) as scope:
-                count = await cluster.partitions_for(topic)
-            del scope
+            try:
+                with trio.fail_after(cfg.request_timeout):
+                    count = await cluster.partitions_for(topic)
+            except trio.TooSlowError:
+                # No broker ever answered: say who and why, not just "too slow".
+                raise cluster.bootstrap_error() or MetadataTimeoutError(
+                    f"no metadata for topic {topic!r} within {cfg.request_timeout}s") from None
             parts = list(range(count)) if partitions is None else list(partitions)
             bad = [p for p in parts if not 0 <= p < count]
             if bad:

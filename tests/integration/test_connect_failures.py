@@ -113,10 +113,14 @@ async def test_tls_to_a_plaintext_port(any_broker: Any) -> None:
     assert expected in text
 
 
-def test_the_reader_fails_fast_too(closed_port: int) -> None:
+@pytest.mark.parametrize("request_timeout", [None, 1.0])
+def test_the_reader_fails_fast_too(closed_port: int, request_timeout: float | None) -> None:
+    """Also when its own request_timeout (which bounds its metadata wait) is the shorter:
+    the error still names the cause."""
     started = time.monotonic()
     with pytest.raises(BootstrapError) as info:
-        consume(f"127.0.0.1:{closed_port}", "t", connect_timeout=CONNECT_TIMEOUT)
+        consume(f"127.0.0.1:{closed_port}", "t", connect_timeout=CONNECT_TIMEOUT,
+                request_timeout=request_timeout)
     assert time.monotonic() - started < BOUND
     assert info.value.causes == {f"127.0.0.1:{closed_port}": "connection refused"}
 
