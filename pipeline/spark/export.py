@@ -374,7 +374,7 @@ def _check_topic(bootstrap: str, topic: str, producer_options: Mapping[str, Any]
             with trio.move_on_after(timeout) as scope:
                 await cluster.partitions_for(topic)
             if scope.cancelled_caught:
-                raise BrokerConnectionError(
+                raise cluster.bootstrap_error() or BrokerConnectionError(
                     f"no broker of {bootstrap!r} answered within {timeout}s; "
                     "check the address and that the broker is running"
                 )
