@@ -3,6 +3,7 @@
 Public API (everything else is internal)::
 
     from pipeline import open_producer, ProducerConfig, ProducerMessage, RecordMetadata, ProducerError
+    from pipeline import Admin, NewTopic          # topics and configs (pipeline.cluster.admin)
 
 Names are imported lazily, so ``import pipeline.protocol`` (the sans-I/O codec)
 does not pull in trio or the producer.
@@ -16,7 +17,11 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "Admin": "pipeline.cluster.admin",
+    "AdminError": "pipeline.cluster.admin_types",
+    "NewTopic": "pipeline.cluster.admin_types",
     "ClusterConfig": "pipeline.cluster.config",
+    "BootstrapError": "pipeline.cluster.errors",
     "BrokerConnectionError": "pipeline.cluster.errors",
     "KafkaError": "pipeline.cluster.errors",
     "RequestTimedOutError": "pipeline.cluster.errors",
@@ -42,6 +47,9 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "Admin",
+    "AdminError",
+    "BootstrapError",
     "BrokerConnectionError",
     "BrokerResponseError",
     "BufferFullError",
@@ -53,6 +61,7 @@ __all__ = [
     "GroupResult",
     "KafkaError",
     "MessageTooLargeError",
+    "NewTopic",
     "Producer",
     "ProducerClosed",
     "ProducerConfig",
@@ -82,8 +91,11 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from pipeline.cluster.admin import Admin
+    from pipeline.cluster.admin_types import AdminError, NewTopic
     from pipeline.cluster.config import ClusterConfig
     from pipeline.cluster.errors import (
+        BootstrapError,
         BrokerConnectionError,
         KafkaError,
         RequestTimedOutError,

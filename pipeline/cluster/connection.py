@@ -147,6 +147,7 @@ class BrokerConnection:
         self._responses = 0
         self._handshake_responses: int | None = None
         self.reauthentications = 0  # completed re-authentications (tests, statistics)
+        self._connecting = False  # in connect()'s set-up: failures are raised and logged there
 
     # ------------------------------------------------------------------ connect
 
@@ -186,14 +187,17 @@ class BrokerConnection:
           AuthenticationError: TLS refused a certificate, or SASL failed (not retriable).
         """
         cfg = cluster_config(config, options) if options or config is not None else _DEFAULT_CONFIG
+        # connect_timeout bounds the connector's TCP + TLS (it times itself) and the handshake.
+        deadline = trio.current_time() + cfg.connect_timeout
         try:
             stream = await connector(host, port)
         except (OSError, trio.BrokenResourceError) as exc:
             raise stream_error(exc, describe_broker(node_id, host, port), "connect") from exc
         conn = cls(stream, host, port, node_id=node_id, config=cfg)
+        conn._connecting = True
         try:
             await nursery.start(conn._run_reader)
-            result = await handshake(conn, cfg, authenticator)
+            result = await handshake(conn, cfg, authenticator, deadline=deadline)
         except BaseException:
             await conn.aclose()
             raise
@@ -205,6 +209,7 @@ class BrokerConnection:
             nursery.start_soon(reauthenticate, conn, auth)
         conn._on_close = on_close
         conn._handshake_responses = conn._responses
+        conn._connecting = False
         logger.debug("connected to %s; versions %s", conn, conn.api_versions)
         return conn
 
@@ -387,7 +392,9 @@ class BrokerConnection:
         self._closed_error = error
         pending = list(self._pending.values())
         self._pending.clear()
-        if pending or notify:
+        if self._connecting:  # raised from connect(); the pool logs it once per outage
+            logger.debug("%s", error)
+        elif pending or notify:
             logger.warning("%s; failing %d pending request(s)", error, len(pending))
         for entry in pending:
             entry.set_error(error)
@@ -444,11 +451,9 @@ class BrokerConnection:
                 self._check_timeout()
                 continue
             if not data:
-                raise BrokerConnectionError(
-                    f"{self}: connection closed by the broker"
-                    + early_close_hint(self.config.security_protocol, self._responses,
-                                       self._handshake_responses)
-                )
+                reason = "connection closed by the broker" + early_close_hint(
+                    self.config.security_protocol, self._responses, self._handshake_responses)
+                raise BrokerConnectionError(f"{self}: {reason}", reason=reason)
             if self._responses == 0:
                 tls = tls_answer_error(data, str(self), self.config.security_protocol)
                 if tls is not None:
@@ -456,9 +461,7 @@ class BrokerConnection:
             frames.receive_data(data)
 
     def _oldest_deadline(self) -> float:
-        for entry in self._pending.values():
-            return entry.deadline
-        return math.inf
+        return next(iter(self._pending.values())).deadline if self._pending else math.inf
 
     def _check_timeout(self) -> None:
         for entry in self._pending.values():

@@ -18,17 +18,27 @@ connection re-authenticates before that lifetime ends (KIP-368,
 ``connection.py``). TLS happened earlier, in the connector.
 
 The handshake talks through the narrow :class:`Requester` seam (one
-``request`` method), not the whole connection, so it is testable on its own.
+``request`` method), not the whole connection, so it is testable on its own. It
+ends by a deadline (what is left of ``connect_timeout``: librdkafka's
+``socket.connection.setup.timeout.ms`` covers it too), and a broker that never
+answers is reported as such, naming the step.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import trio
+
 from pipeline.cluster.config import ClusterConfig
-from pipeline.cluster.errors import BrokerProtocolError, UnsupportedApiError
+from pipeline.cluster.errors import (
+    BrokerConnectionError,
+    BrokerProtocolError,
+    UnsupportedApiError,
+)
 from pipeline.cluster.sasl import Authenticator, Requester
 from pipeline.cluster.security import uses_sasl
 from pipeline.protocol.api import CLIENT_VERSIONS, ApiKey
@@ -64,30 +74,39 @@ class Handshake:
 
 
 async def handshake(conn: Requester, config: ClusterConfig,
-                    authenticator: Authenticator | None = None) -> Handshake:
-    """Run the handshake on a new connection.
+                    authenticator: Authenticator | None = None, *,
+                    deadline: float = math.inf) -> Handshake:
+    """Run the handshake on a new connection, by ``deadline`` (trio time: what is
+    left of ``connect_timeout``).
 
     ``authenticator`` is the cluster client's (shared OAUTHBEARER tokens); without
     one, a SASL config gets its own.
 
     Raises:
-      BrokerConnectionError: the connection failed meanwhile.
+      BrokerConnectionError: the connection failed meanwhile, or ``deadline`` came
+          (its ``reason`` names the step that got no answer).
       BrokerProtocolError: the broker rejected ApiVersions with an error.
       UnsupportedApiError: no ApiVersions version in common.
       AuthenticationError: SASL failed (:mod:`pipeline.cluster.sasl`); not retriable.
     """
-    response = await api_versions(conn)
-    try:
-        versions = negotiate_all(response)
-    except UnsupportedVersionError as exc:
-        raise UnsupportedApiError(f"{conn}: {exc}") from exc
-    features = finalized_features(response)
-    if not uses_sasl(config.security_protocol):
-        return Handshake(versions, finalized_features=features)
-    if authenticator is None:
-        authenticator = Authenticator(config)
-    lifetime = await authenticator.authenticate(conn, versions, str(conn))
-    return Handshake(versions, lifetime, features)
+    step = (f"timed out: connected, but no answer to ApiVersions within "
+            f"{config.connect_timeout}s (security_protocol={config.security_protocol}; "
+            "is this a Kafka listener?)")
+    with trio.move_on_at(deadline):
+        response = await api_versions(conn)
+        try:
+            versions = negotiate_all(response)
+        except UnsupportedVersionError as exc:
+            raise UnsupportedApiError(f"{conn}: {exc}") from exc
+        features = finalized_features(response)
+        if not uses_sasl(config.security_protocol):
+            return Handshake(versions, finalized_features=features)
+        step = f"timed out: SASL authentication did not finish within {config.connect_timeout}s"
+        if authenticator is None:
+            authenticator = Authenticator(config)
+        lifetime = await authenticator.authenticate(conn, versions, str(conn))
+        return Handshake(versions, lifetime, features)
+    raise BrokerConnectionError(f"{conn}: {step}", reason=step)
 
 
 def finalized_features(response: ApiVersionsResponse) -> dict[str, int]:

@@ -2,7 +2,8 @@
 
 Public names (also re-exported from :mod:`pipeline` where noted there)::
 
-    from pipeline.consumer import read_topic, consume, topic_offsets, ConsumedRecord, ConsumerError
+    from pipeline.consumer import read_topic, consume, topic_offsets, offsets_for_times
+    from pipeline.consumer import ConsumedRecord, ConsumerError
 
 Implementation modules are private (``_reader.py``: the assign-mode reader).
 """
@@ -15,6 +16,7 @@ from pipeline.consumer._reader import (
     Isolation,
     Start,
     consume,
+    offsets_for_times,
     read_topic,
     topic_offsets,
 )
@@ -25,6 +27,7 @@ __all__ = [
     "Isolation",
     "Start",
     "consume",
+    "offsets_for_times",
     "read_topic",
     "topic_offsets",
 ]

@@ -28,14 +28,14 @@ exception group.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import trio
 
 from pipeline.cluster.config import ClusterConfig, cluster_config
-from pipeline.cluster.errors import KafkaError, UnknownTopicError
+from pipeline.cluster.errors import KafkaError, MetadataTimeoutError, UnknownTopicError
 from pipeline.cluster.pool import Cluster
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
@@ -55,6 +55,7 @@ __all__ = [
     "Isolation",
     "Start",
     "consume",
+    "offsets_for_times",
     "read_topic",
     "topic_offsets",
 ]
@@ -229,6 +230,40 @@ async def topic_offsets(
             return await _topic_offsets(cluster, topic, isolation)
 
 
+async def offsets_for_times(
+    bootstrap: str,
+    topic: str,
+    timestamp: int,
+    *,
+    partitions: Sequence[int] | None = None,
+    request_timeout: float | None = None,
+    config: ClusterConfig | None = None,
+    **options: Any,
+) -> dict[int, int]:
+    """{partition: the offset of its first record with a timestamp >= ``timestamp``}
+    (milliseconds since the epoch; ListOffsets by time, like the Java consumer's
+    ``offsetsForTimes`` and kcat's ``-o s@TS``). A partition with no such record
+    gets its end (high watermark): reading from there waits for new records.
+    ``partitions``: all by default; ``config``, ``request_timeout``, ``options``: as
+    :func:`read_topic`."""
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
+        raise ValueError(f"timestamp must be milliseconds since the epoch (an int >= 0), "
+                         f"not {timestamp!r}")
+    cfg = _cluster_config(config, request_timeout, options)
+    with unwrap_single_errors():
+        async with Cluster.open(bootstrap, cfg) as cluster:
+            count = await cluster.partitions_for(topic)
+            parts = list(range(count)) if partitions is None else list(partitions)
+            bad = [p for p in parts if not 0 <= p < count]
+            if bad:
+                raise ConsumerError(
+                    f"topic {topic!r} has {count} partition(s); no partition {bad[0]}")
+            found = await _list_offsets(cluster, topic, parts, timestamp)
+            missing = [p for p in parts if found.get(p, -1) < 0]
+            ends = await _high_watermarks(cluster, topic, missing) if missing else {}
+            return {p: ends[p] if p in ends else found[p] for p in parts}
+
+
 async def _topic_offsets(cluster: Cluster, topic: str,
                          isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
                          ) -> dict[int, tuple[int, int]]:
@@ -244,7 +279,7 @@ async def read_topic(
     topic: str,
     *,
     partitions: Sequence[int] | None = None,
-    start: Start = "beginning",
+    start: Start | Mapping[int, int] = "beginning",
     max_messages: int | None = None,
     stop_at_end: bool = False,
     idle_timeout: float | None = None,
@@ -256,6 +291,9 @@ async def read_topic(
     **options: Any,
 ) -> AsyncGenerator[ConsumedRecord, None]:
     """Yield records of ``topic`` in offset order per partition (partitions interleave).
+
+    ``start``: "beginning", "end", an offset for every partition, ``-N`` (the last N
+    of each), or ``{partition: offset}`` (e.g. from :func:`offsets_for_times`).
 
     Stops after ``max_messages``; with ``stop_at_end`` once every partition reached
     the high watermark it had when it was last fetched (like ``kcat -e``); with
@@ -279,9 +317,13 @@ async def read_topic(
     cfg = _cluster_config(config, request_timeout, options)
     with unwrap_single_errors():
         async with Cluster.open(bootstrap, cfg) as cluster:
-            with trio.fail_after(cfg.request_timeout) as scope:
-                count = await cluster.partitions_for(topic)
-            del scope
+            try:
+                with trio.fail_after(cfg.request_timeout):
+                    count = await cluster.partitions_for(topic)
+            except trio.TooSlowError:
+                # No broker ever answered: say who and why, not just "too slow".
+                raise cluster.bootstrap_error() or MetadataTimeoutError(
+                    f"no metadata for topic {topic!r} within {cfg.request_timeout}s") from None
             parts = list(range(count)) if partitions is None else list(partitions)
             bad = [p for p in parts if not 0 <= p < count]
             if bad:
@@ -290,6 +332,11 @@ async def read_topic(
                 positions = await _list_offsets(cluster, topic, parts, EARLIEST)
             elif start == "end":
                 positions = await _high_watermarks(cluster, topic, parts, isolation)
+            elif isinstance(start, Mapping):
+                unplaced = [p for p in parts if p not in start]
+                if unplaced:
+                    raise ValueError(f"start has no offset for partition {unplaced[0]}")
+                positions = {p: start[p] for p in parts}
             elif isinstance(start, int) and start >= 0:
                 positions = dict.fromkeys(parts, start)
             elif isinstance(start, int):

@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from pipeline.cluster.errors import AuthenticationError, BrokerConnectionError, KafkaError
+from pipeline.cluster.errors import (
+    AuthenticationError,
+    BootstrapError,
+    BrokerConnectionError,
+    KafkaError,
+)
 from pipeline.producer._config import ProducerConfig
 from pipeline.producer._errors import ProducerFencedError, TransactionAbortableError
 from pipeline.producer._message import ProducerMessage
@@ -198,8 +203,8 @@ async def bootstrap_metadata(cluster: Cluster, bootstrap: object, limit: float) 
     try:
         with trio.fail_after(limit):
             await cluster.refresh(force=True)
-    except AuthenticationError:
-        raise  # TLS or SASL refused us: that is the reason, said as is
+    except (AuthenticationError, BootstrapError):
+        raise  # TLS or SASL refused us, or every address failed: the reason, said as is
     except (trio.TooSlowError, KafkaError) as exc:
         last = cluster.last_error
         detail = f": {exc}" if isinstance(exc, KafkaError) else (
