@@ -56,7 +56,7 @@ async def test_a_refusal_at_the_lowest_version_is_a_protocol_error() -> None:
 
 async def test_an_api_without_a_common_version_is_left_out() -> None:
     # Using it later fails with UnsupportedApiError (BrokerConnection.version_for).
-    conn = Script(full((18, 0, 3), (0, 12, 13), (3, 1, 12)))
+    conn = Script(full((18, 0, 3), (0, 13, 13), (3, 1, 12)))
     assert (await handshake(conn, ClusterConfig())).versions == {
         ApiKey.API_VERSIONS: 3, ApiKey.METADATA: 12
     }
