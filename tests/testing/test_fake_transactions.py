@@ -6,6 +6,7 @@ reader against the fake."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -272,3 +273,52 @@ def test_offset_store_rules() -> None:
     assert store.groups() == ["g"]
     store.delete("g")
     assert store.groups() == []
+
+
+# ----------------------------------------------------------------------------- librdkafka
+
+
+@pytest.mark.integration
+async def test_librdkafka_reads_the_fakes_transactions() -> None:
+    """An independent reader (confluent-kafka) of the fake's markers, last stable offsets
+    and aborted lists, over TCP: read_committed sees the committed records only and stops
+    before the open transaction; read_uncommitted sees every data record."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    async with FakeCluster.serve(brokers=1, tcp=True) as fake:
+        fake.create_topic("t", 1)
+        async with Cluster.open(fake.bootstrap) as cluster:
+            for name, value, commit in (("a", b"c1", True), ("b", b"a1", False),
+                                        ("c", b"c2", True), ("d", b"open", None)):
+                x = txn_raw.Txn(cluster, name, versions=V2)
+                assert (await x.init()).error_code == 0
+                assert (await x.produce("t", 0, value)).error_code == 0
+                if commit is not None:
+                    assert (await x.end(commit)).error_code == 0
+
+        def consume(isolation: str, expected: int) -> list[bytes]:
+            consumer = confluent_kafka.Consumer({
+                "bootstrap.servers": fake.bootstrap, "group.id": "fake-rc",
+                "enable.auto.commit": False, "isolation.level": isolation,
+                "enable.partition.eof": True})
+            try:
+                consumer.assign([confluent_kafka.TopicPartition("t", 0, 0)])
+                got: list[bytes] = []
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    msg = consumer.poll(0.2)
+                    if msg is None:
+                        continue
+                    if msg.error() is not None:
+                        if msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                            if len(got) >= expected:
+                                return got
+                            continue
+                        raise AssertionError(msg.error())
+                    got.append(msg.value())
+                return got
+            finally:
+                consumer.close()
+
+        assert await trio.to_thread.run_sync(consume, "read_committed", 2) == [b"c1", b"c2"]
+        assert await trio.to_thread.run_sync(consume, "read_uncommitted", 4) == [
+            b"c1", b"a1", b"c2", b"open"]
