@@ -331,6 +331,6 @@ async def test_api_versions_lists_the_finalized_transaction_version(
     async with FakeCluster.serve(brokers=1, transaction_version=level) as fake:
         async with Cluster.open(fake.bootstrap, connector=fake.connector) as cluster:
             conn = await cluster.any_connection()
-            assert dict(conn.finalized_features) == listed
-            assert conn.broker_versions[ApiKey.PRODUCE] == (3, 12)
-            assert conn.broker_versions[ApiKey.END_TXN] == (0, 5)
+            assert dict(conn.handshake.finalized_features) == listed
+            assert conn.handshake.broker_versions[ApiKey.PRODUCE] == (3, 12)
+            assert conn.handshake.broker_versions[ApiKey.END_TXN] == (0, 5)
