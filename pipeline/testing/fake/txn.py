@@ -65,8 +65,10 @@ __all__ = [
     "ONGOING",
     "PREPARE_ABORT",
     "PREPARE_COMMIT",
+    "STATES",
     "TransactionCoordinator",
     "TransactionMetadata",
+    "now_ms",
 ]
 
 EMPTY, ONGOING = "Empty", "Ongoing"
