@@ -386,7 +386,7 @@ class TransactionManager:
     def _transaction_version(self) -> int:
         """The cluster's finalized ``transaction.version`` (any live connection has it)."""
         for conn in self._cluster.open_connections():
-            level = conn.finalized_features.get("transaction.version")
+            level = conn.handshake.finalized_features.get("transaction.version")
             if level is not None:
                 return 2 if level >= 2 else 1
         return 1
