@@ -374,4 +374,4 @@ async def test_tcp_connector_end_to_end_on_loopback(nursery: trio.Nursery) -> No
             assert await cluster.leader_for("t", 0) == 1
             conn = await cluster.connection(1)
             assert conn.host == "127.0.0.1"
-            assert conn.api_versions[ApiKey.PRODUCE] == 11
+            assert conn.api_versions[ApiKey.PRODUCE] == 12
