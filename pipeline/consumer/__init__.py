@@ -1,21 +1,57 @@
-"""The consumer: reading records back from Kafka.
+"""The consumer: a trio group consumer, and a small assign-mode reader.
 
 Public names (also re-exported from :mod:`pipeline` where noted there)::
 
-    from pipeline.consumer import read_topic, consume, topic_offsets, ConsumedRecord, ConsumerError
+    from pipeline.consumer import open_consumer, ConsumerConfig, ConsumedRecord, TopicPartition
+    from pipeline.consumer import read_topic, consume, topic_offsets
 
-Implementation modules are private (``_reader.py``: the assign-mode reader).
+Implementation modules are private: ``_api.py`` (the facade), ``_member.py`` and
+``_coordinator.py`` (the group), ``_fetcher.py``, ``_positions.py``, ``_state.py`` (the
+fetch stages), ``_assignors.py`` / ``_sticky.py``, ``_reader.py`` (the assign-mode reader).
 """
 
 from __future__ import annotations
 
-from pipeline.consumer._reader import (
-    ConsumedRecord,
+from pipeline.consumer._api import Consumer, open_consumer
+from pipeline.consumer._config import ConsumerConfig
+from pipeline.consumer._errors import (
+    CommitFailedError,
+    ConsumerClosedError,
     ConsumerError,
-    Start,
-    consume,
-    read_topic,
-    topic_offsets,
+    GroupError,
+    MaxPollIntervalExceededError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    RebalanceInProgressError,
+)
+from pipeline.consumer._reader import Start, consume, read_topic, topic_offsets
+from pipeline.consumer._types import (
+    ConsumedRecord,
+    ConsumerGroupMetadata,
+    ConsumerState,
+    OffsetAndMetadata,
+    TopicPartition,
 )
 
-__all__ = ["ConsumedRecord", "ConsumerError", "Start", "consume", "read_topic", "topic_offsets"]
+__all__ = [
+    "CommitFailedError",
+    "ConsumedRecord",
+    "Consumer",
+    "ConsumerClosedError",
+    "ConsumerConfig",
+    "ConsumerError",
+    "ConsumerGroupMetadata",
+    "ConsumerState",
+    "GroupError",
+    "MaxPollIntervalExceededError",
+    "NoOffsetForPartitionError",
+    "OffsetAndMetadata",
+    "OffsetOutOfRangeError",
+    "RebalanceInProgressError",
+    "Start",
+    "TopicPartition",
+    "consume",
+    "open_consumer",
+    "read_topic",
+    "topic_offsets",
+]

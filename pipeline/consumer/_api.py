@@ -27,12 +27,12 @@ import trio
 from pipeline.cluster.config import ClusterConfig
 from pipeline.cluster.pool import Cluster
 from pipeline.consumer._config import ConsumerConfig, make_config
-from pipeline.consumer._coordinator import GroupMember
 from pipeline.consumer._errors import ConsumerClosedError, ConsumerError
 from pipeline.consumer._fetcher import Fetcher
 from pipeline.consumer._handoff import Callback, Handoff
+from pipeline.consumer._member import GroupMember
 from pipeline.consumer._positions import OffsetResolver
-from pipeline.consumer._state import Assignment
+from pipeline.consumer._state import Assignment, PartitionState
 from pipeline.consumer._types import (
     ConsumedRecord,
     ConsumerGroupMetadata,
@@ -206,7 +206,7 @@ class Consumer:
         (the committed offset or a reset is being looked up)."""
         return self._state(tp).position
 
-    def _state(self, tp: tuple[str, int]) -> Any:
+    def _state(self, tp: tuple[str, int]) -> PartitionState:
         key = _tp(tp)
         state = self._assignment.partitions.get(key)
         if state is None:

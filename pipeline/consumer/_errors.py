@@ -12,6 +12,7 @@ __all__ = [
     "MaxPollIntervalExceededError",
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
+    "RebalanceInProgressError",
 ]
 
 
@@ -37,6 +38,12 @@ class CommitFailedError(ConsumerError):
     these partitions (a rebalance completed without it, or it was removed). Its
     partitions may be processed by another member now; records processed since the
     last successful commit may be processed again there."""
+
+
+class RebalanceInProgressError(ConsumerError):
+    """The commit could not be made because the group is rebalancing. Keep iterating
+    (the rebalance completes there) and commit again; partitions this member keeps
+    can then be committed."""
 
 
 class MaxPollIntervalExceededError(ConsumerError):

@@ -78,6 +78,17 @@ class Handoff:
         self._assignment.changed()
         await change.done.wait()
 
+    def post_nowait(self, kind: Kind, partitions: frozenset[TopicPartition]) -> None:
+        """Queue a change without waiting for it (the poster cannot wait: the member
+        left the group and the application is not iterating)."""
+        if partitions:
+            self._queue.append(Change(kind, partitions))
+            self._assignment.changed()
+
+    async def run_now(self, kind: Kind, partitions: frozenset[TopicPartition]) -> None:
+        """Run a change in the caller's task (the application's, closing)."""
+        await self._run(Change(kind, partitions))
+
     def abandon(self) -> list[Change]:
         """Drop the queued changes (the member left the group); their waiters return."""
         dropped = list(self._queue)

@@ -178,12 +178,12 @@ class OffsetResolver:
                 "seek() to a position, or set auto_offset_reset to \"earliest\" or \"latest\"",
                 none,
             )
-        found = await list_offsets(
+        offsets = await list_offsets(
             self._cluster, {tp: _TIMESTAMPS[how] for tp, how in resets.items()},
             self._config.isolation,
         )
-        for tp, (offset, _epoch) in found.items():
+        for tp, (offset, epoch) in offsets.items():
             if still(tp) is not None:
-                self._assignment.seek(tp, offset, _epoch)
-        if len(found) < len(resets):
-            raise _Retry(f"no offset yet for {sorted(set(resets) - set(found))}")
+                self._assignment.seek(tp, offset, epoch)
+        if len(offsets) < len(resets):
+            raise _Retry(f"no offset yet for {sorted(set(resets) - set(offsets))}")

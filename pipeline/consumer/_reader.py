@@ -22,9 +22,9 @@ import trio
 
 from pipeline.cluster.config import ClusterConfig, cluster_config
 from pipeline.cluster.errors import UnknownTopicError
+from pipeline.cluster.pool import Cluster
 from pipeline.consumer._errors import ConsumerError
 from pipeline.consumer._types import ConsumedRecord
-from pipeline.cluster.pool import Cluster
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages.fetch import FetchPartition, FetchRequest, FetchTopic
