@@ -28,12 +28,15 @@ from typing import Any
 import trio
 import trio.testing
 
-from pipeline.protocol.api import ApiKey
+from pipeline.protocol.api import CLIENT_VERSIONS, ApiKey
 from pipeline.protocol.records import Record, RecordBatch, decode_record_batches
 
 from . import handlers, produce
 from .fault_api import RequestFaults
 from .faults import DROP, NO_RESPONSE, ControlContext, FaultHandle, FaultScript
+from .group_handlers import GroupApis
+from .group_state import ClassicGroup
+from .groups import GroupCoordinator
 from .sasl import FakeSasl
 from .server import FakeServer, RecordedRequest
 from .state import (
@@ -68,6 +71,16 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (0, 7),
     ApiKey.DELETE_TOPICS: (0, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
+    # The group APIs: the ranges Kafka 4.1 serves (group_handlers.py).
+    ApiKey.FIND_COORDINATOR: CLIENT_VERSIONS[ApiKey.FIND_COORDINATOR],
+    ApiKey.JOIN_GROUP: CLIENT_VERSIONS[ApiKey.JOIN_GROUP],
+    ApiKey.SYNC_GROUP: CLIENT_VERSIONS[ApiKey.SYNC_GROUP],
+    ApiKey.HEARTBEAT: CLIENT_VERSIONS[ApiKey.HEARTBEAT],
+    ApiKey.LEAVE_GROUP: CLIENT_VERSIONS[ApiKey.LEAVE_GROUP],
+    ApiKey.OFFSET_COMMIT: CLIENT_VERSIONS[ApiKey.OFFSET_COMMIT],
+    ApiKey.OFFSET_FETCH: CLIENT_VERSIONS[ApiKey.OFFSET_FETCH],
+    ApiKey.LIST_GROUPS: CLIENT_VERSIONS[ApiKey.LIST_GROUPS],
+    ApiKey.DESCRIBE_GROUPS: CLIENT_VERSIONS[ApiKey.DESCRIBE_GROUPS],
 }
 
 
@@ -104,6 +117,9 @@ class FakeCluster(RequestFaults):
         api_versions: override the served version ranges {api_key: (min, max)}.
         sasl: make every listener SASL_PLAINTEXT with these mechanisms, users and
             session lifetime (`fake/sasl.py`: Kafka's authentication rules).
+        group_initial_rebalance_delay: Kafka's group.initial.rebalance.delay.ms, in
+            seconds: how long the first rebalance of an empty group waits for more
+            members (0, as the test KafkaCluster is configured; Kafka's default is 3).
         first_producer_id: the first producer id InitProducerId hands out. A new
             Kafka cluster starts at 0 (its ProducerIdManager's first block); 1000
             by default, so an id is never mistaken for a count or an offset in
@@ -126,6 +142,7 @@ class FakeCluster(RequestFaults):
         cluster_id: str = "fake-cluster",
         sasl: FakeSasl | None = None,
         first_producer_id: int = 1000,
+        group_initial_rebalance_delay: float = 0.0,
     ) -> None:
         if brokers < 1:
             raise ValueError("need at least one broker")
@@ -151,8 +168,12 @@ class FakeCluster(RequestFaults):
             self.supported.setdefault(ApiKey.SASL_HANDSHAKE, (0, 1))
             self.supported.setdefault(ApiKey.SASL_AUTHENTICATE, (0, 2))
         self._script = FaultScript()
+        #: the classic group coordinator (every group of the cluster)
+        self.group_coordinator = GroupCoordinator(
+            initial_rebalance_delay=group_initial_rebalance_delay, seed=seed)
+        self._groups = GroupApis(self.state, self.group_coordinator)
         self._server = FakeServer(
-            self, self.state, self.supported, self._script, self._create, sasl
+            self, self.state, self.supported, self._script, self._create, sasl, self._groups
         )
         #: every request received, in arrival order
         self.requests: list[RecordedRequest] = self._server.requests
@@ -176,6 +197,7 @@ class FakeCluster(RequestFaults):
             if self.tcp:
                 for b in self.state.brokers.values():
                     self._listen(b, port=0)
+            nursery.start_soon(self.group_coordinator.run)
             task_status.started(self)
             try:
                 await trio.sleep_forever()
@@ -338,6 +360,34 @@ class FakeCluster(RequestFaults):
     ) -> None:
         """Wait until at least `count` requests of an API have arrived."""
         await self._server.wait_for_requests(api_key, count, node_id)
+
+    # ------------------------------------------------------------------ groups
+
+    def group(self, group_id: str) -> ClassicGroup:
+        """A classic group's state (KeyError if it does not exist)."""
+        return self.group_coordinator.groups[group_id]
+
+    def committed(self, group_id: str, topic: str, partition: int) -> int | None:
+        """The group's committed offset for a partition, None if none."""
+        found = self._groups.offsets.get((group_id, topic, partition))
+        return None if found is None else found[0]
+
+    def coordinator_of(self, group_id: str) -> int:
+        """The node id coordinating a group (FindCoordinator's answer)."""
+        return self._groups.coordinator_for(group_id)
+
+    def move_group_coordinator(self, group_id: str, to: int | None = None) -> int:
+        """Make another broker (``to``, else the next running one) the group's
+        coordinator; its state moves along. Connections to the old coordinator stay
+        open: its answers become NOT_COORDINATOR. Returns the new coordinator."""
+        old = self.coordinator_of(group_id)
+        if to is None:
+            alive = sorted(b.node_id for b in self.state.alive_brokers())
+            to = alive[(alive.index(old) + 1) % len(alive)] if old in alive else alive[0]
+        if to not in self.state.brokers:
+            raise ValueError(f"no broker {to}")
+        self._groups.moved[group_id] = to
+        return to
 
     # ------------------------------------------------------------------ faults
 
