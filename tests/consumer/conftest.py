@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -56,3 +56,10 @@ async def produce(fake: FakeCluster, topic: str, values: Iterable[bytes], *,
                              retry_backoff_jitter=0, rng=HalfRandom(2)) as producer:
         for v in values:
             await producer.send_and_wait(topic, v, key=key, partition=partition)
+
+
+async def until(condition: Callable[[], bool], within: float = 120.0) -> None:
+    """Wait (virtual time) until ``condition()`` holds; fail after ``within`` seconds."""
+    with trio.fail_after(within):
+        while not condition():  # noqa: ASYNC110 - state several tasks change: no one event
+            await trio.sleep(0.05)

@@ -232,10 +232,10 @@ class GroupCoordinator:
         if group.state == "PreparingRebalance" and group.previous_state == "Empty":
             group.new_member_added = True
         group.members[member.member_id] = member
-        member.join = Reply()
+        reply = member.join = Reply()
         self._reschedule(member, now, NEW_MEMBER_JOIN_TIMEOUT)
         self._maybe_rebalance(group, now)
-        return member.join
+        return reply
 
     # ------------------------------------------------------------------ requests
 
@@ -299,9 +299,9 @@ class GroupCoordinator:
             return done
         member.protocols = protocols
         member.session_timeout, member.rebalance_timeout = session_timeout, rebalance_timeout
-        member.join = Reply()
+        reply = member.join = Reply()
         self._maybe_rebalance(group, now)
-        return member.join
+        return reply
 
     def _replace_static(self, group: ClassicGroup, old_id: str, new_id: str,
                         fresh: GroupMember, version: int, now: float) -> Reply:
