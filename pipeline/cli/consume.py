@@ -63,6 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--idle", type=float, default=None, metavar="SECONDS",
         help="stop when no record arrived for SECONDS",
     )
+    parser.add_argument(
+        "--isolation", choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+        help="read_committed: only committed transactions, up to the last stable offset "
+        "(also the end for -e and -o end); default read_uncommitted, as Kafka's",
+    )
     out = parser.add_mutually_exclusive_group()
     out.add_argument(
         "-f", "--format", default=None,
@@ -183,7 +189,8 @@ async def _consume(args: argparse.Namespace, options: dict[str, Any]) -> int:
             read_topic(
                 args.bootstrap, args.topic, partitions=args.partitions, start=args.offset,
                 max_messages=args.count, stop_at_end=args.exit_at_end,
-                idle_timeout=args.idle, request_timeout=args.timeout,
+                idle_timeout=args.idle, isolation_level=args.isolation,
+                request_timeout=args.timeout,
                 config=cluster_config(None, options),
             )
         ) as records:

@@ -24,7 +24,7 @@ from pipeline.consumer._errors import (
     OffsetOutOfRangeError,
     RebalanceInProgressError,
 )
-from pipeline.consumer._reader import Start, consume, read_topic, topic_offsets
+from pipeline.consumer._reader import Isolation, Start, consume, read_topic, topic_offsets
 from pipeline.consumer._types import (
     ConsumedRecord,
     ConsumerGroupMetadata,
@@ -43,6 +43,7 @@ __all__ = [
     "ConsumerGroupMetadata",
     "ConsumerState",
     "GroupError",
+    "Isolation",
     "MaxPollIntervalExceededError",
     "NoOffsetForPartitionError",
     "OffsetAndMetadata",
