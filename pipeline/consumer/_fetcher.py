@@ -236,8 +236,10 @@ class Fetcher:
             state.last_stable_offset = data.last_stable_offset
             state.log_start_offset = data.log_start_offset
             try:
-                chunk = decode_chunk(data.records, tp.topic, tp.partition, offset,
-                                     check_crcs=self._config.check_crcs)
+                chunk = decode_chunk(
+                    data.records, tp.topic, tp.partition, offset,
+                    check_crcs=self._config.check_crcs,
+                    aborted=(data.aborted_transactions or ()) if self._config.isolation else None)
             except CorruptRecordError as exc:
                 self._fail(ConsumerError(
                     f"{tp.topic}[{tp.partition}] at offset {offset}: corrupt record batch "

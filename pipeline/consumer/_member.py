@@ -9,13 +9,8 @@ The Java ``ConsumerCoordinator`` / ``AbstractCoordinator`` as trio tasks of one 
   (``_assignors.py``, Kafka's subscription bytes), SyncGroup, then the new assignment
   through the :class:`Handoff` (cooperative: revoke what moves away, rejoin, assign
   what is new, KIP-429);
-* the **heartbeat** task, while the member is stable, so a slow application does not
-  drop the member: REBALANCE_IN_PROGRESS requests a rejoin; UNKNOWN_MEMBER_ID /
-  ILLEGAL_GENERATION reset the member (its partitions are lost) and rejoin;
-* the **poll watchdog**: when the application has taken nothing for
-  ``max_poll_interval`` (and is not waiting for records), the member leaves the group
-  (a static member just stops: its partitions wait for it until the session timeout)
-  and the next iteration raises :class:`MaxPollIntervalExceededError`;
+* the **heartbeat** task and the **poll watchdog** (``_liveness.py``): liveness that
+  does not depend on the application's processing time;
 * **auto-commit** every ``auto_commit_interval``.
 
 Commits carry the generation and member id; the coordinator refuses them from a
@@ -30,7 +25,6 @@ the member it was joining for is gone, and stops.
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 from collections.abc import Callable, Mapping
@@ -39,10 +33,10 @@ from typing import Any, TypeVar
 import trio
 
 from pipeline.cluster.brokers import CONNECT_ERRORS, cluster_backoff
-from pipeline.cluster.errors import KafkaError, UnknownTopicError
+from pipeline.cluster.errors import KafkaError
 from pipeline.cluster.pool import Cluster
-from pipeline.consumer._assignors import Assignor, Member, member_from_subscription
-from pipeline.consumer._commits import commit_errors, commit_request, fetch_request, fetch_result
+from pipeline.consumer._assignors import Assignor
+from pipeline.consumer._commits import fetch_committed, send_commit
 from pipeline.consumer._config import ConsumerConfig
 from pipeline.consumer._coordinator import COORDINATOR_GONE, Coordinator
 from pipeline.consumer._errors import (
@@ -53,6 +47,8 @@ from pipeline.consumer._errors import (
     RebalanceInProgressError,
 )
 from pipeline.consumer._handoff import Handoff, Kind
+from pipeline.consumer._leader import leader_assignment, subscription_bytes
+from pipeline.consumer._liveness import FATAL, Liveness
 from pipeline.consumer._state import Assignment
 from pipeline.consumer._types import (
     ConsumerGroupMetadata,
@@ -65,19 +61,13 @@ from pipeline.protocol.base import Request, Response
 from pipeline.protocol.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerProtocolAssignment,
-    ConsumerProtocolSubscription,
-    group_partitions,
 )
 from pipeline.protocol.errors import DecodeError, ErrorCode, error_code
-from pipeline.protocol.messages.heartbeat import HeartbeatRequest
 from pipeline.protocol.messages.join_group import (
     JoinGroupRequest,
     JoinGroupRequestProtocol,
     JoinGroupResponse,
 )
-from pipeline.protocol.messages.leave_group import LeaveGroupRequest, MemberIdentity
-from pipeline.protocol.messages.offset_commit import OffsetCommitRequest
-from pipeline.protocol.messages.offset_fetch import OffsetFetchRequest
 from pipeline.protocol.messages.sync_group import SyncGroupRequest, SyncGroupRequestAssignment
 
 __all__ = ["GroupMember"]
@@ -86,38 +76,13 @@ logger = logging.getLogger("pipeline.consumer")
 
 R = TypeVar("R", bound=Response)
 
-_RETRY_COMMIT = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                           ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.REQUEST_TIMED_OUT})
-_FATAL_JOIN = {
-    ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
-        "the group's members offer no assignor in common with partition_assignment_strategy="
-        "{strategy} (or are not consumers)",
-    ErrorCode.INVALID_SESSION_TIMEOUT:
-        "session_timeout={session}s is outside the broker's group.min.session.timeout.ms .. "
-        "group.max.session.timeout.ms",
-    ErrorCode.FENCED_INSTANCE_ID:
-        "another consumer uses group_instance_id={instance!r}: each static member needs its own",
-    ErrorCode.GROUP_MAX_SIZE_REACHED: "the group has group.max.size members already",
-    ErrorCode.GROUP_AUTHORIZATION_FAILED: "not authorized to use group {group!r}",
-    ErrorCode.INVALID_GROUP_ID: "group id {group!r} is invalid",
-}
-
-
-def _commit_request(group_id: str, generation: int, member_id: str, instance: str | None,
-                    offsets: Mapping[TopicPartition, OffsetAndMetadata],
-                    version: int) -> OffsetCommitRequest:
-    return commit_request(version, group_id, generation, member_id, instance, offsets)
-
-
-def _fetch_request(group_id: str, tps: frozenset[TopicPartition], version: int) -> OffsetFetchRequest:
-    return fetch_request(version, group_id, tps)
 
 
 class _Rejoin(Exception):
     """This join attempt cannot complete; start over (member id kept or reset)."""
 
 
-class GroupMember:
+class GroupMember(Liveness):
     """One consumer's membership of its group (module doc)."""
 
     def __init__(
@@ -287,13 +252,8 @@ class GroupMember:
 
     def _subscription(self, assignor: Assignor) -> bytes:
         owned = frozenset(self._assignment.partitions) if self._protocol == "cooperative" else frozenset()
-        return ConsumerProtocolSubscription(
-            topics=tuple(sorted(self._topics)),
-            user_data=assignor.user_data(self._owned_generation),
-            owned_partitions=group_partitions(owned),
-            generation_id=self._owned_generation,
-            rack_id=self._config.client_rack,
-        ).encode()
+        return subscription_bytes(assignor, self._topics, owned, self._owned_generation,
+                                  self._config.client_rack)
 
     async def _join_group(self) -> JoinGroupResponse:
         cfg = self._config
@@ -379,7 +339,7 @@ class GroupMember:
         if code in COORDINATOR_GONE:
             self._coordinator.forget()
         elif code not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REBALANCE_IN_PROGRESS):
-            template = _FATAL_JOIN.get(code, "{code}: {description}")
+            template = FATAL.get(code, "{code}: {description}")
             raise GroupError(f"group {self.group_id!r}: {what} failed: " + template.format(
                 strategy=",".join(self._config.partition_assignment_strategy),
                 session=self._config.session_timeout, instance=self._config.group_instance_id,
@@ -389,96 +349,13 @@ class GroupMember:
         await trio.sleep(self._backoff.delay(1))
 
     async def _assign(self, join: JoinGroupResponse) -> dict[str, bytes]:
-        """The leader's part: every member's subscription in, every member's bytes out."""
         assignor = self._assignors.get(join.protocol_name or "")
         if assignor is None:
             raise GroupError(f"group {self.group_id!r} chose assignor {join.protocol_name!r}, "
                              "which this member did not offer")
-        members: dict[str, Member] = {}
-        for m in join.members:
-            try:
-                sub = ConsumerProtocolSubscription.decode(m.metadata)
-            except DecodeError as exc:
-                logger.warning("group %r: member %s sent a subscription that does not decode "
-                               "(%s); it gets nothing", self.group_id, m.member_id, exc)
-                sub = ConsumerProtocolSubscription(topics=())
-            members[m.member_id] = member_from_subscription(m.member_id, m.group_instance_id, sub)
-        counts: dict[str, int] = {}
-        for topic in sorted({t for m in members.values() for t in m.topics}):
-            try:
-                counts[topic] = await self._cluster.partitions_for(topic)
-            except UnknownTopicError:
-                logger.info("group %r: subscribed topic %r does not exist", self.group_id, topic)
-        self._assigned_counts = counts
-        result = assignor.assign(counts, members)
-        logger.info("group %r generation %d: leader %s assigned %s", self.group_id,
-                    join.generation_id, join.member_id,
-                    {m: sorted(p) for m, p in result.items()})
-        return {m: ConsumerProtocolAssignment.of(parts).encode() for m, parts in result.items()}
-
-    # ------------------------------------------------------------ heartbeats
-
-    async def _heartbeats(self) -> None:
-        cfg = self._config
-        assert self._coordinator is not None
-        next_at = trio.current_time()
-        while True:
-            if self.state != "stable" or self._joining:
-                await self._assignment.wait_changed()
-                next_at = trio.current_time() + cfg.heartbeat_interval
-                continue
-            await trio.sleep_until(next_at)
-            if self.state != "stable" or self._joining:
-                continue
-            next_at = trio.current_time() + cfg.heartbeat_interval
-            generation, member_id, epoch = self.generation, self.member_id, self.epoch
-
-            def make(version: int, generation: int = generation,
-                     member_id: str = member_id) -> HeartbeatRequest:
-                return HeartbeatRequest(group_id=self.group_id, generation_id=generation,
-                                        member_id=member_id,
-                                        group_instance_id=cfg.group_instance_id)
-
-            try:
-                response = await self._coordinator.request(ApiKey.HEARTBEAT, make)
-            except (*CONNECT_ERRORS, KafkaError) as exc:
-                logger.info("group %r: heartbeat failed: %s", self.group_id, exc)
-                next_at = trio.current_time() + self._backoff.delay(1)
-                continue
-            if self.epoch != epoch:
-                continue
-            self._on_heartbeat(error_code(response.error_code))
-            self._check_metadata()
-
-    def _on_heartbeat(self, code: ErrorCode) -> None:
-        assert self._coordinator is not None
-        if code == ErrorCode.NONE:
-            self.last_heartbeat = trio.current_time()
-        elif code == ErrorCode.REBALANCE_IN_PROGRESS:
-            self.last_heartbeat = trio.current_time()
-            self.request_rejoin("the coordinator started a rebalance")
-        elif code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
-            self._reset(f"heartbeat answered {code.name}",
-                        keep_member_id=code == ErrorCode.ILLEGAL_GENERATION)
-            self._assignment.changed()
-        elif code in COORDINATOR_GONE:
-            self._coordinator.forget()
-        elif code in (ErrorCode.FENCED_INSTANCE_ID, ErrorCode.GROUP_AUTHORIZATION_FAILED):
-            template = _FATAL_JOIN[code]
-            self._fail(GroupError(f"group {self.group_id!r}: heartbeat refused: " + template.format(
-                instance=self._config.group_instance_id, group=self.group_id), int(code)))
-        else:
-            logger.warning("group %r: heartbeat answered %s", self.group_id, code.name)
-
-    def _check_metadata(self) -> None:
-        """The leader rebalances when a subscribed topic's partition count changed."""
-        if self.leader_id != self.member_id or not self._assigned_counts:
-            return
-        for topic, count in self._assigned_counts.items():
-            now = self._cluster.partition_count_nowait(topic)
-            if now is not None and now != count:
-                self.request_rejoin(f"topic {topic!r} has {now} partitions, not {count}")
-                return
+        assignments, self._assigned_counts = await leader_assignment(
+            self._cluster, self.group_id, assignor, join)
+        return assignments
 
     def _fail(self, error: ConsumerError) -> None:
         self.state = "unjoined"
@@ -486,55 +363,6 @@ class GroupMember:
         if self._round is not None:
             self._round.cancel()
         self._report(error)
-
-    # ------------------------------------------------------------ poll watchdog
-
-    async def _watchdog(self) -> None:
-        limit = self._config.max_poll_interval
-        period = min(1.0, limit / 8)
-        polls = self._consumer.polls
-        active_at = trio.current_time()
-        while True:
-            await trio.sleep(period)
-            now = trio.current_time()
-            if self._consumer.waiting or self._consumer.polls != polls:
-                polls = self._consumer.polls
-                active_at = now
-                continue
-            if now - active_at <= limit or self.state == "unjoined" or self._poll_timeout:
-                continue
-            logger.warning("group %r: nothing taken from the consumer for %.1fs "
-                           "(max_poll_interval=%s); leaving the group", self.group_id,
-                           now - active_at, limit)
-            self._poll_timeout = True
-            if self._round is not None:
-                self._round.cancel()
-            self._handoff.abandon()
-            await self._leave("consumer poll timeout has expired")
-            # Not rejoining before the application is back (check_poll).
-            self._reset("max_poll_interval exceeded", rejoin=False,
-                        keep_member_id=self._config.group_instance_id is not None)
-            self._handoff.post_nowait("lose", self._lost)
-            self._lost = frozenset()
-
-    async def _leave(self, reason: str) -> None:
-        """LeaveGroup for a dynamic member (a static one keeps its place until the
-        session timeout, KIP-345)."""
-        if self._config.group_instance_id is not None or not self.member_id:
-            return
-        assert self._coordinator is not None
-        member_id = self.member_id
-
-        def make(version: int) -> LeaveGroupRequest:
-            if version >= 3:
-                return LeaveGroupRequest(group_id=self.group_id, members=(
-                    MemberIdentity(member_id=member_id, reason=reason if version >= 5 else None),))
-            return LeaveGroupRequest(group_id=self.group_id, member_id=member_id)
-
-        try:
-            await self._coordinator.request(ApiKey.LEAVE_GROUP, make)
-        except (*CONNECT_ERRORS, KafkaError) as exc:
-            logger.info("group %r: LeaveGroup failed: %s", self.group_id, exc)
 
     # ------------------------------------------------------------ commits
 
@@ -554,6 +382,7 @@ class GroupMember:
                 done.update(offsets)
 
     async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        """Commit as this member (module doc), within ``default_api_timeout``."""
         if not offsets:
             await trio.lowlevel.checkpoint()
             return
@@ -564,53 +393,37 @@ class GroupMember:
 
     async def _commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
         assert self._coordinator is not None
-        attempt = 0
-        while True:
-            while self._joining:
-                await self._settled.wait()
-            if self.generation < 0:
-                raise CommitFailedError(
-                    f"cannot commit: this consumer is not a member of group {self.group_id!r} "
-                    "now (it was removed, or has not joined yet); its partitions may be "
-                    "processed by another member")
-            generation, member_id, epoch = self.generation, self.member_id, self.epoch
-            make = functools.partial(_commit_request, self.group_id, generation, member_id,
-                                     self._config.group_instance_id, offsets)
-            try:
-                response = await self._coordinator.request(ApiKey.OFFSET_COMMIT, make)
-            except (*CONNECT_ERRORS, KafkaError) as exc:
-                attempt += 1
-                logger.info("group %r: commit failed (%s); retrying", self.group_id, exc)
-                await trio.sleep(self._backoff.delay(attempt))
-                continue
-            errors = {tp: c for tp, c in commit_errors(response).items() if c != ErrorCode.NONE}
-            if not errors:
-                return
-            code = next(iter(errors.values()))
-            if code in COORDINATOR_GONE or code in _RETRY_COMMIT:
-                if code in COORDINATOR_GONE:
-                    self._coordinator.forget()
-                attempt += 1
-                await trio.sleep(self._backoff.delay(attempt))
-                continue
-            if code == ErrorCode.REBALANCE_IN_PROGRESS:
-                self.request_rejoin("a commit found the group rebalancing")
-                raise RebalanceInProgressError(
-                    f"group {self.group_id!r} is rebalancing; keep iterating (the rebalance "
-                    "completes there) and commit again")
-            if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
-                if self.epoch == epoch and self.generation == generation:
-                    self._reset(f"commit answered {code.name}",
-                                keep_member_id=code == ErrorCode.ILLEGAL_GENERATION)
-                    self._assignment.changed()
-                raise CommitFailedError(
-                    f"commit refused ({code.name}): generation {generation} of group "
-                    f"{self.group_id!r} is over for this member; its partitions may be "
-                    "processed by another member now")
-            raise ConsumerError(
-                f"commit to group {self.group_id!r} failed for "
-                f"{sorted((tp.topic, tp.partition) for tp in errors)}: {code.name} "
-                f"({code.description})")
+        while self._joining:
+            await self._settled.wait()
+        if self.generation < 0:
+            raise CommitFailedError(
+                f"cannot commit: this consumer is not a member of group {self.group_id!r} "
+                "now (it was removed, or has not joined yet); its partitions may be "
+                "processed by another member")
+        generation, member_id, epoch = self.generation, self.member_id, self.epoch
+        errors = await send_commit(self._coordinator, self._backoff, self.group_id, generation,
+                                   member_id, self._config.group_instance_id, offsets)
+        if not errors:
+            return
+        code = next(iter(errors.values()))
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            self.request_rejoin("a commit found the group rebalancing")
+            raise RebalanceInProgressError(
+                f"group {self.group_id!r} is rebalancing; keep iterating (the rebalance "
+                "completes there) and commit again")
+        if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
+            if self.epoch == epoch and self.generation == generation:
+                self._reset(f"commit answered {code.name}",
+                            keep_member_id=code == ErrorCode.ILLEGAL_GENERATION)
+                self._assignment.changed()
+            raise CommitFailedError(
+                f"commit refused ({code.name}): generation {generation} of group "
+                f"{self.group_id!r} is over for this member; its partitions may be "
+                "processed by another member now")
+        raise ConsumerError(
+            f"commit to group {self.group_id!r} failed for "
+            f"{sorted((tp.topic, tp.partition) for tp in errors)}: {code.name} "
+            f"({code.description})")
 
     async def committed(
         self, tps: frozenset[TopicPartition]
@@ -619,31 +432,8 @@ class GroupMember:
         answers are retriable, within ``default_api_timeout``."""
         assert self._coordinator is not None
         timeout = self._config.default_api_timeout
-        attempt = 0
         with trio.move_on_after(timeout):
-            while True:
-                make = functools.partial(_fetch_request, self.group_id, tps)
-                try:
-                    response = await self._coordinator.request(ApiKey.OFFSET_FETCH, make)
-                except (*CONNECT_ERRORS, KafkaError) as exc:
-                    attempt += 1
-                    logger.info("group %r: OffsetFetch failed (%s)", self.group_id, exc)
-                    await trio.sleep(self._backoff.delay(attempt))
-                    continue
-                top, rows = fetch_result(response)
-                codes = {top} | {code for _, code in rows.values()}
-                codes.discard(ErrorCode.NONE)
-                if not codes:
-                    return {tp: rows.get(tp, (None, ErrorCode.NONE))[0] for tp in tps}
-                code = min(codes)
-                if code in COORDINATOR_GONE or code.retriable:
-                    if code in COORDINATOR_GONE:
-                        self._coordinator.forget()
-                    attempt += 1
-                    await trio.sleep(self._backoff.delay(attempt))
-                    continue
-                raise ConsumerError(f"OffsetFetch for group {self.group_id!r} failed: "
-                                    f"{code.name} ({code.description})")
+            return await fetch_committed(self._coordinator, self._backoff, self.group_id, tps)
         raise ConsumerError(f"committed offsets not fetched within default_api_timeout={timeout}s")
 
     # ------------------------------------------------------------ close
