@@ -77,7 +77,9 @@ class Consumer:
         self.config = config
         self._topics = topics
         self._partitions = partitions
-        self._assignment = Assignment(config.max_partition_fetch_bytes)
+        # Two fetches' worth per partition: one being handed out while the next is
+        # fetched (pipelining), and no more (backpressure).
+        self._assignment = Assignment(2 * config.max_partition_fetch_bytes)
         self._failure: BaseException | None = None
         self._closed = False
         self._since_checkpoint = 0

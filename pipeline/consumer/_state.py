@@ -15,9 +15,10 @@ Per partition (:class:`PartitionState`) the invariants are:
   fetch flow (seek, reset, revocation): a fetch response or offset lookup that was
   started under another token is stale and is dropped, never applied.
 * A partition is fetched only when it has a position, is not paused, has no fetch
-  in flight, and buffers less than ``buffer_limit`` bytes: the bound that makes a
-  slow application slow the fetching down (backpressure) while one fetch's worth of
-  records waits ready for it (pipelining).
+  in flight, and buffers less than ``buffer_limit`` bytes (the consumer gives two
+  fetches' worth): the bound that makes a slow application slow the fetching down
+  (backpressure), while the next fetch is under way as it works through the
+  current one (pipelining). A chunk's bytes count until its last record is out.
 
 Records are handed out partition by partition in rotation (``_ready``): a partition
 whose first chunk is used up goes to the back, so one busy partition cannot starve
