@@ -1,8 +1,10 @@
-"""pipeline: a trio-native Kafka producer built like sarama's AsyncProducer.
+"""pipeline: a trio-native Kafka producer built like sarama's AsyncProducer, and a
+trio group consumer.
 
 Public API (everything else is internal)::
 
     from pipeline import open_producer, ProducerConfig, ProducerMessage, RecordMetadata, ProducerError
+    from pipeline import open_consumer, SyncConsumer, ConsumerConfig, ConsumedRecord
 
 Names are imported lazily, so ``import pipeline.protocol`` (the sans-I/O codec)
 does not pull in trio or the producer.
@@ -39,6 +41,23 @@ _EXPORTS = {
     "ProducerStatistics": "pipeline.producer.api",
     "open_producer": "pipeline.producer.api",
     "SyncProducer": "pipeline.producer.sync",
+    # The consumer (pipeline.consumer re-exports them from its private modules).
+    "open_consumer": "pipeline.consumer",
+    "Consumer": "pipeline.consumer",
+    "ConsumerConfig": "pipeline.consumer",
+    "SyncConsumer": "pipeline.consumer",
+    "ConsumedRecord": "pipeline.consumer",
+    "TopicPartition": "pipeline.consumer",
+    "OffsetAndMetadata": "pipeline.consumer",
+    "ConsumerGroupMetadata": "pipeline.consumer",
+    "ConsumerError": "pipeline.consumer",
+    "CommitFailedError": "pipeline.consumer",
+    "RebalanceInProgressError": "pipeline.consumer",
+    "MaxPollIntervalExceededError": "pipeline.consumer",
+    "GroupError": "pipeline.consumer",
+    "OffsetOutOfRangeError": "pipeline.consumer",
+    "NoOffsetForPartitionError": "pipeline.consumer",
+    "ConsumerClosedError": "pipeline.consumer",
 }
 
 __all__ = [
@@ -46,23 +65,39 @@ __all__ = [
     "BrokerResponseError",
     "BufferFullError",
     "ClusterConfig",
+    "CommitFailedError",
     "ConfigError",
+    "ConsumedRecord",
+    "Consumer",
+    "ConsumerClosedError",
+    "ConsumerConfig",
+    "ConsumerError",
+    "ConsumerGroupMetadata",
     "Delivery",
     "DeliveryGroup",
     "DeliveryTimeoutError",
+    "GroupError",
     "GroupResult",
     "KafkaError",
+    "MaxPollIntervalExceededError",
     "MessageTooLargeError",
+    "NoOffsetForPartitionError",
+    "OffsetAndMetadata",
+    "OffsetOutOfRangeError",
     "Producer",
     "ProducerClosed",
     "ProducerConfig",
     "ProducerError",
     "ProducerMessage",
     "ProducerStatistics",
+    "RebalanceInProgressError",
     "RecordMetadata",
     "RequestTimedOutError",
+    "SyncConsumer",
     "SyncProducer",
+    "TopicPartition",
     "UnknownTopicError",
+    "open_consumer",
     "open_producer",
     "wait_all",
 ]
@@ -88,6 +123,24 @@ if TYPE_CHECKING:
         KafkaError,
         RequestTimedOutError,
         UnknownTopicError,
+    )
+    from pipeline.consumer import (
+        CommitFailedError,
+        ConsumedRecord,
+        Consumer,
+        ConsumerClosedError,
+        ConsumerConfig,
+        ConsumerError,
+        ConsumerGroupMetadata,
+        GroupError,
+        MaxPollIntervalExceededError,
+        NoOffsetForPartitionError,
+        OffsetAndMetadata,
+        OffsetOutOfRangeError,
+        RebalanceInProgressError,
+        SyncConsumer,
+        TopicPartition,
+        open_consumer,
     )
     from pipeline.producer.api import Producer, ProducerStatistics, open_producer
     from pipeline.producer.config import ProducerConfig

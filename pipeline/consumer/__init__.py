@@ -2,7 +2,7 @@
 
 Public names (also re-exported from :mod:`pipeline` where noted there)::
 
-    from pipeline.consumer import open_consumer, ConsumerConfig, ConsumedRecord, TopicPartition
+    from pipeline.consumer import open_consumer, SyncConsumer, ConsumerConfig, ConsumedRecord
     from pipeline.consumer import read_topic, consume, topic_offsets
 
 Implementation modules are private: ``_api.py`` (the facade), ``_member.py`` and
@@ -25,6 +25,7 @@ from pipeline.consumer._errors import (
     RebalanceInProgressError,
 )
 from pipeline.consumer._reader import Isolation, Start, consume, read_topic, topic_offsets
+from pipeline.consumer._sync import SyncConsumer
 from pipeline.consumer._types import (
     ConsumedRecord,
     ConsumerGroupMetadata,
@@ -50,6 +51,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "RebalanceInProgressError",
     "Start",
+    "SyncConsumer",
     "TopicPartition",
     "consume",
     "open_consumer",

@@ -175,6 +175,19 @@ class Consumer:
             if out:
                 yield out
 
+    async def getmany(self, max_records: int | None = None) -> list[ConsumedRecord]:
+        """Up to ``max_records`` (default ``max_poll_records``) records, across
+        partitions, once at least one is there (bound the wait with a cancel scope:
+        ``with trio.move_on_after(1): ...``). Positions advance past everything
+        returned, as with Java's ``poll``."""
+        limit = max_records or self.config.max_poll_records
+        self.polls += 1
+        await self._ready()
+        out: list[ConsumedRecord] = []
+        while len(out) < limit and self._assignment.has_records and not self._handoff.pending:
+            out.extend(self._assignment.take(limit - len(out)))
+        return out
+
     async def _ready(self) -> None:
         """Wait until a record can be taken; run pending changes, raise failures."""
         self._since_checkpoint = 0
@@ -183,7 +196,10 @@ class Consumer:
             if self._closed:
                 raise ConsumerClosedError("the consumer is closed")
             if self._handoff.pending:
-                await self._handoff.run_pending()
+                # A rebalance change runs to its end even if the iteration is cancelled:
+                # half a revocation (callback interrupted) would be worse than waiting.
+                with trio.CancelScope(shield=True):
+                    await self._handoff.run_pending()
                 continue
             if self._failure is not None:
                 raise self._failure
