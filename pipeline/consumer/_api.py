@@ -46,9 +46,9 @@ __all__ = ["Consumer", "open_consumer"]
 
 logger = logging.getLogger("pipeline.consumer")
 
-#: Records handed out between two scheduler checkpoints when the application never
-#: waits: the heartbeat and fetch tasks must get to run even under a tight loop.
-_CHECKPOINT_EVERY = 512
+#: Records handed out by the fast path between two scheduler checkpoints (in
+#: ``_ready``): the heartbeat and fetch tasks must get to run even under a tight loop.
+_RUN = 512
 
 
 def _tp(value: tuple[str, int]) -> TopicPartition:
@@ -82,7 +82,6 @@ class Consumer:
         self._assignment = Assignment(2 * config.max_partition_fetch_bytes)
         self._failure: BaseException | None = None
         self._closed = False
-        self._since_checkpoint = 0
         # Iterations started, and whether the application waits inside one now: what
         # the group's max_poll_interval watchdog reads.
         self.polls = 0
@@ -128,6 +127,7 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
+        self._assignment.changed()  # ends the fast path: iterations see the close
         with trio.move_on_after(self.config.close_timeout) as scope:
             scope.shield = True
             if self._group is not None:
@@ -151,17 +151,20 @@ class Consumer:
     async def __anext__(self) -> ConsumedRecord:
         self.polls += 1
         assignment = self._assignment
-        if (
-            assignment.has_records
-            and self._failure is None
-            and not self._handoff.pending
-            and self._since_checkpoint < _CHECKPOINT_EVERY
-            and not self._closed
-        ):
-            self._since_checkpoint += 1
-            return assignment.take_one()
+        chunk = assignment.fast
+        if chunk is not None:
+            # The fast path (armed below): the next record of the current chunk, while
+            # nothing changed (no rebalance change, failure, seek, pause, close). An
+            # armed chunk is decoded.
+            i = chunk.index
+            if i < assignment.fast_end:
+                chunk.index = i + 1
+                return chunk.records[i]  # type: ignore[index]
         await self._ready()
-        return assignment.take_one()
+        record = assignment.take_one()
+        if assignment.has_records() and not self._handoff.pending and self._failure is None:
+            assignment.arm(_RUN)
+        return record
 
     async def batches(self, max_records: int | None = None) -> AsyncIterator[list[ConsumedRecord]]:
         """Records in lists, one partition's run per list (at most ``max_records``,
@@ -184,13 +187,12 @@ class Consumer:
         self.polls += 1
         await self._ready()
         out: list[ConsumedRecord] = []
-        while len(out) < limit and self._assignment.has_records and not self._handoff.pending:
+        while len(out) < limit and self._assignment.has_records() and not self._handoff.pending:
             out.extend(self._assignment.take(limit - len(out)))
         return out
 
     async def _ready(self) -> None:
         """Wait until a record can be taken; run pending changes, raise failures."""
-        self._since_checkpoint = 0
         await trio.lowlevel.checkpoint()
         while True:
             if self._closed:
@@ -205,7 +207,7 @@ class Consumer:
                 raise self._failure
             if self._group is not None:
                 self._group.check_poll()
-            if self._assignment.has_records:
+            if self._assignment.has_records():
                 return
             self.waiting = True
             try:

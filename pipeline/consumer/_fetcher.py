@@ -41,7 +41,7 @@ from pipeline.cluster.brokers import CONNECT_ERRORS, cluster_backoff
 from pipeline.cluster.errors import KafkaError, MetadataTimeoutError
 from pipeline.cluster.pool import Cluster
 from pipeline.consumer._config import ConsumerConfig
-from pipeline.consumer._decode import decode_chunk
+from pipeline.consumer._decode import lazy_chunk
 from pipeline.consumer._errors import ConsumerError, OffsetOutOfRangeError
 from pipeline.consumer._state import Assignment, PartitionState
 from pipeline.protocol.api import ApiKey
@@ -236,7 +236,7 @@ class Fetcher:
             state.last_stable_offset = data.last_stable_offset
             state.log_start_offset = data.log_start_offset
             try:
-                chunk = decode_chunk(
+                chunk = lazy_chunk(
                     data.records, tp.topic, tp.partition, offset,
                     check_crcs=self._config.check_crcs,
                     aborted=(data.aborted_transactions or ()) if self._config.isolation else None)

@@ -28,7 +28,7 @@ the others.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import trio
@@ -40,19 +40,32 @@ __all__ = ["Assignment", "Chunk", "PartitionState"]
 
 @dataclass(eq=False, slots=True)
 class Chunk:
-    """Records of one fetch response for one partition, handed out in order."""
+    """Records of one fetch response for one partition, handed out in order.
 
-    records: list[ConsumedRecord]
+    Decoded on first use (``load``), in the application's iteration: the fetch task
+    only reads where the next fetch starts (``next_offset``, from the batch headers)
+    and asks for more at once, so decoding overlaps the broker's next read."""
+
+    records: list[ConsumedRecord] | None  # None until decoded
     next_offset: int  # the position once every record here is handed out
     nbytes: int  # wire bytes, counted against the partition's buffer
     index: int = 0  # the next record to hand out
+    load: Callable[[], list[ConsumedRecord]] | None = None  # decodes ``records``
+
+    def decoded(self) -> list[ConsumedRecord]:
+        if self.records is None:
+            assert self.load is not None
+            self.records, self.load = self.load(), None
+        return self.records
 
 
 @dataclass(eq=False, slots=True)
 class PartitionState:
     tp: TopicPartition
-    position: int | None = None  # None: unknown until the committed offset or a reset
-    position_epoch: int = -1  # leader epoch of the record before ``position``
+    # The position before the first chunk's next record (see ``position``); None:
+    # unknown until the committed offset or a reset.
+    base_position: int | None = None
+    base_epoch: int = -1  # leader epoch of the record before ``base_position``
     fetch_offset: int = -1
     # Where a position lookup must reset to: "earliest" / "latest", or None.
     reset: str | None = None
@@ -68,6 +81,25 @@ class PartitionState:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
+
+    @property
+    def position(self) -> int | None:
+        """The offset of the next record the application gets. Computed, so handing a
+        record out only moves its chunk's index (the iteration's fast path)."""
+        if self.chunks:
+            chunk = self.chunks[0]
+            if chunk.index:
+                return chunk.decoded()[chunk.index - 1].offset + 1
+        return self.base_position
+
+    @property
+    def position_epoch(self) -> int:
+        """The leader epoch of the record before ``position`` (committed with it)."""
+        if self.chunks:
+            chunk = self.chunks[0]
+            if chunk.index:
+                return chunk.decoded()[chunk.index - 1].leader_epoch
+        return self.base_epoch
 
     def lag(self) -> int | None:
         """Records between the position and the end of the log (the last stable offset
@@ -87,11 +119,16 @@ class Assignment:
         self._ready: deque[PartitionState] = deque()
         self._event = trio.Event()
         self._tokens = 0
+        # The iteration's fast path (``arm``): the chunk whose records before index
+        # ``fast_end`` may be taken by bumping its index, until anything changes.
+        self.fast: Chunk | None = None
+        self.fast_end = 0
 
     # ------------------------------------------------------------ change signal
 
     def changed(self) -> None:
-        """Wake every task waiting in :meth:`wait_changed`."""
+        """Wake every task waiting in :meth:`wait_changed` (and end the fast path)."""
+        self.fast = None
         self._event.set()
         self._event = trio.Event()
 
@@ -134,8 +171,8 @@ class Assignment:
         state = self.partitions[tp]
         state.token = self._next_token()
         self._drop_buffer(state)
-        state.position = state.fetch_offset = offset
-        state.position_epoch = epoch
+        state.base_position = state.fetch_offset = offset
+        state.base_epoch = epoch
         state.reset = None
         self.changed()
 
@@ -144,7 +181,7 @@ class Assignment:
         state = self.partitions[tp]
         state.token = self._next_token()
         self._drop_buffer(state)
-        state.position = None
+        state.base_position = None
         state.reset = strategy
         self.changed()
 
@@ -183,13 +220,13 @@ class Assignment:
     def append(self, state: PartitionState, chunk: Chunk) -> None:
         """Buffer a fetched chunk (the caller checked the token and the fetch offset)."""
         state.fetch_offset = chunk.next_offset
-        if not chunk.records:
+        if chunk.records is not None and not chunk.records:
             # Nothing to hand out (control records, an aborted transaction): the
             # position moves past it once what is buffered before it is handed out.
             if state.chunks:
                 state.chunks[-1].next_offset = chunk.next_offset
             else:
-                state.position = chunk.next_offset
+                state.base_position = chunk.next_offset
             return
         state.chunks.append(chunk)
         state.buffered_bytes += chunk.nbytes
@@ -197,47 +234,63 @@ class Assignment:
             self._ready.append(state)
         self.changed()
 
-    @property
     def has_records(self) -> bool:
-        return bool(self._ready)
+        """Whether a record can be taken now: decodes the next ready chunk (a chunk
+        that holds nothing, only transaction markers say, is passed over). Raises
+        ``CorruptRecordError`` for a chunk that does not decode."""
+        ready = self._ready
+        while ready:
+            state = ready[0]
+            chunk = state.chunks[0]
+            if chunk.index < len(chunk.decoded()):
+                return True
+            self._finish_chunk(state, chunk)
+        return False
 
     def take(self, limit: int) -> list[ConsumedRecord]:
         """Up to ``limit`` records of the next ready partition (positions advance)."""
         state = self._ready[0]
         chunk = state.chunks[0]
+        records = chunk.decoded()
         start = chunk.index
-        end = min(len(chunk.records), start + limit)
-        out = chunk.records[start:end] if start or end < len(chunk.records) else chunk.records
+        end = min(len(records), start + limit)
+        out = records[start:end] if start or end < len(records) else records
         chunk.index = end
-        last = out[-1] if out else None
-        if end >= len(chunk.records):
+        if end >= len(records):
             self._finish_chunk(state, chunk)
-        elif last is not None:
-            state.position = last.offset + 1
-        if last is not None:
-            state.position_epoch = last.leader_epoch
         return out
 
     def take_one(self) -> ConsumedRecord:
         """The next record of the next ready partition (the caller checked has_records)."""
         state = self._ready[0]
         chunk = state.chunks[0]
-        record = chunk.records[chunk.index]
-        chunk.index += 1
-        state.position_epoch = record.leader_epoch
-        if chunk.index >= len(chunk.records):
+        records = chunk.decoded()
+        i = chunk.index
+        record = records[i]
+        chunk.index = i + 1
+        if i + 1 >= len(records):
             self._finish_chunk(state, chunk)
-        else:
-            state.position = record.offset + 1
         return record
+
+    def arm(self, run: int) -> None:
+        """Let the next ``run`` records of the next ready partition's chunk be taken by
+        bumping its index (never its last record: taking that finishes the chunk, which
+        ``take_one`` does). Anything that calls :meth:`changed` disarms it."""
+        chunk = self._ready[0].chunks[0]
+        self.fast = chunk
+        self.fast_end = min(len(chunk.decoded()) - 1, chunk.index + run)
 
     def _finish_chunk(self, state: PartitionState, chunk: Chunk) -> None:
         state.chunks.popleft()
         state.buffered_bytes -= chunk.nbytes
-        state.position = chunk.next_offset
+        state.base_position = chunk.next_offset
+        if chunk.records:  # (an undecoded chunk is only finished by a drop)
+            state.base_epoch = chunk.records[-1].leader_epoch
         self._ready.popleft()
         if state.chunks:
             self._ready.append(state)  # rotation: the next partition goes first
+        if self.fast is chunk:
+            self.fast = None
         if state.buffered_bytes < self.buffer_limit:
             self.changed()  # it may be fetched again
 

@@ -21,9 +21,9 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumedRecord:
-    """One record as read from a partition."""
+class ConsumedRecord(NamedTuple):
+    """One record as read from a partition. A named tuple: the fetcher's decoder builds
+    one per record directly (no other object per record), and it is immutable."""
 
     topic: str
     partition: int
