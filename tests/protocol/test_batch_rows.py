@@ -164,3 +164,20 @@ def test_row_type_must_be_a_tuple_subclass(kernel: str) -> None:
 
     with pytest.raises(TypeError, match="tuple subclass"):
         batch_rows.decode_rows(corrupted(0, b""), NotATuple, "t", 0, 0)  # type: ignore[type-var]
+
+
+@pytest.mark.skipif(batch_rows.KERNEL != "c", reason="the C kernel is not built")
+def test_c_rows_are_left_out_of_the_cyclic_gc() -> None:
+    """A consumer buffers many rows; the cyclic GC need not walk them (they hold no
+    container but untracked tuples), unless the row type has an instance dict."""
+    import gc
+
+    class WithDict(tuple):  # type: ignore[type-arg]
+        pass
+
+    data = corrupted(0, b"")
+    (row,), _ = batch_rows.decode_rows(data, Row, "t", 0, 0)
+    assert not gc.is_tracked(row) and not gc.is_tracked(row.headers)
+    assert not gc.is_tracked(row.headers[0])
+    (loose,), _ = batch_rows.decode_rows(data, WithDict, "t", 0, 0)
+    assert gc.is_tracked(loose)
