@@ -55,7 +55,7 @@ import collections
 import copy
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar, overload
 
 import trio
@@ -115,6 +115,9 @@ class BrokerConnection:
         self.host = host
         self.port = port
         self.api_versions: dict[ApiKey, int] = {}  # negotiated at connect
+        #: the cluster's finalized feature levels as ApiVersions listed them at connect
+        #: (``{"transaction.version": 2, ...}``; a level-0 feature is absent)
+        self.finalized_features: Mapping[str, int] = {}
         self.config = config
         self.unmatched_responses = 0  # responses whose correlation id matched nothing
         self._stream = stream
@@ -195,6 +198,7 @@ class BrokerConnection:
             await conn.aclose()
             raise
         conn.api_versions = result.versions
+        conn.finalized_features = result.finalized_features
         conn.session_lifetime = result.session_lifetime
         if result.session_lifetime > 0:
             auth = authenticator if authenticator is not None else Authenticator(cfg)

@@ -11,7 +11,9 @@ connection and is raised from ``connect``. The handshake is
    (:class:`~pipeline.cluster.sasl.Authenticator`), which needs the negotiated
    versions and finishes before the first request is let through.
 
-It returns the versions and the session lifetime the broker granted; the
+It returns the versions, the cluster's finalized feature levels (KIP-584: e.g.
+``transaction.version``, which decides the transactions protocol) and the session
+lifetime the broker granted; the
 connection re-authenticates before that lifetime ends (KIP-368,
 ``connection.py``). TLS happened earlier, in the connector.
 
@@ -22,7 +24,8 @@ The handshake talks through the narrow :class:`Requester` seam (one
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from pipeline.cluster.config import ClusterConfig
 from pipeline.cluster.errors import BrokerProtocolError, UnsupportedApiError
@@ -30,7 +33,7 @@ from pipeline.cluster.sasl import Authenticator, Requester
 from pipeline.cluster.security import uses_sasl
 from pipeline.protocol.api import CLIENT_VERSIONS, ApiKey
 from pipeline.protocol.errors import ErrorCode, UnsupportedVersionError, error_code
-from pipeline.protocol.messages.api_versions import ApiVersionsRequest
+from pipeline.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from pipeline.protocol.versions import api_versions_retry_version, negotiate_all
 
 __all__ = [
@@ -38,6 +41,8 @@ __all__ = [
     "CLIENT_SOFTWARE_VERSION",
     "Handshake",
     "Requester",
+    "api_versions",
+    "finalized_features",
     "handshake",
 ]
 
@@ -53,6 +58,9 @@ class Handshake:
     versions: dict[ApiKey, int]
     #: seconds until the broker ends the authenticated session (KIP-368), 0 for none
     session_lifetime: float = 0.0
+    #: the cluster's finalized feature levels (KIP-584), ``{name: max level}``, as the
+    #: broker's ApiVersions (v3+) listed them; a feature at level 0 is not listed
+    finalized_features: Mapping[str, int] = field(default_factory=dict)
 
 
 async def handshake(conn: Requester, config: ClusterConfig,
@@ -68,16 +76,26 @@ async def handshake(conn: Requester, config: ClusterConfig,
       UnsupportedApiError: no ApiVersions version in common.
       AuthenticationError: SASL failed (:mod:`pipeline.cluster.sasl`); not retriable.
     """
-    versions = await negotiate_api_versions(conn)
+    response = await api_versions(conn)
+    try:
+        versions = negotiate_all(response)
+    except UnsupportedVersionError as exc:
+        raise UnsupportedApiError(f"{conn}: {exc}") from exc
+    features = finalized_features(response)
     if not uses_sasl(config.security_protocol):
-        return Handshake(versions)
+        return Handshake(versions, finalized_features=features)
     if authenticator is None:
         authenticator = Authenticator(config)
     lifetime = await authenticator.authenticate(conn, versions, str(conn))
-    return Handshake(versions, lifetime)
+    return Handshake(versions, lifetime, features)
 
 
-async def negotiate_api_versions(conn: Requester) -> dict[ApiKey, int]:
+def finalized_features(response: ApiVersionsResponse) -> dict[str, int]:
+    """``{feature: finalized max level}`` of an ApiVersions response (empty before v3)."""
+    return {f.name: f.max_version_level for f in response.finalized_features}
+
+
+async def api_versions(conn: Requester) -> ApiVersionsResponse:
     """ApiVersions at our highest version, retried lower when the broker says so.
 
     A broker that does not support our version answers UNSUPPORTED_VERSION in
@@ -101,7 +119,4 @@ async def negotiate_api_versions(conn: Requester) -> dict[ApiKey, int]:
             continue
         name = error_code(response.error_code).name
         raise BrokerProtocolError(f"{conn} rejected ApiVersions v{version}: {name}")
-    try:
-        return negotiate_all(response)
-    except UnsupportedVersionError as exc:
-        raise UnsupportedApiError(f"{conn}: {exc}") from exc
+    return response

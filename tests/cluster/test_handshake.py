@@ -60,3 +60,19 @@ async def test_an_api_without_a_common_version_is_left_out() -> None:
     assert (await handshake(conn, ClusterConfig())).versions == {
         ApiKey.API_VERSIONS: 3, ApiKey.METADATA: 12
     }
+
+
+async def test_finalized_features_are_kept() -> None:
+    from pipeline.protocol.messages.api_versions import FinalizedFeatureKey
+
+    response = ApiVersionsResponse(
+        api_keys=(ApiVersion(api_key=18, min_version=0, max_version=3),),
+        finalized_features=(
+            FinalizedFeatureKey(name="transaction.version", min_version_level=2,
+                                max_version_level=2),
+            FinalizedFeatureKey(name="metadata.version", min_version_level=27,
+                                max_version_level=27)))
+    result = await handshake(Script(response), ClusterConfig())
+    assert result.finalized_features == {"transaction.version": 2, "metadata.version": 27}
+    # a broker before KIP-584 (ApiVersions v0-2) finalizes nothing
+    assert (await handshake(Script(full((18, 0, 2))), ClusterConfig())).finalized_features == {}

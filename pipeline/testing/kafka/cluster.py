@@ -93,6 +93,18 @@ def _cleanup(nodes: list[KafkaNode], workdir: Path | None) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _check_features(features: Mapping[str, int] | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, level in (features or {}).items():
+        if (not isinstance(name, str) or not name or "=" in name or not isinstance(level, int)
+                or isinstance(level, bool) or not 0 <= level <= 32767):
+            raise ValueError(
+                f"features maps a feature name to a level from 0 to 32767 (e.g. "
+                f"{{'transaction.version': 1}}), got {name!r}: {level!r}")
+        out[name] = level
+    return out
+
+
 class KafkaCluster(SecuredClient):
     """Apache Kafka :data:`~pipeline.testing.kafka.dist.KAFKA_VERSION` on 127.0.0.1: ``nodes``
     combined broker + controller nodes (ids 1..n), a static KRaft quorum.
@@ -109,6 +121,11 @@ class KafkaCluster(SecuredClient):
       startup_timeout: seconds for the whole cluster to become ready.
       class_data_sharing: start nodes from a CDS archive of their start-up classes (made
           once per machine: see :mod:`pipeline.testing.kafka.cds`).
+      features: ``{feature: level}`` the storage is formatted with (``StorageTool format
+          --feature``), over the release's defaults; e.g. ``{"transaction.version": 1}``
+          for a Kafka 4.x cluster on the transactions v1 protocol (a fresh 4.1 cluster
+          finalizes ``transaction.version`` 2, KIP-890). Clients read the finalized levels
+          from ApiVersions.
       security_protocol, scram_users, sasl_mechanisms, ssl_client_auth: see ``security.py``.
     """
 
@@ -127,6 +144,7 @@ class KafkaCluster(SecuredClient):
         scram_users: Mapping[str, str] | None = None,
         sasl_mechanisms: Sequence[str] | None = None,
         ssl_client_auth: str = "none",
+        features: Mapping[str, int] | None = None,
     ) -> None:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= 9:
             raise ValueError(f"nodes must be an int from 1 to 9, not {nodes!r}")
@@ -146,6 +164,7 @@ class KafkaCluster(SecuredClient):
                 f"advertised_ports needs exactly one port per node {ids}, got "
                 f"{dict(advertised_ports)!r}"
             )
+        self.features = _check_features(features)
         self._init_security(security_protocol, scram_users, sasl_mechanisms, ssl_client_auth)
         self._ids = ids
         self.broker_config = config
@@ -330,8 +349,14 @@ class KafkaCluster(SecuredClient):
             config.update(self.broker_config)
             self._nodes[n] = KafkaNode(n, plan[n], directory, java=java, classpath=classpath,
                                        jvm_options=jvm_options, config=config,
-                                       format_args=self.security.format_args())
+                                       format_args=[*self.security.format_args(),
+                                                    *self._feature_args()])
             self._nodes[n].write_files()
+
+    def _feature_args(self) -> list[str]:
+        """``StorageTool format`` arguments setting :attr:`features`."""
+        return [arg for name, level in self.features.items()
+                for arg in ("--feature", f"{name}={level}")]
 
     def _train(self, extra_jvm_options: Sequence[str]) -> None:
         """The CDS training run: a 1-node cluster, started, ready, cleanly stopped."""
