@@ -50,7 +50,8 @@ class ConsumerConfig:
     # committed), as a Java consumer that only calls assign().
     group_id: str | None = None
     group_instance_id: str | None = None  # KIP-345 static membership
-    group_protocol: str = "classic"  # "consumer": KIP-848, the broker assigns
+    # "consumer" (KIP-848: the broker assigns) is refused until it is implemented.
+    group_protocol: str = "classic"
     # The member is removed when the coordinator hears no heartbeat for this long.
     session_timeout: float = 45.0
     heartbeat_interval: float = 3.0
@@ -143,6 +144,9 @@ class ConsumerConfig:
                 raise bad(name, "must be a non-empty string or None")
         if self.group_protocol not in _GROUP_PROTOCOLS:
             raise bad("group_protocol", f"use one of {list(_GROUP_PROTOCOLS)}")
+        if self.group_protocol == "consumer":
+            raise bad("group_protocol", 'KIP-848 (the "consumer" protocol) is not '
+                      'implemented yet: use "classic" (the default)')
         for name in ("session_timeout", "heartbeat_interval", "max_poll_interval",
                      "auto_commit_interval", "default_api_timeout", "close_timeout"):
             value = getattr(self, name)
