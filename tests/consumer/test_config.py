@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pipeline import ClusterConfig, ConsumerConfig
@@ -51,7 +53,7 @@ def test_strategy_as_text_or_sequence() -> None:
     ({"group_protocol": "modern"}, "use one of"),
     ({"request_timeout": -1}, "request_timeout"),
 ])
-def test_invalid_options_are_named(options: dict[str, object], message: str) -> None:
+def test_invalid_options_are_named(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         ConsumerConfig(**options)
 

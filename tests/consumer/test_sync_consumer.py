@@ -9,7 +9,12 @@ import pytest
 import trio
 
 from pipeline import SyncConsumer, SyncProducer
-from pipeline.consumer import ConsumerClosedError, OffsetAndMetadata, TopicPartition
+from pipeline.consumer import (
+    ConsumedRecord,
+    ConsumerClosedError,
+    OffsetAndMetadata,
+    TopicPartition,
+)
 from pipeline.testing.fake_cluster import FakeCluster
 
 
@@ -46,10 +51,10 @@ def test_consume_commit_and_resume(tcp_fake: FakeCluster) -> None:
     options = dict(group_id="g", topics=["t"], auto_offset_reset="earliest",
                    enable_auto_commit=False, session_timeout=10.0, heartbeat_interval=1.0)
     with SyncConsumer(tcp_fake.bootstrap, **options) as consumer:
-        got = []
+        got: list[ConsumedRecord] = []
         while len(got) < 6:
             got.extend(consumer.consume(10, timeout=10))
-        assert sorted(r.value for r in got) == [f"v{i}".encode() for i in range(6)]
+        assert sorted(r.value or b"" for r in got) == [f"v{i}".encode() for i in range(6)]
         assert consumer.assignment() == {TopicPartition("t", 0), TopicPartition("t", 1)}
         assert consumer.position(("t", 0)) == 3 and consumer.state == "stable"
         consumer.commit()
