@@ -1,7 +1,10 @@
-"""``python -m pipeline consume``: read a topic back (assign mode, no consumer group).
+"""``python -m pipeline consume``: read a topic back (assign mode), or consume as a
+member of a consumer group (``-G GROUP topic...``, kcat's ``-G``).
 
 Built on :mod:`pipeline.consumer` (the project's own Fetch / ListOffsets codec). Output
-is one line per record, formatted with kcat-style tokens (``-f``) or as JSON lines.
+is one line per record, formatted with kcat-style tokens (``-f``) or as JSON lines. In a
+group, positions are committed (auto-commit, and on exit) and ``-o`` only chooses where
+a partition without a committed offset starts (beginning or end).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from pipeline.cli._common import (
     setup_logging,
 )
 
-HELP = "read records from a topic (assign mode; from beginning/offset/end; count or until idle)"
+HELP = ("read records from a topic (assign mode; from beginning/offset/end; count or until "
+        "idle), or as a consumer group member (-G GROUP topic...)")
 
 DEFAULT_FORMAT = "%p\\t%o\\t%k\\t%h\\t%s\\n"
 _TOKENS = "tpoTksShKS%"
@@ -45,7 +49,14 @@ def _start(text: str) -> str | int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_bootstrap(parser)
-    parser.add_argument("-t", "--topic", required=True)
+    parser.add_argument("-t", "--topic", default=None)
+    parser.add_argument(
+        "-G", "--group", default=None, metavar="GROUP",
+        help="consume as a member of consumer group GROUP: the group assigns the partitions "
+        "of -t TOPIC and the TOPICS given after the options; positions are committed",
+    )
+    parser.add_argument("topics", nargs="*", metavar="TOPICS",
+                        help="with -G: more topics to subscribe to")
     parser.add_argument(
         "-p", "--partition", dest="partitions", type=int, action="append", default=None,
         help="read this partition (repeatable; default: all)",
@@ -165,10 +176,62 @@ def _run(args: argparse.Namespace) -> int:
     options = cluster_options(args)
     if args.count is not None and args.count < 0:
         raise UserError(f"--count must be >= 0, not {args.count}")
-    count = trio.run(_consume, args, options)
+    topics = ([args.topic] if args.topic else []) + list(args.topics)
+    if not topics:
+        raise UserError("name a topic: -t TOPIC (or, with -G GROUP, topics after the options)")
+    if args.group is None:
+        if len(topics) > 1 or args.topic is None:
+            raise UserError("without -G read one topic, given with -t TOPIC")
+        count = trio.run(_consume, args, options)
+    else:
+        if args.partitions or isinstance(args.offset, int):
+            raise UserError("with -G the group assigns partitions and commits positions: "
+                            "-p and -o OFFSET do not apply (-o beginning|end do)")
+        count = trio.run(_consume_group, args, topics, options)
     if not args.quiet:
-        print(f"read {count} record(s) from {args.topic}", file=sys.stderr)
+        print(f"read {count} record(s) from {', '.join(topics)}", file=sys.stderr)
     return 0
+
+
+async def _consume_group(args: argparse.Namespace, topics: list[str],
+                         options: dict[str, Any]) -> int:
+    """As a member of ``args.group`` until ``--count``, ``--idle`` or, with ``-e``, until
+    every assigned partition is at its end; closing commits the positions."""
+    import trio
+
+    from pipeline.consumer import ConsumerError, open_consumer
+
+    fmt = args.format if args.format is not None else DEFAULT_FORMAT
+    n = 0
+    config = dict(options)
+    config.setdefault("request_timeout", args.timeout)
+    try:
+        async with open_consumer(
+            args.bootstrap, group_id=args.group, topics=topics,
+            auto_offset_reset="earliest" if args.offset == "beginning" else "latest",
+            isolation_level=args.isolation, **config,
+        ) as consumer:
+            while args.count is None or n < args.count:
+                with trio.move_on_after(args.idle if args.idle is not None else 1.0) as idle:
+                    batch = await consumer.getmany(
+                        None if args.count is None else args.count - n)
+                if idle.cancelled_caught:
+                    if args.idle is not None:
+                        break
+                    if args.exit_at_end and consumer.assignment() and \
+                            all(lag == 0 for lag in consumer.lag().values()):
+                        break
+                    continue
+                for rec in batch:
+                    sys.stdout.write(record_json(rec) + "\n" if args.json
+                                     else format_record(rec, fmt))
+                n += len(batch)
+    except ConsumerError as exc:
+        raise UserError(str(exc)) from None
+    except BrokenPipeError:
+        pass
+    sys.stdout.flush()
+    return n
 
 
 async def _consume(args: argparse.Namespace, options: dict[str, Any]) -> int:
