@@ -11,7 +11,6 @@ from pipeline.__main__ import main
 from pipeline.testing.kafka import KafkaCluster
 
 
-
 @pytest.mark.kafka
 def test_consume_as_a_group_member_commits_and_resumes(
     kafka_single: KafkaCluster, kafka_topic: Callable[[str], str], capsys: pytest.CaptureFixture[str],
