@@ -118,6 +118,8 @@ class BrokerConnection:
         #: the cluster's finalized feature levels as ApiVersions listed them at connect
         #: (``{"transaction.version": 2, ...}``; a level-0 feature is absent)
         self.finalized_features: Mapping[str, int] = {}
+        #: ``{api_key: (min, max)}`` the broker listed at connect (negotiated or not)
+        self.broker_versions: Mapping[int, tuple[int, int]] = {}
         self.config = config
         self.unmatched_responses = 0  # responses whose correlation id matched nothing
         self._stream = stream
@@ -199,6 +201,7 @@ class BrokerConnection:
             raise
         conn.api_versions = result.versions
         conn.finalized_features = result.finalized_features
+        conn.broker_versions = result.broker_versions
         conn.session_lifetime = result.session_lifetime
         if result.session_lifetime > 0:
             auth = authenticator if authenticator is not None else Authenticator(cfg)

@@ -34,7 +34,7 @@ from pipeline.cluster.security import uses_sasl
 from pipeline.protocol.api import CLIENT_VERSIONS, ApiKey
 from pipeline.protocol.errors import ErrorCode, UnsupportedVersionError, error_code
 from pipeline.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
-from pipeline.protocol.versions import api_versions_retry_version, negotiate_all
+from pipeline.protocol.versions import api_versions_retry_version, broker_ranges, negotiate_all
 
 __all__ = [
     "CLIENT_SOFTWARE_NAME",
@@ -61,6 +61,10 @@ class Handshake:
     #: the cluster's finalized feature levels (KIP-584), ``{name: max level}``, as the
     #: broker's ApiVersions (v3+) listed them; a feature at level 0 is not listed
     finalized_features: Mapping[str, int] = field(default_factory=dict)
+    #: ``{api_key: (min, max)}`` as the broker listed them (also APIs or versions this
+    #: client does not negotiate: e.g. Produce v12, whose meaning in a transaction depends
+    #: on ``transaction.version``)
+    broker_versions: Mapping[int, tuple[int, int]] = field(default_factory=dict)
 
 
 async def handshake(conn: Requester, config: ClusterConfig,
@@ -82,12 +86,13 @@ async def handshake(conn: Requester, config: ClusterConfig,
     except UnsupportedVersionError as exc:
         raise UnsupportedApiError(f"{conn}: {exc}") from exc
     features = finalized_features(response)
+    ranges = broker_ranges(response)
     if not uses_sasl(config.security_protocol):
-        return Handshake(versions, finalized_features=features)
+        return Handshake(versions, finalized_features=features, broker_versions=ranges)
     if authenticator is None:
         authenticator = Authenticator(config)
     lifetime = await authenticator.authenticate(conn, versions, str(conn))
-    return Handshake(versions, lifetime, features)
+    return Handshake(versions, lifetime, features, ranges)
 
 
 def finalized_features(response: ApiVersionsResponse) -> dict[str, int]:

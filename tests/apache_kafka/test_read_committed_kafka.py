@@ -166,3 +166,35 @@ def test_cli_isolation(transactions: Any, capsys: pytest.CaptureFixture[str]) ->
 def test_bad_isolation_level_is_a_clear_error(kafka_single: KafkaCluster) -> None:
     with pytest.raises(ValueError, match="'read_uncommitted' or 'read_committed'"):
         consume(kafka_single.bootstrap, "any", isolation_level="committed")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("protocol", ["v1", "v2"])
+async def test_transactions_spoken_raw_are_read_by_librdkafka(
+        protocol: str, kafka_cluster: KafkaCluster, kafka_topic: Callable[[str], str]) -> None:
+    """The other direction: transactions written request by request with our codec
+    (transactional batches, AddPartitionsToTxn or Produce v12, EndTxn v4 or v5), on the
+    3-node cluster; confluent-kafka's read_committed consumer sees the committed ones."""
+    from pipeline.cluster import Cluster
+    from pipeline.protocol.api import ApiKey
+    from tests.testing import txn_raw
+
+    topic = kafka_topic(f"raw-{protocol}")
+    await kafka_cluster.call(kafka_cluster.create_topic, topic, 2, 3)
+    versions = ({ApiKey.PRODUCE: 11, ApiKey.ADD_PARTITIONS_TO_TXN: 3, ApiKey.END_TXN: 4}
+                if protocol == "v1" else {ApiKey.PRODUCE: 12, ApiKey.END_TXN: 5})
+    async with Cluster.open(kafka_cluster.bootstrap) as cluster:
+        x = txn_raw.Txn(cluster, topic, versions=versions)
+        await x.init_ok()
+        for values, commit in (([b"c1", b"c2"], True), ([b"a1"], False), ([b"c3"], True)):
+            if protocol == "v1":
+                assert await x.add_partitions({topic: [0, 1]}) == {(topic, 0): 0, (topic, 1): 0}
+            for i, value in enumerate(values):
+                assert (await x.produce(topic, i % 2, value)).error_code == 0
+            assert (await x.end(commit)).error_code == 0
+            await x.completed()
+    got = await trio.to_thread.run_sync(
+        _confluent_records, kafka_cluster.bootstrap, topic, 2, "read_committed", 3)
+    assert sorted(v for _, _, v in got) == [b"c1", b"c2", b"c3"]
+    everything = await trio.to_thread.run_sync(
+        _confluent_records, kafka_cluster.bootstrap, topic, 2, "read_uncommitted", 4)
+    assert sorted(v for _, _, v in everything) == [b"a1", b"c1", b"c2", b"c3"]

@@ -74,5 +74,6 @@ async def test_finalized_features_are_kept() -> None:
                                 max_version_level=27)))
     result = await handshake(Script(response), ClusterConfig())
     assert result.finalized_features == {"transaction.version": 2, "metadata.version": 27}
+    assert result.broker_versions == {18: (0, 3)}
     # a broker before KIP-584 (ApiVersions v0-2) finalizes nothing
     assert (await handshake(Script(full((18, 0, 2))), ClusterConfig())).finalized_features == {}

@@ -25,6 +25,7 @@ from pipeline.consumer import (
 )
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
+from pipeline.testing.fake.coordinators import GROUP
 from pipeline.testing.fake.faults import NO_RESPONSE
 from pipeline.testing.fake_cluster import FakeCluster
 
@@ -258,8 +259,8 @@ async def test_coordinator_moves_without_a_rebalance(topic: FakeCluster, autojum
     a = Member("a")
     async with running(fake, a, enable_auto_commit=False):
         await until(lambda: len(a.records) == 20)
-        old = fake.coordinator_of("g")
-        new = fake.move_group_coordinator("g")
+        old = fake.coordinator("g", GROUP)
+        new = fake.move_coordinator("g", key_type=GROUP)
         await until(lambda: any(r.api_key == ApiKey.HEARTBEAT and r.node_id == new
                                 for r in fake.requests))
         assert a.consumer is not None

@@ -219,7 +219,9 @@ def test_version_out_of_range() -> None:
     from pipeline.protocol.messages.produce import ProduceRequest
 
     with pytest.raises(UnsupportedVersionError):
-        ProduceRequest().encode(12)
+        ProduceRequest().encode(14)
+    with pytest.raises(UnsupportedVersionError):
+        ProduceRequest().encode(2)  # Kafka 4 removed v0-2; v3 is the baseline
     with pytest.raises(UnsupportedVersionError):
         ProduceRequest.decode(b"", -1)
 
@@ -232,9 +234,14 @@ def test_non_ignorable_field_absent_in_version_raises() -> None:
     assert MetadataRequest(topics=None, allow_auto_topic_creation=True).encode(3) == b"\xff\xff\xff\xff"
     with pytest.raises(UnsupportedVersionError, match="allow_auto_topic_creation"):
         MetadataRequest(topics=None, allow_auto_topic_creation=False).encode(3)
-    # TransactionalId (v3+) is not ignorable either
-    with pytest.raises(UnsupportedVersionError, match="transactional_id"):
-        ProduceRequest(transactional_id="txn").encode(2)
+    # ProducerId (v3+) is not ignorable either
+    from pipeline.protocol.messages.init_producer_id import InitProducerIdRequest
+
+    with pytest.raises(UnsupportedVersionError, match="producer_id"):
+        InitProducerIdRequest(producer_id=7).encode(2)
+    # ProduceRequest's topic name (v3-12) is ignorable: v13 names topics by id
+    assert ProduceRequest(topic_data=(pr.TopicProduceData(name="t"),)).encode(13) == (
+        ProduceRequest(topic_data=(pr.TopicProduceData(),)).encode(13))
 
 
 def test_ignorable_field_absent_in_version_is_dropped() -> None:

@@ -1,12 +1,13 @@
 """The group APIs of the fake cluster: requests in, versioned answers out.
 
-FindCoordinator (any broker answers), then JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit, OffsetFetch, ListGroups and DescribeGroups, each answered
-by the group's coordinator only: another broker answers NOT_COORDINATOR, as Kafka's
-do. A group's coordinator is its *home* broker (a hash of the group id over the
-brokers, as Kafka hashes it over ``__consumer_offsets`` partitions), or the next
-running broker while it is stopped, or wherever ``FakeCluster.move_group_coordinator``
-put it; the group's state survives a move, as Kafka's reloads from its log.
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups and
+DescribeGroups, each answered by the group's coordinator only (``coordinators.py``:
+where a group's ``__consumer_offsets`` partition lives, or where
+``FakeCluster.move_coordinator`` put it); another broker answers NOT_COORDINATOR, as
+Kafka's do. The group's state survives a move, as Kafka's reloads from its log.
+Committed offsets live in the cluster's :class:`OffsetStore` (shared with the
+transaction coordinator): OffsetFetch with ``require_stable`` answers
+UNSTABLE_OFFSET_COMMIT for a partition an open transaction committed.
 
 The rules themselves are in ``groups.py``; this module only reads requests and
 writes each version's answer (fields a version lacks are left at their defaults).
@@ -22,7 +23,6 @@ import trio
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages import describe_groups as dsg
-from pipeline.protocol.messages import find_coordinator as fc
 from pipeline.protocol.messages import heartbeat as hb
 from pipeline.protocol.messages import join_group as jg
 from pipeline.protocol.messages import leave_group as lg
@@ -31,54 +31,37 @@ from pipeline.protocol.messages import offset_commit as oc
 from pipeline.protocol.messages import offset_fetch as of
 from pipeline.protocol.messages import sync_group as sg
 
+from .coordinators import GROUP, Coordinators
 from .groups import GroupCoordinator
+from .offsets import CommittedOffset, OffsetStore
 from .state import FakeState
 
-__all__ = ["GROUP_APIS", "GroupApis", "java_hash"]
+__all__ = ["GROUP_APIS", "GroupApis"]
 
 GROUP_APIS = frozenset({
-    ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT,
-    ApiKey.LEAVE_GROUP, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.LIST_GROUPS,
-    ApiKey.DESCRIBE_GROUPS,
+    ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
+    ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS,
 })
-
-
-def java_hash(text: str) -> int:
-    """Java's ``String.hashCode`` (what Kafka hashes a group id with)."""
-    h = 0
-    for ch in text.encode("utf-16-be").decode("utf-16-be"):
-        h = (31 * h + ord(ch)) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 class GroupApis:
     """Answers the group APIs for a :class:`FakeState` (owned by the fake's server)."""
 
-    def __init__(self, state: FakeState, coordinator: GroupCoordinator) -> None:
+    def __init__(self, state: FakeState, coordinator: GroupCoordinator,
+                 coordinators: Coordinators, offsets: OffsetStore) -> None:
         self.state = state
         self.groups = coordinator
-        self.moved: dict[str, int] = {}  # group id -> node id (move_group_coordinator)
-        # (group, topic, partition) -> (offset, metadata, leader epoch)
-        self.offsets: dict[tuple[str, str, int], tuple[int, str, int]] = {}
+        self.coordinators = coordinators
+        self.offsets = offsets
 
-    def coordinator_for(self, key: str) -> int:
-        """The node id coordinating ``key``; -1 if no broker runs."""
-        alive = sorted(b.node_id for b in self.state.alive_brokers())
-        if not alive:
-            return -1
-        moved = self.moved.get(key)
-        if moved is not None and moved in alive:
-            return moved
-        every = sorted(self.state.brokers)
-        home = every[abs(java_hash(key)) % len(every)]
-        return next((n for n in every[every.index(home):] + every if n in alive), alive[0])
+    def coordinator_for(self, group_id: str) -> int:
+        """The node id coordinating ``group_id``; -1 if no broker runs."""
+        return self.coordinators.node_for(GROUP, group_id)
 
     async def handle(self, node_id: int, api_key: int, version: int, request: Any,
                      client_id: str | None, inject: Callable[[str | None, int | None], int | None]
                      ) -> Any:
         injected = inject(None, None)
-        if api_key == ApiKey.FIND_COORDINATOR:
-            return self._find(version, request, injected)
         if api_key == ApiKey.LIST_GROUPS:
             return self._list(version, request, injected)
         if api_key == ApiKey.DESCRIBE_GROUPS:
@@ -106,29 +89,6 @@ class GroupApis:
         if api_key == ApiKey.OFFSET_FETCH:
             return self._fetch(version, request, group_id, injected)
         raise AssertionError(f"not a group API: {api_key}")  # pragma: no cover
-
-    # ------------------------------------------------------------------ lookup
-
-    def _find(self, version: int, request: fc.FindCoordinatorRequest, injected: int | None
-              ) -> fc.FindCoordinatorResponse:
-        keys = request.coordinator_keys if version >= 4 else (request.key,)
-        found = []
-        for key in keys:
-            node = self.coordinator_for(key)
-            code = injected if injected is not None else (
-                0 if node >= 0 else int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-            broker = self.state.brokers.get(node) if code == 0 else None
-            found.append(fc.Coordinator(
-                key=key, node_id=broker.node_id if broker else -1,
-                host=broker.host if broker else "", port=broker.port if broker else -1,
-                error_code=code, error_message=None if code == 0 else ErrorCode(code).description,
-            ))
-        if version >= 4:
-            return fc.FindCoordinatorResponse(coordinators=tuple(found))
-        (one,) = found
-        return fc.FindCoordinatorResponse(
-            error_code=one.error_code, error_message=one.error_message if version >= 1 else None,
-            node_id=one.node_id, host=one.host, port=one.port)
 
     # ------------------------------------------------------------------ membership
 
@@ -199,18 +159,17 @@ class GroupApis:
                     request.group_instance_id if version >= 7 else None, generation))
         if code == 0:
             self.groups.simple_group(group_id)
-        topics = []
-        for t in request.topics:
-            parts = []
-            for p in t.partitions:
-                if code == 0:
-                    self.offsets[(group_id, t.name, p.partition_index)] = (
-                        p.committed_offset, p.committed_metadata or "",
-                        p.committed_leader_epoch if version >= 6 else -1)
-                parts.append(oc.OffsetCommitResponsePartition(
-                    partition_index=p.partition_index, error_code=code))
-            topics.append(oc.OffsetCommitResponseTopic(name=t.name, partitions=tuple(parts)))
-        return oc.OffsetCommitResponse(topics=tuple(topics))
+            self.offsets.commit(group_id, {
+                (t.name, p.partition_index): CommittedOffset(
+                    p.committed_offset, p.committed_leader_epoch if version >= 6 else -1,
+                    p.committed_metadata or "")
+                for t in request.topics for p in t.partitions})
+        return oc.OffsetCommitResponse(topics=tuple(
+            oc.OffsetCommitResponseTopic(name=t.name, partitions=tuple(
+                oc.OffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                 error_code=code)
+                for p in t.partitions))
+            for t in request.topics))
 
     def _fetch(self, version: int, request: of.OffsetFetchRequest, group_id: str,
                injected: int | None) -> of.OffsetFetchResponse:
@@ -220,9 +179,16 @@ class GroupApis:
         else:
             wanted = [(t.name, tuple(t.partition_indexes)) for t in (request.topics or ())]
 
-        def row(topic: str, p: int) -> tuple[int, str, int]:
-            offset, metadata, epoch = self.offsets.get((group_id, topic, p), (-1, "", -1))
-            return offset, metadata, epoch
+        stable = request.require_stable if version >= 7 else False
+
+        def row(topic: str, p: int) -> tuple[int, str, int, int]:
+            """(offset, metadata, leader epoch, error) of one partition."""
+            if stable and self.offsets.is_pending(group_id, (topic, p)):
+                return -1, "", -1, int(ErrorCode.UNSTABLE_OFFSET_COMMIT)
+            found = self.offsets.fetch(group_id, (topic, p))
+            if found is None:
+                return -1, "", -1, 0
+            return found.offset, found.metadata or "", found.leader_epoch, 0
 
         if version >= 8:
             return of.OffsetFetchResponse(groups=(of.OffsetFetchResponseGroup(
@@ -230,7 +196,8 @@ class GroupApis:
                 topics=() if injected else tuple(of.OffsetFetchResponseTopics(name=t, partitions=tuple(
                     of.OffsetFetchResponsePartitions(
                         partition_index=p, committed_offset=row(t, p)[0],
-                        committed_leader_epoch=row(t, p)[2], metadata=row(t, p)[1])
+                        committed_leader_epoch=row(t, p)[2], metadata=row(t, p)[1],
+                        error_code=row(t, p)[3])
                     for p in ps)) for t, ps in wanted)),))
         return of.OffsetFetchResponse(
             error_code=injected or 0 if version >= 2 else 0,
@@ -238,7 +205,8 @@ class GroupApis:
                 of.OffsetFetchResponsePartition(
                     partition_index=p, committed_offset=row(t, p)[0],
                     committed_leader_epoch=row(t, p)[2] if version >= 5 else -1,
-                    metadata=row(t, p)[1], error_code=injected or 0 if version < 2 else 0)
+                    metadata=row(t, p)[1],
+                    error_code=(injected or 0) if version < 2 else row(t, p)[3])
                 for p in ps)) for t, ps in wanted))
 
     # ------------------------------------------------------------------ listing

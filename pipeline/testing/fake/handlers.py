@@ -7,12 +7,17 @@ Kafka 3.x behaviour, deliberately unlike tansu where the two differ:
   response that creates it says LEADER_NOT_AVAILABLE (5) with no partitions,
   as Kafka's does; the next Metadata sees it.
 * A stopped broker disappears from Metadata's broker list.
-* ListOffsets: -2 earliest, -1 latest (the high watermark), -3 max timestamp
-  (v7+), else the first offset whose timestamp is >= the one asked for.
+* ListOffsets: -2 earliest, -1 latest (the high watermark; the last stable
+  offset with isolation_level 1), -3 max timestamp (v7+), else the first offset
+  whose timestamp is >= the one asked for.
 * Fetch (v4-v12, by topic name) returns the stored batches' bytes from the
   batch holding `fetch_offset`, at least one batch even past
   `partition_max_bytes` (KIP-74), and waits up to `max_wait_ms` for
-  `min_bytes`.
+  `min_bytes`. With isolation_level 1 (read_committed) only batches below the
+  last stable offset, and the aborted transactions overlapping what is returned
+  (an empty list, not null, when there are none); `last_stable_offset` is sent
+  at both levels.
+* ApiVersions v3+ lists the finalized features (`FakeCluster(transaction_version=)`).
 """
 
 from __future__ import annotations
@@ -90,13 +95,21 @@ def new_topic(
 
 
 def handle_api_versions(
-    supported: dict[int, tuple[int, int]], injected: int | None
+    supported: dict[int, tuple[int, int]], injected: int | None,
+    features: dict[str, int] | None = None,
 ) -> av.ApiVersionsResponse:
     keys = tuple(
         av.ApiVersion(api_key=k, min_version=lo_, max_version=hi)
         for k, (lo_, hi) in sorted(supported.items())
     )
-    return av.ApiVersionsResponse(error_code=injected or 0, api_keys=keys)
+    finalized = tuple(
+        av.FinalizedFeatureKey(name=name, min_version_level=level, max_version_level=level)
+        for name, level in sorted((features or {}).items()) if level > 0  # 0: not listed
+    )
+    return av.ApiVersionsResponse(
+        error_code=injected or 0, api_keys=keys, finalized_features=finalized,
+        finalized_features_epoch=1 if finalized else -1,
+    )
 
 
 # --------------------------------------------------------------------------
@@ -365,7 +378,8 @@ def handle_list_offsets(
             if p.timestamp == -2:
                 offset = part.log_start_offset
             elif p.timestamp == -1:
-                offset = part.high_watermark
+                offset = (part.last_stable_offset if version >= 2 and request.isolation_level
+                          else part.high_watermark)
             else:
                 ts, offset = decode_timestamps(part, p.timestamp)
             parts_out.append(
@@ -434,6 +448,8 @@ def _fetch_once(
                 )
                 continue
             hw = part.high_watermark
+            lso = part.last_stable_offset
+            committed = request.isolation_level == 1
             if p.fetch_offset < part.log_start_offset or p.fetch_offset > hw:
                 errors = True
                 parts_out.append(
@@ -441,7 +457,7 @@ def _fetch_once(
                         partition_index=p.partition,
                         error_code=ErrorCode.OFFSET_OUT_OF_RANGE,
                         high_watermark=hw,
-                        last_stable_offset=hw,
+                        last_stable_offset=lso,
                         log_start_offset=part.log_start_offset,
                         records=None,
                     )
@@ -450,22 +466,34 @@ def _fetch_once(
             chunks: list[bytes] = []
             size = 0
             limit = min(p.partition_max_bytes, budget)
+            upper = lso if committed else hw  # the first offset not returned
             for stored in part.batches[part.index_of_offset(p.fetch_offset) :]:
+                if committed and stored.base_offset >= lso:
+                    break
                 if chunks and size + len(stored.data) > limit:
+                    upper = stored.base_offset
                     break
                 if not chunks and total > 0 and len(stored.data) > budget:
+                    upper = stored.base_offset
                     break  # KIP-74: only the first partition may exceed the budget
                 chunks.append(stored.data)
                 size += len(stored.data)
             budget -= size
             total += size
+            aborted = None
+            if committed:
+                aborted = tuple(
+                    fm.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in part.aborted_between(p.fetch_offset, upper)
+                )
             parts_out.append(
                 fm.PartitionData(
                     partition_index=p.partition,
                     error_code=0,
                     high_watermark=hw,
-                    last_stable_offset=hw,
+                    last_stable_offset=lso,
                     log_start_offset=part.log_start_offset,
+                    aborted_transactions=aborted,
                     records=b"".join(chunks),
                 )
             )

@@ -18,6 +18,11 @@ Theory of operation (the parts Kafka is picky about):
   only ever bumped by the producer itself (KIP-360, the Java client's way).
 * The ISR of a partition is its replicas on running brokers (a stopped
   broker leaves every ISR at once, as a fenced Kafka broker does).
+* Transactions, per partition as Kafka's ``ProducerStateManager`` keeps them: the first
+  offset of each producer's open transaction (the last stable offset is the smallest, else
+  the high watermark) and the aborted transactions with the offset of their ABORT marker,
+  which Fetch lists for read_committed readers. The transaction coordinator is
+  ``txn.py``.
 """
 
 from __future__ import annotations
@@ -136,6 +141,15 @@ class ProducerEntry:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """A transaction aborted in one partition: its producer, first offset, ABORT marker."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
 @dataclass(slots=True)
 class StoredBatch:
     base_offset: int
@@ -162,11 +176,27 @@ class PartitionState:
     producers: dict[int, ProducerEntry] = field(default_factory=dict)
     log_start_offset: int = 0
     forgotten: set[int] = field(default_factory=set)  # producer ids whose state was lost
+    #: producer id -> first offset of its open transaction here (bounds the LSO)
+    open_txns: dict[int, int] = field(default_factory=dict)
+    #: aborted transactions in marker order (a read_committed Fetch lists those it overlaps)
+    aborted_txns: list[AbortedTxn] = field(default_factory=list)
 
     @property
     def high_watermark(self) -> int:
         """Log end offset; with one in-sync copy it is also the high watermark."""
         return self.batches[-1].last_offset + 1 if self.batches else self.log_start_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, else the high watermark: a
+        read_committed reader sees nothing at or beyond it."""
+        return min(self.open_txns.values(), default=self.high_watermark)
+
+    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions a Fetch of offsets ``[start, end)`` must list: those
+        whose range (first offset to ABORT marker) overlaps it (Kafka's
+        ``collectAbortedTransactions``)."""
+        return [a for a in self.aborted_txns if a.last_offset >= start and a.first_offset < end]
 
     def append(self, batch: StoredBatch) -> None:
         self.batches.append(batch)
@@ -222,6 +252,13 @@ class FakeConfig:
     default_replication_factor: int
     strict_unknown_producer: bool
     cluster_id: str
+    #: finalized feature levels ApiVersions lists (KIP-584), e.g. transaction.version
+    features: dict[str, int] = field(default_factory=dict)
+    #: transaction.max.timeout.ms: InitProducerId with a longer timeout is refused
+    max_transaction_timeout_ms: int = 900_000
+    #: seconds between an EndTxn (or a timeout, or a fencing InitProducerId) and its
+    #: markers: meanwhile the transaction is PrepareCommit / PrepareAbort
+    txn_marker_delay: float = 0.0
 
 
 @dataclass(slots=True)

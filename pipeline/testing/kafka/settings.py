@@ -55,6 +55,8 @@ def test_kit_config(nodes: int) -> dict[str, str]:
         "share.coordinator.state.topic.min.isr": isr,
         "share.coordinator.state.topic.num.partitions": "3",
         "group.initial.rebalance.delay.ms": "0",
+        # A transaction open past its timeout is aborted within a second, not ten.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         "log.cleaner.dedupe.buffer.size": "2097152",
         "auto.create.topics.enable": "false",
         "num.network.threads": "2",
