@@ -442,8 +442,10 @@ class GroupCoordinator:
         return group
 
     def validate_commit(self, group_id: str, member_id: str, instance_id: str | None,
-                        generation: int) -> ErrorCode:
-        """Kafka's ClassicGroup.validateOffsetCommit (a non-transactional commit)."""
+                        generation: int, *, transactional: bool = False) -> ErrorCode:
+        """Kafka's ClassicGroup.validateOffsetCommit. ``transactional`` (TxnOffsetCommit
+        v3+, KIP-447): a non-member may commit without generation, and the group's state
+        is not enforced."""
         group = self.groups.get(group_id)
         if group is None or (generation < 0 and group.state == "Empty"):
             if group is None and (generation >= 0 or member_id):
@@ -455,8 +457,8 @@ class GroupCoordinator:
                 return code
             if generation != group.generation:
                 return ErrorCode.ILLEGAL_GENERATION
-        elif group.state != "Empty":
+        elif not transactional and group.state != "Empty":
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if group.state == "CompletingRebalance":
+        if not transactional and group.state == "CompletingRebalance":
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
