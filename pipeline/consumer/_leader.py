@@ -42,10 +42,10 @@ def subscription_bytes(assignor: Assignor, topics: Iterable[str],
 
 async def leader_assignment(
     cluster: Cluster, group_id: str, assignor: Assignor, join: JoinGroupResponse
-) -> tuple[dict[str, bytes], dict[str, int]]:
-    """``({member_id: assignment bytes}, {topic: partition count assigned from})``.
-    A member whose subscription does not decode gets nothing (and is logged); topics
-    that do not exist are left out."""
+) -> tuple[dict[str, bytes], dict[str, int | None]]:
+    """``({member_id: assignment bytes}, {topic: partition count assigned from})``, the
+    count None for a subscribed topic that does not exist (left out of the assignment).
+    A member whose subscription does not decode gets nothing (and is logged)."""
     members: dict[str, Member] = {}
     for m in join.members:
         try:
@@ -55,13 +55,14 @@ async def leader_assignment(
                            "(%s); it gets nothing", group_id, m.member_id, exc)
             sub = ConsumerProtocolSubscription(topics=())
         members[m.member_id] = member_from_subscription(m.member_id, m.group_instance_id, sub)
-    counts: dict[str, int] = {}
+    counts: dict[str, int | None] = {}
     for topic in sorted({t for m in members.values() for t in m.topics}):
         try:
             counts[topic] = await cluster.partitions_for(topic)
         except UnknownTopicError:
+            counts[topic] = None
             logger.info("group %r: subscribed topic %r does not exist", group_id, topic)
-    result = assignor.assign(counts, members)
+    result = assignor.assign({t: n for t, n in counts.items() if n is not None}, members)
     logger.info("group %r generation %d: leader %s assigned %s", group_id,
                 join.generation_id, join.member_id, {m: sorted(p) for m, p in result.items()})
     assignments = {m: ConsumerProtocolAssignment.of(parts).encode() for m, parts in result.items()}

@@ -78,7 +78,8 @@ class Liveness:
         _poll_timeout: bool
         _joining: bool
         _lost: frozenset[TopicPartition]
-        _assigned_counts: dict[str, int]
+        _assigned_counts: dict[str, int | None]
+        _missing_checked: float
         group_id: str
         member_id: str
         leader_id: str
@@ -145,13 +146,20 @@ class Liveness:
             logger.warning("group %r: heartbeat answered %s", self.group_id, code.name)
 
     def _check_metadata(self) -> None:
-        """The leader rebalances when a subscribed topic's partition count changed."""
+        """As the leader, rebalance when a subscribed topic's partition count changed, or
+        a subscribed topic that did not exist now does (metadata for those is asked at
+        most every ``metadata_max_age``, the Java client's pace)."""
         if self.leader_id != self.member_id or not self._assigned_counts:
             return
+        missing = [t for t, n in self._assigned_counts.items() if n is None]
+        now = trio.current_time()
+        if missing and now - self._missing_checked >= self._config.cluster.metadata_max_age:
+            self._missing_checked = now
+            self._cluster.request_refresh(missing)
         for topic, count in self._assigned_counts.items():
-            now = self._cluster.partition_count_nowait(topic)
-            if now is not None and now != count:
-                self.request_rejoin(f"topic {topic!r} has {now} partitions, not {count}")
+            seen = self._cluster.partition_count_nowait(topic)
+            if seen is not None and seen != count:
+                self.request_rejoin(f"topic {topic!r} has {seen} partitions, not {count}")
                 return
 
     # ------------------------------------------------------------ poll watchdog

@@ -26,6 +26,7 @@ the member it was joining for is gone, and stops.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -117,7 +118,10 @@ class GroupMember(Liveness):
         self.last_heartbeat: float | None = None  # trio time of the last answered heartbeat
         self._owned_generation = -1  # the generation the owned partitions came from
         self._lost: frozenset[TopicPartition] = frozenset()  # to hand over as lost first
-        self._assigned_counts: dict[str, int] = {}  # what the leader assigned from
+        # As the leader: the subscribed topics' partition counts it assigned from (None:
+        # the topic did not exist), and when it last asked metadata about missing ones.
+        self._assigned_counts: dict[str, int | None] = {}
+        self._missing_checked = -math.inf
         self._rejoin_needed = trio.Event()
         self._joining = False  # a JoinGroup / SyncGroup is in flight
         self._settled = trio.Event()  # set when joining ends

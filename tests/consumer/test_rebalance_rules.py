@@ -27,6 +27,7 @@ from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake.coordinators import GROUP
 from pipeline.testing.fake.faults import NO_RESPONSE
+from pipeline.testing.fake.state import PartitionState
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_consumer, produce, until
@@ -338,3 +339,21 @@ async def test_restart_resumes_from_the_committed_offsets(topic: FakeCluster, au
         await until(lambda: len(a2.records) == 8)
     assert offsets(a2) == [(p, o) for p in range(4) for o in (5, 6)]
 
+
+
+async def test_the_leader_rebalances_when_subscribed_topics_change(
+    fake: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A subscribed topic created after the join, then grown by a partition, is
+    assigned: the leader notices in its metadata (asked every metadata_max_age) and
+    rejoins, as the Java leader does."""
+    fake.create_topic("t", 1)
+    a = Member("a")
+    async with running(fake, a, topics=["t", "later"], metadata_max_age=10.0):
+        await until(lambda: a.assignment == {TopicPartition("t", 0)})
+        fake.create_topic("later", 1)
+        await until(lambda: TopicPartition("later", 0) in a.assignment, within=60)
+        fake.state.topics["t"].partitions.append(  # a partition added (CreatePartitions)
+            PartitionState("t", 1, leader=0, leader_epoch=0, replicas=(0,)))
+        await until(lambda: TopicPartition("t", 1) in a.assignment, within=60)
+        assert fake.group("g").generation == 3
