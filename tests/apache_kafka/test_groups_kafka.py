@@ -298,3 +298,41 @@ async def test_a_static_member_restarts_without_a_rebalance(
     finally:
         lib_stop.set()
         thread.join(30)
+
+
+async def test_a_killed_broker_loses_no_record_and_no_commit(
+    kafka_cluster: KafkaCluster, kafka_topic: Callable[[str], str],
+) -> None:
+    """A group of ours and a librdkafka member consumes while the group's coordinator
+    (and leader of some partitions) is killed and later restarted: every record is
+    processed, and the committed offsets, read back by librdkafka, equal the log end."""
+    bootstrap = kafka_cluster.bootstrap
+    topic = kafka_topic("killed")
+    group = f"killed-{uuid.uuid4().hex[:8]}"
+    strategy = "cooperative-sticky"
+    await kafka_cluster.call(kafka_cluster.create_topic, topic, PARTITIONS, 3)
+    await trio.to_thread.run_sync(produce_with_librdkafka, bootstrap, topic, RECORDS // 2)
+    processed = Processed()
+    lib: list[LibrdkafkaMember] = []
+    victim = -1
+    async with trio.open_nursery() as nursery:
+        stop = trio.Event()
+        ours = await nursery.start(our_member, bootstrap, group, topic, strategy, processed, stop)
+        lib.append(await trio.to_thread.run_sync(
+            LibrdkafkaMember, bootstrap, group, topic, strategy, processed))
+        await until(lambda: len(ours.assignment()) > 0 and processed.distinct() > 0, 90,
+                    "the group consumes")
+        victim = ours.statistics()["coordinator"]
+        await trio.to_thread.run_sync(kafka_cluster.kill, victim)
+        await trio.to_thread.run_sync(produce_with_librdkafka, bootstrap, topic, RECORDS // 2,
+                                      RECORDS // 2)
+        await until(lambda: processed.distinct() == RECORDS, 180, "every record processed")
+        assert ours.statistics()["coordinator"] != victim  # it found the new coordinator
+        await trio.to_thread.run_sync(kafka_cluster.start, victim)
+        await trio.sleep(3)  # a last auto-commit round
+        stop.set()
+    await trio.to_thread.run_sync(lib[0].close)
+    ends = await trio.to_thread.run_sync(log_ends, bootstrap, topic)
+    assert set(processed.counts) == {(p, o) for p, end in ends.items() for o in range(end)}
+    committed = await trio.to_thread.run_sync(committed_by_librdkafka, bootstrap, group, topic)
+    assert committed == ends
