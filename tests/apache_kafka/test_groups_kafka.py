@@ -9,6 +9,7 @@
   member takes its partitions; when it comes back, it gets some again.
 * A static member of ours (KIP-345) restarts without a rebalance: the librdkafka member
   sees no revocation, and the generation does not change.
+* The group's coordinator is killed mid-stream: nothing is skipped, commits survive.
 """
 
 from __future__ import annotations
