@@ -31,6 +31,7 @@ from pipeline.consumer._errors import ConsumerClosedError, ConsumerError
 from pipeline.consumer._fetcher import Fetcher
 from pipeline.consumer._handoff import Callback, Handoff
 from pipeline.consumer._member import GroupMember
+from pipeline.consumer._member848 import GroupMember848
 from pipeline.consumer._positions import OffsetResolver
 from pipeline.consumer._state import Assignment, PartitionState
 from pipeline.consumer._types import (
@@ -94,10 +95,11 @@ class Consumer:
             on_lost=callbacks.get("on_lost"),
             commit_before_revoke=self._commit_before_revoke if config.enable_auto_commit else None,
         )
-        self._group: GroupMember | None = None
+        self._group: GroupMember | GroupMember848 | None = None
         if config.group_id is not None:
-            self._group = GroupMember(cluster, config, topics, self._assignment, self._handoff,
-                                      self._report, self)
+            member = GroupMember848 if config.group_protocol == "consumer" else GroupMember
+            self._group = member(cluster, config, topics, self._assignment, self._handoff,
+                                 self._report, self)
         self._fetcher = Fetcher(cluster, config, self._assignment, self._report)
         self._resolver = OffsetResolver(
             cluster, config, self._assignment, self._report,

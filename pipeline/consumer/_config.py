@@ -50,7 +50,8 @@ class ConsumerConfig:
     # committed), as a Java consumer that only calls assign().
     group_id: str | None = None
     group_instance_id: str | None = None  # KIP-345 static membership
-    # "consumer" (KIP-848: the broker assigns) is refused until it is implemented.
+    # "consumer": KIP-848, the broker assigns (session, heartbeat and assignors are then
+    # the broker's settings, so setting them here is refused).
     group_protocol: str = "classic"
     # The member is removed when the coordinator hears no heartbeat for this long.
     session_timeout: float = 45.0
@@ -145,8 +146,15 @@ class ConsumerConfig:
         if self.group_protocol not in _GROUP_PROTOCOLS:
             raise bad("group_protocol", f"use one of {list(_GROUP_PROTOCOLS)}")
         if self.group_protocol == "consumer":
-            raise bad("group_protocol", 'KIP-848 (the "consumer" protocol) is not '
-                      'implemented yet: use "classic" (the default)')
+            # As the Java client and librdkafka: with KIP-848 the broker owns these.
+            for name, broker_side in (
+                ("session_timeout", "group.consumer.session.timeout.ms"),
+                ("heartbeat_interval", "group.consumer.heartbeat.interval.ms"),
+                ("partition_assignment_strategy", "group.consumer.assignors"),
+            ):
+                if getattr(self, name) != _DEFAULTS[name]:
+                    raise bad(name, f'not with group_protocol="consumer": the broker sets it '
+                              f"({broker_side})")
         for name in ("session_timeout", "heartbeat_interval", "max_poll_interval",
                      "auto_commit_interval", "default_api_timeout", "close_timeout"):
             value = getattr(self, name)
@@ -197,6 +205,7 @@ def _strategy(value: object) -> object:
 
 
 _OWN_FIELDS = tuple(f for f in dataclasses.fields(ConsumerConfig) if f.name != "cluster")
+_DEFAULTS = {f.name: f.default for f in _OWN_FIELDS}
 _OWN_NAMES = frozenset(f.name for f in _OWN_FIELDS)
 _CLUSTER_NAMES = frozenset(f.name for f in ClusterConfig.option_fields())
 _ALL_NAMES = frozenset(f.name for f in ConsumerConfig.option_fields())

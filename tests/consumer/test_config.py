@@ -49,7 +49,9 @@ def test_strategy_as_text_or_sequence() -> None:
     ({"enable_auto_commit": "yes"}, "True or False"),
     ({"group_id": ""}, "non-empty string"),
     ({"group_instance_id": "i"}, "static membership needs a group_id"),
-    ({"group_protocol": "consumer"}, "KIP-848"),
+    ({"group_protocol": "consumer", "session_timeout": 10.0}, "the broker sets it"),
+    ({"group_protocol": "consumer", "partition_assignment_strategy": "range"},
+     "group.consumer.assignors"),
     ({"group_protocol": "modern"}, "use one of"),
     ({"request_timeout": -1}, "request_timeout"),
 ])
@@ -63,3 +65,8 @@ def test_replace_validates_again() -> None:
     assert c.replace(session_timeout=30.0).session_timeout == 30.0
     with pytest.raises(ConfigError, match="heartbeat_interval"):
         c.replace(session_timeout=2.0)
+
+
+def test_the_consumer_protocol_leaves_assignment_and_liveness_to_the_broker() -> None:
+    c = ConsumerConfig(group_id="g", group_protocol="consumer", max_poll_interval=30.0)
+    assert c.group_protocol == "consumer"
