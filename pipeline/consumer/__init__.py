@@ -5,9 +5,13 @@ Public names (also re-exported from :mod:`pipeline` where noted there)::
     from pipeline.consumer import open_consumer, SyncConsumer, ConsumerConfig, ConsumedRecord
     from pipeline.consumer import read_topic, consume, topic_offsets
 
-Implementation modules are private: ``_api.py`` (the facade), ``_member.py`` and
-``_coordinator.py`` (the group), ``_fetcher.py``, ``_positions.py``, ``_state.py`` (the
-fetch stages), ``_assignors.py`` / ``_sticky.py``, ``_reader.py`` (the assign-mode reader).
+Implementation modules are private: ``_api.py`` (the facade), ``_sync.py``
+(SyncConsumer), ``_member.py``, ``_liveness.py``, ``_leader.py``, ``_coordinator.py``,
+``_commits.py`` (the classic group), ``_member848.py`` (KIP-848), ``_handoff.py``
+(assignment changes run by the iteration), ``_fetcher.py``, ``_decode.py``,
+``_positions.py``, ``_state.py`` (the fetch stages), ``_assignors.py`` / ``_sticky.py``,
+``_config.py``, ``_types.py``, ``_errors.py``, ``_reader.py`` (the assign-mode reader).
+``docs/consumer.md`` is the guide.
 """
 
 from __future__ import annotations
