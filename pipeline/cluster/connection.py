@@ -55,7 +55,7 @@ import collections
 import copy
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Literal, TypeVar, overload
 
 import trio
@@ -69,7 +69,7 @@ from pipeline.cluster.errors import (
     RequestTimedOutError,
     UnsupportedApiError,
 )
-from pipeline.cluster.handshake import handshake
+from pipeline.cluster.handshake import Handshake, handshake
 from pipeline.cluster.pending import PendingResponse
 from pipeline.cluster.reauth import reauthenticate
 from pipeline.cluster.sasl import Authenticator
@@ -115,11 +115,7 @@ class BrokerConnection:
         self.host = host
         self.port = port
         self.api_versions: dict[ApiKey, int] = {}  # negotiated at connect
-        #: the cluster's finalized feature levels as ApiVersions listed them at connect
-        #: (``{"transaction.version": 2, ...}``; a level-0 feature is absent)
-        self.finalized_features: Mapping[str, int] = {}
-        #: ``{api_key: (min, max)}`` the broker listed at connect (negotiated or not)
-        self.broker_versions: Mapping[int, tuple[int, int]] = {}
+        self.handshake = Handshake({})  # what connect established (finalized features...)
         self.config = config
         self.unmatched_responses = 0  # responses whose correlation id matched nothing
         self._stream = stream
@@ -199,9 +195,7 @@ class BrokerConnection:
         except BaseException:
             await conn.aclose()
             raise
-        conn.api_versions = result.versions
-        conn.finalized_features = result.finalized_features
-        conn.broker_versions = result.broker_versions
+        conn.api_versions, conn.handshake = result.versions, result
         conn.session_lifetime = result.session_lifetime
         if result.session_lifetime > 0:
             auth = authenticator if authenticator is not None else Authenticator(cfg)

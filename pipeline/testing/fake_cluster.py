@@ -46,7 +46,7 @@ the last stable offset and list aborted transactions. Committed offsets live in
 
 See `pipeline/testing/fake/cluster.py` for how a request is handled and
 where each fault applies, `fake/produce.py` and `fake/handlers.py` for the
-per-API rules.
+per-API rules (`fake/reads.py`: ListOffsets and Fetch).
 """
 
 from __future__ import annotations

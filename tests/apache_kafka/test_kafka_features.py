@@ -24,7 +24,7 @@ async def _features(kafka: KafkaCluster) -> dict[int, dict[str, int]]:
         out = {}
         for node in kafka.nodes:
             conn = await cluster.connection(node)
-            out[node] = dict(conn.finalized_features)
+            out[node] = dict(conn.handshake.finalized_features)
         return out
 
 

@@ -322,3 +322,15 @@ async def test_librdkafka_reads_the_fakes_transactions() -> None:
         assert await trio.to_thread.run_sync(consume, "read_committed", 2) == [b"c1", b"c2"]
         assert await trio.to_thread.run_sync(consume, "read_uncommitted", 4) == [
             b"c1", b"a1", b"c2", b"open"]
+
+
+@pytest.mark.parametrize(("level", "listed"), [(2, {"transaction.version": 2}),
+                                               (1, {"transaction.version": 1}), (0, {})])
+async def test_api_versions_lists_the_finalized_transaction_version(
+        level: int, listed: dict[str, int], autojump_clock: trio.abc.Clock) -> None:
+    async with FakeCluster.serve(brokers=1, transaction_version=level) as fake:
+        async with Cluster.open(fake.bootstrap, connector=fake.connector) as cluster:
+            conn = await cluster.any_connection()
+            assert dict(conn.handshake.finalized_features) == listed
+            assert conn.handshake.broker_versions[ApiKey.PRODUCE] == (3, 12)
+            assert conn.handshake.broker_versions[ApiKey.END_TXN] == (0, 5)

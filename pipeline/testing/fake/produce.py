@@ -70,10 +70,11 @@ from .state import (
     ProducerEntry,
     StoredBatch,
     in_sequence,
+    open_transaction,
     parse_batch_header,
     restamp_offsets,
 )
-from .txn import TransactionCoordinator, open_transaction
+from .txn import TransactionCoordinator
 
 # (topic, partition) -> injected error code or None
 Inject = Callable[[str | None, int | None], int | None]

@@ -39,13 +39,14 @@ from pipeline.protocol.messages import REQUESTS
 from pipeline.protocol.records import RecordBatch, decode_record_batches
 from pipeline.protocol.versions import unsupported_api_versions_response
 
-from . import handlers, produce
+from . import handlers, produce, reads
 from .coordinators import Coordinators, handle_find_coordinator
 from .faults import DROP, NO_RESPONSE, ControlContext, FaultScript
 from .group_handlers import GROUP_APIS, GroupApis
 from .sasl import ConnAuth, FakeSasl
 from .state import FakeState, PartitionState, TopicState
 from .txn import TransactionCoordinator
+from .txn_views import describe_transactions, list_transactions
 
 __all__ = ["MAX_FRAME", "Conn", "FakeServer", "RecordedRequest"]
 
@@ -330,11 +331,11 @@ class FakeServer:
         if api_key == ApiKey.DELETE_TOPICS:
             return handlers.handle_delete_topics(state, version, request, inject), False
         if api_key == ApiKey.LIST_OFFSETS:
-            return handlers.handle_list_offsets(
+            return reads.handle_list_offsets(
                 state, node_id, version, request, inject, _offset_for_time
             ), False
         if api_key == ApiKey.FETCH:
-            return await handlers.handle_fetch(
+            return await reads.handle_fetch(
                 state, node_id, version, request, inject, self._wait_for_data
             ), False
         raise AssertionError(f"unhandled api {api_key}")  # pragma: no cover
@@ -361,9 +362,9 @@ class FakeServer:
         if api_key == ApiKey.TXN_OFFSET_COMMIT:
             return txn.txn_offset_commit(node_id, version, request, inject)
         if api_key == ApiKey.DESCRIBE_TRANSACTIONS:
-            return txn.describe(node_id, request, inject(None, None))
+            return describe_transactions(txn, node_id, request, inject(None, None))
         if api_key == ApiKey.LIST_TRANSACTIONS:
-            return txn.list(node_id, version, request, inject(None, None))
+            return list_transactions(txn, node_id, version, request, inject(None, None))
         return None
 
     def data_arrived(self) -> None:

@@ -34,6 +34,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.protocol.records import encode_end_txn_marker
+
 # Record batch v2 header layout (Kafka's DefaultRecordBatch).
 BATCH_HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # base_offset + batch_length
@@ -309,3 +311,29 @@ class FakeState:
         if t is None or not 0 <= index < len(t.partitions):
             return None
         return t.partitions[index]
+
+
+def append_marker(part: PartitionState, producer_id: int, epoch: int, *, commit: bool,
+                  coordinator_epoch: int, timestamp_ms: int, now: float) -> None:
+    """Append a COMMIT / ABORT marker to ``part`` and end the producer's transaction there:
+    its open range closes (an aborted one is listed for read_committed fetches), and its
+    producer state moves to the marker's epoch (a newer epoch starts with no sequences,
+    so the producer's older epoch is fenced here too)."""
+    base = part.high_watermark
+    data = encode_end_txn_marker(commit=commit, producer_id=producer_id, producer_epoch=epoch,
+                                 coordinator_epoch=coordinator_epoch, timestamp=timestamp_ms,
+                                 base_offset=base, partition_leader_epoch=part.leader_epoch)
+    part.append(StoredBatch(base_offset=base, last_offset=base, data=data,
+                            max_timestamp=timestamp_ms, append_time=now))
+    first = part.open_txns.pop(producer_id, None)
+    if first is not None and not commit:
+        part.aborted_txns.append(AbortedTxn(producer_id, first, base))
+    entry = part.producers.get(producer_id)
+    if entry is None or entry.epoch < epoch:
+        part.producers[producer_id] = ProducerEntry(producer_id, epoch)
+
+
+def open_transaction(part: PartitionState, producer_id: int, offset: int) -> None:
+    """A transactional batch was appended at ``offset``: the producer's transaction is
+    open here from its first batch on."""
+    part.open_txns.setdefault(producer_id, offset)

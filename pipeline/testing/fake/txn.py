@@ -42,8 +42,7 @@ EndTxn v5 (abort: NONE with the new epoch; commit: INVALID_TXN_STATE).
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import trio
@@ -51,16 +50,13 @@ import trio
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages import add_offsets_to_txn as aot
 from pipeline.protocol.messages import add_partitions_to_txn as apt
-from pipeline.protocol.messages import describe_transactions as dtx
 from pipeline.protocol.messages import end_txn as et
 from pipeline.protocol.messages import init_producer_id as ipi
-from pipeline.protocol.messages import list_transactions as ltx
 from pipeline.protocol.messages import txn_offset_commit as toc
-from pipeline.protocol.records import encode_end_txn_marker
 
 from .coordinators import GROUP, TRANSACTION, Coordinators
 from .offsets import CommittedOffset, OffsetStore
-from .state import MAX_EPOCH, AbortedTxn, FakeState, PartitionState, ProducerEntry, StoredBatch
+from .state import MAX_EPOCH, FakeState, append_marker
 
 __all__ = [
     "COMPLETE_ABORT",
@@ -69,8 +65,10 @@ __all__ = [
     "ONGOING",
     "PREPARE_ABORT",
     "PREPARE_COMMIT",
+    "STATES",
     "TransactionCoordinator",
     "TransactionMetadata",
+    "now_ms",
 ]
 
 EMPTY, ONGOING = "Empty", "Ongoing"
@@ -213,8 +211,9 @@ class TransactionCoordinator:
         for topic, index in sorted(meta.partitions):
             part = self._state.partition(topic, index)
             if part is not None:
-                write_marker(part, meta.marker_producer_id, meta.marker_epoch, commit=commit,
-                             coordinator_epoch=coordinator_epoch)
+                append_marker(part, meta.marker_producer_id, meta.marker_epoch, commit=commit,
+                              coordinator_epoch=coordinator_epoch, timestamp_ms=now_ms(),
+                              now=trio.current_time())
         self._offsets.end_transaction(meta.marker_producer_id, commit=commit,
                                       groups=meta.groups)
         meta.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
@@ -236,7 +235,7 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------------ lookups
 
-    def _not_coordinator(self, node_id: int, transactional_id: str) -> bool:
+    def not_coordinator(self, node_id: int, transactional_id: str) -> bool:
         return not self._coordinators.is_coordinator(node_id, TRANSACTION, transactional_id)
 
     def get(self, transactional_id: str) -> TransactionMetadata | None:
@@ -267,7 +266,7 @@ class TransactionCoordinator:
             return fail(ErrorCode.INVALID_REQUEST)
         if not 0 < request.transaction_timeout_ms <= self._state.config.max_transaction_timeout_ms:
             return fail(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
-        if self._not_coordinator(node_id, tid):
+        if self.not_coordinator(node_id, tid):
             return fail(ErrorCode.NOT_COORDINATOR)
         meta = self.transactions.get(tid)
         if meta is None:
@@ -330,7 +329,7 @@ class TransactionCoordinator:
                         epoch: int, partitions: Iterable[TopicPartition]) -> int:
         if tid == "":
             return int(ErrorCode.INVALID_REQUEST)
-        if self._not_coordinator(node_id, tid):
+        if self.not_coordinator(node_id, tid):
             return int(ErrorCode.NOT_COORDINATOR)
         meta = self.transactions.get(tid)
         code = self._check_producer(meta, producer_id, epoch, version, fenced_from=2)
@@ -353,7 +352,7 @@ class TransactionCoordinator:
         tid = request.transactional_id
         if tid == "":
             return answer(ErrorCode.INVALID_REQUEST)
-        if self._not_coordinator(node_id, tid):
+        if self.not_coordinator(node_id, tid):
             return answer(ErrorCode.NOT_COORDINATOR)
         meta = self.transactions.get(tid)
         code = self._check_producer(meta, request.producer_id, request.producer_epoch, version,
@@ -446,7 +445,7 @@ class TransactionCoordinator:
         tid = request.transactional_id
         if tid == "":
             return fail(ErrorCode.INVALID_REQUEST)
-        if self._not_coordinator(node_id, tid):
+        if self.not_coordinator(node_id, tid):
             return fail(ErrorCode.NOT_COORDINATOR)
         meta = self.transactions.get(tid)
         if meta is None or meta.producer_id != request.producer_id:
@@ -489,97 +488,3 @@ class TransactionCoordinator:
             self._changed()
             return ok()
         return fail(ErrorCode.INVALID_TXN_STATE)
-
-    # ------------------------------------------------------------------ Describe / List
-
-    def describe(self, node_id: int, request: dtx.DescribeTransactionsRequest,
-                 injected: int | None = None) -> dtx.DescribeTransactionsResponse:
-        states = []
-        for tid in request.transactional_ids:
-            meta = self.transactions.get(tid)
-            if injected is not None:
-                code = ErrorCode(injected)
-            elif tid == "":
-                code = ErrorCode.INVALID_REQUEST
-            elif self._not_coordinator(node_id, tid):
-                code = ErrorCode.NOT_COORDINATOR
-            elif meta is None:
-                code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
-            else:
-                by_topic: dict[str, list[int]] = {}
-                for topic, p in sorted(meta.partitions):
-                    by_topic.setdefault(topic, []).append(p)
-                states.append(dtx.TransactionState(
-                    error_code=0, transactional_id=tid, transaction_state=meta.state,
-                    transaction_timeout_ms=meta.timeout_ms,
-                    transaction_start_time_ms=meta.start_time_ms,
-                    producer_id=meta.producer_id, producer_epoch=meta.epoch,
-                    topics=tuple(dtx.TopicData(topic=t, partitions=tuple(ps))
-                                 for t, ps in by_topic.items())))
-                continue
-            states.append(dtx.TransactionState(error_code=int(code), transactional_id=tid))
-        return dtx.DescribeTransactionsResponse(transaction_states=tuple(states))
-
-    def list(self, node_id: int, version: int, request: ltx.ListTransactionsRequest,
-             injected: int | None = None) -> ltx.ListTransactionsResponse:
-        if injected is not None:
-            return ltx.ListTransactionsResponse(error_code=injected)
-        unknown = tuple(s for s in request.state_filters if s not in STATES)
-        wanted_states = set(request.state_filters)
-        pids = set(request.producer_id_filters)
-        pattern = None
-        if version >= 2 and request.transactional_id_pattern is not None:
-            try:
-                pattern = re.compile(request.transactional_id_pattern)
-            except re.error:
-                return ltx.ListTransactionsResponse(error_code=int(ErrorCode.INVALID_REQUEST))
-        duration = request.duration_filter if version >= 1 else -1
-        now = now_ms()
-        out = []
-        for tid, meta in sorted(self.transactions.items()):
-            if self._not_coordinator(node_id, tid):
-                continue
-            if wanted_states and meta.state not in wanted_states:
-                continue
-            if pids and meta.producer_id not in pids:
-                continue
-            if duration >= 0 and now - meta.start_time_ms < duration:
-                continue
-            if pattern is not None and not pattern.fullmatch(tid):
-                continue
-            out.append(ltx.TransactionState(transactional_id=tid, producer_id=meta.producer_id,
-                                            transaction_state=meta.state))
-        return ltx.ListTransactionsResponse(unknown_state_filters=unknown,
-                                            transaction_states=tuple(out))
-
-
-def write_marker(part: PartitionState, producer_id: int, epoch: int, *, commit: bool,
-                 coordinator_epoch: int) -> None:
-    """Append a COMMIT / ABORT marker to ``part`` and end the producer's transaction there:
-    its open range closes (an aborted one is listed for read_committed fetches), and its
-    producer state moves to the marker's epoch (a newer epoch starts with no sequences,
-    so the producer's older epoch is fenced here too)."""
-    base = part.high_watermark
-    data = encode_end_txn_marker(commit=commit, producer_id=producer_id, producer_epoch=epoch,
-                                 coordinator_epoch=coordinator_epoch, timestamp=now_ms(),
-                                 base_offset=base, partition_leader_epoch=part.leader_epoch)
-    part.append(StoredBatch(base_offset=base, last_offset=base, data=data,
-                            max_timestamp=now_ms(), append_time=trio.current_time()))
-    first = part.open_txns.pop(producer_id, None)
-    if first is not None and not commit:
-        part.aborted_txns.append(AbortedTxn(producer_id, first, base))
-    entry = part.producers.get(producer_id)
-    if entry is None or entry.epoch < epoch:
-        part.producers[producer_id] = ProducerEntry(producer_id, epoch)
-
-
-def open_transaction(part: PartitionState, producer_id: int, offset: int) -> None:
-    """A transactional batch was appended at ``offset``: the producer's transaction is
-    open here from its first batch on."""
-    part.open_txns.setdefault(producer_id, offset)
-
-
-def group_offsets(request: toc.TxnOffsetCommitRequest) -> Mapping[TopicPartition, int]:
-    """(for tests and hooks) The offsets a TxnOffsetCommit carries."""
-    return {(t.name, p.partition_index): p.committed_offset
-            for t in request.topics for p in t.partitions}

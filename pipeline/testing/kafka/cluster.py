@@ -93,18 +93,6 @@ def _cleanup(nodes: list[KafkaNode], workdir: Path | None) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _check_features(features: Mapping[str, int] | None) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for name, level in (features or {}).items():
-        if (not isinstance(name, str) or not name or "=" in name or not isinstance(level, int)
-                or isinstance(level, bool) or not 0 <= level <= 32767):
-            raise ValueError(
-                f"features maps a feature name to a level from 0 to 32767 (e.g. "
-                f"{{'transaction.version': 1}}), got {name!r}: {level!r}")
-        out[name] = level
-    return out
-
-
 class KafkaCluster(SecuredClient):
     """Apache Kafka :data:`~pipeline.testing.kafka.dist.KAFKA_VERSION` on 127.0.0.1: ``nodes``
     combined broker + controller nodes (ids 1..n), a static KRaft quorum.
@@ -146,25 +134,8 @@ class KafkaCluster(SecuredClient):
         ssl_client_auth: str = "none",
         features: Mapping[str, int] | None = None,
     ) -> None:
-        if not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= 9:
-            raise ValueError(f"nodes must be an int from 1 to 9, not {nodes!r}")
-        config = dict(broker_config or {})
-        bad = {k: v for k, v in config.items() if not isinstance(k, str) or not isinstance(v, str)}
-        if bad:
-            raise ValueError(f"broker_config keys and values must be strings, got {bad!r}")
-        owned = sorted(set(config) & settings.OWNED)
-        if owned:
-            raise ValueError(
-                f"broker_config may not set {', '.join(owned)}: KafkaCluster sets listeners, "
-                "node ids, the quorum and directories itself (see advertised_ports and workdir)"
-            )
-        ids = list(range(1, nodes + 1))
-        if advertised_ports is not None and sorted(advertised_ports) != ids:
-            raise ValueError(
-                f"advertised_ports needs exactly one port per node {ids}, got "
-                f"{dict(advertised_ports)!r}"
-            )
-        self.features = _check_features(features)
+        ids, config = settings.check_layout(nodes, broker_config, advertised_ports)
+        self.features = settings.check_features(features)
         self._init_security(security_protocol, scram_users, sasl_mechanisms, ssl_client_auth)
         self._ids = ids
         self.broker_config = config
@@ -350,13 +321,8 @@ class KafkaCluster(SecuredClient):
             self._nodes[n] = KafkaNode(n, plan[n], directory, java=java, classpath=classpath,
                                        jvm_options=jvm_options, config=config,
                                        format_args=[*self.security.format_args(),
-                                                    *self._feature_args()])
+                                                    *settings.feature_args(self.features)])
             self._nodes[n].write_files()
-
-    def _feature_args(self) -> list[str]:
-        """``StorageTool format`` arguments setting :attr:`features`."""
-        return [arg for name, level in self.features.items()
-                for arg in ("--feature", f"{name}={level}")]
 
     def _train(self, extra_jvm_options: Sequence[str]) -> None:
         """The CDS training run: a 1-node cluster, started, ready, cleanly stopped."""
