@@ -28,15 +28,14 @@ from typing import Any
 import trio
 import trio.testing
 
-from pipeline.protocol.api import CLIENT_VERSIONS, ApiKey
+from pipeline.protocol.api import ApiKey
 from pipeline.protocol.records import Record, RecordBatch, decode_record_batches
 
 from . import handlers, produce
 from .coordinators import GROUP, TRANSACTION, Coordinators
 from .fault_api import RequestFaults
 from .faults import DROP, NO_RESPONSE, ControlContext, FaultHandle, FaultScript
-from .group_handlers import GroupApis
-from .group_state import ClassicGroup
+from .group_handlers import GROUP_VERSIONS, GroupApis, GroupQueries
 from .groups import GroupCoordinator
 from .offsets import OffsetStore
 from .sasl import FakeSasl
@@ -84,15 +83,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 2),
-    # The group APIs: the ranges Kafka 4.1 serves (group_handlers.py).
-    ApiKey.JOIN_GROUP: CLIENT_VERSIONS[ApiKey.JOIN_GROUP],
-    ApiKey.SYNC_GROUP: CLIENT_VERSIONS[ApiKey.SYNC_GROUP],
-    ApiKey.HEARTBEAT: CLIENT_VERSIONS[ApiKey.HEARTBEAT],
-    ApiKey.LEAVE_GROUP: CLIENT_VERSIONS[ApiKey.LEAVE_GROUP],
-    ApiKey.OFFSET_COMMIT: CLIENT_VERSIONS[ApiKey.OFFSET_COMMIT],
-    ApiKey.OFFSET_FETCH: CLIENT_VERSIONS[ApiKey.OFFSET_FETCH],
-    ApiKey.LIST_GROUPS: CLIENT_VERSIONS[ApiKey.LIST_GROUPS],
-    ApiKey.DESCRIBE_GROUPS: CLIENT_VERSIONS[ApiKey.DESCRIBE_GROUPS],
+    **GROUP_VERSIONS,  # JoinGroup... DescribeGroups: what Kafka 4.1 serves
 }
 
 
@@ -105,7 +96,7 @@ class LogEntry:
     batch: RecordBatch
 
 
-class FakeCluster(RequestFaults):
+class FakeCluster(RequestFaults, GroupQueries):
     """A Kafka-faithful in-process cluster. Start it with `await nursery.start(fake.run)`.
 
     Args:
@@ -433,17 +424,6 @@ class FakeCluster(RequestFaults):
     ) -> None:
         """Wait until at least `count` requests of an API have arrived."""
         await self._server.wait_for_requests(api_key, count, node_id)
-
-    # ------------------------------------------------------------------ groups
-
-    def group(self, group_id: str) -> ClassicGroup:
-        """A classic group's state (KeyError if it does not exist)."""
-        return self.group_coordinator.groups[group_id]
-
-    def committed(self, group_id: str, topic: str, partition: int) -> int | None:
-        """The group's visible committed offset for a partition, None if none."""
-        found = self.offsets.fetch(group_id, (topic, partition))
-        return None if found is None else found.offset
 
     # ------------------------------------------------------------------ faults
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from pipeline.protocol.api import ApiKey
+from pipeline.protocol.api import CLIENT_VERSIONS, ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages import describe_groups as dsg
 from pipeline.protocol.messages import heartbeat as hb
@@ -32,16 +32,35 @@ from pipeline.protocol.messages import offset_fetch as of
 from pipeline.protocol.messages import sync_group as sg
 
 from .coordinators import GROUP, Coordinators
+from .group_state import ClassicGroup
 from .groups import GroupCoordinator
 from .offsets import CommittedOffset, OffsetStore
 from .state import FakeState
 
-__all__ = ["GROUP_APIS", "GroupApis"]
+__all__ = ["GROUP_APIS", "GROUP_VERSIONS", "GroupApis", "GroupQueries"]
 
 GROUP_APIS = frozenset({
     ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
     ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS,
 })
+#: The versions the fake serves: the client's, which are what Kafka 4.1 serves.
+GROUP_VERSIONS: dict[int, tuple[int, int]] = {k: CLIENT_VERSIONS[k] for k in sorted(GROUP_APIS)}
+
+
+class GroupQueries:
+    """The group state tests read (mixed into ``FakeCluster``, which sets these two)."""
+
+    group_coordinator: GroupCoordinator
+    offsets: OffsetStore
+
+    def group(self, group_id: str) -> ClassicGroup:
+        """A classic group's state (KeyError if it does not exist)."""
+        return self.group_coordinator.groups[group_id]
+
+    def committed(self, group_id: str, topic: str, partition: int) -> int | None:
+        """The group's visible committed offset for a partition, None if none."""
+        found = self.offsets.fetch(group_id, (topic, partition))
+        return None if found is None else found.offset
 
 
 class GroupApis:
