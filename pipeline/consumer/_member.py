@@ -296,7 +296,16 @@ class GroupMember(Liveness):
     async def _sync_group(self, join: JoinGroupResponse) -> bytes:
         assignments: dict[str, bytes] = {}
         if join.leader == join.member_id and not join.skip_assignment:
-            assignments = await self._assign(join)
+            try:
+                assignments = await self._assign(join)
+            except (*CONNECT_ERRORS, KafkaError) as exc:
+                if isinstance(exc, ConsumerError):
+                    raise
+                # No metadata for the subscribed topics: join again (the group waits
+                # for the leader up to the rebalance timeout meanwhile).
+                logger.warning("group %r: cannot assign (%s); joining again", self.group_id, exc)
+                await trio.sleep(self._backoff.delay(1))
+                raise _Rejoin from exc
 
         def make(version: int) -> SyncGroupRequest:
             return SyncGroupRequest(
