@@ -1,5 +1,5 @@
-"""``python -m pipeline consume``: read a topic back (assign mode, no consumer group),
-like ``kcat -C``.
+"""``python -m pipeline consume``: read a topic back (assign mode), like ``kcat -C``, or
+consume as a member of a consumer group (``-G GROUP topic...``, kcat's ``-G``).
 
 Built on :mod:`pipeline.consumer` (the project's own Fetch / ListOffsets codec). Output
 is kcat's: by default each record's value followed by the ``-D`` delimiter (``\\n``),
@@ -12,6 +12,10 @@ into ``produce --length-prefixed``.
 partition), ``s@TS`` (start at the first record with a timestamp >= TS, milliseconds:
 ListOffsets by time) and ``e@TS`` (stop each partition before its first record with a
 timestamp >= TS); ``s@`` and ``e@`` may be given together.
+
+With ``-G GROUP`` the group assigns the partitions of ``-t TOPIC`` and of the topics
+given after the options; positions are committed (auto-commit, and on exit), and ``-o``
+only chooses where a partition without a committed offset starts (beginning or end).
 
 What differs from kcat: ``-J`` has no ``tstype`` and ``broker`` keys (the reader does
 not report them), and a key, value or header that is not UTF-8 appears in JSON as
@@ -40,7 +44,8 @@ from pipeline.cli._common import (
 )
 
 HELP = ("read records from a topic, like kcat -C (assign mode; from beginning, an "
-        "offset, the end or a time; count, until the end or a time, or until idle)")
+        "offset, the end or a time; count, until the end or a time, or until idle), or as "
+        "a consumer group member (-G GROUP topic...)")
 
 NULL = b"NULL"  # what -Z prints for a null key or value, as kcat does
 
@@ -73,7 +78,14 @@ def _offset(text: str) -> tuple[str, int | str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_bootstrap(parser)
-    parser.add_argument("-t", "--topic", required=True)
+    parser.add_argument("-t", "--topic", default=None)
+    parser.add_argument(
+        "-G", "--group", default=None, metavar="GROUP",
+        help="consume as a member of consumer group GROUP: the group assigns the partitions "
+        "of -t TOPIC and the TOPICS given after the options; positions are committed",
+    )
+    parser.add_argument("topics", nargs="*", metavar="TOPICS",
+                        help="with -G: more topics to subscribe to")
     parser.add_argument(
         "-p", "--partition", dest="partitions", type=int, action="append", default=None,
         help="read this partition (repeatable; default: all)",
@@ -218,10 +230,78 @@ def _run(args: argparse.Namespace) -> int:
     options = cluster_options(args)
     if args.count is not None and args.count < 0:
         raise UserError(f"--count must be >= 0, not {args.count}")
-    count = trio.run(_consume, args, options)
+    topics = ([args.topic] if args.topic else []) + list(args.topics)
+    if not topics:
+        raise UserError("name a topic: -t TOPIC (or, with -G GROUP, topics after the options)")
+    if args.group is None:
+        if len(topics) > 1 or args.topic is None:
+            raise UserError("without -G read one topic, given with -t TOPIC")
+        count = trio.run(_consume, args, options)
+    else:
+        starts = dict(args.offsets)
+        if args.partitions or set(starts) - {"start"} or starts.get("start", "beginning") not in (
+                "beginning", "end"):
+            raise UserError("with -G the group assigns partitions and commits positions: "
+                            "-p, -o OFFSET and -o s@/e@ do not apply (-o beginning|end do)")
+        count = trio.run(_consume_group, args, topics, options, starts.get("start", "beginning"))
     if not args.quiet:
-        print(f"read {count} record(s) from {args.topic}", file=sys.stderr)
+        print(f"read {count} record(s) from {', '.join(topics)}", file=sys.stderr)
     return 0
+
+
+async def _consume_group(args: argparse.Namespace, topics: list[str], options: dict[str, Any],
+                         start: str) -> int:
+    """As a member of ``args.group`` until ``--count``, ``--idle`` or, with ``-e``, until
+    every assigned partition is at its end; closing commits the positions."""
+    import trio
+
+    from pipeline.consumer import ConsumerError, open_consumer
+
+    out = sys.stdout.buffer
+    sys.stdout.flush()
+    flush = args.unbuffered or out.isatty()
+    n = 0
+    config = dict(options)
+    config.setdefault("request_timeout", args.timeout)
+    try:
+        async with open_consumer(
+            args.bootstrap, group_id=args.group, topics=topics,
+            auto_offset_reset="earliest" if start == "beginning" else "latest",
+            isolation_level=args.isolation, **config,
+        ) as consumer:
+            while args.count is None or n < args.count:
+                with trio.move_on_after(args.idle if args.idle is not None else 1.0) as idle:
+                    batch = await consumer.getmany(
+                        None if args.count is None else args.count - n)
+                if idle.cancelled_caught:
+                    if args.idle is not None:
+                        break
+                    if args.exit_at_end and consumer.assignment() and \
+                            all(lag == 0 for lag in consumer.lag().values()):
+                        break
+                    continue
+                for rec in batch:
+                    _write(out, rec, args)
+                n += len(batch)
+                if flush:
+                    out.flush()
+        out.flush()
+    except ConsumerError as exc:
+        raise UserError(str(exc)) from None
+    except BrokenPipeError:
+        pass
+    return n
+
+
+def _write(out: Any, rec: Any, args: argparse.Namespace) -> None:
+    if args.json:
+        out.write(record_json(rec).encode() + args.delimiter)
+    elif args.format is not None:
+        out.write(format_record(rec, args.format, null=args.null))
+    else:  # kcat's default: [key DELIM] value DELIM
+        if args.key_delimiter is not None:
+            out.write(_text(rec.key, args.null) + args.key_delimiter)
+        out.write(_text(rec.value, args.null) + args.delimiter)
 
 
 async def _consume(args: argparse.Namespace, options: dict[str, Any]) -> int:
@@ -263,14 +343,7 @@ async def _consume(args: argparse.Namespace, options: dict[str, Any]) -> int:
                     if len(stopped) == len(wanted):
                         break
                     continue
-                if args.json:
-                    out.write(record_json(rec).encode() + args.delimiter)
-                elif args.format is not None:
-                    out.write(format_record(rec, args.format, null=args.null))
-                else:  # kcat's default: [key DELIM] value DELIM
-                    if args.key_delimiter is not None:
-                        out.write(_text(rec.key, args.null) + args.key_delimiter)
-                    out.write(_text(rec.value, args.null) + args.delimiter)
+                _write(out, rec, args)
                 n += 1
                 if flush:
                     out.flush()

@@ -29,14 +29,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import trio
 
 from pipeline.cluster.config import ClusterConfig, cluster_config
-from pipeline.cluster.errors import KafkaError, MetadataTimeoutError, UnknownTopicError
+from pipeline.cluster.errors import MetadataTimeoutError, UnknownTopicError
 from pipeline.cluster.pool import Cluster
+from pipeline.consumer._errors import ConsumerError
+from pipeline.consumer._types import ConsumedRecord
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages.fetch import FetchPartition, FetchRequest, FetchTopic, PartitionData
@@ -81,21 +82,6 @@ _RETRIABLE_FETCH = {
     ErrorCode.KAFKA_STORAGE_ERROR,
     ErrorCode.NOT_COORDINATOR,
 }
-
-
-class ConsumerError(KafkaError):
-    """The reader cannot continue (unknown partition, a non-retriable fetch error...)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumedRecord:
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
 
 
 def _cluster_config(config: ClusterConfig | None, request_timeout: float | None,

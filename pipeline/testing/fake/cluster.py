@@ -35,6 +35,8 @@ from . import handlers, produce
 from .coordinators import GROUP, TRANSACTION, Coordinators
 from .fault_api import RequestFaults
 from .faults import DROP, NO_RESPONSE, ControlContext, FaultHandle, FaultScript
+from .group_handlers import GROUP_VERSIONS, GroupApis, GroupQueries
+from .groups import GroupCoordinator
 from .offsets import OffsetStore
 from .sasl import FakeSasl
 from .server import FakeServer, RecordedRequest
@@ -81,6 +83,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 2),
+    **GROUP_VERSIONS,  # JoinGroup... DescribeGroups: what Kafka 4.1 serves
 }
 
 
@@ -93,7 +96,7 @@ class LogEntry:
     batch: RecordBatch
 
 
-class FakeCluster(RequestFaults):
+class FakeCluster(RequestFaults, GroupQueries):
     """A Kafka-faithful in-process cluster. Start it with `await nursery.start(fake.run)`.
 
     Args:
@@ -117,6 +120,9 @@ class FakeCluster(RequestFaults):
         api_versions: override the served version ranges {api_key: (min, max)}.
         sasl: make every listener SASL_PLAINTEXT with these mechanisms, users and
             session lifetime (`fake/sasl.py`: Kafka's authentication rules).
+        group_initial_rebalance_delay: Kafka's group.initial.rebalance.delay.ms, in
+            seconds: how long the first rebalance of an empty group waits for more
+            members (0, as the test KafkaCluster is configured; Kafka's default is 3).
         first_producer_id: the first producer id InitProducerId hands out. A new
             Kafka cluster starts at 0 (its ProducerIdManager's first block); 1000
             by default, so an id is never mistaken for a count or an offset in
@@ -153,6 +159,7 @@ class FakeCluster(RequestFaults):
         transaction_version: int = 2,
         max_transaction_timeout_ms: int = 900_000,
         txn_marker_delay: float = 0.0,
+        group_initial_rebalance_delay: float = 0.0,
     ) -> None:
         if brokers < 1:
             raise ValueError("need at least one broker")
@@ -185,12 +192,17 @@ class FakeCluster(RequestFaults):
         self.coordinators = Coordinators(self.state)
         #: committed consumer-group offsets, plain and transactional
         self.offsets = OffsetStore()
+        #: the classic group coordinator (every group of the cluster)
+        self.group_coordinator = GroupCoordinator(
+            initial_rebalance_delay=group_initial_rebalance_delay, seed=seed)
+        self._groups = GroupApis(self.state, self.group_coordinator, self.coordinators,
+                                 self.offsets)
         self.txn = TransactionCoordinator(
             self.state, self.coordinators, self.offsets, lambda: self._server.data_arrived()
         )
         self._server = FakeServer(
             self, self.state, self.supported, self._script, self._create, sasl,
-            coordinators=self.coordinators, txn=self.txn,
+            coordinators=self.coordinators, txn=self.txn, groups=self._groups,
         )
         #: every request received, in arrival order
         self.requests: list[RecordedRequest] = self._server.requests
@@ -215,6 +227,7 @@ class FakeCluster(RequestFaults):
                 for b in self.state.brokers.values():
                     self._listen(b, port=0)
             nursery.start_soon(self.txn.run)
+            nursery.start_soon(self.group_coordinator.run)
             task_status.started(self)
             try:
                 await trio.sleep_forever()

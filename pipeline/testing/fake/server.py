@@ -11,7 +11,7 @@ while a request is in flight). Handling a request goes:
    returns something decides (a response object, `DROP`, `NO_RESPONSE`);
 4. apply the scripted faults: `delay_responses(before_apply=True)`,
    `fail_next` (error codes instead of handling, nothing applied), then the
-   normal handler (`produce.py`, `handlers.py`; Metadata from a
+   normal handler (`produce.py`, `handlers.py`, `group_handlers.py`; Metadata from a
    `stale_metadata` snapshot), then `fail_after_apply` (the write happened,
    the answer is an error), `drop_response_after_apply` (the write happened,
    the ack is lost) and `delay_responses`;
@@ -42,6 +42,7 @@ from pipeline.protocol.versions import unsupported_api_versions_response
 from . import handlers, produce, reads
 from .coordinators import Coordinators, handle_find_coordinator
 from .faults import DROP, NO_RESPONSE, ControlContext, FaultScript
+from .group_handlers import GROUP_APIS, GroupApis
 from .sasl import ConnAuth, FakeSasl
 from .state import FakeState, PartitionState, TopicState
 from .txn import TransactionCoordinator
@@ -94,6 +95,7 @@ class FakeServer:
         *,
         coordinators: Coordinators,
         txn: TransactionCoordinator,
+        groups: GroupApis,
     ) -> None:
         self._owner = owner  # the FakeCluster, for ControlContext.cluster
         self.sasl = sasl  # SASL_PLAINTEXT listeners (Kafka's rules), or none
@@ -103,6 +105,7 @@ class FakeServer:
         self._create = create
         self.coordinators = coordinators  # who coordinates which group / transactional id
         self.txn = txn  # the transaction coordinator (every broker's share of it)
+        self.groups = groups  # the classic group coordinator's APIs
         #: every request received, in arrival order
         self.requests: list[RecordedRequest] = []
         self.conns: set[Conn] = set()
@@ -247,7 +250,7 @@ class FakeServer:
 
         answer, close = await self._dispatch(
             node_id, api_key, version, request, inject,
-            stale.snapshot if stale is not None else None,
+            stale.snapshot if stale is not None else None, client_id,
         )
         if error_after is not None and answer is not None:
             answer = produce.errors_after_apply(
@@ -281,8 +284,12 @@ class FakeServer:
         request: Any,
         inject: Callable[[str | None, int | None], int | None],
         metadata_view: FakeState | None = None,
+        client_id: str | None = None,
     ) -> tuple[Any, bool]:
         state = self.state
+        if api_key in GROUP_APIS:
+            return await self.groups.handle(node_id, api_key, version, request, client_id,
+                                            inject), False
         if api_key == ApiKey.PRODUCE:
             hw_before = self._total_hw()
             outcome = produce.handle_produce(state, node_id, version, request, inject, self.txn)
