@@ -8,13 +8,15 @@ fast path for bulk callers.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import trio
 
+from pipeline.cluster.errors import KafkaError
 from pipeline.producer._api import Producer, open_producer
 from pipeline.producer._config import ProducerConfig
 from pipeline.producer._errors import ProducerClosed
@@ -97,6 +99,38 @@ class SyncProducer:
     def flush(self) -> None:
         assert self._producer is not None
         self._call(self._producer.flush)
+
+    # -- transactions (transactional_id=...): the async producer's, blocking -------------
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[SyncProducer]:
+        """Begin a transaction; commit it when the block ends normally, abort it when
+        the block raises (the exception then propagates)."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException as exc:
+            try:
+                self.abort_transaction()
+            except KafkaError as abort_error:
+                exc.add_note(f"(aborting the transaction failed too: {abort_error!r})")
+            raise
+        self.commit_transaction()
+
+    def begin_transaction(self) -> None:
+        assert self._producer is not None
+        self._call(self._producer.begin_transaction)
+
+    def commit_transaction(self) -> None:
+        assert self._producer is not None
+        self._call(self._producer.commit_transaction)
+
+    def abort_transaction(self) -> None:
+        assert self._producer is not None
+        self._call(self._producer.abort_transaction)
+
+    def send_offsets_to_transaction(self, offsets: Mapping[Any, int], group_metadata: Any) -> None:
+        assert self._producer is not None
+        self._call(self._producer.send_offsets_to_transaction, offsets, group_metadata)
 
     def close(self) -> None:
         """Flush (up to ``close_timeout``) and stop the background thread."""

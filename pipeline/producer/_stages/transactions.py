@@ -211,6 +211,9 @@ class TransactionManager:
         self._offsets_groups: set[str] = set()  # v1: groups added with AddOffsetsToTxn
         self._failed_at_begin = 0
         self._began_at = 0.0
+        # Set when the open transaction became abortable or the producer fatal: a
+        # commit's flush stops waiting then (its records fail or are purged by the abort).
+        self._failed = trio.Event()
         # Statistics.
         self.committed = 0
         self.aborted = 0
@@ -219,6 +222,8 @@ class TransactionManager:
     def _set(self, state: State, error: TransactionError | None = None) -> None:
         self.state = state
         self.error = error
+        if state in (State.ABORTABLE, State.FATAL):
+            self._failed.set()
         self.on_state(state)
 
     def _require(self, *states: State, doing: str) -> None:
@@ -298,7 +303,7 @@ class TransactionManager:
             attempt += 1
             try:
                 conn = await self._coordinator_connection()
-                version = conn.version_for(api)
+                version = min(conn.version_for(api), self._version_cap(api))
             except _FindCoordinator as exc:
                 code, detail = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)
             except (BrokerConnectionError, RequestTimedOutError, OSError) as exc:
@@ -381,6 +386,7 @@ class TransactionManager:
         self._offsets_groups.clear()
         self._failed_at_begin = self._records_failed()
         self._began_at = trio.current_time()
+        self._failed = trio.Event()
         self._set(State.IN_TRANSACTION)
 
     def _transaction_version(self) -> int:
@@ -391,11 +397,18 @@ class TransactionManager:
                 return 2 if level >= 2 else 1
         return 1
 
+    def _version_cap(self, api: ApiKey) -> int:
+        """Kafka reads the transaction protocol off each request's version (Produce v12,
+        EndTxn v5, TxnOffsetCommit v5 are version 2's): under version 1 they stay below."""
+        if self.version >= 2:
+            return 99
+        return {ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4, ApiKey.PRODUCE: 11}.get(api, 99)
+
     @property
     def produce_version_cap(self) -> int:
         """The highest Produce version a transactional request may use: v12 tells a
         v2 broker to add the partition itself; under v1 it must not be used."""
-        return 12 if self.version >= 2 else 11
+        return min(12, self._version_cap(ApiKey.PRODUCE))
 
     def partition_ready(self, tp: TopicPartition) -> bool:
         """May a batch of ``tp`` be sealed now? v2: yes. v1: once it is added to the
@@ -432,6 +445,7 @@ class TransactionManager:
                     self.abortable(exc)
                 continue
             self.added.update(batch)
+            self.touched.update(batch)  # the coordinator's transaction is open: end it
             self._to_add.difference_update(batch)
             self._wake()
 
@@ -515,7 +529,8 @@ class TransactionManager:
                 if group_node is None:
                     group_node = await self._find_group_coordinator(meta.group_id)
                 conn = await self._cluster.connection(group_node)
-                version = conn.version_for(ApiKey.TXN_OFFSET_COMMIT)
+                version = min(conn.version_for(ApiKey.TXN_OFFSET_COMMIT),
+                              self._version_cap(ApiKey.TXN_OFFSET_COMMIT))
                 response = await conn.request(request, version=version)
             except (BrokerConnectionError, RequestTimedOutError, OSError, _FindCoordinator) as exc:
                 group_node = None
@@ -556,7 +571,14 @@ class TransactionManager:
     async def commit(self) -> None:
         self._require(State.IN_TRANSACTION, doing="commit the transaction")
         self._set(State.COMMITTING)
-        await self.flush()
+        async with trio.open_nursery() as nursery:
+            async def stop_when_failed() -> None:
+                await self._failed.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(stop_when_failed)
+            await self.flush()
+            nursery.cancel_scope.cancel()
         failed = self._records_failed() - self._failed_at_begin
         if self.state == State.COMMITTING and failed:
             self.abortable(TransactionAbortableError(
@@ -643,8 +665,15 @@ class TransactionManager:
                                             lost_is_unknown=commit)
             except _OutcomeUnknown as exc:
                 return await self._abort_after_lost_commit(pid, epoch, str(exc))
-        except ProducerFencedError as exc:
-            if self._timed_out(exc):
+        except (ProducerFencedError, TransactionFatalError) as exc:
+            timed_out = self._timed_out() and (
+                isinstance(exc, ProducerFencedError)  # v1: the timeout bumped the epoch
+                or (commit and exc.code == ErrorCode.INVALID_TXN_STATE))  # v2: aborted already
+            if timed_out and not commit:
+                # KIP-360: InitProducerId with the epoch the timeout bumped past takes
+                # the producer on (a producer that took over is fenced here instead).
+                return await self._init_producer_id(pid, epoch)
+            if timed_out:
                 raise TransactionTimedOutError(
                     f"the coordinator aborted the transaction of {self.transactional_id!r}: "
                     f"it stayed open longer than transaction_timeout="
@@ -684,7 +713,7 @@ class TransactionManager:
             "instead: nothing of it is visible to read_committed readers. Redo its work in "
             "a new transaction")
 
-    def _timed_out(self, exc: ProducerFencedError) -> bool:
+    def _timed_out(self) -> bool:
         """A coordinator that aborts a transaction for its timeout bumps the epoch
         (KIP-588), so this producer's next request of it is refused as fenced: when
         the transaction has been open longer than its timeout, that is the cause."""
