@@ -31,6 +31,7 @@ from pipeline.producer._intake.intake import Intake
 from pipeline.producer._message import DeliveryCallback, Headers, ProducerMessage, RecordMetadata
 from pipeline.producer._outcomes.delivery import Delivery, DeliveryGroup
 from pipeline.producer._outcomes.ledger import Ledger, Reporter
+from pipeline.producer._outcomes.unobserved import Unobserved
 from pipeline.producer._stages.core import ProducerCore, bootstrap_metadata
 from pipeline.producer._stages.dispatcher import Dispatcher
 from pipeline.producer._stages.partitioner import make_partitioner
@@ -39,6 +40,9 @@ from pipeline.protocol._columns import ColumnInput, HeadersInput, IntsInput
 from pipeline.util.groups import unwrap_single_errors
 
 log = logging.getLogger("pipeline.producer")
+
+#: Seconds a failure may stay unread before it is logged (unobserved.py).
+UNOBSERVED_WINDOW = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,8 @@ class Producer:
         self._config = config = core.config
         self._ledger = ledger = core.ledger
         ledger.return_successes = config.return_successes
+        self._unobserved = ledger.unobserved = Unobserved(UNOBSERVED_WINDOW)
+        self._unread: ExceptionGroup[ProducerError] | None = None
         partitioner = make_partitioner(config.partitioner, core.rng)
         self._dispatcher = Dispatcher(
             partial(core.topic_producer, partitioner=partitioner), config.channel_capacity)
@@ -274,11 +280,14 @@ class Producer:
                     graceful = True
                 finally:
                     await producer._shut_down(pipeline_scope, stopped, graceful=graceful)
+        if producer._unread is not None:  # (outside the nurseries: raised as it is)
+            raise producer._unread
 
     async def _run(self, nursery: trio.Nursery) -> None:
         """Start the dispatcher (it starts the topic producers) and the report task."""
         await nursery.start(self._dispatcher.run, self._intake, self._inputs)
         nursery.start_soon(self._reporter.run)
+        nursery.start_soon(self._unobserved.run)
 
     async def _shut_down(self, scope: trio.CancelScope, stopped: trio.Event, *, graceful: bool) -> None:
         """Close: refuse new messages, flush (``graceful``: up to close_timeout), let
@@ -316,6 +325,14 @@ class Producer:
             self._reporter.close()
             self.input.close()
             self._intake.close()
+        unread = self._unobserved.close()
+        if unread and graceful and cfg.raise_on_unobserved_failure:
+            self._unread = ExceptionGroup(  # raised once the pipeline's nursery is done
+                f"{sum(f.records for f in unread)} record(s) failed and nobody read their "
+                "outcome (raise_on_unobserved_failure=True)",
+                [ProducerError(f.holder if isinstance(f.holder, ProducerMessage) else
+                               ProducerMessage(f.topic, None, partition=f.partition), f.cause)
+                 for f in unread[:100]])
 
 
 @asynccontextmanager

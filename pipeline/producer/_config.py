@@ -92,6 +92,9 @@ class ProducerConfig:
     # Results and shutdown.
     return_successes: bool = False
     close_timeout: float = 30.0
+    # A failure nobody reads (no awaited delivery, no on_delivery, no awaited group) is
+    # logged at WARNING, aggregated per 5 s; this also raises them when the block ends.
+    raise_on_unobserved_failure: bool = False
 
     # Transactions (Java's transactional.id / transaction.timeout.ms). A transactional
     # producer is idempotent with acks="all"; every record goes in a transaction.
