@@ -25,6 +25,8 @@ from pipeline.protocol.records import batch_size_for_record
 SIZE_BASE = batch_size_for_record(None, None) - 2
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+#: The largest timestamp a record holds (an int64 of milliseconds).
+MAX_TIMESTAMP = (1 << 63) - 1
 
 
 def prefix_size(n: int) -> int:
@@ -100,11 +102,12 @@ def normalize(msg: ProducerMessage, current_ms: Callable[[], int], max_message_b
     timestamp = msg.timestamp
     if timestamp is None:
         msg.timestamp = current_ms()
-    elif type(timestamp) is not int or timestamp < 0:
-        if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
+    elif type(timestamp) is not int or not 0 <= timestamp <= MAX_TIMESTAMP:
+        if (isinstance(timestamp, bool) or not isinstance(timestamp, int)
+                or not 0 <= timestamp <= MAX_TIMESTAMP):
             raise ValueError(
-                f"timestamp must be None or milliseconds since the epoch (int >= 0), "
-                f"not {timestamp!r}"
+                f"timestamp must be None or milliseconds since the epoch (an int in "
+                f"0..2**63-1: a record's int64), not {timestamp!r}"
             )
         msg.timestamp = int(timestamp)
     if size > max_message_bytes:
