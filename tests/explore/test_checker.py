@@ -21,10 +21,15 @@ def schedule(idempotent: bool) -> Schedule:
                         retries=2**31 - 1)
 
 
+DUE = -1.0  # settled when it is due: acknowledged at 0.5, expired at its deadline
+
+
 def msg(index: int, *, ok: bool = True, offset: int = -1, call: int | None = None,
-        at: float = 0.0, settled: float | None = 0.5, partition: int = 0) -> Message:
+        at: float = 0.0, settled: float | None = DUE, partition: int = 0) -> Message:
     """Message `index`, sent by its own call number `call` (default: index)."""
     step = 2 * (index if call is None else call)
+    if settled == DUE:
+        settled = 0.5 if ok else at + 5.0
     return Message(index, index + 1, value_of(index, 0), at, at + 5.0, call=(step, step + 1, 0),
                    partition=partition, ok=ok, offset=offset, settled_at=settled,
                    cause="" if ok else "DeliveryTimeoutError: expired")
@@ -85,8 +90,16 @@ def test_phantom_records() -> None:
 
 def test_outcomes_and_timing() -> None:
     assert kinds(trace(True, [msg(0, ok=False, settled=None)], [])) == ["O1 no outcome"]
-    assert kinds(trace(True, [msg(0, ok=False, settled=6.0)], [])) == []  # deadline 5 + 1
-    assert kinds(trace(True, [msg(0, ok=False, settled=6.01)], [])) == ["O1 late"]
+    t = trace(True, [msg(0, ok=False, settled=6.0)], [])
+    t._first_sent = {value_of(0, 0): 4.5}  # on the wire before its deadline
+    assert kinds(t) == []  # deadline 5 + request_timeout 1: the answer it waited for
+    t.messages[0].settled_at = 6.01
+    assert kinds(t) == ["O1 late"]
+    t._first_sent = {}  # never sent: nothing to wait for past the deadline
+    t.messages[0].settled_at = 5.0
+    assert kinds(t) == []
+    t.messages[0].settled_at = 5.01
+    assert kinds(t) == ["O1 late"]
     t = trace(True, [], [])
     t.double_settles, t.outstanding_after_close, t.buffered_after_close = 1, 2, 3
     assert kinds(t) == ["O1 double settle", "O1 unsettled", "O1 buffer"]
@@ -207,3 +220,38 @@ def test_producer_closed_only_from_the_close_and_for_all_an_abort_left() -> None
     assert kinds(t) == ["C1 close"]
     t.schedule = replace(s, idempotent=True)  # (the bounded drain may still settle it)
     assert kinds(t) == []
+
+
+def test_nothing_expires_before_the_oldest_deadline_of_its_batch() -> None:
+    """A delivery timeout before the message's own deadline is allowed only when an
+    older message of its partition was due (a batch expires whole, at its first
+    message's deadline, as the Java client's do)."""
+    early = msg(0, ok=False, settled=4.0)
+    assert kinds(trace(True, [early], [])) == ["O1 early"]
+    older = msg(1, ok=False, at=-1.0)  # accepted first (lower id), due at 4.0
+    older.id, early.id = 1, 2
+    assert kinds(trace(True, [older, early], [])) == []
+    older.partition = 1  # another partition's deadline does not count
+    assert kinds(trace(True, [older, early], [])) == ["O1 early"]
+
+
+def test_statistics_count_what_the_messages_report() -> None:
+    t = trace(True, [msg(0, offset=0), msg(1, ok=False)], [0])
+    t.counted = (2, 1, 1)
+    assert kinds(t) == []
+    t.counted = (2, 2, 1)
+    assert kinds(t) == ["O4 statistics"]
+
+
+def test_acks_0_reports_no_offset() -> None:
+    t = trace(False, [msg(0, offset=-1)], [])
+    t.schedule = with_options(t.schedule, acks=0)
+    assert kinds(t) == []  # not in the log: acks=0 promises nothing more
+    t.messages[0].offset = 0
+    assert kinds(t) == ["A1 offset"]
+
+
+def test_guard_violations_seen_by_the_probes_are_violations() -> None:
+    t = trace(True, [], [])
+    t.guard_violations = {"G1 below the watermark": "partition 0: ..."}
+    assert kinds(t) == ["G1 below the watermark"]

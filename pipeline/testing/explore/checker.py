@@ -114,6 +114,8 @@ def check(trace: Trace) -> list[Violation]:
     if trace.buffered_after_close and not trace.crash:
         out.append(Violation("O1 buffer", f"{trace.buffered_after_close} bytes of "
                              "buffer_memory still reserved after close"))
+    out += [Violation(kind, detail) for kind, detail in trace.guard_violations.items()]
+    out += _counts(trace)
     out += _outcomes(trace)
     out += _logs(trace)
     out += _flushes_and_close(trace)
@@ -126,6 +128,12 @@ def _outcomes(trace: Trace) -> list[Violation]:
     s = trace.schedule
     late_by = s.option("request_timeout")
     out: list[Violation] = []
+    # id -> the earliest deadline among messages of its partition accepted up to it
+    oldest: dict[int, float] = {}
+    running: dict[int | None, float] = {}
+    for m in sorted(trace.messages, key=lambda m: m.id):
+        running[m.partition] = min(running.get(m.partition, math.inf), m.deadline)
+        oldest[m.id] = running[m.partition]
     for m in trace.messages:
         what = "row" if m.row else "message"
         if m.pending:
@@ -145,7 +153,29 @@ def _outcomes(trace: Trace) -> list[Violation]:
         elif m.settled_at > m.deadline + late_by + EPS:
             out.append(Violation("O1 late", f"message #{m.index} settled at {m.settled_at:.4f}, "
                                  f"deadline {m.deadline:.4f} + request_timeout {late_by}"))
+        elif m.cause.startswith("DeliveryTimeoutError") and m.settled_at < oldest[m.id] - EPS:
+            # A batch expires whole at its first (oldest) message's deadline, as the
+            # Java client's do; nothing expires before the oldest deadline around it.
+            out.append(Violation("O1 early", f"message #{m.index} failed with a delivery timeout "
+                                 f"at {m.settled_at:.4f}, before its deadline {m.deadline:.4f} "
+                                 "and that of every earlier message of its partition"))
+        elif m.settled_at > m.deadline + EPS and trace.first_sent(m.value) > m.deadline + EPS:
+            out.append(Violation("O1 late", f"message #{m.index}, not on the wire by its deadline "
+                                 f"{m.deadline:.4f}, settled at {m.settled_at:.4f}"))
     return out
+
+
+def _counts(trace: Trace) -> list[Violation]:
+    """O4: the ledger counts what the messages report (statistics() is a promise too)."""
+    if trace.crash or trace.counted == (0, 0, 0):
+        return []
+    ok = sum(m.ok for m in trace.messages)
+    failed = sum(not m.ok and not m.pending for m in trace.messages)
+    seen = (len(trace.messages), ok, failed)
+    if trace.counted != seen:
+        return [Violation("O4 statistics", f"statistics() counts accepted, succeeded, failed = "
+                          f"{trace.counted}; the messages report {seen}")]
+    return []
 
 
 def _outcome_of(m: Message) -> str:
@@ -183,7 +213,11 @@ def _logs(trace: Trace) -> list[Violation]:
         present = [by_index[i] for i in first]
         out += _order(p, present, first, s.idempotent, lost)
         for m in trace.messages:
-            if m.ok and m.partition == p:
+            if m.ok and m.partition == p and s.option("acks") == 0:
+                if m.offset != -1:  # acks=0: written to the socket, nothing more is known
+                    out.append(Violation("A1 offset", f"message #{m.index} sent with acks=0 "
+                                         f"reports offset {m.offset}, not -1 (unknown)"))
+            elif m.ok and m.partition == p:
                 if m.index not in first:
                     out.append(Violation("A1 lost", f"message #{m.index} acknowledged "
                                          f"(offset {m.offset}) but not in partition {p}'s log"))
@@ -276,7 +310,8 @@ def _liveness(trace: Trace) -> list[Violation]:
     start, end = s.heal_at + dt + rt, s.close_at - dt - (rt if s.abort else 0.0)
     out: list[Violation] = []
     for m in trace.messages:
-        if start <= m.accepted_at <= end and not m.ok and not m.cause.startswith("MessageTooLarge"):
+        if start <= m.accepted_at <= end and not m.ok and not m.cause.startswith("MessageTooLarge") \
+                and not (s.topic_max_message_bytes and "MESSAGE_TOO_LARGE" in m.cause):
             if patient or m.value not in trace.sent:
                 what = "failed" if patient else "failed without ever being sent"
                 out.append(Violation("L1 stuck", f"message #{m.index} accepted at "
@@ -299,7 +334,11 @@ def _sizes(trace: Trace) -> list[Violation]:
     for p, nbytes in trace.oversized[:1]:
         out.append(Violation("S1 batch size", f"a batch of {nbytes} bytes for partition {p} "
                              f"was sent, over max_message_bytes={limit}"))
+    topic_limit = trace.schedule.topic_max_message_bytes
     for m in trace.messages:
-        if "MESSAGE_TOO_LARGE" in m.cause:
+        if "MESSAGE_TOO_LARGE" in m.cause and not topic_limit:
+            # (with the topic's own limit lower, a record alone over it, or a batch of
+            # unknown fate, which is never split, is refused by design)
             out.append(Violation("S1 broker size", f"message #{m.index} failed: {m.cause[:160]}"))
     return out
+

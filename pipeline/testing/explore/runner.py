@@ -57,6 +57,7 @@ from .clock import (
     time_limit,
 )
 from .driver import PRODUCE, drive_faults
+from .probes import Watch, watching
 from .schedule import TOPIC, Schedule, Send
 from .trace import Attempt, Flush, Message, Trace, value_of
 
@@ -88,8 +89,9 @@ def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) ->
     """Run `schedule` to the end and return what happened."""
     trace = Trace(schedule)
     abandoned = False
+    watch = Watch()
     try:
-        with deterministic_trio(schedule.seed), time_limit(real_time_limit):
+        with deterministic_trio(schedule.seed), time_limit(real_time_limit), watching(watch):
             clock = VirtualClock()
             trio.run(_main, schedule, trace, clock=clock, instruments=[clock])
     except trio.TrioInternalError as exc:
@@ -105,6 +107,8 @@ def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) ->
         trace.crash = describe_exception(exc)
     if abandoned:
         collect_abandoned()
+    trace.reached = watch.reached
+    trace.guard_violations = watch.violations
     return trace
 
 
@@ -114,6 +118,8 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
         seed=schedule.seed,
         max_message_bytes=schedule.max_message_bytes,
         auto_create_topics=False,
+        strict_unknown_producer=schedule.strict_unknown_producer,
+        min_insync_replicas=schedule.min_insync_replicas,
     )
     accepted: Accepted = []
     inputs: Inputs = []
@@ -121,7 +127,10 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
     called: Called = {}
     async with trio.open_nursery() as root:
         await root.start(fake.run)
-        fake.create_topic(TOPIC, schedule.partitions, leaders=list(schedule.leaders))
+        configs = ({"max.message.bytes": str(schedule.topic_max_message_bytes)}
+                   if schedule.topic_max_message_bytes else {})
+        fake.create_topic(TOPIC, schedule.partitions, leaders=list(schedule.leaders),
+                          configs=configs)
         producer: Producer | None = None
         try:
             async with trio.open_nursery() as users:
@@ -162,6 +171,7 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
             trace.double_settles = stats.double_settles
             trace.outstanding_after_close = stats.outstanding
             trace.buffered_after_close = stats.buffered_bytes
+            trace.counted = (stats.accepted, stats.succeeded, stats.failed)
             delivery_timeout = schedule.option("delivery_timeout")
             for index, msg, call, attempt in inputs:
                 if not msg._id:
@@ -193,6 +203,8 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
         if any(not m.ok and window[0] <= m.accepted_at <= window[1] for m in trace.messages):
             trace.sent = _sent_values(fake)
         trace.oversized = _oversized(fake, schedule.max_message_bytes)
+        trace.produce_requests = [(r.time, r.request) for r in fake.requests_of(PRODUCE)
+                                  if r.request is not None]
         trace.end_time = trio.current_time()
         root.cancel_scope.cancel()
 
@@ -308,7 +320,7 @@ async def _source(
     pos = 0
     while pos < len(mine):
         index, send = mine[pos]
-        await trio.sleep_until(send.at)
+        await trio.sleep_until(send.at)  # (a scheduler pass even when it is due already)
         if send.via == "loop":
             group = [(index, send)]
             while (pos + len(group) < len(mine) and mine[pos + len(group)][1].via == "loop"

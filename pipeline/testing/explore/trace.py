@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +74,10 @@ class Trace:
     # Values of every record some Produce request carried (filled only when a
     # message accepted after healing failed: L1 asks whether it was ever sent).
     sent: set[bytes] = field(default_factory=set)
+    # The Produce requests the fake received, (arrival time, request), decoded
+    # only when a check asks (`first_sent`).
+    produce_requests: list[tuple[float, Any]] = field(default_factory=list)
+    _first_sent: dict[bytes, float] | None = None
     # (partition, bytes) of every batch a Produce request carried over max_message_bytes
     oversized: list[tuple[int, int]] = field(default_factory=list)
     # {partition: offsets of records the broker appended after it had forgotten
@@ -85,8 +91,29 @@ class Trace:
     outstanding_after_close: int = 0
     buffered_after_close: int = 0
     crash: str = ""
+    # What the probes saw (probes.py): guards reached, and the guards' own
+    # invariants broken (kind -> the first case).
+    reached: Counter[str] = field(default_factory=Counter)
+    guard_violations: dict[str, str] = field(default_factory=dict)
+    # The ledger's own counts (statistics()), against the outcomes seen.
+    counted: tuple[int, int, int] = (0, 0, 0)  # accepted, succeeded, failed
     end_time: float = 0.0
     steps: int = 0  # the call step counter
+
+    def first_sent(self, value: bytes) -> float:
+        """When a Produce request first carried the record `value` (inf: never)."""
+        if self._first_sent is None:
+            from pipeline.protocol.records import decode_record_batches
+
+            first: dict[bytes, float] = {}
+            for at, request in self.produce_requests:
+                for topic in request.topic_data:
+                    for part in topic.partition_data:
+                        for batch in decode_record_batches(bytes(part.records or b"")):
+                            for rec in batch.records:
+                                first.setdefault(rec.value or b"", at)
+            self._first_sent = first
+        return self._first_sent.get(value, math.inf)
 
     def step(self) -> int:
         self.steps += 1

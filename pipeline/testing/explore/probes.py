@@ -1,0 +1,443 @@
+"""Probes: which protocol guards a run reached, and the guards' own invariants.
+
+For one run (`watching`), the explorer wraps a few methods of the protocol's
+stages (partition and broker producers, the accumulator, idempotence) on their
+classes, and restores them afterwards. A wrapper looks at the stage's state
+when the method is called (or returns) and
+
+* marks the guards whose state it sees (`guards.GUARDS`: e.g. fresh level-0
+  messages arriving at a partition producer while its chaser is out), so a
+  sweep reports the guards it never put the protocol in front of, and
+* checks the invariants a guard keeps where they are cheaper to check directly
+  than through their effect on the logs (e.g. a partition producer hands a
+  broker producer nothing below its watermark): a broken guard is seen the
+  moment it acts, even when the interleaving that would turn it into a
+  reordered log never comes.
+
+The producer itself carries nothing for this: no call, flag or counter on its
+paths; everything here is the explorer's, installed for the length of a run.
+The wrappers read the stages' private fields by name: `tests/explore`
+(``test_probes.py``) fails, naming the field, when a rename leaves a probe
+reading nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+PP = "pipeline.producer._stages.partition_producer:PartitionProducer"
+BP = "pipeline.producer._stages.broker_producer:BrokerProducer"
+ACC = "pipeline.producer._stages.accumulator:Accumulator"
+IDEM = "pipeline.producer._stages.idempotence:Idempotence"
+
+# A violation kind is reported once per run with its first detail.
+MAX_DETAILS = 1
+
+
+@dataclass
+class Watch:
+    """What one run's probes saw."""
+
+    reached: Counter[str] = field(default_factory=Counter)
+    violations: dict[str, str] = field(default_factory=dict)  # kind -> first detail
+    # Per partition producer, the order fresh units reached it (their arrival
+    # numbers; the unit object kept alive so its id() stays its own).
+    arrival: dict[int, tuple[Any, int]] = field(default_factory=dict)
+    next_arrival: int = 0
+    # Per (broker producer, partition): the last arrival number it was handed
+    # since that partition's last chaser there.
+    session: dict[tuple[int, Any], int] = field(default_factory=dict)
+    # Per (producer id, epoch, partition): the next sequence a fresh batch takes.
+    sequences: dict[tuple[int, int, Any], int] = field(default_factory=dict)
+    # Per sealed batch sent: (the batch, its producer id, epoch, base sequence).
+    stamps: dict[int, tuple[Any, tuple[int, int, int]]] = field(default_factory=dict)
+    epochs_started: int = 0
+
+    def reach(self, guard: str) -> None:
+        self.reached[guard] += 1
+
+    def violate(self, kind: str, detail: str) -> None:
+        if kind not in self.violations:
+            self.violations[kind] = detail
+
+    # -- arrival order ---------------------------------------------------------
+    def arrived(self, units: list[Any]) -> None:
+        for u in units:
+            self.next_arrival += 1
+            self.arrival[id(u)] = (u, self.next_arrival)
+
+    def arrival_of(self, unit: Any) -> int | None:
+        """The arrival number of a unit (a sealed batch: its first message's)."""
+        msgs = getattr(unit, "messages", None)
+        first = msgs[0] if msgs else unit
+        seen = self.arrival.get(id(first))
+        return seen[1] if seen is not None and seen[0] is first else None
+
+
+def _resolve(target: str) -> type:
+    module, _, qualname = target.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj  # type: ignore[no-any-return]
+
+
+Wrapper = Callable[[Watch, Callable[..., Any]], Callable[..., Any]]
+_PROBES: list[tuple[str, str, Wrapper]] = []
+
+
+def probe(target: str, method: str) -> Callable[[Wrapper], Wrapper]:
+    """Register ``wrapper(watch, original) -> replacement`` for ``target.method``."""
+
+    def register(wrapper: Wrapper) -> Wrapper:
+        _PROBES.append((target, method, wrapper))
+        return wrapper
+
+    return register
+
+
+@contextmanager
+def watching(watch: Watch) -> Iterator[Watch]:
+    """Install every probe for the length of the block (one run)."""
+    saved: list[tuple[type, str, Any]] = []
+    try:
+        for target, method, wrapper in _PROBES:
+            cls = _resolve(target)
+            original = cls.__dict__[method]
+            replacement = functools.wraps(original)(wrapper(watch, original))
+            saved.append((cls, method, original))
+            setattr(cls, method, replacement)
+        yield watch
+    finally:
+        for cls, method, original in reversed(saved):
+            setattr(cls, method, original)
+
+
+def targets() -> list[tuple[str, str]]:
+    return [(t, m) for t, m, _ in _PROBES]
+
+
+# -- the partition producer (the watermark rules) ------------------------------
+
+@probe(PP, "_handle")
+def _pp_handle(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def handle(self: Any, items: Any) -> Any:
+        if type(items).__name__ != "RetryList":
+            w.arrived(items)
+            if self.hwm > 0:
+                w.reach("fresh-wait-while-chaser-out")
+                if self.bp is not None:
+                    w.reach("fresh-while-chaser-out-attached")
+        else:
+            for item in items:
+                level = getattr(item, "_level", None)
+                if level is None:
+                    w.reach("chaser-returns")
+                elif level < self.hwm:
+                    w.reach("below-hwm-waits-in-its-level")
+        return orig(self, items)
+    return handle
+
+
+@probe(PP, "_raise_watermark")
+def _pp_raise(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def raise_watermark(self: Any, level: int, *, retry: bool = True) -> Any:
+        if self._out and retry:
+            w.reach("gathered-go-down-the-old-path")
+        if level >= 2:
+            w.reach("retry-at-two-levels")
+        return orig(self, level, retry=retry)
+    return raise_watermark
+
+
+@probe(PP, "_leave_with_chaser")
+def _pp_leave(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def leave(self: Any) -> Any:
+        w.reach("leave-with-chaser")
+        if self._out:
+            w.reach("kept-below-the-watermark-after-a-give-up")
+        return orig(self)
+    return leave
+
+
+@probe(PP, "leader_changed")
+def _pp_leader_changed(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def leader_changed(self: Any) -> Any:
+        if self.bp is None:
+            w.reach("give-up-reported-after-we-left")
+        return orig(self)
+    return leader_changed
+
+
+@probe(PP, "_expire")
+def _pp_expire(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def expire(self: Any, now: float) -> Any:
+        if any(u._deadline <= now for u in self._held):
+            w.reach("held-messages-expire")
+        if any(u._deadline <= now for buf in self._levels.values() for u in buf):
+            w.reach("held-back-levels-expire")
+        return orig(self, now)
+    return expire
+
+
+@probe(PP, "_flush_out")
+def _pp_flush_out(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def flush_out(self: Any) -> Any:
+        hwm = self.hwm
+        for unit in self._out:
+            if unit._level < hwm:
+                w.violate("G1 below the watermark", (
+                    f"partition {self.tp.partition}: a unit at level {unit._level} handed to a "
+                    f"broker producer while hwm={hwm} (a chaser is out): it can overtake "
+                    "older messages still coming back"))
+                break
+        return orig(self)
+    return flush_out
+
+
+@probe(PP, "_tick")
+def _pp_tick(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    async def tick(self: Any) -> Any:
+        if self.bp is None and self._held and not self._metadata_fresh \
+                and trio.current_time() >= self._backoff_until:
+            w.reach("reattach-waits-for-fresh-metadata")
+        for bp, _ in self._outbox:
+            stats = bp.inbox.statistics()
+            if stats.current_buffer_used >= stats.max_buffer_size:
+                w.reach("full-broker-input-delays-the-chaser")
+                break
+        return await orig(self)
+    return tick
+
+
+@probe(PP, "retry")
+def _pp_retry(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def retry(self: Any, items: list[Any]) -> Any:
+        if self._waiting is None:
+            w.reach("retry-while-the-main-loop-is-busy")
+        return orig(self, items)
+    return retry
+
+
+# -- the broker producer ---------------------------------------------------------
+
+@probe(BP, "_accept")
+def _bp_accept(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def accept(self: Any, item: Any) -> Any:
+        key = (id(self), item.tp)
+        part = self._parts.get(item.tp)
+        if hasattr(item, "level"):  # the chaser
+            w.session.pop(key, None)
+            w.reach("chaser-reaches-the-old-broker-producer")
+        else:
+            if part is not None and part.retrying is not None:
+                w.reach("arrival-at-a-retrying-partition-goes-back")
+            last = w.session.get(key, 0)
+            for unit in item.messages:
+                n = w.arrival_of(unit)
+                if n is None:
+                    continue
+                if n <= last:
+                    w.violate("G2 hand-off order", (
+                        f"broker {self.node_id}, partition {item.tp.partition}: handed a unit "
+                        f"that reached its partition producer as #{n} after #{last}, with no "
+                        "chaser between"))
+                    break
+                last = n
+            w.session[key] = last
+        return orig(self, item)
+    return accept
+
+
+@probe(BP, "_maybe_bounce")
+def _bp_maybe_bounce(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def maybe_bounce(self: Any, tp: Any, part: Any) -> Any:
+        if not part.in_flight and part.retrying is not None:
+            if len(part.failed) >= 2:
+                w.reach("several-failed-batches-bounce-in-order")
+            if part.failed and (part.sealed or part.msgs):
+                w.reach("waiting-units-bounce-without-spending-a-retry")
+        return orig(self, tp, part)
+    return maybe_bounce
+
+
+@probe(BP, "_gave_up")
+def _bp_gave_up(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def gave_up(self: Any, tp: Any, part: Any) -> Any:
+        code = getattr(part.retrying, "code", None)
+        from pipeline.producer._stages.batches import REFRESH_CODES
+
+        if code is not None and code not in REFRESH_CODES:
+            w.reach("give-up-the-leader-answered-ends-the-retry-state")
+        else:
+            w.reach("give-up-that-may-have-lost-the-leader")
+        return orig(self, tp, part)
+    return gave_up
+
+
+@probe(BP, "_handle_partition")
+def _bp_handle_partition(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    from pipeline.producer._stages.batches import MAYBE_WRITTEN, TOO_LARGE
+    from pipeline.protocol.errors import ErrorCode
+
+    def handle_partition(self: Any, tp: Any, batch: Any, result: Any) -> Any:
+        if result is not None and result.error_code:
+            code = ErrorCode(result.error_code)
+            part = self._parts[tp]
+            if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._idem is not None:
+                w.reach("out-of-order-explained" if part.retrying is not None or part.failed
+                        else "out-of-order-unexplained")
+            elif code == ErrorCode.UNKNOWN_PRODUCER_ID and self._idem is not None:
+                w.reach("unknown-producer-id")
+            elif code in TOO_LARGE and len(batch.messages) > 1:
+                w.reach("too-large-batch-split")
+            elif code in MAYBE_WRITTEN:
+                w.reach("after-append-answer-makes-the-fate-unknown")
+        return orig(self, tp, batch, result)
+    return handle_partition
+
+
+@probe(BP, "_expire")
+def _bp_expire(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def expire(self: Any, now: float) -> Any:
+        for part in self._parts.values():
+            if part.failed and part.failed[0]._deadline <= now and part.in_flight:
+                w.reach("failed-batch-expires-before-its-partitions-flights")
+                break
+        for flight in self._in_flight:
+            if flight.deadline <= now:
+                w.reach("in-flight-batch-expires")
+                break
+        return orig(self, now)
+    return expire
+
+
+@probe(BP, "_next_wake")
+def _bp_next_wake(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def next_wake(self: Any, slot_free: bool) -> Any:
+        if not slot_free and self._flusher_until is None:
+            now = trio.current_time()
+            if len(self._in_flight) >= self._config.max_in_flight and self._acc.ready(now):
+                w.reach("flusher-waits-for-a-free-slot")
+            elif self._idem is not None and self._idem.paused and any(
+                    p.msgs for p in self._parts.values()):
+                w.reach("flusher-waits-while-sealing-is-paused")
+        return orig(self, slot_free)
+    return next_wake
+
+
+# -- the accumulator ----------------------------------------------------------------
+
+@probe(ACC, "drain")
+def _acc_drain(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def drain(self: Any) -> Any:
+        idem = self._idem
+        if idem is not None and idem.paused:
+            w.violate("G4 sealed while paused", "the accumulator drained batches while "
+                      "sealing was paused for a new epoch")
+        in_flight = {tp: part.in_flight for tp, part in self.parts.items()}
+        taken = orig(self)
+        for tp, batch in taken.items():
+            before = in_flight.get(tp, 0)
+            if before:
+                w.reach("several-batches-of-a-partition-in-flight")
+            limit = 1 if idem is None or tp not in idem.confirmed else self._per_partition
+            if before + 1 > limit:
+                w.violate("G3 muting", (
+                    f"partition {tp.partition}: batch {before + 1} in flight "
+                    f"(idempotent={idem is not None}, limit {limit})"))
+            if idem is not None:
+                if (batch.producer_id, batch.producer_epoch) != (idem.producer_id,
+                                                                  idem.producer_epoch):
+                    w.violate("G5 epoch", f"partition {tp.partition}: a batch of epoch "
+                              f"{batch.producer_epoch} sent in epoch {idem.producer_epoch}")
+                stamp = (batch.producer_id, batch.producer_epoch, batch.base_sequence)
+                seen = w.stamps.get(id(batch))
+                if seen is None or seen[0] is not batch or seen[1] != stamp:
+                    # sealed or re-stamped now: it takes the partition's next sequences
+                    w.stamps[id(batch)] = (batch, stamp)
+                    key = (batch.producer_id, batch.producer_epoch, tp)
+                    expected = w.sequences.get(key, 0)
+                    # (below it: a KIP-126 half, which keeps its batch's sequences)
+                    if batch.base_sequence > expected:
+                        w.violate("G5 sequence gap", (
+                            f"partition {tp.partition}: a batch stamped with base sequence "
+                            f"{batch.base_sequence} when the next is {expected}"))
+                    w.sequences[key] = max(expected, batch.base_sequence + _records(batch))
+        return taken
+    return drain
+
+
+def _records(batch: Any) -> int:
+    n = 0
+    for m in batch.messages:
+        n += getattr(m, "count", 1) if type(m).__name__ == "RowRun" else 1
+    return n
+
+
+@probe(ACC, "restamp")
+def _acc_restamp(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def restamp(self: Any, tp: Any, batch: Any) -> Any:
+        idem = self._idem
+        old = idem is not None and (batch.producer_id, batch.producer_epoch) != (
+            idem.producer_id, idem.producer_epoch)
+        unknown = old and batch.fate_unknown and not idem.never_written(batch)
+        ok = orig(self, tp, batch)
+        if old:
+            w.reach("retried-batch-restamped-after-a-bump" if ok
+                    else "batch-of-unknown-fate-not-restamped")
+            if ok and unknown:
+                w.violate("G6 restamped", (
+                    f"partition {tp.partition}: a batch whose fate is unknown was re-stamped "
+                    "with the new epoch (a duplicate if it was written)"))
+        return ok
+    return restamp
+
+
+@probe(ACC, "ready")
+def _acc_ready(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def ready(self: Any, now: float) -> Any:
+        result = orig(self, now)
+        if result and self._config.linger > 0:
+            for part in self.parts.values():
+                if part.msgs and part.retrying is None and now < part.first_at + self._linger_due:
+                    if self._flush.depth > 0:
+                        w.reach("flush-ignores-linger")
+                    elif (part.nbytes >= self._batch_cap
+                          or len(part.msgs) >= self._config.max_batch_messages):
+                        w.reach("full-batch-does-not-wait-for-linger")
+        return result
+    return ready
+
+
+# -- idempotence --------------------------------------------------------------------
+
+@probe(IDEM, "_start_epoch")
+def _idem_start_epoch(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def start_epoch(self: Any, pid: int, epoch: int, *, bumped_locally: bool) -> Any:
+        if w.epochs_started:
+            w.reach("epoch-bumped" if bumped_locally else "new-producer-id-in-a-recovery")
+            if self.in_flight:
+                w.violate("G7 bump under flight", (
+                    f"a new epoch started with {self.in_flight} batches of the old one "
+                    "in flight"))
+        w.epochs_started += 1
+        return orig(self, pid, epoch, bumped_locally=bumped_locally)
+    return start_epoch
+
+
+@probe(IDEM, "batch_failed")
+def _idem_batch_failed(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def batch_failed(self: Any, batch: Any, reason: str) -> Any:
+        if (batch.producer_id, batch.producer_epoch) == (self.producer_id, self.producer_epoch):
+            w.reach("failed-batch-starts-a-new-epoch")
+        return orig(self, batch, reason)
+    return batch_failed

@@ -1,0 +1,370 @@
+"""The explorer's teeth as a number: ``make mutants-explore``.
+
+For every mutant of the retry-ordering protocol's modules (tools/mutants.py's
+mutants of the partition, broker and topic stages, the accumulator,
+idempotence and the ledger) that the deterministic suite kills (every one not
+listed in tools/mutants_equivalent.txt; with a ``.mutants/results.json`` from a
+``make mutants`` run, only those it records killed), run the schedule explorer
+on the mutated code, schedule after schedule from a fixed seed, until a schedule
+violates an invariant or the budget (1,000 schedules) is spent, and record
+*found* (after how many schedules, which violation) or *missed*. The table per
+module and the explorer's score (found / measured) go to docs/testing.md.
+
+How it runs: ``--jobs`` workers, each a fork server that imports trio and the
+fake cluster's dependencies once and forks one child per mutant. The child
+imports ``pipeline`` with the one mutated module served from memory (an import
+hook: nothing is written, no scratch copy), then runs the explorer's schedules
+(``pipeline.testing.explore.sweep``: the same sequence ``make explore`` and the
+CI sweep generate). A schedule's real-time limit ends a hang (a violation); a
+child that runs past its whole budget is reported as ``slow``.
+
+Results are cached in ``.mutants/explore.json``, keyed by the mutant, its file's
+content, the explorer's and the fake cluster's sources, the seed and the budget:
+a rerun measures only what changed.
+
+Usage::
+
+    python tools/mutants_explore.py [--jobs 2] [--budget 1000] [--seed S]
+        [--only FILE] [--sample N] [--list] [--try KEY] [--rerun] [--write-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.abc
+import importlib.util
+import json
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mutants
+
+ROOT = mutants.ROOT
+STATE = ROOT / ".mutants"
+CACHE = STATE / "explore.json"
+# The protocol's modules: what the explorer must see broken (issue: the
+# retry-ordering protocol's state machines and where outcomes settle).
+PROTOCOL = (
+    "pipeline/producer/_stages/partition_producer.py",
+    "pipeline/producer/_stages/broker_producer.py",
+    "pipeline/producer/_stages/topic_producer.py",
+    "pipeline/producer/_stages/accumulator.py",
+    "pipeline/producer/_stages/idempotence.py",
+    "pipeline/producer/_outcomes/ledger.py",
+)
+BUDGET = 1000
+SEED = 50_000
+# A schedule runs in ~0.1 s of CPU; one of a mutant that hangs ends here (a
+# HangError: a violation, as it is in `make explore`).
+SCHEDULE_LIMIT = 10.0
+# Sources whose change changes every verdict.
+EXPLORER = ("pipeline/testing/explore", "pipeline/testing/fake")
+
+
+def _module_name(file: str) -> str:
+    return file.removesuffix(".py").replace("/", ".")
+
+
+class _Served(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves one module's (mutated) source from memory."""
+
+    def __init__(self, name: str, path: Path, source: str) -> None:
+        self.name, self.path, self.source = name, path, source
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        return importlib.util.spec_from_file_location(fullname, self.path, loader=self)
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        exec(compile(self.source, str(self.path), "exec"), module.__dict__)
+
+
+def explore_mutant(file: str, source: str, seed: int, budget: int) -> dict[str, Any]:
+    """In this process (a fresh child): import pipeline with ``file`` served as
+    ``source``, run schedules seed, seed+1, ... until one violates an invariant."""
+    assert not any(m == "pipeline" or m.startswith("pipeline.") for m in sys.modules)
+    sys.meta_path.insert(0, _Served(_module_name(file), ROOT / file, source))
+    import logging
+
+    from pipeline.testing.explore import check, run_schedule
+    from pipeline.testing.explore.sweep import schedules
+
+    logging.getLogger("pipeline").setLevel(logging.CRITICAL)
+    t0 = time.perf_counter()
+    for n, schedule in enumerate(schedules(seed, budget), 1):
+        violations = check(run_schedule(schedule, real_time_limit=SCHEDULE_LIMIT))
+        if violations:
+            return {"status": "found", "schedules": n, "seed": schedule.seed,
+                    "violation": str(violations[0])[:300],
+                    "seconds": round(time.perf_counter() - t0, 2)}
+    return {"status": "missed", "schedules": budget,
+            "seconds": round(time.perf_counter() - t0, 2)}
+
+
+# -- the fork server ------------------------------------------------------------
+
+def serve() -> None:
+    """A worker: reads one JSON request a line, forks a child per mutant, replies."""
+    import gc
+
+    import trio
+    import trio.testing  # noqa: F401
+
+    gc.collect()
+    gc.freeze()
+    for raw in sys.stdin:
+        request = json.loads(raw)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(read)
+                os.setpgid(0, 0)
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                result = explore_mutant(request["file"], request["source"], request["seed"],
+                                        request["budget"])
+                os.write(write, json.dumps(result).encode())
+                code = 0
+            except BaseException as exc:
+                os.write(write, json.dumps({"status": "error", "error": repr(exc)[:300]}).encode())
+            finally:
+                os._exit(code)
+        os.close(write)
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+        deadline = time.monotonic() + request["timeout"]
+        chunks: list[bytes] = []
+        status: dict[str, Any] | None = None
+        while True:
+            ready, _, _ = select.select([read], [], [], 0.2)
+            if ready:
+                chunk = os.read(read, 65536)
+                if chunk:
+                    chunks.append(chunk)
+                    continue
+                os.waitpid(pid, 0)
+                break
+            if time.monotonic() > deadline:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                os.waitpid(pid, 0)
+                status = {"status": "slow", "seconds": request["timeout"]}
+                break
+        os.close(read)
+        if status is None:
+            text = b"".join(chunks).decode()
+            status = json.loads(text) if text else {"status": "error", "error": "no reply"}
+        sys.stdout.write(json.dumps(status) + "\n")
+        sys.stdout.flush()
+
+
+class Worker:
+    def __init__(self) -> None:
+        tools = str(ROOT / "tools")
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c",
+             f"import sys; sys.path.insert(0, {tools!r}); import mutants_explore; "
+             "mutants_explore.serve()"],
+            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )
+
+    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        return json.loads(line) if line else {"status": "error", "error": "worker died"}
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+# -- which mutants ----------------------------------------------------------------
+
+def killed_by_suite() -> dict[str, str] | None:
+    """The deterministic run's verdicts ({key: status}), when ``make mutants`` left them."""
+    path = STATE / "results.json"
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return {key: str(entry.get("status")) for key, entry in data.items()}
+
+
+def select_mutants(only: str | None) -> tuple[list[mutants.Mutant], int]:
+    """The protocol's mutants the deterministic suite kills, and how many were
+    left out as equivalent (or not killed)."""
+    equivalents = mutants.load_equivalents()
+    verdicts = killed_by_suite()
+    chosen: list[mutants.Mutant] = []
+    left_out = 0
+    for file in PROTOCOL:
+        if only and file != only:
+            continue
+        for m in mutants.collect(file):
+            if m.key in equivalents:
+                left_out += 1
+            elif verdicts is not None and verdicts.get(m.key) not in (
+                    None, "killed", "timeout", "crashed"):
+                left_out += 1
+            else:
+                chosen.append(m)
+    return chosen, left_out
+
+
+def _explorer_hash() -> str:
+    h = hashlib.sha256()
+    for top in EXPLORER:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            h.update(str(path.relative_to(ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+# -- the run -------------------------------------------------------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--budget", type=int, default=BUDGET)
+    parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--only", help="one protocol file")
+    parser.add_argument("--sample", type=int, help="a seeded random sample of N mutants")
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--rerun", action="store_true", help="ignore cached results")
+    parser.add_argument("--try", dest="try_key", metavar="KEY",
+                        help="explore one mutant here, verbosely")
+    args = parser.parse_args()
+
+    chosen, left_out = select_mutants(args.only)
+    if args.sample:
+        chosen = sorted(random.Random(args.sample).sample(chosen, min(args.sample, len(chosen))),
+                        key=lambda m: (PROTOCOL.index(m.file), m.line))
+    if args.list:
+        for m in chosen:
+            print(m.key)
+        print(f"{len(chosen)} mutants ({left_out} equivalent or not killed left out)")
+        return
+    sources = {f: (ROOT / f).read_text() for f in PROTOCOL}
+    if args.try_key:
+        (m,) = [m for m in chosen if m.key == args.try_key]
+        print(json.dumps(explore_mutant(m.file, mutants.mutate_source(sources[m.file], m),
+                                        args.seed, args.budget)))
+        return
+    STATE.mkdir(exist_ok=True)
+    cache: dict[str, dict[str, Any]] = (
+        {} if args.rerun or not CACHE.exists() else json.loads(CACHE.read_text()))
+    explorer = _explorer_hash()
+    file_hash = {f: hashlib.sha256(s.encode()).hexdigest()[:16] for f, s in sources.items()}
+    results: dict[str, dict[str, Any]] = {}
+    todo: list[tuple[mutants.Mutant, str]] = []
+    for m in chosen:
+        ident = f"{m.start}|{file_hash[m.file]}|{explorer}|{args.seed}|{args.budget}"
+        hit = cache.get(m.key)
+        if hit is not None and hit.get("ident") == ident:
+            results[m.key] = hit
+        else:
+            todo.append((m, ident))
+    print(f"{len(chosen)} mutants ({left_out} equivalent or not killed left out), "
+          f"{len(chosen) - len(todo)} cached, {len(todo)} to explore with {args.jobs} "
+          f"workers, budget {args.budget} schedules from seed {args.seed}", flush=True)
+    workers = [Worker() for _ in range(args.jobs)]
+    free = list(workers)
+    started = time.perf_counter()
+    done = 0
+
+    def job(item: tuple[mutants.Mutant, str]) -> None:
+        nonlocal done
+        m, ident = item
+        worker = free.pop()
+        try:
+            result = worker.run({
+                "file": m.file, "source": mutants.mutate_source(sources[m.file], m),
+                "seed": args.seed, "budget": args.budget,
+                "timeout": args.budget * 2.0 + 120,
+            })
+        finally:
+            free.append(worker)
+        result["ident"] = ident
+        result["file"] = m.file
+        results[m.key] = result
+        done += 1
+        what = (f"found after {result['schedules']}: {result.get('violation', '')[:90]}"
+                if result["status"] == "found" else result["status"])
+        print(f"[{done}/{len(todo)} {time.perf_counter() - started:.0f}s] {m.key} -> {what}",
+              flush=True)
+        if done % 10 == 0:
+            CACHE.write_text(json.dumps({**cache, **results}, indent=0))
+
+    try:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(job, todo))
+    finally:
+        for w in workers:
+            w.close()
+        CACHE.write_text(json.dumps({**cache, **results}, indent=0))
+    print(report(chosen, results))
+
+
+def report(chosen: list[mutants.Mutant], results: dict[str, dict[str, Any]]) -> str:
+    rows: dict[str, list[int]] = {}
+    found_after: list[int] = []
+    missed: list[str] = []
+    for m in chosen:
+        r = results[m.key]
+        counts = rows.setdefault(m.file, [0, 0])
+        counts[0] += 1
+        if r["status"] == "found":
+            counts[1] += 1
+            found_after.append(int(r["schedules"]))
+        else:
+            missed.append(f"{r['status']}: {m.key}")
+    lines = ["| module | mutants | found | missed | score |", "|---|---|---|---|---|"]
+    total = [0, 0]
+    for file, (n, f) in rows.items():
+        total = [total[0] + n, total[1] + f]
+        lines.append(f"| `{file}` | {n} | {f} | {n - f} | {100 * f / n:.1f}% |")
+    n, f = total
+    lines.append(f"| total | {n} | {f} | {n - f} | {100 * f / max(n, 1):.1f}% |")
+    found_after.sort()
+    if found_after:
+        median = found_after[len(found_after) // 2]
+        lines.append(f"\nfound after a median of {median} schedules "
+                     f"(90th percentile {found_after[int(len(found_after) * 0.9)]})")
+    if missed:
+        lines.append(f"\n{len(missed)} missed:\n" + "\n".join(missed))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
