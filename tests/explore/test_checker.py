@@ -90,16 +90,8 @@ def test_phantom_records() -> None:
 
 def test_outcomes_and_timing() -> None:
     assert kinds(trace(True, [msg(0, ok=False, settled=None)], [])) == ["O1 no outcome"]
-    t = trace(True, [msg(0, ok=False, settled=6.0)], [])
-    t._first_sent = {value_of(0, 0): 4.5}  # on the wire before its deadline
-    assert kinds(t) == []  # deadline 5 + request_timeout 1: the answer it waited for
-    t.messages[0].settled_at = 6.01
-    assert kinds(t) == ["O1 late"]
-    t._first_sent = {}  # never sent: nothing to wait for past the deadline
-    t.messages[0].settled_at = 5.0
-    assert kinds(t) == []
-    t.messages[0].settled_at = 5.01
-    assert kinds(t) == ["O1 late"]
+    assert kinds(trace(True, [msg(0, ok=False, settled=6.0)], [])) == []  # deadline 5 + 1
+    assert kinds(trace(True, [msg(0, ok=False, settled=6.01)], [])) == ["O1 late"]
     t = trace(True, [], [])
     t.double_settles, t.outstanding_after_close, t.buffered_after_close = 1, 2, 3
     assert kinds(t) == ["O1 double settle", "O1 unsettled", "O1 buffer"]
@@ -237,9 +229,9 @@ def test_nothing_expires_before_the_oldest_deadline_of_its_batch() -> None:
 
 def test_statistics_count_what_the_messages_report() -> None:
     t = trace(True, [msg(0, offset=0), msg(1, ok=False)], [0])
-    t.counted = (2, 1, 1)
+    t.counted = (2, 1, 1, 0)
     assert kinds(t) == []
-    t.counted = (2, 2, 1)
+    t.counted = (2, 2, 1, 0)
     assert kinds(t) == ["O4 statistics"]
 
 

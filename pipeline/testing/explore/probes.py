@@ -24,6 +24,7 @@ reading nothing.
 from __future__ import annotations
 
 import functools
+import math
 import importlib
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -143,7 +144,24 @@ def _pp_handle(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
                     w.reach("chaser-returns")
                 elif level < self.hwm:
                     w.reach("below-hwm-waits-in-its-level")
-        return orig(self, items)
+        held, out = self._held, self._out
+        n_held, n_out = len(held), len(out)
+        result = orig(self, items)
+        hwm = self.hwm
+        if hwm > 0:
+            # Rule 2: while a chaser is out, what sits ready to go (held for a
+            # leader, or gathered for the broker producer) is at the watermark;
+            # anything lower waits in its level's buffer.
+            placed = ((self._held[n_held:] if self._held is held else self._held)
+                      + (self._out[n_out:] if self._out is out else self._out))
+            for unit in placed:
+                if unit._level < hwm:
+                    w.violate("G1 below the watermark", (
+                        f"partition {self.tp.partition}: a unit at level {unit._level} put "
+                        f"in line for a broker producer while hwm={hwm} (a chaser is out), "
+                        "not in its level's buffer"))
+                    break
+        return result
     return handle
 
 
@@ -441,3 +459,78 @@ def _idem_batch_failed(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]
             w.reach("failed-batch-starts-a-new-epoch")
         return orig(self, batch, reason)
     return batch_failed
+
+
+# -- wake-ups: nothing waits past its deadline, a backoff or a linger ------------------
+# A stage that sleeps computes when to wake up; these check the result against
+# the rule it implements (docs/architecture.md, "Nothing waits past
+# delivery_timeout", "Backoff never blocks"): never later than the earliest
+# deadline of anything it holds, the end of its backoff, or a due linger.
+
+EPS = 1e-9
+
+
+@probe(PP, "_wake_at")
+def _pp_wake_at(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def wake_at(self: Any) -> Any:
+        wake = orig(self)
+        due = min((u._deadline for u in self._held), default=math.inf)
+        for buf in self._levels.values():
+            due = min(due, min((u._deadline for u in buf), default=math.inf))
+        if self.bp is None and self._held and self._metadata_fresh:
+            due = min(due, self._backoff_until)
+        if wake > due + EPS:
+            w.violate("G8 partition producer wake", (
+                f"partition {self.tp.partition}: sleeps until {wake:.4f}, past {due:.4f} "
+                "(a held message's deadline, or the end of its backoff)"))
+        return wake
+    return wake_at
+
+
+def _bp_due(bp: Any, slot_free: bool) -> float:
+    """When a broker producer's flusher must wake at the latest."""
+    due = math.inf
+    acc = bp._acc
+    for tp, part in bp._parts.items():
+        for unit in (*part.msgs[:1], *part.sealed, *part.failed):
+            due = min(due, unit._deadline)
+        if slot_free and part.msgs and acc.sendable(part, tp):
+            due = min(due, part.first_at + acc._linger_due)
+    for flight in bp._in_flight:
+        due = min(due, flight.deadline)
+    return due
+
+
+@probe(BP, "_next_wake")
+def _bp_next_wake_rule(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def next_wake(self: Any, slot_free: bool) -> Any:
+        wake = orig(self, slot_free)
+        due = _bp_due(self, slot_free)
+        if wake > due + EPS:
+            w.violate("G8 broker producer wake", (
+                f"broker {self.node_id}: the flusher's next wake-up {wake:.4f} is past "
+                f"{due:.4f} (a deadline, or a linger with a request slot free)"))
+        return wake
+    return next_wake
+
+
+@probe(BP, "_poke_flusher")
+def _bp_poke(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def poke(self: Any) -> Any:
+        result = orig(self)
+        until = self._flusher_until
+        if until is not None and not self._wake_flusher.is_set():
+            now = trio.current_time()
+            slot_free = len(self._in_flight) < self._config.max_in_flight
+            paused = self._idem is not None and self._idem.paused
+            if slot_free and self._acc.ready(now):
+                w.violate("G9 flusher left asleep", (
+                    f"broker {self.node_id}: a partition is ready with a request slot free, "
+                    f"and the flusher sleeps until {until:.4f}"))
+            elif _bp_due(self, slot_free and not paused) < until - EPS:
+                w.violate("G9 flusher left asleep", (
+                    f"broker {self.node_id}: something is due at "
+                    f"{_bp_due(self, slot_free and not paused):.4f}, and the flusher sleeps "
+                    f"until {until:.4f}"))
+        return result
+    return poke

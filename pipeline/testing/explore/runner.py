@@ -29,6 +29,8 @@ partition logs, flushes and the close, for `checker.check`.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -43,6 +45,7 @@ from pipeline.producer._errors import (
     ProducerClosed,
     ProducerError,
 )
+from pipeline.producer._intake import send_path
 from pipeline.producer._message import OK, PENDING, ProducerMessage, RecordMetadata
 from pipeline.producer._outcomes.delivery import Delivery
 from pipeline.protocol.records import batch_size_for_record, decode_record_batches
@@ -91,7 +94,8 @@ def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) ->
     abandoned = False
     watch = Watch()
     try:
-        with deterministic_trio(schedule.seed), time_limit(real_time_limit), watching(watch):
+        with deterministic_trio(schedule.seed), time_limit(real_time_limit), watching(watch), \
+                _send_path(schedule.send_path):
             clock = VirtualClock()
             trio.run(_main, schedule, trace, clock=clock, instruments=[clock])
     except trio.TrioInternalError as exc:
@@ -125,6 +129,7 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
     inputs: Inputs = []
     awaited: dict[int, str] = {}
     called: Called = {}
+    reported: Reported = {}
     async with trio.open_nursery() as root:
         await root.start(fake.run)
         configs = ({"max.message.bytes": str(schedule.topic_max_message_bytes)}
@@ -146,8 +151,8 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
                                 (users, awaited), called,
                             )
                         if any(s.via == "input" for s in schedule.sends):
-                            users.start_soon(_drain, producer.errors)
-                            users.start_soon(_drain, producer.successes)
+                            users.start_soon(_drain, producer.errors, reported, 1)
+                            users.start_soon(_drain, producer.successes, reported, 0)
                         for at in schedule.flushes:
                             users.start_soon(_flush, producer, schedule, at, trace)
                         await trio.sleep_until(schedule.close_at)
@@ -171,8 +176,9 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
             trace.double_settles = stats.double_settles
             trace.outstanding_after_close = stats.outstanding
             trace.buffered_after_close = stats.buffered_bytes
-            trace.counted = (stats.accepted, stats.succeeded, stats.failed)
+            trace.counted = (stats.accepted, stats.succeeded, stats.failed, stats.requests_sent)
             delivery_timeout = schedule.option("delivery_timeout")
+            channel_reports: dict[int, tuple[int, int]] = {}
             for index, msg, call, attempt in inputs:
                 if not msg._id:
                     attempt.refused = "ProducerClosed"  # closed before the dispatcher took it
@@ -181,12 +187,15 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
                     # refused the sarama way: accepted, then failed at once
                     attempt.refused = type(msg._outcome).__name__
                 accepted.append((index, msg, msg._deadline - delivery_timeout, call))
+                counts = reported.get(id(msg), (msg, [0, 0]))[1]
+                channel_reports[index] = (counts[0], counts[1])
             for index, sent, at, call in accepted:
                 rec = _record(index, sent, at, settled)
                 rec.call = call
                 rec.awaited = awaited.get(index, "")
                 if index in called:
                     rec.called = "; ".join(called[index]) or "never called"
+                rec.reported = channel_reports.get(index)
                 trace.messages.append(rec)
         trace.messages.sort(key=lambda m: m.id)
         for p in range(schedule.partitions):
@@ -207,6 +216,20 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
                                   if r.request is not None]
         trace.end_time = trio.current_time()
         root.cancel_scope.cancel()
+
+
+@contextmanager
+def _send_path(kind: str) -> Iterator[None]:
+    """Producers opened in the block use ``kind``'s send() ("": the default)."""
+    if not kind:
+        yield
+        return
+    before = send_path.SEND_PATH
+    send_path.use(kind)
+    try:
+        yield
+    finally:
+        send_path.use(before)
 
 
 class _Abort(Exception):
@@ -476,10 +499,16 @@ async def _await_each(sent: list[tuple[int, Delivery]], until: float,
         awaited[index] = "never returned"
 
 
-async def _drain(channel: Any) -> None:
-    """A sarama-style user reads every outcome (else the producer backs up)."""
-    async for _ in channel:
-        pass
+# id(message) -> (the message, [times on successes, times on errors])
+Reported = dict[int, tuple[ProducerMessage, list[int]]]
+
+
+async def _drain(channel: Any, reported: Reported, which: int) -> None:
+    """A sarama-style user reads every outcome (else the producer backs up),
+    counting each message's reports (successes: 0, errors: 1)."""
+    async for item in channel:
+        msg = item.message if isinstance(item, ProducerError) else item
+        reported.setdefault(id(msg), (msg, [0, 0]))[1][which] += 1
 
 
 async def _flush(producer: Producer, schedule: Schedule, at: float, trace: Trace) -> None:

@@ -134,6 +134,9 @@ class Schedule:
     topic_max_message_bytes: int = 0
     strict_unknown_producer: bool = False
     min_insync_replicas: int = 1
+    # send()'s implementation: "" the default (the C Sender when built), "python"
+    # Intake.send, its pure-Python twin (send_path.use).
+    send_path: str = ""
     # Which generator made it (sweep.py), for reports; not part of the run.
     profile: str = field(default="", compare=False)
     note: str = field(default="", compare=False)
@@ -156,6 +159,7 @@ class Schedule:
             f"{f' topic_max_message_bytes={self.topic_max_message_bytes}' if self.topic_max_message_bytes else ''}"
             f"{' strict_unknown_producer' if self.strict_unknown_producer else ''}"
             f"{f' min_insync_replicas={self.min_insync_replicas}' if self.min_insync_replicas > 1 else ''}"
+            f"{f' send_path={self.send_path}' if self.send_path else ''}"
             f"{f' profile={self.profile}' if self.profile else ''} {opts}"
         )
 

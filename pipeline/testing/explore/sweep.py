@@ -26,16 +26,25 @@ from .schedule import FAULT_WEIGHTS, Schedule, generate
 SWARM, TARGETED = 0.2, 0.55
 
 
+# Share of schedules whose send() is the pure-Python twin (Intake.send) instead of
+# the C Sender (when built): both implement the intake's rules.
+PYTHON_SEND = 0.3
+
+
 def schedule_for(seed: int, mode: str = "both") -> Schedule:
     rng = random.Random(seed * 104729 + 3)
     roll = rng.random()
     if roll < TARGETED:
-        return targeted(seed, mode)
-    if roll < TARGETED + SWARM:
+        schedule = targeted(seed, mode)
+    elif roll < TARGETED + SWARM:
         kinds = [k for k in FAULT_WEIGHTS if rng.random() < 0.4]
-        return replace(generate(seed, mode, frozenset(kinds)),
-                       profile="swarm:" + "+".join(kinds))
-    return generate(seed, mode)
+        schedule = replace(generate(seed, mode, frozenset(kinds)),
+                           profile="swarm:" + "+".join(kinds))
+    else:
+        schedule = generate(seed, mode)
+    if rng.random() < PYTHON_SEND:
+        schedule = replace(schedule, send_path="python")
+    return schedule
 
 
 def schedules(seed: int, n: int, mode: str = "both") -> Iterator[Schedule]:

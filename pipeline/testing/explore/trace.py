@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +43,9 @@ class Message:
     # What its on_delivery callback was called with, each call ("; "-joined, in
     # the awaited form), when a "callback" loop passed one; "" if none.
     called: str = ""
+    # A producer.input message: how often it came out of producer.successes and
+    # producer.errors (None: not sent that way).
+    reported: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -75,9 +77,9 @@ class Trace:
     # message accepted after healing failed: L1 asks whether it was ever sent).
     sent: set[bytes] = field(default_factory=set)
     # The Produce requests the fake received, (arrival time, request), decoded
-    # only when a check asks (`first_sent`).
+    # only when a check asks (`sends`).
     produce_requests: list[tuple[float, Any]] = field(default_factory=list)
-    _first_sent: dict[bytes, float] | None = None
+    _sends: Counter[bytes] | None = None
     # (partition, bytes) of every batch a Produce request carried over max_message_bytes
     oversized: list[tuple[int, int]] = field(default_factory=list)
     # {partition: offsets of records the broker appended after it had forgotten
@@ -96,24 +98,23 @@ class Trace:
     reached: Counter[str] = field(default_factory=Counter)
     guard_violations: dict[str, str] = field(default_factory=dict)
     # The ledger's own counts (statistics()), against the outcomes seen.
-    counted: tuple[int, int, int] = (0, 0, 0)  # accepted, succeeded, failed
+    counted: tuple[int, int, int, int] = (0, 0, 0, 0)  # accepted, succeeded, failed, requests
     end_time: float = 0.0
     steps: int = 0  # the call step counter
 
-    def first_sent(self, value: bytes) -> float:
-        """When a Produce request first carried the record `value` (inf: never)."""
-        if self._first_sent is None:
+    def sends(self, value: bytes) -> int:
+        """How many Produce requests carried the record `value`."""
+        if self._sends is None:
             from pipeline.protocol.records import decode_record_batches
 
-            first: dict[bytes, float] = {}
-            for at, request in self.produce_requests:
+            counts: Counter[bytes] = Counter()
+            for _, request in self.produce_requests:
                 for topic in request.topic_data:
                     for part in topic.partition_data:
                         for batch in decode_record_batches(bytes(part.records or b"")):
-                            for rec in batch.records:
-                                first.setdefault(rec.value or b"", at)
-            self._first_sent = first
-        return self._first_sent.get(value, math.inf)
+                            counts.update(rec.value or b"" for rec in batch.records)
+            self._sends = counts
+        return self._sends[value]
 
     def step(self) -> int:
         self.steps += 1
