@@ -260,6 +260,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--only", help="one protocol file")
     parser.add_argument("--sample", type=int, help="a seeded random sample of N mutants")
+    parser.add_argument("--keys", metavar="FILE", help="only the mutants whose keys FILE lists")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--rerun", action="store_true", help="ignore cached results")
     parser.add_argument("--try", dest="try_key", metavar="KEY",
@@ -267,6 +268,9 @@ def main() -> None:
     args = parser.parse_args()
 
     chosen, left_out = select_mutants(args.only)
+    if args.keys:
+        wanted = set(Path(args.keys).read_text().splitlines())
+        chosen = [m for m in chosen if m.key in wanted]
     if args.sample:
         chosen = sorted(random.Random(args.sample).sample(chosen, min(args.sample, len(chosen))),
                         key=lambda m: (PROTOCOL.index(m.file), m.line))

@@ -178,6 +178,11 @@ def _counts(trace: Trace) -> list[Violation]:
     if trace.counted[:3] != seen:
         out.append(Violation("O4 statistics", f"statistics() counts accepted, succeeded, failed "
                              f"= {trace.counted[:3]}; the messages report {seen}"))
+    counted, started = trace.idem_counts, trace.epochs_started
+    if counted is not None and counted != started:
+        out.append(Violation("O4 statistics", f"idempotence counts {counted[0]} epochs bumped and "
+                             f"{counted[1]} new producer ids; {started[0]} and {started[1]} "
+                             "started"))
     if trace.counted[3] < len(trace.produce_requests):
         out.append(Violation("O4 statistics", f"statistics() counts {trace.counted[3]} requests "
                              f"sent; the brokers received {len(trace.produce_requests)}"))
@@ -366,26 +371,26 @@ def _sizes(trace: Trace) -> list[Violation]:
 
 
 def _retries(trace: Trace) -> list[Violation]:
-    """R1: a message goes on the wire at most ``retries + 1`` times (a retry is a
-    send that failed and went back; what only waited behind a failed batch spends
-    none), and one that failed with a retriable broker error after a send spent
-    them all. (KIP-126 halves spend none either: not judged when the topic's limit
-    forces splits.)"""
+    """R1: the producer builds a request with a message at most ``retries + 1``
+    times (a retry is a send that failed and went back; what only waited behind a
+    failed batch spends none, and neither does a KIP-126 split), and a message that
+    failed with a retriable broker error after a send spent them all."""
     s = trace.schedule
     limit = s.option("retries")
-    if limit >= 2**31 - 1 or s.topic_max_message_bytes or trace.crash:
+    if limit >= 2**31 - 1 or trace.crash:
         return []
     out: list[Violation] = []
     for m in trace.messages:
-        if m.row:
-            continue  # (a row's value is not unique in a burst's runs: rows are checked as runs)
-        n = trace.sends(m.value)
-        if n > limit + 1:
-            out.append(Violation("R1 retries", f"message #{m.index} went on the wire {n} times "
-                                 f"with retries={limit}"))
-        elif not m.ok and _retriable_answer(m.cause) and n != limit + 1:
+        if m.attempts < 0:
+            continue  # (rows: checked as runs, which a split replaces)
+        allowed = limit + 1 + m.splits
+        if m.attempts > allowed:
+            out.append(Violation("R1 retries", f"message #{m.index} was sent {m.attempts} times "
+                                 f"with retries={limit} ({m.splits} splits)"))
+        elif not m.ok and _retriable_answer(m.cause) and m.attempts != allowed:
             out.append(Violation("R1 retries", f"message #{m.index} failed with {m.cause[:80]!r} "
-                                 f"after {n} sends, with retries={limit}"))
+                                 f"after {m.attempts} sends, with retries={limit} "
+                                 f"({m.splits} splits)"))
         if len(out) >= 3:
             break
     return out
@@ -399,7 +404,8 @@ def _retriable_answer(cause: str) -> bool:
         return False
     name = cause.removeprefix("BrokerResponseError: ").split(" ", 1)[0]
     code = ErrorCode.__members__.get(name)
-    return code is not None and code.retriable
+    # (an OUT_OF_ORDER_SEQUENCE_NUMBER nothing explains fails its batch at once)
+    return code is not None and code.retriable and code != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 def _requests(trace: Trace) -> list[Violation]:

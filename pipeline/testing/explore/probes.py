@@ -61,6 +61,27 @@ class Watch:
     # Per sealed batch sent: (the batch, its producer id, epoch, base sequence).
     stamps: dict[int, tuple[Any, tuple[int, int, int]]] = field(default_factory=dict)
     epochs_started: int = 0
+    # Per message: (the message, requests built with it) and (the message, splits).
+    attempts: dict[int, tuple[Any, int]] = field(default_factory=dict)
+    splits: dict[int, tuple[Any, int]] = field(default_factory=dict)
+    # Recoveries seen: [epochs bumped locally, new producer ids].
+    recoveries: list[int] = field(default_factory=lambda: [0, 0])
+    # A broker fenced the current epoch (the next recovery must take a new id);
+    # a broker refused a locally bumped epoch (every later one must).
+    fenced: bool = False
+    refused: bool = False
+    # The schedule scripts OUT_OF_ORDER_SEQUENCE_NUMBER answers (else one that no
+    # earlier failure explains is the producer's own gap).
+    scripted_out_of_order: bool = False
+
+    def attempts_of(self, msg: Any) -> tuple[int, int]:
+        """(requests built with ``msg``, splits of a batch holding it); -1: not a message."""
+        if type(msg).__name__ == "RowDelivery":
+            return -1, 0
+        seen = self.attempts.get(id(msg))
+        split = self.splits.get(id(msg))
+        return (seen[1] if seen is not None and seen[0] is msg else 0,
+                split[1] if split is not None and split[0] is msg else 0)
 
     def reach(self, guard: str) -> None:
         self.reached[guard] += 1
@@ -311,12 +332,20 @@ def _bp_handle_partition(w: Watch, orig: Callable[..., Any]) -> Callable[..., An
             code = ErrorCode(result.error_code)
             part = self._parts[tp]
             if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._idem is not None:
-                w.reach("out-of-order-explained" if part.retrying is not None or part.failed
-                        else "out-of-order-unexplained")
+                explained = part.retrying is not None or part.failed
+                w.reach("out-of-order-explained" if explained else "out-of-order-unexplained")
+                if not explained and not w.scripted_out_of_order:
+                    w.violate("G10 sequence gap", (
+                        f"broker {self.node_id}, partition {tp.partition}: answered "
+                        "OUT_OF_ORDER_SEQUENCE_NUMBER with no earlier batch of the partition "
+                        "failing: the producer skipped sequences without a new epoch"))
             elif code == ErrorCode.UNKNOWN_PRODUCER_ID and self._idem is not None:
                 w.reach("unknown-producer-id")
-            elif code in TOO_LARGE and len(batch.messages) > 1:
+            elif code in TOO_LARGE and _records(batch) > 1 and not batch.fate_unknown:
                 w.reach("too-large-batch-split")
+                for m in batch.messages:
+                    seen = w.splits.get(id(m))
+                    w.splits[id(m)] = (m, seen[1] + 1 if seen is not None and seen[0] is m else 1)
             elif code in MAYBE_WRITTEN:
                 w.reach("after-append-answer-makes-the-fate-unknown")
         return orig(self, tp, batch, result)
@@ -363,6 +392,11 @@ def _acc_drain(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
                       "sealing was paused for a new epoch")
         in_flight = {tp: part.in_flight for tp, part in self.parts.items()}
         taken = orig(self)
+        attempts = w.attempts
+        for batch in taken.values():
+            for m in batch.messages:
+                seen = attempts.get(id(m))
+                attempts[id(m)] = (m, seen[1] + 1 if seen is not None and seen[0] is m else 1)
         for tp, batch in taken.items():
             before = in_flight.get(tp, 0)
             if before:
@@ -443,13 +477,37 @@ def _idem_start_epoch(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
     def start_epoch(self: Any, pid: int, epoch: int, *, bumped_locally: bool) -> Any:
         if w.epochs_started:
             w.reach("epoch-bumped" if bumped_locally else "new-producer-id-in-a-recovery")
+            w.recoveries[0 if bumped_locally else 1] += 1
             if self.in_flight:
                 w.violate("G7 bump under flight", (
                     f"a new epoch started with {self.in_flight} batches of the old one "
                     "in flight"))
+            if bumped_locally and (w.fenced or w.refused):
+                w.violate("G7 bump after fencing", (
+                    "the producer bumped its own epoch although a broker fenced the current "
+                    "one" + (" (and refused an epoch it bumped itself before)" if w.refused
+                             else "") + ": only a new producer id recovers from that"))
+            if bumped_locally and (pid, epoch) != (self.producer_id, self.producer_epoch + 1):
+                w.violate("G7 bump", f"a local bump from {self.producer_id}/"
+                          f"{self.producer_epoch} to {pid}/{epoch}")
+            if not bumped_locally and pid == self.producer_id:
+                w.violate("G7 new id", f"a recovery with a new id kept producer id {pid}")
+        w.fenced = False
         w.epochs_started += 1
         return orig(self, pid, epoch, bumped_locally=bumped_locally)
     return start_epoch
+
+
+@probe(IDEM, "epoch_fenced")
+def _idem_epoch_fenced(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def epoch_fenced(self: Any, producer_id: int, producer_epoch: int, code: Any) -> Any:
+        if (producer_id, producer_epoch) == (self.producer_id, self.producer_epoch):
+            w.reach("epoch-fenced-takes-a-new-id")
+            w.fenced = True
+            if self._bumped_locally:
+                w.refused = True  # from now on every recovery takes a new id
+        return orig(self, producer_id, producer_epoch, code)
+    return epoch_fenced
 
 
 @probe(IDEM, "batch_failed")

@@ -48,6 +48,7 @@ from pipeline.producer._errors import (
 from pipeline.producer._intake import send_path
 from pipeline.producer._message import OK, PENDING, ProducerMessage, RecordMetadata
 from pipeline.producer._outcomes.delivery import Delivery
+from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.records import batch_size_for_record, decode_record_batches
 from pipeline.testing.fake_cluster import FakeCluster
 
@@ -92,12 +93,13 @@ def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) ->
     """Run `schedule` to the end and return what happened."""
     trace = Trace(schedule)
     abandoned = False
-    watch = Watch()
+    watch = Watch(scripted_out_of_order=any(
+        e.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER for e in schedule.events))
     try:
         with deterministic_trio(schedule.seed), time_limit(real_time_limit), watching(watch), \
                 _send_path(schedule.send_path):
             clock = VirtualClock()
-            trio.run(_main, schedule, trace, clock=clock, instruments=[clock])
+            trio.run(_main, schedule, trace, watch, clock=clock, instruments=[clock])
     except trio.TrioInternalError as exc:
         # Raised out of trio's run loop (Deadlock, Spin, HangError): the run's
         # tasks are abandoned; collect them quietly.
@@ -113,10 +115,11 @@ def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) ->
         collect_abandoned()
     trace.reached = watch.reached
     trace.guard_violations = watch.violations
+    trace.epochs_started = (watch.recoveries[0], watch.recoveries[1])
     return trace
 
 
-async def _main(schedule: Schedule, trace: Trace) -> None:
+async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
     fake = FakeCluster(
         brokers=schedule.brokers,
         seed=schedule.seed,
@@ -177,6 +180,9 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
             trace.outstanding_after_close = stats.outstanding
             trace.buffered_after_close = stats.buffered_bytes
             trace.counted = (stats.accepted, stats.succeeded, stats.failed, stats.requests_sent)
+            idem = producer._core.idempotence
+            if idem is not None:
+                trace.idem_counts = (idem.bumps, idem.new_ids)
             delivery_timeout = schedule.option("delivery_timeout")
             channel_reports: dict[int, tuple[int, int]] = {}
             for index, msg, call, attempt in inputs:
@@ -196,6 +202,7 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
                 if index in called:
                     rec.called = "; ".join(called[index]) or "never called"
                 rec.reported = channel_reports.get(index)
+                rec.attempts, rec.splits = watch.attempts_of(sent)
                 trace.messages.append(rec)
         trace.messages.sort(key=lambda m: m.id)
         for p in range(schedule.partitions):

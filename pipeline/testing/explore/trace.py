@@ -46,6 +46,11 @@ class Message:
     # A producer.input message: how often it came out of producer.successes and
     # producer.errors (None: not sent that way).
     reported: tuple[int, int] | None = None
+    # How many requests the producer built with it (its attempts, also those never
+    # received), and how often a batch holding it was split (KIP-126); -1: not
+    # counted (a row: its run may be split into new runs).
+    attempts: int = -1
+    splits: int = 0
 
 
 @dataclass(slots=True)
@@ -76,10 +81,8 @@ class Trace:
     # Values of every record some Produce request carried (filled only when a
     # message accepted after healing failed: L1 asks whether it was ever sent).
     sent: set[bytes] = field(default_factory=set)
-    # The Produce requests the fake received, (arrival time, request), decoded
-    # only when a check asks (`sends`).
+    # The Produce requests the fake received, (arrival time, request).
     produce_requests: list[tuple[float, Any]] = field(default_factory=list)
-    _sends: Counter[bytes] | None = None
     # (partition, bytes) of every batch a Produce request carried over max_message_bytes
     oversized: list[tuple[int, int]] = field(default_factory=list)
     # {partition: offsets of records the broker appended after it had forgotten
@@ -99,22 +102,12 @@ class Trace:
     guard_violations: dict[str, str] = field(default_factory=dict)
     # The ledger's own counts (statistics()), against the outcomes seen.
     counted: tuple[int, int, int, int] = (0, 0, 0, 0)  # accepted, succeeded, failed, requests
+    # Idempotence's own counts of (epochs bumped, new producer ids) (None: not
+    # idempotent), and the ones the probes saw start.
+    idem_counts: tuple[int, int] | None = None
+    epochs_started: tuple[int, int] = (0, 0)
     end_time: float = 0.0
     steps: int = 0  # the call step counter
-
-    def sends(self, value: bytes) -> int:
-        """How many Produce requests carried the record `value`."""
-        if self._sends is None:
-            from pipeline.protocol.records import decode_record_batches
-
-            counts: Counter[bytes] = Counter()
-            for _, request in self.produce_requests:
-                for topic in request.topic_data:
-                    for part in topic.partition_data:
-                        for batch in decode_record_batches(bytes(part.records or b"")):
-                            counts.update(rec.value or b"" for rec in batch.records)
-            self._sends = counts
-        return self._sends[value]
 
     def step(self) -> int:
         self.steps += 1
