@@ -24,8 +24,8 @@ reading nothing.
 from __future__ import annotations
 
 import functools
-import math
 import importlib
+import math
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
