@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .trace import Message, Trace
@@ -99,7 +100,26 @@ class Violation:
         return f"{self.kind}: {self.detail}"
 
 
+Invariant = Callable[[Trace], list[Violation]]
+# Every invariant `check` applies, in report order; a new state machine's
+# invariants join with `invariant` (docs/testing.md, "Built to grow").
+INVARIANTS: list[Invariant] = []
+
+
+def invariant(fn: Invariant) -> Invariant:
+    INVARIANTS.append(fn)
+    return fn
+
+
 def check(trace: Trace) -> list[Violation]:
+    out: list[Violation] = []
+    for fn in INVARIANTS:
+        out += fn(trace)
+    return out
+
+
+@invariant
+def _settled_once(trace: Trace) -> list[Violation]:
     out: list[Violation] = []
     if trace.crash:
         out.append(Violation("crash", trace.crash.strip().splitlines()[0][:300]))
@@ -114,18 +134,40 @@ def check(trace: Trace) -> list[Violation]:
     if trace.buffered_after_close and not trace.crash:
         out.append(Violation("O1 buffer", f"{trace.buffered_after_close} bytes of "
                              "buffer_memory still reserved after close"))
-    out += [Violation(kind, detail) for kind, detail in trace.guard_violations.items()]
-    out += _counts(trace)
-    out += _outcomes(trace)
-    out += _logs(trace)
-    out += _flushes_and_close(trace)
-    out += _liveness(trace)
-    out += _sizes(trace)
-    out += _retries(trace)
-    out += _requests(trace)
     return out
 
 
+@invariant
+def _guards(trace: Trace) -> list[Violation]:
+    """G*: the guards' own invariants, as the probes saw them (probes.py)."""
+    return [Violation(kind, detail) for kind, detail in trace.guard_violations.items()]
+
+
+@invariant
+def _counts(trace: Trace) -> list[Violation]:
+    """O4: the ledger counts what the messages report (statistics() is a promise too),
+    and every Produce request the brokers received was counted as sent."""
+    if trace.crash or trace.counted == (0, 0, 0, 0):
+        return []
+    ok = sum(m.ok for m in trace.messages)
+    failed = sum(not m.ok and not m.pending for m in trace.messages)
+    seen = (len(trace.messages), ok, failed)
+    out: list[Violation] = []
+    if trace.counted[:3] != seen:
+        out.append(Violation("O4 statistics", f"statistics() counts accepted, succeeded, failed "
+                             f"= {trace.counted[:3]}; the messages report {seen}"))
+    counted, started = trace.idem_counts, trace.epochs_started
+    if counted is not None and counted != started:
+        out.append(Violation("O4 statistics", f"idempotence counts {counted[0]} epochs bumped and "
+                             f"{counted[1]} new producer ids; {started[0]} and {started[1]} "
+                             "started"))
+    if trace.counted[3] < len(trace.produce_requests):
+        out.append(Violation("O4 statistics", f"statistics() counts {trace.counted[3]} requests "
+                             f"sent; the brokers received {len(trace.produce_requests)}"))
+    return out
+
+
+@invariant
 def _outcomes(trace: Trace) -> list[Violation]:
     s = trace.schedule
     late_by = s.option("request_timeout")
@@ -166,29 +208,6 @@ def _outcomes(trace: Trace) -> list[Violation]:
     return out
 
 
-def _counts(trace: Trace) -> list[Violation]:
-    """O4: the ledger counts what the messages report (statistics() is a promise too),
-    and every Produce request the brokers received was counted as sent."""
-    if trace.crash or trace.counted == (0, 0, 0, 0):
-        return []
-    ok = sum(m.ok for m in trace.messages)
-    failed = sum(not m.ok and not m.pending for m in trace.messages)
-    seen = (len(trace.messages), ok, failed)
-    out: list[Violation] = []
-    if trace.counted[:3] != seen:
-        out.append(Violation("O4 statistics", f"statistics() counts accepted, succeeded, failed "
-                             f"= {trace.counted[:3]}; the messages report {seen}"))
-    counted, started = trace.idem_counts, trace.epochs_started
-    if counted is not None and counted != started:
-        out.append(Violation("O4 statistics", f"idempotence counts {counted[0]} epochs bumped and "
-                             f"{counted[1]} new producer ids; {started[0]} and {started[1]} "
-                             "started"))
-    if trace.counted[3] < len(trace.produce_requests):
-        out.append(Violation("O4 statistics", f"statistics() counts {trace.counted[3]} requests "
-                             f"sent; the brokers received {len(trace.produce_requests)}"))
-    return out
-
-
 def _reported(m: Message, return_successes: bool) -> list[Violation]:
     """O5: a ``producer.input`` message's outcome comes out of ``producer.errors``
     (a failure) or ``producer.successes`` (with ``return_successes``), once; an
@@ -214,6 +233,7 @@ def _index_of(value: bytes) -> int:
     return int(head) if head.isdigit() else -1
 
 
+@invariant
 def _logs(trace: Trace) -> list[Violation]:
     s = trace.schedule
     out: list[Violation] = []
@@ -289,6 +309,7 @@ def _order(p: int, present: list[Message], first: dict[int, int], idem: bool,
     return out
 
 
+@invariant
 def _flushes_and_close(trace: Trace) -> list[Violation]:
     s = trace.schedule
     dt, rt, ct = (s.option(n) for n in ("delivery_timeout", "request_timeout", "close_timeout"))
@@ -329,6 +350,7 @@ def _flushes_and_close(trace: Trace) -> list[Violation]:
     return out
 
 
+@invariant
 def _liveness(trace: Trace) -> list[Violation]:
     s = trace.schedule
     dt, rt = s.option("delivery_timeout"), s.option("request_timeout")
@@ -346,6 +368,7 @@ def _liveness(trace: Trace) -> list[Violation]:
     return out[:3]
 
 
+@invariant
 def _sizes(trace: Trace) -> list[Violation]:
     limit = trace.schedule.max_message_bytes
     out: list[Violation] = []
@@ -370,6 +393,7 @@ def _sizes(trace: Trace) -> list[Violation]:
 
 
 
+@invariant
 def _retries(trace: Trace) -> list[Violation]:
     """R1: the producer builds a request with a message at most ``retries + 1``
     times (a retry is a send that failed and went back; what only waited behind a
@@ -408,6 +432,7 @@ def _retriable_answer(cause: str) -> bool:
     return code is not None and code.retriable and code != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
+@invariant
 def _requests(trace: Trace) -> list[Violation]:
     """P1: every Produce request says what the producer was configured to ask:
     its acks and request timeout (the broker waits that long for replication)."""

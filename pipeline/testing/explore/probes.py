@@ -391,6 +391,9 @@ def _acc_drain(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
             w.violate("G4 sealed while paused", "the accumulator drained batches while "
                       "sealing was paused for a new epoch")
         in_flight = {tp: part.in_flight for tp, part in self.parts.items()}
+        if self._config.batch_bytes > self._batch_cap and any(
+                part.nbytes > self._batch_cap for part in self.parts.values()):
+            w.reach("batch-capped-at-max-message-bytes")
         taken = orig(self)
         attempts = w.attempts
         for batch in taken.values():
@@ -412,8 +415,8 @@ def _acc_drain(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
                     w.violate("G5 epoch", f"partition {tp.partition}: a batch of epoch "
                               f"{batch.producer_epoch} sent in epoch {idem.producer_epoch}")
                 stamp = (batch.producer_id, batch.producer_epoch, batch.base_sequence)
-                seen = w.stamps.get(id(batch))
-                if seen is None or seen[0] is not batch or seen[1] != stamp:
+                stamped = w.stamps.get(id(batch))
+                if stamped is None or stamped[0] is not batch or stamped[1] != stamp:
                     # sealed or re-stamped now: it takes the partition's next sequences
                     w.stamps[id(batch)] = (batch, stamp)
                     key = (batch.producer_id, batch.producer_epoch, tp)
