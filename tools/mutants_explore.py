@@ -213,12 +213,12 @@ class Worker:
 # -- which mutants ----------------------------------------------------------------
 
 def killed_by_suite() -> dict[str, str] | None:
-    """The deterministic run's verdicts ({key: status}), when ``make mutants`` left them."""
+    """The deterministic run's verdicts ({ident: status}), when ``make mutants`` left them."""
     path = STATE / "results.json"
     if not path.exists():
         return None
     data = json.loads(path.read_text())
-    return {key: str(entry.get("status")) for key, entry in data.items()}
+    return {ident: str(entry.get("status")) for ident, entry in data.items()}
 
 
 def select_mutants(only: str | None) -> tuple[list[mutants.Mutant], int]:
@@ -234,7 +234,7 @@ def select_mutants(only: str | None) -> tuple[list[mutants.Mutant], int]:
         for m in mutants.collect(file):
             if m.key in equivalents:
                 left_out += 1
-            elif verdicts is not None and verdicts.get(m.key) not in (
+            elif verdicts is not None and verdicts.get(m.ident) not in (
                     None, "killed", "timeout", "crashed"):
                 left_out += 1
             else:
@@ -276,7 +276,7 @@ def main() -> None:
                         key=lambda m: (PROTOCOL.index(m.file), m.line))
     if args.list:
         for m in chosen:
-            print(m.key)
+            print(m.label)
         print(f"{len(chosen)} mutants ({left_out} equivalent or not killed left out)")
         return
     sources = {f: (ROOT / f).read_text() for f in PROTOCOL}
@@ -289,13 +289,15 @@ def main() -> None:
     cache: dict[str, dict[str, Any]] = (
         {} if args.rerun or not CACHE.exists() else json.loads(CACHE.read_text()))
     explorer = _explorer_hash()
-    file_hash = {f: hashlib.sha256(s.encode()).hexdigest()[:16] for f, s in sources.items()}
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, dict[str, Any]] = {}  # by key, this run's selection
+    fresh: dict[str, dict[str, Any]] = {}  # by ident, measured now
     todo: list[tuple[mutants.Mutant, str]] = []
     for m in chosen:
-        ident = f"{m.start}|{file_hash[m.file]}|{explorer}|{args.seed}|{args.budget}"
-        hit = cache.get(m.key)
-        if hit is not None and hit.get("ident") == ident:
+        # The mutant's own content ident (tools/mutants.py) and everything else a
+        # verdict depends on: the explorer's and the fake's code, the seed, the budget.
+        ident = f"{m.ident}|{explorer}|{args.seed}|{args.budget}"
+        hit = cache.get(ident)
+        if hit is not None:
             results[m.key] = hit
         else:
             todo.append((m, ident))
@@ -319,16 +321,17 @@ def main() -> None:
             })
         finally:
             free.append(worker)
-        result["ident"] = ident
+        result["key"] = m.key
         result["file"] = m.file
         results[m.key] = result
+        fresh[ident] = result
         done += 1
         what = (f"found after {result['schedules']}: {result.get('violation', '')[:90]}"
                 if result["status"] == "found" else result["status"])
-        print(f"[{done}/{len(todo)} {time.perf_counter() - started:.0f}s] {m.key} -> {what}",
+        print(f"[{done}/{len(todo)} {time.perf_counter() - started:.0f}s] {m.label} -> {what}",
               flush=True)
         if done % 10 == 0:
-            CACHE.write_text(json.dumps({**cache, **results}, indent=0))
+            CACHE.write_text(json.dumps({**cache, **fresh}, indent=0))
 
     try:
         with ThreadPoolExecutor(args.jobs) as pool:
@@ -336,7 +339,7 @@ def main() -> None:
     finally:
         for w in workers:
             w.close()
-        CACHE.write_text(json.dumps({**cache, **results}, indent=0))
+        CACHE.write_text(json.dumps({**cache, **fresh}, indent=0))
     print(report(chosen, results))
 
 
@@ -352,7 +355,7 @@ def report(chosen: list[mutants.Mutant], results: dict[str, dict[str, Any]]) -> 
             counts[1] += 1
             found_after.append(int(r["schedules"]))
         else:
-            missed.append(f"{r['status']}: {m.key}")
+            missed.append(f"{r['status']}: {m.label}")
     lines = ["| module | mutants | found | missed | score |", "|---|---|---|---|---|"]
     total = [0, 0]
     for file, (n, f) in rows.items():
