@@ -360,7 +360,10 @@ def _liveness(trace: Trace) -> list[Violation]:
     for m in trace.messages:
         if start <= m.accepted_at <= end and not m.ok and not m.cause.startswith("MessageTooLarge") \
                 and not (s.topic_max_message_bytes and "MESSAGE_TOO_LARGE" in m.cause):
-            if patient or m.value not in trace.sent:
+            # sent: the producer built a request with it (a write may still fail);
+            # a row's attempts are its run's, not counted: what a broker received.
+            sent = m.attempts > 0 if m.attempts >= 0 else m.value in trace.sent
+            if patient or not sent:
                 what = "failed" if patient else "failed without ever being sent"
                 out.append(Violation("L1 stuck", f"message #{m.index} accepted at "
                                      f"{m.accepted_at:.4f}, after healing, {what}: "
