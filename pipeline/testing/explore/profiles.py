@@ -108,7 +108,8 @@ class _Draft:
             max_request_bytes=rng.choice([self.mmb, 2 * self.mmb, 1024 * 1024]),
             buffer_memory=_pick(rng, [(32 * 1024 * 1024, 4), (64 * 1024, 1), (4 * self.mmb, 1)]),
             max_block=5.0,
-            channel_capacity=_pick(rng, [(1, 1), (2, 1), (16, 2), (1024, 3)]),
+            # small: a full inbox holds up a hand-off or a chaser
+            channel_capacity=_pick(rng, [(1, 2), (2, 2), (16, 1), (1024, 2)]),
             metadata_max_age=_pick(rng, [(300.0, 3), (q * 50, 1)]),
             return_successes=rng.random() < 0.5,
         )
