@@ -70,6 +70,14 @@ class Watch:
     # a broker refused a locally bumped epoch (every later one must).
     fenced: bool = False
     refused: bool = False
+    # Metadata rounds started and the highest one completed (rounds run one at a time).
+    rounds_started: int = 0
+    rounds_done: int = 0
+    # Per partition producer: (it, the broker producer it was attached to) when
+    # told leader_changed; (it, rounds started, when) at its last failure (a retry
+    # coming back, or leader_changed): it re-attaches on metadata fresher than that.
+    told: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    failed: dict[int, tuple[Any, int, float]] = field(default_factory=dict)
     # The schedule scripts OUT_OF_ORDER_SEQUENCE_NUMBER answers (else one that no
     # earlier failure explains is the producer's own gap).
     scripted_out_of_order: bool = False
@@ -600,3 +608,72 @@ def _bp_poke(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
                     f"until {until:.4f}"))
         return result
     return poke
+
+
+# -- leaving and re-attaching --------------------------------------------------------
+CLUSTER = "pipeline.cluster.pool:Cluster"
+
+
+@probe(CLUSTER, "_run_round")
+def _cluster_round(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    async def run_round(self: Any, rnd: Any) -> Any:
+        w.rounds_started += 1
+        index = w.rounds_started
+        try:
+            return await orig(self, rnd)
+        finally:
+            w.rounds_done = max(w.rounds_done, index)
+    return run_round
+
+
+@probe(PP, "leader_changed")
+def _pp_told(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def leader_changed(self: Any) -> Any:
+        if self.bp is not None:
+            w.told[id(self)] = (self, self.bp)
+        w.failed[id(self)] = (self, w.rounds_started, trio.current_time())
+        return orig(self)
+    return leader_changed
+
+
+@probe(PP, "_tick")
+def _pp_tick_leaves(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    async def tick(self: Any) -> Any:
+        told = w.told.pop(id(self), None)
+        result = await orig(self)
+        if told is not None and told[0] is self and self.bp is told[1]:
+            w.violate("G11 leader_changed ignored", (
+                f"partition {self.tp.partition}: its broker producer gave up after an error "
+                "that says the leader may be gone, and the next pass did not leave it for "
+                "fresh metadata"))
+        return result
+    return tick
+
+
+@probe(PP, "_raise_watermark")
+def _pp_failed(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def raise_watermark(self: Any, level: int, *, retry: bool = True) -> Any:
+        if retry:  # (without: leaving after leader_changed, which was the failure)
+            w.failed[id(self)] = (self, w.rounds_started, trio.current_time())
+        return orig(self, level, retry=retry)
+    return raise_watermark
+
+
+@probe(PP, "_attach")
+def _pp_attach(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    async def attach(self: Any) -> Any:
+        failed = w.failed.get(id(self))
+        result = await orig(self)
+        if self.bp is not None and failed is not None and failed[0] is self:
+            del w.failed[id(self)]
+            _, rounds, at = failed
+            # (the wait for fresh metadata gives up after request_timeout: the cached
+            # view it is then)
+            waited_out = trio.current_time() >= at + self._config.request_timeout - EPS
+            if w.rounds_done <= rounds and not waited_out:
+                w.violate("G12 stale re-attach", (
+                    f"partition {self.tp.partition}: re-attached at "
+                    f"{trio.current_time():.4f} after a failure at {at:.4f}, before any "
+                    "metadata refresh that started after the failure had completed"))
+        return result
+    return attach
