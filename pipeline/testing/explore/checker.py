@@ -208,6 +208,33 @@ def _outcomes(trace: Trace) -> list[Violation]:
     return out
 
 
+@invariant
+def _groups(trace: Trace) -> list[Violation]:
+    """O6: a send_many() call's group counts its messages' outcomes: delivered and
+    failed as they report, its first errors (up to 10) naming failed messages of
+    the call, once each; and awaiting it returns once they all settled."""
+    by_index = {m.index: m for m in trace.messages}
+    out: list[Violation] = []
+    for a in trace.attempts:
+        if a.group is None:
+            continue
+        mine = [by_index[i] for i in a.indexes if i in by_index]
+        if a.group == "never returned":
+            out.append(Violation("O6 group", f"awaiting the send_many() of messages "
+                                 f"{a.indexes[:5]}... never returned"))
+            continue
+        delivered, failed, errors = a.group  # type: ignore[misc]
+        ok = sum(m.ok for m in mine)
+        bad = {m.value for m in mine if not m.ok}
+        if (delivered, failed) != (ok, len(bad)) or len(errors) != min(len(bad), 10) or (
+                len(set(errors)) != len(errors) or not set(errors) <= bad):
+            out.append(Violation("O6 group", f"the send_many() of messages {a.indexes[:5]}... "
+                                 f"counts {delivered} delivered, {failed} failed, "
+                                 f"{len(errors)} errors; its messages report {ok} and "
+                                 f"{len(bad)}"))
+    return out[:3]
+
+
 def _reported(m: Message, return_successes: bool) -> list[Violation]:
     """O5: a ``producer.input`` message's outcome comes out of ``producer.errors``
     (a failure) or ``producer.successes`` (with ``return_successes``), once; an

@@ -61,6 +61,9 @@ class Attempt:
     bounds: tuple[int, ...]  # batch_size_for_record of each message
     refused: str  # exception type name, "" if accepted
     detail: str = ""
+    # A send_many() call: what awaiting its group gave, (delivered, failed, the
+    # values of the messages its first errors name), or "never returned".
+    group: tuple[int, int, tuple[bytes, ...]] | str | None = None
 
 
 @dataclass(slots=True)
