@@ -219,11 +219,11 @@ def _groups(trace: Trace) -> list[Violation]:
         if a.group is None:
             continue
         mine = [by_index[i] for i in a.indexes if i in by_index]
-        if a.group == "never returned":
+        if isinstance(a.group, str):
             out.append(Violation("O6 group", f"awaiting the send_many() of messages "
-                                 f"{a.indexes[:5]}... never returned"))
+                                 f"{a.indexes[:5]}... {a.group}"))
             continue
-        delivered, failed, errors = a.group  # type: ignore[misc]
+        delivered, failed, errors = a.group
         ok = sum(m.ok for m in mine)
         bad = {m.value for m in mine if not m.ok}
         if (delivered, failed) != (ok, len(bad)) or len(errors) != min(len(bad), 10) or (
