@@ -127,8 +127,8 @@ class _Draft:
                 continue
             at = self.t(k)
             source = rng.randrange(self.sources)
-            via = _pick(rng, [("send", 6), ("headers", 1), ("many", 2), ("input", 1),
-                              ("loop", 1)])
+            via = _pick(rng, [("send", 6), ("headers", 1), ("many", 2), ("batch", 1),
+                              ("input", 1), ("loop", 1)])
             n = rng.randint(*burst) if via != "loop" else rng.randint(20, 60)
             for _ in range(n):
                 p, key = partition, None

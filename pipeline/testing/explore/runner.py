@@ -133,6 +133,8 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
     awaited: dict[int, str] = {}
     called: Called = {}
     reported: Reported = {}
+    rows = Rows()
+    batches: Batches = []
     async with trio.open_nursery() as root:
         await root.start(fake.run)
         configs = ({"max.message.bytes": str(schedule.topic_max_message_bytes)}
@@ -146,12 +148,12 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
                     async with open_producer(
                         fake.bootstrap, connector=fake.connector, **producer_options(schedule)
                     ) as producer:
-                        settled = _instrument(producer, trace)
+                        settled = _instrument(producer, trace, rows)
                         root.start_soon(drive_faults, fake, schedule)
                         for source in sorted({s.source for s in schedule.sends}):
                             users.start_soon(
                                 _source, producer, schedule, source, accepted, inputs, trace,
-                                (users, awaited), called,
+                                (users, awaited), called, (rows, batches),
                             )
                         if any(s.via == "input" for s in schedule.sends):
                             users.start_soon(_drain, producer.errors, reported, 1)
@@ -204,6 +206,9 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
                 rec.reported = channel_reports.get(index)
                 rec.attempts, rec.splits = watch.attempts_of(sent)
                 trace.messages.append(rec)
+            for index, row_id, at, call in batches:
+                trace.messages.append(_batch_row(schedule, index, row_id, at, call, rows,
+                                                 settled))
         trace.messages.sort(key=lambda m: m.id)
         for p in range(schedule.partitions):
             entries = fake.log(TOPIC, p)
@@ -290,27 +295,43 @@ def _record(index: int, msg: ProducerMessage | Delivery, at: float,
 Settled = dict[int, tuple[float, bool]]
 
 
-def _instrument(producer: Producer, trace: Trace) -> Settled:
+class Rows:
+    """Where the rows of send() bursts and send_batch() calls went: per row id, the
+    run that settled it and its place in that run's wire order; and the chunks
+    send_batch() accepted, in order."""
+
+    def __init__(self) -> None:
+        self.runs: dict[int, tuple[RowRun, int]] = {}
+        self.chunks: list[tuple[RowChunk, int]] = []  # (chunk, its rows)
+
+
+def _instrument(producer: Producer, trace: Trace, rows: Rows) -> Settled:
     """Record when each message is settled (wrapping the ledger's two settle
-    calls): by ledger id; a settled run of a send() burst settles its rows,
-    whose ids are its chunk's first id + their row numbers in the burst."""
+    calls): by ledger id; a settled run of rows (a send() burst's or a
+    send_batch() call's) settles its rows, whose ids are its chunk's first id +
+    their row numbers in the chunk."""
     ledger, intake = producer._ledger, producer._intake
     settled: Settled = {}
-    succeed, fail = ledger.succeed, ledger.fail
+    succeed, fail, accept_rows = ledger.succeed, ledger.fail, ledger.accept_rows
 
     def mark(msgs: Any, time: float) -> None:
         now = (time, intake.closing)
         for m in msgs:
             if m._state != PENDING:
                 continue  # (the ledger counts it as settled twice)
-            if type(m) is RowRun and type(m._sink) is RowChunk and m._sink.group is None:
+            if type(m) is RowRun and type(m._sink) is RowChunk:
                 first = m._sink._id
-                for row in range(m.count) if m.rows is None else m.rows:
+                for pos, row in enumerate(range(m.count) if m.rows is None else m.rows):
                     if first + row in settled:  # in two runs: the ledger cannot see it
                         trace.rows_settled_twice += 1
                     settled[first + row] = now
+                    rows.runs[first + int(row)] = (m, pos)
             else:
                 settled[m._id] = now
+
+    def on_accept_rows(chunk: RowChunk, n: int) -> None:
+        accept_rows(chunk, n)
+        rows.chunks.append((chunk, n))
 
     def on_succeed(msgs: Any, base_offset: int, timestamp: int) -> None:
         mark(msgs, trio.current_time())
@@ -323,6 +344,7 @@ def _instrument(producer: Producer, trace: Trace) -> Settled:
 
     ledger.succeed = on_succeed  # type: ignore[method-assign]
     ledger.fail = on_fail  # type: ignore[method-assign]
+    ledger.accept_rows = on_accept_rows  # type: ignore[method-assign,assignment]
     return settled
 
 
@@ -344,6 +366,7 @@ async def _source(
     trace: Trace,
     awaiting: Awaiting,
     called: Called,
+    bulk: tuple[Rows, Batches],
 ) -> None:
     mine = [(i, s) for i, s in enumerate(schedule.sends)
             if s.source == source and not _closing_loop(schedule, s)]
@@ -362,14 +385,18 @@ async def _source(
                 nursery, awaited = awaiting
                 nursery.start_soon(_await_each, sent, _await_bound(schedule), awaited)
             continue
-        if send.via == "many":
+        if send.via in ("many", "batch"):
             group = [(index, send)]
-            while (pos + len(group) < len(mine) and mine[pos + len(group)][1].via == "many"
+            while (pos + len(group) < len(mine) and mine[pos + len(group)][1].via == send.via
                    and mine[pos + len(group)][1].at == send.at):
                 group.append(mine[pos + len(group)])
             pos += len(group)
-            await _send_many(producer, group, accepted, trace, awaiting[0],
-                             _await_bound(schedule))
+            if send.via == "many":
+                await _send_many(producer, group, accepted, trace, awaiting[0],
+                                 _await_bound(schedule))
+            else:
+                await _send_batch(producer, group, trace, awaiting[0], _await_bound(schedule),
+                                  *bulk)
             continue
         pos += 1
         key = send.key.encode() if send.key is not None else None
@@ -425,6 +452,66 @@ async def _send_many(
     for pos, ((i, _), msg) in enumerate(zip(group, msgs, strict=True)):
         if msg._id:  # accepted (a BufferFullError may come after some chunks were)
             accepted.append((i, msg, now, (start, end, pos)))
+
+
+# (index in Schedule.sends, ledger id, when, call) per accepted send_batch() row
+Batches = list[tuple[int, int, float, tuple[int, int, int]]]
+
+
+async def _send_batch(
+    producer: Producer,
+    group: list[tuple[int, Send]],
+    trace: Trace,
+    nursery: trio.Nursery,
+    until: float,
+    rows: Rows,
+    batches: Batches,
+) -> None:
+    """One send_batch() call with the group's messages as rows (lists: values, and
+    keys and partitions when any is set)."""
+    values = [value_of(i, s.size) for i, s in group]
+    keys = [s.key.encode() if s.key else None for _, s in group]
+    partitions = [s.partition for _, s in group]
+    attempt = Attempt(tuple(i for i, _ in group), tuple(bound_of(s, i) for i, s in group), "",
+                      rows=True)
+    trace.attempts.append(attempt)
+    start = trace.step()
+    seen = len(rows.chunks)
+    try:
+        result = await producer.send_batch(
+            TOPIC, values, keys=keys if any(keys) else None,
+            partitions=partitions if any(p is not None for p in partitions) else None)
+    except _REFUSALS as exc:
+        attempt.refused, attempt.detail = type(exc).__name__, str(exc)
+        return
+    nursery.start_soon(_await_group, result, until, attempt)
+    now, end = trio.current_time(), trace.step()
+    # This call's chunks, in order: rows first..first+count-1 of the call each.
+    row = 0
+    for chunk, count in rows.chunks[seen:]:
+        if chunk.group is not result:
+            continue  # (another task's call)
+        for k in range(count):
+            batches.append((group[row + k][0], chunk._id + k, now, (start, end, row + k)))
+        row += count
+
+
+def _batch_row(schedule: Schedule, index: int, row_id: int, at: float,
+               call: tuple[int, int, int], rows: Rows, settled: Settled) -> Message:
+    """What became of one send_batch() row: its run's outcome, at its place in the run."""
+    send = schedule.sends[index]
+    run, pos = rows.runs.get(row_id, (None, 0))
+    deadline = run._deadline if run is not None else at + schedule.option("delivery_timeout")
+    rec = Message(index, row_id, value_of(index, send.size), at, deadline,
+                  partition=run.partition if run is not None else None, call=call)
+    rec.row = True
+    if run is not None:
+        rec.ok = run._state == OK
+        rec.offset = run.offset + pos if rec.ok and run.offset >= 0 else -1
+        if run._outcome is not None:
+            rec.cause = f"{type(run._outcome).__name__}: {run._outcome}"
+    rec.settled_at, rec.settled_closing = settled.get(row_id, (None, False))
+    return rec
 
 
 def _closing_loop(schedule: Schedule, send: Send) -> bool:
@@ -519,8 +606,9 @@ async def _await_group(group: Any, until: float, attempt: Attempt) -> None:
     """A bulk caller awaits its send_many()'s group: what it says, for the checker."""
     with trio.move_on_at(until):
         result = await group
+        # (a send_batch() error names a run of rows, which has no value)
         attempt.group = (result.delivered, result.failed,
-                         tuple(e.message.value or b"" for e in result.errors))
+                         tuple(getattr(e.message, "value", None) or b"" for e in result.errors))
         return
     attempt.group = "never returned"
 

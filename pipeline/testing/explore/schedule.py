@@ -80,6 +80,7 @@ class Send:
     key: str | None = None
     # "send": send()'s fast path; "headers": send() with a header (the general
     # path); "many": send_many() with the source's other "many" sends at `at`;
+    # "batch": send_batch() of the same as rows (values, keys, partitions lists);
     # "input": put on producer.input (outcomes read from producer.errors/successes);
     # "loop": send() in one tight loop with the source's other "loop" sends at
     # `at` (mostly no key, no partition, no await between them: a high-rate loop, whose

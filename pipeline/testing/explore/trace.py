@@ -64,6 +64,7 @@ class Attempt:
     # A send_many() call: what awaiting its group gave, (delivered, failed, the
     # values of the messages its first errors name), or "never returned".
     group: tuple[int, int, tuple[bytes, ...]] | str | None = None
+    rows: bool = False  # a send_batch() call: its errors name runs of rows
 
 
 @dataclass(slots=True)
