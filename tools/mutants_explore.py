@@ -94,26 +94,119 @@ class _Served(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(compile(self.source, str(self.path), "exec"), module.__dict__)
 
 
-def explore_mutant(file: str, source: str, seed: int, budget: int) -> dict[str, Any]:
+def explore_mutant(file: str, source: str, seed: int, budget: int,
+                   only: list[int] | None = None) -> dict[str, Any]:
     """In this process (a fresh child): import pipeline with ``file`` served as
-    ``source``, run schedules seed, seed+1, ... until one violates an invariant."""
+    ``source``, run the sweep's schedules seed, seed+1, ... (of them, ``only``
+    these positions, when given) until one violates an invariant."""
     assert not any(m == "pipeline" or m.startswith("pipeline.") for m in sys.modules)
     sys.meta_path.insert(0, _Served(_module_name(file), ROOT / file, source))
     import logging
 
     from pipeline.testing.explore import check, run_schedule
-    from pipeline.testing.explore.sweep import schedules
+    from pipeline.testing.explore.sweep import schedule_for
 
     logging.getLogger("pipeline").setLevel(logging.CRITICAL)
     t0 = time.perf_counter()
-    for n, schedule in enumerate(schedules(seed, budget), 1):
+    positions = range(budget) if only is None else only
+    for ran, i in enumerate(positions, 1):
+        schedule = schedule_for(seed + i)
         violations = check(run_schedule(schedule, real_time_limit=SCHEDULE_LIMIT))
         if violations:
-            return {"status": "found", "schedules": n, "seed": schedule.seed,
+            return {"status": "found", "schedules": i + 1, "ran": ran, "seed": schedule.seed,
                     "violation": str(violations[0])[:300],
                     "seconds": round(time.perf_counter() - t0, 2)}
-    return {"status": "missed", "schedules": budget,
+    return {"status": "missed", "schedules": budget, "ran": len(positions),
             "seconds": round(time.perf_counter() - t0, 2)}
+
+
+# -- which schedules run which lines --------------------------------------------------
+# A mutant can change a schedule's run only if the run executes the mutated code:
+# otherwise the two runs are the same, step for step (a schedule is one
+# interleaving). So each mutant runs only the sweep's schedules that execute a
+# line of its change, in sweep order; a schedule it skips could not have found it.
+# The map comes from one run of the unmutated sweep with a line tracer on the
+# protocol's files (sys.settrace, in the mapping process only).
+
+def trace_lines(seed: int, positions: list[int]) -> dict[str, dict[int, list[int]]]:
+    """{file: {line: [positions of the schedules that ran it]}} (in this process)."""
+    import logging
+
+    from pipeline.testing.explore import run_schedule
+    from pipeline.testing.explore.sweep import schedule_for
+
+    logging.getLogger("pipeline").setLevel(logging.CRITICAL)
+    files = {str(ROOT / f): f for f in PROTOCOL}
+    seen: set[tuple[str, int]] = set()
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line":
+            seen.add((frame.f_code.co_filename, frame.f_lineno))
+        return local
+
+    def hook(frame: Any, event: str, arg: Any) -> Any:
+        return local if frame.f_code.co_filename in files else None
+
+    lines: dict[str, dict[int, list[int]]] = {f: {} for f in PROTOCOL}
+    for i in positions:
+        schedule = schedule_for(seed + i)
+        seen.clear()
+        sys.settrace(hook)
+        try:
+            run_schedule(schedule, real_time_limit=SCHEDULE_LIMIT * 3)
+        finally:
+            sys.settrace(None)
+        for path, line in seen:
+            lines[files[path]].setdefault(line, []).append(i)
+    return lines
+
+
+def line_map(seed: int, budget: int, jobs: int, explorer: str,
+             sources: dict[str, str]) -> dict[str, dict[int, list[int]]]:
+    """The sweep's line map, from .mutants/ or made now (``jobs`` processes)."""
+    h = hashlib.sha256(f"{seed}|{budget}|{explorer}".encode())
+    for f in PROTOCOL:
+        h.update(sources[f].encode())
+    path = STATE / f"explore-lines-{h.hexdigest()[:16]}.json"
+    if path.exists():
+        return {f: {int(k): v for k, v in d.items()} for f, d in
+                json.loads(path.read_text()).items()}
+    print(f"mapping which protocol lines each of the {budget} schedules runs "
+          f"({jobs} processes, once per version of the code)...", flush=True)
+    t0 = time.perf_counter()
+    tools = str(ROOT / "tools")
+    procs = []
+    for j in range(jobs):
+        part = STATE / f"explore-lines-part{j}.json"
+        code = (f"import sys, json; sys.path.insert(0, {tools!r}); import mutants_explore as m; "
+                f"open({str(part)!r}, 'w').write(json.dumps(m.trace_lines({seed}, "
+                f"list(range({j}, {budget}, {jobs})))))")
+        procs.append((part, subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)))
+    merged: dict[str, dict[int, list[int]]] = {f: {} for f in PROTOCOL}
+    for part, proc in procs:
+        if proc.wait() != 0:
+            raise SystemExit("mapping the sweep's lines failed")
+        for f, d in json.loads(part.read_text()).items():
+            for line, where in d.items():
+                merged[f].setdefault(int(line), []).extend(where)
+        part.unlink()
+    for d in merged.values():
+        for where in d.values():
+            where.sort()
+    path.write_text(json.dumps(merged))
+    print(f"mapped in {time.perf_counter() - t0:.0f}s", flush=True)
+    return merged
+
+
+def relevant(m: mutants.Mutant, lines: dict[str, dict[int, list[int]]]) -> list[int] | None:
+    """The sweep positions whose runs execute a line of ``m`` (None: every one, for
+    code that runs at import: module and class bodies)."""
+    if not m.function:
+        return None
+    where: set[int] = set()
+    for line in range(m.start[0], m.end[0] + 1):
+        where.update(lines[m.file].get(line, ()))
+    return sorted(where)
 
 
 # -- the fork server ------------------------------------------------------------
@@ -140,7 +233,7 @@ def serve() -> None:
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)
                 result = explore_mutant(request["file"], request["source"], request["seed"],
-                                        request["budget"])
+                                        request["budget"], request.get("only"))
                 os.write(write, json.dumps(result).encode())
                 code = 0
             except BaseException as exc:
@@ -304,6 +397,7 @@ def main() -> None:
     print(f"{len(chosen)} mutants ({left_out} equivalent or not killed left out), "
           f"{len(chosen) - len(todo)} cached, {len(todo)} to explore with {args.jobs} "
           f"workers, budget {args.budget} schedules from seed {args.seed}", flush=True)
+    lines = line_map(args.seed, args.budget, args.jobs, explorer, sources) if todo else {}
     workers = [Worker() for _ in range(args.jobs)]
     free = list(workers)
     started = time.perf_counter()
@@ -312,22 +406,28 @@ def main() -> None:
     def job(item: tuple[mutants.Mutant, str]) -> None:
         nonlocal done
         m, ident = item
-        worker = free.pop()
-        try:
-            result = worker.run({
-                "file": m.file, "source": mutants.mutate_source(sources[m.file], m),
-                "seed": args.seed, "budget": args.budget,
-                "timeout": args.budget * 2.0 + 120,
-            })
-        finally:
-            free.append(worker)
+        only = relevant(m, lines)
+        if only == []:  # no schedule of the sweep runs its code
+            result: dict[str, Any] = {"status": "missed", "schedules": args.budget, "ran": 0,
+                                      "seconds": 0.0, "unreached": True}
+        else:
+            worker = free.pop()
+            try:
+                result = worker.run({
+                    "file": m.file, "source": mutants.mutate_source(sources[m.file], m),
+                    "seed": args.seed, "budget": args.budget, "only": only,
+                    "timeout": (args.budget if only is None else len(only)) * 2.0 + 120,
+                })
+            finally:
+                free.append(worker)
         result["key"] = m.key
         result["file"] = m.file
         results[m.key] = result
         fresh[ident] = result
         done += 1
-        what = (f"found after {result['schedules']}: {result.get('violation', '')[:90]}"
-                if result["status"] == "found" else result["status"])
+        what = (f"found by schedule {result['schedules']} ({result.get('ran')} run): "
+                f"{result.get('violation', '')[:90]}" if result["status"] == "found"
+                else f"{result['status']} ({result.get('ran')} of its schedules run)")
         print(f"[{done}/{len(todo)} {time.perf_counter() - started:.0f}s] {m.label} -> {what}",
               flush=True)
         if done % 10 == 0:
