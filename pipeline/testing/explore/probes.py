@@ -70,6 +70,7 @@ class Watch:
     # a broker refused a locally bumped epoch (every later one must).
     fenced: bool = False
     refused: bool = False
+    local_epoch: bool = False  # the current epoch is one the producer bumped itself
     # Metadata rounds started and the highest one completed (rounds run one at a time).
     rounds_started: int = 0
     rounds_done: int = 0
@@ -498,6 +499,11 @@ def _idem_start_epoch(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
                 w.violate("G7 bump under flight", (
                     f"a new epoch started with {self.in_flight} batches of the old one "
                     "in flight"))
+            if not bumped_locally and not (w.fenced or w.refused or self.producer_epoch >= 32767):
+                w.violate("G7 needless new id", (
+                    "a recovery took a new producer id although no broker fenced the epoch, "
+                    "none refused a local bump and the epoch is not exhausted: it bumps "
+                    "its own epoch then (KIP-360)"))
             if bumped_locally and (w.fenced or w.refused):
                 w.violate("G7 bump after fencing", (
                     "the producer bumped its own epoch although a broker fenced the current "
@@ -509,6 +515,7 @@ def _idem_start_epoch(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
             if not bumped_locally and pid == self.producer_id:
                 w.violate("G7 new id", f"a recovery with a new id kept producer id {pid}")
         w.fenced = False
+        w.local_epoch = bumped_locally
         w.epochs_started += 1
         return orig(self, pid, epoch, bumped_locally=bumped_locally)
     return start_epoch
@@ -520,7 +527,7 @@ def _idem_epoch_fenced(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]
         if (producer_id, producer_epoch) == (self.producer_id, self.producer_epoch):
             w.reach("epoch-fenced-takes-a-new-id")
             w.fenced = True
-            if self._bumped_locally:
+            if w.local_epoch:
                 w.refused = True  # from now on every recovery takes a new id
         return orig(self, producer_id, producer_epoch, code)
     return epoch_fenced
