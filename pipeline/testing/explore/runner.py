@@ -29,7 +29,7 @@ partition logs, flushes and the close, for `checker.check`.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -99,7 +99,8 @@ def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) ->
         with deterministic_trio(schedule.seed), time_limit(real_time_limit), watching(watch), \
                 _send_path(schedule.send_path):
             clock = VirtualClock()
-            trio.run(_main, schedule, trace, watch, clock=clock, instruments=[clock])
+            workload = WORKLOADS[schedule.workload]
+            trio.run(workload, schedule, trace, watch, clock=clock, instruments=[clock])
     except trio.TrioInternalError as exc:
         # Raised out of trio's run loop (Deadlock, Spin, HangError): the run's
         # tasks are abandoned; collect them quietly.
@@ -119,6 +120,23 @@ def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) ->
     return trace
 
 
+Workload = Callable[[Schedule, Trace, Watch], Awaitable[None]]
+# What a run drives, by `Schedule.workload`: it starts the fake cluster and the
+# fault driver, runs its client against them and records the trace. A new state
+# machine (a transactional producer, a group consumer) brings its own, with its
+# invariants (checker.invariant) and guards (probes.probe, guards.GUARDS):
+# docs/testing.md, "Built to grow".
+WORKLOADS: dict[str, Workload] = {}
+
+
+def workload(name: str) -> Callable[[Workload], Workload]:
+    def register(fn: Workload) -> Workload:
+        WORKLOADS[name] = fn
+        return fn
+    return register
+
+
+@workload("producer")
 async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
     fake = FakeCluster(
         brokers=schedule.brokers,

@@ -135,6 +135,8 @@ class Schedule:
     topic_max_message_bytes: int = 0
     strict_unknown_producer: bool = False
     min_insync_replicas: int = 1
+    # What the run drives (runner.WORKLOADS): "producer", the only one so far.
+    workload: str = "producer"
     # send()'s implementation: "" the default (the C Sender when built), "python"
     # Intake.send, its pure-Python twin (send_path.use).
     send_path: str = ""

@@ -111,6 +111,8 @@ class Trace:
     idem_counts: tuple[int, int] | None = None
     epochs_started: tuple[int, int] = (0, 0)
     end_time: float = 0.0
+    # What another workload records for its own invariants (runner.WORKLOADS).
+    extra: dict[str, Any] = field(default_factory=dict)
     steps: int = 0  # the call step counter
 
     def step(self) -> int:
