@@ -69,7 +69,7 @@ class _Draft:
         self.flushes: list[float] = []
         self.sources = rng.randint(1, 3)
         self.options = self._options()
-        self.heal_at = self.t(rng.randint(20, 80))
+        self.heal_at = self.t(rng.randint(15, 60))
         self.topic_mmb = 0
         self.strict = False
         self.min_isr = 1
@@ -129,7 +129,7 @@ class _Draft:
             source = rng.randrange(self.sources)
             via = _pick(rng, [("send", 6), ("headers", 1), ("many", 2), ("batch", 1),
                               ("input", 1), ("loop", 1)])
-            n = rng.randint(*burst) if via != "loop" else rng.randint(20, 60)
+            n = rng.randint(*burst) if via != "loop" else rng.randint(20, 50)
             for _ in range(n):
                 p, key = partition, None
                 if p is None or rng.random() < 0.15:
@@ -219,9 +219,9 @@ def pipelined(rng: random.Random, seed: int, mode: str) -> Schedule:
     if rng.random() < 0.3:
         d.event(d.grid(0, d.heal_at), rng.choice(["lost_ack", "drop_request"]), node=leader,
                 count=rng.randint(1, 2))
-    d.stream(0.0, d.heal_at, partition=p, density=0.5)
+    d.stream(0.0, d.heal_at, partition=p, density=0.4)
     if d.partitions > 1:
-        d.stream(0.0, d.heal_at, partition=None, density=0.1)
+        d.stream(0.0, d.heal_at, partition=None, density=0.08)
     return d.build()
 
 
@@ -352,7 +352,7 @@ def sizes(rng: random.Random, seed: int, mode: str) -> Schedule:
             d.event(at, "error", partition=p, code=d.retriable(), count=rng.randint(1, 2))
         else:
             d.event(at, "move", node=d.other(d.leaders[p]), partition=p)
-    d.stream(0.0, d.heal_at, partition=p, density=0.5, burst=(2, 8))
+    d.stream(0.0, d.heal_at, partition=p, density=0.4, burst=(2, 6))
     return d.build()
 
 

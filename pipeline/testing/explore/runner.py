@@ -320,7 +320,8 @@ class Rows:
 
     def __init__(self) -> None:
         self.runs: dict[int, tuple[RowRun, int]] = {}
-        self.chunks: list[tuple[RowChunk, int]] = []  # (chunk, its rows)
+        # (chunk, its rows, the task that accepted it: send_batch() runs in its caller's)
+        self.chunks: list[tuple[RowChunk, int, trio.lowlevel.Task]] = []
 
 
 def _instrument(producer: Producer, trace: Trace, rows: Rows) -> Settled:
@@ -349,7 +350,7 @@ def _instrument(producer: Producer, trace: Trace, rows: Rows) -> Settled:
 
     def on_accept_rows(chunk: RowChunk, n: int) -> None:
         accept_rows(chunk, n)
-        rows.chunks.append((chunk, n))
+        rows.chunks.append((chunk, n, trio.lowlevel.current_task()))
 
     def on_succeed(msgs: Any, base_offset: int, timestamp: int) -> None:
         mark(msgs, trio.current_time())
@@ -495,19 +496,21 @@ async def _send_batch(
     trace.attempts.append(attempt)
     start = trace.step()
     seen = len(rows.chunks)
+    me = trio.lowlevel.current_task()
     try:
         result = await producer.send_batch(
             TOPIC, values, keys=keys if any(keys) else None,
             partitions=partitions if any(p is not None for p in partitions) else None)
     except _REFUSALS as exc:
+        # The chunks accepted before it keep their outcomes (send_batch's promise).
         attempt.refused, attempt.detail = type(exc).__name__, str(exc)
-        return
-    nursery.start_soon(_await_group, result, until, attempt)
+    else:
+        nursery.start_soon(_await_group, result, until, attempt)
     now, end = trio.current_time(), trace.step()
-    # This call's chunks, in order: rows first..first+count-1 of the call each.
+    # This call's chunks (accepted in this task), in order: rows first..first+n-1 each.
     row = 0
-    for chunk, count in rows.chunks[seen:]:
-        if chunk.group is not result:
+    for chunk, count, task in rows.chunks[seen:]:
+        if task is not me:
             continue  # (another task's call)
         for k in range(count):
             batches.append((group[row + k][0], chunk._id + k, now, (start, end, row + k)))
