@@ -31,7 +31,6 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from functools import partial
 from typing import Any
 
 import trio
@@ -40,18 +39,38 @@ from pipeline.producer._api import Producer, open_producer
 from pipeline.producer._columnar.burst import RowDelivery
 from pipeline.producer._columnar.rows import RowChunk, RowRun
 from pipeline.producer._errors import (
-    BufferFullError,
     MessageTooLargeError,
     ProducerClosed,
-    ProducerError,
 )
 from pipeline.producer._intake import send_path
-from pipeline.producer._message import OK, PENDING, ProducerMessage, RecordMetadata
+from pipeline.producer._message import OK, PENDING, ProducerMessage
 from pipeline.producer._outcomes.delivery import Delivery
 from pipeline.protocol.errors import ErrorCode
-from pipeline.protocol.records import batch_size_for_record, decode_record_batches
+from pipeline.protocol.records import decode_record_batches
 from pipeline.testing.fake_cluster import FakeCluster
 
+from . import probes_broker, probes_idempotence, probes_partition  # noqa: F401 (they register)
+from .calls import (
+    HEADERS,
+    REFUSALS,
+    Accepted,
+    Awaiting,
+    Batches,
+    Called,
+    Inputs,
+    Reported,
+    Rows,
+    Settled,
+    await_bound,
+    await_each,
+    batch_row,
+    bound_of,
+    closing_loop,
+    drain,
+    send_batch,
+    send_loop,
+    send_many,
+)
 from .clock import (
     HangError,
     VirtualClock,
@@ -62,16 +81,10 @@ from .clock import (
 )
 from .driver import PRODUCE, drive_faults
 from .probes import Watch, watching
-from .schedule import TOPIC, Schedule, Send
+from .schedule import TOPIC, Schedule
 from .trace import Attempt, Flush, Message, Trace, value_of
 
 __all__ = ["Attempt", "Flush", "HangError", "Message", "Trace", "run_schedule", "value_of"]
-HEADERS = (("h", b"v"),)
-# Refusals send() may raise by design; anything else escaping send() is a crash.
-_REFUSALS = (MessageTooLargeError, BufferFullError, ProducerClosed)
-
-
-
 def producer_options(schedule: Schedule) -> dict[str, Any]:
     options = dict(schedule.options)
     options.update(
@@ -81,12 +94,6 @@ def producer_options(schedule: Schedule) -> dict[str, Any]:
         timestamp_ms=lambda: 1_700_000_000_000,
     )
     return options
-
-
-def bound_of(send: Send, index: int) -> int:
-    key = send.key.encode() if send.key is not None else None
-    headers = HEADERS if send.via == "headers" else ()
-    return batch_size_for_record(key, value_of(index, send.size), headers)
 
 
 def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) -> Trace:
@@ -174,17 +181,17 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
                                 (users, awaited), called, (rows, batches),
                             )
                         if any(s.via == "input" for s in schedule.sends):
-                            users.start_soon(_drain, producer.errors, reported, 1)
-                            users.start_soon(_drain, producer.successes, reported, 0)
+                            users.start_soon(drain, producer.errors, reported, 1)
+                            users.start_soon(drain, producer.successes, reported, 0)
                         for at in schedule.flushes:
                             users.start_soon(_flush, producer, schedule, at, trace)
                         await trio.sleep_until(schedule.close_at)
                         last = [(i, s) for i, s in enumerate(schedule.sends)
-                                if _closing_loop(schedule, s)]
+                                if closing_loop(schedule, s)]
                         if last:  # no checkpoint between its last send and the close
-                            looped = await _send_loop(producer, last, accepted, trace, called)
+                            looped = await send_loop(producer, last, accepted, trace, called)
                             if last[0][1].wait and looped:
-                                users.start_soon(_await_each, looped, _await_bound(schedule),
+                                users.start_soon(await_each, looped, await_bound(schedule),
                                                  awaited)
                         trace.close_start = trio.current_time()
                         if schedule.abort:
@@ -225,7 +232,7 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
                 rec.attempts, rec.splits = watch.attempts_of(sent)
                 trace.messages.append(rec)
             for index, row_id, at, call in batches:
-                trace.messages.append(_batch_row(schedule, index, row_id, at, call, rows,
+                trace.messages.append(batch_row(schedule, index, row_id, at, call, rows,
                                                  settled))
         trace.messages.sort(key=lambda m: m.id)
         for p in range(schedule.partitions):
@@ -309,21 +316,6 @@ def _record(index: int, msg: ProducerMessage | Delivery, at: float,
     return rec
 
 
-# ledger id -> (when it was settled, whether the close had begun by then)
-Settled = dict[int, tuple[float, bool]]
-
-
-class Rows:
-    """Where the rows of send() bursts and send_batch() calls went: per row id, the
-    run that settled it and its place in that run's wire order; and the chunks
-    send_batch() accepted, in order."""
-
-    def __init__(self) -> None:
-        self.runs: dict[int, tuple[RowRun, int]] = {}
-        # (chunk, its rows, the task that accepted it: send_batch() runs in its caller's)
-        self.chunks: list[tuple[RowChunk, int, trio.lowlevel.Task]] = []
-
-
 def _instrument(producer: Producer, trace: Trace, rows: Rows) -> Settled:
     """Record when each message is settled (wrapping the ledger's two settle
     calls): by ledger id; a settled run of rows (a send() burst's or a
@@ -367,15 +359,6 @@ def _instrument(producer: Producer, trace: Trace, rows: Rows) -> Settled:
     return settled
 
 
-Inputs = list[tuple[int, ProducerMessage, tuple[int, int, int], Attempt]]
-# (index in Schedule.sends, what send() returned, when, call) per accepted message
-Accepted = list[tuple[int, ProducerMessage | Delivery, float, tuple[int, int, int]]]
-# Where a "wait" loop's awaiting task runs, and what it records per index
-Awaiting = tuple[trio.Nursery, dict[int, str]]
-# Index -> what its on_delivery callback was called with (each call)
-Called = dict[int, list[str]]
-
-
 async def _source(
     producer: Producer,
     schedule: Schedule,
@@ -388,7 +371,7 @@ async def _source(
     bulk: tuple[Rows, Batches],
 ) -> None:
     mine = [(i, s) for i, s in enumerate(schedule.sends)
-            if s.source == source and not _closing_loop(schedule, s)]
+            if s.source == source and not closing_loop(schedule, s)]
     pos = 0
     while pos < len(mine):
         index, send = mine[pos]
@@ -399,10 +382,10 @@ async def _source(
                    and mine[pos + len(group)][1].at == send.at):
                 group.append(mine[pos + len(group)])
             pos += len(group)
-            sent = await _send_loop(producer, group, accepted, trace, called)
+            sent = await send_loop(producer, group, accepted, trace, called)
             if send.wait and sent:
                 nursery, awaited = awaiting
-                nursery.start_soon(_await_each, sent, _await_bound(schedule), awaited)
+                nursery.start_soon(await_each, sent, await_bound(schedule), awaited)
             continue
         if send.via in ("many", "batch"):
             group = [(index, send)]
@@ -411,10 +394,10 @@ async def _source(
                 group.append(mine[pos + len(group)])
             pos += len(group)
             if send.via == "many":
-                await _send_many(producer, group, accepted, trace, awaiting[0],
-                                 _await_bound(schedule))
+                await send_many(producer, group, accepted, trace, awaiting[0],
+                                 await_bound(schedule))
             else:
-                await _send_batch(producer, group, trace, awaiting[0], _await_bound(schedule),
+                await send_batch(producer, group, trace, awaiting[0], await_bound(schedule),
                                   *bulk)
             continue
         pos += 1
@@ -439,207 +422,10 @@ async def _source(
                 TOPIC, value, key=key, partition=send.partition,
                 headers=HEADERS if send.via == "headers" else None,
             )
-        except _REFUSALS as exc:
+        except REFUSALS as exc:
             attempt.refused, attempt.detail = type(exc).__name__, str(exc)
             continue
         accepted.append((index, delivery, trio.current_time(), (start, trace.step(), 0)))
-
-
-async def _send_many(
-    producer: Producer,
-    group: list[tuple[int, Send]],
-    accepted: Accepted,
-    trace: Trace,
-    nursery: trio.Nursery,
-    until: float,
-) -> None:
-    msgs = [
-        ProducerMessage(TOPIC, value_of(i, s.size), s.key.encode() if s.key else None,
-                        partition=s.partition)
-        for i, s in group
-    ]
-    attempt = Attempt(tuple(i for i, _ in group), tuple(bound_of(s, i) for i, s in group), "")
-    trace.attempts.append(attempt)
-    start = trace.step()
-    try:
-        result = await producer.send_many(msgs)
-    except _REFUSALS as exc:
-        attempt.refused, attempt.detail = type(exc).__name__, str(exc)
-    else:
-        nursery.start_soon(_await_group, result, until, attempt)
-    now, end = trio.current_time(), trace.step()
-    for pos, ((i, _), msg) in enumerate(zip(group, msgs, strict=True)):
-        if msg._id:  # accepted (a BufferFullError may come after some chunks were)
-            accepted.append((i, msg, now, (start, end, pos)))
-
-
-# (index in Schedule.sends, ledger id, when, call) per accepted send_batch() row
-Batches = list[tuple[int, int, float, tuple[int, int, int]]]
-
-
-async def _send_batch(
-    producer: Producer,
-    group: list[tuple[int, Send]],
-    trace: Trace,
-    nursery: trio.Nursery,
-    until: float,
-    rows: Rows,
-    batches: Batches,
-) -> None:
-    """One send_batch() call with the group's messages as rows (lists: values, and
-    keys and partitions when any is set)."""
-    values = [value_of(i, s.size) for i, s in group]
-    keys = [s.key.encode() if s.key else None for _, s in group]
-    partitions = [s.partition for _, s in group]
-    attempt = Attempt(tuple(i for i, _ in group), tuple(bound_of(s, i) for i, s in group), "",
-                      rows=True)
-    trace.attempts.append(attempt)
-    start = trace.step()
-    seen = len(rows.chunks)
-    me = trio.lowlevel.current_task()
-    try:
-        result = await producer.send_batch(
-            TOPIC, values, keys=keys if any(keys) else None,
-            partitions=partitions if any(p is not None for p in partitions) else None)
-    except _REFUSALS as exc:
-        # The chunks accepted before it keep their outcomes (send_batch's promise).
-        attempt.refused, attempt.detail = type(exc).__name__, str(exc)
-    else:
-        nursery.start_soon(_await_group, result, until, attempt)
-    now, end = trio.current_time(), trace.step()
-    # This call's chunks (accepted in this task), in order: rows first..first+n-1 each.
-    row = 0
-    for chunk, count, task in rows.chunks[seen:]:
-        if task is not me:
-            continue  # (another task's call)
-        for k in range(count):
-            batches.append((group[row + k][0], chunk._id + k, now, (start, end, row + k)))
-        row += count
-
-
-def _batch_row(schedule: Schedule, index: int, row_id: int, at: float,
-               call: tuple[int, int, int], rows: Rows, settled: Settled) -> Message:
-    """What became of one send_batch() row: its run's outcome, at its place in the run."""
-    send = schedule.sends[index]
-    run, pos = rows.runs.get(row_id, (None, 0))
-    deadline = run._deadline if run is not None else at + schedule.option("delivery_timeout")
-    rec = Message(index, row_id, value_of(index, send.size), at, deadline,
-                  partition=run.partition if run is not None else None, call=call)
-    rec.row = True
-    if run is not None:
-        rec.ok = run._state == OK
-        rec.offset = run.offset + pos if rec.ok and run.offset >= 0 else -1
-        if run._outcome is not None:
-            rec.cause = f"{type(run._outcome).__name__}: {run._outcome}"
-    rec.settled_at, rec.settled_closing = settled.get(row_id, (None, False))
-    return rec
-
-
-def _closing_loop(schedule: Schedule, send: Send) -> bool:
-    """A loop the closing task sends itself, right before the close."""
-    return send.via == "loop" and send.at == schedule.close_at
-
-
-def _await_bound(schedule: Schedule) -> float:
-    """Far beyond the close's bound (O3): only a delivery never settled gets there."""
-    close_timeout: float = schedule.option("close_timeout")
-    request_timeout: float = schedule.option("request_timeout")
-    return schedule.close_at + 2 * (close_timeout + request_timeout)
-
-
-async def _send_loop(
-    producer: Producer, group: list[tuple[int, Send]], accepted: Accepted, trace: Trace,
-    called: Called,
-) -> list[tuple[int, Delivery]]:
-    """A high-rate loop: ``await producer.send(topic, value)`` per message (a few
-    with a key or partition, some with on_delivery), no
-    other await in between, so the calls after the first join one burst. Once
-    the dispatcher took a burst of >= COLUMNS_MIN messages, such a burst is
-    columnar (burst.py: RowDelivery rows)."""
-    if group[0][1].columns:
-        # Force the loop's first burst columnar, as a taken burst of >= COLUMNS_MIN
-        # messages would: otherwise a producer's first loop is always messages
-        # (nothing was taken yet), and most schedules have a single loop. A
-        # white-box switch, the one tests/scenarios/test_send_rows.py uses.
-        producer._intake._columns_next = True
-    sent: list[tuple[int, Delivery]] = []
-    for index, send in group:
-        attempt = Attempt((index,), (bound_of(send, index),), "")
-        trace.attempts.append(attempt)
-        start = trace.step()
-        value = value_of(index, send.size)
-        options: dict[str, Any] = {}
-        if send.key is not None:
-            options["key"] = send.key.encode()
-        if send.partition is not None:
-            options["partition"] = send.partition
-        if send.callback and index % 3:
-            calls = called[index] = []
-            options["on_delivery"] = partial(_call_back, calls, value)
-        try:
-            delivery = await producer.send(TOPIC, value, **options)
-        except _REFUSALS as exc:
-            attempt.refused, attempt.detail = type(exc).__name__, str(exc)
-            called.pop(index, None)
-            continue
-        accepted.append((index, delivery, trio.current_time(), (start, trace.step(), 0)))
-        sent.append((index, delivery))
-    return sent
-
-
-def _call_back(calls: list[str], value: bytes, md: RecordMetadata | None,
-               err: BaseException | None) -> None:
-    """A send()'s on_delivery: what it was called with, in _await_each's form."""
-    if err is None:
-        assert md is not None
-        calls.append(f"ok {md.partition} {md.offset}")
-    elif not isinstance(err, ProducerError):
-        calls.append(f"failed with a {type(err).__name__}, not a ProducerError: {err}")
-    else:
-        calls.append(f"failed {type(err.cause).__name__}: {err.cause}")
-        if err.message.value != value:
-            calls[-1] += f" (the error names another message: {err.message!r})"
-
-
-async def _await_each(sent: list[tuple[int, Delivery]], until: float,
-                      awaited: dict[int, str]) -> None:
-    """A futures-style user: awaits each delivery of a loop in order, keeping
-    what it got (the checker compares it with the delivery's final state)."""
-    for index, delivery in sent:
-        with trio.move_on_at(until):
-            try:
-                md = await delivery
-            except ProducerError as exc:
-                awaited[index] = f"failed {type(exc.cause).__name__}: {exc.cause}"
-                if exc.message.value != delivery.value:
-                    awaited[index] += f" (the error names another message: {exc.message!r})"
-            else:
-                awaited[index] = f"ok {md.partition} {md.offset}"
-            continue
-        awaited[index] = "never returned"
-
-
-# id(message) -> (the message, [times on successes, times on errors])
-Reported = dict[int, tuple[ProducerMessage, list[int]]]
-
-
-async def _await_group(group: Any, until: float, attempt: Attempt) -> None:
-    """A bulk caller awaits its send_many()'s group: what it says, for the checker."""
-    with trio.move_on_at(until):
-        result = await group
-        # (a send_batch() error names a run of rows, which has no value)
-        attempt.group = (result.delivered, result.failed,
-                         tuple(getattr(e.message, "value", None) or b"" for e in result.errors))
-        return
-    attempt.group = "never returned"
-
-
-async def _drain(channel: Any, reported: Reported, which: int) -> None:
-    """A sarama-style user reads every outcome (else the producer backs up),
-    counting each message's reports (successes: 0, errors: 1)."""
-    async for item in channel:
-        msg = item.message if isinstance(item, ProducerError) else item
-        reported.setdefault(id(msg), (msg, [0, 0]))[1][which] += 1
 
 
 async def _flush(producer: Producer, schedule: Schedule, at: float, trace: Trace) -> None:
