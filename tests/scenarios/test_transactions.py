@@ -375,8 +375,9 @@ def test_the_sync_producer_runs_transactions_too() -> None:
 
             with pytest.raises(KeyError):
                 fails()
+            outside = producer.send("t", b"outside")
             with pytest.raises(TransactionStateError):
-                producer.send("t", b"outside")
+                outside.get(timeout=10)  # the refusal is the record's outcome
         assert fake.transaction(TID).state == "CompleteAbort"
         assert [p.record.value for p in fake.log("t", 0) if not p.batch.is_control] == [
             b"sync", b"aborted"]
