@@ -1,8 +1,11 @@
-"""pipeline: a trio-native Kafka producer built like sarama's AsyncProducer.
+"""pipeline: a trio-native Kafka producer built like sarama's AsyncProducer, and a
+trio group consumer.
 
 Public API (everything else is internal)::
 
     from pipeline import open_producer, ProducerConfig, ProducerMessage, RecordMetadata, ProducerError
+    from pipeline import Admin, NewTopic          # topics and configs (pipeline.cluster.admin)
+    from pipeline import open_consumer, SyncConsumer, ConsumerConfig, ConsumedRecord
 
 Names are imported lazily, so ``import pipeline.protocol`` (the sans-I/O codec)
 does not pull in trio or the producer.
@@ -16,7 +19,11 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "Admin": "pipeline.cluster.admin",
+    "AdminError": "pipeline.cluster.admin_types",
+    "NewTopic": "pipeline.cluster.admin_types",
     "ClusterConfig": "pipeline.cluster.config",
+    "BootstrapError": "pipeline.cluster.errors",
     "BrokerConnectionError": "pipeline.cluster.errors",
     "KafkaError": "pipeline.cluster.errors",
     "RequestTimedOutError": "pipeline.cluster.errors",
@@ -39,30 +46,81 @@ _EXPORTS = {
     "ProducerStatistics": "pipeline.producer._api",
     "open_producer": "pipeline.producer._api",
     "SyncProducer": "pipeline.producer._sync",
+    "TransactionError": "pipeline.producer._errors",
+    "TransactionStateError": "pipeline.producer._errors",
+    "TransactionAbortableError": "pipeline.producer._errors",
+    "ProducerFencedError": "pipeline.producer._errors",
+    "TransactionFatalError": "pipeline.producer._errors",
+    "TransactionTimedOutError": "pipeline.producer._errors",
+    "TransactionAbortedError": "pipeline.producer._errors",
+    # The consumer (pipeline.consumer re-exports them from its private modules).
+    "open_consumer": "pipeline.consumer",
+    "Consumer": "pipeline.consumer",
+    "ConsumerConfig": "pipeline.consumer",
+    "SyncConsumer": "pipeline.consumer",
+    "ConsumedRecord": "pipeline.consumer",
+    "TopicPartition": "pipeline.consumer",
+    "OffsetAndMetadata": "pipeline.consumer",
+    "ConsumerGroupMetadata": "pipeline.consumer",
+    "ConsumerError": "pipeline.consumer",
+    "CommitFailedError": "pipeline.consumer",
+    "RebalanceInProgressError": "pipeline.consumer",
+    "MaxPollIntervalExceededError": "pipeline.consumer",
+    "GroupError": "pipeline.consumer",
+    "OffsetOutOfRangeError": "pipeline.consumer",
+    "NoOffsetForPartitionError": "pipeline.consumer",
+    "ConsumerClosedError": "pipeline.consumer",
 }
 
 __all__ = [
+    "Admin",
+    "AdminError",
+    "BootstrapError",
     "BrokerConnectionError",
     "BrokerResponseError",
     "BufferFullError",
     "ClusterConfig",
+    "CommitFailedError",
     "ConfigError",
+    "ConsumedRecord",
+    "Consumer",
+    "ConsumerClosedError",
+    "ConsumerConfig",
+    "ConsumerError",
+    "ConsumerGroupMetadata",
     "Delivery",
     "DeliveryGroup",
     "DeliveryTimeoutError",
+    "GroupError",
     "GroupResult",
     "KafkaError",
+    "MaxPollIntervalExceededError",
     "MessageTooLargeError",
+    "NewTopic",
+    "NoOffsetForPartitionError",
+    "OffsetAndMetadata",
+    "OffsetOutOfRangeError",
     "Producer",
     "ProducerClosed",
     "ProducerConfig",
     "ProducerError",
+    "ProducerFencedError",
     "ProducerMessage",
     "ProducerStatistics",
+    "RebalanceInProgressError",
     "RecordMetadata",
     "RequestTimedOutError",
+    "SyncConsumer",
     "SyncProducer",
+    "TopicPartition",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
+    "TransactionError",
+    "TransactionFatalError",
+    "TransactionStateError",
+    "TransactionTimedOutError",
     "UnknownTopicError",
+    "open_consumer",
     "open_producer",
     "wait_all",
 ]
@@ -82,12 +140,33 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from pipeline.cluster.admin import Admin
+    from pipeline.cluster.admin_types import AdminError, NewTopic
     from pipeline.cluster.config import ClusterConfig
     from pipeline.cluster.errors import (
+        BootstrapError,
         BrokerConnectionError,
         KafkaError,
         RequestTimedOutError,
         UnknownTopicError,
+    )
+    from pipeline.consumer import (
+        CommitFailedError,
+        ConsumedRecord,
+        Consumer,
+        ConsumerClosedError,
+        ConsumerConfig,
+        ConsumerError,
+        ConsumerGroupMetadata,
+        GroupError,
+        MaxPollIntervalExceededError,
+        NoOffsetForPartitionError,
+        OffsetAndMetadata,
+        OffsetOutOfRangeError,
+        RebalanceInProgressError,
+        SyncConsumer,
+        TopicPartition,
+        open_consumer,
     )
     from pipeline.producer._api import Producer, ProducerStatistics, open_producer
     from pipeline.producer._config import ProducerConfig
@@ -99,6 +178,13 @@ if TYPE_CHECKING:
         MessageTooLargeError,
         ProducerClosed,
         ProducerError,
+        ProducerFencedError,
+        TransactionAbortableError,
+        TransactionAbortedError,
+        TransactionError,
+        TransactionFatalError,
+        TransactionStateError,
+        TransactionTimedOutError,
     )
     from pipeline.producer._message import ProducerMessage, RecordMetadata
     from pipeline.producer._outcomes.delivery import Delivery, DeliveryGroup, GroupResult, wait_all

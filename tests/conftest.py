@@ -227,6 +227,14 @@ def kafka_single_session(kafka_unavailable: str | None) -> Iterator[KafkaCluster
     yield from _kafka_session(kafka_unavailable, nodes=1)
 
 
+@pytest.fixture(scope="session")
+def kafka_txn_v1_session(kafka_unavailable: str | None) -> Iterator[KafkaCluster]:
+    """A 1-node cluster whose storage was formatted with ``transaction.version`` 1: Kafka 4.x
+    on the transactions v1 protocol (explicit AddPartitionsToTxn, no epoch bump per
+    transaction), as an older cluster or one not yet upgraded serves it."""
+    yield from _kafka_session(kafka_unavailable, nodes=1, features={"transaction.version": 1})
+
+
 #: Users of the secured session clusters (PLAIN users and SCRAM credentials).
 SECURE_USERS = {"alice": "alice-pw-4242", "bob": "bob-pw-4343", "carol": "carol-pw-4444"}
 #: KIP-368 session lifetimes (ms) of the SASL_SSL cluster, per mechanism: short, so a
@@ -273,6 +281,13 @@ def kafka_single(kafka_single_session: KafkaCluster) -> KafkaCluster:
     """The session's 1-node cluster, running."""
     kafka_single_session.start_all()
     return kafka_single_session
+
+
+@pytest.fixture
+def kafka_txn_v1(kafka_txn_v1_session: KafkaCluster) -> KafkaCluster:
+    """The session's 1-node ``transaction.version`` 1 cluster, running."""
+    kafka_txn_v1_session.start_all()
+    return kafka_txn_v1_session
 
 
 @pytest.fixture

@@ -50,6 +50,27 @@ APIS: tuple[tuple[str, str], ...] = (
     ("incremental_alter_configs", "IncrementalAlterConfigs"),
     ("alter_partition_reassignments", "AlterPartitionReassignments"),
     ("list_partition_reassignments", "ListPartitionReassignments"),
+    # transactions
+    ("find_coordinator", "FindCoordinator"),
+    ("add_partitions_to_txn", "AddPartitionsToTxn"),
+    ("add_offsets_to_txn", "AddOffsetsToTxn"),
+    ("end_txn", "EndTxn"),
+    ("txn_offset_commit", "TxnOffsetCommit"),
+    ("describe_transactions", "DescribeTransactions"),
+    ("list_transactions", "ListTransactions"),
+    # consumer groups (classic and KIP-848)
+    ("offset_commit", "OffsetCommit"),
+    ("offset_fetch", "OffsetFetch"),
+    ("join_group", "JoinGroup"),
+    ("heartbeat", "Heartbeat"),
+    ("leave_group", "LeaveGroup"),
+    ("sync_group", "SyncGroup"),
+    ("describe_groups", "DescribeGroups"),
+    ("list_groups", "ListGroups"),
+    ("delete_groups", "DeleteGroups"),
+    ("offset_delete", "OffsetDelete"),
+    ("consumer_group_heartbeat", "ConsumerGroupHeartbeat"),
+    ("consumer_group_describe", "ConsumerGroupDescribe"),
 )
 
 PRIMITIVES = {
@@ -215,6 +236,8 @@ def load_spec(path: Path, *, taken: Iterable[str] = ()) -> Message:
     by_spec_name: dict[str, Struct] = {}
     common = {s["name"]: s for s in raw.get("commonStructs", [])}
 
+    valid = frozenset(range(lo, hi + 1))
+
     def build_fields(specs: list[dict[str, Any]], context: frozenset[int]) -> list[Field]:
         fields: list[Field] = []
         for fs in specs:
@@ -235,7 +258,12 @@ def load_spec(path: Path, *, taken: Iterable[str] = ()) -> Message:
             elem = f.elem
             if elem not in PRIMITIVES and elem not in VARIABLE:
                 sub_fields = fs.get("fields")
-                if sub_fields is None and elem in common:
+                shared = sub_fields is None and elem in common
+                if shared and elem in by_spec_name:
+                    # a common struct used by several fields is one class; its fields are
+                    # built for every version (their own ``versions`` still apply)
+                    sub_fields = None
+                elif shared:
                     sub_fields = common[elem]["fields"]
                 if sub_fields is None:
                     if elem not in by_spec_name:
@@ -253,7 +281,7 @@ def load_spec(path: Path, *, taken: Iterable[str] = ()) -> Message:
                     taken_names.add(pyname)
                     st = Struct(pyname, elem, [], versions)
                     by_spec_name[elem] = st
-                    st.fields = build_fields(list(sub_fields), versions)
+                    st.fields = build_fields(list(sub_fields), valid if shared else versions)
                     structs.append(st)
                 f.struct = st
             if f.tag is not None and not f.tagged:
@@ -261,7 +289,6 @@ def load_spec(path: Path, *, taken: Iterable[str] = ()) -> Message:
             fields.append(f)
         return fields
 
-    valid = frozenset(range(lo, hi + 1))
     root_fields = build_fields(list(raw["fields"]), valid)
     name = str(raw["name"])
     if name in taken_names:
@@ -309,9 +336,15 @@ def py_type(f: Field) -> str:
         t = "bytes"
     if f.is_array:
         t = f"tuple[{t}, ...]"
-    if f.nullable_somewhere and (f.is_array or elem in VARIABLE):
+    if f.nullable_somewhere and (f.is_array or elem in VARIABLE or f.struct is not None):
         t = f"{t} | None"
     return t
+
+
+def null_struct(f: Field) -> bool:
+    """A single (non-array) struct field that may be null: Kafka writes an int8 marker
+    before it (-1 null, 1 present) in the versions it is nullable in."""
+    return f.struct is not None and not f.is_array and f.nullable_somewhere
 
 
 def default_value(f: Field) -> object:
@@ -323,7 +356,7 @@ def default_value(f: Field) -> object:
             return None
         return ()
     if f.struct is not None:
-        return None  # sentinel: default-constructed struct
+        return None  # sentinel: default-constructed struct (or null, see default_expr)
     if elem in ("int8", "int16", "int32", "int64", "uint16", "uint32"):
         if d is None or d == "":
             return 0
@@ -352,6 +385,8 @@ def default_value(f: Field) -> object:
 
 def default_expr(f: Field) -> str:
     if f.struct is not None and not f.is_array:
+        if null_struct(f) and f.default == "null":
+            return "None"
         return f"{f.struct.name}()"
     v = default_value(f)
     if v == "ZERO_UUID":
@@ -487,7 +522,7 @@ def emit_write_value(
                     needs_check = (
                         not nullable
                         and f.nullable_somewhere
-                        and (f.is_array or f.elem in VARIABLE)
+                        and (f.is_array or f.elem in VARIABLE or null_struct(f))
                     )
                     if needs_check:
                         em.line(f"if {expr} is None:")
@@ -517,6 +552,16 @@ def emit_write_value(
                         em.indent -= 1
                         if nullable:
                             em.indent -= 1
+                    elif f.struct is not None and nullable:
+                        em.line(f"if {expr} is None:")
+                        em.indent += 1
+                        em.line(f"{w}.int8(-1)")
+                        em.indent -= 1
+                        em.line("else:")
+                        em.indent += 1
+                        em.line(f"{w}.int8(1)")
+                        em.line(f"{expr}._write({w}, version)")
+                        em.indent -= 1
                     elif f.struct is not None:
                         em.line(f"{expr}._write({w}, version)")
                     else:
@@ -524,7 +569,7 @@ def emit_write_value(
 
                 return body2
 
-            if _flex_sensitive(f):
+            if _flex_sensitive(f) or null_struct(f):
                 _branch(em, f.nullable, c1, with_null(True), with_null(False))
             else:
                 with_null(False)(c1)
@@ -562,6 +607,10 @@ def emit_read_value(
                             em.line(f"{target} = None if {n} < 0 else {comp}")
                         else:
                             em.line(f"{target} = {comp}")
+                    elif f.struct is not None and nullable:
+                        em.line(
+                            f"{target} = None if {r}.int8() < 0 else {f.struct.name}._read({r}, version)"
+                        )
                     elif f.struct is not None:
                         em.line(f"{target} = {f.struct.name}._read({r}, version)")
                     else:
@@ -569,7 +618,7 @@ def emit_read_value(
 
                 return body2
 
-            if _flex_sensitive(f):
+            if _flex_sensitive(f) or null_struct(f):
                 _branch(em, f.nullable, c1, with_null(True), with_null(False))
             else:
                 with_null(False)(c1)

@@ -1,8 +1,9 @@
 """Helpers shared by the client subcommands (produce, consume, export, bench).
 
 User mistakes (bad bootstrap, unknown topic, unreadable file, bad option) become one
-``error: ...`` line on stderr and exit status 1 (2 for usage errors, as argparse does);
-only a bug prints a traceback.
+``error: ...`` line on stderr and exit status 1 (usage errors too, after the usage);
+only a bug prints a traceback. Option errors speak the user's spelling and units:
+``-X linger.ms=-5`` is reported as ``linger.ms=-5``, not as the option it maps to.
 """
 
 from __future__ import annotations
@@ -18,12 +19,38 @@ from typing import Any
 BOOTSTRAP_ENV = "PIPELINE_BOOTSTRAP"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
-#: the exit status for a user error (argparse uses 2 for usage errors)
+#: the exit status for a user error (usage errors included)
 EXIT_ERROR = 1
+#: ClusterConfig's connect_timeout: a --timeout below it lowers it (-X sets it)
+CONNECT_TIMEOUT = 5.0
 
 
 class UserError(Exception):
     """A mistake the user can fix; printed as one line."""
+
+
+def unescape(text: str) -> bytes:
+    """kcat's escapes in a delimiter or format: ``\\n \\r \\t \\\\`` and ``\\xNN`` (any
+    byte, e.g. ``-D '\\x00'``); other text is UTF-8."""
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt in "nrt\\":
+                out += {"n": b"\n", "r": b"\r", "t": b"\t", "\\": b"\\"}[nxt]
+                i += 2
+                continue
+            digits = text[i + 2:i + 4]
+            if nxt == "x" and len(digits) == 2 and all(c in "0123456789abcdefABCDEF"
+                                                        for c in digits):
+                out.append(int(digits, 16))
+                i += 4
+                continue
+        out += ch.encode()
+        i += 1
+    return bytes(out)
 
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +69,9 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="how long to wait for the cluster to answer (default: 10)",
+        help="how long to wait for the cluster to answer (default: 10); a bootstrap that "
+        "nobody answers fails after min(5, SECONDS) (-X socket.connection.setup.timeout.ms="
+        "MS to choose)",
     )
 
 
@@ -209,15 +238,20 @@ def _options(args: argparse.Namespace, cls: type[Any]) -> dict[str, Any]:
     """The client's options from --config and -X: Kafka security/client properties,
     the Java producer's tuning properties (``acks``, ``linger.ms``...: a producer
     takes them, a reader ignores them with a warning, as the Java client does with a
-    config it does not use), else our own field names (``request_timeout``)."""
+    config it does not use), else our own field names (``request_timeout``).
+
+    ``args.option_origins`` records, per option converted from a property, what the
+    user wrote (for :func:`user_units`)."""
     import logging
 
     from pipeline.cluster.properties import kafka_properties, option_from_text
     from pipeline.producer._errors import ConfigError
     from pipeline.spark.options import KAFKA_OPTIONS
 
+    props = _collect(args)
+    origins: dict[str, tuple[str, str]] = {}
     try:
-        opts, rest = kafka_properties(_collect(args))
+        opts, rest = kafka_properties(props)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
     for name, value in rest.items():
@@ -231,11 +265,39 @@ def _options(args: argparse.Namespace, cls: type[Any]) -> dict[str, Any]:
             try:
                 opts[field] = convert(value)
             except ValueError:
-                raise UserError(f"{name}={value!r}: not a valid value") from None
+                raise UserError(f"invalid {name}={value!r}: not a valid value") from None
+            origins[field] = (name, value)
             continue
         field = name.replace(".", "_").replace("-", "_")
         opts[field] = option_from_text(field, value, cls)
+    args.option_origins = origins
     return opts
+
+
+def user_units(text: str, args: argparse.Namespace) -> str:
+    """A config error's text as the user wrote the option: ``invalid linger=-0.005:
+    must be a number of seconds >= 0`` for ``-X linger.ms=-5`` becomes ``invalid
+    linger.ms='-5': must be a number of milliseconds >= 0``."""
+    for field, (name, raw) in getattr(args, "option_origins", {}).items():
+        head = re.match(rf"invalid {re.escape(field)}=\S+?: ", text)
+        if head is None:
+            continue
+        rest = text[head.end():]
+        if name.lower().endswith(".ms"):
+            rest = rest.replace("number of seconds", "number of milliseconds")
+            # Other durations it is compared with, as properties in milliseconds too:
+            # "linger + request_timeout (0.005 + 30.0)" -> "linger.ms + ... (5 + 30000)".
+            rest = re.sub(r"\(([\d.]+(?: \+ [\d.]+)*)\)", lambda m: "(" + " + ".join(
+                f"{float(x) * 1000:g}" for x in m.group(1).split(" + ")) + ")", rest, count=1)
+            rest = re.sub(r"\b(" + "|".join(_MS_PROPERTIES) + r")\b",
+                          lambda m: _MS_PROPERTIES[m.group(1)], rest)
+        return f"invalid {name}={raw!r}: {rest}"
+    return text
+
+
+#: option fields the Java client sets in milliseconds -> the property names
+_MS_PROPERTIES = {"linger": "linger.ms", "request_timeout": "request.timeout.ms",
+                  "delivery_timeout": "delivery.timeout.ms"}
 
 
 def echo_options(options: dict[str, Any]) -> None:
@@ -257,10 +319,12 @@ def producer_options(args: argparse.Namespace) -> dict[str, Any]:
         opts["compression"] = args.compression
     opts.setdefault("request_timeout", args.timeout)
     opts.setdefault("delivery_timeout", max(120.0, args.timeout + 1))
+    if args.timeout < CONNECT_TIMEOUT:
+        opts.setdefault("connect_timeout", args.timeout)
     try:
         make_config(None, opts)
     except ConfigError as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(user_units(str(exc), args)) from None
     echo_options(opts)
     return opts
 
@@ -271,10 +335,13 @@ def cluster_options(args: argparse.Namespace) -> dict[str, Any]:
     from pipeline.cluster.errors import ConfigError
 
     opts = _options(args, ClusterConfig)
+    timeout = getattr(args, "timeout", None)
+    if timeout is not None and timeout < CONNECT_TIMEOUT:
+        opts.setdefault("connect_timeout", timeout)
     try:
         cluster_config(None, opts)
     except ConfigError as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(user_units(str(exc), args)) from None
     echo_options(opts)
     return opts
 
@@ -303,22 +370,31 @@ async def check_topic(bootstrap: str, topic: str, wait: float,
     import trio
 
     from pipeline.cluster.config import ClusterConfig
-    from pipeline.cluster.errors import AuthenticationError, KafkaError, UnknownTopicError
+    from pipeline.cluster.errors import (
+        AuthenticationError,
+        BootstrapError,
+        KafkaError,
+        UnknownTopicError,
+    )
     from pipeline.cluster.pool import Cluster
     from pipeline.util.groups import real_errors
 
     names = {f.name for f in dataclasses.fields(ClusterConfig) if f.init}
     cluster_opts = {k: v for k, v in (options or {}).items() if k in names}
     cluster_opts.update(request_timeout=wait, metadata_timeout=wait)
+    cluster_opts.setdefault("connect_timeout", min(CONNECT_TIMEOUT, wait))
     try:
         async with Cluster.open(bootstrap, **cluster_opts) as cluster:
             with trio.move_on_after(wait):
                 return await cluster.partitions_for(topic)
+            unreachable = cluster.bootstrap_error()
+            if unreachable is not None:
+                raise unreachable
     except BaseExceptionGroup as group:
         errors = real_errors(group)
         if any(isinstance(e, UnknownTopicError) for e in errors):
             raise UserError(f"unknown topic {topic!r}: create it first") from None
-        refused = [e for e in errors if isinstance(e, AuthenticationError)]
+        refused = [e for e in errors if isinstance(e, AuthenticationError | BootstrapError)]
         if refused:
             raise UserError(cli_names(one_line(refused[0]))) from None
         if all(isinstance(e, KafkaError | OSError) for e in errors):
@@ -327,7 +403,7 @@ async def check_topic(bootstrap: str, topic: str, wait: float,
         raise
     except UnknownTopicError:
         raise UserError(f"unknown topic {topic!r}: create it first") from None
-    except AuthenticationError as exc:
+    except (AuthenticationError, BootstrapError) as exc:
         raise UserError(cli_names(one_line(exc))) from None  # says itself what is wrong
     except (KafkaError, OSError) as exc:
         raise UserError(f"cannot reach {bootstrap}: {one_line(exc)}") from None

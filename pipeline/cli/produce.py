@@ -1,4 +1,13 @@
-"""``python -m pipeline produce``: lines from stdin or files to a topic, like ``kcat -P``."""
+"""``python -m pipeline produce``: messages from stdin or files to a topic, like ``kcat -P``.
+
+Input is split into messages at the ``-D`` delimiter: a newline by default (a ``\r``
+before it is dropped, for CRLF files), or any string or byte with kcat's escapes
+(``-D '\x00'``, ``-D '\t'``), which makes any input that lacks that byte binary-safe.
+``--length-prefixed`` reads any bytes at all: each message is a 4-byte big-endian signed
+length (-1: a null value) and that many bytes, what ``consume -f '%R%s'`` writes.
+``-K DELIM`` splits each message at its first DELIM into key and value; ``-Z`` sends an
+empty key or value as null (an empty value with ``-Z`` is a tombstone).
+"""
 
 from __future__ import annotations
 
@@ -17,9 +26,11 @@ from pipeline.cli._common import (
     resolve_bootstrap,
     run_guarded,
     setup_logging,
+    unescape,
 )
 
-HELP = "produce lines from stdin or files to a topic (like kcat -P)"
+HELP = ("produce messages from stdin or files to a topic, like kcat -P (lines, a -D "
+        "delimiter, or length-prefixed binary)")
 
 CHUNK_LINES = 5000
 
@@ -31,13 +42,37 @@ def _header(text: str) -> tuple[str, bytes]:
     return name, value.encode()
 
 
+def _delimiter(text: str) -> bytes:
+    delim = unescape(text)
+    if not delim:
+        raise argparse.ArgumentTypeError("the delimiter must not be empty")
+    return delim
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_bootstrap(parser)
     parser.add_argument("-t", "--topic", required=True)
     parser.add_argument(
-        "-K", "--key-delimiter", metavar="SEP", default=None,
-        help="split each line at the first SEP into key and value (a line without SEP "
-        "gets a null key)",
+        "-D", "--delimiter", type=_delimiter, default=None, metavar="DELIM",
+        help="split the input into messages at DELIM (default: newline, a CR before it "
+        "dropped); kcat escapes: \\n \\r \\t \\xNN, e.g. -D '\\x00'",
+    )
+    parser.add_argument(
+        "--length-prefixed", action="store_true",
+        help="binary input: each message is a 4-byte big-endian length (-1: null) and "
+        "its bytes (what consume -f '%%R%%s' writes)",
+    )
+    parser.add_argument(
+        "-K", "--key-delimiter", metavar="DELIM", type=_delimiter, default=None,
+        help="split each message at the first DELIM into key and value (a message "
+        "without DELIM gets a null key); escapes as -D",
+    )
+    parser.add_argument(
+        "-k", "--key", default=None, help="the key of every message that has none from -K",
+    )
+    parser.add_argument(
+        "-Z", "--null", action="store_true",
+        help="send an empty key or value as null (an empty value: a tombstone)",
     )
     parser.add_argument(
         "-H", "--header", dest="headers", metavar="NAME=VALUE", type=_header,
@@ -48,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="produce to this partition (default: the partitioner picks)",
     )
     parser.add_argument(
-        "--skip-empty", action="store_true", help="do not produce empty lines"
+        "--skip-empty", action="store_true", help="do not produce empty messages"
     )
     add_producer_options(parser)
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
@@ -74,15 +109,57 @@ def _open_inputs(paths: list[str]) -> list[IO[bytes]]:
     return out
 
 
-def _lines(inputs: list[IO[bytes]], skip_empty: bool) -> Iterator[bytes]:
+def split_messages(stream: IO[bytes], delim: bytes, *, chunk: int = 1 << 16) -> Iterator[bytes]:
+    """The messages of ``stream`` between ``delim`` (a last one without a delimiter
+    after it included; nothing after a final delimiter)."""
+    pending = b""
+    read = getattr(stream, "read1", stream.read)  # what is there: a slow pipe is not held
+    while True:
+        data = read(chunk)
+        if not data:
+            break
+        pending += data
+        parts = pending.split(delim)
+        pending = parts.pop()
+        yield from parts
+    if pending:
+        yield pending
+
+
+def length_prefixed(stream: IO[bytes]) -> Iterator[bytes | None]:
+    """The messages of ``stream`` framed as 4-byte big-endian signed length (-1: null)
+    plus bytes. A frame cut short is a :class:`UserError` naming the message."""
+    number = 0
+    while True:
+        head = stream.read(4)
+        if not head:
+            return
+        number += 1
+        if len(head) < 4:
+            raise UserError(f"--length-prefixed input ends inside the length of message {number}")
+        size = int.from_bytes(head, "big", signed=True)
+        if size < -1:
+            raise UserError(f"--length-prefixed message {number} has length {size} "
+                            "(-1 for null, else >= 0)")
+        if size == -1:
+            yield None
+            continue
+        body = stream.read(size)
+        if len(body) < size:
+            raise UserError(f"--length-prefixed input ends inside message {number} "
+                            f"({len(body)} of {size} bytes)")
+        yield body
+
+
+def _messages(inputs: list[IO[bytes]], args: argparse.Namespace) -> Iterator[bytes | None]:
     for stream in inputs:
-        for raw in stream:
-            line = raw[:-1] if raw.endswith(b"\n") else raw
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            if skip_empty and not line:
-                continue
-            yield line
+        if args.length_prefixed:
+            yield from length_prefixed(stream)
+        elif args.delimiter is None:
+            for line in split_messages(stream, b"\n"):
+                yield line[:-1] if line.endswith(b"\r") else line
+        else:
+            yield from split_messages(stream, args.delimiter)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,20 +207,29 @@ async def _produce(
         raise UserError(
             f"topic {args.topic!r} has {count} partition(s); no partition {args.partition}"
         )
-    lines = _lines(inputs, args.skip_empty)
-    sep = args.key_delimiter.encode() if args.key_delimiter else None
+    messages = _messages(inputs, args)
+    sep = args.key_delimiter
+    fixed_key = args.key.encode() if args.key is not None else None
     headers = tuple(args.headers)
     topic, partition = args.topic, args.partition
 
     def next_chunk() -> list[ProducerMessage]:
         out: list[ProducerMessage] = []
-        for line in lines:
+        for value in messages:
+            if args.skip_empty and not value:
+                continue
             key: bytes | None = None
-            if sep is not None:
-                k, found, v = line.partition(sep)
+            if sep is not None and value is not None:
+                k, found, v = value.partition(sep)
                 if found:
-                    key, line = k, v
-            out.append(ProducerMessage(topic, line, key=key, headers=headers, partition=partition))
+                    key, value = k, v
+            if key is None:
+                key = fixed_key
+            if args.null:
+                key = key or None
+                value = value or None
+            out.append(ProducerMessage(topic, value, key=key, headers=headers,
+                                       partition=partition))
             if len(out) >= CHUNK_LINES:
                 break
         return out

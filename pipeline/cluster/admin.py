@@ -14,11 +14,13 @@ configs, a node's own view of the metadata).
 Every call has one deadline (``timeout``). Until then, a connection failure, a request that
 timed out, and a whole-request error that is retriable (NOT_CONTROLLER, REQUEST_TIMED_OUT...)
 are retried on another connection after a backoff; then the call raises
-:class:`AdminError` (REQUEST_TIMED_OUT) naming the last failure. Per-resource errors are
-returned, never retried: ``create_topics`` answers ``{name: None | AdminError}``, and
-:func:`~pipeline.cluster.admin_types.raise_errors` turns that into an exception. A retried
-mutation may report what its lost first attempt did (TOPIC_ALREADY_EXISTS for a topic it
-created itself), as in every Kafka client.
+:class:`AdminError` (REQUEST_TIMED_OUT) naming the last failure. When no bootstrap address
+ever answered, the call fails at once with the
+:class:`~pipeline.cluster.errors.BootstrapError` (each address and its cause) instead.
+Per-resource errors are returned, never retried: ``create_topics`` answers ``{name: None |
+AdminError}``, and :func:`~pipeline.cluster.admin_types.raise_errors` turns that into an
+exception. A retried mutation may report what its lost first attempt did
+(TOPIC_ALREADY_EXISTS for a topic it created itself), as in every Kafka client.
 
 :meth:`Admin.open` builds the Cluster an Admin owns from a ``ClusterConfig`` (with an admin
 client's defaults: :func:`~pipeline.cluster.admin_sender.admin_cluster_config`);

@@ -20,6 +20,7 @@ from pipeline.cluster.admin_types import AdminError
 from pipeline.cluster.config import ClusterConfig, cluster_config
 from pipeline.cluster.connection import BrokerConnection
 from pipeline.cluster.errors import (
+    BootstrapError,
     BrokerConnectionError,
     BrokerProtocolError,
     KafkaError,
@@ -87,7 +88,8 @@ class AdminSender:
     ) -> Any:
         """Send ``build(version, timeout_ms)`` to ``node`` (else any broker) and return the
         response, retrying connection failures and retriable whole-request errors (when
-        ``top_error``: the response's ``error_code``) until the call's deadline."""
+        ``top_error``: the response's ``error_code``) until the call's deadline. A
+        :class:`BootstrapError` (no broker reached at all) is raised at once."""
         deadline = trio.current_time() + self.timeout
         attempt = 0
         last: KafkaError | None = None
@@ -114,6 +116,8 @@ class AdminSender:
                         raise error
                     last = error
                     self.cluster.request_refresh()
+            except BootstrapError:
+                raise  # no bootstrap address answered for connect_timeout: say so now
             except RETRY_ERRORS as exc:
                 last = exc
             delay = self._backoff.delay(attempt + 1)

@@ -13,7 +13,13 @@ again.
 Bootstrap addresses are pseudo-nodes with negative ids (-1, -2, ...). They are
 used only while no known broker answers, and retired by the
 :class:`~pipeline.cluster.pool.Cluster` once a MetadataResponse lists the
-brokers.
+brokers. The very first connect (:meth:`BrokerPool.connect_bootstrap`) tries them
+all, staggered, and gives up after ``connect_timeout`` with one
+:class:`~pipeline.cluster.errors.BootstrapError` naming each address's cause.
+
+A node's first failed connect of an outage is logged at WARNING, the retries at
+DEBUG, the reconnect that ends it at INFO: an unreachable broker is one line, not
+one per attempt.
 
 A connect that fails authentication (TLS refused a certificate, SASL refused the
 credentials: :class:`~pipeline.cluster.errors.AuthenticationError`) is not
@@ -34,7 +40,7 @@ import logging
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
@@ -42,6 +48,7 @@ from pipeline.cluster.config import ClusterConfig
 from pipeline.cluster.connection import BrokerConnection
 from pipeline.cluster.errors import (
     AuthenticationError,
+    BootstrapError,
     BrokerConnectionError,
     BrokerProtocolError,
     KafkaError,
@@ -49,7 +56,7 @@ from pipeline.cluster.errors import (
 )
 from pipeline.cluster.metadata import BrokerAddress
 from pipeline.cluster.sasl import Authenticator
-from pipeline.cluster.security import uses_sasl
+from pipeline.cluster.security import describe_broker, uses_sasl
 from pipeline.util.backoff import Backoff
 
 __all__ = ["CONNECT_ERRORS", "BrokerPool"]
@@ -86,6 +93,29 @@ class _Node:
     retry_at: float = -math.inf  # no connect attempt before this trio time
     # The last connect failed authentication: raised to callers until retry_at.
     refused: AuthenticationError | None = None
+    outage_since: float = 0.0  # trio time of the first failure of the current outage
+    last_reason: str = "unreachable"  # why the last connect failed (its error's reason)
+
+
+#: How long one bootstrap address gets before the next one is tried too.
+_STAGGER = 0.25
+#: Lets an attempt's own timeout (which names its phase) fire before the bootstrap's.
+_MARGIN = 0.1
+
+
+@dataclass(eq=False)
+class _Bootstrap:
+    """What :meth:`BrokerPool.connect_bootstrap`'s attempts report to it."""
+
+    addresses: int
+    failed: set[int] = field(default_factory=set)  # indexes that failed at least once
+    winner: BrokerConnection | None = None
+    refused: AuthenticationError | None = None
+    changed: trio.Event = field(default_factory=trio.Event)  # set on any report
+    failed_once: list[trio.Event] = field(default_factory=list)  # per index
+
+    def __post_init__(self) -> None:
+        self.failed_once = [trio.Event() for _ in range(self.addresses)]
 
 
 class BrokerPool:
@@ -156,7 +186,8 @@ class BrokerPool:
                     raise copy.copy(node.refused)
                 if node.conn is None and not wait_backoff:
                     raise BrokerConnectionError(
-                        f"broker {node_id} at {address[0]}:{address[1]} unreachable"
+                        f"{describe_broker(node_id, *address)}: {node.last_reason}",
+                        reason=node.last_reason,
                     )
                 continue
             delay = node.retry_at - trio.current_time()
@@ -165,7 +196,9 @@ class BrokerPool:
             if delay > 0:
                 if not wait_backoff:
                     raise BrokerConnectionError(
-                        f"broker {node_id} at {address[0]}:{address[1]} in reconnect backoff"
+                        f"{describe_broker(node_id, *address)}: {node.last_reason} (in "
+                        "reconnect backoff)",
+                        reason=node.last_reason,
                     )
                 await trio.sleep(delay)
                 continue
@@ -186,15 +219,18 @@ class BrokerPool:
             node.retry_at = trio.current_time() + self._backoff.delay(node.failures + 1)
             node.failures += 1
             node.refused = exc if isinstance(exc, AuthenticationError) else None
-            logger.warning(
-                "cannot connect to broker %d at %s:%d (attempt %d, next in %.3fs): %s",
-                node_id,
-                address.host,
-                address.port,
-                node.failures,
-                node.retry_at - trio.current_time(),
-                exc,
-            )
+            if node.failures == 1:
+                node.outage_since = trio.current_time()
+            # One WARNING per broker per outage (its first failed attempt); the
+            # retries that follow are DEBUG, and the reconnect ends the outage.
+            where = describe_broker(node_id, address.host, address.port)
+            reason = node.last_reason = str(getattr(exc, "reason", exc))
+            if node.failures == 1:
+                logger.warning("cannot connect to %s: %s (retrying; further failures are "
+                               "logged at DEBUG)", where, reason)
+            else:
+                logger.debug("cannot connect to %s: %s (attempt %d, next in %.3fs)",
+                             where, reason, node.failures, node.retry_at - trio.current_time())
             if node_id >= 0 and not self.closed:
                 self._on_lost()
             raise
@@ -202,11 +238,94 @@ class BrokerPool:
             event, node.connecting = node.connecting, None
             event.set()
         self.connects += 1
+        if node.failures:
+            logger.info(
+                "connected to %s after %d failed attempt(s) over %.1fs",
+                conn, node.failures, trio.current_time() - node.outage_since,
+            )
         node.conn = conn
         node.failures = 0
         node.retry_at = -math.inf
         node.refused = None
         return conn
+
+    async def connect_bootstrap(self, *, give_up_after: float, deadline: float
+                                ) -> BrokerConnection:
+        """A connection to one of the bootstrap addresses, while no broker is known.
+
+        Every address is tried, concurrently but staggered (as happy eyeballs does):
+        address ``i`` starts once address ``i - 1`` failed, or ``_STAGGER`` seconds
+        later, and all have started after ``2 * _STAGGER``; each retries after its
+        reconnect backoff. The first to connect wins and the others are cancelled.
+
+        Raises:
+          BootstrapError: every address failed at least once and ``give_up_after``
+              seconds passed (``2 * _STAGGER`` more at most, for the last address's
+              first attempt), or ``deadline`` (trio time) came; it names each address
+              and why its last attempt failed.
+          AuthenticationError: an address refused us (TLS or SASL): not retried.
+        """
+        started = trio.current_time()
+        # Every address has started after 2 * _STAGGER, and a connector's attempt ends
+        # by connect_timeout after its start: by then each address failed (with its own
+        # reason) or a custom connector hangs, which cannot keep the caller waiting.
+        deadline = min(deadline, started + give_up_after + 2 * _STAGGER + _MARGIN)
+        state = _Bootstrap(len(self.bootstrap))
+        async with trio.open_nursery() as nursery:
+            for index, address in enumerate(self.bootstrap):
+                nursery.start_soon(self._bootstrap_attempts, index, address, state)
+            while state.winner is None and state.refused is None:
+                everyone_failed = len(state.failed) == len(self.bootstrap)
+                wake = min(deadline, started + give_up_after) if everyone_failed else deadline
+                if trio.current_time() >= wake:
+                    break
+                state.changed = trio.Event()
+                with trio.move_on_at(wake):
+                    await state.changed.wait()
+            nursery.cancel_scope.cancel()
+        if state.winner is not None:
+            return state.winner
+        if state.refused is not None:
+            raise state.refused
+        raise self.bootstrap_error(trio.current_time() - started)
+
+    def bootstrap_error(self, elapsed: float) -> BootstrapError:
+        """The :class:`BootstrapError` for bootstrap addresses tried for ``elapsed``
+        seconds: each address with the reason its last attempt failed."""
+        causes: dict[str, str] = {}
+        for index, address in enumerate(self.bootstrap):
+            node = self._nodes.get(-index - 1)
+            if node is not None and node.failures:
+                why = node.last_reason
+            else:
+                why = f"timed out: no answer after {elapsed:.1f}s"
+            causes[f"{address.host}:{address.port}"] = why
+        return BootstrapError(
+            f"cannot connect to any bootstrap broker (connect_timeout="
+            f"{self._config.connect_timeout}s): "
+            + "; ".join(f"{where}: {why}" for where, why in causes.items()),
+            causes,
+        )
+
+    async def _bootstrap_attempts(self, index: int, address: BrokerAddress,
+                                  state: _Bootstrap) -> None:
+        if index:
+            with trio.move_on_after(min(index, 2) * _STAGGER):
+                await state.failed_once[index - 1].wait()
+        while True:
+            try:
+                conn = await self.connect(-index - 1, address)
+            except AuthenticationError as exc:
+                state.refused = exc
+            except CONNECT_ERRORS:
+                state.failed.add(index)
+                state.failed_once[index].set()
+                state.changed.set()
+                continue
+            else:
+                state.winner = conn
+            state.changed.set()
+            return
 
     async def pick(
         self, brokers: Mapping[int, BrokerAddress], *, include_bootstrap: bool
@@ -234,7 +353,9 @@ class BrokerPool:
             ids = ids[start:] + ids[:start]
         candidates: list[tuple[int, BrokerAddress]] = [(i, brokers[i]) for i in ids]
         if include_bootstrap or not candidates:
-            candidates += [(-i - 1, a) for i, a in enumerate(self.bootstrap)]
+            # A bootstrap address that is a known broker's is that broker: not twice.
+            known = set(brokers.values())
+            candidates += [(-i - 1, a) for i, a in enumerate(self.bootstrap) if a not in known]
         last: KafkaError | None = None
         for node_id, address in candidates:
             try:

@@ -58,8 +58,11 @@ class ClusterConfig:
     # Per request: no answer within it closes the connection (the request may
     # or may not have been applied) and fails every request pending on it.
     request_timeout: float = 30.0
-    # TCP connect (plus the TLS handshake, once there is one) per attempt.
-    connect_timeout: float = 10.0
+    # Setting a connection up, per attempt: TCP connect, TLS handshake, ApiVersions
+    # and SASL (librdkafka's socket.connection.setup.timeout.ms; Java's names the TCP
+    # part). Also how long the first metadata request keeps trying the bootstrap
+    # addresses before it fails with a BootstrapError naming each one's cause.
+    connect_timeout: float = 5.0
     # Requests written and not yet answered, per connection. Slots are taken
     # before writing, so the wire never holds more.
     max_in_flight: int = 5

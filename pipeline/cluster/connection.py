@@ -69,7 +69,7 @@ from pipeline.cluster.errors import (
     RequestTimedOutError,
     UnsupportedApiError,
 )
-from pipeline.cluster.handshake import handshake
+from pipeline.cluster.handshake import Handshake, handshake
 from pipeline.cluster.pending import PendingResponse
 from pipeline.cluster.reauth import reauthenticate
 from pipeline.cluster.sasl import Authenticator
@@ -115,6 +115,7 @@ class BrokerConnection:
         self.host = host
         self.port = port
         self.api_versions: dict[ApiKey, int] = {}  # negotiated at connect
+        self.handshake = Handshake({})  # what connect established (finalized features...)
         self.config = config
         self.unmatched_responses = 0  # responses whose correlation id matched nothing
         self._stream = stream
@@ -144,6 +145,7 @@ class BrokerConnection:
         self._responses = 0
         self._handshake_responses: int | None = None
         self.reauthentications = 0  # completed re-authentications (tests, statistics)
+        self._connecting = False  # in connect()'s set-up: failures are raised and logged there
 
     # ------------------------------------------------------------------ connect
 
@@ -183,24 +185,28 @@ class BrokerConnection:
           AuthenticationError: TLS refused a certificate, or SASL failed (not retriable).
         """
         cfg = cluster_config(config, options) if options or config is not None else _DEFAULT_CONFIG
+        # connect_timeout bounds the connector's TCP + TLS (it times itself) and the handshake.
+        deadline = trio.current_time() + cfg.connect_timeout
         try:
             stream = await connector(host, port)
         except (OSError, trio.BrokenResourceError) as exc:
             raise stream_error(exc, describe_broker(node_id, host, port), "connect") from exc
         conn = cls(stream, host, port, node_id=node_id, config=cfg)
+        conn._connecting = True
         try:
             await nursery.start(conn._run_reader)
-            result = await handshake(conn, cfg, authenticator)
+            result = await handshake(conn, cfg, authenticator, deadline=deadline)
         except BaseException:
             await conn.aclose()
             raise
-        conn.api_versions = result.versions
+        conn.api_versions, conn.handshake = result.versions, result
         conn.session_lifetime = result.session_lifetime
         if result.session_lifetime > 0:
             auth = authenticator if authenticator is not None else Authenticator(cfg)
             nursery.start_soon(reauthenticate, conn, auth)
         conn._on_close = on_close
         conn._handshake_responses = conn._responses
+        conn._connecting = False
         logger.debug("connected to %s; versions %s", conn, conn.api_versions)
         return conn
 
@@ -383,7 +389,9 @@ class BrokerConnection:
         self._closed_error = error
         pending = list(self._pending.values())
         self._pending.clear()
-        if pending or notify:
+        if self._connecting:  # raised from connect(); the pool logs it once per outage
+            logger.debug("%s", error)
+        elif pending or notify:
             logger.warning("%s; failing %d pending request(s)", error, len(pending))
         for entry in pending:
             entry.set_error(error)
@@ -440,11 +448,9 @@ class BrokerConnection:
                 self._check_timeout()
                 continue
             if not data:
-                raise BrokerConnectionError(
-                    f"{self}: connection closed by the broker"
-                    + early_close_hint(self.config.security_protocol, self._responses,
-                                       self._handshake_responses)
-                )
+                reason = "connection closed by the broker" + early_close_hint(
+                    self.config.security_protocol, self._responses, self._handshake_responses)
+                raise BrokerConnectionError(f"{self}: {reason}", reason=reason)
             if self._responses == 0:
                 tls = tls_answer_error(data, str(self), self.config.security_protocol)
                 if tls is not None:
@@ -452,9 +458,7 @@ class BrokerConnection:
             frames.receive_data(data)
 
     def _oldest_deadline(self) -> float:
-        for entry in self._pending.values():
-            return entry.deadline
-        return math.inf
+        return next(iter(self._pending.values())).deadline if self._pending else math.inf
 
     def _check_timeout(self) -> None:
         for entry in self._pending.values():

@@ -29,6 +29,7 @@ from typing import ClassVar
 
 __all__ = [
     "AuthenticationError",
+    "BootstrapError",
     "BrokerConnectionError",
     "BrokerProtocolError",
     "ConfigError",
@@ -63,9 +64,17 @@ class BrokerConnectionError(KafkaError):
 
     A request that failed with this error may or may not have reached the
     broker: only idempotence makes a retry safe against duplicates.
+
+    ``reason`` is the cause alone, without the broker's name ("connection refused",
+    "name not resolved (...)", "TLS handshake failed: ...", "timed out ..."): what
+    :class:`BootstrapError` lists per address.
     """
 
     retriable = True
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason if reason is not None else message
 
 
 class RequestTimedOutError(BrokerConnectionError):
@@ -108,6 +117,20 @@ class MetadataTimeoutError(KafkaError):
     """Metadata could not be obtained before the deadline."""
 
     retriable = True
+
+
+class BootstrapError(BrokerConnectionError, MetadataTimeoutError):
+    """No bootstrap address could be connected to within ``connect_timeout``.
+
+    ``causes`` maps each address (``"host:port"``) to why the last attempt on it
+    failed; the message lists them all. Raised by the first metadata request of a
+    cluster client (``open_producer``, the reader, ``Admin`` calls, the CLI). It is
+    also a :class:`MetadataTimeoutError`: the metadata never came.
+    """
+
+    def __init__(self, message: str, causes: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.causes = dict(causes or {})
 
 
 class TopicMetadataError(KafkaError):

@@ -27,6 +27,12 @@ Connections come from the :class:`~pipeline.cluster.brokers.BrokerPool`
 used by the refresher only while no known broker answers, and closed once a
 MetadataResponse lists the brokers. All options come from one
 :class:`~pipeline.cluster.config.ClusterConfig`.
+
+The first round fails fast: when every bootstrap address failed for
+``connect_timeout`` it raises a :class:`~pipeline.cluster.errors.BootstrapError`
+naming each address and why (refused, name not resolved, TLS handshake failed,
+timed out). Later outages are waited out until ``metadata_timeout``. Logging is
+one WARNING per broker per outage; retries are DEBUG.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from pipeline.cluster.config import ClusterConfig, cluster_config
 from pipeline.cluster.connection import BrokerConnection
 from pipeline.cluster.errors import (
     AuthenticationError,
+    BootstrapError,
     BrokerConnectionError,
     KafkaError,
     MetadataTimeoutError,
@@ -122,6 +129,8 @@ class Cluster:
         self._incomplete: frozenset[str] = frozenset()  # topics the last response left unusable
         #: the last failure of a metadata round (what timeouts report as the likely cause)
         self.last_error: KafkaError | None = None
+        self._outage = False  # a round timed out since the last successful one
+        self._opened_at = trio.current_time()
         self._closed = False
 
     @classmethod
@@ -196,6 +205,8 @@ class Cluster:
                     return count
                 self._raise_for_topic_error(topic)
                 await self.refresh([topic], force=True)
+        if (unreachable := self.bootstrap_error()) is not None:
+            raise unreachable
         if self._topic_errors.get(topic) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             raise UnknownTopicError(
                 topic,
@@ -229,6 +240,8 @@ class Cluster:
                 if leader is not None and leader >= 0:
                     return leader
                 await self.refresh([topic], force=True)
+        if (unreachable := self.bootstrap_error()) is not None:
+            raise unreachable
         raise MetadataTimeoutError(
             f"no leader for {topic}-{partition} within {self.config.metadata_timeout}s"
         )
@@ -316,6 +329,15 @@ class Cluster:
             await self.refresh(force=True)
         return await self._pool.pick(self.metadata.brokers, include_bootstrap=False)
 
+    def bootstrap_error(self) -> BootstrapError | None:
+        """While no broker was ever reached (no connection made): the
+        :class:`BootstrapError` naming each bootstrap address and why its last connect
+        failed (what a caller's own timeout should report instead of "no answer");
+        None otherwise."""
+        if self.metadata.brokers or self._pool.connects:
+            return None  # a broker was reached: what failed came after connecting
+        return self._pool.bootstrap_error(trio.current_time() - self._opened_at)
+
     # ---------------------------------------------------------------- private
 
     def _use(self, topics: Iterable[str] | None) -> frozenset[str]:
@@ -385,12 +407,28 @@ class Cluster:
             )
 
     async def _run_round(self, rnd: _Round) -> bool:
-        """Fetch metadata for ``rnd.topics``; True if every topic is usable."""
+        """Fetch metadata for ``rnd.topics``; True if every topic is usable. While no
+        broker is known, :meth:`BrokerPool.connect_bootstrap` connects (its
+        :class:`BootstrapError` fails the round after ``connect_timeout``)."""
+        started = trio.current_time()
+        deadline = started + self.config.metadata_timeout
+        conn: BrokerConnection | None = None
+        if not self.metadata.brokers:
+            try:
+                conn = await self._pool.connect_bootstrap(
+                    give_up_after=self.config.connect_timeout, deadline=deadline)
+            except (BootstrapError, AuthenticationError) as exc:
+                # Raised to the round's waiters, who report it: DEBUG here.
+                rnd.error = self.last_error = exc
+                logger.debug("metadata refresh failed: %s", exc)
+                return False
         attempt = 1
-        with trio.move_on_after(self.config.metadata_timeout) as scope:
+        with trio.move_on_at(deadline) as scope:
             while True:
                 try:
-                    conn = await self._pool.pick(self.metadata.brokers, include_bootstrap=True)
+                    if conn is None or conn.closed:
+                        conn = await self._pool.pick(self.metadata.brokers,
+                                                     include_bootstrap=True)
                     version = conn.version_for(ApiKey.METADATA)
                     request = MetadataRequest(
                         topics=tuple(MetadataRequestTopic(name=t) for t in sorted(rnd.topics)),
@@ -406,14 +444,17 @@ class Cluster:
                     logger.warning("metadata refresh failed: %s", exc)
                     return False
                 except CONNECT_ERRORS as exc:
+                    conn = None
                     self.last_error = exc
                     delay = self._backoff.delay(attempt)
                     attempt += 1
-                    logger.warning("metadata refresh failed (retry in %.3fs): %s", delay, exc)
+                    # The pool warns once per broker per outage; retries are DEBUG.
+                    logger.debug("metadata refresh failed (retry in %.3fs): %s", delay, exc)
                     await trio.sleep(delay)
                     continue
                 for retired in self._apply(response, rnd.topics):
                     await retired.aclose()
+                self._outage = False
                 return not self._incomplete
         assert scope.cancelled_caught
         rnd.error = MetadataTimeoutError(
@@ -421,7 +462,9 @@ class Cluster:
             f"(bootstrap {', '.join(f'{h}:{p}' for h, p in self._pool.bootstrap)})"
             + (f"; last error: {self.last_error}" if self.last_error is not None else "")
         )
-        logger.warning("%s", rnd.error)
+        # Once per outage: rounds keep failing every metadata_timeout while it lasts.
+        logger.log(logging.DEBUG if self._outage else logging.WARNING, "%s", rnd.error)
+        self._outage = True
         return False
 
     def _apply(

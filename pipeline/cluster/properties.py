@@ -17,6 +17,7 @@ Used by the CLI (``-X name=value``, ``--config FILE``) and the Spark data source
     ssl.keystore.location + ssl.keystore.type=PEM (key and chain in one file) -> ssl_certfile
     ssl.endpoint.identification.algorithm=https|""|none -> ssl_check_hostname
     client.id                                       -> client_id
+    socket.connection.setup.timeout.ms (Java, librdkafka) -> connect_timeout (seconds)
 
 JKS and PKCS#12 stores cannot be read by Python's ``ssl``: they are refused with how to
 convert them. Errors name the property, never a secret value (a JAAS line holds the
@@ -25,6 +26,7 @@ password: a parse error says what is wrong with it, not what it contains).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,9 +49,23 @@ _DIRECT = {
 }
 _STORES = ("ssl.truststore.location", "ssl.truststore.type", "ssl.keystore.location",
            "ssl.keystore.type")
+#: Durations in milliseconds -> options in seconds (checked here, in the user's units).
+_MILLIS = {"socket.connection.setup.timeout.ms": "connect_timeout"}
 #: Every property name :func:`kafka_properties` understands.
-PROPERTY_NAMES = frozenset({*_DIRECT, *_STORES, "sasl.jaas.config",
+PROPERTY_NAMES = frozenset({*_DIRECT, *_STORES, *_MILLIS, "sasl.jaas.config",
                             "ssl.endpoint.identification.algorithm"})
+
+
+def _seconds(prefix: str, name: str, value: str) -> float:
+    """A positive number of milliseconds as seconds; errors say what the user wrote."""
+    try:
+        millis = float(value.strip())
+    except ValueError:
+        millis = math.nan
+    if not millis > 0 or math.isinf(millis):
+        raise ConfigError(f"invalid {prefix}{name}={value!r}: must be a number of "
+                          "milliseconds > 0")
+    return millis / 1000
 
 _MODULES = {"PlainLoginModule": "PLAIN", "ScramLoginModule": "SCRAM"}
 _FLAGS = ("required", "requisite", "sufficient", "optional")
@@ -143,6 +159,8 @@ def kafka_properties(properties: Mapping[str, str], *, prefix: str = ""
         key = name.lower()
         if key in _DIRECT:
             options[_DIRECT[key]] = value
+        elif key in _MILLIS:
+            options[_MILLIS[key]] = _seconds(prefix, name, value)
         elif key == "ssl.endpoint.identification.algorithm":
             if value.strip().lower() not in ("https", "", "none"):
                 raise ConfigError(f"{prefix}{name}={value!r}: must be https, none or empty")

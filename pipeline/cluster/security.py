@@ -41,6 +41,7 @@ from pipeline.cluster.errors import (
     TlsError,
     TlsHostnameError,
 )
+from pipeline.cluster.transport import PLAINTEXT_HINT, connect_failure_reason
 from pipeline.protocol.sasl import MECHANISMS
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "tls_answer_error",
     "tls_error",
     "tls_failure_hint",
+    "tls_failure_reason",
     "uses_sasl",
     "uses_tls",
     "validate_security",
@@ -359,12 +361,19 @@ def tls_error(exc: BaseException, where: str) -> AuthenticationError | None:
 
 def tls_failure_hint(exc: BaseException) -> str:
     """For a retriable TLS failure: what it may mean (an empty string if not TLS)."""
+    reason = tls_failure_reason(exc)
+    return f"; {reason}" if reason else ""
+
+
+def tls_failure_reason(exc: BaseException) -> str | None:
+    """A retriable TLS failure in a few words ("TLS handshake failed: ..."), or None
+    when ``exc`` holds no TLS error."""
     for error in _ssl_errors(exc):
         if isinstance(error, ssl.SSLEOFError) or "EOF" in (error.reason or ""):
-            return ("; the broker closed the connection during the TLS handshake: if the "
-                    "listener is not TLS, use security_protocol PLAINTEXT or SASL_PLAINTEXT")
-        return f"; TLS handshake failed ({error.reason or type(error).__name__})"
-    return ""
+            return ("TLS handshake failed: the broker closed the connection during it; "
+                    f"{PLAINTEXT_HINT}")
+        return f"TLS handshake failed ({error.reason or type(error).__name__})"
+    return None
 
 
 def early_close_hint(protocol: str, responses: int, handshake_responses: int | None) -> str:
@@ -399,9 +408,15 @@ def describe_broker(node_id: int, host: str, port: int) -> str:
 
 def stream_error(exc: BaseException, where: str, what: str) -> KafkaError:
     """What a failed connect, read or write means: a TLS refusal (not retriable), or a
-    retriable connection failure (with a TLS hint when the TLS handshake failed)."""
+    retriable :class:`BrokerConnectionError` whose ``reason`` says why in a few words
+    (for a connect: "connection refused", "name not resolved (...)", "TLS handshake
+    failed: ...", "timed out: ...")."""
     specific = tls_error(exc, where)
     if specific is not None:
         return specific
-    return BrokerConnectionError(
-        f"{where}: {what} failed: {exc!r}" + tls_failure_hint(exc))
+    tls = tls_failure_reason(exc)
+    if what == "connect":
+        reason = tls if tls is not None else connect_failure_reason(exc)
+    else:
+        reason = f"{what} failed: {exc!r}" + (f"; {tls}" if tls else "")
+    return BrokerConnectionError(f"{where}: {reason}", reason=reason)

@@ -12,20 +12,24 @@ provided:
 Connectors raise :class:`OSError` (``ConnectionRefusedError``,
 ``TimeoutError``...) when the peer cannot be reached; the connection layer maps
 that, and any :class:`trio.BrokenResourceError`, to
-:class:`~pipeline.cluster.errors.BrokerConnectionError`.
+:class:`~pipeline.cluster.errors.BrokerConnectionError`, whose ``reason``
+(:func:`connect_failure_reason`) says in a few words why: "connection refused",
+"name not resolved (...)", "timed out: ...".
 """
 
 from __future__ import annotations
 
 import errno
 import math
+import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import trio
 
 __all__ = [
-    "Connector", "MemoryNetwork", "WriteLock", "parse_address", "send_parts", "tcp_connector",
+    "ConnectTimeoutError", "Connector", "MemoryNetwork", "WriteLock", "connect_failure_reason",
+    "parse_address", "send_parts", "tcp_connector",
 ]
 
 Connector = Callable[[str, int], Awaitable[trio.abc.Stream]]
@@ -53,8 +57,18 @@ def parse_address(address: str, *, default_port: int = 9092) -> tuple[str, int]:
         raise ValueError(f"bad port in broker address {address!r}") from None
 
 
+class ConnectTimeoutError(TimeoutError):
+    """A connector gave up after its timeout; the message names the phase (TCP
+    connect, TLS handshake) so the user knows where it stalled."""
+
+
+#: What the TLS phase of a connect that gets no answer most likely means.
+PLAINTEXT_HINT = ("if the listener is not TLS, use security_protocol PLAINTEXT or "
+                  "SASL_PLAINTEXT")
+
+
 def tcp_connector(
-    *, ssl_context: ssl.SSLContext | None = None, connect_timeout: float = 10.0
+    *, ssl_context: ssl.SSLContext | None = None, connect_timeout: float = 5.0
 ) -> Connector:
     """Return a connector opening trio TCP streams, TLS-wrapped when ``ssl_context`` is given.
 
@@ -64,24 +78,80 @@ def tcp_connector(
       connect_timeout: seconds allowed for TCP connect plus TLS handshake.
 
     Raises (from the connector):
-      OSError: refused, unreachable or timed out (:class:`TimeoutError`).
+      OSError: refused, unreachable, a name that does not resolve
+          (:class:`socket.gaierror`), or :class:`ConnectTimeoutError` naming the phase
+          that ran out of time.
     """
 
     async def connect(host: str, port: int) -> trio.abc.Stream:
-        with trio.move_on_after(connect_timeout):
+        deadline = trio.current_time() + connect_timeout
+        tcp: trio.SocketStream | None = None
+        with trio.move_on_at(deadline):
             tcp = await trio.open_tcp_stream(host, port)
-            if ssl_context is None:
-                return tcp
-            tls = trio.SSLStream(tcp, ssl_context, server_hostname=host)
-            try:
+        if tcp is None:
+            raise ConnectTimeoutError(
+                errno.ETIMEDOUT, f"timed out: no TCP connection within {connect_timeout}s")
+        if ssl_context is None:
+            return tcp
+        tls = trio.SSLStream(tcp, ssl_context, server_hostname=host)
+        try:
+            with trio.move_on_at(deadline) as scope:
                 await tls.do_handshake()
-            except BaseException:
-                await trio.aclose_forcefully(tls)
-                raise
-            return tls
-        raise TimeoutError(errno.ETIMEDOUT, f"connect to {host}:{port} timed out")
+        except BaseException:
+            await trio.aclose_forcefully(tls)
+            raise
+        if scope.cancelled_caught:
+            await trio.aclose_forcefully(tls)
+            raise ConnectTimeoutError(
+                errno.ETIMEDOUT, f"TLS handshake failed: no answer within {connect_timeout}s "
+                f"(timed out); {PLAINTEXT_HINT}")
+        return tls
 
     return connect
+
+
+def _os_errors(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, its causes and contexts, and the members of any exception group among
+    them (trio's ``open_tcp_stream`` raises ``OSError("all attempts ... failed")`` from
+    a group of the per-address errors), each once."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                todo.append(linked)
+
+
+def connect_failure_reason(exc: BaseException) -> str:
+    """Why a connector failed, in a few words: "connection refused", "name not
+    resolved (Name or service not known)", a :class:`ConnectTimeoutError`'s own text,
+    else the OS's description."""
+    errors = list(_os_errors(exc))
+    for error in errors:
+        if isinstance(error, ConnectTimeoutError):
+            return error.strerror or str(error)
+    for error in errors:
+        if isinstance(error, ConnectionRefusedError):
+            detail = error.strerror or str(error)
+            return "connection refused" + (
+                "" if detail.lower().endswith("connection refused") else f" ({detail})")
+    for error in errors:
+        if isinstance(error, socket.gaierror):
+            return f"name not resolved ({error.strerror or error})"
+    for error in errors:
+        if isinstance(error, TimeoutError):
+            return f"timed out ({error.strerror or error})"
+    for error in errors:
+        if isinstance(error, OSError) and error.strerror:
+            return error.strerror[:1].lower() + error.strerror[1:]
+    return next((str(e) for e in errors if isinstance(e, OSError) and str(e)), repr(exc))
 
 
 # Buffers per sendmsg call: Linux's IOV_MAX (the POSIX minimum is 16; every

@@ -5,6 +5,13 @@ the partitions it is told to, from the beginning, an offset or the end, and stop
 after a count, at the end of the log, or when nothing new arrived for a while. Used
 by ``python -m pipeline consume``, the demo's read-back, and tests.
 
+``isolation_level="read_committed"`` reads transactional topics as Kafka's
+``read_committed`` consumers do: only up to each partition's last stable offset (LSO:
+the first offset of its oldest open transaction, else the high watermark), leaving out
+aborted transactions' records and the COMMIT / ABORT markers
+(:mod:`pipeline.protocol.read_committed`); "the end" (``start="end"``, ``stop_at_end``,
+``topic_offsets``) is then the LSO. The default, ``"read_uncommitted"``, is Kafka's.
+
     async for rec in read_topic("127.0.0.1:9092", "orders", start="beginning",
                                 stop_at_end=True):
         print(rec.partition, rec.offset, rec.key, rec.value)
@@ -21,30 +28,43 @@ exception group.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Literal
 
 import trio
 
 from pipeline.cluster.config import ClusterConfig, cluster_config
-from pipeline.cluster.errors import KafkaError, UnknownTopicError
+from pipeline.cluster.errors import MetadataTimeoutError, UnknownTopicError
 from pipeline.cluster.pool import Cluster
+from pipeline.consumer._errors import ConsumerError
+from pipeline.consumer._types import ConsumedRecord
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
-from pipeline.protocol.messages.fetch import FetchPartition, FetchRequest, FetchTopic
+from pipeline.protocol.messages.fetch import FetchPartition, FetchRequest, FetchTopic, PartitionData
 from pipeline.protocol.messages.list_offsets import (
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
+from pipeline.protocol.read_committed import IsolationLevel, ReadCommittedFilter, isolation_level
 from pipeline.protocol.records import decode_record_batches
 from pipeline.util.groups import unwrap_single_errors
 
-__all__ = ["ConsumedRecord", "ConsumerError", "Start", "consume", "read_topic", "topic_offsets"]
+__all__ = [
+    "ConsumedRecord",
+    "ConsumerError",
+    "Isolation",
+    "Start",
+    "consume",
+    "offsets_for_times",
+    "read_topic",
+    "topic_offsets",
+]
 
 #: "beginning", "end", an absolute offset >= 0, or a negative int: that many before the end
 Start = Literal["beginning", "end"] | int
+#: Kafka's consumer setting ``isolation.level``
+Isolation = Literal["read_uncommitted", "read_committed"]
 
 #: The reader's default per-request timeout (shorter than the producer's: a
 #: reader that waits should say so early).
@@ -62,21 +82,6 @@ _RETRIABLE_FETCH = {
     ErrorCode.KAFKA_STORAGE_ERROR,
     ErrorCode.NOT_COORDINATOR,
 }
-
-
-class ConsumerError(KafkaError):
-    """The reader cannot continue (unknown partition, a non-retriable fetch error...)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumedRecord:
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
 
 
 def _cluster_config(config: ClusterConfig | None, request_timeout: float | None,
@@ -135,10 +140,26 @@ async def _list_offsets(
     return out
 
 
+def _isolation(name: str) -> IsolationLevel:
+    """(The public functions' ``isolation_level`` argument shadows the parser's name.)"""
+    return isolation_level(name)  # ValueError naming the two choices
+
+
+def _end_offset(pd: PartitionData, isolation: IsolationLevel) -> int:
+    """Where a partition ends for a reader at ``isolation``: the high watermark, or under
+    read_committed the last stable offset (a broker that reports none, -1, has no open
+    transactions to hold a reader back: its high watermark)."""
+    if isolation == IsolationLevel.READ_COMMITTED and pd.last_stable_offset >= 0:
+        return min(pd.last_stable_offset, pd.high_watermark)
+    return pd.high_watermark
+
+
 async def _high_watermarks(
-    cluster: Cluster, topic: str, partitions: Sequence[int]
+    cluster: Cluster, topic: str, partitions: Sequence[int],
+    isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
 ) -> dict[int, int]:
-    """{partition: high watermark}, from a Fetch that asks for (almost) no data.
+    """{partition: high watermark} (the last stable offset under read_committed), from a
+    Fetch that asks for (almost) no data.
 
     Used instead of ListOffsets(LATEST) because tansu answers that with a wrong offset
     once a partition holds a batch of more than one record (the Fetch high watermark
@@ -155,7 +176,7 @@ async def _high_watermarks(
         request = FetchRequest(
             # max_wait_ms=0 gets an empty response from tansu; 10 ms costs nothing
             replica_id=-1, max_wait_ms=10, min_bytes=0, max_bytes=1,
-            session_id=0, session_epoch=-1,
+            isolation_level=isolation, session_id=0, session_epoch=-1,
             topics=(FetchTopic(topic=topic, partitions=tuple(
                 FetchPartition(partition=p, fetch_offset=earliest[p], partition_max_bytes=1)
                 for p in parts
@@ -169,7 +190,7 @@ async def _high_watermarks(
                     raise ConsumerError(
                         f"Fetch {topic}[{pd.partition_index}] failed: {code.name}"
                     )
-                out[pd.partition_index] = pd.high_watermark
+                out[pd.partition_index] = _end_offset(pd, isolation)
     missing = [p for p in partitions if p not in out]
     if missing:
         raise ConsumerError(f"no high watermark for {topic} partition(s) {missing}")
@@ -180,23 +201,62 @@ async def topic_offsets(
     bootstrap: str,
     topic: str,
     *,
+    isolation_level: Isolation = "read_uncommitted",
     request_timeout: float | None = None,
     config: ClusterConfig | None = None,
     **options: Any,
 ) -> dict[int, tuple[int, int]]:
-    """{partition: (earliest, latest)} of a topic (``config``, ``request_timeout``,
-    ``options``: as :func:`read_topic`)."""
+    """{partition: (earliest, latest)} of a topic; latest is the high watermark, or the
+    last stable offset with ``isolation_level="read_committed"`` (``config``,
+    ``request_timeout``, ``options``: as :func:`read_topic`)."""
+    isolation = _isolation(isolation_level)
     cfg = _cluster_config(config, request_timeout, options)
     with unwrap_single_errors():
         async with Cluster.open(bootstrap, cfg) as cluster:
-            return await _topic_offsets(cluster, topic)
+            return await _topic_offsets(cluster, topic, isolation)
 
 
-async def _topic_offsets(cluster: Cluster, topic: str) -> dict[int, tuple[int, int]]:
+async def offsets_for_times(
+    bootstrap: str,
+    topic: str,
+    timestamp: int,
+    *,
+    partitions: Sequence[int] | None = None,
+    request_timeout: float | None = None,
+    config: ClusterConfig | None = None,
+    **options: Any,
+) -> dict[int, int]:
+    """{partition: the offset of its first record with a timestamp >= ``timestamp``}
+    (milliseconds since the epoch; ListOffsets by time, like the Java consumer's
+    ``offsetsForTimes`` and kcat's ``-o s@TS``). A partition with no such record
+    gets its end (high watermark): reading from there waits for new records.
+    ``partitions``: all by default; ``config``, ``request_timeout``, ``options``: as
+    :func:`read_topic`."""
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
+        raise ValueError(f"timestamp must be milliseconds since the epoch (an int >= 0), "
+                         f"not {timestamp!r}")
+    cfg = _cluster_config(config, request_timeout, options)
+    with unwrap_single_errors():
+        async with Cluster.open(bootstrap, cfg) as cluster:
+            count = await cluster.partitions_for(topic)
+            parts = list(range(count)) if partitions is None else list(partitions)
+            bad = [p for p in parts if not 0 <= p < count]
+            if bad:
+                raise ConsumerError(
+                    f"topic {topic!r} has {count} partition(s); no partition {bad[0]}")
+            found = await _list_offsets(cluster, topic, parts, timestamp)
+            missing = [p for p in parts if found.get(p, -1) < 0]
+            ends = await _high_watermarks(cluster, topic, missing) if missing else {}
+            return {p: ends[p] if p in ends else found[p] for p in parts}
+
+
+async def _topic_offsets(cluster: Cluster, topic: str,
+                         isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+                         ) -> dict[int, tuple[int, int]]:
     count = await cluster.partitions_for(topic)
     parts = list(range(count))
     lo = await _list_offsets(cluster, topic, parts, EARLIEST)
-    hi = await _high_watermarks(cluster, topic, parts)
+    hi = await _high_watermarks(cluster, topic, parts, isolation)
     return {p: (lo[p], hi[p]) for p in parts}
 
 
@@ -205,22 +265,30 @@ async def read_topic(
     topic: str,
     *,
     partitions: Sequence[int] | None = None,
-    start: Start = "beginning",
+    start: Start | Mapping[int, int] = "beginning",
     max_messages: int | None = None,
     stop_at_end: bool = False,
     idle_timeout: float | None = None,
     max_wait: float = 0.5,
     partition_max_bytes: int = 4 * 1024 * 1024,
+    isolation_level: Isolation = "read_uncommitted",
     request_timeout: float | None = None,
     config: ClusterConfig | None = None,
     **options: Any,
 ) -> AsyncGenerator[ConsumedRecord, None]:
     """Yield records of ``topic`` in offset order per partition (partitions interleave).
 
+    ``start``: "beginning", "end", an offset for every partition, ``-N`` (the last N
+    of each), or ``{partition: offset}`` (e.g. from :func:`offsets_for_times`).
+
     Stops after ``max_messages``; with ``stop_at_end`` once every partition reached
     the high watermark it had when it was last fetched (like ``kcat -e``); with
     ``idle_timeout`` when no record arrived for that many seconds. With none of them
     it runs until cancelled.
+
+    ``isolation_level="read_committed"``: only committed transactional records (and
+    non-transactional ones), up to each partition's last stable offset, which is also
+    the end for ``start="end"`` and ``stop_at_end`` (an open transaction holds it back).
 
     ``config`` is how to reach the cluster (a ``ClusterConfig``, or a ``ProducerConfig``:
     its cluster part is used), with keyword ``options`` (ClusterConfig fields, e.g.
@@ -231,12 +299,17 @@ async def read_topic(
     Raises ``UnknownTopicError``, ``ConsumerError`` (a partition that does not exist,
     a non-retriable fetch error) and connection errors (``BrokerConnectionError``).
     """
+    isolation = _isolation(isolation_level)
     cfg = _cluster_config(config, request_timeout, options)
     with unwrap_single_errors():
         async with Cluster.open(bootstrap, cfg) as cluster:
-            with trio.fail_after(cfg.request_timeout) as scope:
-                count = await cluster.partitions_for(topic)
-            del scope
+            try:
+                with trio.fail_after(cfg.request_timeout):
+                    count = await cluster.partitions_for(topic)
+            except trio.TooSlowError:
+                # No broker ever answered: say who and why, not just "too slow".
+                raise cluster.bootstrap_error() or MetadataTimeoutError(
+                    f"no metadata for topic {topic!r} within {cfg.request_timeout}s") from None
             parts = list(range(count)) if partitions is None else list(partitions)
             bad = [p for p in parts if not 0 <= p < count]
             if bad:
@@ -244,19 +317,24 @@ async def read_topic(
             if start == "beginning":
                 positions = await _list_offsets(cluster, topic, parts, EARLIEST)
             elif start == "end":
-                positions = await _high_watermarks(cluster, topic, parts)
+                positions = await _high_watermarks(cluster, topic, parts, isolation)
+            elif isinstance(start, Mapping):
+                unplaced = [p for p in parts if p not in start]
+                if unplaced:
+                    raise ValueError(f"start has no offset for partition {unplaced[0]}")
+                positions = {p: start[p] for p in parts}
             elif isinstance(start, int) and start >= 0:
                 positions = dict.fromkeys(parts, start)
             elif isinstance(start, int):
                 lo = await _list_offsets(cluster, topic, parts, EARLIEST)
-                hi = await _high_watermarks(cluster, topic, parts)
+                hi = await _high_watermarks(cluster, topic, parts, isolation)
                 positions = {p: max(lo[p], hi[p] + start) for p in parts}
             else:
                 raise ValueError(f"start must be 'beginning', 'end' or an int, not {start!r}")
 
             high_water: dict[int, int] = {}
             if stop_at_end:
-                high_water = await _high_watermarks(cluster, topic, parts)
+                high_water = await _high_watermarks(cluster, topic, parts, isolation)
             done = {p for p in parts if stop_at_end and positions[p] >= high_water[p]}
             yielded = 0
             last_record_at = trio.current_time()
@@ -276,7 +354,7 @@ async def read_topic(
                         max_wait_ms=int(max_wait * 1000),
                         min_bytes=1,
                         max_bytes=64 * 1024 * 1024,
-                        isolation_level=0,
+                        isolation_level=isolation,
                         session_id=0,
                         session_epoch=-1,
                         topics=(
@@ -312,11 +390,16 @@ async def read_topic(
                                     f"{code.name} ({code.description})"
                                 )
                             if stop_at_end:
-                                high_water[p] = max(high_water.get(p, 0), pd.high_watermark)
+                                high_water[p] = max(high_water.get(p, 0),
+                                                    _end_offset(pd, isolation))
                             if pd.records:
+                                keep = (ReadCommittedFilter(pd.aborted_transactions or ())
+                                        if isolation == IsolationLevel.READ_COMMITTED else None)
                                 for batch in decode_record_batches(pd.records):
                                     next_offset = batch.base_offset + batch.last_offset_delta + 1
-                                    if batch.is_control:
+                                    # the filter must see every batch, control ones
+                                    # too: an ABORT marker ends its producer's abort
+                                    if (keep is not None and not keep(batch)) or batch.is_control:
                                         positions[p] = max(positions[p], next_offset)
                                         continue
                                     for rec in batch.records:
@@ -357,11 +440,13 @@ def consume(
     stop_at_end: bool = True,
     idle_timeout: float | None = None,
     timeout: float = math.inf,
+    isolation_level: Isolation = "read_uncommitted",
     request_timeout: float | None = None,
     config: ClusterConfig | None = None,
     **options: Any,
 ) -> list[ConsumedRecord]:
     """Blocking helper: the records ``read_topic`` yields, as a list (``timeout`` bounds it)."""
+    _isolation(isolation_level)  # ValueError before the loop
     cfg = _cluster_config(config, request_timeout, options)  # ConfigError before the loop
 
     async def run() -> list[ConsumedRecord]:
@@ -370,7 +455,7 @@ def consume(
             async for rec in read_topic(
                 bootstrap, topic, partitions=partitions, start=start,
                 max_messages=max_messages, stop_at_end=stop_at_end,
-                idle_timeout=idle_timeout, config=cfg,
+                idle_timeout=idle_timeout, isolation_level=isolation_level, config=cfg,
             ):
                 out.append(rec)
         return out

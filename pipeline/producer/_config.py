@@ -92,9 +92,24 @@ class ProducerConfig:
     # Results and shutdown.
     return_successes: bool = False
     close_timeout: float = 30.0
+    # A failure nobody reads (no awaited delivery, no on_delivery, no awaited group) is
+    # logged at WARNING, aggregated per 5 s; this also raises them when the block ends.
+    raise_on_unobserved_failure: bool = False
+
+    # Transactions (Java's transactional.id / transaction.timeout.ms). A transactional
+    # producer is idempotent with acks="all"; every record goes in a transaction.
+    transactional_id: str | None = None
+    transaction_timeout: float = 60.0
 
     # Partitioning: a name, a Partitioner object, or a callable(topic, key, value, n) -> int.
     partitioner: Any = "default"
+
+    # The producer-flow seed's first and last steps (_intake/hooks.py): serializers, a
+    # name ("bytes", "str", "json") or a callable (obj) -> bytes | None, and interceptors
+    # (objects with on_send(message) -> message and / or on_acknowledgement(meta, error)).
+    key_serializer: Any = None
+    value_serializer: Any = None
+    interceptors: tuple[Any, ...] = ()
 
     # Injection point for deterministic tests (rng is a ClusterConfig field).
     timestamp_ms: Callable[[], int] | None = field(default=None, compare=False, repr=False)
@@ -223,6 +238,29 @@ class ProducerConfig:
             if self.max_in_flight > 5:
                 raise bad("max_in_flight", self.max_in_flight,
                           "must be <= 5 with idempotent=True (Kafka caches 5 batches per producer)")
+        if not isinstance(self.interceptors, tuple | list) or any(
+                not (hasattr(i, "on_send") or hasattr(i, "on_acknowledgement"))
+                for i in self.interceptors):
+            raise bad("interceptors", self.interceptors,
+                      "must be a list of objects with on_send(message) and/or "
+                      "on_acknowledgement(metadata, error)")
+        for name in ("key_serializer", "value_serializer"):
+            value = getattr(self, name)
+            if value is not None and not callable(value) and value not in ("bytes", "str", "json"):
+                raise bad(name, value, 'use "bytes", "str", "json" or a callable '
+                          "(obj) -> bytes | None")
+        if self.transactional_id is not None:
+            if not isinstance(self.transactional_id, str) or not self.transactional_id:
+                raise bad("transactional_id", self.transactional_id, "must be a non-empty str")
+            if not self.idempotent:
+                raise ConfigError(
+                    "transactional_id requires idempotent=True (a transactional producer is "
+                    "idempotent); leave idempotent unset")
+        if (not isinstance(self.transaction_timeout, (int, float))
+                or isinstance(self.transaction_timeout, bool) or self.transaction_timeout <= 0):
+            raise bad("transaction_timeout", self.transaction_timeout,
+                      "must be a number of seconds > 0 (the broker caps it at its "
+                      "transaction.max.timeout.ms, 15 minutes by default)")
         if isinstance(self.partitioner, str) and self.partitioner not in _PARTITIONERS:
             raise bad("partitioner", self.partitioner,
                       f"use one of {list(_PARTITIONERS)}, a Partitioner, or a callable")

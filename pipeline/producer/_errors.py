@@ -63,3 +63,57 @@ class BrokerResponseError(KafkaError):
     @property
     def retriable(self) -> bool:  # type: ignore[override]
         return self.code.retriable
+
+
+class TransactionError(KafkaError):
+    """A transactional producer's error. The subclasses say what to do (Java's KIP-1050
+    classes): ``TransactionStateError`` (a call in the wrong state: fix the code),
+    ``TransactionAbortableError`` (abort, then go on), ``ProducerFencedError`` (close
+    this producer), ``TransactionFatalError`` (this producer can do no more
+    transactional work)."""
+
+    #: The Kafka error code behind it, when a broker's answer was the cause.
+    code: ErrorCode | None = None
+
+
+class TransactionStateError(TransactionError):
+    """A transactional call in the wrong state, e.g. ``send()`` with no transaction
+    open, ``begin_transaction()`` inside one, ``commit_transaction()`` outside one.
+    Nothing was sent or changed."""
+
+
+class TransactionAbortableError(TransactionError):
+    """The open transaction cannot commit (a record of it failed, the broker answered
+    TRANSACTION_ABORTABLE, the coordinator refused the commit); call
+    ``abort_transaction()`` (``async with producer.transaction()`` does), then the
+    producer may begin another one."""
+
+
+class ProducerFencedError(TransactionError):
+    """Another producer with the same ``transactional_id`` took over (it initialised
+    after this one), or the coordinator fenced this producer's epoch. This producer can
+    do no more transactional work: close it; make a new one if this process still owns
+    the work."""
+
+
+class TransactionFatalError(TransactionError):
+    """An error no abort can undo (authorization refused, an unsupported broker, a
+    state the coordinator and this producer disagree on). The producer refuses further
+    transactional calls, each with this error; close it."""
+
+
+class TransactionTimedOutError(TransactionAbortableError):
+    """The coordinator aborted the transaction because it stayed open longer than
+    ``transaction_timeout``: nothing of it is visible to ``read_committed`` readers.
+    Abort it here too (a no-op at the broker), then begin another."""
+
+
+class TransactionAbortedError(KafkaError):
+    """The cause of each record of an aborted transaction that had no outcome yet:
+    it was not written, or is hidden from ``read_committed`` readers by the abort."""
+
+
+class SerializationError(KafkaError, ValueError):
+    """A ``key_serializer`` or ``value_serializer`` failed (or returned something other
+    than bytes or None): the record was not accepted; the message says which field, the
+    topic, and the serializer's own error."""

@@ -16,6 +16,9 @@
  *
  * Nothing in a spec is trusted: every offset is bounds-checked against its
  * buffer before it is read, so hostile buffers raise ValueError, never crash.
+ *
+ * One function goes the other way (decode_rows, at the end): a fetched batch's
+ * records to row tuples, one Python object per record and no intermediate one.
  * The loops run without the GIL (the buffers stay exported, hence pinned).
  */
 #define PY_SSIZE_T_CLEAN
@@ -1080,6 +1083,196 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ rows (decoding) */
+
+/* decode_rows(buf, start, end, count, row_type, topic, partition, base_offset,
+ *             min_offset, base_ts, stamp_ts, epoch, out) -> None
+ *
+ * The records of one (uncompressed) RecordBatch v2 region buf[start:end] holding
+ * `count` records, appended to the list `out` as `row_type` instances (a tuple
+ * subclass of 8 fields):
+ *   (topic, partition, base_offset + offset_delta, timestamp, key, value, headers, epoch)
+ * skipping those whose offset is below `min_offset`. timestamp is base_ts + the
+ * record's delta, or `stamp_ts` for every record when stamp_ts >= 0 (LogAppendTime).
+ * headers is a tuple of (str, bytes | None). The records must fill the region
+ * exactly; anything malformed raises ValueError naming what.
+ */
+
+typedef struct {
+    const uint8_t *p, *end;
+} rd;
+
+/* zigzag varint of up to 10 bytes; -1 on truncation or overlength */
+static inline int rd_vz(rd *r, int64_t *out) {
+    uint64_t z = 0;
+    int shift = 0;
+    while (r->p < r->end) {
+        uint8_t b = *r->p++;
+        z |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *out = (int64_t)((z >> 1) ^ (0 - (z & 1)));
+            return 0;
+        }
+        shift += 7;
+        if (shift > 63) return -1;
+    }
+    return -1;
+}
+
+static PyObject *k_decode_rows(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, end, count;
+    PyTypeObject *row_type;
+    PyObject *topic, *partition, *epoch, *out;
+    long long base_offset, min_offset, base_ts, stamp_ts;
+    if (!PyArg_ParseTuple(args, "y*nnnO!OOLLLLOO!", &view, &start, &end, &count,
+                          &PyType_Type, &row_type, &topic, &partition, &base_offset,
+                          &min_offset, &base_ts, &stamp_ts, &epoch, &PyList_Type, &out))
+        return NULL;
+    PyObject *result = NULL;
+    PyObject *no_headers = NULL;
+    const char *what = NULL;
+    if (!PyType_IsSubtype(row_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "row_type must be a tuple subclass");
+        goto done;
+    }
+    if (start < 0 || end < start || end > view.len) {
+        PyErr_SetString(PyExc_ValueError, "record region outside the buffer");
+        goto done;
+    }
+    no_headers = PyTuple_New(0);
+    if (!no_headers) goto done;
+    rd r = {(const uint8_t *)view.buf + start, (const uint8_t *)view.buf + end};
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t length, tsd, od, klen, vlen, nh;
+        if (r.p >= r.end) { what = "batch holds fewer records than its count"; goto bad; }
+        if (rd_vz(&r, &length) < 0) { what = "truncated record length"; goto bad; }
+        if (length < 6 || length > r.end - r.p) { what = "bad record length"; goto bad; }
+        rd rec = {r.p, r.p + length};
+        r.p += length;
+        rec.p++; /* attributes */
+        if (rd_vz(&rec, &tsd) < 0 || rd_vz(&rec, &od) < 0) { what = "truncated record"; goto bad; }
+        if (rd_vz(&rec, &klen) < 0 || klen < -1 || klen > rec.end - rec.p) {
+            what = "bad key length"; goto bad;
+        }
+        const uint8_t *kp = rec.p;
+        if (klen > 0) rec.p += klen;
+        if (rd_vz(&rec, &vlen) < 0 || vlen < -1 || vlen > rec.end - rec.p) {
+            what = "bad value length"; goto bad;
+        }
+        const uint8_t *vp = rec.p;
+        if (vlen > 0) rec.p += vlen;
+        if (rd_vz(&rec, &nh) < 0 || nh < 0 || nh > rec.end - rec.p) {
+            what = "bad header count"; goto bad;
+        }
+        int64_t offset = (int64_t)base_offset + od;
+        if (offset < min_offset) {
+            /* still walk the headers: the record must be well formed to be skipped */
+            for (int64_t h = 0; h < nh; h++) {
+                int64_t hk, hv;
+                if (rd_vz(&rec, &hk) < 0 || hk < 0 || hk > rec.end - rec.p) {
+                    what = "bad header key length"; goto bad;
+                }
+                rec.p += hk;
+                if (rd_vz(&rec, &hv) < 0 || hv < -1 || hv > rec.end - rec.p) {
+                    what = "bad header value length"; goto bad;
+                }
+                if (hv > 0) rec.p += hv;
+            }
+            if (rec.p != rec.end) { what = "record length disagrees with its fields"; goto bad; }
+            continue;
+        }
+        PyObject *headers;
+        if (nh == 0) {
+            Py_INCREF(no_headers);
+            headers = no_headers;
+        } else {
+            headers = PyTuple_New((Py_ssize_t)nh);
+            if (!headers) goto done;
+            for (int64_t h = 0; h < nh; h++) {
+                int64_t hk, hv;
+                if (rd_vz(&rec, &hk) < 0 || hk < 0 || hk > rec.end - rec.p) {
+                    Py_DECREF(headers); what = "bad header key length"; goto bad;
+                }
+                PyObject *key = PyUnicode_DecodeUTF8((const char *)rec.p, (Py_ssize_t)hk, NULL);
+                if (!key) {
+                    Py_DECREF(headers);
+                    PyErr_Clear();
+                    what = "header key is not valid UTF-8";
+                    goto bad;
+                }
+                rec.p += hk;
+                PyObject *val;
+                if (rd_vz(&rec, &hv) < 0 || hv < -1 || hv > rec.end - rec.p) {
+                    Py_DECREF(key); Py_DECREF(headers); what = "bad header value length"; goto bad;
+                }
+                if (hv < 0) {
+                    Py_INCREF(Py_None);
+                    val = Py_None;
+                } else {
+                    val = PyBytes_FromStringAndSize((const char *)rec.p, (Py_ssize_t)hv);
+                    rec.p += hv;
+                    if (!val) { Py_DECREF(key); Py_DECREF(headers); goto done; }
+                }
+                PyObject *pair = PyTuple_Pack(2, key, val);
+                Py_DECREF(key);
+                Py_DECREF(val);
+                if (!pair) { Py_DECREF(headers); goto done; }
+                PyObject_GC_UnTrack(pair); /* str and bytes: no cycle possible */
+                PyTuple_SET_ITEM(headers, (Py_ssize_t)h, pair);
+            }
+            PyObject_GC_UnTrack(headers);
+        }
+        if (rec.p != rec.end) {
+            Py_DECREF(headers);
+            what = "record length disagrees with its fields";
+            goto bad;
+        }
+        PyObject *row = row_type->tp_alloc(row_type, 8);
+        if (!row) { Py_DECREF(headers); goto done; }
+        PyObject *o = PyLong_FromLongLong(offset);
+        PyObject *ts = PyLong_FromLongLong(stamp_ts >= 0 ? stamp_ts : base_ts + tsd);
+        PyObject *k = klen < 0 ? (Py_INCREF(Py_None), Py_None)
+                               : PyBytes_FromStringAndSize((const char *)kp, (Py_ssize_t)klen);
+        PyObject *v = vlen < 0 ? (Py_INCREF(Py_None), Py_None)
+                               : PyBytes_FromStringAndSize((const char *)vp, (Py_ssize_t)vlen);
+        Py_INCREF(topic);
+        Py_INCREF(partition);
+        Py_INCREF(epoch);
+        PyTuple_SET_ITEM(row, 0, topic);
+        PyTuple_SET_ITEM(row, 1, partition);
+        PyTuple_SET_ITEM(row, 2, o);
+        PyTuple_SET_ITEM(row, 3, ts);
+        PyTuple_SET_ITEM(row, 4, k);
+        PyTuple_SET_ITEM(row, 5, v);
+        PyTuple_SET_ITEM(row, 6, headers);
+        PyTuple_SET_ITEM(row, 7, epoch);
+        if (!o || !ts || !k || !v) { Py_DECREF(row); goto done; }
+        /* A row holds only str, int, bytes, None and untracked tuples: it can be in no
+         * reference cycle, so the cyclic GC need not scan it. Untracking matters: a
+         * consumer buffers hundreds of thousands of rows, and every full collection
+         * would walk them all (a 3x slowdown measured without it). Not for a row type
+         * with an instance dict, where anything could be attached later. */
+        if (row_type->tp_dictoffset == 0) PyObject_GC_UnTrack(row);
+        int rc = PyList_Append(out, row);
+        Py_DECREF(row);
+        if (rc < 0) goto done;
+    }
+    if (r.p != r.end) {
+        what = "unexpected bytes after the last record";
+        goto bad;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+    goto done;
+bad:
+    PyErr_SetString(PyExc_ValueError, what);
+done:
+    Py_XDECREF(no_headers);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -1097,6 +1290,9 @@ static PyMethodDef methods[] = {
      "murmur2_partitions(keys, num_partitions, out) -> None"},
     {"group_rows", k_group_rows, METH_VARARGS,
      "group_rows(partitions, num_partitions, out) -> starts"},
+    {"decode_rows", k_decode_rows, METH_VARARGS,
+     "decode_rows(buf, start, end, count, row_type, topic, partition, base_offset, "
+     "min_offset, base_ts, stamp_ts, epoch, out) -> None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -384,3 +384,99 @@ def find_outside(buf: Any, wide: bool, lo: int, hi: int) -> int:
         if v < lo or v > hi:
             return i
     return -1
+
+
+# ------------------------------------------------------------------ rows (decoding)
+
+
+def _rd_vz(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """A zigzag varint at ``pos`` (up to 10 bytes, not past ``end``): (value, next pos)."""
+    z = 0
+    shift = 0
+    while pos < end:
+        b = buf[pos]
+        pos += 1
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (z >> 1) ^ -(z & 1), pos
+        shift += 7
+        if shift > 63:
+            break
+    raise _Bad
+
+
+def decode_rows(buf: bytes, start: int, end: int, count: int, row_type: type[tuple[Any, ...]],
+                topic: str, partition: int, base_offset: int, min_offset: int, base_ts: int,
+                stamp_ts: int, epoch: int, out: list[Any], /) -> None:
+    """``_kernel.decode_rows``: one batch region's records as ``row_type`` rows."""
+    if not issubclass(row_type, tuple):
+        raise TypeError("row_type must be a tuple subclass")
+    if start < 0 or end < start or end > len(buf):
+        raise ValueError("record region outside the buffer")
+    new = tuple.__new__
+    pos = start
+    what = ""
+    try:
+        for _ in range(count):
+            if pos >= end:
+                what = "batch holds fewer records than its count"
+                raise _Bad
+            what = "truncated record length"
+            length, pos = _rd_vz(buf, pos, end)
+            if length < 6 or length > end - pos:
+                what = "bad record length"
+                raise _Bad
+            rec_end = pos + length
+            p = pos + 1  # attributes
+            pos = rec_end
+            what = "truncated record"
+            tsd, p = _rd_vz(buf, p, rec_end)
+            od, p = _rd_vz(buf, p, rec_end)
+            what = "bad key length"
+            klen, p = _rd_vz(buf, p, rec_end)
+            if klen < -1 or klen > rec_end - p:
+                raise _Bad
+            key = None if klen < 0 else buf[p:p + klen]
+            p += max(klen, 0)
+            what = "bad value length"
+            vlen, p = _rd_vz(buf, p, rec_end)
+            if vlen < -1 or vlen > rec_end - p:
+                raise _Bad
+            value = None if vlen < 0 else buf[p:p + vlen]
+            p += max(vlen, 0)
+            what = "bad header count"
+            nh, p = _rd_vz(buf, p, rec_end)
+            if nh < 0 or nh > rec_end - p:
+                raise _Bad
+            headers: list[tuple[str, bytes | None]] = []
+            for _h in range(nh):
+                what = "bad header key length"
+                hk, p = _rd_vz(buf, p, rec_end)
+                if hk < 0 or hk > rec_end - p:
+                    raise _Bad
+                try:
+                    hkey = buf[p:p + hk].decode("utf-8")
+                except UnicodeDecodeError:
+                    what = "header key is not valid UTF-8"
+                    raise _Bad from None
+                p += hk
+                what = "bad header value length"
+                hv, p = _rd_vz(buf, p, rec_end)
+                if hv < -1 or hv > rec_end - p:
+                    raise _Bad
+                headers.append((hkey, None if hv < 0 else buf[p:p + hv]))
+                p += max(hv, 0)
+            if p != rec_end:
+                what = "record length disagrees with its fields"
+                raise _Bad
+            offset = base_offset + od
+            if offset < min_offset:
+                continue
+            ts = stamp_ts if stamp_ts >= 0 else base_ts + tsd
+            out.append(new(row_type, (topic, partition, offset, ts, key, value,
+                                      tuple(headers), epoch)))
+        if pos != end:
+            what = "unexpected bytes after the last record"
+            raise _Bad
+    except _Bad:
+        raise ValueError(what) from None

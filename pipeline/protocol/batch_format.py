@@ -68,6 +68,8 @@ __all__ = [
     "RecordBatch",
     "control_record_key",
     "control_record_type",
+    "end_txn_marker_coordinator_epoch",
+    "end_txn_marker_value",
 ]
 
 
@@ -192,3 +194,19 @@ def control_record_type(record: Record) -> int:
 def control_record_key(ctype: int, version: int = 0) -> bytes:
     """The key of a control record of type ``ctype`` (for writers such as a fake broker)."""
     return struct.pack(">hh", version, ctype)
+
+
+def end_txn_marker_value(coordinator_epoch: int, version: int = 0) -> bytes:
+    """The value of a COMMIT / ABORT marker: ``version: int16, coordinatorEpoch: int32``."""
+    return struct.pack(">hi", version, coordinator_epoch)
+
+
+def end_txn_marker_coordinator_epoch(record: Record) -> int:
+    """The coordinator epoch a COMMIT / ABORT marker was written under."""
+    value = record.value
+    if value is None or len(value) < 6:
+        raise CorruptRecordError(f"transaction marker value must be >= 6 bytes, got {value!r}")
+    version, epoch = struct.unpack_from(">hi", value)
+    if version < 0:
+        raise CorruptRecordError(f"bad transaction marker version {version}")
+    return int(epoch)

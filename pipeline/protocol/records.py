@@ -17,6 +17,7 @@ from typing import Final, Protocol
 from pipeline.protocol.batch_decoder import decode_record_batches
 from pipeline.protocol.batch_format import (
     ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
     BATCH_HEADER_SIZE,
     CONTROL_ABORT,
@@ -31,6 +32,8 @@ from pipeline.protocol.batch_format import (
     RecordBatch,
     control_record_key,
     control_record_type,
+    end_txn_marker_coordinator_epoch,
+    end_txn_marker_value,
 )
 from pipeline.protocol.batch_format import ATTRIBUTES_OFFSET as _ATTRIBUTES_OFFSET
 from pipeline.protocol.batch_format import CRC_OFFSET as _CRC_OFFSET
@@ -60,7 +63,10 @@ __all__ = [
     "control_record_key",
     "control_record_type",
     "decode_record_batches",
+    "encode_end_txn_marker",
     "encode_record_batch",
+    "end_txn_marker_coordinator_epoch",
+    "end_txn_marker_value",
     "restamp_batch",
 ]
 
@@ -192,6 +198,27 @@ def encode_record_batch(batch: RecordBatch, *, compression_level: int | None = N
         base_sequence=batch.base_sequence,
         count=len(batch.records),
     )
+
+
+def encode_end_txn_marker(*, commit: bool, producer_id: int, producer_epoch: int,
+                          coordinator_epoch: int, timestamp: int, base_offset: int = 0,
+                          partition_leader_epoch: int = -1) -> bytes:
+    """A COMMIT / ABORT marker batch as a broker writes one into each partition of an
+    ended transaction: transactional and control, no sequence, one control record."""
+    ctype = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+    return encode_record_batch(RecordBatch(
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=ATTR_TRANSACTIONAL | ATTR_CONTROL,
+        last_offset_delta=0,
+        base_timestamp=timestamp,
+        max_timestamp=timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=-1,
+        records=(Record(key=control_record_key(ctype),
+                        value=end_txn_marker_value(coordinator_epoch)),),
+    ))
 
 
 def batch_size_for_record(key: bytes | None, value: bytes | None,

@@ -16,6 +16,10 @@ Other columns are ignored (dropped before the tasks run). The job is one
 ``df.mapInArrow(spark_task, status_schema)`` action; each task exports its partition
 with its own producer (see :mod:`pipeline.spark.partition`) and returns one status row.
 
+Before the job, :mod:`pipeline.spark.workers` checks that Spark's Python workers can
+import pipeline (a local session that chose no worker Python gets the driver's): a
+worker that cannot fails the export at once with one line saying what to set.
+
 Delivery is **at least once**, like Spark's own Kafka sink: a task that fails after
 some rows were acknowledged is retried from the start of its partition (up to
 ``spark.task.maxFailures``), so those rows are written again. The report flags
@@ -44,6 +48,7 @@ from pipeline.spark.status import (
     PartitionStatus,
     status_schema_ddl,
 )
+from pipeline.spark.workers import worker_python_advice, worker_python_problem
 
 __all__ = [
     "ExportError",
@@ -287,8 +292,10 @@ def export_dataframe(
 
     Returns the :class:`ExportReport`. Raises :class:`ExportSchemaError` for a bad
     DataFrame, ``ConfigError`` for a bad option, ``KafkaError`` subclasses from the
-    topic check, and :class:`ExportError` when the job fails (the message is the
-    failing task's cause).
+    topic check, and :class:`ExportError` when Spark's Python workers cannot import
+    pipeline (before the job: one line saying what to set, see
+    :mod:`pipeline.spark.workers`) or the job fails (the message is the failing task's
+    cause).
     """
     from pipeline.producer._config import make_config
     from pipeline.spark.options import producer_options_from_kafka
@@ -324,6 +331,9 @@ def export_dataframe(
         notes.append(text)
     if topic is not None and check_topic:
         _check_topic(bootstrap, topic, producer_options)
+    problem = worker_python_problem(spark)
+    if problem is not None:
+        raise ExportError(problem)
 
     job = df.select(*keep).mapInArrow(
         functools.partial(spark_task, cfg=cfg), status_schema_ddl()
@@ -364,7 +374,7 @@ def _check_topic(bootstrap: str, topic: str, producer_options: Mapping[str, Any]
             with trio.move_on_after(timeout) as scope:
                 await cluster.partitions_for(topic)
             if scope.cancelled_caught:
-                raise BrokerConnectionError(
+                raise cluster.bootstrap_error() or BrokerConnectionError(
                     f"no broker of {bootstrap!r} answered within {timeout}s; "
                     "check the address and that the broker is running"
                 )
@@ -374,6 +384,7 @@ def _check_topic(bootstrap: str, topic: str, producer_options: Mapping[str, Any]
 
 
 _TASK_ERROR = re.compile(r"(?:ExportTaskError|pipeline\.spark\.partition\.ExportTaskError): (.+)")
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
 
 
 def _task_failure_text(exc: BaseException) -> str:
@@ -382,6 +393,12 @@ def _task_failure_text(exc: BaseException) -> str:
     found: list[str] = _TASK_ERROR.findall(text)
     if found:
         return found[-1].strip()
+    missing = _MISSING_MODULE.search(text)
+    if missing is not None:
+        # A worker (another executor than the probe's, say) lacks pipeline or one of
+        # its dependencies.
+        return (f"Spark's Python workers cannot import {missing.group(1)}: "
+                + worker_python_advice("the workers' Python"))
     # Not ours (an OOM, a lost executor, a Python error in upstream code): keep the
     # last meaningful line, which is the worker exception.
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]

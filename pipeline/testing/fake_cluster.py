@@ -45,17 +45,28 @@ one. Every request is recorded (`requests`, `requests_of`); `log(topic, partitio
 is a partition's log. Topic configs it reads: `max.message.bytes`, `segment.bytes`,
 `min.insync.replicas`.
 
+Transactions (`fake/txn.py`, as Kafka 4.1 answers): FindCoordinator (groups and
+transactional ids; `move_coordinator` moves one), InitProducerId with a transactional
+id (epoch bumps, fencing, aborting an open transaction), AddPartitionsToTxn,
+AddOffsetsToTxn, TxnOffsetCommit, EndTxn with COMMIT/ABORT markers, the v1 and v2
+(KIP-890) protocols by request version, transaction timeouts on trio's clock,
+DescribeTransactions and ListTransactions; Fetch and ListOffsets at read_committed stop at
+the last stable offset and list aborted transactions. Committed offsets live in
+`fake.offsets` (`fake/offsets.py`).
+
 See `pipeline/testing/fake/cluster.py` for how a request is handled and
 where each fault applies, `fake/produce.py` and `fake/handlers.py` for the
-per-API rules.
+per-API rules (`fake/reads.py`: ListOffsets and Fetch).
 """
 
 from __future__ import annotations
 
 from pipeline.testing.fake.cluster import (
     DROP,
+    GROUP,
     NO_RESPONSE,
     SUPPORTED_VERSIONS,
+    TRANSACTION,
     ControlContext,
     FakeCluster,
     FakeSasl,
@@ -63,15 +74,20 @@ from pipeline.testing.fake.cluster import (
     LogEntry,
     RecordedRequest,
 )
+from pipeline.testing.fake.offsets import CommittedOffset, OffsetStore
 
 __all__ = [
     "DROP",
+    "GROUP",
     "NO_RESPONSE",
     "SUPPORTED_VERSIONS",
+    "TRANSACTION",
+    "CommittedOffset",
     "ControlContext",
     "FakeCluster",
     "FakeSasl",
     "FaultHandle",
     "LogEntry",
+    "OffsetStore",
     "RecordedRequest",
 ]

@@ -56,7 +56,24 @@ async def test_a_refusal_at_the_lowest_version_is_a_protocol_error() -> None:
 
 async def test_an_api_without_a_common_version_is_left_out() -> None:
     # Using it later fails with UnsupportedApiError (BrokerConnection.version_for).
-    conn = Script(full((18, 0, 3), (0, 12, 13), (3, 1, 12)))
+    conn = Script(full((18, 0, 3), (0, 13, 13), (3, 1, 12)))
     assert (await handshake(conn, ClusterConfig())).versions == {
         ApiKey.API_VERSIONS: 3, ApiKey.METADATA: 12
     }
+
+
+async def test_finalized_features_are_kept() -> None:
+    from pipeline.protocol.messages.api_versions import FinalizedFeatureKey
+
+    response = ApiVersionsResponse(
+        api_keys=(ApiVersion(api_key=18, min_version=0, max_version=3),),
+        finalized_features=(
+            FinalizedFeatureKey(name="transaction.version", min_version_level=2,
+                                max_version_level=2),
+            FinalizedFeatureKey(name="metadata.version", min_version_level=27,
+                                max_version_level=27)))
+    result = await handshake(Script(response), ClusterConfig())
+    assert result.finalized_features == {"transaction.version": 2, "metadata.version": 27}
+    assert result.broker_versions == {18: (0, 3)}
+    # a broker before KIP-584 (ApiVersions v0-2) finalizes nothing
+    assert (await handshake(Script(full((18, 0, 2))), ClusterConfig())).finalized_features == {}

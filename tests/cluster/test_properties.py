@@ -99,6 +99,21 @@ def test_librdkafka_names() -> None:
         "ssl_cafile": "/ca.pem", "ssl_certfile": "/c.pem", "ssl_keyfile": "/k.pem"}
 
 
+def test_connection_setup_timeout_in_milliseconds() -> None:
+    """Java's and librdkafka's socket.connection.setup.timeout.ms is connect_timeout;
+    a bad value is reported as written (milliseconds), not in seconds."""
+    opts, rest = kafka_properties({"socket.connection.setup.timeout.ms": "2500"})
+    assert (opts, rest) == ({"connect_timeout": 2.5}, {})
+    assert ClusterConfig(**opts).connect_timeout == 2.5
+    for bad in ("-5", "0", "soon", "inf"):
+        with pytest.raises(ConfigError) as info:
+            kafka_properties({"socket.connection.setup.timeout.ms": bad})
+        assert str(info.value) == (f"invalid socket.connection.setup.timeout.ms={bad!r}: "
+                                   "must be a number of milliseconds > 0")
+    with pytest.raises(ConfigError, match=r"kafka\.socket\.connection\.setup\.timeout\.ms"):
+        kafka_properties({"socket.connection.setup.timeout.ms": "-1"}, prefix="kafka.")
+
+
 # -- the CLI ------------------------------------------------------------------
 
 def _args(argv: list[str], producer: bool = True) -> argparse.Namespace:

@@ -48,6 +48,25 @@ MODULE_FOR_KEY: dict[ApiKey, str] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: "alter_partition_reassignments",
     ApiKey.LIST_PARTITION_REASSIGNMENTS: "list_partition_reassignments",
+    ApiKey.FIND_COORDINATOR: "find_coordinator",
+    ApiKey.ADD_PARTITIONS_TO_TXN: "add_partitions_to_txn",
+    ApiKey.ADD_OFFSETS_TO_TXN: "add_offsets_to_txn",
+    ApiKey.END_TXN: "end_txn",
+    ApiKey.TXN_OFFSET_COMMIT: "txn_offset_commit",
+    ApiKey.DESCRIBE_TRANSACTIONS: "describe_transactions",
+    ApiKey.LIST_TRANSACTIONS: "list_transactions",
+    ApiKey.OFFSET_COMMIT: "offset_commit",
+    ApiKey.OFFSET_FETCH: "offset_fetch",
+    ApiKey.JOIN_GROUP: "join_group",
+    ApiKey.HEARTBEAT: "heartbeat",
+    ApiKey.LEAVE_GROUP: "leave_group",
+    ApiKey.SYNC_GROUP: "sync_group",
+    ApiKey.DESCRIBE_GROUPS: "describe_groups",
+    ApiKey.LIST_GROUPS: "list_groups",
+    ApiKey.DELETE_GROUPS: "delete_groups",
+    ApiKey.OFFSET_DELETE: "offset_delete",
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: "consumer_group_heartbeat",
+    ApiKey.CONSUMER_GROUP_DESCRIBE: "consumer_group_describe",
 }
 
 
@@ -105,6 +124,8 @@ def _scalar(elem: str, nullable: bool) -> st.SearchStrategy[Any]:
 
 def default_of(f: Any, mod: ModuleType) -> Any:
     if f.struct is not None and not f.is_array:
+        if gen().default_expr(f) == "None":  # a nullable struct whose default is null
+            return None
         return getattr(mod, f.struct.name)()
     v = gen().default_value(f)
     return ZERO_UUID if v == "ZERO_UUID" else v
@@ -120,6 +141,8 @@ def struct_strategy(struct: Any, mod: ModuleType, version: int) -> st.SearchStra
         nullable = version in f.nullable
         if f.struct is not None:
             inner = struct_strategy(f.struct, mod, version)
+            if nullable and not f.is_array:
+                inner = st.none() | inner
         else:
             inner = _scalar(f.elem, nullable and not f.is_array)
         if f.is_array:

@@ -116,7 +116,7 @@ def test_decode_request_unknown_version_carries_header() -> None:
 
 def test_version_and_key_checks() -> None:
     with pytest.raises(UnsupportedVersionError):
-        encode_request(ProduceRequest(), version=12, correlation_id=1, client_id=None)
+        encode_request(ProduceRequest(), version=14, correlation_id=1, client_id=None)
     with pytest.raises(ValueError, match="not a response"):
         encode_response(MetadataResponse(), api_key=ApiKey.PRODUCE, version=3, correlation_id=1)
     with pytest.raises(UnsupportedVersionError):

@@ -27,6 +27,8 @@ from pipeline.protocol.messages import sasl_handshake as sh
 
 from ._spec import all_cases, gen, message_strategy, specs
 from .admin_fixtures import ADMIN_FIXTURES
+from .group_fixtures import GROUP_FIXTURES
+from .txn_fixtures import TXN_FIXTURES
 
 CASES = all_cases()
 
@@ -167,6 +169,38 @@ def test_roundtrip(case: tuple[ApiKey, str, int]) -> None:
     check()
 
 
+@pytest.mark.parametrize("version", [4, 5])
+@pytest.mark.parametrize("kind", ["request", "response"])
+def test_add_partitions_to_txn_broker_versions_roundtrip(kind: str, version: int) -> None:
+    """v4+ (KIP-890's batched, broker-to-broker form) is generated though clients speak
+    v0-3; its request shares one topic struct between the v3-and-below and the batched
+    fields (a spec ``commonStructs`` entry used twice)."""
+    from pipeline.protocol.messages import add_partitions_to_txn as apt
+
+    assert CLIENT_VERSIONS[ApiKey.ADD_PARTITIONS_TO_TXN] == (0, 3)
+    cls = apt.AddPartitionsToTxnRequest if kind == "request" else apt.AddPartitionsToTxnResponse
+
+    @settings(max_examples=25, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(message_strategy(ApiKey.ADD_PARTITIONS_TO_TXN, kind, version))
+    def check(x: Any) -> None:
+        data = x.encode(version)
+        assert cls.decode(data, version) == x
+
+    check()
+    batched = apt.AddPartitionsToTxnRequest(transactions=(apt.AddPartitionsToTxnTransaction(
+        transactional_id="t", producer_id=1, producer_epoch=0, verify_only=True,
+        topics=(apt.AddPartitionsToTxnTopic(name="o", partitions=(3,)),)),))
+    if kind == "request":
+        assert batched.encode(version) == (
+            b"\x02"  # transactions: compact 1
+            b"\x02t" b"\x00\x00\x00\x00\x00\x00\x00\x01" b"\x00\x00"  # id, producer id, epoch
+            b"\x01"  # verify_only
+            b"\x02" b"\x02o" b"\x02\x00\x00\x00\x03" b"\x00"  # topics: o [3]
+            b"\x00"  # transaction tagged fields
+            b"\x00")  # tagged fields
+
+
 @pytest.mark.parametrize("key", list(CLIENT_VERSIONS), ids=lambda k: k.name)
 @given(data=st.data())
 @settings(max_examples=10, deadline=None, database=None)
@@ -185,7 +219,9 @@ def test_version_out_of_range() -> None:
     from pipeline.protocol.messages.produce import ProduceRequest
 
     with pytest.raises(UnsupportedVersionError):
-        ProduceRequest().encode(12)
+        ProduceRequest().encode(14)
+    with pytest.raises(UnsupportedVersionError):
+        ProduceRequest().encode(2)  # Kafka 4 removed v0-2; v3 is the baseline
     with pytest.raises(UnsupportedVersionError):
         ProduceRequest.decode(b"", -1)
 
@@ -198,9 +234,14 @@ def test_non_ignorable_field_absent_in_version_raises() -> None:
     assert MetadataRequest(topics=None, allow_auto_topic_creation=True).encode(3) == b"\xff\xff\xff\xff"
     with pytest.raises(UnsupportedVersionError, match="allow_auto_topic_creation"):
         MetadataRequest(topics=None, allow_auto_topic_creation=False).encode(3)
-    # TransactionalId (v3+) is not ignorable either
-    with pytest.raises(UnsupportedVersionError, match="transactional_id"):
-        ProduceRequest(transactional_id="txn").encode(2)
+    # ProducerId (v3+) is not ignorable either
+    from pipeline.protocol.messages.init_producer_id import InitProducerIdRequest
+
+    with pytest.raises(UnsupportedVersionError, match="producer_id"):
+        InitProducerIdRequest(producer_id=7).encode(2)
+    # ProduceRequest's topic name (v3-12) is ignorable: v13 names topics by id
+    assert ProduceRequest(topic_data=(pr.TopicProduceData(name="t"),)).encode(13) == (
+        ProduceRequest(topic_data=(pr.TopicProduceData(),)).encode(13))
 
 
 def test_ignorable_field_absent_in_version_is_dropped() -> None:
@@ -734,7 +775,11 @@ FIXTURES: list[tuple[str, int, Any, bytes]] = [
 ]
 
 
-FIXTURES += ADMIN_FIXTURES
+FIXTURES += ADMIN_FIXTURES + TXN_FIXTURES + GROUP_FIXTURES
+# Produce v12 is v11 on the wire (KIP-890: only what a transactional request means
+# changes): the same bytes, at both versions.
+FIXTURES += [(name, 12, obj, data) for name, version, obj, data in FIXTURES
+             if name in ("ProduceRequest", "ProduceResponse") and version == 11]
 
 
 @pytest.mark.parametrize(("name", "version", "obj", "data"), FIXTURES,

@@ -23,7 +23,7 @@ from pipeline.protocol.versions import (
 def test_client_versions() -> None:
     assert CLIENT_VERSIONS[ApiKey.API_VERSIONS] == (0, 3)
     assert CLIENT_VERSIONS[ApiKey.METADATA] == (1, 12)
-    assert CLIENT_VERSIONS[ApiKey.PRODUCE] == (3, 11)
+    assert CLIENT_VERSIONS[ApiKey.PRODUCE] == (3, 12)
     assert CLIENT_VERSIONS[ApiKey.INIT_PRODUCER_ID] == (0, 5)
     assert CLIENT_VERSIONS[ApiKey.FETCH] == (4, 17)
     assert set(CLIENT_VERSIONS) == set(ApiKey)
@@ -31,7 +31,7 @@ def test_client_versions() -> None:
 
 def test_negotiate_picks_highest_common() -> None:
     assert negotiate(ApiKey.PRODUCE, 0, 9) == 9
-    assert negotiate(ApiKey.PRODUCE, 0, 99) == 11
+    assert negotiate(ApiKey.PRODUCE, 0, 99) == 12
     assert negotiate(ApiKey.PRODUCE, 5, 7) == 7
     assert negotiate(ApiKey.METADATA, 0, 1) == 1
     assert negotiate(ApiKey.API_VERSIONS, 0, 4) == 3
@@ -42,7 +42,7 @@ def test_negotiate_disjoint_names_api_and_ranges() -> None:
         negotiate(ApiKey.PRODUCE, 0, 2)
     msg = str(info.value)
     assert "PRODUCE" in msg
-    assert "client supports 3-11" in msg
+    assert "client supports 3-12" in msg
     assert "broker supports 0-2" in msg
     with pytest.raises(UnsupportedVersionError, match="METADATA"):
         negotiate(ApiKey.METADATA, 13, 15)

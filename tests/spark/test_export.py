@@ -216,3 +216,26 @@ def test_datasource_write(
     got = kafka_records(kafka_bootstrap, topic, 200)
     assert sorted(int(m.value()) for m in got) == list(range(200))
     assert all(DEFAULT_MESSAGE_ID_HEADER in dict(m.headers()) for m in got)
+
+
+@pytest.mark.parametrize("request_timeout", [30.0, 1.0])
+def test_an_unreachable_bootstrap_fails_before_any_task_naming_the_cause(
+    spark: Any, request_timeout: float
+) -> None:
+    """The topic check on the driver fails within connect_timeout (or the shorter
+    request_timeout), with the cause of each bootstrap address."""
+    import socket
+    import time
+
+    from pipeline import BootstrapError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: refused
+    df = spark.range(3).selectExpr("cast(id as string) as value")
+    started = time.monotonic()
+    with pytest.raises(BootstrapError) as info:
+        export_dataframe(df, bootstrap=f"127.0.0.1:{port}", topic="t",
+                         request_timeout=request_timeout, connect_timeout=2.0)
+    assert time.monotonic() - started < 2.0 + 1.0
+    assert info.value.causes == {f"127.0.0.1:{port}": "connection refused"}

@@ -16,6 +16,17 @@ sequences, a client-side epoch bump, a fenced lower epoch, unknown producers),
 InitProducerId without a transactional id (always a new id), unknown topics and
 partitions, size limits (MESSAGE_TOO_LARGE vs RECORD_LIST_TOO_LARGE), a bad CRC,
 NOT_LEADER_OR_FOLLOWER with the KIP-951 leader hint, and NOT_ENOUGH_REPLICAS.
+
+And transactions (tests/testing/txn_raw.py speaks them raw): the v2 protocol (Produce v12
+adds partitions, EndTxn v5 bumps and returns the epoch, retries with the previous epoch,
+empty aborts) and v1 (AddPartitionsToTxn first, INVALID_TXN_STATE / TRANSACTION_ABORTABLE
+without), markers, last stable offsets and aborted lists at read_committed, fencing by a
+second InitProducerId, KIP-360 re-initialisation, TxnOffsetCommit with and without
+AddOffsetsToTxn (UNSTABLE_OFFSET_COMMIT, a plain commit winning), coordinator timeouts,
+FindCoordinator and NOT_COORDINATOR, DescribeTransactions and ListTransactions. The
+same answers come from a Kafka 4.1 formatted at transaction.version 1
+(``test_kafka_on_transaction_version_1``): Kafka takes the protocol from each request's
+version.
 """
 
 from __future__ import annotations
@@ -31,13 +42,16 @@ import trio
 from pipeline.cluster import Cluster
 from pipeline.cluster.connection import BrokerConnection
 from pipeline.protocol.api import ApiKey
+from pipeline.protocol.messages import describe_transactions as dtx
+from pipeline.protocol.messages import find_coordinator as fc
 from pipeline.protocol.messages import init_producer_id as ipi
+from pipeline.protocol.messages import list_transactions as ltx
 from pipeline.protocol.messages import produce as pm
 from pipeline.protocol.records import BatchBuilder
-from pipeline.testing.fake_cluster import FakeCluster
+from pipeline.testing.fake_cluster import CommittedOffset, FakeCluster
 from pipeline.testing.kafka import KafkaCluster
 
-from . import produce_request
+from . import produce_request, txn_raw
 
 T = 1_650_000_000_000
 NONE, CORRUPT, UNKNOWN_TP, NOT_LEADER = 0, 2, 3, 6
@@ -81,6 +95,11 @@ class Target:
     replicas: Callable[[str, int], Awaitable[list[int]]]
     stop: Callable[[int], Awaitable[None]]
     start: Callable[[int], Awaitable[None]]
+    nodes: list[int]
+    #: OffsetFetch's answer: (group error, {partition: (offset, error)})
+    offsets: Callable[[str, str, list[int], bool], Awaitable[tuple[int, dict[int, Any]]]]
+    #: a plain OffsetCommit of {partition: offset}
+    commit: Callable[[str, str, dict[int, int]], Awaitable[None]]
 
     async def conn(self, node: int) -> BrokerConnection:
         return await self.cluster.connection(node)
@@ -253,6 +272,326 @@ async def not_enough_replicas(t: Target, topic: str) -> list[Any]:
     return out
 
 
+# -- transactions ----------------------------------------------------------------
+#
+# Raw transactional conversations (tests/testing/txn_raw.py). Producer ids are named P0,
+# P1... by first sight and epochs are counted from the first InitProducerId (0 on both);
+# each waits for Kafka's markers (written after EndTxn answers) before reading.
+
+V1 = {ApiKey.PRODUCE: 11, ApiKey.ADD_PARTITIONS_TO_TXN: 3, ApiKey.END_TXN: 4,
+      ApiKey.TXN_OFFSET_COMMIT: 4}
+V2 = {ApiKey.PRODUCE: 12, ApiKey.END_TXN: 5, ApiKey.TXN_OFFSET_COMMIT: 5}
+CONCURRENT, FENCED, MAPPING, TXN_STATE = 51, 90, 49, 48
+ABORTABLE, UNSTABLE, NOT_COORDINATOR, NOT_ATTEMPTED = 120, 88, 16, 55
+
+
+def codes(answer: dict[tuple[str, int], int], topic: str) -> dict[tuple[str, int], int]:
+    """Per-partition answers with the scenario's topic called "T" (names differ by target)."""
+    return {(t.replace(topic, "T"), p): c for (t, p), c in answer.items()}
+
+
+def seen(r: txn_raw.Read) -> tuple[Any, ...]:
+    return (r.high_watermark, r.last_stable_offset, r.aborted, r.records)
+
+
+async def reads(t: Target, topic: str, partition: int, names: txn_raw.Names) -> list[Any]:
+    """The partition at both isolation levels."""
+    return [seen(await txn_raw.read(t.cluster, topic, partition, isolation=i, names=names))
+            for i in (1, 0)]
+
+
+async def txn_v2(t: Target, topic: str) -> list[Any]:
+    """KIP-890: Produce v12 adds partitions, EndTxn v5 bumps the epoch (and a retry with the
+    previous one is answered as before), an empty abort bumps it too."""
+    await t.create(topic, 2, 1, {})
+    names = txn_raw.Names()
+    a = txn_raw.Txn(t.cluster, f"{topic}-a", versions=V2)
+    r = await a.init_ok()
+    out: list[Any] = [(r.error_code, r.producer_epoch)]
+    out.append((await a.produce(topic, 0, b"a", b"b")).error_code)
+    out.append((await a.produce(topic, 1, b"c")).error_code)
+    out.append(seen(await txn_raw.read(t.cluster, topic, 0, isolation=1, names=names)))
+    out.append([await txn_raw.latest(t.cluster, topic, 0, i) for i in (0, 1)])
+    e = await a.end(True)
+    out.append((e.error_code, e.producer_epoch))
+    await a.completed()
+    out += await reads(t, topic, 0, names)
+    out.append((await a.produce(topic, 0, b"d")).error_code)  # epoch 1, sequence 0
+    e = await a.end(False)
+    out.append((e.error_code, e.producer_epoch))
+    await a.completed()
+    out += await reads(t, topic, 0, names)
+    # the aborted list a read_committed fetch gets, from each offset
+    for offset in range(6):
+        r1 = await txn_raw.read(t.cluster, topic, 0, isolation=1, names=names, offset=offset)
+        out.append((offset, r1.aborted))
+    out.append((await a.produce(topic, 0, b"old", epoch=a.epoch - 1, sequence=0)).error_code)
+    for commit in (False, True):  # a retry with the previous epoch
+        e = await a.end(commit, epoch=a.epoch - 1)
+        out.append((commit, e.error_code, e.producer_epoch))
+    out.append((await a.end(True, epoch=a.epoch + 1)).error_code)  # a future epoch
+    e = await a.end(True)  # nothing open: commit refused, abort bumps
+    out.append((e.error_code, e.producer_epoch))
+    e = await a.end(False)
+    out.append((e.error_code, e.producer_epoch))
+    return out
+
+
+async def txn_v1(t: Target, topic: str) -> list[Any]:
+    """The v1 protocol: AddPartitionsToTxn first, EndTxn keeps the epoch."""
+    await t.create(topic, 2, 1, {})
+    names = txn_raw.Names()
+    b = txn_raw.Txn(t.cluster, f"{topic}-b", versions=V1)
+    await b.init_ok()
+    out: list[Any] = []
+    for v in (3, 10, 11):  # a partition not in the transaction
+        b.versions = {**V1, ApiKey.PRODUCE: v}
+        out.append((v, (await b.produce(topic, 0, b"x")).error_code))
+    b.versions = V1
+    out.append(codes(await b.add_partitions({topic: [0, 7], f"{topic}-none": [0]}), topic))
+    out.append(codes(await b.add_partitions({topic: [0, 1]}), topic))
+    out.append(codes(await b.add_partitions({topic: [0]}), topic))  # already in: NONE
+    out.append((await b.produce(topic, 0, b"a")).error_code)
+    out.append((await b.produce(topic, 1, b"b", b"c")).error_code)
+    e = await b.end(True)
+    out.append((e.error_code, b.epoch))
+    await b.completed()
+    out += await reads(t, topic, 1, names)
+    out.append((await b.end(True)).error_code)  # a retry of the commit
+    out.append((await b.end(False)).error_code)
+    await b.add_partitions({topic: [1]})
+    out.append((await b.produce(topic, 1, b"d")).error_code)  # same epoch: sequences go on
+    out.append((await b.end(False)).error_code)
+    await b.completed()
+    out += await reads(t, topic, 1, names)
+    c = txn_raw.Txn(t.cluster, f"{topic}-c", versions=V1)
+    await c.init_ok()
+    out.append([(await c.end(commit)).error_code for commit in (True, False)])  # Empty
+    return out
+
+
+async def fencing(t: Target, topic: str) -> list[Any]:
+    """A second InitProducerId aborts the open transaction and fences the first producer."""
+    await t.create(topic, 1, 1, {})
+    names = txn_raw.Names()
+    zombie = txn_raw.Txn(t.cluster, f"{topic}-z", versions=V1)
+    await zombie.init_ok()
+    await zombie.add_partitions({topic: [0]})
+    out: list[Any] = [(await zombie.produce(topic, 0, b"zombie")).error_code]
+    fresh = txn_raw.Txn(t.cluster, f"{topic}-z")
+    out.append((await fresh.init()).error_code)  # the open transaction is aborted first
+    r = await fresh.init_ok()
+    out.append((r.error_code, r.producer_epoch, fresh.producer_id == zombie.producer_id))
+    out.append((await zombie.produce(topic, 0, b"late")).error_code)
+    for v in (1, 3):
+        zombie.versions = {**V1, ApiKey.ADD_PARTITIONS_TO_TXN: v}
+        out.append((v, codes(await zombie.add_partitions({topic: [0]}), topic)))
+    for v in (1, 4, 5):
+        zombie.versions = {**V1, ApiKey.END_TXN: v}
+        out.append((v, (await zombie.end(True)).error_code))
+    out.append((await zombie.end(True, producer_id=zombie.producer_id + 1)).error_code)
+    await fresh.completed()
+    out += await reads(t, topic, 0, names)
+    return out
+
+
+async def init_rules(t: Target, topic: str) -> list[Any]:
+    """InitProducerId's checks (KIP-360's producer id and epoch among them)."""
+    out: list[Any] = [(await txn_raw.Txn(t.cluster, "").init(conn=await t.cluster.any_connection())
+                       ).error_code]
+    for timeout in (0, 900_001):
+        out.append((await txn_raw.Txn(t.cluster, f"{topic}-t", timeout_ms=timeout).init()
+                    ).error_code)
+    k = txn_raw.Txn(t.cluster, f"{topic}-k")
+    await k.init_ok()
+    pid, e0 = k.producer_id, k.epoch
+    r = await k.init(keep=True)
+    out.append((r.error_code, r.producer_epoch - e0))
+    r = await k.init(keep=True)
+    out.append((r.error_code, r.producer_epoch - e0))
+    for epoch in (e0 + 1, e0):  # the one before the last bump is a retry; older is fenced
+        for v in (3, 4, 5):
+            k.versions = {ApiKey.INIT_PRODUCER_ID: v}
+            k.producer_id, k.epoch = pid, epoch
+            r = await k.init(keep=True)
+            out.append((epoch - e0, v, r.error_code, r.producer_epoch - e0 if r.error_code == 0
+                        else None))
+    for v in (3, 4):
+        k.versions = {ApiKey.INIT_PRODUCER_ID: v}
+        k.producer_id, k.epoch = pid + 1, e0 + 2
+        out.append((v, (await k.init(keep=True)).error_code))
+    k.producer_id, k.epoch = pid, e0 + 2
+    k.versions = {}
+    for v in (0, 1, 2, 4):  # stale epoch on the other APIs
+        k.versions = {ApiKey.ADD_OFFSETS_TO_TXN: v, ApiKey.ADD_PARTITIONS_TO_TXN: min(v, 3)}
+        k.epoch = e0 + 1
+        out.append((v, await k.add_offsets(f"{topic}-g"),
+                    codes(await k.add_partitions({topic: [0]}), topic)))
+    return out
+
+
+async def txn_offsets(t: Target, topic: str) -> list[Any]:
+    """TxnOffsetCommit: pending until the end (UNSTABLE_OFFSET_COMMIT for require_stable);
+    a plain commit made meanwhile wins; an abort drops them."""
+    await t.create(topic, 3, 1, {})
+    group = f"{topic}-g"
+    o = txn_raw.Txn(t.cluster, f"{topic}-o", versions=V1)
+    await o.init_ok()
+
+    async def commit(txn: txn_raw.Txn, offsets: dict[tuple[str, int], int]) -> Any:
+        # (a new Kafka's group coordinator is not there yet, then loading)
+        return codes(await txn_raw.until(lambda: txn.commit_offsets(group, offsets),
+                                         lambda r: not set(r.values()) & {14, 16}), topic)
+
+    await txn_raw.until(lambda: t.offsets(group, topic, [0], False), lambda r: r[0] == 0)
+    out: list[Any] = []
+    for v in (0, 3, 4):  # without AddOffsetsToTxn
+        o.versions = {**V1, ApiKey.TXN_OFFSET_COMMIT: v}
+        out.append((v, await commit(o, {(topic, 0): 5})))
+    o.versions = V1
+    out.append(await o.add_offsets(group))
+    out.append(await commit(o, {(topic, 0): 5, (topic, 1): 6}))
+    out.append(await t.offsets(group, topic, [0, 1, 2], True))
+    out.append(await t.offsets(group, topic, [0, 1, 2], False))
+    await t.commit(group, topic, {0: 1, 2: 7})  # a plain commit while the transaction is open
+    out.append((await o.end(True)).error_code)
+    await o.completed()
+    stable = await txn_raw.until(lambda: t.offsets(group, topic, [0, 1, 2], True),
+                                 lambda r: all(e != UNSTABLE for _, e in r[1].values()))
+    out.append(stable)
+    v2 = txn_raw.Txn(t.cluster, f"{topic}-v2", versions=V2)
+    await v2.init_ok()
+    out.append(await commit(v2, {(topic, 1): 60}))  # v5: no AddOffsetsToTxn needed
+    out.append(await t.offsets(group, topic, [1], True))
+    e = await v2.end(False)
+    out.append((e.error_code, e.producer_epoch))
+    await v2.completed()
+    out.append(await txn_raw.until(lambda: t.offsets(group, topic, [1], True),
+                                   lambda r: r[1][1][1] != UNSTABLE))
+    return out
+
+
+async def timeouts(t: Target, topic: str) -> list[Any]:
+    """The coordinator aborts a transaction open past its timeout and fences its producer
+    (epoch + 1); v2 lets the producer's own EndTxn with the old epoch abort, v1 does not."""
+    await t.create(topic, 2, 1, {})
+    group = f"{topic}-g"
+    names = txn_raw.Names()
+    out: list[Any] = []
+    await txn_raw.until(lambda: t.offsets(group, topic, [0], False), lambda r: r[0] == 0)
+    for protocol, versions, partition in (("v2", V2, 0), ("v1", V1, 1)):
+        x = txn_raw.Txn(t.cluster, f"{topic}-{protocol}", timeout_ms=1000, versions=versions)
+        await x.init_ok()
+        e0 = x.epoch
+        if protocol == "v1":
+            await x.add_partitions({topic: [partition]})
+        out.append((await x.produce(topic, partition, b"late")).error_code)
+        conn = await x.coordinator()
+
+        async def state(x: txn_raw.Txn = x, conn: BrokerConnection = conn, e0: int = e0
+                        ) -> Any:
+            r = await conn.request(dtx.DescribeTransactionsRequest(
+                transactional_ids=(x.transactional_id,)))
+            (s,) = r.transaction_states
+            return s.transaction_state, s.producer_epoch - e0
+
+        out.append(await txn_raw.until(state, lambda s: s[0] == "CompleteAbort"))
+        out.append((await x.produce(topic, partition, b"later")).error_code)
+        if protocol == "v2":
+            out.append(codes(await x.commit_offsets(group, {(topic, 0): 3}), topic))
+        out.append((await x.end(True)).error_code)
+        e = await x.end(False)
+        out.append((e.error_code, e.producer_epoch - e0 if e.producer_epoch >= 0 else None))
+        await x.completed()
+        out += await reads(t, topic, partition, names)
+    return out
+
+
+async def coordinators(t: Target, topic: str) -> list[Any]:
+    """FindCoordinator at every version; a transaction API on another broker."""
+    await t.create(topic, 1, 1, {})
+    conn = await t.cluster.any_connection()
+    found: set[tuple[int, bool, int, bool]] = set()
+    for v in range(7):
+        for key_type in (0, 1, 2) if v else (0,):
+            for key in (f"{topic}-k", ""):
+                if v >= 4:
+                    r = await conn.request(fc.FindCoordinatorRequest(
+                        key_type=key_type, coordinator_keys=(key,)), version=v)
+                    (c,) = r.coordinators
+                    code, node = c.error_code, c.node_id
+                else:
+                    r0 = await conn.request(fc.FindCoordinatorRequest(key=key, key_type=key_type),
+                                            version=v)
+                    code, node = r0.error_code, r0.node_id
+                found.add((key_type, key != "", code, node in t.nodes))
+    # the same at every version: (key type, key not empty, error, a broker named)
+    out: list[Any] = [sorted(found)]
+    x = txn_raw.Txn(t.cluster, f"{topic}-x")
+    await x.init_ok()
+    _, home = await txn_raw.find_coordinator(t.cluster, x.transactional_id, txn_raw.TRANSACTION)
+    _, group_home = await txn_raw.find_coordinator(t.cluster, f"{topic}-g", txn_raw.GROUP)
+    other = await t.conn(next(n for n in t.nodes if n != home))
+    other_group = await t.conn(next(n for n in t.nodes if n != group_home))
+    out.append((await x.init(conn=other)).error_code)
+    out.append(codes(await x.add_partitions({topic: [0]}, conn=other), topic))
+    out.append(await x.add_offsets(f"{topic}-g", conn=other))
+    out.append((await x.end(True, conn=other)).error_code)
+    out.append(codes(await x.commit_offsets(f"{topic}-g", {(topic, 0): 1}, conn=other_group),
+                     topic))
+    r = await other.request(dtx.DescribeTransactionsRequest(
+        transactional_ids=(x.transactional_id,)))
+    out.append([s.error_code for s in r.transaction_states])
+    return out
+
+
+async def listings(t: Target, topic: str) -> list[Any]:
+    """DescribeTransactions and ListTransactions (every broker lists its own)."""
+    await t.create(topic, 1, 1, {})
+    ids = [f"{topic}-{n}" for n in ("empty", "open", "done", "aborted")]
+    txns = {i: txn_raw.Txn(t.cluster, i, versions=V2) for i in ids}
+    for x in txns.values():
+        await x.init_ok()
+    for name in ids[1:]:
+        await txns[name].produce(topic, 0, b"v")
+    await txns[ids[2]].end(True)
+    await txns[ids[3]].end(False)
+    out: list[Any] = []
+    for i in [*ids, f"{topic}-never"]:
+        _, node = await txn_raw.find_coordinator(t.cluster, i, txn_raw.TRANSACTION)
+        conn = await t.conn(node)
+
+        async def describe(i: str = i, conn: BrokerConnection = conn) -> Any:
+            r = await conn.request(dtx.DescribeTransactionsRequest(transactional_ids=(i,)))
+            (s,) = r.transaction_states
+            return (s.error_code, s.transaction_state, s.producer_epoch,
+                    s.transaction_start_time_ms > 0, s.transaction_timeout_ms,
+                    [(d.topic == topic, d.partitions) for d in s.topics])
+
+        # (Kafka writes the markers after EndTxn answered: PrepareCommit/Abort meanwhile)
+        out.append(await txn_raw.until(describe, lambda d: not d[1].startswith("Prepare")))
+
+    async def listed(version: int, **filters: Any) -> list[tuple[str, str]]:
+        found: list[tuple[str, str]] = []
+        for node in t.nodes:
+            conn = await t.conn(node)
+            r = await conn.request(ltx.ListTransactionsRequest(**filters), version=version)
+            assert r.error_code == 0
+            found += [(s.transactional_id[len(topic) + 1:], s.transaction_state)
+                      for s in r.transaction_states if s.transactional_id.startswith(topic)]
+        return sorted(found)
+
+    out.append(await listed(0, state_filters=(), producer_id_filters=()))
+    out.append(await listed(0, state_filters=("Ongoing", "Nonsense"), producer_id_filters=()))
+    out.append(await listed(0, producer_id_filters=(txns[ids[2]].producer_id,)))
+    out.append(await listed(2, transactional_id_pattern=f"{topic}-(open|done)"))
+    out.append(await listed(1, duration_filter=3_600_000))  # never started: no start time
+    r = await (await t.cluster.any_connection()).request(
+        ltx.ListTransactionsRequest(state_filters=("Ongoing", "Nonsense")), version=0)
+    out.append(r.unknown_state_filters)
+    return out
+
+
 SCENARIOS: dict[str, Callable[[Target, str], Awaitable[list[Any]]]] = {
     "idempotence": idempotence,
     "init_producer_id": init_producer_id,
@@ -261,6 +600,14 @@ SCENARIOS: dict[str, Callable[[Target, str], Awaitable[list[Any]]]] = {
     "corrupt": corrupt,
     "not_leader": not_leader,
     "not_enough_replicas": not_enough_replicas,
+    "txn_v2": txn_v2,
+    "txn_v1": txn_v1,
+    "fencing": fencing,
+    "init_rules": init_rules,
+    "txn_offsets": txn_offsets,
+    "timeouts": timeouts,
+    "coordinators": coordinators,
+    "listings": listings,
 }
 
 # What Apache Kafka 4.1.2 answered (test_kafka_still_answers_so checks it on every run).
@@ -287,6 +634,54 @@ EXPECTED: dict[str, list[Any]] = {
     "corrupt": [(CORRUPT, -1, -1), (NONE, 1, -1)],
     "not_leader": [NOT_LEADER, True, True, True],  # with the KIP-951 leader hint
     "not_enough_replicas": [NONE, NOT_ENOUGH, NONE, NONE],
+    # Transactions. Error codes: 3 UNKNOWN_TOPIC_OR_PARTITION, 16 NOT_COORDINATOR,
+    # 42 INVALID_REQUEST, 47 INVALID_PRODUCER_EPOCH, 48 INVALID_TXN_STATE,
+    # 49 INVALID_PRODUCER_ID_MAPPING, 50 INVALID_TRANSACTION_TIMEOUT,
+    # 51 CONCURRENT_TRANSACTIONS, 55 OPERATION_NOT_ATTEMPTED, 88 UNSTABLE_OFFSET_COMMIT,
+    # 90 PRODUCER_FENCED, 120 TRANSACTION_ABORTABLE. Reads are (high watermark, last stable
+    # offset, aborted transactions (None at read_uncommitted), records), read_committed first.
+    "txn_v2": [(0, 0), 0, 0, (2, 0, [], []), [2, 0], (0, 1),
+     (3, 3, [], [(0, 'a'), (1, 'b'), (2, 'COMMIT(P0,1)')]),
+     (3, 3, None, [(0, 'a'), (1, 'b'), (2, 'COMMIT(P0,1)')]), 0, (0, 2),
+     (5, 5, [('P0', 3)],
+      [(0, 'a'), (1, 'b'), (2, 'COMMIT(P0,1)'), (3, 'd'), (4, 'ABORT(P0,2)')]),
+     (5, 5, None, [(0, 'a'), (1, 'b'), (2, 'COMMIT(P0,1)'), (3, 'd'), (4, 'ABORT(P0,2)')]),
+     (0, [('P0', 3)]), (1, [('P0', 3)]), (2, [('P0', 3)]), (3, [('P0', 3)]),
+     (4, [('P0', 3)]), (5, []), 47, (False, 0, 2), (True, 48, -1), 90, (48, -1), (0, 3)],
+    "txn_v1": [(3, 48), (10, 48), (11, 120), {('T', 0): 55, ('T', 7): 3, ('T-none', 0): 3},
+     {('T', 0): 0, ('T', 1): 0}, {('T', 0): 0}, 0, 0, (0, 0),
+     (3, 3, [], [(0, 'b'), (1, 'c'), (2, 'COMMIT(P0,0)')]),
+     (3, 3, None, [(0, 'b'), (1, 'c'), (2, 'COMMIT(P0,0)')]), 0, 48, 0, 0,
+     (5, 5, [('P0', 3)],
+      [(0, 'b'), (1, 'c'), (2, 'COMMIT(P0,0)'), (3, 'd'), (4, 'ABORT(P0,0)')]),
+     (5, 5, None, [(0, 'b'), (1, 'c'), (2, 'COMMIT(P0,0)'), (3, 'd'), (4, 'ABORT(P0,0)')]),
+     [48, 48]],
+    "fencing": [0, 51, (0, 2, True), 47, (1, {('T', 0): 47}), (3, {('T', 0): 90}), (1, 47), (4, 90),
+     (5, 90), 49, (2, 2, [('P0', 0)], [(0, 'zombie'), (1, 'ABORT(P0,1)')]),
+     (2, 2, None, [(0, 'zombie'), (1, 'ABORT(P0,1)')])],
+    "init_rules": [42, 50, 50, (0, 1), (0, 2), (1, 3, 0, 2), (1, 4, 0, 2), (1, 5, 0, 2), (0, 3, 47, None),
+     (0, 4, 90, None), (0, 5, 90, None), (3, 47), (4, 90), (0, 47, {('T', 0): 3}),
+     (1, 47, {('T', 0): 3}), (2, 90, {('T', 0): 3}), (4, 90, {('T', 0): 3})],
+    "txn_offsets": [(0, {('T', 0): 48}), (3, {('T', 0): 48}), (4, {('T', 0): 120}), 0,
+     {('T', 0): 0, ('T', 1): 0}, (0, {0: (-1, 88), 1: (-1, 88), 2: (-1, 0)}),
+     (0, {0: (-1, 0), 1: (-1, 0), 2: (-1, 0)}), 0, (0, {0: (1, 0), 1: (6, 0), 2: (7, 0)}),
+     {('T', 1): 0}, (0, {1: (-1, 88)}), (0, 1), (0, {1: (6, 0)})],
+    "timeouts": [0, ('CompleteAbort', 1), 47, {('T', 0): 47}, 48, (0, 1),
+     (2, 2, [('P0', 0)], [(0, 'late'), (1, 'ABORT(P0,1)')]),
+     (2, 2, None, [(0, 'late'), (1, 'ABORT(P0,1)')]), 0, ('CompleteAbort', 1), 47, 90,
+     (90, None), (2, 2, [('P1', 0)], [(0, 'late'), (1, 'ABORT(P1,1)')]),
+     (2, 2, None, [(0, 'late'), (1, 'ABORT(P1,1)')])],
+    "coordinators": [[(0, False, 0, True), (0, True, 0, True), (1, False, 0, True), (1, True, 0, True),
+      (2, False, 42, False), (2, True, 42, False)],
+     16, {('T', 0): 16}, 16, 16, {('T', 0): 16}, [16]],
+    "listings": [(0, 'Empty', 0, False, 60000, []), (0, 'Ongoing', 0, True, 60000, [(True, (0,))]),
+     (0, 'CompleteCommit', 1, True, 60000, []), (0, 'CompleteAbort', 1, True, 60000, []),
+     (105, '', 0, False, 0, []),
+     [('aborted', 'CompleteAbort'), ('done', 'CompleteCommit'), ('empty', 'Empty'),
+      ('open', 'Ongoing')],
+     [('open', 'Ongoing')], [('done', 'CompleteCommit')],
+     [('done', 'CompleteCommit'), ('open', 'Ongoing')], [('empty', 'Empty')],
+     ('Nonsense',)],
 }
 
 
@@ -294,8 +689,9 @@ EXPECTED: dict[str, list[Any]] = {
 
 
 @asynccontextmanager
-async def fake_target() -> AsyncIterator[Target]:
-    async with FakeCluster.serve(brokers=3, seed=5, auto_create_topics=False) as fake:
+async def fake_target(brokers: int = 3, transaction_version: int = 2) -> AsyncIterator[Target]:
+    async with FakeCluster.serve(brokers=brokers, seed=5, auto_create_topics=False,
+                                 transaction_version=transaction_version) as fake:
         async with Cluster.open(fake.bootstrap, connector=fake.connector) as cluster:
 
             async def create(name: str, partitions: int, rf: int, configs: dict[str, str]
@@ -315,7 +711,25 @@ async def fake_target() -> AsyncIterator[Target]:
             async def start(node: int) -> None:
                 fake.restart_broker(node)
 
-            yield Target("fake", cluster, create, leader, replicas, stop, start)
+            async def offsets(group: str, topic: str, partitions: list[int], stable: bool
+                              ) -> tuple[int, dict[int, Any]]:
+                await trio.lowlevel.checkpoint()
+                out: dict[int, Any] = {}
+                for p in partitions:
+                    if stable and fake.offsets.is_pending(group, (topic, p)):
+                        out[p] = (-1, 88)  # UNSTABLE_OFFSET_COMMIT
+                        continue
+                    c = fake.offsets.fetch(group, (topic, p))
+                    out[p] = (-1 if c is None else c.offset, 0)
+                return 0, out
+
+            async def commit(group: str, topic: str, offsets: dict[int, int]) -> None:
+                await trio.lowlevel.checkpoint()
+                fake.offsets.commit(group, {(topic, p): CommittedOffset(o)
+                                            for p, o in offsets.items()})
+
+            yield Target("fake", cluster, create, leader, replicas, stop, start,
+                         sorted(fake.state.brokers), offsets, commit)
 
 
 @asynccontextmanager
@@ -339,11 +753,21 @@ async def kafka_target(kafka: KafkaCluster) -> AsyncIterator[Target]:
         async def start(node: int) -> None:
             await kafka.call(kafka.start, node)
 
-        yield Target("kafka", cluster, create, leader, replicas, stop, start)
+        async def offsets(group: str, topic: str, partitions: list[int], stable: bool
+                          ) -> tuple[int, dict[int, Any]]:
+            return await txn_raw.committed(cluster, group, topic, partitions,
+                                           require_stable=stable)
+
+        async def commit(group: str, topic: str, offsets: dict[int, int]) -> None:
+            codes = await txn_raw.commit_plain(cluster, group, topic, offsets)
+            assert set(codes.values()) == {0}, codes
+
+        yield Target("kafka", cluster, create, leader, replicas, stop, start, kafka.nodes,
+                     offsets, commit)
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-async def test_fake_answers_as_kafka_did(scenario: str) -> None:
+async def test_fake_answers_as_kafka_did(scenario: str, autojump_clock: trio.abc.Clock) -> None:
     async with fake_target() as target:
         assert await SCENARIOS[scenario](target, f"cmp-{scenario}") == EXPECTED[scenario]
 
@@ -354,4 +778,25 @@ async def test_kafka_still_answers_so(
     scenario: str, kafka_cluster: KafkaCluster, kafka_topic: Callable[[str], str]
 ) -> None:
     async with kafka_target(kafka_cluster) as target:
+        assert await SCENARIOS[scenario](target, kafka_topic(scenario)) == EXPECTED[scenario]
+
+
+# Kafka 4.1 takes the transactions protocol from each request's version, not from its
+# finalized transaction.version: the same answers on a cluster at level 1 (one node).
+ON_V1_CLUSTER = ["txn_v2", "txn_v1", "fencing", "txn_offsets", "timeouts"]
+
+
+@pytest.mark.parametrize("scenario", ON_V1_CLUSTER)
+async def test_fake_on_transaction_version_1(scenario: str,
+                                            autojump_clock: trio.abc.Clock) -> None:
+    async with fake_target(brokers=1, transaction_version=1) as target:
+        assert await SCENARIOS[scenario](target, f"cmp-{scenario}") == EXPECTED[scenario]
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("scenario", ON_V1_CLUSTER)
+async def test_kafka_on_transaction_version_1(
+    scenario: str, kafka_txn_v1: KafkaCluster, kafka_topic: Callable[[str], str]
+) -> None:
+    async with kafka_target(kafka_txn_v1) as target:
         assert await SCENARIOS[scenario](target, kafka_topic(scenario)) == EXPECTED[scenario]

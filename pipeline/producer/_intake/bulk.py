@@ -61,11 +61,11 @@ class Bulk:
             if intake.closing:
                 ledger.release(nbytes)
                 group.forget(rest)
-                raise closed_while_waiting("buffer space")
+                raise intake.refused_while_waiting("buffer space")
         elif intake.closing:  # closed while an earlier chunk waited to be enqueued
             ledger.release(nbytes)
             group.forget(rest)
-            raise closed_while_waiting("room in the intake")
+            raise intake.refused_while_waiting("room in the intake")
 
     async def send_many(self, messages: Iterable[ProducerMessage]) -> DeliveryGroup:
         await trio.lowlevel.checkpoint_if_cancelled()

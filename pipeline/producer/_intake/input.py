@@ -195,6 +195,7 @@ class InputChannel(trio.abc.SendChannel[ProducerMessage]):
         """Raises ``trio.WouldBlock`` when the intake or the buffer memory is full."""
         if not isinstance(value, ProducerMessage):
             raise not_a_message_error("producer.input", value)
+        self._intake.check_transaction()
         acceptance = self._acceptance
         if not acceptance.reserve_nowait(value):
             raise trio.WouldBlock
@@ -210,6 +211,7 @@ class InputChannel(trio.abc.SendChannel[ProducerMessage]):
         with BufferFullError on ``producer.errors``) and room in the intake."""
         if not isinstance(value, ProducerMessage):
             raise not_a_message_error("producer.input", value)
+        self._intake.check_transaction()
         acceptance = self._acceptance
         if not await acceptance.reserve(value):
             return  # settled already: its outcome is on producer.errors

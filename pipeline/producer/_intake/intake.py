@@ -24,6 +24,7 @@ never accepted its message.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -62,6 +63,10 @@ _KEYWORDS_ONLY = object()  # see Intake.send
 CLOSED = (trio.ClosedResourceError, trio.BrokenResourceError)
 
 
+def _closed() -> BaseException:
+    return ProducerClosed("the producer is closed: no new messages are accepted")
+
+
 #: The intake channel's items: a burst or ``send_many`` chunk (accepted by its sender), a
 #: ``send_batch`` chunk, a raw ``producer.input`` message (the dispatcher accepts it), a mark.
 IntakeItem = ProducerMessage | list[ProducerMessage] | FlushMark | RowRun
@@ -73,7 +78,7 @@ class Intake:
     # send()'s row branch in C (_send.c) shares the fields of fields.SEND_INTAKE
     __slots__ = slots(fields.SEND_INTAKE, (
         "_burst", "_burst_deadline", "_burst_topic", "_columnar", "_columns_next",
-        "_delivery_timeout", "_dispatcher", "_now"))
+        "_delivery_timeout", "_dispatcher", "_now", "_refusal", "_stopped"))
 
     def __init__(
         self, config: ProducerConfig, ledger: Ledger, dispatcher: trio.MemorySendChannel[IntakeItem]
@@ -85,7 +90,12 @@ class Intake:
         self._wall_clock = config.timestamp_ms is None  # send() reads time.time itself
         self._delivery_timeout = config.delivery_timeout
         self._max_message_bytes = config.max_message_bytes
+        # _closing: True while every entry point refuses records, with _refusal() as
+        # the error: a close began (_stopped, for good), or a transactional producer
+        # has no transaction open. The C send path reads _closing only.
         self._closing = False
+        self._stopped = False
+        self._refusal: Callable[[], BaseException] = _closed
         self._until_yield = _YIELD_EVERY
         # The open burst: a list already in the channel that send() appends to until the
         # dispatcher takes it (None: none). Its messages share the deadline (no trio time
@@ -126,7 +136,28 @@ class Intake:
 
     def check_open(self) -> None:
         if self._closing:
-            raise ProducerClosed("the producer is closed: no new messages are accepted")
+            raise self._refusal()
+
+    def check_transaction(self) -> None:
+        """Raise the refusal of a transactional producer outside a transaction
+        (``producer.input``: a close refuses at the dispatcher, as it always did)."""
+        if self._closing and not self._stopped:
+            raise self._refusal()
+
+    def refused_while_waiting(self, what: str) -> BaseException:
+        """The error of a call that waited for ``what`` while the intake began to refuse."""
+        return closed_while_waiting(what) if self._stopped else self._refusal()
+
+    def refuse(self, refusal: Callable[[], BaseException] | None) -> None:
+        """Refuse every record with ``refusal()`` from now on, or (None) accept again:
+        a transactional producer outside a transaction. A close refuses for good."""
+        if self._stopped:
+            return
+        self._closing = refusal is not None
+        if refusal is not None:
+            self._refusal = refusal
+            self._burst = None
+            self._rows = None
 
     def deadline(self) -> float:
         """The delivery deadline of a message accepted now."""
@@ -176,7 +207,7 @@ class Intake:
             self._until_yield = _YIELD_EVERY
             await trio.lowlevel.checkpoint()
         if self._closing:
-            raise ProducerClosed("the producer is closed: no new messages are accepted")
+            raise self._refusal()
         if type(value) is str:  # sent as UTF-8 (normalize's rule), as rows too
             value = value.encode()
         if type(key) is str:
@@ -292,7 +323,7 @@ class Intake:
         await ledger.reserve(size)
         ledger.release(size)
         if self._closing:
-            raise closed_while_waiting("buffer space")
+            raise self.refused_while_waiting("buffer space")
         self._until_yield = _YIELD_EVERY  # (the wait was a schedule point)
         self._columns_next = self._columnar  # (a high-rate sender: see the docstring)
         return await self.send(topic, value, key=key, on_delivery=on_delivery)
@@ -348,7 +379,7 @@ class Intake:
             await ledger.reserve(size)
             if self._closing:
                 ledger.release(size)
-                raise closed_while_waiting("buffer space")
+                raise self.refused_while_waiting("buffer space")
             burst = self._burst  # (it may have opened while this call waited)
             deadline = self._burst_deadline if burst is not None else (
                 self._now() + self._delivery_timeout)
@@ -462,7 +493,8 @@ class Intake:
     # -- closing -----------------------------------------------------------------------
     def stop_accepting(self) -> None:
         """The close began: every entry point now raises ``ProducerClosed``."""
-        self._closing = True
+        self._closing = self._stopped = True
+        self._refusal = _closed
         self._burst = None
         self._rows = None
 

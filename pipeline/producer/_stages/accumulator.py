@@ -40,7 +40,6 @@ from pipeline.producer._stages.envelopes import SealedBatch, TopicPartition
 from pipeline.protocol.records import BatchBuilder, batch_size_for_record, restamp_batch
 
 if TYPE_CHECKING:
-    from pipeline.producer._errors import DeliveryTimeoutError
     from pipeline.producer._stages.context import StageContext
 
 _SystemClock: type | None  # trio's real clock (a virtual one, MockClock or the explorer's, is not it)
@@ -108,6 +107,7 @@ class Accumulator:
         config = self._config = ctx.config
         self._ledger = ctx.ledger
         self._idem = ctx.idempotence
+        self._txn = ctx.transactions
         self._flush = ctx.flush
         self.parts: dict[TopicPartition, PartitionQueue] = {}
         self._per_partition = config.max_in_flight_per_partition
@@ -165,6 +165,8 @@ class Accumulator:
     def sendable(self, part: PartitionQueue, tp: TopicPartition) -> bool:
         if part.retrying is not None:
             return False
+        if self._txn is not None and not self._txn.partition_ready(tp):
+            return False  # transaction version 1: not added to the transaction yet
         if self._idem is not None and tp not in self._idem.confirmed:
             return part.in_flight == 0
         return part.in_flight < self._per_partition
@@ -282,6 +284,9 @@ class Accumulator:
         if idem is not None:
             ids = {"producer_id": idem.producer_id, "producer_epoch": idem.producer_epoch,
                    "base_sequence": idem.take_sequence(tp, count)}
+            if self._txn is not None:
+                ids["is_transactional"] = True
+                self._txn.sealed(tp)
         codec, level = config.compression_codec, config.compression_level
         records: bytes | None
         if type(first) is RowRun:  # a send_batch run: encoded from its columns
@@ -327,7 +332,7 @@ class Accumulator:
 
     # -- delivery timeout ----------------------------------------------------
     def expire(
-        self, now: float, timeout_error: Callable[[TopicPartition, None], DeliveryTimeoutError]
+        self, now: float, timeout_error: Callable[[TopicPartition, None], KafkaError]
     ) -> None:
         """Fail what waits here past its delivery deadline (a sealed batch that
         expires starts a new epoch: its sequences would be a gap)."""

@@ -105,7 +105,7 @@ def unless_duplicate_echo(batch: SealedBatch, append_time: int) -> int:
 
 
 def produce_request(taken: dict[TopicPartition, SealedBatch], acks: int,
-                    timeout_ms: int) -> ProduceRequest:
+                    timeout_ms: int, transactional_id: str | None = None) -> ProduceRequest:
     """The ProduceRequest that carries ``taken`` (one sealed batch per partition,
     partitions grouped by topic in the order taken)."""
     topics: dict[str, list[PartitionProduceData]] = {}
@@ -113,6 +113,6 @@ def produce_request(taken: dict[TopicPartition, SealedBatch], acks: int,
         topics.setdefault(tp.topic, []).append(
             PartitionProduceData(index=tp.partition, records=batch.records))
     return ProduceRequest(
-        transactional_id=None, acks=acks, timeout_ms=timeout_ms,
+        transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms,
         topic_data=tuple(TopicProduceData(name=name, partition_data=tuple(parts))
                          for name, parts in topics.items()))

@@ -66,6 +66,7 @@ from pipeline.producer._stages.envelopes import (
     SealedBatch,
     TopicPartition,
 )
+from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode, error_code
 from pipeline.protocol.messages.produce import ProduceResponse
 
@@ -119,6 +120,7 @@ class BrokerProducer:
         self._acks = config.acks_value
         self._timeout_ms = int(config.request_timeout * 1000)
         self._idem = ctx.idempotence
+        self._txn = ctx.transactions
         self.requests_sent = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -314,11 +316,15 @@ class BrokerProducer:
         taken = self._acc.drain()
         if not taken:
             return
-        request = produce_request(taken, self._acks, self._timeout_ms)
+        txn = self._txn
+        request = produce_request(taken, self._acks, self._timeout_ms,
+                                  None if txn is None else txn.transactional_id)
         flight = _InFlight(None, taken, min(b._deadline for b in taken.values()))
         self.requests_sent += 1
+        version = None if txn is None else min(conn.version_for(ApiKey.PRODUCE),
+                                                txn.produce_version_cap)
         try:
-            pending = await conn.send(request, expect_response=self._acks != 0)
+            pending = await conn.send(request, version=version, expect_response=self._acks != 0)
             # acks=0: no response will come; being written is the outcome.
             flight.pending = pending if self._acks != 0 else None
         except KafkaError as exc:
@@ -457,6 +463,13 @@ class BrokerProducer:
                 idem.batch_failed(batch, code.name)
 
     # -- delivery timeout --------------------------------------------------
+    def expire_all(self) -> None:
+        """Fail what waits here with no outcome yet, in flight too (an aborted
+        transaction: the delivery-deadline path, with every deadline taken as
+        passed; the answers of requests in flight still come back and unmute)."""
+        self._expire(math.inf)
+        self._poke_flusher()
+
     def _expire(self, now: float) -> None:
         ledger = self._ledger
         timeout_error = self._errors.delivery_timeout_error

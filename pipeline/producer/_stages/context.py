@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pipeline.cluster.errors import KafkaError
 from pipeline.producer._config import ProducerConfig
 from pipeline.producer._errors import DeliveryTimeoutError
 from pipeline.producer._stages.envelopes import TopicPartition
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from pipeline.cluster.pool import Cluster
     from pipeline.producer._outcomes.ledger import Ledger
     from pipeline.producer._stages.idempotence import Idempotence
+    from pipeline.producer._stages.transactions import TransactionManager
 
 
 class FlushState:
@@ -43,19 +45,25 @@ class RetryErrors:
     retried until it ran out of time ("last error: NOT_ENOUGH_REPLICAS").
     Written by broker producers, read by both them and partition producers."""
 
-    __slots__ = ("_delivery_timeout", "last")
+    __slots__ = ("_delivery_timeout", "abort", "last")
 
     def __init__(self, delivery_timeout: float) -> None:
         self._delivery_timeout = delivery_timeout
         self.last: dict[TopicPartition, BaseException] = {}
+        #: While a transaction is aborted (``ProducerCore.purge``): the outcome of every
+        #: record that has none yet, given by the delivery-deadline path in its stead.
+        self.abort: KafkaError | None = None
 
     def delivery_timeout_error(
         self, tp: TopicPartition, cause: BaseException | None, *, in_flight: bool = False,
         fate_unknown: bool = False,
-    ) -> DeliveryTimeoutError:
+    ) -> KafkaError:
         """``cause`` None: the partition's last retry error, if any. ``in_flight``: its
         request is still out; ``fate_unknown``: its last request got no answer, or one
-        Kafka also gives after appending (``SealedBatch.fate_unknown``)."""
+        Kafka also gives after appending (``SealedBatch.fate_unknown``). While a
+        transaction is aborted: the abort's error."""
+        if self.abort is not None:
+            return self.abort
         if in_flight:
             what = "its request was still in flight, so it may or may not have been written"
         elif fate_unknown:
@@ -95,3 +103,4 @@ class StageContext:
     backoff: Callable[[int], float]
     retry_errors: RetryErrors
     flush: FlushState
+    transactions: TransactionManager | None = None

@@ -16,12 +16,19 @@ stage, never back.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from pipeline.cluster.errors import AuthenticationError, BrokerConnectionError, KafkaError
+from pipeline.cluster.errors import (
+    AuthenticationError,
+    BootstrapError,
+    BrokerConnectionError,
+    KafkaError,
+)
 from pipeline.producer._config import ProducerConfig
+from pipeline.producer._errors import ProducerFencedError, TransactionAbortableError
 from pipeline.producer._message import ProducerMessage
 from pipeline.producer._outcomes.ledger import Ledger
 from pipeline.producer._stages.broker_producer import BrokerProducer
@@ -30,6 +37,8 @@ from pipeline.producer._stages.envelopes import TopicPartition
 from pipeline.producer._stages.idempotence import Idempotence
 from pipeline.producer._stages.partition_producer import PartitionProducer
 from pipeline.producer._stages.topic_producer import TopicProducer
+from pipeline.producer._stages.transactions import TransactionManager
+from pipeline.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from pipeline.cluster.pool import Cluster
@@ -48,6 +57,10 @@ class ProducerCore:
             if config.idempotent
             else None
         )
+        self.transactions: TransactionManager | None = None
+        if config.transactional_id is not None:
+            assert self.idempotence is not None
+            self.transactions = self._transactions(self.idempotence, backoff)
         self.context = StageContext(
             config=config,
             cluster=cluster,
@@ -56,6 +69,7 @@ class ProducerCore:
             backoff=backoff,
             retry_errors=RetryErrors(config.delivery_timeout),
             flush=self.flush,
+            transactions=self.transactions,
         )
         self.nursery: trio.Nursery | None = None
         self._pps: dict[TopicPartition, PartitionProducer] = {}
@@ -66,11 +80,51 @@ class ProducerCore:
         """Each partition's last retry error, until a batch of it succeeds."""
         return self.context.retry_errors.last
 
+    def _transactions(self, idem: Idempotence, backoff: Callable[[int], float],
+                      ) -> TransactionManager:
+        txn = TransactionManager(
+            self.config, self.cluster, idem, backoff, purge=self.purge,
+            wake=self._wake_broker_producers, records_failed=lambda: self.ledger.failed)
+        idem.obtain_id = txn.obtain_id
+
+        def recovery(reason: str) -> None:
+            txn.abortable(TransactionAbortableError(
+                f"the transaction lost its record order ({reason}): abort it, then go on"))
+
+        def fenced(code: ErrorCode, reason: str) -> None:
+            if code == ErrorCode.PRODUCER_FENCED:
+                txn.fatal(ProducerFencedError(
+                    f"a broker refused this producer ({reason}): another producer with "
+                    f"transactional_id {txn.transactional_id!r} took over; close this one"))
+            else:  # the coordinator bumped the epoch: it aborted the transaction (timeout)
+                txn.abortable(TransactionAbortableError(
+                    f"a broker refused this producer's epoch ({reason}): the coordinator "
+                    "aborted the transaction (it may have stayed open longer than "
+                    f"transaction_timeout={self.config.transaction_timeout}s); abort it here"))
+
+        idem.on_recovery, idem.on_fenced = recovery, fenced
+        return txn
+
+    def purge(self, error: KafkaError | None) -> None:
+        """Fail every record held in a stage with no outcome yet with ``error`` (an
+        aborted transaction), through the delivery-deadline path; None: stop."""
+        self.context.retry_errors.abort = error
+        if error is None:
+            return
+        for pp in self._pps.values():
+            pp.expire_all()
+        for bp in self._bps.values():
+            bp.expire_all()
+
     async def start(self, nursery: trio.Nursery) -> None:
         """Adopt the pipeline nursery; with idempotence, obtain the first
-        producer id there, failing clearly within request_timeout."""
+        producer id there, failing clearly within request_timeout (a transactional
+        producer: within max_block, fencing earlier producers of its id)."""
         self.nursery = nursery
         if self.idempotence is None:
+            return
+        if self.transactions is not None:
+            await self._start_transactions(nursery, self.transactions)
             return
         timeout = self.config.request_timeout
         try:
@@ -82,6 +136,20 @@ class ProducerCore:
                 f"{timeout}s; the broker may not support idempotence: pass idempotent=False "
                 "to produce without it"
             ) from None
+
+    async def _start_transactions(self, nursery: trio.Nursery, txn: TransactionManager) -> None:
+        assert self.idempotence is not None
+        limit = self.config.max_block
+        try:
+            with trio.fail_after(limit):
+                await nursery.start(self.idempotence.run)
+        except trio.TooSlowError:
+            raise BrokerConnectionError(
+                f"could not initialise transactional_id {txn.transactional_id!r} (FindCoordinator,"
+                f" InitProducerId) within max_block={limit}s; the cluster may not support "
+                "transactions, or the transaction coordinator is unavailable") from None
+        txn.initialized()
+        nursery.start_soon(txn.run_adder)
 
     # -- building stages ----------------------------------------------------
     def topic_producer(self, topic: str, partitioner: Any) -> TopicProducer:
@@ -135,8 +203,8 @@ async def bootstrap_metadata(cluster: Cluster, bootstrap: object, limit: float) 
     try:
         with trio.fail_after(limit):
             await cluster.refresh(force=True)
-    except AuthenticationError:
-        raise  # TLS or SASL refused us: that is the reason, said as is
+    except (AuthenticationError, BootstrapError):
+        raise  # TLS or SASL refused us, or every address failed: the reason, said as is
     except (trio.TooSlowError, KafkaError) as exc:
         last = cluster.last_error
         detail = f": {exc}" if isinstance(exc, KafkaError) else (

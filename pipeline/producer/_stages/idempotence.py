@@ -34,12 +34,17 @@ the broker waits for forever), or a broker fencing the current epoch. Then:
 
 The producer never gets stuck: a failed InitProducerId is retried with backoff
 until it succeeds, and messages keep their delivery timeouts meanwhile.
+
+A *transactional* producer (``transactions.py``) obtains its id from the transaction
+coordinator (``obtain_id``) and never bumps its epoch itself: a recovery request only
+pauses sealing and makes the open transaction abortable (``on_recovery``); the
+transaction manager sets the next epoch at the abort (``restart``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -72,6 +77,11 @@ class Idempotence:
         backoff: Callable[[int], float],
         on_new_epoch: Callable[[], None],
     ) -> None:
+        #: Set by a transactional producer: where the producer id comes from (the
+        #: transaction coordinator), and whom a recovery request is for.
+        self.obtain_id: Callable[[], Awaitable[tuple[int, int]]] | None = None
+        self.on_recovery: Callable[[str], None] | None = None
+        self.on_fenced: Callable[[ErrorCode, str], None] | None = None
         self._config = config
         self._cluster = cluster
         self._backoff = backoff
@@ -131,9 +141,12 @@ class Idempotence:
     # -- recovery ----------------------------------------------------------
     def request_bump(self, reason: str) -> None:
         """Start a recovery (a new epoch, or a new id when that is impossible)."""
+        self.paused = True
+        if self.on_recovery is not None:  # transactional: the abort bumps the epoch
+            self.on_recovery(reason)
+            return
         if not self._bump_requested.is_set():
             log.warning("idempotent producer: starting a new epoch (%s)", reason)
-        self.paused = True
         self._bump_requested.set()
 
     def batch_failed(self, batch: SealedBatch, reason: str) -> None:
@@ -156,6 +169,10 @@ class Idempotence:
         current epoch, it is unusable: recover with a new producer id."""
         if (producer_id, producer_epoch) != (self.producer_id, self.producer_epoch):
             return  # an older epoch: the recovery that replaced it is done or under way
+        if self.on_fenced is not None:  # transactional: only the coordinator gives epochs
+            self.paused = True
+            self.on_fenced(code, f"{code.name} for producer id {producer_id} epoch {producer_epoch}")
+            return
         if self._bumped_locally:
             if self.local_bumps:
                 log.warning("the broker refused the epoch this producer bumped itself (%s); "
@@ -166,7 +183,12 @@ class Idempotence:
         self.request_bump(f"{code.name} for producer id {producer_id} epoch {producer_epoch}")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The recovery task: obtains the first producer id, then serves bump requests."""
+        """The recovery task: obtains the first producer id, then serves bump requests
+        (a transactional producer's recoveries are its transaction manager's)."""
+        if self.obtain_id is not None:
+            self._start_epoch(*await self.obtain_id(), bumped_locally=False)
+            task_status.started()
+            return
         self._start_epoch(*await self._obtain_id(), bumped_locally=False)
         task_status.started()
         while True:
@@ -180,6 +202,12 @@ class Idempotence:
                 self.bumps += 1
                 self._start_epoch(self.producer_id, self.producer_epoch + 1, bumped_locally=True)
             self._bump_requested = trio.Event()
+
+    def restart(self, pid: int, epoch: int) -> None:
+        """A transactional producer's next epoch (from EndTxn or InitProducerId), at a
+        transaction boundary: nothing of the old one is in flight."""
+        assert self.in_flight == 0
+        self._start_epoch(pid, epoch, bumped_locally=False)
 
     def _start_epoch(self, pid: int, epoch: int, *, bumped_locally: bool) -> None:
         self.producer_id, self.producer_epoch = pid, epoch

@@ -344,6 +344,11 @@ class PartitionProducer:
         held, self._held = self._held, []
         self._out.extend(held)
 
+    def expire_all(self) -> None:
+        """Fail what waits here with no outcome yet (an aborted transaction: the
+        delivery-deadline path, with every deadline taken as passed)."""
+        self._expire(math.inf)
+
     def _expire(self, now: float) -> None:
         idem = self._idem
 
@@ -363,8 +368,9 @@ class PartitionProducer:
         for level, buf in self._levels.items():
             self._levels[level] = split(buf)
 
-    def _timeout_error(self) -> DeliveryTimeoutError:
-        if self.tp in self._errors.last:  # waiting to retry after a broker error
+    def _timeout_error(self) -> KafkaError:
+        if self._errors.abort is not None or self.tp in self._errors.last:
+            # (an aborted transaction's error, or: waiting to retry after a broker error)
             return self._errors.delivery_timeout_error(self.tp, None)
         return DeliveryTimeoutError(
             f"not delivered within delivery_timeout={self._config.delivery_timeout}s "

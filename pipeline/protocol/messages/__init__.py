@@ -5,19 +5,47 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.protocol.base import Request, Response
+from pipeline.protocol.messages.add_offsets_to_txn import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+)
+from pipeline.protocol.messages.add_partitions_to_txn import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+)
 from pipeline.protocol.messages.alter_partition_reassignments import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
 )
 from pipeline.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from pipeline.protocol.messages.consumer_group_describe import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+)
+from pipeline.protocol.messages.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from pipeline.protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
+from pipeline.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from pipeline.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
 from pipeline.protocol.messages.describe_configs import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
 )
+from pipeline.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from pipeline.protocol.messages.describe_transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+)
 from pipeline.protocol.messages.elect_leaders import ElectLeadersRequest, ElectLeadersResponse
+from pipeline.protocol.messages.end_txn import EndTxnRequest, EndTxnResponse
 from pipeline.protocol.messages.fetch import FetchRequest, FetchResponse
+from pipeline.protocol.messages.find_coordinator import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
+from pipeline.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
 from pipeline.protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
@@ -26,52 +54,105 @@ from pipeline.protocol.messages.init_producer_id import (
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
+from pipeline.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
+from pipeline.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
+from pipeline.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 from pipeline.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from pipeline.protocol.messages.list_partition_reassignments import (
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
 )
+from pipeline.protocol.messages.list_transactions import (
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
 from pipeline.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from pipeline.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
+from pipeline.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
+from pipeline.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
 from pipeline.protocol.messages.produce import ProduceRequest, ProduceResponse
 from pipeline.protocol.messages.sasl_authenticate import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
 )
 from pipeline.protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
+from pipeline.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from pipeline.protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
 
 __all__ = [
     "REQUESTS",
     "RESPONSES",
+    "AddOffsetsToTxnRequest",
+    "AddOffsetsToTxnResponse",
+    "AddPartitionsToTxnRequest",
+    "AddPartitionsToTxnResponse",
     "AlterPartitionReassignmentsRequest",
     "AlterPartitionReassignmentsResponse",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
+    "ConsumerGroupDescribeRequest",
+    "ConsumerGroupDescribeResponse",
+    "ConsumerGroupHeartbeatRequest",
+    "ConsumerGroupHeartbeatResponse",
     "CreateTopicsRequest",
     "CreateTopicsResponse",
+    "DeleteGroupsRequest",
+    "DeleteGroupsResponse",
     "DeleteTopicsRequest",
     "DeleteTopicsResponse",
     "DescribeConfigsRequest",
     "DescribeConfigsResponse",
+    "DescribeGroupsRequest",
+    "DescribeGroupsResponse",
+    "DescribeTransactionsRequest",
+    "DescribeTransactionsResponse",
     "ElectLeadersRequest",
     "ElectLeadersResponse",
+    "EndTxnRequest",
+    "EndTxnResponse",
     "FetchRequest",
     "FetchResponse",
+    "FindCoordinatorRequest",
+    "FindCoordinatorResponse",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
     "IncrementalAlterConfigsRequest",
     "IncrementalAlterConfigsResponse",
     "InitProducerIdRequest",
     "InitProducerIdResponse",
+    "JoinGroupRequest",
+    "JoinGroupResponse",
+    "LeaveGroupRequest",
+    "LeaveGroupResponse",
+    "ListGroupsRequest",
+    "ListGroupsResponse",
     "ListOffsetsRequest",
     "ListOffsetsResponse",
     "ListPartitionReassignmentsRequest",
     "ListPartitionReassignmentsResponse",
+    "ListTransactionsRequest",
+    "ListTransactionsResponse",
     "MetadataRequest",
     "MetadataResponse",
+    "OffsetCommitRequest",
+    "OffsetCommitResponse",
+    "OffsetDeleteRequest",
+    "OffsetDeleteResponse",
+    "OffsetFetchRequest",
+    "OffsetFetchResponse",
     "ProduceRequest",
     "ProduceResponse",
     "SaslAuthenticateRequest",
     "SaslAuthenticateResponse",
     "SaslHandshakeRequest",
     "SaslHandshakeResponse",
+    "SyncGroupRequest",
+    "SyncGroupResponse",
+    "TxnOffsetCommitRequest",
+    "TxnOffsetCommitResponse",
 ]
 
 #: API key -> request class
@@ -80,17 +161,36 @@ REQUESTS: dict[int, type[Request[Any]]] = {
     1: FetchRequest,
     2: ListOffsetsRequest,
     3: MetadataRequest,
+    8: OffsetCommitRequest,
+    9: OffsetFetchRequest,
+    10: FindCoordinatorRequest,
+    11: JoinGroupRequest,
+    12: HeartbeatRequest,
+    13: LeaveGroupRequest,
+    14: SyncGroupRequest,
+    15: DescribeGroupsRequest,
+    16: ListGroupsRequest,
     17: SaslHandshakeRequest,
     18: ApiVersionsRequest,
     19: CreateTopicsRequest,
     20: DeleteTopicsRequest,
     22: InitProducerIdRequest,
+    24: AddPartitionsToTxnRequest,
+    25: AddOffsetsToTxnRequest,
+    26: EndTxnRequest,
+    28: TxnOffsetCommitRequest,
     32: DescribeConfigsRequest,
     36: SaslAuthenticateRequest,
+    42: DeleteGroupsRequest,
     43: ElectLeadersRequest,
     44: IncrementalAlterConfigsRequest,
     45: AlterPartitionReassignmentsRequest,
     46: ListPartitionReassignmentsRequest,
+    47: OffsetDeleteRequest,
+    65: DescribeTransactionsRequest,
+    66: ListTransactionsRequest,
+    68: ConsumerGroupHeartbeatRequest,
+    69: ConsumerGroupDescribeRequest,
 }
 
 #: API key -> response class
@@ -99,15 +199,34 @@ RESPONSES: dict[int, type[Response]] = {
     1: FetchResponse,
     2: ListOffsetsResponse,
     3: MetadataResponse,
+    8: OffsetCommitResponse,
+    9: OffsetFetchResponse,
+    10: FindCoordinatorResponse,
+    11: JoinGroupResponse,
+    12: HeartbeatResponse,
+    13: LeaveGroupResponse,
+    14: SyncGroupResponse,
+    15: DescribeGroupsResponse,
+    16: ListGroupsResponse,
     17: SaslHandshakeResponse,
     18: ApiVersionsResponse,
     19: CreateTopicsResponse,
     20: DeleteTopicsResponse,
     22: InitProducerIdResponse,
+    24: AddPartitionsToTxnResponse,
+    25: AddOffsetsToTxnResponse,
+    26: EndTxnResponse,
+    28: TxnOffsetCommitResponse,
     32: DescribeConfigsResponse,
     36: SaslAuthenticateResponse,
+    42: DeleteGroupsResponse,
     43: ElectLeadersResponse,
     44: IncrementalAlterConfigsResponse,
     45: AlterPartitionReassignmentsResponse,
     46: ListPartitionReassignmentsResponse,
+    47: OffsetDeleteResponse,
+    65: DescribeTransactionsResponse,
+    66: ListTransactionsResponse,
+    68: ConsumerGroupHeartbeatResponse,
+    69: ConsumerGroupDescribeResponse,
 }

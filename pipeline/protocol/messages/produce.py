@@ -6,12 +6,13 @@ Apache License 2.0). Regenerate with ``python tools/gen_messages.py``.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
 from pipeline.protocol.base import Request, Response
 from pipeline.protocol.errors import UnsupportedVersionError
-from pipeline.protocol.primitives import Reader, Writer
+from pipeline.protocol.primitives import ZERO_UUID, Reader, Writer
 
 __all__ = [
     "BatchIndexAndErrorMessage",
@@ -28,11 +29,11 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionProduceData:
-    """PartitionProduceData (in ProduceRequest, v0-11)."""
+    """PartitionProduceData (in ProduceRequest, v3-13)."""
 
-    #: The partition index. (v0-11)
+    #: The partition index. (v3-13)
     index: int = 0
-    #: The record data to be produced. (v0-11; nullable v0-11)
+    #: The record data to be produced. (v3-13; nullable v3-13)
     records: bytes | None = None
 
     def _write(self, w: Writer, version: int) -> None:
@@ -60,18 +61,23 @@ class PartitionProduceData:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicProduceData:
-    """TopicProduceData (in ProduceRequest, v0-11)."""
+    """TopicProduceData (in ProduceRequest, v3-13)."""
 
-    #: The topic name. (v0-11)
+    #: The topic name. (v3-12)
     name: str = ""
-    #: Each partition to produce to. (v0-11)
+    #: The unique topic ID (v13)
+    topic_id: uuid.UUID = ZERO_UUID
+    #: Each partition to produce to. (v3-13)
     partition_data: tuple[PartitionProduceData, ...] = ()
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 9:
-            w.compact_string(self.name)
-        else:
-            w.string(self.name)
+        if version <= 12:
+            if version >= 9:
+                w.compact_string(self.name)
+            else:
+                w.string(self.name)
+        if version >= 13:
+            w.uuid(self.topic_id)
         if version >= 9:
             w.uvarint(len(self.partition_data) + 1)
             for _e1 in self.partition_data:
@@ -86,10 +92,18 @@ class TopicProduceData:
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         name: str
-        if version >= 9:
-            name = r.compact_string()
+        if version <= 12:
+            if version >= 9:
+                name = r.compact_string()
+            else:
+                name = r.string()
         else:
-            name = r.string()
+            name = ""
+        topic_id: uuid.UUID
+        if version >= 13:
+            topic_id = r.uuid()
+        else:
+            topic_id = ZERO_UUID
         partition_data: tuple[PartitionProduceData, ...]
         if version >= 9:
             _n3 = r.compact_array_length()
@@ -99,31 +113,31 @@ class TopicProduceData:
             partition_data = tuple([PartitionProduceData._read(r, version) for _ in range(_n4)])
         if version >= 9:
             r.skip_tagged_fields()
-        return cls(name=name, partition_data=partition_data)
+        return cls(name=name, topic_id=topic_id, partition_data=partition_data)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProduceRequest(Request["ProduceResponse"]):
-    """ProduceRequest (API key 0, versions 0-11, from ProduceRequest.json)."""
+    """ProduceRequest (API key 0, versions 3-13, from ProduceRequest.json)."""
 
     API_KEY: ClassVar[int] = 0
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 11
+    MIN_VERSION: ClassVar[int] = 3
+    MAX_VERSION: ClassVar[int] = 13
     FLEXIBLE_VERSION: ClassVar[int | None] = 9
 
-    #: The transactional ID, or null if the producer is not transactional. (v3-11; nullable v3-11)
+    #: The transactional ID, or null if the producer is not transactional. (v3-13; nullable v3-13)
     transactional_id: str | None = None
-    #: The number of acknowledgments the producer requires the leader to have received before considering a request complete. Allowed values: 0 for no acknowledgments, 1 for only the leader and -1 for the full ISR. (v0-11)
+    #: The number of acknowledgments the producer requires the leader to have received before considering a request complete. Allowed values: 0 for no acknowledgments, 1 for only the leader and -1 for the full ISR. (v3-13)
     acks: int = 0
-    #: The timeout to await a response in milliseconds. (v0-11)
+    #: The timeout to await a response in milliseconds. (v3-13)
     timeout_ms: int = 0
-    #: Each topic to produce to. (v0-11)
+    #: Each topic to produce to. (v3-13)
     topic_data: tuple[TopicProduceData, ...] = ()
 
     def encode(self, version: int) -> bytes:
         """Encode the body (no header, no size prefix) at ``version``."""
-        if not 0 <= version <= 11:
-            raise UnsupportedVersionError(f"ProduceRequest version {version} is outside 0-11")
+        if not 3 <= version <= 13:
+            raise UnsupportedVersionError(f"ProduceRequest version {version} is outside 3-13")
         w = Writer()
         self._write(w, version)
         return bytes(w.buf)
@@ -131,8 +145,8 @@ class ProduceRequest(Request["ProduceResponse"]):
     @classmethod
     def decode(cls, data: bytes | bytearray | memoryview, version: int) -> Self:
         """Decode a body (no header, no size prefix) encoded at ``version``."""
-        if not 0 <= version <= 11:
-            raise UnsupportedVersionError(f"ProduceRequest version {version} is outside 0-11")
+        if not 3 <= version <= 13:
+            raise UnsupportedVersionError(f"ProduceRequest version {version} is outside 3-13")
         return cls._read(Reader(data), version)
 
     def response_type(self) -> type[ProduceResponse]:
@@ -140,14 +154,10 @@ class ProduceRequest(Request["ProduceResponse"]):
         return ProduceResponse
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 3:
-            if version >= 9:
-                w.compact_nullable_string(self.transactional_id)
-            else:
-                w.nullable_string(self.transactional_id)
+        if version >= 9:
+            w.compact_nullable_string(self.transactional_id)
         else:
-            if self.transactional_id is not None:
-                raise UnsupportedVersionError(f"ProduceRequest.transactional_id is not supported in version {version}")
+            w.nullable_string(self.transactional_id)
         w.int16(self.acks)
         w.int32(self.timeout_ms)
         if version >= 9:
@@ -164,13 +174,10 @@ class ProduceRequest(Request["ProduceResponse"]):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         transactional_id: str | None
-        if version >= 3:
-            if version >= 9:
-                transactional_id = r.compact_nullable_string()
-            else:
-                transactional_id = r.nullable_string()
+        if version >= 9:
+            transactional_id = r.compact_nullable_string()
         else:
-            transactional_id = None
+            transactional_id = r.nullable_string()
         acks: int
         acks = r.int16()
         timeout_ms: int
@@ -189,11 +196,11 @@ class ProduceRequest(Request["ProduceResponse"]):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchIndexAndErrorMessage:
-    """BatchIndexAndErrorMessage (in ProduceResponse, v8-11)."""
+    """BatchIndexAndErrorMessage (in ProduceResponse, v8-13)."""
 
-    #: The batch index of the record that cause the batch to be dropped (v8-11)
+    #: The batch index of the record that caused the batch to be dropped. (v8-13)
     batch_index: int = 0
-    #: The error message of the record that caused the batch to be dropped (v8-11; nullable v8-11)
+    #: The error message of the record that caused the batch to be dropped. (v8-13; nullable v8-13)
     batch_index_error_message: str | None = None
 
     def _write(self, w: Writer, version: int) -> None:
@@ -221,11 +228,11 @@ class BatchIndexAndErrorMessage:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderIdAndEpoch:
-    """LeaderIdAndEpoch (in ProduceResponse, v10-11)."""
+    """LeaderIdAndEpoch (in ProduceResponse, v10-13)."""
 
-    #: The ID of the current leader or -1 if the leader is unknown. (v10-11)
+    #: The ID of the current leader or -1 if the leader is unknown. (v10-13)
     leader_id: int = -1
-    #: The latest known leader epoch (v10-11)
+    #: The latest known leader epoch. (v10-13)
     leader_epoch: int = -1
 
     def _write(self, w: Writer, version: int) -> None:
@@ -245,31 +252,30 @@ class LeaderIdAndEpoch:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionProduceResponse:
-    """PartitionProduceResponse (in ProduceResponse, v0-11)."""
+    """PartitionProduceResponse (in ProduceResponse, v3-13)."""
 
-    #: The partition index. (v0-11)
+    #: The partition index. (v3-13)
     index: int = 0
-    #: The error code, or 0 if there was no error. (v0-11)
+    #: The error code, or 0 if there was no error. (v3-13)
     error_code: int = 0
-    #: The base offset. (v0-11)
+    #: The base offset. (v3-13)
     base_offset: int = 0
-    #: The timestamp returned by broker after appending the messages. If CreateTime is used for the topic, the timestamp will be -1. If LogAppendTime is used for the topic, the timestamp will be the broker local time when the messages are appended. (v2-11)
+    #: The timestamp returned by broker after appending the messages. If CreateTime is used for the topic, the timestamp will be -1. If LogAppendTime is used for the topic, the timestamp will be the broker local time when the messages are appended. (v3-13)
     log_append_time_ms: int = -1
-    #: The log start offset. (v5-11)
+    #: The log start offset. (v5-13)
     log_start_offset: int = -1
-    #: The batch indices of records that caused the batch to be dropped (v8-11)
+    #: The batch indices of records that caused the batch to be dropped. (v8-13)
     record_errors: tuple[BatchIndexAndErrorMessage, ...] = ()
-    #: The global error message summarizing the common root cause of the records that caused the batch to be dropped (v8-11; nullable v8-11)
+    #: The global error message summarizing the common root cause of the records that caused the batch to be dropped. (v8-13; nullable v8-13)
     error_message: str | None = None
-    #: (v10-11; tag 0)
+    #: The leader broker that the producer should use for future requests. (v10-13; tag 0)
     current_leader: LeaderIdAndEpoch = LeaderIdAndEpoch()
 
     def _write(self, w: Writer, version: int) -> None:
         w.int32(self.index)
         w.int16(self.error_code)
         w.int64(self.base_offset)
-        if version >= 2:
-            w.int64(self.log_append_time_ms)
+        w.int64(self.log_append_time_ms)
         if version >= 5:
             w.int64(self.log_start_offset)
         if version >= 8:
@@ -309,10 +315,7 @@ class PartitionProduceResponse:
         base_offset: int
         base_offset = r.int64()
         log_append_time_ms: int
-        if version >= 2:
-            log_append_time_ms = r.int64()
-        else:
-            log_append_time_ms = -1
+        log_append_time_ms = r.int64()
         log_start_offset: int
         if version >= 5:
             log_start_offset = r.int64()
@@ -352,18 +355,23 @@ class PartitionProduceResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicProduceResponse:
-    """TopicProduceResponse (in ProduceResponse, v0-11)."""
+    """TopicProduceResponse (in ProduceResponse, v3-13)."""
 
-    #: The topic name (v0-11)
+    #: The topic name. (v3-12)
     name: str = ""
-    #: Each partition that we produced to within the topic. (v0-11)
+    #: The unique topic ID (v13)
+    topic_id: uuid.UUID = ZERO_UUID
+    #: Each partition that we produced to within the topic. (v3-13)
     partition_responses: tuple[PartitionProduceResponse, ...] = ()
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 9:
-            w.compact_string(self.name)
-        else:
-            w.string(self.name)
+        if version <= 12:
+            if version >= 9:
+                w.compact_string(self.name)
+            else:
+                w.string(self.name)
+        if version >= 13:
+            w.uuid(self.topic_id)
         if version >= 9:
             w.uvarint(len(self.partition_responses) + 1)
             for _e15 in self.partition_responses:
@@ -378,10 +386,18 @@ class TopicProduceResponse:
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         name: str
-        if version >= 9:
-            name = r.compact_string()
+        if version <= 12:
+            if version >= 9:
+                name = r.compact_string()
+            else:
+                name = r.string()
         else:
-            name = r.string()
+            name = ""
+        topic_id: uuid.UUID
+        if version >= 13:
+            topic_id = r.uuid()
+        else:
+            topic_id = ZERO_UUID
         partition_responses: tuple[PartitionProduceResponse, ...]
         if version >= 9:
             _n17 = r.compact_array_length()
@@ -391,20 +407,20 @@ class TopicProduceResponse:
             partition_responses = tuple([PartitionProduceResponse._read(r, version) for _ in range(_n18)])
         if version >= 9:
             r.skip_tagged_fields()
-        return cls(name=name, partition_responses=partition_responses)
+        return cls(name=name, topic_id=topic_id, partition_responses=partition_responses)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeEndpoint:
-    """NodeEndpoint (in ProduceResponse, v10-11)."""
+    """NodeEndpoint (in ProduceResponse, v10-13)."""
 
-    #: The ID of the associated node. (v10-11)
+    #: The ID of the associated node. (v10-13)
     node_id: int = 0
-    #: The node's hostname. (v10-11)
+    #: The node's hostname. (v10-13)
     host: str = ""
-    #: The node's port. (v10-11)
+    #: The node's port. (v10-13)
     port: int = 0
-    #: The rack of the node, or null if it has not been assigned to a rack. (v10-11; nullable v10-11)
+    #: The rack of the node, or null if it has not been assigned to a rack. (v10-13; nullable v10-13)
     rack: str | None = None
 
     def _write(self, w: Writer, version: int) -> None:
@@ -430,24 +446,24 @@ class NodeEndpoint:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProduceResponse(Response):
-    """ProduceResponse (API key 0, versions 0-11, from ProduceResponse.json)."""
+    """ProduceResponse (API key 0, versions 3-13, from ProduceResponse.json)."""
 
     API_KEY: ClassVar[int] = 0
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 11
+    MIN_VERSION: ClassVar[int] = 3
+    MAX_VERSION: ClassVar[int] = 13
     FLEXIBLE_VERSION: ClassVar[int | None] = 9
 
-    #: Each produce response (v0-11)
+    #: Each produce response. (v3-13)
     responses: tuple[TopicProduceResponse, ...] = ()
-    #: The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (v1-11)
+    #: The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota. (v3-13)
     throttle_time_ms: int = 0
-    #: Endpoints for all current-leaders enumerated in PartitionProduceResponses, with errors NOT_LEADER_OR_FOLLOWER. (v10-11; tag 0)
+    #: Endpoints for all current-leaders enumerated in PartitionProduceResponses, with errors NOT_LEADER_OR_FOLLOWER. (v10-13; tag 0)
     node_endpoints: tuple[NodeEndpoint, ...] = ()
 
     def encode(self, version: int) -> bytes:
         """Encode the body (no header, no size prefix) at ``version``."""
-        if not 0 <= version <= 11:
-            raise UnsupportedVersionError(f"ProduceResponse version {version} is outside 0-11")
+        if not 3 <= version <= 13:
+            raise UnsupportedVersionError(f"ProduceResponse version {version} is outside 3-13")
         w = Writer()
         self._write(w, version)
         return bytes(w.buf)
@@ -455,8 +471,8 @@ class ProduceResponse(Response):
     @classmethod
     def decode(cls, data: bytes | bytearray | memoryview, version: int) -> Self:
         """Decode a body (no header, no size prefix) encoded at ``version``."""
-        if not 0 <= version <= 11:
-            raise UnsupportedVersionError(f"ProduceResponse version {version} is outside 0-11")
+        if not 3 <= version <= 13:
+            raise UnsupportedVersionError(f"ProduceResponse version {version} is outside 3-13")
         return cls._read(Reader(data), version)
 
     def _write(self, w: Writer, version: int) -> None:
@@ -468,8 +484,7 @@ class ProduceResponse(Response):
             w.int32(len(self.responses))
             for _e20 in self.responses:
                 _e20._write(w, version)
-        if version >= 1:
-            w.int32(self.throttle_time_ms)
+        w.int32(self.throttle_time_ms)
         if version >= 9:
             _tags21 = 0
             if version >= 10:
@@ -496,10 +511,7 @@ class ProduceResponse(Response):
             _n25 = r.array_length()
             responses = tuple([TopicProduceResponse._read(r, version) for _ in range(_n25)])
         throttle_time_ms: int
-        if version >= 1:
-            throttle_time_ms = r.int32()
-        else:
-            throttle_time_ms = 0
+        throttle_time_ms = r.int32()
         node_endpoints: tuple[NodeEndpoint, ...]
         node_endpoints = ()
         if version >= 9:

@@ -348,10 +348,10 @@ def _instrument(producer: Producer, trace: Trace, rows: Rows) -> Settled:
         mark(msgs, trio.current_time())
         succeed(msgs, base_offset, timestamp)
 
-    def on_fail(msgs: Any, cause: BaseException) -> None:
+    def on_fail(msgs: Any, cause: BaseException, *, reported: bool = False) -> None:
         msgs = list(msgs)
         mark(msgs, trio.current_time())
-        fail(msgs, cause)
+        fail(msgs, cause, reported=reported)
 
     ledger.succeed = on_succeed  # type: ignore[method-assign]
     ledger.fail = on_fail  # type: ignore[method-assign]

@@ -32,8 +32,12 @@ from pipeline.protocol.api import ApiKey
 from pipeline.protocol.records import Record, RecordBatch, decode_record_batches
 
 from . import handlers, produce
+from .coordinators import GROUP, TRANSACTION, Coordinators
 from .fault_api import RequestFaults
 from .faults import DROP, NO_RESPONSE, ControlContext, FaultHandle, FaultScript
+from .group_handlers import GROUP_VERSIONS, GroupApis, GroupQueries
+from .groups import GroupCoordinator
+from .offsets import OffsetStore
 from .sasl import FakeSasl
 from .server import FakeServer, RecordedRequest
 from .state import (
@@ -44,11 +48,14 @@ from .state import (
     ProducerIdManager,
     TopicState,
 )
+from .txn import TransactionCoordinator, TransactionMetadata
 
 __all__ = [
     "DROP",
+    "GROUP",
     "NO_RESPONSE",
     "SUPPORTED_VERSIONS",
+    "TRANSACTION",
     "ControlContext",
     "FakeCluster",
     "FakeSasl",
@@ -60,7 +67,7 @@ __all__ = [
 #: The versions the fake serves (Kafka 3.x-like; Fetch from v4, Produce from
 #: v3: RecordBatch v2 only).
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 11),
+    ApiKey.PRODUCE: (3, 12),
     ApiKey.FETCH: (4, 16),
     ApiKey.LIST_OFFSETS: (1, 8),
     ApiKey.METADATA: (1, 12),
@@ -68,6 +75,15 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (0, 7),
     ApiKey.DELETE_TOPICS: (0, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    # v4+ batch transactional ids for brokers (KIP-890 verification); clients send v0-3
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 2),
+    **GROUP_VERSIONS,  # JoinGroup... DescribeGroups: what Kafka 4.1 serves
 }
 
 
@@ -80,7 +96,7 @@ class LogEntry:
     batch: RecordBatch
 
 
-class FakeCluster(RequestFaults):
+class FakeCluster(RequestFaults, GroupQueries):
     """A Kafka-faithful in-process cluster. Start it with `await nursery.start(fake.run)`.
 
     Args:
@@ -104,10 +120,24 @@ class FakeCluster(RequestFaults):
         api_versions: override the served version ranges {api_key: (min, max)}.
         sasl: make every listener SASL_PLAINTEXT with these mechanisms, users and
             session lifetime (`fake/sasl.py`: Kafka's authentication rules).
+        group_initial_rebalance_delay: Kafka's group.initial.rebalance.delay.ms, in
+            seconds: how long the first rebalance of an empty group waits for more
+            members (0, as the test KafkaCluster is configured; Kafka's default is 3).
         first_producer_id: the first producer id InitProducerId hands out. A new
             Kafka cluster starts at 0 (its ProducerIdManager's first block); 1000
             by default, so an id is never mistaken for a count or an offset in
             tests. 0 reaches code that must treat id 0 as a real id.
+        transaction_version: the finalized ``transaction.version`` ApiVersions lists
+            (2 as a fresh Kafka 4.x cluster, 1 for an older or not yet upgraded one, 0:
+            not listed). Like Kafka 4.1, the fake takes the protocol from each request's
+            version (`fake/txn.py`); clients read this level to choose it.
+        max_transaction_timeout_ms: Kafka's transaction.max.timeout.ms.
+        txn_marker_delay: seconds between the end of a transaction (EndTxn, a timeout,
+            a fencing InitProducerId) and its markers; meanwhile it is PrepareCommit /
+            PrepareAbort (CONCURRENT_TRANSACTIONS). 0: written before EndTxn answers.
+
+    Transactions (`fake/txn.py`), coordinators (`fake/coordinators.py`: ``coordinator``,
+    ``move_coordinator``) and committed offsets (``offsets``, `fake/offsets.py`).
     """
 
     def __init__(
@@ -126,6 +156,10 @@ class FakeCluster(RequestFaults):
         cluster_id: str = "fake-cluster",
         sasl: FakeSasl | None = None,
         first_producer_id: int = 1000,
+        transaction_version: int = 2,
+        max_transaction_timeout_ms: int = 900_000,
+        txn_marker_delay: float = 0.0,
+        group_initial_rebalance_delay: float = 0.0,
     ) -> None:
         if brokers < 1:
             raise ValueError("need at least one broker")
@@ -141,6 +175,9 @@ class FakeCluster(RequestFaults):
                 default_replication_factor=min(3, brokers),
                 strict_unknown_producer=strict_unknown_producer,
                 cluster_id=cluster_id,
+                features={"transaction.version": transaction_version},
+                max_transaction_timeout_ms=max_transaction_timeout_ms,
+                txn_marker_delay=txn_marker_delay,
             ),
             brokers={n: BrokerState(n, f"fake-{n}", 9092) for n in range(brokers)},
             pids=ProducerIdManager(first_producer_id),
@@ -151,8 +188,21 @@ class FakeCluster(RequestFaults):
             self.supported.setdefault(ApiKey.SASL_HANDSHAKE, (0, 1))
             self.supported.setdefault(ApiKey.SASL_AUTHENTICATE, (0, 2))
         self._script = FaultScript()
+        #: which broker coordinates each group and transactional id
+        self.coordinators = Coordinators(self.state)
+        #: committed consumer-group offsets, plain and transactional
+        self.offsets = OffsetStore()
+        #: the classic group coordinator (every group of the cluster)
+        self.group_coordinator = GroupCoordinator(
+            initial_rebalance_delay=group_initial_rebalance_delay, seed=seed)
+        self._groups = GroupApis(self.state, self.group_coordinator, self.coordinators,
+                                 self.offsets)
+        self.txn = TransactionCoordinator(
+            self.state, self.coordinators, self.offsets, lambda: self._server.data_arrived()
+        )
         self._server = FakeServer(
-            self, self.state, self.supported, self._script, self._create, sasl
+            self, self.state, self.supported, self._script, self._create, sasl,
+            coordinators=self.coordinators, txn=self.txn, groups=self._groups,
         )
         #: every request received, in arrival order
         self.requests: list[RecordedRequest] = self._server.requests
@@ -176,6 +226,8 @@ class FakeCluster(RequestFaults):
             if self.tcp:
                 for b in self.state.brokers.values():
                     self._listen(b, port=0)
+            nursery.start_soon(self.txn.run)
+            nursery.start_soon(self.group_coordinator.run)
             task_status.started(self)
             try:
                 await trio.sleep_forever()
@@ -317,6 +369,40 @@ class FakeCluster(RequestFaults):
             for p in t.partitions:
                 if partition is None or p.index == partition:
                     produce.reset_producer_state(p)
+
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """The partition's LSO: the first offset of its oldest open transaction, else the
+        high watermark (a read_committed reader stops here)."""
+        return self.partition(topic, partition).last_stable_offset
+
+    # ------------------------------------------------------------------ coordinators
+
+    def coordinator(self, key: str, key_type: int = TRANSACTION) -> int:
+        """The broker coordinating transactional id (``key_type=TRANSACTION``) or group
+        (``GROUP``) ``key`` now."""
+        return self.coordinators.node_for(key_type, key)
+
+    def move_coordinator(self, key: str, to: int | None = None, *,
+                         key_type: int = TRANSACTION) -> int:
+        """Move ``key``'s coordinator (to ``to``, else a seeded random other running
+        broker), as a leader election of its internal partition would: the old broker
+        answers NOT_COORDINATOR, FindCoordinator names the new one, the state moves with
+        it. Returns the new coordinator."""
+        current = self.coordinators.node_for(key_type, key)
+        if to is None:
+            choices = [b.node_id for b in self.state.alive_brokers() if b.node_id != current]
+            if not choices:
+                raise ValueError("no other running broker to move the coordinator to")
+            to = self.rng.choice(choices)
+        self.coordinators.move(key_type, key, to)
+        return to
+
+    def transaction(self, transactional_id: str) -> TransactionMetadata:
+        """The coordinator's state of a transactional id (KeyError if it has none)."""
+        meta = self.txn.get(transactional_id)
+        if meta is None:
+            raise KeyError(transactional_id)
+        return meta
 
     def log(self, topic: str, partition: int) -> list[LogEntry]:
         """Every record of a partition, decoded from the stored batches."""

@@ -102,6 +102,10 @@ def touched(api_key: int, request: Any) -> list[tuple[str | None, int | None]]:
         return [(t.name, None) for t in request.topics]
     if api_key == ApiKey.DELETE_TOPICS:
         return [(n, None) for n in request.topic_names] + [(t.name, None) for t in request.topics]
+    if api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
+        return [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    if api_key == ApiKey.TXN_OFFSET_COMMIT:
+        return [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     return []
 
 

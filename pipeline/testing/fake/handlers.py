@@ -1,4 +1,4 @@
-"""ApiVersions, Metadata, CreateTopics, DeleteTopics, ListOffsets and Fetch.
+"""ApiVersions, Metadata, CreateTopics and DeleteTopics.
 
 Kafka 3.x behaviour, deliberately unlike tansu where the two differ:
 
@@ -7,12 +7,8 @@ Kafka 3.x behaviour, deliberately unlike tansu where the two differ:
   response that creates it says LEADER_NOT_AVAILABLE (5) with no partitions,
   as Kafka's does; the next Metadata sees it.
 * A stopped broker disappears from Metadata's broker list.
-* ListOffsets: -2 earliest, -1 latest (the high watermark), -3 max timestamp
-  (v7+), else the first offset whose timestamp is >= the one asked for.
-* Fetch (v4-v12, by topic name) returns the stored batches' bytes from the
-  batch holding `fetch_offset`, at least one batch even past
-  `partition_max_bytes` (KIP-74), and waits up to `max_wait_ms` for
-  `min_bytes`.
+* ListOffsets and Fetch: `reads.py`.
+* ApiVersions v3+ lists the finalized features (`FakeCluster(transaction_version=)`).
 """
 
 from __future__ import annotations
@@ -22,14 +18,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import trio
-
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages import api_versions as av
 from pipeline.protocol.messages import create_topics as ct
 from pipeline.protocol.messages import delete_topics as dt
-from pipeline.protocol.messages import fetch as fm
-from pipeline.protocol.messages import list_offsets as lo
 from pipeline.protocol.messages import metadata as md
 
 from .state import FakeState, PartitionState, TopicState
@@ -90,13 +82,21 @@ def new_topic(
 
 
 def handle_api_versions(
-    supported: dict[int, tuple[int, int]], injected: int | None
+    supported: dict[int, tuple[int, int]], injected: int | None,
+    features: dict[str, int] | None = None,
 ) -> av.ApiVersionsResponse:
     keys = tuple(
         av.ApiVersion(api_key=k, min_version=lo_, max_version=hi)
         for k, (lo_, hi) in sorted(supported.items())
     )
-    return av.ApiVersionsResponse(error_code=injected or 0, api_keys=keys)
+    finalized = tuple(
+        av.FinalizedFeatureKey(name=name, min_version_level=level, max_version_level=level)
+        for name, level in sorted((features or {}).items()) if level > 0  # 0: not listed
+    )
+    return av.ApiVersionsResponse(
+        error_code=injected or 0, api_keys=keys, finalized_features=finalized,
+        finalized_features_epoch=1 if finalized else -1,
+    )
 
 
 # --------------------------------------------------------------------------
@@ -307,176 +307,6 @@ def handle_delete_topics(
                 kwargs["topic_id"] = found.topic_id
         results.append(dt.DeletableTopicResult(name=name_out, error_code=code, **kwargs))
     return dt.DeleteTopicsResponse(responses=tuple(results))
-
-
-# --------------------------------------------------------------------------
-# ListOffsets
-
-
-def _leader_epoch_error(part: PartitionState, requested: int) -> int:
-    if requested < 0 or requested == part.leader_epoch:
-        return 0
-    if requested < part.leader_epoch:
-        return int(ErrorCode.FENCED_LEADER_EPOCH)
-    return int(ErrorCode.UNKNOWN_LEADER_EPOCH)
-
-
-def _partition_check(
-    state: FakeState, node_id: int, topic: str, index: int, epoch: int
-) -> tuple[int, PartitionState | None]:
-    part = state.partition(topic, index)
-    if part is None:
-        return int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), None
-    code = _leader_epoch_error(part, epoch)
-    if code:
-        return code, None
-    if part.leader != node_id:
-        return int(ErrorCode.NOT_LEADER_OR_FOLLOWER), None
-    return 0, part
-
-
-def handle_list_offsets(
-    state: FakeState,
-    node_id: int,
-    version: int,
-    request: lo.ListOffsetsRequest,
-    inject: Inject,
-    decode_timestamps: Callable[[PartitionState, int], tuple[int, int]],
-) -> lo.ListOffsetsResponse:
-    topics_out = []
-    for t in request.topics:
-        parts_out = []
-        for p in t.partitions:
-            injected = inject(t.name, p.partition_index)
-            if injected is not None:
-                code, part = injected, None
-            else:
-                code, part = _partition_check(
-                    state, node_id, t.name, p.partition_index, p.current_leader_epoch
-                )
-            if part is None:
-                parts_out.append(
-                    lo.ListOffsetsPartitionResponse(
-                        partition_index=p.partition_index, error_code=code, timestamp=-1, offset=-1
-                    )
-                )
-                continue
-            ts, offset = -1, -1
-            if p.timestamp == -2:
-                offset = part.log_start_offset
-            elif p.timestamp == -1:
-                offset = part.high_watermark
-            else:
-                ts, offset = decode_timestamps(part, p.timestamp)
-            parts_out.append(
-                lo.ListOffsetsPartitionResponse(
-                    partition_index=p.partition_index,
-                    error_code=0,
-                    timestamp=ts,
-                    offset=offset,
-                    leader_epoch=part.leader_epoch,
-                )
-            )
-        topics_out.append(lo.ListOffsetsTopicResponse(name=t.name, partitions=tuple(parts_out)))
-    return lo.ListOffsetsResponse(topics=tuple(topics_out))
-
-
-# --------------------------------------------------------------------------
-# Fetch
-
-
-async def handle_fetch(
-    state: FakeState,
-    node_id: int,
-    version: int,
-    request: fm.FetchRequest,
-    inject: Inject,
-    wait_for_data: Callable[[float], Any],
-) -> fm.FetchResponse:
-    deadline = trio.current_time() + max(0, request.max_wait_ms) / 1000
-    while True:
-        response, total = _fetch_once(state, node_id, version, request, inject)
-        if total >= max(1, request.min_bytes) or trio.current_time() >= deadline:
-            return response
-        await wait_for_data(deadline)
-
-
-def _fetch_once(
-    state: FakeState, node_id: int, version: int, request: fm.FetchRequest, inject: Inject
-) -> tuple[fm.FetchResponse, int]:
-    total = 0
-    budget = request.max_bytes if version >= 3 else 2**31 - 1
-    topics_out = []
-    errors = False
-    by_id = {tp.topic_id: tp.name for tp in state.topics.values()} if version >= 13 else {}
-    for t in request.topics:
-        parts_out = []
-        name = by_id.get(t.topic_id) if version >= 13 else t.topic
-        for p in t.partitions:
-            injected = inject(name, p.partition)
-            if injected is not None:
-                code, part = injected, None
-            elif name is None:
-                code, part = int(ErrorCode.UNKNOWN_TOPIC_ID), None
-            else:
-                code, part = _partition_check(
-                    state, node_id, name, p.partition, p.current_leader_epoch
-                )
-            if part is None:
-                errors = True
-                parts_out.append(
-                    fm.PartitionData(
-                        partition_index=p.partition,
-                        error_code=code,
-                        high_watermark=-1,
-                        records=None,
-                    )
-                )
-                continue
-            hw = part.high_watermark
-            if p.fetch_offset < part.log_start_offset or p.fetch_offset > hw:
-                errors = True
-                parts_out.append(
-                    fm.PartitionData(
-                        partition_index=p.partition,
-                        error_code=ErrorCode.OFFSET_OUT_OF_RANGE,
-                        high_watermark=hw,
-                        last_stable_offset=hw,
-                        log_start_offset=part.log_start_offset,
-                        records=None,
-                    )
-                )
-                continue
-            chunks: list[bytes] = []
-            size = 0
-            limit = min(p.partition_max_bytes, budget)
-            for stored in part.batches[part.index_of_offset(p.fetch_offset) :]:
-                if chunks and size + len(stored.data) > limit:
-                    break
-                if not chunks and total > 0 and len(stored.data) > budget:
-                    break  # KIP-74: only the first partition may exceed the budget
-                chunks.append(stored.data)
-                size += len(stored.data)
-            budget -= size
-            total += size
-            parts_out.append(
-                fm.PartitionData(
-                    partition_index=p.partition,
-                    error_code=0,
-                    high_watermark=hw,
-                    last_stable_offset=hw,
-                    log_start_offset=part.log_start_offset,
-                    records=b"".join(chunks),
-                )
-            )
-        topics_out.append(
-            fm.FetchableTopicResponse(
-                topic=t.topic, topic_id=t.topic_id, partitions=tuple(parts_out)
-            )
-        )
-    if errors:
-        total = max(total, 1)  # an error answers at once, as Kafka does
-    return fm.FetchResponse(error_code=0, session_id=0, responses=tuple(topics_out)), total
 
 
 def random_uuid(bits: int) -> uuid.UUID:

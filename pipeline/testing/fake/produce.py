@@ -35,6 +35,12 @@ Per partition, in Kafka's order (`ReplicaManager.appendToLocalLog`,
      first sequence was not 0; `FakeCluster(strict_unknown_producer=True)`
      restores that so clients can exercise their 59 path.
 
+Transactional batches (the transactional bit set) are first checked with the
+transaction coordinator (`txn.py`, `TransactionCoordinator.verify_produce`: Produce v12+
+adds the partition to the transaction, older versions need AddPartitionsToTxn first), and
+once appended open the producer's transaction in the partition (the last stable offset
+stops there until its marker).
+
 acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS). With acks=0 nothing is
 answered, and, as Kafka does, a partition error closes the connection so the
 client refreshes its metadata.
@@ -64,9 +70,11 @@ from .state import (
     ProducerEntry,
     StoredBatch,
     in_sequence,
+    open_transaction,
     parse_batch_header,
     restamp_offsets,
 )
+from .txn import TransactionCoordinator
 
 # (topic, partition) -> injected error code or None
 Inject = Callable[[str | None, int | None], int | None]
@@ -83,7 +91,8 @@ class ProduceOutcome:
 
 
 def handle_produce(
-    state: FakeState, node_id: int, version: int, request: pm.ProduceRequest, inject: Inject
+    state: FakeState, node_id: int, version: int, request: pm.ProduceRequest, inject: Inject,
+    txn: TransactionCoordinator | None = None,
 ) -> ProduceOutcome:
     if request.acks not in (-1, 0, 1):
         code = int(ErrorCode.INVALID_REQUIRED_ACKS)
@@ -109,7 +118,8 @@ def handle_produce(
                 resp = _partition_error(p.index, injected)
             else:
                 resp = _produce_partition(
-                    state, node_id, request.acks, t.name, p.index, p.records
+                    state, node_id, request.acks, t.name, p.index, p.records,
+                    verify=_verifier(txn, version, request.transactional_id),
                 )
             if resp.error_code != 0:
                 any_error = True
@@ -193,6 +203,18 @@ def _split_batches(data: bytes) -> list[bytes] | int:
     return out
 
 
+#: (topic, partition, producer id, epoch) -> an error code, or None to append
+Verify = Callable[[str, int, int, int], int | None]
+
+
+def _verifier(txn: TransactionCoordinator | None, version: int,
+              transactional_id: str | None) -> Verify | None:
+    if txn is None:
+        return None
+    return lambda topic, index, pid, epoch: txn.verify_produce(
+        version, transactional_id, pid, epoch, topic, index)
+
+
 def _produce_partition(
     state: FakeState,
     node_id: int,
@@ -200,6 +222,7 @@ def _produce_partition(
     topic: str,
     index: int,
     records: bytes | None,
+    verify: Verify | None = None,
 ) -> pm.PartitionProduceResponse:
     part = state.partition(topic, index)
     if part is None:
@@ -231,6 +254,11 @@ def _produce_partition(
     if len(raw) > topic_state.config_int("segment.bytes", state.config.segment_bytes):
         # UnifiedLog.append, after validation and before the producer-state checks
         return _partition_error(index, ErrorCode.RECORD_LIST_TOO_LARGE)
+
+    if header.is_transactional and verify is not None and header.producer_id >= 0:
+        code = verify(topic, index, header.producer_id, header.producer_epoch)
+        if code is not None:
+            return _partition_error(index, code)
 
     now = trio.current_time()
     pid = header.producer_id
@@ -267,6 +295,8 @@ def _produce_partition(
         state_lost=pid >= 0 and entry is None and pid in part.forgotten,
     )
     part.append(stored)
+    if header.is_transactional and pid >= 0:
+        open_transaction(part, pid, base_offset)
     if pid >= 0:
         if entry is None or entry.epoch != header.producer_epoch:
             # a new epoch starts an empty entry, as Kafka's ProducerAppendInfo does
@@ -309,7 +339,8 @@ def reset_producer_state(part: PartitionState) -> None:
 
 
 def handle_init_producer_id(
-    state: FakeState, version: int, request: ipi.InitProducerIdRequest, injected: int | None
+    state: FakeState, version: int, request: ipi.InitProducerIdRequest, injected: int | None,
+    txn: TransactionCoordinator | None = None, node_id: int = -1,
 ) -> ipi.InitProducerIdResponse:
     """A new producer id with epoch 0, as Kafka gives any InitProducerId without a
     transactional id (`TransactionCoordinator.handleInitProducerId`: "if the
@@ -319,8 +350,8 @@ def handle_init_producer_id(
     Produce rules above accept a higher epoch that starts at sequence 0.
 
     A producer id set without an epoch, or the reverse, is INVALID_REQUEST
-    (KafkaApis.handleInitProducerIdRequest). Transactions are not supported: a
-    transactional id is answered with COORDINATOR_NOT_AVAILABLE.
+    (KafkaApis.handleInitProducerIdRequest). A transactional id is the transaction
+    coordinator's (`txn.py`).
     """
 
     def fail(code: int) -> ipi.InitProducerIdResponse:
@@ -331,7 +362,9 @@ def handle_init_producer_id(
     if version >= 3 and (request.producer_id == -1) != (request.producer_epoch == -1):
         return fail(ErrorCode.INVALID_REQUEST)
     if request.transactional_id is not None:
-        return fail(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if txn is None:
+            return fail(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return txn.init_producer_id(node_id, version, request, state.pids.allocate)
     return ipi.InitProducerIdResponse(
         error_code=0, producer_id=state.pids.allocate(), producer_epoch=0
     )

@@ -11,7 +11,7 @@ while a request is in flight). Handling a request goes:
    returns something decides (a response object, `DROP`, `NO_RESPONSE`);
 4. apply the scripted faults: `delay_responses(before_apply=True)`,
    `fail_next` (error codes instead of handling, nothing applied), then the
-   normal handler (`produce.py`, `handlers.py`; Metadata from a
+   normal handler (`produce.py`, `handlers.py`, `group_handlers.py`; Metadata from a
    `stale_metadata` snapshot), then `fail_after_apply` (the write happened,
    the answer is an error), `drop_response_after_apply` (the write happened,
    the ack is lost) and `delay_responses`;
@@ -39,10 +39,14 @@ from pipeline.protocol.messages import REQUESTS
 from pipeline.protocol.records import RecordBatch, decode_record_batches
 from pipeline.protocol.versions import unsupported_api_versions_response
 
-from . import handlers, produce
+from . import handlers, produce, reads
+from .coordinators import Coordinators, handle_find_coordinator
 from .faults import DROP, NO_RESPONSE, ControlContext, FaultScript
+from .group_handlers import GROUP_APIS, GroupApis
 from .sasl import ConnAuth, FakeSasl
 from .state import FakeState, PartitionState, TopicState
+from .txn import TransactionCoordinator
+from .txn_views import describe_transactions, list_transactions
 
 __all__ = ["MAX_FRAME", "Conn", "FakeServer", "RecordedRequest"]
 
@@ -88,6 +92,10 @@ class FakeServer:
         script: FaultScript,
         create: CreateTopic,
         sasl: FakeSasl | None = None,
+        *,
+        coordinators: Coordinators,
+        txn: TransactionCoordinator,
+        groups: GroupApis,
     ) -> None:
         self._owner = owner  # the FakeCluster, for ControlContext.cluster
         self.sasl = sasl  # SASL_PLAINTEXT listeners (Kafka's rules), or none
@@ -95,6 +103,9 @@ class FakeServer:
         self.supported = supported  # {api_key: (min, max)} served
         self.script = script
         self._create = create
+        self.coordinators = coordinators  # who coordinates which group / transactional id
+        self.txn = txn  # the transaction coordinator (every broker's share of it)
+        self.groups = groups  # the classic group coordinator's APIs
         #: every request received, in arrival order
         self.requests: list[RecordedRequest] = []
         self.conns: set[Conn] = set()
@@ -239,7 +250,7 @@ class FakeServer:
 
         answer, close = await self._dispatch(
             node_id, api_key, version, request, inject,
-            stale.snapshot if stale is not None else None,
+            stale.snapshot if stale is not None else None, client_id,
         )
         if error_after is not None and answer is not None:
             answer = produce.errors_after_apply(
@@ -273,17 +284,22 @@ class FakeServer:
         request: Any,
         inject: Callable[[str | None, int | None], int | None],
         metadata_view: FakeState | None = None,
+        client_id: str | None = None,
     ) -> tuple[Any, bool]:
         state = self.state
+        if api_key in GROUP_APIS:
+            return await self.groups.handle(node_id, api_key, version, request, client_id,
+                                            inject), False
         if api_key == ApiKey.PRODUCE:
             hw_before = self._total_hw()
-            outcome = produce.handle_produce(state, node_id, version, request, inject)
+            outcome = produce.handle_produce(state, node_id, version, request, inject, self.txn)
             if self._total_hw() != hw_before:
-                self._data_event.set()
-                self._data_event = trio.Event()
+                self.data_arrived()
             return outcome.response, outcome.close
         if api_key == ApiKey.API_VERSIONS:
-            return handlers.handle_api_versions(self.supported, inject(None, None)), False
+            return handlers.handle_api_versions(
+                self.supported, inject(None, None), state.config.features
+            ), False
         if api_key == ApiKey.METADATA:
             return (
                 handlers.handle_metadata(
@@ -303,8 +319,11 @@ class FakeServer:
             )
         if api_key == ApiKey.INIT_PRODUCER_ID:
             return produce.handle_init_producer_id(
-                state, version, request, inject(None, None)
+                state, version, request, inject(None, None), self.txn, node_id
             ), False
+        txn = self._transactions(node_id, api_key, version, request, inject)
+        if txn is not None:
+            return txn, False
         if api_key == ApiKey.CREATE_TOPICS:
             return handlers.handle_create_topics(
                 state, version, request, inject, self._create
@@ -312,14 +331,46 @@ class FakeServer:
         if api_key == ApiKey.DELETE_TOPICS:
             return handlers.handle_delete_topics(state, version, request, inject), False
         if api_key == ApiKey.LIST_OFFSETS:
-            return handlers.handle_list_offsets(
+            return reads.handle_list_offsets(
                 state, node_id, version, request, inject, _offset_for_time
             ), False
         if api_key == ApiKey.FETCH:
-            return await handlers.handle_fetch(
+            return await reads.handle_fetch(
                 state, node_id, version, request, inject, self._wait_for_data
             ), False
         raise AssertionError(f"unhandled api {api_key}")  # pragma: no cover
+
+    def _transactions(
+        self,
+        node_id: int,
+        api_key: int,
+        version: int,
+        request: Any,
+        inject: Callable[[str | None, int | None], int | None],
+    ) -> Response | None:
+        """FindCoordinator and the transaction APIs (`coordinators.py`, `txn.py`)."""
+        txn = self.txn
+        if api_key == ApiKey.FIND_COORDINATOR:
+            return handle_find_coordinator(self.coordinators, self.state, version, request, inject)
+        if api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
+            return txn.add_partitions(node_id, version, request, inject)
+        if api_key == ApiKey.ADD_OFFSETS_TO_TXN:
+            return txn.add_offsets(node_id, version, request, inject(None, None))
+        if api_key == ApiKey.END_TXN:
+            return txn.end_txn(node_id, version, request, inject(None, None),
+                               self.state.pids.allocate)
+        if api_key == ApiKey.TXN_OFFSET_COMMIT:
+            return txn.txn_offset_commit(node_id, version, request, inject)
+        if api_key == ApiKey.DESCRIBE_TRANSACTIONS:
+            return describe_transactions(txn, node_id, request, inject(None, None))
+        if api_key == ApiKey.LIST_TRANSACTIONS:
+            return list_transactions(txn, node_id, version, request, inject(None, None))
+        return None
+
+    def data_arrived(self) -> None:
+        """A log grew (a produce, a transaction marker): wake the waiting fetches."""
+        self._data_event.set()
+        self._data_event = trio.Event()
 
     def _total_hw(self) -> int:
         return sum(p.high_watermark for t in self.state.topics.values() for p in t.partitions)

@@ -18,6 +18,11 @@ Theory of operation (the parts Kafka is picky about):
   only ever bumped by the producer itself (KIP-360, the Java client's way).
 * The ISR of a partition is its replicas on running brokers (a stopped
   broker leaves every ISR at once, as a fenced Kafka broker does).
+* Transactions, per partition as Kafka's ``ProducerStateManager`` keeps them: the first
+  offset of each producer's open transaction (the last stable offset is the smallest, else
+  the high watermark) and the aborted transactions with the offset of their ABORT marker,
+  which Fetch lists for read_committed readers. The transaction coordinator is
+  ``txn.py``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import struct
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from pipeline.protocol.records import encode_end_txn_marker
 
 # Record batch v2 header layout (Kafka's DefaultRecordBatch).
 BATCH_HEADER_SIZE = 61
@@ -136,6 +143,15 @@ class ProducerEntry:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """A transaction aborted in one partition: its producer, first offset, ABORT marker."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
 @dataclass(slots=True)
 class StoredBatch:
     base_offset: int
@@ -162,11 +178,27 @@ class PartitionState:
     producers: dict[int, ProducerEntry] = field(default_factory=dict)
     log_start_offset: int = 0
     forgotten: set[int] = field(default_factory=set)  # producer ids whose state was lost
+    #: producer id -> first offset of its open transaction here (bounds the LSO)
+    open_txns: dict[int, int] = field(default_factory=dict)
+    #: aborted transactions in marker order (a read_committed Fetch lists those it overlaps)
+    aborted_txns: list[AbortedTxn] = field(default_factory=list)
 
     @property
     def high_watermark(self) -> int:
         """Log end offset; with one in-sync copy it is also the high watermark."""
         return self.batches[-1].last_offset + 1 if self.batches else self.log_start_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, else the high watermark: a
+        read_committed reader sees nothing at or beyond it."""
+        return min(self.open_txns.values(), default=self.high_watermark)
+
+    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions a Fetch of offsets ``[start, end)`` must list: those
+        whose range (first offset to ABORT marker) overlaps it (Kafka's
+        ``collectAbortedTransactions``)."""
+        return [a for a in self.aborted_txns if a.last_offset >= start and a.first_offset < end]
 
     def append(self, batch: StoredBatch) -> None:
         self.batches.append(batch)
@@ -222,6 +254,13 @@ class FakeConfig:
     default_replication_factor: int
     strict_unknown_producer: bool
     cluster_id: str
+    #: finalized feature levels ApiVersions lists (KIP-584), e.g. transaction.version
+    features: dict[str, int] = field(default_factory=dict)
+    #: transaction.max.timeout.ms: InitProducerId with a longer timeout is refused
+    max_transaction_timeout_ms: int = 900_000
+    #: seconds between an EndTxn (or a timeout, or a fencing InitProducerId) and its
+    #: markers: meanwhile the transaction is PrepareCommit / PrepareAbort
+    txn_marker_delay: float = 0.0
 
 
 @dataclass(slots=True)
@@ -272,3 +311,29 @@ class FakeState:
         if t is None or not 0 <= index < len(t.partitions):
             return None
         return t.partitions[index]
+
+
+def append_marker(part: PartitionState, producer_id: int, epoch: int, *, commit: bool,
+                  coordinator_epoch: int, timestamp_ms: int, now: float) -> None:
+    """Append a COMMIT / ABORT marker to ``part`` and end the producer's transaction there:
+    its open range closes (an aborted one is listed for read_committed fetches), and its
+    producer state moves to the marker's epoch (a newer epoch starts with no sequences,
+    so the producer's older epoch is fenced here too)."""
+    base = part.high_watermark
+    data = encode_end_txn_marker(commit=commit, producer_id=producer_id, producer_epoch=epoch,
+                                 coordinator_epoch=coordinator_epoch, timestamp=timestamp_ms,
+                                 base_offset=base, partition_leader_epoch=part.leader_epoch)
+    part.append(StoredBatch(base_offset=base, last_offset=base, data=data,
+                            max_timestamp=timestamp_ms, append_time=now))
+    first = part.open_txns.pop(producer_id, None)
+    if first is not None and not commit:
+        part.aborted_txns.append(AbortedTxn(producer_id, first, base))
+    entry = part.producers.get(producer_id)
+    if entry is None or entry.epoch < epoch:
+        part.producers[producer_id] = ProducerEntry(producer_id, epoch)
+
+
+def open_transaction(part: PartitionState, producer_id: int, offset: int) -> None:
+    """A transactional batch was appended at ``offset``: the producer's transaction is
+    open here from its first batch on."""
+    part.open_txns.setdefault(producer_id, offset)

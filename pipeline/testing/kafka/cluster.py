@@ -109,6 +109,11 @@ class KafkaCluster(SecuredClient):
       startup_timeout: seconds for the whole cluster to become ready.
       class_data_sharing: start nodes from a CDS archive of their start-up classes (made
           once per machine: see :mod:`pipeline.testing.kafka.cds`).
+      features: ``{feature: level}`` the storage is formatted with (``StorageTool format
+          --feature``), over the release's defaults; e.g. ``{"transaction.version": 1}``
+          for a Kafka 4.x cluster on the transactions v1 protocol (a fresh 4.1 cluster
+          finalizes ``transaction.version`` 2, KIP-890). Clients read the finalized levels
+          from ApiVersions.
       security_protocol, scram_users, sasl_mechanisms, ssl_client_auth: see ``security.py``.
     """
 
@@ -127,25 +132,10 @@ class KafkaCluster(SecuredClient):
         scram_users: Mapping[str, str] | None = None,
         sasl_mechanisms: Sequence[str] | None = None,
         ssl_client_auth: str = "none",
+        features: Mapping[str, int] | None = None,
     ) -> None:
-        if not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= 9:
-            raise ValueError(f"nodes must be an int from 1 to 9, not {nodes!r}")
-        config = dict(broker_config or {})
-        bad = {k: v for k, v in config.items() if not isinstance(k, str) or not isinstance(v, str)}
-        if bad:
-            raise ValueError(f"broker_config keys and values must be strings, got {bad!r}")
-        owned = sorted(set(config) & settings.OWNED)
-        if owned:
-            raise ValueError(
-                f"broker_config may not set {', '.join(owned)}: KafkaCluster sets listeners, "
-                "node ids, the quorum and directories itself (see advertised_ports and workdir)"
-            )
-        ids = list(range(1, nodes + 1))
-        if advertised_ports is not None and sorted(advertised_ports) != ids:
-            raise ValueError(
-                f"advertised_ports needs exactly one port per node {ids}, got "
-                f"{dict(advertised_ports)!r}"
-            )
+        ids, config = settings.check_layout(nodes, broker_config, advertised_ports)
+        self.features = settings.check_features(features)
         self._init_security(security_protocol, scram_users, sasl_mechanisms, ssl_client_auth)
         self._ids = ids
         self.broker_config = config
@@ -330,7 +320,8 @@ class KafkaCluster(SecuredClient):
             config.update(self.broker_config)
             self._nodes[n] = KafkaNode(n, plan[n], directory, java=java, classpath=classpath,
                                        jvm_options=jvm_options, config=config,
-                                       format_args=self.security.format_args())
+                                       format_args=[*self.security.format_args(),
+                                                    *settings.feature_args(self.features)])
             self._nodes[n].write_files()
 
     def _train(self, extra_jvm_options: Sequence[str]) -> None:

@@ -20,6 +20,9 @@ __all__ = [
     "HOST",
     "OWNED",
     "PROBE_TOPIC",
+    "check_features",
+    "check_layout",
+    "feature_args",
     "free_ports",
     "new_cluster_id",
     "node_config",
@@ -40,6 +43,49 @@ OWNED = frozenset({
 })
 
 
+def check_layout(nodes: int, broker_config: Mapping[str, str] | None,
+                 advertised_ports: Mapping[int, int] | None) -> tuple[list[int], dict[str, str]]:
+    """KafkaCluster's node count, broker settings and advertised ports checked: (the node
+    ids, the settings); a ValueError says what is wrong."""
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= 9:
+        raise ValueError(f"nodes must be an int from 1 to 9, not {nodes!r}")
+    config = dict(broker_config or {})
+    bad = {k: v for k, v in config.items() if not isinstance(k, str) or not isinstance(v, str)}
+    if bad:
+        raise ValueError(f"broker_config keys and values must be strings, got {bad!r}")
+    owned = sorted(set(config) & OWNED)
+    if owned:
+        raise ValueError(
+            f"broker_config may not set {', '.join(owned)}: KafkaCluster sets listeners, "
+            "node ids, the quorum and directories itself (see advertised_ports and workdir)"
+        )
+    ids = list(range(1, nodes + 1))
+    if advertised_ports is not None and sorted(advertised_ports) != ids:
+        raise ValueError(
+            f"advertised_ports needs exactly one port per node {ids}, got "
+            f"{dict(advertised_ports)!r}"
+        )
+    return ids, config
+
+
+def check_features(features: Mapping[str, int] | None) -> dict[str, int]:
+    """Feature levels to format the storage with, checked (names, levels 0..32767)."""
+    out: dict[str, int] = {}
+    for name, level in (features or {}).items():
+        if (not isinstance(name, str) or not name or "=" in name or not isinstance(level, int)
+                or isinstance(level, bool) or not 0 <= level <= 32767):
+            raise ValueError(
+                f"features maps a feature name to a level from 0 to 32767 (e.g. "
+                f"{{'transaction.version': 1}}), got {name!r}: {level!r}")
+        out[name] = level
+    return out
+
+
+def feature_args(features: Mapping[str, int]) -> list[str]:
+    """``StorageTool format`` arguments setting ``features`` (``--feature name=level``)."""
+    return [arg for name, level in features.items() for arg in ("--feature", f"{name}={level}")]
+
+
 def test_kit_config(nodes: int) -> dict[str, str]:
     """Broker settings for tests (overridable by ``broker_config``): Kafka's own test kit
     choices (small internal topics, no rebalance delay, a small cleaner buffer), topics only
@@ -55,6 +101,8 @@ def test_kit_config(nodes: int) -> dict[str, str]:
         "share.coordinator.state.topic.min.isr": isr,
         "share.coordinator.state.topic.num.partitions": "3",
         "group.initial.rebalance.delay.ms": "0",
+        # A transaction open past its timeout is aborted within a second, not ten.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         "log.cleaner.dedupe.buffer.size": "2097152",
         "auto.create.topics.enable": "false",
         "num.network.threads": "2",

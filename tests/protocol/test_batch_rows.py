@@ -1,0 +1,183 @@
+"""The row decoder: fetched batches to row tuples, the C kernel and its Python twin alike.
+
+The reference is the general decoder (``decode_record_batches``, ``Record`` objects):
+for any batches, both kernels give the rows it implies, skip what the consumer skips, and
+refuse malformed records with the same error.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, NamedTuple
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.protocol import _kernel_py, batch_rows
+from pipeline.protocol.compression import Compression
+from pipeline.protocol.records import (
+    BatchBuilder,
+    CorruptRecordError,
+    decode_record_batches,
+    encode_end_txn_marker,
+)
+
+T = 1_700_000_000_000
+
+
+class Row(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    leader_epoch: int
+
+
+KERNELS = ["python"] + (["c"] if batch_rows.KERNEL == "c" else [])
+
+
+@pytest.fixture(params=KERNELS)
+def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "python":
+        monkeypatch.setattr(batch_rows, "_impl", _kernel_py)
+    name: str = request.param
+    return name
+
+
+def at(base: int, data: bytes) -> bytes:
+    return struct.pack(">q", base) + data[8:]
+
+
+record = st.tuples(
+    st.none() | st.binary(max_size=20),
+    st.none() | st.binary(max_size=300),
+    st.lists(st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=5)), max_size=3),
+    st.integers(0, 10_000),
+)
+
+
+@st.composite
+def fetched(draw: st.DrawFn) -> tuple[bytes, list[Row]]:
+    """Concatenated batches and the rows they hold (from the general decoder)."""
+    out = b""
+    base = draw(st.integers(0, 1000))
+    for _ in range(draw(st.integers(1, 4))):
+        recs = draw(st.lists(record, min_size=1, max_size=8))
+        codec = draw(st.sampled_from([Compression.NONE, Compression.GZIP, Compression.ZSTD]))
+        b = BatchBuilder(compression=codec)
+        for key, value, headers, dt in recs:
+            b.append(T + dt, key, value, headers)
+        out += at(base, b.build(partition_leader_epoch=draw(st.integers(-1, 9))))
+        base += len(recs)
+    rows = [Row("t", 3, batch.base_offset + r.offset_delta, batch.base_timestamp + r.timestamp_delta,
+                r.key, r.value, tuple(r.headers), batch.partition_leader_epoch)
+            for batch in decode_record_batches(out) for r in batch.records]
+    return out, rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=fetched(), skip=st.integers(0, 40), cut=st.integers(0, 30))
+def test_rows_are_the_general_decoders_records(case: tuple[bytes, list[Row]], skip: int,
+                                               cut: int) -> None:
+    data, rows = case
+    for impl in [_kernel_py] + ([batch_rows._load()[0]] if batch_rows.KERNEL == "c" else []):
+        original = batch_rows._impl
+        batch_rows._impl = impl
+        try:
+            start = rows[0].offset + skip
+            got, nxt = batch_rows.decode_rows(data, Row, "t", 3, start)
+            assert got == [r for r in rows if r.offset >= start]
+            assert all(type(r) is Row for r in got)
+            assert nxt == max(start, rows[-1].offset + 1)
+            assert batch_rows.next_fetch_offset(data, start) == nxt
+            # a fetch cut short: the incomplete last batch is left for the next fetch
+            short = data[: max(0, len(data) - cut)] if cut else data
+            got2, nxt2 = batch_rows.decode_rows(short, Row, "t", 3, start)
+            assert got2 == got[: len(got2)] and batch_rows.next_fetch_offset(short, start) == nxt2
+        finally:
+            batch_rows._impl = original
+
+
+def test_log_append_time_and_control_batches(kernel: str) -> None:
+    b = BatchBuilder()
+    b.append(T, b"k", b"v")
+    data = bytearray(at(5, b.build()))
+    data[22] |= 0x08  # LogAppendTime: every record gets the batch's max timestamp
+    struct.pack_into(">q", data, 35, T + 77)
+    from pipeline.protocol.crc import crc32c
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    marker = encode_end_txn_marker(commit=True, producer_id=1, producer_epoch=0,
+                                   coordinator_epoch=0, timestamp=T, base_offset=6)
+    rows, nxt = batch_rows.decode_rows(bytes(data) + marker, Row, "t", 0, 0)
+    assert [(r.offset, r.timestamp) for r in rows] == [(5, T + 77)] and nxt == 7
+
+
+def test_keep_refuses_batches_and_the_position_still_moves(kernel: str) -> None:
+    one = BatchBuilder()
+    one.append(T, None, b"a")
+    two = BatchBuilder()
+    two.append(T, None, b"b")
+    data = at(0, one.build()) + at(1, two.build())
+    seen: list[int] = []
+
+    def keep(batch: Any) -> bool:
+        seen.append(batch.base_offset)
+        return bool(batch.base_offset != 0)
+
+    rows, nxt = batch_rows.decode_rows(data, Row, "t", 0, 0, keep=keep)
+    assert [r.value for r in rows] == [b"b"] and nxt == 2 and seen == [0, 1]
+
+
+def corrupted(where: int, value: bytes) -> bytes:
+    b = BatchBuilder()
+    b.append(T, b"key", b"value", [("h", b"x")])
+    data = bytearray(b.build())
+    data[where:where + len(value)] = value
+    return bytes(data)
+
+
+@pytest.mark.parametrize(("where", "value", "message"), [
+    (61, b"\x7f", "bad record length"),  # a record longer than its batch
+    (65, b"\x7f", "bad key length"),  # key length past the record
+    (69, b"\x7f", "bad value length"),  # after length, attributes, deltas, 3-byte key
+])
+def test_malformed_records_are_refused_alike(kernel: str, where: int, value: bytes,
+                                             message: str) -> None:
+    with pytest.raises(CorruptRecordError, match=message):
+        batch_rows.decode_rows(corrupted(where, value), Row, "t", 0, 0, verify_crc=False)
+
+
+def test_a_bad_crc_is_refused(kernel: str) -> None:
+    data = bytearray(corrupted(0, b""))
+    data[-1] ^= 1
+    with pytest.raises(CorruptRecordError, match="CRC mismatch"):
+        batch_rows.decode_rows(bytes(data), Row, "t", 0, 0)
+
+
+def test_row_type_must_be_a_tuple_subclass(kernel: str) -> None:
+    class NotATuple:
+        pass
+
+    with pytest.raises(TypeError, match="tuple subclass"):
+        batch_rows.decode_rows(corrupted(0, b""), NotATuple, "t", 0, 0)  # type: ignore[type-var]
+
+
+@pytest.mark.skipif(batch_rows.KERNEL != "c", reason="the C kernel is not built")
+def test_c_rows_are_left_out_of_the_cyclic_gc() -> None:
+    """A consumer buffers many rows; the cyclic GC need not walk them (they hold no
+    container but untracked tuples), unless the row type has an instance dict."""
+    import gc
+
+    class WithDict(tuple):  # type: ignore[type-arg]
+        pass
+
+    data = corrupted(0, b"")
+    (row,), _ = batch_rows.decode_rows(data, Row, "t", 0, 0)
+    assert not gc.is_tracked(row) and not gc.is_tracked(row.headers)
+    assert not gc.is_tracked(row.headers[0])
+    (loose,), _ = batch_rows.decode_rows(data, WithDict, "t", 0, 0)
+    assert gc.is_tracked(loose)
