@@ -18,9 +18,16 @@ hook: nothing is written, no scratch copy), then runs the explorer's schedules
 CI sweep generate). A schedule's real-time limit ends a hang (a violation); a
 child that runs past its whole budget is reported as ``slow``.
 
-Results are cached in ``.mutants/explore.json``, keyed by the mutant, its file's
-content, the explorer's and the fake cluster's sources, the seed and the budget:
-a rerun measures only what changed.
+Each mutant runs only the sweep's schedules that execute a line of its change
+(a line map of the unmutated sweep, traced once per version of the code): the
+others would run exactly as they do unmutated.
+
+Results are cached in ``.mutants/explore.json``, keyed by the mutant's content
+(tools/mutants.py's ident), the explorer's and the fake cluster's sources, the
+seed and the budget: a rerun measures only what changed. After the explorer
+changes, a mutant found before is first run on the one schedule that found it (a
+violation there is a finding within the budget; its position then an upper bound
+of the first), and explored in full only if that no longer finds it.
 
 Usage::
 
@@ -335,6 +342,17 @@ def select_mutants(only: str | None) -> tuple[list[mutants.Mutant], int]:
     return chosen, left_out
 
 
+def earlier_finding(cache: dict[str, dict[str, Any]], m: mutants.Mutant, seed: int,
+                    budget: int) -> int | None:
+    """The sweep position (0-based) of a schedule that found ``m`` with another version
+    of the explorer (same seed and budget), if any."""
+    for ident, entry in cache.items():
+        if (ident.startswith(f"{m.ident}|") and ident.endswith(f"|{seed}|{budget}")
+                and entry.get("status") == "found"):
+            return int(entry["schedules"]) - 1
+    return None
+
+
 def _explorer_hash() -> str:
     h = hashlib.sha256()
     for top in EXPLORER:
@@ -403,23 +421,37 @@ def main() -> None:
     started = time.perf_counter()
     done = 0
 
+    def explore(m: mutants.Mutant, only: list[int] | None) -> dict[str, Any]:
+        worker = free.pop()
+        try:
+            return worker.run({
+                "file": m.file, "source": mutants.mutate_source(sources[m.file], m),
+                "seed": args.seed, "budget": args.budget, "only": only,
+                "timeout": (args.budget if only is None else len(only)) * 2.0 + 120,
+            })
+        finally:
+            free.append(worker)
+
     def job(item: tuple[mutants.Mutant, str]) -> None:
         nonlocal done
         m, ident = item
         only = relevant(m, lines)
+        before = earlier_finding(cache, m, args.seed, args.budget)
+        result: dict[str, Any] | None = None
         if only == []:  # no schedule of the sweep runs its code
-            result: dict[str, Any] = {"status": "missed", "schedules": args.budget, "ran": 0,
-                                      "seconds": 0.0, "unreached": True}
-        else:
-            worker = free.pop()
-            try:
-                result = worker.run({
-                    "file": m.file, "source": mutants.mutate_source(sources[m.file], m),
-                    "seed": args.seed, "budget": args.budget, "only": only,
-                    "timeout": (args.budget if only is None else len(only)) * 2.0 + 120,
-                })
-            finally:
-                free.append(worker)
+            result = {"status": "missed", "schedules": args.budget, "ran": 0,
+                      "seconds": 0.0, "unreached": True}
+        elif before is not None and (only is None or before in only):
+            # Found before (another version of the explorer) by schedule `before`:
+            # that schedule alone first; a violation there is a finding within the
+            # budget (its position an upper bound of the first).
+            result = explore(m, [before])
+            if result["status"] == "found":
+                result["confirmed"] = True
+            else:
+                result = None
+        if result is None:
+            result = explore(m, only)
         result["key"] = m.key
         result["file"] = m.file
         results[m.key] = result

@@ -249,8 +249,18 @@ def _bp_next_wake_rule(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]
 @probe(BP, "_poke_flusher")
 def _bp_poke(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
     def poke(self: Any) -> Any:
+        was_set = self._wake_flusher.is_set()
         result = orig(self)
         until = self._flusher_until
+        if until is not None and not was_set and self._wake_flusher.is_set():
+            now = trio.current_time()
+            slot_free = len(self._in_flight) < self._config.max_in_flight
+            paused = self._idem is not None and self._idem.paused
+            due = _bp_due(self, slot_free and not paused)
+            if not (slot_free and self._acc.ready(now)) and due > until + EPS:
+                w.violate("G9 needless wake-up", (
+                    f"broker {self.node_id}: the flusher, asleep until {until:.4f}, was woken "
+                    f"with nothing ready and nothing due before {due:.4f}"))
         if until is not None and not self._wake_flusher.is_set():
             now = trio.current_time()
             slot_free = len(self._in_flight) < self._config.max_in_flight
@@ -266,3 +276,22 @@ def _bp_poke(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
                     f"until {until:.4f}"))
         return result
     return poke
+
+
+@probe(BP, "_settled")
+def _bp_settled(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def settled(self: Any, tp: Any) -> Any:
+        result = orig(self, tp)
+        part = self._parts[tp]
+        if part.retrying is not None and not (
+                part.in_flight or part.failed or part.sealed or part.msgs):
+            pp = self._sinks.retry_sink(tp)
+            if pp.bp is self and not pp._reroute and not pp._retries:
+                # Nothing went back and nobody was told: no chaser is coming, and the
+                # partition's next message would go back once for nothing.
+                w.violate("G13 retry state left behind", (
+                    f"broker {self.node_id}, partition {tp.partition}: everything failed "
+                    "here, and the partition stays retrying with no chaser on its way "
+                    "(neither ended here nor reported with leader_changed)"))
+        return result
+    return settled
