@@ -143,6 +143,16 @@ class RowOutcomes:
             (hkeys, hvalues, hends) if kept and hkeys is not None and hvalues is not None
             and hends is not None else None)
 
+    def follow_wire_order(self, rows: int) -> None:
+        """The burst's ``rows`` rows were split by partition (keys, pinned
+        partitions or a partitioner asked per row): its wire order is not the call
+        order, so a row's position is read from ``inverse`` (made here, before any
+        of its split runs settles, if no key made it at the start)."""
+        if self.inverse is None:
+            assert not self.runs, "the wire order is fixed before a split run settles"
+            self.inverse = bytearray(b"\xff" * (8 * rows))
+            self._positions = memoryview(self.inverse).cast("q")
+
     def record(self, run: RowRun) -> None:
         """``run`` settled (its ``_state``, ``offset`` and ``timestamp`` are set)."""
         a = run.place

@@ -311,6 +311,7 @@ def assign_rows(run: RowRun, n: int, partitioner: Any, *, cap: int,
     if len(groups.out_of_range):
         rows = groups.out_of_range
         bad = run.split(rows, len(rows), 0)
+        bad.place = place  # (after every partition's rows in the wire order)
     return out, bad
 
 

@@ -163,6 +163,10 @@ class TopicProducer:
             # per message (the default one's choices need no call per row).
             failures: dict[int, BaseException] = {}
             parts = None if default else self._partition_rows(run, n, failures)
+            outcomes = run._sink.outcomes
+            if outcomes is not None and (parts is not None or run.columns.keys is not None
+                                         or run.columns.partitions is not None):
+                outcomes.follow_wire_order(run.count)  # (split by partition, not in call order)
             runs, out_of_range = assign_rows(run, n, self._partitioner, cap=cap,
                                              max_records=config.max_batch_messages, parts=parts)
             split = [r for _, r in runs]
@@ -205,13 +209,7 @@ class TopicProducer:
             try:
                 p = partition_of(topic, key, values[i], n)
             except Exception as exc:  # a user partitioner's bug fails its row only
-                failures[i] = exc
-                parts[i] = _NO_PARTITION
-                continue
-            if type(p) is not int or not 0 <= p < n:  # (an int32 column holds no other)
-                failures[i] = PartitionOutOfRangeError(
-                    f"the partitioner {type(partitioner).__name__} chose partition {p!r} "
-                    f"for topic {topic!r}, which has {n} partitions (0..{n - 1})")
+                failures[i] = exc  # (a user's returning no partition of the topic raises)
                 parts[i] = _NO_PARTITION
                 continue
             if key is None:
@@ -258,6 +256,12 @@ class TopicProducer:
             out.append((part, PartitionOutOfRangeError(
                 f"partition {p} does not exist: topic {topic!r} has {n} partitions "
                 f"(0..{n - 1})")))
+        # Each run holds consecutive wire positions (RowOutcomes' spans), after the
+        # rows that went to partitions: the refused rows' order is this list's.
+        place = out_of_range.place
+        for part, _ in out:
+            part.place = place
+            place += part.count
         return out
 
     def _assign(
