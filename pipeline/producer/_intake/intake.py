@@ -36,11 +36,12 @@ from pipeline.producer._config import ProducerConfig
 from pipeline.producer._errors import BufferFullError, ProducerClosed
 from pipeline.producer._intake.normalize import (
     SIZE_BASE,
-    as_headers,
+    RowExtras,
     closed_while_waiting,
     normalize,
     on_delivery_sink,
     prefix_size,
+    row_extras,
 )
 from pipeline.producer._message import PENDING, DeliveryCallback, Headers, ProducerMessage
 from pipeline.producer._outcomes.delivery import Delivery, MessageDelivery
@@ -48,7 +49,6 @@ from pipeline.producer._outcomes.ledger import Ledger
 from pipeline.producer._speedups import fields
 from pipeline.producer._speedups.fields import slots
 from pipeline.producer._stages.envelopes import FlushMark
-from pipeline.protocol.records import batch_size_for_record
 
 # Rows between two schedule points (where the dispatcher may take the open burst; a burst
 # costs ~0.2 ms whatever its size): 1M send() + flush() on tansu, 1,361k msgs/s at 512,
@@ -72,34 +72,6 @@ def _closed() -> BaseException:
 #: The intake channel's items: a burst or ``send_many`` chunk (accepted by its sender), a
 #: ``send_batch`` chunk, a raw ``producer.input`` message (the dispatcher accepts it), a mark.
 IntakeItem = ProducerMessage | list[ProducerMessage] | FlushMark | RowRun
-
-
-#: A row's checked extras (``_row_extras``): its size bound, headers, pinned partition
-#: (-1: none) and timestamp (None: the clock's).
-_Extras = tuple[int, tuple[tuple[str, bytes | None], ...], int, "int | None"]
-_INT32_MAX, _INT64_MAX = (1 << 31) - 1, (1 << 63) - 1
-
-
-def _row_extras(key: bytes | None, value: bytes | None, headers: object, partition: object,
-                timestamp: object) -> _Extras | None:
-    """A row's headers, partition and timestamp as its columns take them, with the
-    row's size bound; None when one of them is not in its plain form (an int
-    subclass, a partition past int32, a str subclass header key...): the
-    per-message path then normalizes it, or raises its error. Bad headers raise
-    here what ``normalize`` raises for them (it checks them first)."""
-    if partition is None:
-        pin = -1
-    elif type(partition) is int and 0 <= partition <= _INT32_MAX:
-        pin = partition
-    else:
-        return None
-    if timestamp is not None and not (type(timestamp) is int and 0 <= timestamp <= _INT64_MAX):
-        return None
-    pairs = as_headers(headers)  # (normalize's rule and errors; () when falsy)
-    for hkey, _ in pairs:
-        if type(hkey) is not str:
-            return None  # (the columns hold exact str keys only: atomic_list)
-    return batch_size_for_record(key, value, pairs), pairs, pin, timestamp
 
 
 class Intake:
@@ -326,7 +298,7 @@ class Intake:
                 return await self._accept(msg, size)
             if (on_delivery is None or callable(on_delivery)) and self._row_may_join(topic):
                 # a row with headers, a partition or its own timestamp?
-                extras = _row_extras(key, value, headers, partition, timestamp)
+                extras = row_extras(key, value, headers, partition, timestamp)
                 if extras is not None and extras[0] <= self._max_message_bytes:
                     return await self._extras_row(topic, value, key, extras, metadata, on_delivery)
         elif _keywords_only is not _KEYWORDS_ONLY:
@@ -362,10 +334,10 @@ class Intake:
         return msg
 
     async def _extras_row(self, topic: str, value: bytes | None, key: bytes | None,
-                          extras: _Extras, metadata: Any,
+                          extras: RowExtras, metadata: Any,
                           on_delivery: DeliveryCallback | None) -> Delivery:
         """A row with headers, a pinned partition, its own timestamp or metadata
-        (``_row_extras`` checked them): appended to the open burst of ``topic``, or
+        (``row_extras`` checked them): appended to the open burst of ``topic``, or
         opening one; its delivery holds ``metadata`` (``MetadataRowDelivery``)."""
         size, headers, partition, timestamp = extras
         rows = self._rows
@@ -391,7 +363,7 @@ class Intake:
         return await self._accept(msg, size)
 
     def _append_row(self, rows: RowBurst, value: bytes | None, key: bytes | None,
-                    extras: _Extras, metadata: Any,
+                    extras: RowExtras, metadata: Any,
                     on_delivery: DeliveryCallback | None) -> RowDelivery:
         """Append a row (its bytes reserved) to ``rows``: ``send()``'s row branch for a
         row with extras, in the order of the common row's steps."""
@@ -416,7 +388,7 @@ class Intake:
 
     async def _row_after_room(self, topic: str, value: bytes | None, key: bytes | None,
                               on_delivery: DeliveryCallback | None, size: int,
-                              extras: _Extras | None = None, metadata: Any = None) -> Delivery:
+                              extras: RowExtras | None = None, metadata: Any = None) -> Delivery:
         """A row found the buffer full: wait for room (up to ``max_block``), then send
         it again with no checkpoint between, so the room is still there and the row
         joins the open burst or opens one even if the burst taken meanwhile was short:
@@ -437,7 +409,7 @@ class Intake:
 
     def _open_rows(self, topic: str, value: bytes | None, key: bytes | None,
                    on_delivery: DeliveryCallback | None, size: int,
-                   extras: _Extras | None = None, metadata: Any = None) -> RowDelivery | None:
+                   extras: RowExtras | None = None, metadata: Any = None) -> RowDelivery | None:
         """Open a columnar burst with this first row (``size`` bytes, reserved): one
         chunk accepted with one row, its run put on the channel now. None (the bytes
         given back): no room in the intake; the per-message path waits for it."""

@@ -69,6 +69,35 @@ def as_headers(headers: object) -> tuple[tuple[str, bytes | None], ...]:
     return tuple(out)
 
 
+#: A row's checked extras (``row_extras``): its size bound, headers, pinned partition
+#: (-1: none) and timestamp (None: the clock's).
+RowExtras = tuple[int, tuple[tuple[str, bytes | None], ...], int, "int | None"]
+#: The largest partition a row's int32 column holds.
+MAX_PARTITION = (1 << 31) - 1
+
+
+def row_extras(key: bytes | None, value: bytes | None, headers: object, partition: object,
+                timestamp: object) -> RowExtras | None:
+    """A row's headers, partition and timestamp as its columns take them, with the
+    row's size bound; None when one of them is not in its plain form (an int
+    subclass, a partition past int32, a str subclass header key...): the
+    per-message path then normalizes it, or raises its error. Bad headers raise
+    here what ``normalize`` raises for them (it checks them first)."""
+    if partition is None:
+        pin = -1
+    elif type(partition) is int and 0 <= partition <= MAX_PARTITION:
+        pin = partition
+    else:
+        return None
+    if timestamp is not None and not (type(timestamp) is int and 0 <= timestamp <= MAX_TIMESTAMP):
+        return None
+    pairs = as_headers(headers)  # (normalize's rule and errors; () when falsy)
+    for hkey, _ in pairs:
+        if type(hkey) is not str:
+            return None  # (the columns hold exact str keys only: atomic_list)
+    return batch_size_for_record(key, value, pairs), pairs, pin, timestamp
+
+
 def normalize(msg: ProducerMessage, current_ms: Callable[[], int], max_message_bytes: int) -> int:
     """Validate and normalize ``msg`` in place; return its size in bytes.
 
