@@ -307,3 +307,49 @@ async def test_keyless_rows_spread_over_partitions_find_their_offsets(
     assert got == {v: logged[v] for v in got}
     assert len({p for p, _ in got.values()}) == PARTITIONS
     assert sorted(heard) == sorted(got[b"v%d" % i] for i in range(1, 60, 2))
+
+
+def _sized(n: int) -> bytes:
+    return b"x" * n
+
+
+# (value, kwargs) at the size bound's edges: varint prefix widths (63/64, 8191/8192 bytes),
+# a null value, header counts (63/64: a one- and a two-byte count), None header values
+EDGES: list[tuple[bytes | None, dict[str, Any]]] = [
+    (_sized(0), {}), (_sized(63), {}), (_sized(64), {}), (_sized(8191), {}),
+    (_sized(8192), {}), (_sized(1 << 20), {}), (None, {}), (None, {"key": b"k"}),
+    (b"v", {"key": _sized(63)}), (b"v", {"key": _sized(64)}), (b"v", {"key": _sized(8191)}),
+    (b"v", {"headers": [("h", None)]}), (b"v", {"headers": [("h" * 64, _sized(64))]}),
+    (b"v", {"headers": [("k%d" % i, None) for i in range(63)]}),  # noqa: UP031
+    (b"v", {"headers": [("k%d" % i, b"") for i in range(64)]}),  # noqa: UP031
+    (b"v", {"headers": {"\u00e9" * 40: _sized(8191)}}),
+    (None, {"key": b"k", "headers": [("", None)], "partition": 0, "timestamp": 5,
+            "metadata": 1}),
+]
+
+
+async def test_a_row_reserves_its_records_size_bound(nursery: trio.Nursery,
+                                                     send_path: str) -> None:
+    """Each row reserves what ``batch_size_for_record`` says its record takes (the
+    per-message path's bound), at every varint width of its value, key, header count,
+    header key and value, and for null values: C computes it itself."""
+    from pipeline.producer._intake.normalize import as_headers
+    from pipeline.protocol.records import batch_size_for_record
+
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", 1)
+    async with open_fake_producer(fake, max_message_bytes=4 << 20,
+                                  buffer_memory=64 << 20) as producer:
+        await _open_burst(fake, producer)
+        producer._intake._until_yield = 1 << 30  # (one burst: no schedule point)
+        rows = producer._intake._rows
+        for value, kwargs in EDGES:
+            before, buffered = rows.size, producer._ledger.buffered_bytes
+            delivery = await producer.send("ta", value, **kwargs)
+            assert type(delivery) in (RowDelivery, MetadataRowDelivery)
+            bound = batch_size_for_record(kwargs.get("key"), value,
+                                          as_headers(kwargs.get("headers")))
+            assert (rows.size - before, producer._ledger.buffered_bytes - buffered) == (
+                bound, bound), (value if value is None else len(value), kwargs.keys())
+        await producer.flush()
