@@ -310,8 +310,9 @@ def test_a_zombie_is_fenced_and_only_the_new_producers_records_are_visible(
 def test_a_transaction_past_its_timeout_is_aborted_and_reported_so(
         txn_cluster: tuple[KafkaCluster, int]) -> None:
     """The coordinator aborts a transaction left open past ``transaction_timeout`` and
-    bumps the producer's epoch; ``commit_transaction()`` raises
-    ``TransactionTimedOutError`` and the block's abort ends the transaction here too.
+    bumps the producer's epoch; the block's ``commit_transaction()`` raises
+    ``TransactionTimedOutError``, and the block aborts the transaction here too (an
+    abortable error leaves no transaction open behind the block).
 
     What comes next is Kafka's choice, per protocol (pinned raw by
     ``test_kafka_after_a_coordinator_timeout``): under v2 the abort is answered as a
@@ -333,14 +334,11 @@ def test_a_transaction_past_its_timeout_is_aborted_and_reported_so(
                     # The coordinator aborts it once 2 s passed (it checks every second).
                     await trio.sleep(4.5)
             raised.append(timed_out.value)
-            if version == 1:
+            if version == 1:  # the block's abort was refused: the producer is fenced
                 with pytest.raises(ProducerFencedError) as fenced:
-                    await producer.abort_transaction()
-                raised.append(fenced.value)
-                with pytest.raises(ProducerFencedError):
                     await producer.begin_transaction()
-            else:
-                await producer.abort_transaction()  # what an abortable error asks for
+                raised.append(fenced.value)
+            else:  # the block aborted: the producer goes on
                 async with producer.transaction():
                     for i in range(10):
                         await producer.send(topic, b"on-time-%d" % i, key=b"k%d" % i)
@@ -354,6 +352,8 @@ def test_a_transaction_past_its_timeout_is_aborted_and_reported_so(
     assert "transaction_timeout=2.0s" in str(raised[0])
     if version == 1:
         assert "transaction_timeout" in str(raised[1]), raised[1]
+        assert any("aborting the transaction failed too" in note
+                   for note in getattr(raised[0], "__notes__", [])), raised[0]
     wait_stable(bootstrap, topic)
     assert values(read(bootstrap, topic, "read_committed")) == sorted(
         b"on-time-%d" % i for i in range(10))
@@ -417,3 +417,196 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it_and_not_with_an_abo
     assert values(read(bootstrap, sink, "read_committed")) == sorted(
         b"IN-%d-%d" % (p, i) for p in (0, 1) for i in range(6))
     assert len(read(bootstrap, sink, "read_uncommitted")) == 20
+
+
+@pytest.mark.parametrize("fault", ["answer-lost", "request-cut"])
+def test_a_commit_whose_answer_is_lost_is_retried_only_as_an_abort(
+        txn_cluster: tuple[KafkaCluster, int], fault: str) -> None:
+    """A FaultProxy between the producer and the coordinator breaks the EndTxn(commit):
+
+    * ``answer-lost``: Kafka applied the commit, the connection closes as its answer
+      arrives. The producer's abort (it never resends a commit) is refused with
+      INVALID_TXN_STATE, the commit stands: ``commit_transaction()`` returns, the
+      records are visible;
+    * ``request-cut``: the request is cut mid-frame, Kafka never read it. The abort
+      goes through: ``commit_transaction()`` raises ``TransactionAbortedError``,
+      nothing is visible.
+
+    Either way the outcome reported is the one Kafka holds, and the producer goes on."""
+    cluster, version = txn_cluster
+    bootstrap, topic, tid = cluster.bootstrap, _topic(cluster), _tid()
+    stats: dict[str, int] = {}
+
+    async def main() -> None:
+        async with proxied(cluster) as (proxies, connector), \
+                txn_producer(bootstrap, tid, connector=connector) as producer:
+            await producer.begin_transaction()
+            for i in range(20):
+                await producer.send(topic, b"maybe-%d" % i, key=b"k%d" % i)
+            await producer.flush()  # only the EndTxn is left to send
+            proxy = proxies[await find_coordinator(bootstrap, tid)]
+            if fault == "answer-lost":
+                proxy.lose_responses(1, api_key=ApiKey.END_TXN)
+                await producer.commit_transaction()
+            else:
+                proxy.cut_mid_frame("request")
+                with pytest.raises(TransactionAbortedError, match="aborted instead"):
+                    await producer.commit_transaction()
+            stats.update(lost=proxy.stats.responses_lost, cuts=proxy.stats.cuts,
+                         committed=producer._txn.committed, aborted=producer._txn.aborted)
+            async with producer.transaction():  # the producer goes on
+                await producer.send(topic, b"after", key=b"k0")
+
+    trio.run(main)
+    wait_stable(bootstrap, topic)
+    maybe = [b"maybe-%d" % i for i in range(20)]
+    committed = values(read(bootstrap, topic, "read_committed"))
+    if fault == "answer-lost":
+        assert (stats["lost"], stats["committed"], stats["aborted"]) == (1, 1, 0), stats
+        assert committed == sorted([*maybe, b"after"])
+    else:
+        assert (stats["cuts"], stats["committed"], stats["aborted"]) == (1, 0, 1), stats
+        assert committed == [b"after"]
+    assert values(read(bootstrap, topic, "read_uncommitted")) == sorted([*maybe, b"after"])
+
+
+def test_kafka_after_a_coordinator_timeout(txn_cluster: tuple[KafkaCluster, int]) -> None:
+    """The oracle, raw: what Kafka 4.1 answers a producer whose transaction its
+    coordinator timed out (and fenced), per protocol. v2: EndTxn(commit) with the old
+    epoch is INVALID_TXN_STATE, EndTxn(abort) is a retry of the coordinator's own abort
+    (NONE, with the bumped epoch). v1: both are PRODUCER_FENCED, and so is KIP-360's
+    InitProducerId with the old epoch: the producer cannot be taken on."""
+    from pipeline.protocol.messages.add_partitions_to_txn import (
+        AddPartitionsToTxnRequest,
+        AddPartitionsToTxnTopic,
+    )
+    from pipeline.protocol.messages.end_txn import EndTxnRequest
+    from pipeline.protocol.messages.init_producer_id import InitProducerIdRequest
+
+    cluster, version = txn_cluster
+    topic, tid = _topic(cluster, partitions=1), _tid()
+    answers: dict[str, tuple[int, int]] = {}
+
+    async def main() -> None:
+        await find_coordinator(cluster.bootstrap, tid)  # the coordinator is loaded
+        async with Cluster.open(cluster.bootstrap) as client:
+            conn = await client.any_connection()
+            init = await conn.request(InitProducerIdRequest(
+                transactional_id=tid, transaction_timeout_ms=1000, producer_id=-1,
+                producer_epoch=-1), version=5)
+            pid, epoch = init.producer_id, init.producer_epoch
+            added = await conn.request(AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
+                    AddPartitionsToTxnTopic(name=topic, partitions=(0,)),)), version=3)
+            assert added.results_by_topic_v3_and_below[0].results_by_partition[
+                0].partition_error_code == 0
+            await trio.sleep(3.5)  # past the timeout, and the coordinator's check
+            end_version = 5 if version == 2 else 4
+            for name, commit in (("commit", True), ("abort", False)):
+                r = await conn.request(EndTxnRequest(
+                    transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                    committed=commit), version=end_version)
+                answers[name] = (r.error_code, r.producer_epoch - epoch)
+            r = await conn.request(InitProducerIdRequest(
+                transactional_id=tid, transaction_timeout_ms=1000, producer_id=pid,
+                producer_epoch=epoch), version=5)
+            answers["init"] = (r.error_code, r.producer_epoch - epoch)
+
+    trio.run(main)
+    fenced = int(ErrorCode.PRODUCER_FENCED)
+    if version == 2:
+        assert answers["commit"][0] == ErrorCode.INVALID_TXN_STATE, answers
+        assert answers["abort"] == (ErrorCode.NONE, 1), answers
+    else:
+        assert answers["commit"][0] == answers["abort"][0] == fenced, answers
+        assert answers["init"][0] == fenced, answers
+
+
+# --------------------------------------------------------------------------- 3 nodes
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_the_coordinator_fails_over_in_the_middle_of_a_transaction(
+        kafka_cluster: KafkaCluster, how: str) -> None:
+    """3 nodes, RF=3, ``min.insync.replicas=2``: FindCoordinator names the transaction
+    coordinator's node, which is SIGKILLed (fenced by the controller after 6 s) or shut
+    down (SIGTERM) while the transaction holds written records. The producer goes on
+    writing (partition leaders move too), finds the new coordinator and commits: every
+    record visible exactly once, nothing of the transaction lost."""
+    cluster = kafka_cluster
+    bootstrap, tid = cluster.bootstrap, _tid()
+    topic = _topic(cluster, partitions=6, rf=3)
+    seen: dict[str, int] = {}
+
+    async def main() -> None:
+        async with txn_producer(bootstrap, tid, delivery_timeout=90.0) as producer:
+            async with producer.transaction():
+                for i in range(30):
+                    await producer.send(topic, b"before-%d" % i, key=b"k%d" % i)
+            seen["old"] = old = await find_coordinator(bootstrap, tid)
+            await producer.begin_transaction()
+            for i in range(100):
+                await producer.send(topic, b"during-%d" % i, key=b"k%d" % i)
+            await producer.flush()
+            await cluster.call(cluster.kill if how == "kill" else cluster.stop, old)
+            for i in range(100, 200):
+                await producer.send(topic, b"during-%d" % i, key=b"k%d" % i)
+            with trio.fail_after(90):
+                await producer.commit_transaction()
+            seen["new"] = await find_coordinator(bootstrap, tid)
+            async with producer.transaction():
+                for i in range(30):
+                    await producer.send(topic, b"after-%d" % i, key=b"k%d" % i)
+        await cluster.call(cluster.start, old)
+
+    trio.run(main)
+    assert seen["new"] != seen["old"], seen
+    wait_stable(bootstrap, topic)
+    expected = sorted([b"before-%d" % i for i in range(30)]
+                      + [b"during-%d" % i for i in range(200)]
+                      + [b"after-%d" % i for i in range(30)])
+    committed = values(read(bootstrap, topic, "read_committed"))
+    assert committed == expected  # each once: the values are distinct
+    assert values(read(bootstrap, topic, "read_uncommitted")) == expected
+
+
+@pytest.mark.parametrize("how", ["by-hand", "block"])
+def test_a_cancelled_commit_leaves_a_transaction_that_can_still_end(
+        txn_cluster: tuple[KafkaCluster, int], how: str) -> None:
+    """The broker is blackholed (a FaultProxy holds every request), so the commit waits
+    for its records; the caller cancels it before any EndTxn was sent. The transaction
+    is still open, not stuck half-committed: ``by-hand``, the caller aborts it once the
+    broker answers again; ``block``, the cancelled ``async with producer.transaction()``
+    aborts it itself. Nothing of it is visible, and the next transaction commits."""
+    cluster, version = txn_cluster
+    bootstrap, topic, tid = cluster.bootstrap, _topic(cluster), _tid()
+
+    async def main() -> None:
+        async with proxied(cluster) as (proxies, connector), \
+                txn_producer(bootstrap, tid, connector=connector) as producer:
+            async with producer.transaction():  # connected, the producer id in place
+                await producer.send(topic, b"first", key=b"k0")
+            (proxy,) = proxies.values()
+            if how == "by-hand":
+                await producer.begin_transaction()
+                for i in range(10):
+                    await producer.send(topic, b"cancelled-%d" % i, key=b"k%d" % i)
+                proxy.blackhole(3.0)
+                with trio.move_on_after(1.0) as waited:
+                    await producer.commit_transaction()
+                assert waited.cancelled_caught
+                await producer.abort_transaction()
+            else:
+                with trio.move_on_after(1.0) as waited:
+                    async with producer.transaction():
+                        for i in range(10):
+                            await producer.send(topic, b"cancelled-%d" % i, key=b"k%d" % i)
+                        proxy.blackhole(3.0)
+                assert waited.cancelled_caught
+            async with producer.transaction():
+                await producer.send(topic, b"next", key=b"k0")
+
+    trio.run(main)
+    wait_stable(bootstrap, topic)
+    assert values(read(bootstrap, topic, "read_committed")) == [b"first", b"next"]
