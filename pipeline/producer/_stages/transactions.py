@@ -571,14 +571,19 @@ class TransactionManager:
     async def commit(self) -> None:
         self._require(State.IN_TRANSACTION, doing="commit the transaction")
         self._set(State.COMMITTING)
-        async with trio.open_nursery() as nursery:
-            async def stop_when_failed() -> None:
-                await self._failed.wait()
-                nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                async def stop_when_failed() -> None:
+                    await self._failed.wait()
+                    nursery.cancel_scope.cancel()
 
-            nursery.start_soon(stop_when_failed)
-            await self.flush()
-            nursery.cancel_scope.cancel()
+                nursery.start_soon(stop_when_failed)
+                await self.flush()
+                nursery.cancel_scope.cancel()
+        except BaseException:
+            if self.state == State.COMMITTING:  # no EndTxn sent: still open, may end either way
+                self._set(State.IN_TRANSACTION)
+            raise
         failed = self._records_failed() - self._failed_at_begin
         if self.state == State.COMMITTING and failed:
             self.abortable(TransactionAbortableError(
