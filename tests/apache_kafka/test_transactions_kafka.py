@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -260,7 +260,7 @@ def test_a_zombie_is_fenced_and_only_the_new_producers_records_are_visible(
 
     Either way the zombie then refuses every transactional call with that error, and a
     read_committed reader sees only the new producer's records."""
-    cluster, version = txn_cluster
+    cluster, _ = txn_cluster
     bootstrap, topic, tid = cluster.bootstrap, _topic(cluster), _tid()
     raised: list[BaseException] = []
 
@@ -326,13 +326,16 @@ def test_a_transaction_past_its_timeout_is_aborted_and_reported_so(
 
     async def main() -> None:
         async with txn_producer(bootstrap, tid, transaction_timeout=2.0) as producer:
-            with pytest.raises(TransactionTimedOutError) as timed_out:
+            async def late() -> None:
                 async with producer.transaction():
                     for i in range(10):
                         await producer.send(topic, b"late-%d" % i, key=b"k%d" % i)
                     await producer.flush()
                     # The coordinator aborts it once 2 s passed (it checks every second).
                     await trio.sleep(4.5)
+
+            with pytest.raises(TransactionTimedOutError) as timed_out:
+                await late()
             raised.append(timed_out.value)
             if version == 1:  # the block's abort was refused: the producer is fenced
                 with pytest.raises(ProducerFencedError) as fenced:
@@ -367,7 +370,7 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it_and_not_with_an_abo
     writes the output and the consumer's positions in one transaction, with the
     member's generation (KIP-447). The group's committed offsets follow the commits
     and ignore the abort."""
-    cluster, version = txn_cluster
+    cluster, _ = txn_cluster
     bootstrap, tid = cluster.bootstrap, _tid()
     source, sink = _topic(cluster, partitions=2), _topic(cluster)
     group = f"txn-group-{uuid.uuid4().hex[:8]}"
@@ -433,7 +436,7 @@ def test_a_commit_whose_answer_is_lost_is_retried_only_as_an_abort(
       nothing is visible.
 
     Either way the outcome reported is the one Kafka holds, and the producer goes on."""
-    cluster, version = txn_cluster
+    cluster, _ = txn_cluster
     bootstrap, topic, tid = cluster.bootstrap, _topic(cluster), _tid()
     stats: dict[str, int] = {}
 
@@ -579,7 +582,7 @@ def test_a_cancelled_commit_leaves_a_transaction_that_can_still_end(
     is still open, not stuck half-committed: ``by-hand``, the caller aborts it once the
     broker answers again; ``block``, the cancelled ``async with producer.transaction()``
     aborts it itself. Nothing of it is visible, and the next transaction commits."""
-    cluster, version = txn_cluster
+    cluster, _ = txn_cluster
     bootstrap, topic, tid = cluster.bootstrap, _topic(cluster), _tid()
 
     async def main() -> None:
