@@ -613,3 +613,22 @@ def test_a_cancelled_commit_leaves_a_transaction_that_can_still_end(
     trio.run(main)
     wait_stable(bootstrap, topic)
     assert values(read(bootstrap, topic, "read_committed")) == [b"first", b"next"]
+
+
+def test_the_sync_producers_block_aborts_when_its_commit_times_out(
+        kafka_single: KafkaCluster) -> None:
+    """``SyncProducer``'s ``with producer.transaction():`` as the async block: its
+    commit raises ``TransactionTimedOutError`` and the block aborts, so the next block
+    begins at once."""
+    from pipeline import SyncProducer
+
+    bootstrap, topic, tid = kafka_single.bootstrap, _topic(kafka_single), _tid()
+    with SyncProducer(bootstrap, transactional_id=tid, transaction_timeout=2.0,
+                      linger=0.002) as producer:
+        with pytest.raises(TransactionTimedOutError), producer.transaction():
+            producer.send(topic, b"late", key=b"k0")
+            time.sleep(4.5)
+        with producer.transaction():
+            producer.send(topic, b"on-time", key=b"k0")
+    wait_stable(bootstrap, topic)
+    assert values(read(bootstrap, topic, "read_committed")) == [b"on-time"]
