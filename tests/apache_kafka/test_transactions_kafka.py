@@ -625,9 +625,13 @@ def test_the_sync_producers_block_aborts_when_its_commit_times_out(
     bootstrap, topic, tid = kafka_single.bootstrap, _topic(kafka_single), _tid()
     with SyncProducer(bootstrap, transactional_id=tid, transaction_timeout=2.0,
                       linger=0.002) as producer:
-        with pytest.raises(TransactionTimedOutError), producer.transaction():
-            producer.send(topic, b"late", key=b"k0")
-            time.sleep(4.5)
+        def late_block() -> None:
+            with producer.transaction():
+                producer.send(topic, b"late", key=b"k0")
+                time.sleep(4.5)
+
+        with pytest.raises(TransactionTimedOutError):
+            late_block()
         with producer.transaction():
             producer.send(topic, b"on-time", key=b"k0")
     wait_stable(bootstrap, topic)
