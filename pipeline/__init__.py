@@ -43,7 +43,7 @@ _EXPORTS = {
     "RecordMetadata": "pipeline.producer._message",
     "ProducerConfig": "pipeline.producer._config",
     "Producer": "pipeline.producer._api",
-    "ProducerStatistics": "pipeline.producer._api",
+    "ProducerStatistics": "pipeline.producer._statistics",
     "open_producer": "pipeline.producer._api",
     "SyncProducer": "pipeline.producer._sync",
     "TransactionError": "pipeline.producer._errors",
@@ -168,7 +168,7 @@ if TYPE_CHECKING:
         TopicPartition,
         open_consumer,
     )
-    from pipeline.producer._api import Producer, ProducerStatistics, open_producer
+    from pipeline.producer._api import Producer, open_producer
     from pipeline.producer._config import ProducerConfig
     from pipeline.producer._errors import (
         BrokerResponseError,
@@ -188,4 +188,5 @@ if TYPE_CHECKING:
     )
     from pipeline.producer._message import ProducerMessage, RecordMetadata
     from pipeline.producer._outcomes.delivery import Delivery, DeliveryGroup, GroupResult, wait_all
+    from pipeline.producer._statistics import ProducerStatistics
     from pipeline.producer._sync import SyncProducer
