@@ -23,6 +23,7 @@ _EXPORTS = {
     "AdminError": "pipeline.cluster.admin_types",
     "NewTopic": "pipeline.cluster.admin_types",
     "ClusterConfig": "pipeline.cluster.config",
+    "BrokerStatistics": "pipeline.cluster.stats",
     "BootstrapError": "pipeline.cluster.errors",
     "BrokerConnectionError": "pipeline.cluster.errors",
     "KafkaError": "pipeline.cluster.errors",
@@ -70,6 +71,7 @@ _EXPORTS = {
     "OffsetOutOfRangeError": "pipeline.consumer",
     "NoOffsetForPartitionError": "pipeline.consumer",
     "ConsumerClosedError": "pipeline.consumer",
+    "ConsumerStatistics": "pipeline.consumer",
 }
 
 __all__ = [
@@ -78,6 +80,7 @@ __all__ = [
     "BootstrapError",
     "BrokerConnectionError",
     "BrokerResponseError",
+    "BrokerStatistics",
     "BufferFullError",
     "ClusterConfig",
     "CommitFailedError",
@@ -88,6 +91,7 @@ __all__ = [
     "ConsumerConfig",
     "ConsumerError",
     "ConsumerGroupMetadata",
+    "ConsumerStatistics",
     "Delivery",
     "DeliveryGroup",
     "DeliveryTimeoutError",
@@ -150,6 +154,7 @@ if TYPE_CHECKING:
         RequestTimedOutError,
         UnknownTopicError,
     )
+    from pipeline.cluster.stats import BrokerStatistics
     from pipeline.consumer import (
         CommitFailedError,
         ConsumedRecord,
@@ -158,6 +163,7 @@ if TYPE_CHECKING:
         ConsumerConfig,
         ConsumerError,
         ConsumerGroupMetadata,
+        ConsumerStatistics,
         GroupError,
         MaxPollIntervalExceededError,
         NoOffsetForPartitionError,

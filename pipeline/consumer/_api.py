@@ -26,6 +26,7 @@ import trio
 
 from pipeline.cluster.config import ClusterConfig
 from pipeline.cluster.pool import Cluster
+from pipeline.cluster.stats import report_statistics
 from pipeline.consumer._config import ConsumerConfig, make_config
 from pipeline.consumer._errors import ConsumerClosedError, ConsumerError
 from pipeline.consumer._fetcher import Fetcher
@@ -34,6 +35,7 @@ from pipeline.consumer._member import GroupMember
 from pipeline.consumer._member848 import GroupMember848
 from pipeline.consumer._positions import OffsetResolver
 from pipeline.consumer._state import Assignment, PartitionState
+from pipeline.consumer._statistics import ConsumerStatistics, snapshot
 from pipeline.consumer._types import (
     ConsumedRecord,
     ConsumerGroupMetadata,
@@ -83,6 +85,7 @@ class Consumer:
         self._assignment = Assignment(2 * config.max_partition_fetch_bytes)
         self._failure: BaseException | None = None
         self._closed = False
+        self._started_at = trio.current_time()
         # Iterations started, and whether the application waits inside one now: what
         # the group's max_poll_interval watchdog reads.
         self.polls = 0
@@ -109,6 +112,10 @@ class Consumer:
     # ------------------------------------------------------------ lifecycle
 
     async def _start(self, nursery: trio.Nursery) -> None:
+        cfg = self.config
+        if cfg.on_statistics is not None:
+            nursery.start_soon(report_statistics, cfg.statistics_interval, self.statistics,
+                               cfg.on_statistics, logger)
         await nursery.start(self._fetcher.run)
         await nursery.start(self._resolver.run)
         if self._group is not None:
@@ -342,17 +349,11 @@ class Consumer:
         fetch; None before one)."""
         return {tp: s.lag() for tp, s in self._assignment.partitions.items()}
 
-    def statistics(self) -> dict[str, Any]:
-        """A health snapshot: state, assignment, lag, last heartbeat, fetches."""
-        out: dict[str, Any] = {
-            "state": self.state,
-            "assignment": sorted(self._assignment.partitions),
-            "lag": self.lag(),
-            "fetches": self._fetcher.fetches,
-        }
-        if self._group is not None:
-            out.update(self._group.statistics())
-        return out
+    def statistics(self) -> ConsumerStatistics:
+        """The consumer's statistics now, per client, broker, topic and partition
+        (docs/observability.md): state, group membership, positions, lag, fetches,
+        buffers; ``.to_dict()`` / ``.to_json()`` for their plain forms."""
+        return snapshot(self, self._fetcher.fetches, self._started_at)
 
 
 @asynccontextmanager

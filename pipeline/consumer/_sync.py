@@ -23,6 +23,7 @@ import trio
 
 from pipeline.consumer._api import Consumer, open_consumer
 from pipeline.consumer._errors import ConsumerClosedError
+from pipeline.consumer._statistics import ConsumerStatistics
 from pipeline.consumer._types import (
     ConsumedRecord,
     ConsumerGroupMetadata,
@@ -152,6 +153,11 @@ class SyncConsumer:
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         result: ConsumerGroupMetadata = self._sync(self.consumer.group_metadata)
+        return result
+
+    def statistics(self) -> ConsumerStatistics:
+        """The consumer's statistics now (``Consumer.statistics``), taken in its thread."""
+        result: ConsumerStatistics = self._sync(self.consumer.statistics)
         return result
 
     @property
