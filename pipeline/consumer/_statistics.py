@@ -20,8 +20,11 @@ from pipeline.cluster.stats import BrokerStatistics
 from pipeline.util.stats import Statistics, children, counter, gauge, info
 
 if TYPE_CHECKING:
-    from pipeline.consumer._api import Consumer
-    from pipeline.consumer._state import PartitionState
+    from pipeline.cluster.pool import Cluster
+    from pipeline.consumer._config import ConsumerConfig
+    from pipeline.consumer._member import GroupMember
+    from pipeline.consumer._member848 import GroupMember848
+    from pipeline.consumer._state import Assignment, PartitionState
 
 __all__ = ["ConsumerPartitionStatistics", "ConsumerStatistics", "ConsumerTopicStatistics",
            "snapshot"]
@@ -126,33 +129,34 @@ def _known(offset: int) -> int | None:
     return None if offset < 0 else offset
 
 
-def snapshot(consumer: Consumer, fetches: int, started_at: float) -> ConsumerStatistics:
-    """``consumer``'s statistics now (``fetches``: Fetch requests sent so far)."""
-    assignment = consumer._assignment
-    group = consumer._group
+def snapshot(*, config: ConsumerConfig, state: str, cluster: Cluster, assignment: Assignment,
+             group: GroupMember | GroupMember848 | None, fetches: int,
+             started_at: float) -> ConsumerStatistics:
+    """A consumer's statistics now, from its parts (``fetches``: Fetch requests sent so
+    far; ``started_at``: trio time it opened)."""
     group_stats: dict[str, Any] = {} if group is None else group.statistics()
     committed = {} if group is None else group.committed_offsets
-    metadata = consumer._cluster.metadata
+    metadata = cluster.metadata
     topics: dict[str, dict[int, ConsumerPartitionStatistics]] = {}
     in_hand = 0  # records handed out of chunks not finished yet
-    for tp, state in sorted(assignment.partitions.items()):
-        head = state.chunks[0].index if state.chunks else 0
+    for tp, part in sorted(assignment.partitions.items()):
+        head = part.chunks[0].index if part.chunks else 0
         in_hand += head
-        position = state.position
-        fetch_offset = state.fetch_offset if position is not None else -1
+        position = part.position
+        fetch_offset = part.fetch_offset if position is not None else -1
         leader = metadata.leader_for(tp.topic, tp.partition)
         topics.setdefault(tp.topic, {})[tp.partition] = ConsumerPartitionStatistics(
-            fetch_state=_fetch_state(state, assignment.buffer_limit),
+            fetch_state=_fetch_state(part, assignment.buffer_limit),
             leader=-1 if leader is None else leader,
             position=position, fetch_offset=_known(fetch_offset),
             committed=committed.get(tp),
-            high_watermark=_known(state.high_watermark),
-            last_stable_offset=_known(state.last_stable_offset),
-            log_start_offset=_known(state.log_start_offset),
-            lag=state.lag(), buffered_bytes=state.buffered_bytes,
+            high_watermark=_known(part.high_watermark),
+            last_stable_offset=_known(part.last_stable_offset),
+            log_start_offset=_known(part.log_start_offset),
+            lag=part.lag(), buffered_bytes=part.buffered_bytes,
             buffered_offsets=max(0, fetch_offset - position) if position is not None else 0,
-            fetches=state.fetches, fetched_bytes=state.fetched_bytes,
-            consumed_records=state.consumed + head)
+            fetches=part.fetches, fetched_bytes=part.fetched_bytes,
+            consumed_records=part.consumed + head)
     by_topic = {
         name: ConsumerTopicStatistics(
             lag=sum(p.lag or 0 for p in parts.values()),
@@ -166,9 +170,9 @@ def snapshot(consumer: Consumer, fetches: int, started_at: float) -> ConsumerSta
     except RuntimeError:  # (read outside trio)
         age = 0.0
     return ConsumerStatistics(
-        client_id=consumer.config.cluster.client_id or "",
-        group_id=consumer.config.group_id,
-        state=consumer.state,
+        client_id=config.cluster.client_id or "",
+        group_id=config.group_id,
+        state=state,
         timestamp=time.time(),
         age=age,
         member_id=group_stats.get("member_id", ""),
@@ -185,6 +189,6 @@ def snapshot(consumer: Consumer, fetches: int, started_at: float) -> ConsumerSta
         consumed_records=assignment.consumed + in_hand,
         buffered_bytes=sum(t.buffered_bytes for t in by_topic.values()),
         lag=sum(t.lag for t in by_topic.values()),
-        brokers=consumer._cluster.broker_statistics(),
+        brokers=cluster.broker_statistics(),
         topics=by_topic,
     )

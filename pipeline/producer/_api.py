@@ -26,6 +26,7 @@ from pipeline.producer._config import ProducerConfig, make_config
 from pipeline.producer._errors import ProducerClosed, ProducerError, TransactionStateError
 from pipeline.producer._intake import send_path
 from pipeline.producer._intake.bulk import Bulk
+from pipeline.producer._intake.hooks import SendHooks, rows_as_messages
 from pipeline.producer._intake.input import InputAcceptance, InputChannel
 from pipeline.producer._intake.intake import Intake
 from pipeline.producer._message import DeliveryCallback, Headers, ProducerMessage, RecordMetadata
@@ -63,6 +64,11 @@ class Producer:
         # The hot path: no wrapper call per message (the methods below say the same).
         self.send = send_path.entry(intake)  # type: ignore[method-assign]
         self.send_nowait = intake.send_nowait  # type: ignore[method-assign]
+        self._hooks = hooks = SendHooks.of(config)
+        if hooks is not None:  # serializers or interceptors: their steps around each call
+            self.send = hooks.wrap_send(intake.send)  # type: ignore[method-assign,assignment]
+            self.send_nowait = hooks.wrap_send_nowait(intake.send_nowait)  # type: ignore[method-assign]
+        self._nursery: trio.Nursery | None = None
         self._bulk = Bulk(intake, ledger)
         self._inputs = InputAcceptance(intake, ledger)
         self._reporter = reporter = Reporter(ledger, config.channel_capacity)
@@ -135,7 +141,15 @@ class Producer:
         and none of the call's messages are sent. Returns a ``DeliveryGroup``
         whose ``await`` gives counts and the first errors.
         """
-        return await self._bulk.send_many(messages)
+        hooks = self._hooks
+        if hooks is None:
+            return await self._bulk.send_many(messages)
+        msgs = hooks.messages(messages)
+        group = await self._bulk.send_many(msgs)
+        if hooks.acknowledges:
+            assert self._nursery is not None
+            self._nursery.start_soon(hooks.acknowledge_group, group, msgs)
+        return group
 
     async def send_batch(
         self,
@@ -167,6 +181,13 @@ class Producer:
         the chunks already accepted keep their outcomes (the group counts only
         them) and the rest was never sent.
         """
+        hooks = self._hooks
+        if hooks is not None:
+            if hooks.intercepts:  # each row must pass on_send: as messages
+                return await self.send_many(
+                    rows_as_messages(topic, values, keys, headers, partitions, timestamps))
+            values = hooks.column(values, "values", topic)
+            keys = hooks.column(keys, "keys", topic)
         return await self._bulk.send_batch(topic, values, keys, headers, partitions, timestamps)
 
     # -- transactions (transactional_id=...; docs/transactions.md) ---------------
@@ -267,6 +288,7 @@ class Producer:
 
     async def _run(self, nursery: trio.Nursery) -> None:
         """Start the dispatcher (it starts the topic producers) and the report task."""
+        self._nursery = nursery
         await nursery.start(self._dispatcher.run, self._intake, self._inputs)
         nursery.start_soon(self._reporter.run)
         nursery.start_soon(self._unobserved.run)

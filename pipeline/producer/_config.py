@@ -105,6 +105,13 @@ class ProducerConfig:
     # Partitioning: a name, a Partitioner object, or a callable(topic, key, value, n) -> int.
     partitioner: Any = "default"
 
+    # The producer-flow seed's first and last steps (_intake/hooks.py): serializers, a
+    # name ("bytes", "str", "json") or a callable (obj) -> bytes | None, and interceptors
+    # (objects with on_send(message) -> message and / or on_acknowledgement(meta, error)).
+    key_serializer: Any = None
+    value_serializer: Any = None
+    interceptors: tuple[Any, ...] = ()
+
     # Statistics (librdkafka's statistics.interval.ms and stats_cb): every
     # statistics_interval seconds, on_statistics(producer.statistics()) is called (plain
     # or async, in the producer's trio task). 0: never, as librdkafka's default.
@@ -238,6 +245,17 @@ class ProducerConfig:
             if self.max_in_flight > 5:
                 raise bad("max_in_flight", self.max_in_flight,
                           "must be <= 5 with idempotent=True (Kafka caches 5 batches per producer)")
+        if not isinstance(self.interceptors, tuple | list) or any(
+                not (hasattr(i, "on_send") or hasattr(i, "on_acknowledgement"))
+                for i in self.interceptors):
+            raise bad("interceptors", self.interceptors,
+                      "must be a list of objects with on_send(message) and/or "
+                      "on_acknowledgement(metadata, error)")
+        for name in ("key_serializer", "value_serializer"):
+            value = getattr(self, name)
+            if value is not None and not callable(value) and value not in ("bytes", "str", "json"):
+                raise bad(name, value, 'use "bytes", "str", "json" or a callable '
+                          "(obj) -> bytes | None")
         if self.transactional_id is not None:
             if not isinstance(self.transactional_id, str) or not self.transactional_id:
                 raise bad("transactional_id", self.transactional_id, "must be a non-empty str")

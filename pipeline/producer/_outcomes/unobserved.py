@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 
 import trio
 
+from pipeline.producer._errors import TransactionAbortedError
+
 log = logging.getLogger("pipeline.producer")
 
 __all__ = ["OBSERVED", "Unobserved", "observed"]
@@ -65,6 +67,8 @@ class Unobserved:
 
     def add(self, holder: Any, topic: str, partition: int | None, count: int,
             cause: BaseException) -> None:
+        if isinstance(cause, TransactionAbortedError):
+            return  # the caller aborted the transaction: that is its report
         self._pending.append(_Failure(trio.current_time(), holder, topic, partition, count,
                                       cause))
         self._added.set()
