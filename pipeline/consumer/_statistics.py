@@ -101,6 +101,8 @@ class ConsumerStatistics(Statistics):
     since_last_heartbeat: float | None = gauge(
         "seconds since the coordinator last answered a heartbeat", "seconds", default=None)
     commits: int = counter("offset commits this member made", "commits")
+    interceptor_errors: int = counter(
+        "interceptor calls (on_consume, on_commit) that raised or returned no list", "calls")
     assigned_partitions: int = gauge("partitions assigned now", "partitions")
     fetches: int = counter("Fetch requests sent", "requests")
     fetched_bytes: int = counter("record bytes fetched", "bytes")

@@ -250,7 +250,8 @@ class Producer:
     def statistics(self) -> ProducerStatistics:
         """The producer's statistics now, per client, broker, topic and partition
         (docs/observability.md); ``.to_dict()`` / ``.to_json()`` for their plain forms."""
-        return snapshot(self._core, self._started_at)
+        hooks = self._hooks
+        return snapshot(self._core, self._started_at, 0 if hooks is None else hooks.errors)
 
     @classmethod
     @asynccontextmanager

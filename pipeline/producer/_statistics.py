@@ -102,6 +102,9 @@ class ProducerStatistics(Statistics):
     requests_sent: int = counter("Produce requests written", "requests")
     double_settles: int = counter("records settled twice (a bug if ever > 0)", "messages")
     callback_errors: int = counter("on_delivery callbacks that raised", "callbacks")
+    interceptor_errors: int = counter(
+        "interceptor calls (on_send, on_acknowledgement) that raised or returned no message",
+        "calls")
     client_id: str = info("the client_id option (labels every metric)", default="")
     timestamp: float = info("when the snapshot was taken: seconds since the epoch",
                             default=0.0)
@@ -121,8 +124,10 @@ class ProducerStatistics(Statistics):
         "topic", TopicStatistics, "per topic the producer wrote to")
 
 
-def snapshot(core: ProducerCore, started_at: float) -> ProducerStatistics:
-    """The producer's statistics now (``started_at``: the trio time it opened)."""
+def snapshot(core: ProducerCore, started_at: float, interceptor_errors: int = 0,
+             ) -> ProducerStatistics:
+    """The producer's statistics now (``started_at``: the trio time it opened;
+    ``interceptor_errors``: its interceptors' failed calls so far)."""
     ledger = core.ledger
     # [queued records, queued bytes, in-flight batches, records, bytes] per partition
     where: dict[tuple[str, int], list[int]] = {}
@@ -203,6 +208,7 @@ def snapshot(core: ProducerCore, started_at: float) -> ProducerStatistics:
         requests_sent=sum(bp.requests_sent for bp in core.broker_producers()),
         double_settles=ledger.double_settles,
         callback_errors=ledger.callback_errors,
+        interceptor_errors=interceptor_errors,
         client_id=core.config.cluster.client_id or "",
         timestamp=time.time(),
         age=age,

@@ -117,6 +117,29 @@ async def test_a_group_member_reports_its_group_and_its_commits(
     assert stats.age >= 2.5
 
 
+async def test_interceptor_failures_are_counted(
+        fake: FakeCluster, autojump_clock: trio.abc.Clock) -> None:
+    class Broken:
+        def on_consume(self, records: list[object]) -> list[object]:
+            raise RuntimeError("boom")
+
+        def on_commit(self, offsets: object) -> None:
+            raise RuntimeError("bang")
+
+    fake.create_topic("t", 1)
+    await produce(fake, "t", [VALUE] * 3, partition=0)
+    async with open_fake_consumer(fake, group_id="g", topics=["t"], enable_auto_commit=False,
+                                  interceptors=[Broken()]) as consumer:
+        seen = 0
+        async for _ in consumer:  # on_consume runs once per record here
+            seen += 1
+            if seen == 3:
+                break
+        await consumer.commit()
+        stats = consumer.statistics()
+    assert (stats.interceptor_errors, stats.consumed_records, stats.commits) == (4, 3, 1)
+
+
 async def test_on_statistics_every_interval(
         fake: FakeCluster, autojump_clock: trio.abc.Clock) -> None:
     fake.create_topic("t", 1)
