@@ -1,5 +1,5 @@
-"""``produce``'s progress on stderr: rows delivered, the rate, and with a known input
-size the share done and the time left.
+"""``produce``'s progress on stderr: rows and bytes delivered, their rates, and with a
+known input size the share done and the time left.
 
 On a terminal one line is redrawn in place (``\\r``, then erase to the end of the
 line) every ``interval``; elsewhere (a log file, a pipe) each report is a plain line of
@@ -43,6 +43,14 @@ def position(streams: list[IO[bytes]], start: int) -> int:
     return sum(s.tell() for s in streams) - start
 
 
+def _size(nbytes: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if nbytes < 1000 or unit == "GB":
+            return f"{nbytes:,.0f} {unit}" if unit == "B" else f"{nbytes:,.1f} {unit}"
+        nbytes /= 1000
+    raise AssertionError("unreachable")
+
+
 def _duration(seconds: float) -> str:
     s = max(0, round(seconds))
     h, rest = divmod(s, 3600)
@@ -51,7 +59,9 @@ def _duration(seconds: float) -> str:
 
 
 class Progress:
-    """Draws reports of ``(rows delivered, rows failed, rows read, bytes read)``.
+    """Draws reports of ``(rows delivered, bytes delivered, rows failed, rows read,
+    bytes read)`` (bytes delivered: the producer's ``delivered_bytes``; bytes read: of
+    the input, to estimate the rows expected).
 
     Args:
         out: where to draw (stderr).
@@ -67,24 +77,28 @@ class Progress:
         self._total = total_bytes
         self._clock = clock
         self._start = clock()
-        self._last = (self._start, 0)  # (time, rows delivered) at the previous report
+        # (time, rows delivered, bytes delivered) at the previous report
+        self._last = (self._start, 0, 0)
         self._drawn = False
 
-    def text(self, delivered: int, failed: int, read_rows: int, read_bytes: int,
-             *, final: bool = False) -> str:
-        """One report (without line control): rows, rate, share and time left."""
+    def text(self, delivered: int, delivered_bytes: int, failed: int, read_rows: int,
+             read_bytes: int, *, final: bool = False) -> str:
+        """One report (without line control): rows and bytes, rates, share, time left.
+        Rates are over the last interval; the final report's over the whole run."""
         now = self._clock()
         elapsed = now - self._start
-        then, before = self._last
-        self._last = (now, delivered)
+        then, rows_before, bytes_before = self._last
+        self._last = (now, delivered, delivered_bytes)
         if final or now <= then:
-            rate = delivered / elapsed if elapsed > 0 else 0.0
+            span, rows, nbytes = elapsed, delivered, delivered_bytes
         else:
-            rate = (delivered - before) / (now - then)
-        parts = [f"{delivered:,} rows delivered"]
+            span, rows, nbytes = now - then, delivered - rows_before, \
+                delivered_bytes - bytes_before
+        rate, byte_rate = (rows / span, nbytes / span) if span > 0 else (0.0, 0.0)
+        parts = [f"{delivered:,} rows delivered ({_size(delivered_bytes)})"]
         if failed:
             parts.append(f"{failed:,} failed")
-        parts.append(f"{rate:,.0f} rows/s")
+        parts.append(f"{rate:,.0f} rows/s ({_size(byte_rate)}/s)")
         if self._total is not None:
             done = delivered + failed
             if final:
@@ -113,7 +127,7 @@ class Progress:
         self._out.flush()
         self._drawn = True
 
-    async def run(self, interval: float, counts: Callable[[], tuple[int, int, int, int]],
+    async def run(self, interval: float, counts: Callable[[], tuple[int, int, int, int, int]],
                   sleep: Callable[[float], Any]) -> None:
         """Draw ``counts()`` every ``interval`` seconds, until cancelled."""
         while True:

@@ -283,9 +283,9 @@ async def _produce(
         if show:
             progress = Progress(sys.stderr, tty=tty, total_bytes=total, clock=trio.current_time)
 
-            def counts() -> tuple[int, int, int, int]:
+            def counts() -> tuple[int, int, int, int, int]:
                 stats = producer.statistics()
-                return stats.succeeded, stats.failed, read[0], read[1]
+                return stats.succeeded, stats.delivered_bytes, stats.failed, read[0], read[1]
 
             every = args.progress_interval or (0.5 if tty else 10.0)
             nursery.start_soon(progress.run, every, counts, trio.sleep)
@@ -309,5 +309,6 @@ async def _produce(
                 first = f"{type(cause).__name__}: {one_line(cause)}"
         nursery.cancel_scope.cancel()
         if progress is not None:
-            progress.draw(delivered, failed, read[0], read[1], final=True)
+            progress.draw(delivered, producer.statistics().delivered_bytes, failed, read[0],
+                          read[1], final=True)
     return delivered, failed, first

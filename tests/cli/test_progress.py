@@ -31,29 +31,32 @@ def test_the_report_rows_rate_share_and_time_left() -> None:
     progress = Progress(out, tty=False, total_bytes=1000, clock=clock)
     clock.now += 2.0
     # 400 rows read from 200 of 1,000 bytes: 2,000 rows expected; 500 delivered in 2 s
-    assert progress.text(500, 0, 400, 200) == \
-        "500 rows delivered, 250 rows/s, 25%, ETA 0:06, 0:02 elapsed"
-    clock.now += 1.0  # the rate is the last interval's
-    assert progress.text(1500, 10, 2000, 1000) == \
-        "1,500 rows delivered, 10 failed, 1,000 rows/s, 76%, ETA 0:01, 0:03 elapsed"
+    assert progress.text(500, 50_000, 0, 400, 200) == (
+        "500 rows delivered (50.0 kB), 250 rows/s (25.0 kB/s), 25%, ETA 0:06, 0:02 elapsed")
+    clock.now += 1.0  # the rates are the last interval's
+    assert progress.text(1500, 2_550_000, 10, 2000, 1000) == (
+        "1,500 rows delivered (2.5 MB), 10 failed, 1,000 rows/s (2.5 MB/s), 76%, ETA 0:01, "
+        "0:03 elapsed")
     clock.now += 3597.0
-    progress.draw(2000, 0, 2000, 1000, final=True)  # final: the average rate
-    assert out.getvalue() == \
-        "progress: 2,000 rows delivered, 1 rows/s, 100%, ETA 0:00, 1:00:00 elapsed\n"
+    progress.draw(2000, 3_600_000, 0, 2000, 1000, final=True)  # final: the whole run's
+    assert out.getvalue() == ("progress: 2,000 rows delivered (3.6 MB), 1 rows/s (1.0 kB/s), "
+                              "100%, ETA 0:00, 1:00:00 elapsed\n")
 
 
 def test_without_a_size_no_share_and_on_a_terminal_one_line() -> None:
     clock = Clock()
     out = io.StringIO()
     progress = Progress(out, tty=True, total_bytes=None, clock=clock)
-    assert progress.text(0, 0, 0, 0) == "0 rows delivered, 0 rows/s, 0:00 elapsed"
+    assert progress.text(0, 0, 0, 0, 0) == \
+        "0 rows delivered (0 B), 0 rows/s (0 B/s), 0:00 elapsed"
     clock.now += 1.0
-    progress.draw(7, 0, 7, 0)
-    progress.draw(9, 0, 9, 0, final=True)
-    assert out.getvalue() == ("\r7 rows delivered, 7 rows/s, 0:01 elapsed\x1b[K"
-                              "\r9 rows delivered, 9 rows/s, 0:01 elapsed\x1b[K\n")
+    progress.draw(7, 700, 0, 7, 0)
+    progress.draw(9, 900, 0, 9, 0, final=True)
+    assert out.getvalue() == (
+        "\r7 rows delivered (700 B), 7 rows/s (700 B/s), 0:01 elapsed\x1b[K"
+        "\r9 rows delivered (900 B), 9 rows/s (900 B/s), 0:01 elapsed\x1b[K\n")
     nothing_yet = Progress(out, tty=True, total_bytes=50, clock=clock)
-    assert nothing_yet.text(0, 0, 0, 0).endswith("0%, ETA --:--, 0:00 elapsed")
+    assert nothing_yet.text(0, 0, 0, 0, 0).endswith("0%, ETA --:--, 0:00 elapsed")
 
 
 def test_the_input_size_is_known_for_regular_files_only(tmp_path: Path) -> None:
@@ -84,7 +87,7 @@ def test_on_a_terminal_a_file_shows_its_share_and_time_left(
     screen = term.screen
     assert b"\r0 rows delivered" in screen  # the first report, before anything is sent
     # the last report ends its line before the summary
-    assert b"\r20,000 rows delivered, " in screen
+    assert b"\r20,000 rows delivered (" in screen
     assert b", 100%, ETA 0:00, " in screen
     assert screen.index(b"100%, ETA 0:00") < screen.index(b"\x1b[K\r\nproduced 20000")
     assert b"Traceback" not in screen
@@ -131,6 +134,6 @@ def test_into_a_pipe_plain_lines_only_when_asked(
     assert "\r" not in proc.stderr.decode() and "\x1b" not in proc.stderr.decode()
     reports = lines[:-1]
     assert reports and all(line.startswith("progress: ") for line in reports)
-    assert reports[0].startswith("progress: 0 rows delivered, 0 rows/s, ")
-    assert reports[-1].startswith("progress: 1,000 rows delivered, ")
+    assert reports[0].startswith("progress: 0 rows delivered (0 B), 0 rows/s (0 B/s), ")
+    assert reports[-1].startswith("progress: 1,000 rows delivered (")
     assert ", 100%, ETA 0:00, " in reports[-1]
