@@ -6,10 +6,11 @@
 * ``on_send(message)`` writes the trace context into the message's headers with the
   propagator (by default the global one: W3C ``traceparent`` / ``tracestate``, and
   ``baggage``). The context is the caller's current span's when there is one (the
-  record joins the trace the application is in); else a new ``send <topic>`` span
-  (kind PRODUCER) is started, written into the headers and ended at once, as
-  OpenTelemetry's messaging conventions' "create" span: it gives the record a trace of
-  its own. Headers of the same names the record already had are replaced (a record
+  record joins the trace the application is in); else, with ``send_spans`` (the
+  default), a new ``send <topic>`` span (kind PRODUCER) is started, written into the
+  headers and ended at once, as OpenTelemetry's messaging conventions' "create" span: it
+  gives the record a trace of its own (without ``send_spans`` the record is left as it
+  is: no span, no header). Headers of the same names the record already had are replaced (a record
   forwarded from another topic carries the context it is sent in now, not the old one).
 * ``on_consume(records)`` reads each record's context back: with ``consumer_spans``
   (the default) it starts and ends a ``receive <topic>`` span (kind CONSUMER) per
@@ -28,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter, Setter, TextMapPropagator
@@ -78,6 +80,8 @@ class TracingInterceptor:
     Args:
         tracer_provider: where the spans go (default: the global one).
         propagator: how the context is written and read (default: the global one).
+        send_spans: give a record sent outside any span a ``send <topic>`` span of its
+            own (False: only records sent in a span carry a context).
         consumer_spans: start a ``receive <topic>`` span per consumed record (a child of
             the producer's context). False: the consumer side does nothing (the
             application reads contexts with :func:`context_of`).
@@ -85,9 +89,15 @@ class TracingInterceptor:
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None,
                  propagator: TextMapPropagator | None = None, *,
-                 consumer_spans: bool = True) -> None:
+                 send_spans: bool = True, consumer_spans: bool = True) -> None:
         self._tracer = trace.get_tracer(_TRACER, tracer_provider=tracer_provider)
         self._propagator = propagator
+        self._send_spans = send_spans
+        # The headers written for the context records were last sent in, with it: every
+        # record sent in one span carries the same headers, made once (the propagator's
+        # output depends on the context alone, and contexts are immutable).
+        self._last: tuple[Context | None, list[tuple[str, bytes | None]]] = (None, [])
+        self._last_prop: TextMapPropagator | None = None
         self._consumer_spans = consumer_spans
 
     def _prop(self) -> TextMapPropagator:
@@ -96,24 +106,33 @@ class TracingInterceptor:
 
     # -- producer -----------------------------------------------------------------------
     def on_send(self, message: ProducerMessage) -> ProducerMessage:
-        carrier: dict[str, str] = {}
-        prop = self._prop()
-        if trace.get_current_span().get_span_context().is_valid:
-            prop.inject(carrier, setter=_SETTER)
-        else:
-            span = self._tracer.start_span(
-                f"send {message.topic}", kind=trace.SpanKind.PRODUCER,
-                attributes=_attributes(message.topic, message.partition, None, "send",
-                                       "send"))
-            try:
-                prop.inject(carrier, context=trace.set_span_in_context(span), setter=_SETTER)
-            finally:
-                span.end()
-        if carrier:
-            names = {k.lower() for k in carrier}
+        current = otel_context.get_current()
+        last_context, headers = self._last
+        if current is not last_context or self._prop() is not self._last_prop:
+            if trace.get_current_span(current).get_span_context().is_valid:
+                headers = self._inject(current)
+                self._last, self._last_prop = (current, headers), self._prop()
+            elif not self._send_spans:
+                return message
+            else:
+                span = self._tracer.start_span(
+                    f"send {message.topic}", kind=trace.SpanKind.PRODUCER,
+                    attributes=_attributes(message.topic, message.partition, None, "send",
+                                           "send"))
+                try:
+                    headers = self._inject(trace.set_span_in_context(span))
+                finally:
+                    span.end()
+        if headers:
+            names = {k.lower() for k, _ in headers}
             kept = [(k, v) for k, v in message.headers or () if k.lower() not in names]
-            message.headers = kept + [(k, v.encode()) for k, v in carrier.items()]
+            message.headers = kept + headers
         return message
+
+    def _inject(self, context: Context) -> list[tuple[str, bytes | None]]:
+        carrier: dict[str, str] = {}
+        self._prop().inject(carrier, context=context, setter=_SETTER)
+        return [(k, v.encode()) for k, v in carrier.items()]
 
     # -- consumer -----------------------------------------------------------------------
     def on_consume(self, records: list[ConsumedRecord]) -> list[ConsumedRecord]:

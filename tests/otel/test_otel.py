@@ -97,13 +97,15 @@ async def test_trace_context_travels_in_the_headers(
         assert (span.attributes or {})["messaging.kafka.offset"] == offset
 
 
-async def test_without_consumer_spans_and_without_the_interceptor(
+async def test_without_send_spans_nor_consumer_spans(
         fake: FakeCluster, autojump_clock: trio.abc.Clock,
         spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
     provider, exporter = spans
     fake.create_topic("t", 1)
-    async with open_producer(fake.bootstrap, connector=fake.connector, linger=0.0) as producer:
-        await producer.send_and_wait("t", b"plain", partition=0)
+    tracing = TracingInterceptor(provider, W3C, send_spans=False)
+    async with open_producer(fake.bootstrap, connector=fake.connector, linger=0.0,
+                             interceptors=[tracing]) as producer:
+        await producer.send_and_wait("t", b"no span", partition=0)
     [record] = await consume(
         fake, 1, interceptors=[TracingInterceptor(provider, W3C, consumer_spans=False)])
     assert record.headers == ()
