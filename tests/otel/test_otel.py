@@ -176,3 +176,27 @@ async def test_statistics_as_metrics(fake: FakeCluster, autojump_clock: trio.abc
         c.topics["t"].partitions[0].consumed_records
     assert set(bridge.instruments) >= {"pipeline.producer_succeeded",
                                        "pipeline.consumer_consumed_records"}
+
+
+def test_records_sent_in_one_span_share_its_context_and_a_new_span_changes_it(
+        spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    from pipeline import ProducerMessage
+
+    provider, exporter = spans
+    tracer = provider.get_tracer("app")
+    tracing = TracingInterceptor(provider, W3C)
+
+    def sent() -> tuple[tuple[str, bytes | None], ...]:
+        return tuple(tracing.on_send(ProducerMessage("t", b"v")).headers)
+
+    with tracer.start_as_current_span("outer") as outer:
+        first, second = sent(), sent()
+        with tracer.start_as_current_span("inner") as inner:
+            third = sent()
+        fourth = sent()
+    assert first == second == fourth == (("traceparent", traceparent(outer)),)
+    assert third == (("traceparent", traceparent(inner)),)
+    alone = [sent(), sent()]  # outside any span: a send span each
+    assert alone[0] != alone[1]
+    assert [s.name for s in exporter.get_finished_spans()] == ["inner", "outer", "send t",
+                                                               "send t"]
