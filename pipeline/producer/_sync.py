@@ -26,12 +26,13 @@ from typing import Any
 import trio
 
 from pipeline.cluster.errors import KafkaError
-from pipeline.producer._api import Producer, ProducerStatistics, open_producer
+from pipeline.producer._api import Producer, open_producer
 from pipeline.producer._config import ProducerConfig
 from pipeline.producer._errors import ProducerClosed
 from pipeline.producer._message import ProducerMessage, RecordMetadata
 from pipeline.producer._outcomes.delivery import Delivery, GroupResult
 from pipeline.producer._stages.transactions import State
+from pipeline.producer._statistics import ProducerStatistics
 from pipeline.protocol._columns import ColumnInput, HeadersInput, IntsInput
 
 #: Calls waiting for the pump at most; a caller beyond it waits (backpressure).
