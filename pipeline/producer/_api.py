@@ -194,18 +194,29 @@ class Producer:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Producer]:
         """Begin a transaction; commit it when the block ends normally, abort it when
-        the block raises or is cancelled (the exception then propagates)."""
+        the block raises or is cancelled, or its commit fails while the transaction can
+        still be aborted (the exception then propagates)."""
         await self.begin_transaction()
         try:
             yield self
         except BaseException as exc:
-            with trio.CancelScope(shield=True), trio.move_on_after(self._config.close_timeout):
-                try:
-                    await self._transactions().abort()
-                except KafkaError as abort_error:  # the block's own error is what propagates
-                    exc.add_note(f"(aborting the transaction failed too: {abort_error!r})")
+            await self._abort_for(exc)
             raise
-        await self.commit_transaction()
+        try:
+            await self.commit_transaction()
+        except BaseException as exc:
+            if self._transactions().state in (State.IN_TRANSACTION, State.ABORTABLE):
+                await self._abort_for(exc)
+            raise
+
+    async def _abort_for(self, exc: BaseException) -> None:
+        """Abort the open transaction because of ``exc`` (shielded, bounded by
+        close_timeout); the block's own error is what propagates."""
+        with trio.CancelScope(shield=True), trio.move_on_after(self._config.close_timeout):
+            try:
+                await self._transactions().abort()
+            except KafkaError as abort_error:
+                exc.add_note(f"(aborting the transaction failed too: {abort_error!r})")
 
     async def begin_transaction(self) -> None:
         """Open a transaction: ``send()`` and the bulk calls are accepted until it ends."""
