@@ -42,6 +42,37 @@ def make_keys(count: int = _POOL) -> list[bytes]:
     return [b"key-%06d" % i for i in range(count)]
 
 
+# The "workloads" group: what users send, the same for both libraries.
+#   nokey         a distinct value per message (no key)
+#   keyed         + a key of make_keys() (1024 distinct, cycled)
+#   headers       + 2 headers: ("trace-id", a distinct 16-byte hex id), ("source", b"checkout")
+#   headers-zstd  + compression zstd (default level), over text-like values that compress
+WORKLOADS = ("nokey", "keyed", "headers", "headers-zstd")
+
+
+def make_event_values(count: int = _POOL, size: int = VALUE_SIZE, seed: int = 0) -> list[bytes]:
+    """``count`` distinct ``size``-byte JSON-like event texts (they compress as event
+    data does, random bytes would not); the workloads make each message's value
+    distinct with ``distinct_value``."""
+    assert count & (count - 1) == 0, "count must be a power of two"
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        text = (b'{"id":0000000000,"user":"u%05d","sku":"sku-%04d","qty":%d,"price":%d.%02d,'
+                b'"status":"%s"}' % (rng.randrange(100_000), rng.randrange(10_000),
+                                      rng.randrange(1, 9), rng.randrange(1, 500),
+                                      rng.randrange(100),
+                                      rng.choice([b"paid", b"shipped", b"open"])))
+        out.append((text + b" " * size)[:size])
+    return out
+
+
+def distinct_value(i: int, base: bytes) -> bytes:
+    """Message ``i``'s value: ``base`` with its 10-digit id field set to ``i`` (no two
+    messages share a value or a buffer; both libraries' loops pay this call)."""
+    return base[:6] + b"%010d" % i + base[16:]
+
+
 def cpu_seconds() -> float:
     """User + system CPU of this process, every thread included (librdkafka's too)."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -132,6 +163,24 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                     rows = min(n, start + SEND_BATCH_ROWS) - start
                     # the same rows as above: values[i & mask], a zero-copy slice
                     groups.append(await send_batch(topic, arrow_pool.slice(start & mask, rows)))
+            elif api.startswith("workload-"):  # the "workloads" group (WORKLOADS)
+                workload = api[len("workload-"):]
+                send = producer.send
+                events = make_event_values()
+                wkeys = make_keys(len(events))
+                if workload == "nokey":
+                    for i in range(n):
+                        await send(topic, distinct_value(i, events[i & mask]))
+                elif workload == "keyed":
+                    for i in range(n):
+                        j = i & mask
+                        await send(topic, distinct_value(i, events[j]), key=wkeys[j])
+                else:  # headers, headers-zstd (the producer's compression option)
+                    for i in range(n):
+                        j = i & mask
+                        await send(topic, distinct_value(i, events[j]), key=wkeys[j],
+                                   headers=[("trace-id", b"%016x" % i),
+                                            ("source", b"checkout")])
             else:
                 raise ValueError(f"unknown pipeline api {api!r}")
             await producer.flush()
@@ -216,7 +265,8 @@ def produce_aiokafka(bootstrap: str, topic: str, n: int,
 
 
 def produce_confluent(bootstrap: str, topic: str, n: int,
-                      warmup_topic: str | None = None, *, keyed: bool = False) -> ClientResult:
+                      warmup_topic: str | None = None, *, keyed: bool = False,
+                      workload: str | None = None) -> ClientResult:
     """confluent-kafka (librdkafka), idempotent, acks=all, linger.ms=5:
     ``produce()`` + ``poll(0)`` per message, then ``flush()``. ``keyed``:
     ``produce(key=)`` with the keys of ``make_keys()`` (librdkafka's default partitioner)."""
@@ -225,12 +275,15 @@ def produce_confluent(bootstrap: str, topic: str, n: int,
     values = make_values()
     mask = len(values) - 1
     keys = make_keys(len(values)) if keyed else []  # before the clock
-    producer = Producer({
+    config = {
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": int(LINGER_S * 1000),
-    })
+    }
+    if workload == "headers-zstd":
+        config["compression.type"] = "zstd"
+    producer = Producer(config)
     producer.list_topics(timeout=10)  # connect before the clock starts
     if warmup_topic:  # ... and get the producer id
         producer.produce(warmup_topic, values[0])
@@ -239,7 +292,28 @@ def produce_confluent(bootstrap: str, topic: str, n: int,
     full_waits = 0
     t0, c0 = time.perf_counter(), cpu_seconds()
     produce, poll = producer.produce, producer.poll
-    if keyed:  # the same loop with a key: a separate loop, so the keyless one stays as it was
+    if workload is not None:  # the "workloads" group: as produce_pipeline's loops
+        events = make_event_values()
+        wkeys = make_keys(len(events))
+        with_key, with_headers = workload != "nokey", workload.startswith("headers")
+        for i in range(n):
+            j = i & mask
+            value = distinct_value(i, events[j])
+            while True:
+                try:
+                    if with_headers:
+                        produce(topic, value, key=wkeys[j],
+                                headers=[("trace-id", b"%016x" % i), ("source", b"checkout")])
+                    elif with_key:
+                        produce(topic, value, key=wkeys[j])
+                    else:
+                        produce(topic, value)
+                    break
+                except BufferError:
+                    full_waits += 1
+                    poll(0.005)
+            poll(0)
+    elif keyed:  # the same loop with a key: a separate loop, so the keyless one stays as it was
         for i in range(n):
             j = i & mask
             while True:
@@ -295,6 +369,14 @@ def _confluent_keyed(bootstrap: str, topic: str, n: int, warmup_topic: str | Non
     return produce_confluent(bootstrap, topic, n, warmup_topic=warmup_topic, keyed=True)
 
 
+def _confluent_workload(workload: str) -> Callable[..., ClientResult]:
+    def run(bootstrap: str, topic: str, n: int, warmup_topic: str | None = None
+            ) -> ClientResult:
+        return produce_confluent(bootstrap, topic, n, warmup_topic=warmup_topic,
+                                 workload=workload)
+    return run
+
+
 CLIENTS: dict[str, ClientSpec] = {spec.name: spec for spec in (
     ClientSpec("pipeline-send", "pipeline send()", _pipeline("send"), "pipeline"),
     ClientSpec("pipeline-send_many", "pipeline send_many(10k)", _pipeline("send_many"),
@@ -331,4 +413,13 @@ CLIENTS: dict[str, ClientSpec] = {spec.name: spec for spec in (
                "pipeline", group="keyed"),
     ClientSpec("confluent-keyed", "confluent-kafka keyed [idem.]", _confluent_keyed,
                "confluent", wants_idempotent=True, group="keyed"),
+    # What users send (WORKLOADS), distinct values, send() + flush against produce() +
+    # poll(0) + flush(); both idempotent (pipeline's default, confluent's option).
+    *(spec for w in WORKLOADS for spec in (
+        ClientSpec(f"pipeline-w-{w}", f"pipeline send() {w}",
+                   _pipeline(f"workload-{w}", **({"compression": "zstd"}
+                                                 if w.endswith("zstd") else {})),
+                   "pipeline", wants_idempotent=True, group="workloads"),
+        ClientSpec(f"confluent-w-{w}", f"confluent-kafka {w} [idem.]", _confluent_workload(w),
+                   "confluent", wants_idempotent=True, group="workloads"))),
 )}

@@ -84,6 +84,8 @@ TARGETS = [
     ("send_batch(arrow) >= 1.5x confluent", "pipeline-send_batch-arrow", "confluent", 1.5),
     ("idempotent mif=5 >= 0.9x non-idempotent", "pipeline-idem-mif5", "pipeline-nonidem", 0.9),
     ("keyed send() >= 0.6x confluent-kafka keyed", "pipeline-send-keyed", "confluent-keyed", 0.6),
+    *((f"{w}: send() + flush >= 1.0x confluent-kafka", f"pipeline-w-{w}", f"confluent-w-{w}",
+       1.0) for w in ("nokey", "keyed", "headers", "headers-zstd")),
 ]
 
 Log = Callable[[str], None]
@@ -473,8 +475,13 @@ def _ratios_and_targets(results: dict[str, dict[str, Any]]
         # a keyed client against the keyed peer (the same workload), if there is one
         suffix = "-keyed" if name.endswith("-keyed") else ""
         for peer in ("aiokafka", "confluent"):
-            if rate(peer + suffix):
-                r[f"vs_{peer}"] = rate(name) / rate(peer + suffix)  # type: ignore[operator]
+            # (a workload's client against the same workload's peer)
+            peer_name = ("confluent-w-" + name[len("pipeline-w-"):]
+                         if name.startswith("pipeline-w-") else peer + suffix)
+            if name.startswith("pipeline-w-") and peer != "confluent":
+                continue
+            if rate(peer_name):
+                r[f"vs_{peer}"] = rate(name) / rate(peer_name)  # type: ignore[operator]
         ratios[name] = r
     targets = []
     for title, num, den, threshold in TARGETS:

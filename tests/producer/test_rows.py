@@ -63,7 +63,7 @@ def test_assign_rows_keys_on_murmur2_partitions_in_row_order() -> None:
     keys = [b"k%d" % (i % 11) for i in range(500)] + [None] * 20
     cols = build_columns([b"v%d" % i for i in range(520)], keys, default_timestamp=1)
     out, bad = assign_rows(_run(cols, 520), 7, DefaultPartitioner(random.Random(1)),
-                           vectorized=True, cap=1 << 20, max_records=1 << 30)
+                           cap=1 << 20, max_records=1 << 30)
     assert bad is None
     seen = []
     for p, run in out:
@@ -81,7 +81,7 @@ def test_assign_rows_keys_on_murmur2_partitions_in_row_order() -> None:
 def test_assign_rows_cuts_batches_by_exact_size_and_count() -> None:
     cols = build_columns([b"x" * 100] * 1000, default_timestamp=1)
     out, _ = assign_rows(_run(cols, 1000), 3, DefaultPartitioner(random.Random(1)),
-                         vectorized=True, cap=4096, max_records=30)
+                         cap=4096, max_records=30)
     assert sum(run.count for _, run in out) == 1000
     for _, run in out:
         assert run.count <= 30

@@ -10,25 +10,40 @@ awaitable keeps a coroutine's manners (lazy, one use, cancellable, a trio task).
 
 from __future__ import annotations
 
+import collections
+import enum
 import gc
 import itertools
 import warnings
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 import pytest
 import trio
 
-from pipeline.producer._columnar.burst import RowDelivery
+from pipeline.producer._columnar.burst import MetadataRowDelivery, RowDelivery
 from pipeline.producer._errors import MessageTooLargeError, ProducerClosed
 from pipeline.producer._intake import intake
 from pipeline.producer._intake import send_path as _send_path
 from pipeline.producer._intake.intake import Intake
-from pipeline.producer._intake.normalize import SIZE_BASE
+from pipeline.producer._intake.normalize import SIZE_BASE, normalize
+from pipeline.producer._message import ProducerMessage
+from pipeline.producer._outcomes.delivery import MessageDelivery
 from pipeline.testing.fake_cluster import FakeCluster
 from tests.scenarios.conftest import open_fake_producer
 
 T = 1_700_000_000_000  # the scenario conftest's injected CreateTime
+H2 = [("trace-id", b"0123456789abcdef"), ("source", b"checkout")]
+MANY = [(f"h{i}", b"v%d" % i) for i in range(64)]
+
+
+class SubStr(str):
+    pass
+
+
+class Part(enum.IntEnum):
+    ZERO = 0
 
 
 @pytest.fixture
@@ -84,7 +99,7 @@ async def test_which_send_a_producer_gets(fake: FakeCluster, send_path: str,
                                           partitioner: str) -> None:
     async with open_fake_producer(fake, partitioner=partitioner) as producer:
         kind = type(producer.send).__name__
-    assert kind == ("Sender" if send_path == "c" and partitioner == "default" else "method")
+    assert kind == ("Sender" if send_path == "c" else "method")  # (every partitioner: rows)
 
 
 async def test_the_common_call_never_reaches_python(
@@ -122,7 +137,7 @@ CASES: list[tuple[str, Callable[[Any], None], tuple[Any, ...], dict[str, Any], i
     # ("ta", not "a": CPython keeps one object per one-letter str)
     ("an equal topic, another str", _nothing, ("".join(["t", "a"]), b"v"), {}, 0, RowDelivery),
     ("a value of 8191 bytes", _nothing, ("ta", b"x" * 8191), {}, 0, RowDelivery),
-    ("a value of 8192 bytes", _nothing, ("ta", b"x" * 8192), {}, 1, RowDelivery),
+    ("a value of 8192 bytes", _nothing, ("ta", b"x" * 8192), {}, 0, RowDelivery),
     ("a schedule point due", _set("_intake._until_yield", 1), ("ta", b"v"), {}, 1, object),
     ("the countdown one before", _set("_intake._until_yield", 2), ("ta", b"v"), {}, 0,
      RowDelivery),
@@ -150,14 +165,14 @@ CASES: list[tuple[str, Callable[[Any], None], tuple[Any, ...], dict[str, Any], i
     ("a key= name built at run time", _nothing, ("ta", b"v"), {"".join(["k", "ey"]): b"k"}, 0,
      RowDelivery),
     ("a key of 63 bytes", _nothing, ("ta", b"v"), {"key": b"k" * 63}, 0, RowDelivery),
-    ("a key of 64 bytes", _nothing, ("ta", b"v"), {"key": b"k" * 64}, 1, RowDelivery),
+    ("a key of 64 bytes", _nothing, ("ta", b"v"), {"key": b"k" * 64}, 0, RowDelivery),
     ("a str key", _nothing, ("ta", b"v"), {"key": "k\u00e9"}, 0, RowDelivery),
     ("a str key that is no UTF-8", _nothing, ("ta", b"v"), {"key": "k\ud800"}, 1,
      UnicodeEncodeError),
-    ("a str key of 64 bytes in UTF-8", _nothing, ("ta", b"v"), {"key": "\u00e9" * 32}, 1,
+    ("a str key of 64 bytes in UTF-8", _nothing, ("ta", b"v"), {"key": "\u00e9" * 32}, 0,
      RowDelivery),
     ("a bytearray key", _nothing, ("ta", b"v"), {"key": bytearray(b"k")}, 1, object),
-    ("partition=None by keyword", _nothing, ("ta", b"v"), {"partition": None}, 1, RowDelivery),
+    ("partition=None by keyword", _nothing, ("ta", b"v"), {"partition": None}, 0, RowDelivery),
     ("a key at max_message_bytes", _set("_intake._max_message_bytes", 7 + 5 + SIZE_BASE + 2),
      ("ta", b"v" * 7), {"key": b"k" * 5}, 0, RowDelivery),
     ("a key one byte over", _set("_intake._max_message_bytes", 7 + 5 + SIZE_BASE + 1),
@@ -170,9 +185,86 @@ CASES: list[tuple[str, Callable[[Any], None], tuple[Any, ...], dict[str, Any], i
      RowDelivery),
     ("a key and on_delivery", _nothing, ("ta", b"v"), {"key": b"k", "on_delivery": print}, 0,
      RowDelivery),
-    ("metadata=None by keyword", _nothing, ("ta", b"v"), {"metadata": None}, 1, RowDelivery),
+    ("metadata=None by keyword", _nothing, ("ta", b"v"), {"metadata": None}, 0, RowDelivery),
     ("a third positional argument", _nothing, ("ta", b"v", b"k"), {}, 1, TypeError),
     ("one positional argument", _nothing, ("ta",), {}, 1, TypeError),
+    ("an unknown keyword", _nothing, ("ta", b"v"), {"color": 1}, 1, TypeError),
+    ("a None value (a tombstone)", _nothing, ("ta", None), {}, 0, RowDelivery),
+    ("a None value and a key", _nothing, ("ta", None), {"key": b"k"}, 0, RowDelivery),
+    # headers: a list or tuple of (str, bytes | None) tuples, or a dict, in C
+    ("headers, a list of pairs", _nothing, ("ta", b"v"), {"headers": H2}, 0, RowDelivery),
+    ("headers, a tuple of pairs", _nothing, ("ta", b"v"), {"headers": tuple(H2)}, 0,
+     RowDelivery),
+    ("headers, a dict", _nothing, ("ta", b"v"), {"headers": dict(H2)}, 0, RowDelivery),
+    ("headers, a None value", _nothing, ("ta", b"v"), {"headers": [("h", None)]}, 0,
+     RowDelivery),
+    ("headers, a dict with a None value", _nothing, ("ta", b"v"), {"headers": {"h": None}}, 0,
+     RowDelivery),
+    ("headers, empty", _nothing, ("ta", b"v"), {"headers": []}, 0, RowDelivery),
+    ("headers, an empty dict", _nothing, ("ta", b"v"), {"headers": {}}, 0, RowDelivery),
+    ("headers, an empty key and value", _nothing, ("ta", b"v"), {"headers": [("", b"")]}, 0,
+     RowDelivery),
+    ("16 headers", _nothing, ("ta", b"v"), {"headers": MANY[:16]}, 0, RowDelivery),
+    ("17 headers (past the stack)", _nothing, ("ta", b"v"), {"headers": MANY[:17]}, 0,
+     RowDelivery),
+    ("64 headers (a two-byte count)", _nothing, ("ta", b"v"), {"headers": MANY}, 0,
+     RowDelivery),
+    ("a non-ASCII header key", _nothing, ("ta", b"v"), {"headers": [("cl\u00e9", b"x")]}, 0,
+     RowDelivery),
+    ("a header value of 64 bytes", _nothing, ("ta", b"v"), {"headers": [("h", b"x" * 64)]}, 0,
+     RowDelivery),
+    ("a header key of 64 bytes", _nothing, ("ta", b"v"), {"headers": [("k" * 64, b"x")]}, 0,
+     RowDelivery),
+    ("headers at max_message_bytes", _set("_intake._max_message_bytes", 1 + SIZE_BASE + 2 + 4),
+     ("ta", b"v"), {"headers": [("h", b"x")]}, 0, RowDelivery),
+    ("headers one byte over", _set("_intake._max_message_bytes", 1 + SIZE_BASE + 2 + 3),
+     ("ta", b"v"), {"headers": [("h", b"x")]}, 1, MessageTooLargeError),
+    ("headers, a list of lists", _nothing, ("ta", b"v"), {"headers": [["h", b"x"]]}, 1,
+     RowDelivery),
+    ("headers, a pair of three", _nothing, ("ta", b"v"), {"headers": [("h", b"x", b"y")]}, 1,
+     TypeError),
+    ("headers, a bytearray value", _nothing, ("ta", b"v"), {"headers": [("h", bytearray(b"x"))]},
+     1, RowDelivery),
+    ("headers, a str value", _nothing, ("ta", b"v"), {"headers": [("h", "x\u00e9")]}, 1,
+     RowDelivery),
+    ("headers, a dict with a bytearray value", _nothing, ("ta", b"v"),
+     {"headers": {"h": bytearray(b"x")}}, 1, RowDelivery),
+    ("headers, a str subclass key", _nothing, ("ta", b"v"), {"headers": [(SubStr("h"), b"x")]}, 1,
+     MessageDelivery),
+    ("headers, a bytes key", _nothing, ("ta", b"v"), {"headers": [(b"h", b"x")]}, 1, TypeError),
+    ("headers, an int value", _nothing, ("ta", b"v"), {"headers": [("h", 3)]}, 1, TypeError),
+    ("headers, a key that is no UTF-8", _nothing, ("ta", b"v"), {"headers": [("\ud800", b"x")]},
+     1, UnicodeEncodeError),
+    ("headers, a str", _nothing, ("ta", b"v"), {"headers": "h=x"}, 1, TypeError),
+    ("headers, a mapping that is no dict", _nothing, ("ta", b"v"),
+     {"headers": MappingProxyType({"h": b"x"})}, 1, RowDelivery),
+    ("headers, a deque", _nothing, ("ta", b"v"), {"headers": collections.deque(H2)}, 1,
+     RowDelivery),
+    # partition: an int in 0..2**31-1
+    ("partition 0", _nothing, ("ta", b"v"), {"partition": 0}, 0, RowDelivery),
+    ("partition 2**31-1", _nothing, ("ta", b"v"), {"partition": 2**31 - 1}, 0, RowDelivery),
+    ("partition 2**31", _nothing, ("ta", b"v"), {"partition": 2**31}, 1, MessageDelivery),
+    ("partition -1", _nothing, ("ta", b"v"), {"partition": -1}, 1, ValueError),
+    ("partition True", _nothing, ("ta", b"v"), {"partition": True}, 1, ValueError),
+    ("partition, an int subclass", _nothing, ("ta", b"v"), {"partition": Part.ZERO}, 1,
+     MessageDelivery),
+    ("partition, a str", _nothing, ("ta", b"v"), {"partition": "0"}, 1, ValueError),
+    # timestamp: an int in 0..2**63-1
+    ("timestamp 0", _nothing, ("ta", b"v"), {"timestamp": 0}, 0, RowDelivery),
+    ("a timestamp", _nothing, ("ta", b"v"), {"timestamp": T - 5}, 0, RowDelivery),
+    ("timestamp 2**63-1", _nothing, ("ta", b"v"), {"timestamp": 2**63 - 1}, 0, RowDelivery),
+    ("timestamp 2**63", _nothing, ("ta", b"v"), {"timestamp": 2**63}, 1, ValueError),
+    ("timestamp -1", _nothing, ("ta", b"v"), {"timestamp": -1}, 1, ValueError),
+    ("timestamp True", _nothing, ("ta", b"v"), {"timestamp": True}, 1, ValueError),
+    ("timestamp, a float", _nothing, ("ta", b"v"), {"timestamp": 1.5}, 1, ValueError),
+    # metadata: anything; the row's delivery holds it
+    ("metadata", _nothing, ("ta", b"v"), {"metadata": {"id": 7}}, 0, MetadataRowDelivery),
+    ("everything at once", _nothing, ("ta", b"v"),
+     {"key": b"k", "headers": H2, "partition": 0, "timestamp": T + 9, "metadata": "m",
+      "on_delivery": print}, 0, MetadataRowDelivery),
+    ("everything and a bad partition", _nothing, ("ta", b"v"),
+     {"key": b"k", "headers": H2, "partition": -3, "timestamp": T + 9, "metadata": "m"}, 1,
+     ValueError),
 ]
 
 
@@ -197,10 +289,17 @@ async def test_each_condition_of_the_row_branch(
         await producer.flush()
     assert len(python_calls) == (c_calls if send_path == "c" else 1)
     assert isinstance(result, outcome), result
-    if isinstance(result, RowDelivery):  # (its key and value, whichever path took it)
-        key, value = kwargs.get("key"), args[1]
-        assert result.key == (key.encode() if type(key) is str else key)
-        assert result.value == (value.encode() if type(value) is str else value)
+    if isinstance(result, (RowDelivery, MessageDelivery)):
+        # its fields, whichever path took it: the message path's normalized ones
+        expected = ProducerMessage(args[0], args[1], kwargs.get("key"), kwargs.get("headers"),
+                                   kwargs.get("partition"), kwargs.get("timestamp", T),
+                                   kwargs.get("metadata"))
+        normalize(expected, lambda: T, 1 << 30)
+        assert (result.key, result.value, result.headers, result.timestamp, result.metadata) == (
+            expected.key, expected.value, tuple(expected.headers), expected.timestamp,
+            expected.metadata)
+        if expected.partition is not None:  # (None: failed before routing)
+            assert result.partition in (expected.partition, None)
 
 
 async def test_a_full_buffer_goes_to_python(

@@ -195,7 +195,8 @@ async def test_a_send_waiting_for_buffer_space_at_close_accepts_nothing(
 async def test_a_tight_loop_of_sends_is_a_checkpoint_every_yield_every_calls(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
-    """``send()`` of a message (here: an explicit partition) is a schedule and
+    """``send()`` of a message (here: each round's sends are messages, as a
+    loop's are until a burst of ``COLUMNS_MIN`` was taken) is a schedule and
     cancellation point once every ``_YIELD_EVERY / _MESSAGE_COST`` (E, 512)
     calls, before it accepts: a tight loop neither starves the pipeline nor pays
     a checkpoint per message, and the call that sees a cancellation accepted
@@ -212,6 +213,7 @@ async def test_a_tight_loop_of_sends_is_a_checkpoint_every_yield_every_calls(
         await producer._core.cluster.partitions_for("t")
         for round_ in (1, 2):
             sent = 0
+            producer._intake._columns_next = False  # (messages, not rows: see above)
             with trio.CancelScope() as scope:
                 scope.cancel()
                 for _ in range(every + 100):

@@ -122,9 +122,10 @@ async def test_rows_and_messages_sent_between_them_keep_the_send_order(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """Schedule (one partition): a loop in which every 100th send carries a
-    header and every 250th goes to another topic (both take the per-message
-    path: the open columnar burst ends, and the next common send opens a new
-    one behind them). The log holds every value of "t" in send order."""
+    header (a row too: headers ride the burst) and every 250th goes to another
+    topic (a message: the open columnar burst ends, and the next sends are
+    messages behind it until a burst of them was taken). The log holds every
+    value of "t" in send order, the 100th ones with their header."""
     fake.create_topic("t", 1)
     fake.create_topic("u", 1)
     sent: list[bytes] = []
@@ -141,9 +142,13 @@ async def test_rows_and_messages_sent_between_them_keep_the_send_order(
             sent.append(value)
         kinds = _kinds(deliveries)
         await producer.flush()
-    assert kinds[:99] == ["row"] * 99 and kinds[99] == "msg"
+    assert kinds[:249] == ["row"] * 249 and kinds[249] == "msg"
     assert all(d.done() for d in deliveries)
     assert values_in_log(fake, "t", 0) == sent
+    assert [p.record.value for p in fake.log("t", 0) if p.record.headers] == [
+        b"v%d" % i for i in range(LOOP) if i % 100 == 99 and i % 250 != 249]
+    assert {tuple(p.record.headers) for p in fake.log("t", 0) if p.record.headers} == {
+        (("h", b"1"),)}
     assert [(await d).offset for d in deliveries if d.topic == "t"] == list(range(len(sent)))
 
 
@@ -696,7 +701,8 @@ async def test_kept_deliveries_do_not_keep_their_bursts_packed_columns(
         assert {d._rows.deadline for d in deliveries if type(d) is RowDelivery} == {
             t0 + producer._config.delivery_timeout}
         # (A stage waiting for its next item still holds its last one: one more.)
-        await producer.send_and_wait("t", b"next", partition=0)  # (a message, not a burst)
+        producer._intake._columns_next = False  # (the next send is a message, not a burst)
+        await producer.send_and_wait("t", b"next")
         gc.collect()
         assert len(packed) >= 2 and _kinds(deliveries).count("row") >= LOOP - EVERY
         assert [ref() for ref in packed] == [None] * len(packed)

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from pipeline.producer._columnar import row_outcomes as _outcomes
-from pipeline.producer._columnar.row_outcomes import RowOutcomes, _call_back_ok_py
+from pipeline.producer._columnar.row_outcomes import RowOutcomes, _call_back_ok_py, row_headers
 from pipeline.producer._columnar.rows import RowChunk, RowRun
 from pipeline.producer._message import (
     FAILED,
@@ -61,7 +61,7 @@ from pipeline.producer._outcomes import delivery as _delivery
 from pipeline.producer._outcomes.delivery import Delivery, _checkpoint, _checkpoint_if_cancelled
 from pipeline.producer._speedups import fields
 from pipeline.producer._speedups.fields import names, slots
-from pipeline.protocol.columnar import BinaryColumn, Columns, kernel
+from pipeline.protocol.columnar import BinaryColumn, Columns, HeaderColumn, kernel
 
 __all__ = ["COLUMNS_MIN", "RowBurst", "RowDelivery", "RowOutcomes"]
 
@@ -85,11 +85,26 @@ class RowBurst:
         # Each row's on_delivery (or None), once a row had one; None: no row had.
         self.on_delivery: list[DeliveryCallback | None] | None = None
         # Only bytes and ints: lists the cyclic GC need not walk (new_column).
-        self.values: list[bytes] = new_column()
+        self.values: list[bytes | None] = new_column()  # (None: a null value)
         self.timestamps: list[int] = new_column()
         # Each row's key (bytes or None), once a row had one; None: no row had (the
         # burst then splits as keyless rows do; with keys, by murmur2 as send_batch).
         self.keys: list[bytes | None] | None = None
+        # Headers, flat, once a row had some (None: no row had): each header's key
+        # (an exact str) and value (bytes or None), and per row the end of its
+        # headers in them, after a leading 0 (row i's are ends[i]:ends[i + 1]).
+        self.header_keys: list[str] | None = None
+        self.header_values: list[bytes | None] | None = None
+        self.header_ends: list[int] | None = None
+        # Each row's pinned partition (-1: the partitioner's choice), once a row
+        # pinned one; None: no row did.
+        self.partitions: list[int] | None = None
+        # Each row's metadata (None: none), once a row had some: kept for the rows'
+        # callbacks' errors until the last row settles (a row's delivery holds its
+        # own: MetadataRowDelivery); None: no row had.
+        self.metadata: list[Any] | None = None
+        # True once one of those columns exists: every later row adds to them.
+        self.extras = False
         self.size = 0  # bytes reserved (the per-message bounds)
         # The burst's run, in the intake until the dispatcher takes it (None after).
         self.run: RowRun | None = run
@@ -104,21 +119,76 @@ class RowBurst:
         keys.extend([None] * len(self.values))
         keys.append(key)
 
+    def add_extras(self, headers: tuple[tuple[str, bytes | None], ...],
+                   partition: int, metadata: Any) -> None:
+        """The next row's headers (exact str keys, bytes or None values), pinned
+        partition (-1: none) and metadata (call it before the row's value is
+        appended): each column is made by its first row that has one, with the
+        rows before it filled in, and ``extras`` is set (``_send.c``'s row branch
+        does the same in C)."""
+        ends = self.header_ends
+        if headers:
+            if ends is None:  # the burst's first headers: the rows before had none
+                self.header_keys, self.header_values = new_column(), new_column()
+                self.header_ends = ends = new_column()
+                ends.extend([0] * (len(self.values) + 1))
+                self.extras = True
+            keys, values = self.header_keys, self.header_values
+            assert keys is not None
+            assert values is not None
+            for hkey, hvalue in headers:
+                keys.append(hkey)
+                values.append(hvalue)
+            ends.append(len(keys))
+        elif ends is not None:
+            ends.append(ends[-1])
+        if (parts := self.partitions) is not None:
+            parts.append(partition)
+        elif partition >= 0:
+            self.partitions = parts = new_column()
+            parts.extend([-1] * len(self.values))
+            parts.append(partition)
+            self.extras = True
+        if (kept := self.metadata) is not None:
+            kept.append(metadata)
+        elif metadata is not None:
+            self.metadata = [None] * len(self.values) + [metadata]
+            self.extras = True
+
+    def row_headers(self, row: int) -> tuple[tuple[str, bytes | None], ...]:
+        """Row ``row``'s headers, as ``normalize`` leaves a message's."""
+        ends = self.header_ends
+        if ends is None:
+            return ()
+        assert self.header_keys is not None
+        assert self.header_values is not None
+        return row_headers(self.header_keys, self.header_values, ends, row)
+
     def seal(self) -> int:
         """The burst is closed (the dispatcher took it, or the producer closes):
         its columns are packed into the run, and its rows become pending rows
         of the chunk. Returns the bytes of that packed copy."""
         pack = kernel().pack_binary
-        offsets, data, validity, _ = pack(self.values, "values")
-        assert validity is None, "send() put only bytes values here"
-        values = BinaryColumn(memoryview(offsets).cast("q"), memoryview(data))
-        copied = values.offsets.nbytes + values.data.nbytes
+        values = _binary(pack(self.values, "values"))
+        copied = _nbytes(values)
         keys = None
         if self.keys is not None:  # (None where a row had no key: the validity bitmap)
-            offsets, data, validity, nulls = pack(self.keys, "keys")
-            keys = BinaryColumn(memoryview(offsets).cast("q"), memoryview(data),
-                                None if validity is None else memoryview(validity), 0, nulls)
-            copied += len(offsets) + len(data) + (0 if validity is None else len(validity))
+            keys = _binary(pack(self.keys, "keys"))
+            copied += _nbytes(keys)
+        headers = None
+        if self.header_ends is not None:
+            assert self.header_keys is not None
+            assert self.header_values is not None
+            ends = kernel().pack_ints(self.header_ends, True)
+            assert ends is not None, "header ends are ascending ints from 0"
+            headers = HeaderColumn(memoryview(ends).cast("q"),
+                                   _binary(pack(self.header_keys, "header keys")),
+                                   _binary(pack(self.header_values, "header values")))
+            copied += len(ends) + _nbytes(headers.keys) + _nbytes(headers.values)
+        partitions = None
+        if self.partitions is not None:  # (-1: the partitioner's choice)
+            partitions = memoryview(array("i", self.partitions))
+            copied += partitions.nbytes
         n = len(self.values)
         run, chunk = self.run, self.chunk
         assert run is not None, "a burst is sealed once"
@@ -126,15 +196,28 @@ class RowBurst:
         packed = kernel().pack_ints(self.timestamps, True)  # (None: an injected clock's odd
         stamps = (memoryview(array("q", self.timestamps)) if packed is None  # value: array's)
                   else memoryview(packed).cast("q"))
-        run.columns = Columns(values, keys, None, stamps)
+        run.columns = Columns(values, keys, headers, stamps, partitions)
         run.count = n
         run._size = self.size
         chunk.pending = n
         self.outcomes = chunk.outcomes = RowOutcomes(self)
         self.on_delivery = None  # the outcomes hold them until the last row settles
+        self.metadata = None  # (as the callbacks: each row's delivery holds its own)
         if self.event is not None:
             self.event.set()
         return copied + stamps.nbytes
+
+
+def _binary(packed: tuple[bytes, bytes, bytes | None, int]) -> BinaryColumn:
+    """``pack_binary``'s result as a column (a validity bitmap where a row is None)."""
+    offsets, data, validity, nulls = packed
+    return BinaryColumn(memoryview(offsets).cast("q"), memoryview(data),
+                        None if validity is None else memoryview(validity), 0, nulls)
+
+
+def _nbytes(column: BinaryColumn) -> int:
+    return column.offsets.nbytes + column.data.nbytes + (
+        0 if column.validity is None else column.validity.nbytes)
 
 
 if TYPE_CHECKING:
@@ -176,7 +259,7 @@ class RowDelivery(Delivery, _RowAwaitBase):
         return self._rows.topic
 
     @property
-    def value(self) -> bytes:  # type: ignore[override]
+    def value(self) -> bytes | None:  # type: ignore[override]
         return self._rows.values[self._row]
 
     @property
@@ -185,12 +268,12 @@ class RowDelivery(Delivery, _RowAwaitBase):
         return None if keys is None else keys[self._row]
 
     @property
-    def headers(self) -> tuple[()]:  # type: ignore[override]
-        return ()
+    def headers(self) -> tuple[tuple[str, bytes | None], ...]:  # type: ignore[override]
+        return self._rows.row_headers(self._row)
 
     @property
-    def metadata(self) -> None:
-        return None
+    def metadata(self) -> Any:
+        return None  # (a row sent with metadata is a MetadataRowDelivery)
 
     def _run(self) -> RowRun | None:
         outcomes = self._rows.outcomes
@@ -199,7 +282,10 @@ class RowDelivery(Delivery, _RowAwaitBase):
     @property
     def partition(self) -> int | None:  # type: ignore[override]
         run = self._run()
-        return None if run is None else run.partition
+        if run is not None:
+            return run.partition
+        pinned = self._rows.partitions  # (pending: its pinned partition, as a message's)
+        return None if pinned is None or pinned[self._row] < 0 else pinned[self._row]
 
     @property
     def offset(self) -> int:  # type: ignore[override]
@@ -229,8 +315,8 @@ class RowDelivery(Delivery, _RowAwaitBase):
     @property
     def message(self) -> ProducerMessage:
         """The row as a ``ProducerMessage`` (a copy, with its outcome's fields)."""
-        msg = ProducerMessage(self.topic, self.value, self.key, None, self.partition,
-                              self.timestamp)
+        msg = ProducerMessage(self.topic, self.value, self.key, self.headers, self.partition,
+                              self.timestamp, self.metadata)
         msg.offset = self.offset
         msg._state = self._state
         return msg
@@ -280,6 +366,32 @@ class RowDelivery(Delivery, _RowAwaitBase):
             if outcomes.event is None:
                 outcomes.event = trio.Event()
             await outcomes.event.wait()
+
+
+class MetadataRowDelivery(RowDelivery):
+    """A row sent with ``metadata``: a ``RowDelivery`` that holds it. A GC object
+    (``RowDelivery``'s are not), so a metadata object that refers to its own
+    delivery makes a cycle the collector can see and free; the burst keeps the
+    rows' metadata only for their callbacks' errors, until its last row settles."""
+
+    __slots__ = ("_metadata",)
+    _metadata: Any
+
+    @property
+    def metadata(self) -> Any:
+        return self._metadata
+
+
+def new_metadata_row(rows: RowBurst, row: int, metadata: Any) -> MetadataRowDelivery:
+    """A row's delivery when the row has ``metadata`` (not None); ``_send.c`` calls it too."""
+    delivery = _new_metadata_delivery(MetadataRowDelivery)
+    delivery._rows = rows
+    delivery._row = row
+    delivery._metadata = metadata
+    return delivery
+
+
+_new_metadata_delivery = MetadataRowDelivery.__new__
 
 
 def _row_await_py(self: RowDelivery) -> Generator[Any, None, RecordMetadata]:

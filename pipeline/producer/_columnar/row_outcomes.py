@@ -60,10 +60,14 @@ class BurstView(Protocol):
     this module needs no import of it)."""
 
     topic: str
-    values: list[bytes]
+    values: list[bytes | None]
     timestamps: list[int]
     keys: list[bytes | None] | None
     on_delivery: list[DeliveryCallback | None] | None
+    metadata: list[Any] | None
+    header_keys: list[str] | None
+    header_values: list[bytes | None] | None
+    header_ends: list[int] | None
 
 
 def _spans_from(bounds: bytearray, at: int) -> int:
@@ -99,8 +103,8 @@ class RowOutcomes:
     ``RowBurst``, so neither keeps the other alive."""
 
     __slots__ = slots(fields.DELIVERY_OUTCOMES, (
-        "_positions", "event", "keys", "observed", "on_delivery", "timestamps", "topic",
-        "unmapped", "values"))
+        "_positions", "event", "headers", "keys", "metadata", "observed", "on_delivery",
+        "timestamps", "topic", "unmapped", "values"))
 
     def __init__(self, rows: BurstView) -> None:
         # The settled runs in wire order: ``runs[i]`` settled wire positions
@@ -132,6 +136,22 @@ class RowOutcomes:
         self.timestamps = rows.timestamps if kept else _NOT_KEPT
         self.values = rows.values if kept else None
         self.keys = rows.keys if kept else None
+        self.metadata = rows.metadata if kept else None
+        # (keys, values, ends) of the rows' headers (burst.py), for the errors
+        hkeys, hvalues, hends = rows.header_keys, rows.header_values, rows.header_ends
+        self.headers: tuple[list[str], list[bytes | None], list[int]] | None = (
+            (hkeys, hvalues, hends) if kept and hkeys is not None and hvalues is not None
+            and hends is not None else None)
+
+    def follow_wire_order(self, rows: int) -> None:
+        """The burst's ``rows`` rows were split by partition (keys, pinned
+        partitions or a partitioner asked per row): its wire order is not the call
+        order, so a row's position is read from ``inverse`` (made here, before any
+        of its split runs settles, if no key made it at the start)."""
+        if self.inverse is None:
+            assert not self.runs, "the wire order is fixed before a split run settles"
+            self.inverse = bytearray(b"\xff" * (8 * rows))
+            self._positions = memoryview(self.inverse).cast("q")
 
     def record(self, run: RowRun) -> None:
         """``run`` settled (its ``_state``, ``offset`` and ``timestamp`` are set)."""
@@ -197,14 +217,25 @@ class RowOutcomes:
     def errors(self, run: RowRun) -> Iterator[ProducerError]:
         """The ``ProducerError`` of each row of ``run`` (failed), in wire order,
         naming the row's value and key."""
-        values, keys, cause = self.values, self.keys, run._outcome
+        values, keys, metadata, cause = self.values, self.keys, self.metadata, run._outcome
         assert values is not None
         assert cause is not None
+        headers = self.headers
         for row in _rows_of(run):
             msg = ProducerMessage(self.topic, values[row], None if keys is None else keys[row],
-                                  None, run.partition, self.timestamps[row])
+                                  () if headers is None else row_headers(*headers, row),
+                                  run.partition, self.timestamps[row],
+                                  None if metadata is None else metadata[row])
             msg._state = FAILED
             yield ProducerError(msg, cause)
+
+
+def row_headers(keys: list[str], values: list[bytes | None], ends: list[int], row: int
+                ) -> tuple[tuple[str, bytes | None], ...]:
+    """Row ``row``'s headers from a burst's flat header columns (``burst.py``), as
+    ``normalize`` leaves a message's: a tuple of (key, value) pairs."""
+    a, b = ends[row], ends[row + 1]
+    return tuple(zip(keys[a:b], values[a:b], strict=True))
 
 
 def _map_rows_py(positions: Any, rows: Any, place: int) -> None:

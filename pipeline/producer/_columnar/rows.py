@@ -269,28 +269,29 @@ def slice_columns(columns: Columns, start: int, stop: int) -> Columns:
 # ------------------------------------------------------------------ partitioning
 
 
-def assign_rows(run: RowRun, n: int, partitioner: Any, *, vectorized: bool, cap: int,
-                max_records: int) -> tuple[list[tuple[int, RowRun]], RowRun | None]:
+def assign_rows(run: RowRun, n: int, partitioner: Any, *, cap: int,
+                max_records: int, parts: Any = None
+                ) -> tuple[list[tuple[int, RowRun]], RowRun | None]:
     """Split a chunk's run for a topic of ``n`` partitions: ``([(partition,
     run)], out_of_range)``, runs in row order per partition, each at most one
     batch (``cap`` bytes encoded, ``max_records`` rows). ``out_of_range``: the
     rows pinned to a partition the topic does not have (the caller fails them).
 
-    ``vectorized``: keys hash with Java's murmur2 (the default and murmur2
-    partitioners); otherwise the partitioner is asked per keyed row. Null-key
-    rows go to ``partitioner.partition(topic, None, None, n)`` one batch at a
-    time, with ``on_new_batch`` after each full batch (sticky, as KIP-480)."""
+    ``parts``: every row's partition already chosen (int32; ``n`` or more: out
+    of range) by the caller, who asked its partitioner per row (any but the
+    default one). Otherwise (the default partitioner): keys hash with Java's
+    murmur2, null-key rows go to ``partitioner.partition(topic, None, None, n)``
+    one batch at a time, with ``on_new_batch`` after each full batch (sticky, as
+    KIP-480)."""
     columns, topic = run.columns, run.topic
     out: list[tuple[int, RowRun]] = []
-    if columns.keys is None and columns.partitions is None:
+    if parts is None and columns.keys is None and columns.partitions is None:
         for p, rows, nbytes in _null_key_batches(columns, None, n, partitioner, topic, cap,
                                                  max_records):
             out.append((p, run.split(rows, len(rows), nbytes)))
         return out, None
-    if vectorized or columns.keys is None:
+    if parts is None:
         parts = key_partitions(columns, n)
-    else:
-        parts = _partitions_per_row(columns, n, partitioner, topic)
     if -1 in parts:  # null-key rows without a pinned partition
         nulls = array("q", (i for i, p in enumerate(parts) if p < 0))
         for p, rows, _ in _null_key_batches(columns, nulls, n, partitioner, topic, cap,
@@ -310,6 +311,7 @@ def assign_rows(run: RowRun, n: int, partitioner: Any, *, vectorized: bool, cap:
     if len(groups.out_of_range):
         rows = groups.out_of_range
         bad = run.split(rows, len(rows), 0)
+        bad.place = place  # (after every partition's rows in the wire order)
     return out, bad
 
 
@@ -328,18 +330,3 @@ def _null_key_batches(columns: Columns, rows: Any, n: int, partitioner: Any, top
         if i + 1 < len(cuts):
             partitioner.on_new_batch(topic, n, p)
     return out
-
-
-def _partitions_per_row(columns: Columns, n: int, partitioner: Any, topic: str) -> memoryview:
-    """A custom partitioner: asked once per keyed row without a pinned partition."""
-    pinned, keys, values = columns.partitions, columns.keys, columns.values
-    assert keys is not None
-    parts = memoryview(bytearray(b"\xff" * (4 * len(columns)))).cast("i")
-    for i in range(len(columns)):
-        if pinned is not None and pinned[i] >= 0:
-            parts[i] = pinned[i]
-            continue
-        key = keys[i]
-        if key is not None:
-            parts[i] = partitioner.partition(topic, key, values[i], n)
-    return parts

@@ -36,10 +36,12 @@ from pipeline.producer._config import ProducerConfig
 from pipeline.producer._errors import BufferFullError, ProducerClosed
 from pipeline.producer._intake.normalize import (
     SIZE_BASE,
+    RowExtras,
     closed_while_waiting,
     normalize,
     on_delivery_sink,
     prefix_size,
+    row_extras,
 )
 from pipeline.producer._message import PENDING, DeliveryCallback, Headers, ProducerMessage
 from pipeline.producer._outcomes.delivery import Delivery, MessageDelivery
@@ -77,7 +79,7 @@ class Intake:
 
     # send()'s row branch in C (_send.c) shares the fields of fields.SEND_INTAKE
     __slots__ = slots(fields.SEND_INTAKE, (
-        "_burst", "_burst_deadline", "_burst_topic", "_columnar", "_columns_next",
+        "_burst", "_burst_deadline", "_burst_topic", "_columns_next",
         "_delivery_timeout", "_dispatcher", "_now", "_refusal", "_stopped"))
 
     def __init__(
@@ -108,8 +110,7 @@ class Intake:
         # it or anything else is put on the channel. One of _burst and _rows at a time.
         self._rows: RowBurst | None = None
         # Open the next burst as columns: the last burst taken had COLUMNS_MIN messages or
-        # more, and the partitioner is the default one (the columnar split asks its choice).
-        self._columnar: bool = config.partitioner == "default"
+        # more (a high-rate sender; a paced one's messages share batches during linger).
         self._columns_next = False
         # send()'s CreateTime: the current millisecond, and when it ends (time.time() s).
         # One int per millisecond, which lets the encoder skip records that share it.
@@ -129,10 +130,6 @@ class Intake:
     @property
     def max_message_bytes(self) -> int:
         return self._max_message_bytes
-
-    @property
-    def columnar(self) -> bool:  # send() bursts may become columns (the default partitioner)
-        return self._columnar
 
     def check_open(self) -> None:
         if self._closing:
@@ -213,92 +210,115 @@ class Intake:
         if type(key) is str:
             key = key.encode()
         if (
-            headers is None and partition is None and timestamp is None
-            and _keywords_only is _KEYWORDS_ONLY
-            and type(value) is bytes and (key is None or type(key) is bytes)
+            _keywords_only is _KEYWORDS_ONLY
+            and (value is None or type(value) is bytes) and (key is None or type(key) is bytes)
             and type(topic) is str and topic
         ):
-            # The common call, validated in place (normalize's rules and bound,
-            # batch_size_for_record's, with the two common prefix widths inlined).
-            size = len(value)
-            size += SIZE_BASE + (
-                1 if size < 64 else 2 if size < 8192 else prefix_size(size)
+            # Validated in place (normalize's rules and bound, batch_size_for_record's,
+            # with the two common prefix widths inlined).
+            size = SIZE_BASE + (
+                1 if value is None else len(value) + (
+                    1 if len(value) < 64 else 2 if len(value) < 8192 else prefix_size(len(value)))
             ) + (
                 1 if key is None
                 else len(key) + (1 if len(key) < 64 else prefix_size(len(key)))
             )
-            if metadata is None and (on_delivery is None or callable(on_delivery)):
-                rows = self._rows  # a row of a columnar burst (burst.py)?
-                if size > self._max_message_bytes:
-                    pass  # (the per-message path raises MessageTooLargeError)
-                elif rows is not None and topic == rows.topic:
-                    if self._ledger.admit_row(size):
-                        values = rows.values
-                        delivery = _burst.new_row(rows, len(values))
-                        fns = rows.on_delivery  # each row's own (or None)
-                        if fns is not None:
-                            fns.append(on_delivery)
-                        elif on_delivery is not None:  # the burst's first callback
-                            rows.on_delivery = [None] * len(values) + [on_delivery]
-                        if (keys := rows.keys) is not None:  # each row's key (or None)
-                            keys.append(key)
-                        elif key is not None:  # the burst's first key
-                            rows.first_key(key)
-                        values.append(value)
-                        if not self._wall_clock:
-                            rows.timestamps.append(self._timestamp_ms())
-                        elif (now := _time()) < self._ms_ends:
-                            rows.timestamps.append(self._ms)
-                        else:
-                            rows.timestamps.append(ms := int(now * 1000))
-                            self._ms = ms
-                            self._ms_ends = (ms + 1) / 1000
-                        rows.size += size
-                        return delivery
-                    return await self._row_after_room(topic, value, key, on_delivery, size)
-                elif rows is None and self._columns_next and self._burst is None:
-                    if not self._ledger.try_reserve(size):
+            if headers is None and partition is None and timestamp is None:
+                if metadata is None and (on_delivery is None or callable(on_delivery)):
+                    rows = self._rows  # a row of a columnar burst (burst.py)?
+                    if size > self._max_message_bytes:
+                        pass  # (the per-message path raises MessageTooLargeError)
+                    elif rows is not None and topic == rows.topic:
+                        if self._ledger.admit_row(size):
+                            values = rows.values
+                            delivery = _burst.new_row(rows, len(values))
+                            fns = rows.on_delivery  # each row's own (or None)
+                            if fns is not None:
+                                fns.append(on_delivery)
+                            elif on_delivery is not None:  # the burst's first callback
+                                rows.on_delivery = [None] * len(values) + [on_delivery]
+                            if (keys := rows.keys) is not None:  # each row's key (or None)
+                                keys.append(key)
+                            elif key is not None:  # the burst's first key
+                                rows.first_key(key)
+                            if rows.extras:  # (no headers, partition or metadata)
+                                rows.add_extras((), -1, None)
+                            values.append(value)
+                            if not self._wall_clock:
+                                rows.timestamps.append(self._timestamp_ms())
+                            elif (now := _time()) < self._ms_ends:
+                                rows.timestamps.append(self._ms)
+                            else:
+                                rows.timestamps.append(ms := int(now * 1000))
+                                self._ms = ms
+                                self._ms_ends = (ms + 1) / 1000
+                            rows.size += size
+                            return delivery
                         return await self._row_after_room(topic, value, key, on_delivery, size)
-                    opened = self._open_rows(topic, value, key, on_delivery, size)
-                    if opened is not None:
-                        return opened
-            # Delivery.__init__, inlined (a class call costs more than these
-            # stores); every slot is set here or below (tests check that).
-            msg = _new_delivery(MessageDelivery)
-            msg.topic = topic
-            msg.value = value
-            msg.key = key
-            msg.headers = ()
-            msg.partition = None
-            if not self._wall_clock:
-                msg.timestamp = self._timestamp_ms()  # an injected clock (tests)
-            elif (now := _time()) < self._ms_ends:
-                msg.timestamp = self._ms  # the same millisecond: share the int
-            else:
-                msg.timestamp = ms = self._ms = int(now * 1000)
-                self._ms_ends = (ms + 1) / 1000
-            msg.metadata = metadata
-            msg.offset = -1
-            msg._level = 0
-            msg._state = PENDING
-            msg._outcome = None
-            if on_delivery is None:
-                msg._sink = None
-            elif callable(on_delivery):  # on_delivery_sink, inlined
-                msg._sink = on_delivery
-            else:
-                msg._sink = on_delivery_sink(on_delivery)  # raises TypeError
-            msg._size = size
-            if size > self._max_message_bytes:
-                self.prepare(msg)  # raises MessageTooLargeError
-        else:
-            if _keywords_only is not _KEYWORDS_ONLY:
-                raise TypeError("send() takes 2 positional arguments (topic, value); pass key=, "
-                                "headers=, partition=, timestamp=, metadata=, on_delivery= by keyword")
-            msg = MessageDelivery(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
-            size = self.prepare(msg)
-            if on_delivery is not None:
-                msg._sink = on_delivery_sink(on_delivery)
+                    elif rows is None and self._columns_next and self._burst is None:
+                        if not self._ledger.try_reserve(size):
+                            return await self._row_after_room(topic, value, key, on_delivery,
+                                                              size)
+                        opened = self._open_rows(topic, value, key, on_delivery, size)
+                        if opened is not None:
+                            return opened
+                elif (on_delivery is None or callable(on_delivery)) and (
+                        size <= self._max_message_bytes) and self._row_may_join(topic):
+                    return await self._extras_row(topic, value, key, (size, (), -1, None),
+                                                  metadata, on_delivery)
+                # Delivery.__init__, inlined (a class call costs more than these
+                # stores); every slot is set here or below (tests check that).
+                msg = _new_delivery(MessageDelivery)
+                msg.topic = topic
+                msg.value = value
+                msg.key = key
+                msg.headers = ()
+                msg.partition = None
+                if not self._wall_clock:
+                    msg.timestamp = self._timestamp_ms()  # an injected clock (tests)
+                elif (now := _time()) < self._ms_ends:
+                    msg.timestamp = self._ms  # the same millisecond: share the int
+                else:
+                    msg.timestamp = ms = self._ms = int(now * 1000)
+                    self._ms_ends = (ms + 1) / 1000
+                msg.metadata = metadata
+                msg.offset = -1
+                msg._level = 0
+                msg._state = PENDING
+                msg._outcome = None
+                if on_delivery is None:
+                    msg._sink = None
+                elif callable(on_delivery):  # on_delivery_sink, inlined
+                    msg._sink = on_delivery
+                else:
+                    msg._sink = on_delivery_sink(on_delivery)  # raises TypeError
+                msg._size = size
+                if size > self._max_message_bytes:
+                    self.prepare(msg)  # raises MessageTooLargeError
+                return await self._accept(msg, size)
+            if (on_delivery is None or callable(on_delivery)) and self._row_may_join(topic):
+                # a row with headers, a partition or its own timestamp?
+                extras = row_extras(key, value, headers, partition, timestamp)
+                if extras is not None and extras[0] <= self._max_message_bytes:
+                    return await self._extras_row(topic, value, key, extras, metadata, on_delivery)
+        elif _keywords_only is not _KEYWORDS_ONLY:
+            raise TypeError("send() takes 2 positional arguments (topic, value); pass key=, "
+                            "headers=, partition=, timestamp=, metadata=, on_delivery= by keyword")
+        msg = MessageDelivery(topic, value, key, headers, partition, timestamp, metadata)  # type: ignore[arg-type]
+        size = self.prepare(msg)
+        if on_delivery is not None:
+            msg._sink = on_delivery_sink(on_delivery)
+        return await self._accept(msg, size)
+
+    def _row_may_join(self, topic: str) -> bool:
+        """A row of ``topic`` joins the open columnar burst, or may open one."""
+        rows = self._rows
+        if rows is not None:
+            return topic == rows.topic
+        return self._columns_next and self._burst is None
+
+    async def _accept(self, msg: MessageDelivery, size: int) -> MessageDelivery:
+        """Accept a validated message: it joins the open list burst, or opens one."""
         # Reserved and accepted (Ledger.admit) before it is enqueued: once in the
         # intake the dispatcher may see it at any moment, and must see it as accepted.
         # It joins the burst already in the intake, and shares its deadline: no
@@ -307,14 +327,68 @@ class Intake:
         burst = self._burst
         if burst is None or not self._ledger.admit(msg, size, self._burst_deadline):
             return await self._accept_alone(msg, size)  # (ends the columnar burst)
-        if topic is not self._burst_topic:
+        if msg.topic is not self._burst_topic:
             self._burst_topic = None  # mixed (or an equal str object): the dispatcher checks
         burst.append(msg)
         self._until_yield -= _MESSAGE_COST - 1
         return msg
 
-    async def _row_after_room(self, topic: str, value: bytes, key: bytes | None,
-                              on_delivery: DeliveryCallback | None, size: int) -> Delivery:
+    async def _extras_row(self, topic: str, value: bytes | None, key: bytes | None,
+                          extras: RowExtras, metadata: Any,
+                          on_delivery: DeliveryCallback | None) -> Delivery:
+        """A row with headers, a pinned partition, its own timestamp or metadata
+        (``row_extras`` checked them): appended to the open burst of ``topic``, or
+        opening one; its delivery holds ``metadata`` (``MetadataRowDelivery``)."""
+        size, headers, partition, timestamp = extras
+        rows = self._rows
+        if rows is not None:
+            if not self._ledger.admit_row(size):
+                return await self._row_after_room(topic, value, key, on_delivery, size,
+                                                  extras, metadata)
+            delivery = self._append_row(rows, value, key, extras, metadata, on_delivery)
+            rows.size += size
+            return delivery
+        if not self._ledger.try_reserve(size):
+            return await self._row_after_room(topic, value, key, on_delivery, size, extras,
+                                              metadata)
+        opened = self._open_rows(topic, value, key, on_delivery, size, extras, metadata)
+        if opened is not None:
+            return opened
+        # (no room in the intake: the per-message path waits for it)
+        msg = MessageDelivery(topic, value, key, headers, None if partition < 0 else partition,
+                              timestamp, metadata)
+        self.prepare(msg)
+        if on_delivery is not None:
+            msg._sink = on_delivery
+        return await self._accept(msg, size)
+
+    def _append_row(self, rows: RowBurst, value: bytes | None, key: bytes | None,
+                    extras: RowExtras, metadata: Any,
+                    on_delivery: DeliveryCallback | None) -> RowDelivery:
+        """Append a row (its bytes reserved) to ``rows``: ``send()``'s row branch for a
+        row with extras, in the order of the common row's steps."""
+        _, headers, partition, timestamp = extras
+        values = rows.values
+        row = len(values)
+        delivery = (_burst.new_row(rows, row) if metadata is None
+                    else _burst.new_metadata_row(rows, row, metadata))
+        fns = rows.on_delivery
+        if fns is not None:
+            fns.append(on_delivery)
+        elif on_delivery is not None:
+            rows.on_delivery = [None] * row + [on_delivery]
+        if (keys := rows.keys) is not None:
+            keys.append(key)
+        elif key is not None:
+            rows.first_key(key)
+        rows.add_extras(headers, partition, metadata)
+        values.append(value)
+        rows.timestamps.append(self.current_ms() if timestamp is None else timestamp)
+        return delivery
+
+    async def _row_after_room(self, topic: str, value: bytes | None, key: bytes | None,
+                              on_delivery: DeliveryCallback | None, size: int,
+                              extras: RowExtras | None = None, metadata: Any = None) -> Delivery:
         """A row found the buffer full: wait for room (up to ``max_block``), then send
         it again with no checkpoint between, so the room is still there and the row
         joins the open burst or opens one even if the burst taken meanwhile was short:
@@ -325,11 +399,17 @@ class Intake:
         if self._closing:
             raise self.refused_while_waiting("buffer space")
         self._until_yield = _YIELD_EVERY  # (the wait was a schedule point)
-        self._columns_next = self._columnar  # (a high-rate sender: see the docstring)
-        return await self.send(topic, value, key=key, on_delivery=on_delivery)
+        self._columns_next = True  # (a high-rate sender: see the docstring)
+        if extras is None:
+            return await self.send(topic, value, key=key, on_delivery=on_delivery)
+        _, headers, partition, timestamp = extras
+        return await self.send(topic, value, key=key, headers=headers,
+                               partition=None if partition < 0 else partition,
+                               timestamp=timestamp, metadata=metadata, on_delivery=on_delivery)
 
-    def _open_rows(self, topic: str, value: bytes, key: bytes | None,
-                   on_delivery: DeliveryCallback | None, size: int) -> RowDelivery | None:
+    def _open_rows(self, topic: str, value: bytes | None, key: bytes | None,
+                   on_delivery: DeliveryCallback | None, size: int,
+                   extras: RowExtras | None = None, metadata: Any = None) -> RowDelivery | None:
         """Open a columnar burst with this first row (``size`` bytes, reserved): one
         chunk accepted with one row, its run put on the channel now. None (the bytes
         given back): no room in the intake; the per-message path waits for it."""
@@ -345,6 +425,10 @@ class Intake:
             ledger.unaccept_rows(chunk, 1, size)
             return None
         rows = chunk.burst = self._rows = RowBurst(topic, run, chunk)
+        if extras is not None:
+            delivery = self._append_row(rows, value, key, extras, metadata, on_delivery)
+            rows.size += size
+            return delivery
         if on_delivery is not None:
             rows.on_delivery = [on_delivery]
         if key is not None:
@@ -368,7 +452,7 @@ class Intake:
             self._rows = None
         chunk.extra = copy = rows.seal()
         self._ledger.reserve_over(copy)
-        self._columns_next = self._columnar and run.count >= COLUMNS_MIN
+        self._columns_next = run.count >= COLUMNS_MIN
 
     async def _accept_alone(self, msg: MessageDelivery, size: int) -> MessageDelivery:
         """``send()`` with no open burst (it opens one), or no room in the buffer
@@ -457,7 +541,7 @@ class Intake:
         (None: unknown, check)."""
         if batch is self._burst:
             self._burst = None
-            self._columns_next = self._columnar and len(batch) >= COLUMNS_MIN
+            self._columns_next = len(batch) >= COLUMNS_MIN
             return self._burst_topic
         return None
 

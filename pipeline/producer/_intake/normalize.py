@@ -25,6 +25,8 @@ from pipeline.protocol.records import batch_size_for_record
 SIZE_BASE = batch_size_for_record(None, None) - 2
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+#: The largest timestamp a record holds (an int64 of milliseconds).
+MAX_TIMESTAMP = (1 << 63) - 1
 
 
 def prefix_size(n: int) -> int:
@@ -67,6 +69,35 @@ def as_headers(headers: object) -> tuple[tuple[str, bytes | None], ...]:
     return tuple(out)
 
 
+#: A row's checked extras (``row_extras``): its size bound, headers, pinned partition
+#: (-1: none) and timestamp (None: the clock's).
+RowExtras = tuple[int, tuple[tuple[str, bytes | None], ...], int, "int | None"]
+#: The largest partition a row's int32 column holds.
+MAX_PARTITION = (1 << 31) - 1
+
+
+def row_extras(key: bytes | None, value: bytes | None, headers: object, partition: object,
+                timestamp: object) -> RowExtras | None:
+    """A row's headers, partition and timestamp as its columns take them, with the
+    row's size bound; None when one of them is not in its plain form (an int
+    subclass, a partition past int32, a str subclass header key...): the
+    per-message path then normalizes it, or raises its error. Bad headers raise
+    here what ``normalize`` raises for them (it checks them first)."""
+    if partition is None:
+        pin = -1
+    elif type(partition) is int and 0 <= partition <= MAX_PARTITION:
+        pin = partition
+    else:
+        return None
+    if timestamp is not None and not (type(timestamp) is int and 0 <= timestamp <= MAX_TIMESTAMP):
+        return None
+    pairs = as_headers(headers)  # (normalize's rule and errors; () when falsy)
+    for hkey, _ in pairs:
+        if type(hkey) is not str:
+            return None  # (the columns hold exact str keys only: atomic_list)
+    return batch_size_for_record(key, value, pairs), pairs, pin, timestamp
+
+
 def normalize(msg: ProducerMessage, current_ms: Callable[[], int], max_message_bytes: int) -> int:
     """Validate and normalize ``msg`` in place; return its size in bytes.
 
@@ -100,11 +131,12 @@ def normalize(msg: ProducerMessage, current_ms: Callable[[], int], max_message_b
     timestamp = msg.timestamp
     if timestamp is None:
         msg.timestamp = current_ms()
-    elif type(timestamp) is not int or timestamp < 0:
-        if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
+    elif type(timestamp) is not int or not 0 <= timestamp <= MAX_TIMESTAMP:
+        if (isinstance(timestamp, bool) or not isinstance(timestamp, int)
+                or not 0 <= timestamp <= MAX_TIMESTAMP):
             raise ValueError(
-                f"timestamp must be None or milliseconds since the epoch (int >= 0), "
-                f"not {timestamp!r}"
+                f"timestamp must be None or milliseconds since the epoch (an int in "
+                f"0..2**63-1: a record's int64), not {timestamp!r}"
             )
         msg.timestamp = int(timestamp)
     if size > max_message_bytes:

@@ -7,10 +7,8 @@ Python; every other call, and every call whose conditions do not all hold, runs
 intake's, the ledger's and the burst's fields (their ``__slots__``), so they can
 alternate call by call.
 
-The C path is used when the extension is built, ``PIPELINE_PURE_PYTHON`` is not set,
-and the producer's bursts can be columnar (the default partitioner: otherwise the
-branch never applies and the extra call would only cost). ``use("python")`` switches
-the process to the twin (tests run both and compare).
+The C path is used when the extension is built and ``PIPELINE_PURE_PYTHON`` is not
+set. ``use("python")`` switches the process to the twin (tests run both and compare).
 """
 
 from __future__ import annotations
@@ -66,8 +64,7 @@ def use(kind: str) -> None:
 
 
 def entry(intake: _intake.Intake) -> Callable[..., Any]:
-    """``producer.send`` for a producer whose intake is ``intake`` (the C ``Sender`` only
-    when its bursts may become columns: else the row branch never applies)."""
-    if SEND_PATH == "c" and intake.columnar and _c is not None:
+    """``producer.send`` for a producer whose intake is ``intake``."""
+    if SEND_PATH == "c" and _c is not None:
         return _c.Sender(intake, intake.send)  # type: ignore[no-any-return]
     return intake.send

@@ -375,7 +375,7 @@ class Ledger:
             if chunk.outcomes is not None:  # a send() burst
                 # Every row heard its callback: drop them (a callback may refer to
                 # its own delivery) and the outcomes (its runs point at the chunk).
-                chunk.outcomes.on_delivery = None
+                chunk.outcomes.on_delivery = chunk.outcomes.metadata = None
                 chunk.outcomes = None
                 # Kept deliveries reach the runs (outcomes.runs) for their offsets, never
                 # the packed columns, which nothing reads once every row settled:

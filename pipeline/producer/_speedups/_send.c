@@ -1,16 +1,16 @@
-/* pipeline.producer._speedups._send: the common send() call in C.
+/* pipeline.producer._speedups._send: send()'s row branch in C.
  *
- * `await producer.send(topic, value)` with a bytes (or str: UTF-8) value and no options
- * but a bytes (or str) key, while a columnar burst of that topic is open (burst.py),
- * appends a row to the burst's lists: the first branch of Intake.send (intake.py). In
- * Python that is a coroutine and some 60 bytecodes per message, most of the CPU of a
- * send() + flush() loop. Here:
+ * `await producer.send(topic, value, ...)` while a columnar burst of that topic is open
+ * (burst.py) appends a row to the burst's lists: the row branch of Intake.send
+ * (intake.py). In Python that is a coroutine and some 60 bytecodes per message, most
+ * of the CPU of a send() + flush() loop. Here:
  *
- *   Sender    what `producer.send` is when this module is built and the burst can be
- *             columnar. A call with exactly two positional arguments, and at most
- *             key= (None, bytes or str) and on_delivery= (None or a callable) by keyword,
- *             returns a SendCall; any other call returns Intake.send's coroutine (the
- *             Python path), as before.
+ *   Sender    what `producer.send` is when this module is built. A call with exactly
+ *             two positional arguments and any of send()'s keywords (key=, headers=,
+ *             partition=, timestamp=, metadata=, on_delivery=) returns a SendCall; a
+ *             key that is not None, bytes or str, an on_delivery that is not None or a
+ *             callable, or any other call returns Intake.send's coroutine (the Python
+ *             path), as before.
  *   SendCall  an awaitable standing for that coroutine, with its laziness: nothing
  *             happens until it is awaited (never awaited: nothing is sent, and a
  *             RuntimeWarning says so, as for a coroutine). Its first step runs the row
@@ -21,14 +21,18 @@
  * The branch reads and writes the same fields as Intake.send, at the offsets of their
  * __slots__: the fields of Intake, Ledger and RowBurst that fields.py declares
  * (SEND_INTAKE, SEND_LEDGER, SEND_BURST), passed to setup() in C's order. The two
- * paths share all state and may interleave call by call. Conditions, in Intake.send's words: the countdown to
- * the next schedule point does not reach 0, the producer is not closing, the value is
- * bytes (a str is encoded first) and the topic a str equal to the open burst's, the value is under
- * 8192 bytes and the key under 64 (the inlined size bound's prefix widths), the row fits
- * max_message_bytes and Ledger.admit_row would admit it. The CreateTime is the wall
- * clock's millisecond (time.time, or intake.py's `_time` when a test patches it) or
- * the injected clock's (config.timestamp_ms), as in Python. _intake/intake.py's
- * Intake.send is the twin (PIPELINE_PURE_PYTHON=1, or no compiler);
+ * paths share all state and may interleave call by call. Conditions, in Intake.send's
+ * words: the countdown to the next schedule point does not reach 0, the producer is not
+ * closing, the value is bytes or None and the key bytes or None (a str is encoded first),
+ * the topic a str equal to the open burst's, headers in their plain form (None, or a
+ * list or tuple of (str, bytes | None) tuples, or a dict of str to bytes | None; exact
+ * types, keys encodable as UTF-8), a partition None or an int in 0..2**31-1, a timestamp
+ * None or an int in 0..2**63-1, the row within max_message_bytes (its size bound is
+ * records.batch_size_for_record's) and Ledger.admit_row's room. The CreateTime of a row
+ * without a timestamp is the wall clock's millisecond (time.time, or intake.py's `_time`
+ * when a test patches it) or the injected clock's (config.timestamp_ms), as in Python.
+ * A row with metadata gets burst.new_metadata_row's delivery (it holds the metadata).
+ * _intake/intake.py's Intake.send is the twin (PIPELINE_PURE_PYTHON=1, or no compiler);
  * tests/producer/test_send_c.py runs both on the same calls and compares.
  */
 #define PY_SSIZE_T_CLEAN
@@ -51,9 +55,13 @@ static Py_ssize_t off_until_yield, off_closing, off_rows, off_wall_clock, off_ma
 static Py_ssize_t off_buffered, off_buffer_memory, off_next_id;
 /* RowBurst */
 static Py_ssize_t off_s_topic, off_s_values, off_s_timestamps, off_s_on_delivery, off_s_size,
-    off_s_keys;
-static PyObject *str_time, *str_new_row, *str_key, *str_on_delivery;
-static PyObject *kw_python; /* ("key", "on_delivery"): the kwnames of the Python call */
+    off_s_keys, off_s_extras, off_s_hkeys, off_s_hvalues, off_s_hends, off_s_partitions,
+    off_s_metadata;
+static PyObject *str_time, *str_new_row, *str_new_metadata_row;
+/* send()'s keywords, in the order of the Python call's kwnames (kw_python) */
+enum { KW_KEY, KW_HEADERS, KW_PARTITION, KW_TIMESTAMP, KW_METADATA, KW_ON_DELIVERY, KW_N };
+static PyObject *str_kw[KW_N];
+static PyObject *kw_python; /* ("key", ..., "on_delivery"): the kwnames of the Python call */
 
 /* time.time(), the same double (3.11-3.12: _PyTime_GetSystemClock, as time_time()). */
 static int wall_clock_now(double *now) {
@@ -91,35 +99,207 @@ static inline void set_slot(PyObject *obj, Py_ssize_t off, PyObject *v) {
     Py_XDECREF(old);
 }
 
-/* A new list: `before` times None, then `last` (a column's first non-None item). */
-static PyObject *nones_then(Py_ssize_t before, PyObject *last) {
+/* ------------------------------------------------------------------ the row branch */
+
+/* Bytes of the zigzag varint length prefix of n >= 0 (normalize.prefix_size). */
+static inline long long prefix_size(long long n) {
+    unsigned long long z = (unsigned long long)n << 1;
+    long long s = 1;
+    while (z > 0x7F) {
+        z >>= 7;
+        s++;
+    }
+    return s;
+}
+
+/* An exact int in 0..top as a long long, or -1 (anything else, also a bool). */
+static long long plain_int(PyObject *v, long long top) {
+    if (!PyLong_CheckExact(v)) return -1;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    return x < 0 || x > top ? -1 : x;
+}
+
+/* A row's headers in their plain form: up to `cap` (key, value) pairs put in `pairs`
+ * (borrowed from `headers`, which the caller holds), their count in *count and the
+ * bytes they add to the row's size bound (batch_size_for_record's; the header count's
+ * varint counted beyond the one byte of no headers) in *size. 1: plain; 0: not plain
+ * (anything else: the Python path normalizes it, or raises its error); -1 with
+ * *count > cap: more pairs than `cap`, ask again with room for *count. */
+static int plain_headers(PyObject *headers, PyObject **pairs, Py_ssize_t cap, Py_ssize_t *count,
+                         long long *size) {
+    Py_ssize_t h = 0;
+    long long total = 0;
+    if (headers == Py_None) {
+        *count = 0;
+        *size = 0;
+        return 1;
+    }
+    if (PyDict_CheckExact(headers)) {
+        if (PyDict_GET_SIZE(headers) > cap) {
+            *count = PyDict_GET_SIZE(headers);
+            return -1;
+        }
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(headers, &pos, &k, &v)) {
+            pairs[2 * h] = k;
+            pairs[2 * h + 1] = v;
+            h++;
+        }
+    } else if (PyList_CheckExact(headers) || PyTuple_CheckExact(headers)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(headers);
+        if (n > cap) {
+            *count = n;
+            return -1;
+        }
+        for (; h < n; h++) {
+            PyObject *pair = PySequence_Fast_GET_ITEM(headers, h);
+            if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) return 0;
+            pairs[2 * h] = PyTuple_GET_ITEM(pair, 0);
+            pairs[2 * h + 1] = PyTuple_GET_ITEM(pair, 1);
+        }
+    } else {
+        return 0;
+    }
+    for (Py_ssize_t j = 0; j < h; j++) {
+        PyObject *k = pairs[2 * j], *v = pairs[2 * j + 1];
+        if (!PyUnicode_CheckExact(k) || (v != Py_None && !PyBytes_CheckExact(v))) return 0;
+        Py_ssize_t klen;
+        if (PyUnicode_AsUTF8AndSize(k, &klen) == NULL) { /* not UTF-8: Python raises */
+            PyErr_Clear();
+            return 0;
+        }
+        total += prefix_size(klen) + klen;
+        if (v == Py_None) {
+            total += 1;
+        } else {
+            Py_ssize_t vlen = PyBytes_GET_SIZE(v);
+            total += prefix_size(vlen) + vlen;
+        }
+    }
+    *count = h;
+    *size = total + (h ? prefix_size(h) - 1 : 0);
+    return 1;
+}
+
+/* A column list of `before` times `fill`, then `last`; untracked by the cyclic GC
+ * when `atomic` (atomic_list(): only bytes, str, ints and None go in). */
+static PyObject *filled_then(Py_ssize_t before, PyObject *fill, PyObject *last, int atomic) {
     PyObject *list = PyList_New(before + 1);
     if (list == NULL) return NULL;
     for (Py_ssize_t j = 0; j < before; j++) {
-        Py_INCREF(Py_None);
-        PyList_SET_ITEM(list, j, Py_None);
+        Py_INCREF(fill);
+        PyList_SET_ITEM(list, j, fill);
     }
     Py_INCREF(last);
     PyList_SET_ITEM(list, before, last);
+    if (atomic) PyObject_GC_UnTrack(list);
     return list;
 }
 
-/* ------------------------------------------------------------------ the row branch */
+/* RowBurst.add_extras for the row about to be appended (`before` rows precede it):
+ * `pairs` its h headers, `partition` its pinned one (-1: none), `md` its metadata. */
+static int add_extras(PyObject *rows, Py_ssize_t before, PyObject **pairs, Py_ssize_t h,
+                      long long partition, PyObject *md) {
+    PyObject *ends = SLOT(rows, off_s_hends);
+    if (ends == NULL) return -1;
+    if (h) {
+        if (ends == Py_None) { /* the burst's first headers: the rows before had none */
+            PyObject *zero = PyLong_FromLong(0);
+            PyObject *k = PyList_New(0), *v = PyList_New(0);
+            PyObject *e = zero == NULL ? NULL : filled_then(before, zero, zero, 1);
+            Py_XDECREF(zero);
+            if (k == NULL || v == NULL || e == NULL) {
+                Py_XDECREF(k);
+                Py_XDECREF(v);
+                Py_XDECREF(e);
+                return -1;
+            }
+            PyObject_GC_UnTrack(k);
+            PyObject_GC_UnTrack(v);
+            set_slot(rows, off_s_hkeys, k);
+            set_slot(rows, off_s_hvalues, v);
+            set_slot(rows, off_s_hends, e);
+            Py_INCREF(Py_True);
+            set_slot(rows, off_s_extras, Py_True);
+            ends = e;
+        }
+        PyObject *keys = SLOT(rows, off_s_hkeys), *values = SLOT(rows, off_s_hvalues);
+        if (keys == NULL || !PyList_CheckExact(keys) || values == NULL ||
+            !PyList_CheckExact(values) || !PyList_CheckExact(ends)) {
+            PyErr_SetString(PyExc_SystemError, "RowBurst's header columns are not lists");
+            return -1;
+        }
+        for (Py_ssize_t j = 0; j < h; j++)
+            if (PyList_Append(keys, pairs[2 * j]) < 0 || PyList_Append(values, pairs[2 * j + 1]) < 0)
+                return -1;
+        PyObject *end = PyLong_FromSsize_t(PyList_GET_SIZE(keys));
+        if (end == NULL) return -1;
+        int r = PyList_Append(ends, end);
+        Py_DECREF(end);
+        if (r < 0) return -1;
+    } else if (ends != Py_None) {
+        if (!PyList_CheckExact(ends) || PyList_GET_SIZE(ends) == 0) {
+            PyErr_SetString(PyExc_SystemError, "RowBurst.header_ends is not a list from 0");
+            return -1;
+        }
+        if (PyList_Append(ends, PyList_GET_ITEM(ends, PyList_GET_SIZE(ends) - 1)) < 0) return -1;
+    }
+    PyObject *parts = SLOT(rows, off_s_partitions);
+    if (parts == NULL) return -1;
+    if (parts != Py_None) {
+        PyObject *p = PyLong_FromLongLong(partition);
+        if (p == NULL) return -1;
+        int r = PyList_CheckExact(parts) ? PyList_Append(parts, p) : -1;
+        Py_DECREF(p);
+        if (r < 0) return -1;
+    } else if (partition >= 0) {
+        PyObject *none = PyLong_FromLong(-1), *p = PyLong_FromLongLong(partition);
+        PyObject *list = none == NULL || p == NULL ? NULL : filled_then(before, none, p, 1);
+        Py_XDECREF(none);
+        Py_XDECREF(p);
+        if (list == NULL) return -1;
+        set_slot(rows, off_s_partitions, list);
+        Py_INCREF(Py_True);
+        set_slot(rows, off_s_extras, Py_True);
+    }
+    PyObject *kept = SLOT(rows, off_s_metadata);
+    if (kept == NULL) return -1;
+    if (kept != Py_None) {
+        if (!PyList_CheckExact(kept) || PyList_Append(kept, md) < 0) return -1;
+    } else if (md != Py_None) { /* (any object: a list the GC tracks) */
+        PyObject *list = filled_then(before, Py_None, md, 0);
+        if (list == NULL) return -1;
+        set_slot(rows, off_s_metadata, list);
+        Py_INCREF(Py_True);
+        set_slot(rows, off_s_extras, Py_True);
+    }
+    return 0;
+}
 
-/* Intake.send's row branch for send(topic, value) on `intake`. Returns the new
- * RowDelivery; NULL without an error: a condition does not hold (nothing was changed,
- * the Python path takes the call); NULL with an error: the error of the Python
- * branch at the same point (a MemoryError, or a patched `_time` that raised).
- * `key`: the call's key (None, or bytes), `fn`: its on_delivery (None, or a callable:
- * the Sender checked). */
+#define MAX_PAIRS 16 /* headers checked on the stack; more: on the heap */
+
+/* Intake.send's row branch for send(topic, value, key=, headers=, partition=,
+ * timestamp=, metadata=, on_delivery=) on `intake`. Returns the new RowDelivery; NULL
+ * without an error: a condition does not hold (nothing was changed, the Python path
+ * takes the call); NULL with an error: the error of the Python branch at the same point
+ * (a MemoryError, or a patched `_time` that raised). `key`: None or bytes, `fn`: None or
+ * a callable (the Sender checked); `value` bytes or anything (checked here). */
 static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, PyObject *key,
-                            PyObject *fn) {
+                            PyObject *fn, PyObject *headers, PyObject *partition_obj,
+                            PyObject *timestamp, PyObject *md) {
     int ok = 1;
     long long until = int_slot(intake, off_until_yield, &ok) - 1;
     if (!ok || until <= 0) return NULL; /* a schedule point is due: Python's checkpoint */
     if (SLOT(intake, off_closing) != Py_False) return NULL;
     /* (A topic equal to the burst's is not empty: the burst's first send checked it.) */
-    if (!PyBytes_CheckExact(value) || !PyUnicode_CheckExact(topic)) return NULL;
+    if ((value != Py_None && !PyBytes_CheckExact(value)) || !PyUnicode_CheckExact(topic))
+        return NULL;
     PyObject *rows = SLOT(intake, off_rows);
     if (rows == NULL || Py_TYPE(rows) != rows_type) return NULL; /* None: no open burst */
     PyObject *rows_topic = SLOT(rows, off_s_topic);
@@ -128,31 +308,49 @@ static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, 
     int wall = SLOT(intake, off_wall_clock) == Py_True; /* else config.timestamp_ms's */
     PyObject *injected = SLOT(intake, off_timestamp_ms);
     if (injected == NULL) return NULL;
-    Py_ssize_t n = PyBytes_GET_SIZE(value);
-    if (n >= 8192) return NULL; /* a wider prefix: the Python branch's prefix_size() */
+    long long partition = -1;
+    if (partition_obj != Py_None && (partition = plain_int(partition_obj, INT32_MAX)) < 0)
+        return NULL;
+    if (timestamp != Py_None && plain_int(timestamp, INT64_MAX) < 0) return NULL;
+    PyObject *stack[2 * MAX_PAIRS], **pairs = stack;
+    Py_ssize_t h = 0;
+    long long hsize = 0;
+    int plain = plain_headers(headers, pairs, MAX_PAIRS, &h, &hsize);
+    if (plain < 0) { /* many headers: room for them on the heap */
+        pairs = PyMem_Malloc(sizeof(PyObject *) * 2 * (size_t)h);
+        if (pairs == NULL) return PyErr_NoMemory();
+        plain = plain_headers(headers, pairs, h, &h, &hsize);
+    }
+    PyObject *delivery = NULL, *stamp = NULL, *new_row = NULL;
+    if (plain <= 0) goto out; /* (-1 again: the dict grew meanwhile; cannot, but Python) */
+    Py_ssize_t n = value == Py_None ? -1 : PyBytes_GET_SIZE(value); /* -1: a null value */
     Py_ssize_t k = key == Py_None ? -1 : PyBytes_GET_SIZE(key); /* -1: no key */
-    if (k >= 64) return NULL; /* a wider key prefix: prefix_size() */
-    long long size = n + size_base + (k < 0 ? 1 : k + 1) + (n < 64 ? 1 : 2);
+    long long size = size_base + hsize + (k < 0 ? 1 : prefix_size(k) + k) +
+                     (n < 0 ? 1 : prefix_size(n) + n);
     long long max_bytes = int_slot(intake, off_max_bytes, &ok);
-    if (!ok || size > max_bytes) return NULL;
+    if (!ok || size > max_bytes) goto out;
     PyObject *ledger = SLOT(intake, off_ledger);
-    if (ledger == NULL) return NULL;
+    if (ledger == NULL) goto out;
     long long used = int_slot(ledger, off_buffered, &ok);
     long long buffer_memory = int_slot(ledger, off_buffer_memory, &ok);
     long long next_id = int_slot(ledger, off_next_id, &ok);
     long long rows_size = int_slot(rows, off_s_size, &ok);
-    if (!ok || (used + size > buffer_memory && used)) return NULL; /* admit_row: no room */
+    if (!ok || (used + size > buffer_memory && used)) goto out; /* admit_row: no room */
     PyObject *values = SLOT(rows, off_s_values), *stamps = SLOT(rows, off_s_timestamps);
     PyObject *fns = SLOT(rows, off_s_on_delivery), *keys = SLOT(rows, off_s_keys);
+    PyObject *extras = SLOT(rows, off_s_extras);
     if (values == NULL || !PyList_CheckExact(values) || stamps == NULL ||
         !PyList_CheckExact(stamps) || fns == NULL || (fns != Py_None && !PyList_CheckExact(fns)) ||
-        keys == NULL || (keys != Py_None && !PyList_CheckExact(keys)))
-        return NULL;
-    PyObject *new_row = PyDict_GetItemWithError(rows_globals, str_new_row); /* borrowed */
-    PyObject *clock = PyDict_GetItemWithError(intake_globals, str_time);
+        keys == NULL || (keys != Py_None && !PyList_CheckExact(keys)) ||
+        (extras != Py_True && extras != Py_False))
+        goto out;
+    new_row = PyDict_GetItemWithError(rows_globals, md == Py_None ? str_new_row
+                                                                  : str_new_metadata_row);
+    PyObject *clock = PyDict_GetItemWithError(intake_globals, str_time); /* borrowed */
     if (new_row == NULL || clock == NULL) {
         PyErr_Clear();
-        return NULL;
+        new_row = NULL;
+        goto out;
     }
 
     /* Every condition holds: the branch itself, in Intake.send's order. The objects it
@@ -165,38 +363,44 @@ static PyObject *row_branch(PyObject *intake, PyObject *topic, PyObject *value, 
         Py_XDECREF(u);
         Py_XDECREF(a);
         Py_XDECREF(b);
-        return NULL;
+        new_row = NULL;
+        goto out;
     }
-    PyObject *held[8] = {rows, values, stamps, fns, ledger, new_row, wall ? clock : injected,
-                         keys};
-    for (int h = 0; h < 8; h++) Py_INCREF(held[h]);
-    PyObject *delivery = NULL, *stamp = NULL;
+    PyObject *held[10] = {rows, values, stamps, fns, ledger, new_row, wall ? clock : injected,
+                          keys, headers, md};
+    for (int j = 0; j < 10; j++) Py_INCREF(held[j]);
     set_slot(intake, off_until_yield, u);
     set_slot(ledger, off_buffered, a); /* Ledger.admit_row */
     set_slot(ledger, off_next_id, b);
-    PyObject *row = PyLong_FromSsize_t(PyList_GET_SIZE(values));
+    Py_ssize_t before = PyList_GET_SIZE(values);
+    PyObject *row = PyLong_FromSsize_t(before);
     if (row == NULL) goto fail;
-    PyObject *args[2] = {rows, row};
-    delivery = PyObject_Vectorcall(new_row, args, 2, NULL);
+    PyObject *args[3] = {rows, row, md};
+    delivery = PyObject_Vectorcall(new_row, args, md == Py_None ? 2 : 3, NULL);
     Py_DECREF(row);
     if (delivery == NULL) goto fail;
     if (fns != Py_None) { /* each row's own callback (or None) */
         if (PyList_Append(fns, fn) < 0) goto fail;
     } else if (fn != Py_None) { /* the burst's first callback */
-        PyObject *list = nones_then(PyList_GET_SIZE(values), fn);
+        PyObject *list = filled_then(before, Py_None, fn, 0);
         if (list == NULL) goto fail;
         set_slot(rows, off_s_on_delivery, list);
     }
     if (keys != Py_None) { /* each row's key (or None) */
         if (PyList_Append(keys, key) < 0) goto fail;
     } else if (key != Py_None) { /* the burst's first key: RowBurst.first_key */
-        PyObject *list = nones_then(PyList_GET_SIZE(values), key);
+        PyObject *list = filled_then(before, Py_None, key, 1); /* bytes and None only */
         if (list == NULL) goto fail;
-        PyObject_GC_UnTrack(list); /* bytes and None only: atomic_list() */
         set_slot(rows, off_s_keys, list);
     }
+    if ((extras == Py_True || h || partition >= 0 || md != Py_None) &&
+        add_extras(rows, before, pairs, h, partition, md) < 0)
+        goto fail;
     if (PyList_Append(values, value) < 0) goto fail;
-    if (!wall) { /* an injected clock (config.timestamp_ms, tests) */
+    if (timestamp != Py_None) { /* the row's own */
+        stamp = timestamp;
+        Py_INCREF(stamp);
+    } else if (!wall) { /* an injected clock (config.timestamp_ms, tests) */
         stamp = PyObject_CallNoArgs(injected);
         if (stamp == NULL) goto fail;
     } else {
@@ -237,7 +441,9 @@ fail:
     Py_CLEAR(delivery);
 done:
     Py_XDECREF(stamp);
-    for (int h = 0; h < 8; h++) Py_DECREF(held[h]);
+    for (int j = 0; j < 10; j++) Py_DECREF(held[j]);
+out:
+    if (pairs != stack) PyMem_Free(pairs);
     return delivery;
 }
 
@@ -252,9 +458,10 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    SenderObject *sender;                 /* until the first step (then NULL), with */
-    PyObject *topic, *value, *key, *fn;   /* the call's arguments */
-    PyObject *coro;                       /* the Python path's coroutine, once started */
+    SenderObject *sender;     /* until the first step (then NULL), with */
+    PyObject *topic, *value;  /* the call's arguments */
+    PyObject *kw[KW_N];       /* its keywords, in kw_python's order (None: not given) */
+    PyObject *coro;           /* the Python path's coroutine, once started */
 } SendCallObject;
 
 
@@ -262,8 +469,7 @@ static void call_clear(SendCallObject *self) {
     Py_CLEAR(self->sender);
     Py_CLEAR(self->topic);
     Py_CLEAR(self->value);
-    Py_CLEAR(self->key);
-    Py_CLEAR(self->fn);
+    for (int j = 0; j < KW_N; j++) Py_CLEAR(self->kw[j]);
     Py_CLEAR(self->coro);
 }
 
@@ -299,12 +505,15 @@ static PySendResult call_am_send(SendCallObject *self, PyObject *arg, PyObject *
         }
         /* A str value or key is sent as UTF-8, as Intake.send encodes it (first). An
          * encoding error leaves the call to Python, which raises it. */
-        PyObject *value = self->value, *key = self->key, *delivery = NULL;
+        PyObject *value = self->value, *key = self->kw[KW_KEY], *delivery = NULL;
         value = PyUnicode_CheckExact(value) ? PyUnicode_AsUTF8String(value) : Py_NewRef(value);
         key = value == NULL ? NULL
             : PyUnicode_CheckExact(key) ? PyUnicode_AsUTF8String(key) : Py_NewRef(key);
         if (value != NULL && key != NULL)
-            delivery = row_branch(self->sender->intake, self->topic, value, key, self->fn);
+            delivery = row_branch(self->sender->intake, self->topic, value, key,
+                                  self->kw[KW_ON_DELIVERY], self->kw[KW_HEADERS],
+                                  self->kw[KW_PARTITION], self->kw[KW_TIMESTAMP],
+                                  self->kw[KW_METADATA]);
         else
             PyErr_Clear();
         Py_XDECREF(value);
@@ -314,10 +523,15 @@ static PySendResult call_am_send(SendCallObject *self, PyObject *arg, PyObject *
             *out = delivery;
             return delivery != NULL ? PYGEN_RETURN : PYGEN_ERROR;
         }
-        PyObject *args[4] = {self->topic, self->value, self->key, self->fn};
-        PyObject *coro = self->fn == Py_None && self->key == Py_None
-            ? PyObject_Vectorcall(self->sender->slow, args, 2, NULL)
-            : PyObject_Vectorcall(self->sender->slow, args, 2, kw_python);
+        /* the Python path: send(topic, value), with every keyword when one was given */
+        PyObject *args[2 + KW_N] = {self->topic, self->value};
+        int given = 0;
+        for (int j = 0; j < KW_N; j++) {
+            args[2 + j] = self->kw[j];
+            given |= self->kw[j] != Py_None;
+        }
+        PyObject *coro = given ? PyObject_Vectorcall(self->sender->slow, args, 2, kw_python)
+                               : PyObject_Vectorcall(self->sender->slow, args, 2, NULL);
         call_clear(self);
         if (coro == NULL) return PYGEN_ERROR;
         self->coro = coro;
@@ -417,21 +631,22 @@ static inline int is_name(PyObject *name, PyObject *want) {
 
 static PyObject *sender_vectorcall(SenderObject *self, PyObject *const *args, size_t nargsf,
                                    PyObject *kwnames) {
-    /* send(topic, value), with key= (None or bytes) and on_delivery= (None or a
-     * callable) by keyword or not; anything else: the Python path */
-    PyObject *fn = Py_None, *key = Py_None;
+    /* send(topic, value, **keywords) with key= None, bytes or str and on_delivery= None
+     * or a callable (the others are checked by the row branch); anything else: the
+     * Python path */
+    PyObject *kw[KW_N];
     if (PyVectorcall_NARGS(nargsf) != 2) return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    for (int j = 0; j < KW_N; j++) kw[j] = Py_None;
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    for (Py_ssize_t j = 0; j < nkw; j++) {
-        PyObject *name = PyTuple_GET_ITEM(kwnames, j), *v = args[2 + j];
-        if (is_name(name, str_key) &&
-            (v == Py_None || PyBytes_CheckExact(v) || PyUnicode_CheckExact(v))) {
-            key = v;
-        } else if (is_name(name, str_on_delivery) && (v == Py_None || PyCallable_Check(v))) {
-            fn = v;
-        } else {
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i), *v = args[2 + i];
+        int j = 0;
+        while (j < KW_N && !is_name(name, str_kw[j])) j++;
+        if (j == KW_N || (j == KW_KEY && v != Py_None && !PyBytes_CheckExact(v) &&
+                          !PyUnicode_CheckExact(v)) ||
+            (j == KW_ON_DELIVERY && v != Py_None && !PyCallable_Check(v)))
             return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
-        }
+        kw[j] = v;
     }
     /* (A new object each call: one kept and reused would outlive a call dropped
      * unawaited, whose warning then came late.) */
@@ -443,10 +658,10 @@ static PyObject *sender_vectorcall(SenderObject *self, PyObject *const *args, si
     c->topic = args[0];
     Py_INCREF(args[1]);
     c->value = args[1];
-    Py_INCREF(key);
-    c->key = key;
-    Py_INCREF(fn);
-    c->fn = fn;
+    for (int j = 0; j < KW_N; j++) {
+        Py_INCREF(kw[j]);
+        c->kw[j] = kw[j];
+    }
     c->coro = NULL;
     return (PyObject *)c;
 }
@@ -520,16 +735,18 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
         return NULL;
     PyTypeObject *i = (PyTypeObject *)it, *l = (PyTypeObject *)lt, *r = (PyTypeObject *)rt;
     /* fields.SEND_INTAKE, SEND_LEDGER, SEND_BURST, in their order */
-    Py_ssize_t fi[9], fl[3], fr[6];
+    Py_ssize_t fi[9], fl[3], fr[12];
     if (member_offsets(i, ifs, 9, fi) < 0 || member_offsets(l, lfs, 3, fl) < 0 ||
-        member_offsets(r, rfs, 6, fr) < 0)
+        member_offsets(r, rfs, 12, fr) < 0)
         return NULL;
     off_until_yield = fi[0], off_closing = fi[1], off_rows = fi[2], off_wall_clock = fi[3];
     off_max_bytes = fi[4], off_ms = fi[5], off_ms_ends = fi[6], off_ledger = fi[7];
     off_timestamp_ms = fi[8];
     off_buffered = fl[0], off_buffer_memory = fl[1], off_next_id = fl[2];
     off_s_topic = fr[0], off_s_values = fr[1], off_s_timestamps = fr[2];
-    off_s_on_delivery = fr[3], off_s_size = fr[4], off_s_keys = fr[5];
+    off_s_on_delivery = fr[3], off_s_size = fr[4], off_s_keys = fr[5], off_s_extras = fr[6];
+    off_s_hkeys = fr[7], off_s_hvalues = fr[8], off_s_hends = fr[9], off_s_partitions = fr[10];
+    off_s_metadata = fr[11];
     size_base = base;
     Py_INCREF(ig);
     Py_XSETREF(intake_globals, ig);
@@ -573,11 +790,20 @@ PyMODINIT_FUNC PyInit__send(void) {
     if (PyType_Ready(&SendCall_Type) < 0 || PyType_Ready(&Sender_Type) < 0) return NULL;
     str_time = PyUnicode_InternFromString("_time");
     str_new_row = PyUnicode_InternFromString("new_row");
-    str_key = PyUnicode_InternFromString("key"); /* as call sites have them */
-    str_on_delivery = PyUnicode_InternFromString("on_delivery");
-    kw_python = str_key == NULL || str_on_delivery == NULL
-        ? NULL : PyTuple_Pack(2, str_key, str_on_delivery);
-    if (str_time == NULL || str_new_row == NULL || kw_python == NULL) return NULL;
+    str_new_metadata_row = PyUnicode_InternFromString("new_metadata_row");
+    /* (interned: call sites have the same objects) */
+    static const char *const kw_names[KW_N] = {"key", "headers", "partition", "timestamp",
+                                               "metadata", "on_delivery"};
+    for (int j = 0; j < KW_N; j++)
+        if ((str_kw[j] = PyUnicode_InternFromString(kw_names[j])) == NULL) return NULL;
+    kw_python = PyTuple_New(KW_N);
+    if (kw_python == NULL || str_time == NULL || str_new_row == NULL ||
+        str_new_metadata_row == NULL)
+        return NULL;
+    for (int j = 0; j < KW_N; j++) {
+        Py_INCREF(str_kw[j]);
+        PyTuple_SET_ITEM(kw_python, j, str_kw[j]);
+    }
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     if (PyModule_AddType(m, &Sender_Type) < 0 || PyModule_AddType(m, &SendCall_Type) < 0) {

@@ -93,6 +93,20 @@ SEND_BURST: tuple[Field, ...] = (
           "each row's callback or None, once a row had one; None: no row had"),
     Field("size", ("int",), "the burst's reserved bytes (rows' size bounds)"),
     Field("keys", ("list", "NoneType"), "each row's key or None, once a row had one"),
+    Field("extras", ("bool",),
+          "True once one of the five columns below exists: every later row adds to them"),
+    Field("header_keys", ("list", "NoneType"),
+          "every row's header keys, flat, exact str (an untracked list), once a row had "
+          "headers"),
+    Field("header_values", ("list", "NoneType"),
+          "every row's header values, flat, bytes or None (an untracked list)"),
+    Field("header_ends", ("list", "NoneType"),
+          "0, then each row's end in the flat header lists (an untracked list)"),
+    Field("partitions", ("list", "NoneType"),
+          "each row's pinned partition, int32, -1: none (an untracked list), once a row "
+          "pinned one"),
+    Field("metadata", ("list", "NoneType"),
+          "each row's metadata or None, once a row had some (a tracked list: any object)"),
 )
 
 # -- _delivery.c: awaiting a settled delivery, row metadata and callbacks ----------------

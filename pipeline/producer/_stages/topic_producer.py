@@ -11,6 +11,7 @@ topic created meanwhile starts working.
 from __future__ import annotations
 
 import logging
+from array import array
 from bisect import bisect_left
 from itertools import accumulate, chain
 from operator import attrgetter
@@ -19,11 +20,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from pipeline.cluster.errors import KafkaError
+from pipeline.producer._columnar.partitioning import key_partitions
 from pipeline.producer._columnar.rows import RowRun, assign_rows
 from pipeline.producer._errors import DeliveryTimeoutError
 from pipeline.producer._message import PENDING, ProducerMessage
 from pipeline.producer._stages.envelopes import TopicPartition
 from pipeline.producer._stages.partitioner import DefaultPartitioner, Murmur2Partitioner
+from pipeline.protocol.columnar import record_size_bounds
 
 if TYPE_CHECKING:
     from pipeline.producer._stages.context import StageContext
@@ -35,6 +38,8 @@ _partition_of = attrgetter("partition")
 _size_of = attrgetter("_size")
 # Below this many messages the per-message loop is as cheap as the run's setup.
 _RUN_MIN = 16
+# A row's partition when its partitioner raised (past any topic's: out of range).
+_NO_PARTITION = (1 << 31) - 1
 
 
 class PartitionOutOfRangeError(KafkaError, ValueError):
@@ -130,12 +135,12 @@ class TopicProducer:
     def _assign_mixed(
         self, items: list[ProducerMessage], n: int, bad: list[ProducerMessage]
     ) -> dict[int, list[ProducerMessage]]:
-        """A list holding send_batch runs: runs are split by ``rows.assign_rows``,
-        the messages between them by ``_assign``; per partition in list order."""
+        """A list holding runs of rows: runs are split by ``rows.assign_rows``, the
+        messages between them by ``_assign``; per partition in list order."""
         by_partition: dict[int, list[Any]] = {}
         config = self._config
         cap = min(config.batch_bytes, config.max_message_bytes)
-        vectorized = type(self._partitioner) in (DefaultPartitioner, Murmur2Partitioner)
+        default = type(self._partitioner) is DefaultPartitioner
         segment: list[ProducerMessage] = []
         item: Any
         for item in [*items, None]:
@@ -154,21 +159,110 @@ class TopicProducer:
                 # released its bytes) after the dispatcher forwarded it, before
                 # this task ran. Splitting it would release its bytes again.
                 continue
-            runs, out_of_range = assign_rows(run, n, self._partitioner, vectorized=vectorized,
-                                             cap=cap, max_records=config.max_batch_messages)
+            # Any partitioner but the default one is asked per row, as _assign asks it
+            # per message (the default one's choices need no call per row).
+            failures: dict[int, BaseException] = {}
+            parts = None if default else self._partition_rows(run, n, failures)
+            outcomes = run._sink.outcomes
+            if outcomes is not None and (parts is not None or run.columns.keys is not None
+                                         or run.columns.partitions is not None):
+                outcomes.follow_wire_order(run.count)  # (split by partition, not in call order)
+            runs, out_of_range = assign_rows(run, n, self._partitioner, cap=cap,
+                                             max_records=config.max_batch_messages, parts=parts)
             split = [r for _, r in runs]
-            run._sink.runs = split + ([out_of_range] if out_of_range is not None else [])
+            refused = [] if out_of_range is None else self._refused(
+                run, out_of_range, n, failures, parts)
+            run._sink.runs = split + [r for r, _ in refused]
             # The chunk reserved the per-row bound; its runs hold their exact sizes.
             self._ledger.release(run._size - sum(r._size for r in split))
             for p, part_run in runs:
                 part_run.partition = p
                 by_partition.setdefault(p, []).append(part_run)
-            if out_of_range is not None:
-                self._ledger.fail([out_of_range], PartitionOutOfRangeError(  # type: ignore[list-item]
-                    f"rows pinned to partitions the topic {self.topic!r} does not have: it has "
-                    f"{n} partitions (0..{n - 1})"
-                ))
+            for part_run, error in refused:
+                self._ledger.fail([part_run], error)  # type: ignore[list-item]
         return by_partition
+
+    def _partition_rows(self, run: RowRun, n: int, failures: dict[int, BaseException]
+                        ) -> memoryview:
+        """Each row's partition (int32) from the partitioner, asked per row not pinned,
+        exactly as ``_assign`` asks it per message (null-key rows count their size
+        bound towards ``on_new_batch``); keyed rows on murmur2 in one C loop when the
+        partitioner is murmur2's. A row whose ``partition()`` raised is in
+        ``failures`` (its partition past the topic's: out of range)."""
+        columns, topic = run.columns, self.topic
+        partitioner = self._partitioner
+        partition_of = partitioner.partition
+        if type(partitioner) is Murmur2Partitioner:
+            parts = key_partitions(columns, n)  # pinned rows, and keyed ones: murmur2
+        else:
+            parts = memoryview(bytearray(b"\xff" * (4 * len(columns)))).cast("i")
+            if columns.partitions is not None:
+                parts[:] = columns.partitions
+        keys, values = columns.keys, columns.values
+        sizes = record_size_bounds(columns)
+        batch_bytes = self._config.batch_bytes
+        sticky_partition, sticky_bytes = self._sticky_partition, self._sticky_bytes
+        for i in range(len(columns)):
+            if parts[i] >= 0:
+                continue  # pinned (or hashed)
+            key = None if keys is None else keys[i]
+            try:
+                p = partition_of(topic, key, values[i], n)
+            except Exception as exc:  # a user partitioner's bug fails its row only
+                failures[i] = exc  # (a user's returning no partition of the topic raises)
+                parts[i] = _NO_PARTITION
+                continue
+            if key is None:
+                if p != sticky_partition:
+                    sticky_partition = p
+                    sticky_bytes = 0
+                sticky_bytes += sizes[i]
+                if sticky_bytes >= batch_bytes:
+                    partitioner.on_new_batch(topic, n, p)
+                    sticky_bytes = 0
+            parts[i] = p
+        self._sticky_partition, self._sticky_bytes = sticky_partition, sticky_bytes
+        return parts
+
+    def _refused(self, run: RowRun, out_of_range: RowRun, n: int,
+                 failures: dict[int, BaseException], parts: memoryview | None
+                 ) -> list[tuple[RowRun, BaseException]]:
+        """The runs of rows that go nowhere, each with its error: pinned to a partition
+        the topic does not have, or their partitioner raised (``failures``). A
+        ``send_batch`` chunk's pinned rows fail as one run; ``send()`` rows as the
+        messages they stand for: one run per partition, and one per row whose
+        partitioner raised or chose no partition of the topic, each with the
+        message's error."""
+        topic = self.topic
+        chunk = run._sink
+        rows = out_of_range.rows
+        if not failures and chunk.group is not None:  # (send_batch: a group per chunk)
+            return [(out_of_range, PartitionOutOfRangeError(
+                f"rows pinned to partitions the topic {topic!r} does not have: it has "
+                f"{n} partitions (0..{n - 1})"))]
+        chosen = run.columns.partitions if parts is None else parts
+        assert chosen is not None, "a row out of range was pinned or chosen there"
+        by_partition: dict[int, list[int]] = {}
+        out: list[tuple[RowRun, BaseException]] = []
+        for row in rows:
+            if row in failures:
+                one = array("q", [row])
+                out.append((out_of_range.split(one, 1, 0), failures[row]))
+            else:
+                by_partition.setdefault(chosen[row], []).append(row)
+        for p, picked in by_partition.items():
+            part = out_of_range.split(array("q", picked), len(picked), 0)
+            part.partition = p
+            out.append((part, PartitionOutOfRangeError(
+                f"partition {p} does not exist: topic {topic!r} has {n} partitions "
+                f"(0..{n - 1})")))
+        # Each run holds consecutive wire positions (RowOutcomes' spans), after the
+        # rows that went to partitions: the refused rows' order is this list's.
+        place = out_of_range.place
+        for part, _ in out:
+            part.place = place
+            place += part.count
+        return out
 
     def _assign(
         self, msgs: list[ProducerMessage], n: int, bad: list[ProducerMessage]

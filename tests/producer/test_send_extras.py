@@ -1,0 +1,355 @@
+"""``send()`` with headers, a partition, a timestamp, ``on_delivery`` and ``metadata``
+rides the columnar burst (``RowBurst.add_extras``; ``_send.c``'s row branch in C): the
+C path, its pure-Python twin and the per-message path put the same bytes on the wire
+and give every call the same outcome; bad input is refused with the per-message
+path's error, naming what is wrong, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import trio
+
+from pipeline.producer._columnar.burst import MetadataRowDelivery, RowDelivery
+from pipeline.producer._intake import send_path as _send_path
+from pipeline.producer._message import ProducerError
+from pipeline.testing.fake_cluster import FakeCluster
+from tests.scenarios.conftest import open_fake_producer
+
+T = 1_700_000_000_000  # the scenario conftest's injected CreateTime
+PARTITIONS = 3
+
+
+def _calls(seed: int, n: int) -> list[tuple[bytes | None, dict[str, Any]]]:
+    """``n`` send() calls of every shape: headers as pairs, tuples, a dict (str keys,
+    non-ASCII ones, bytes and None values, empty), keys (bytes, str, None), null
+    values, pinned partitions (some past the topic's: they fail), own timestamps,
+    metadata, callbacks; values distinct."""
+    rng = random.Random(seed)
+    out: list[tuple[bytes | None, dict[str, Any]]] = []
+    for i in range(n):
+        kwargs: dict[str, Any] = {}
+        shape = rng.randrange(6)
+        if shape == 1:
+            kwargs["headers"] = [("trace-id", b"%016x" % i), ("source", b"checkout")]
+        elif shape == 2:
+            kwargs["headers"] = {"cl\u00e9": b"v" * rng.randrange(70), "null": None}
+        elif shape == 3:
+            kwargs["headers"] = (("h", None),)
+        elif shape == 4:
+            kwargs["headers"] = []
+        key_kind = rng.randrange(3)
+        if key_kind:
+            kwargs["key"] = b"k%d" % rng.randrange(13) if key_kind == 1 else f"s\u00e9{i}"
+        if rng.random() < 0.3:
+            kwargs["partition"] = rng.choice([0, 1, 2, 2, 7])  # (7: out of range)
+        if rng.random() < 0.3:
+            kwargs["timestamp"] = T - rng.randrange(10_000)
+        if rng.random() < 0.3:
+            kwargs["metadata"] = {"i": i}
+        if rng.random() < 0.5:
+            kwargs["on_delivery"] = True  # (the run's recording callback)
+        value = None if rng.random() < 0.05 else b"value-%d-" % i + bytes(rng.randrange(40))
+        out.append((value, kwargs))
+    return out
+
+
+def _outcome(delivery: Any) -> tuple[Any, ...]:
+    try:
+        meta = delivery.result()
+    except ProducerError as exc:
+        msg = exc.message
+        return ("failed", type(exc.cause).__name__, str(exc.cause), msg.topic, msg.key,
+                msg.value, tuple(msg.headers), msg.timestamp, msg.metadata)
+    return ("ok", meta.topic, meta.partition, meta.offset, meta.timestamp)
+
+
+def _by_partition(heard: list[Any]) -> dict[int, list[Any]]:
+    out: dict[int, list[Any]] = {}
+    for h in heard:
+        out.setdefault(h[1] if h[0] == "ok" else h[4], []).append(h)
+    return out
+
+
+async def _run(kind: str, calls: list[tuple[bytes | None, dict[str, Any]]]
+               ) -> tuple[dict[int, list[bytes]], list[Any], list[Any], set[str]]:
+    """One run on a fresh fake cluster: ``kind`` "c" or "python" (rows: a burst is
+    opened first), "messages" (none is: every call is a message of one list burst).
+    Returns the wire (each partition's produced record batches, in order), every
+    call's delivery fields and outcome, what the callbacks heard, and the delivery
+    types seen."""
+    _send_path.use("c" if kind == "c" else "python")
+    heard: list[Any] = []
+
+    def callback(meta: Any, error: Any) -> None:
+        heard.append(("ok", meta.partition, meta.offset, meta.timestamp) if error is None
+                     else ("failed", str(error), tuple(error.message.headers),
+                           error.message.metadata, error.message.partition))
+
+    async with trio.open_nursery() as nursery:
+        fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+        await nursery.start(fake.run)
+        fake.create_topic("ta", PARTITIONS)
+        deliveries = []
+        async with open_fake_producer(fake, max_message_bytes=1 << 20) as producer:
+            await producer._core.cluster.partitions_for("ta")
+            it = producer._intake
+            it._until_yield = 1 << 30  # (no schedule point: one burst, fixed batching)
+            it._columns_next = kind != "messages"
+            for value, kwargs in calls:
+                if kwargs.get("on_delivery"):
+                    kwargs = {**kwargs, "on_delivery": callback}
+                deliveries.append(await producer.send("ta", value, **kwargs))
+            fields = [(d.topic, d.key, d.value, tuple(d.headers), d.timestamp, d.metadata)
+                      for d in deliveries]
+            await producer.flush()
+        nursery.cancel_scope.cancel()
+    wire: dict[int, list[bytes]] = {}
+    for req in fake.requests_of(0):
+        for topic in req.request.topic_data:
+            for data in topic.partition_data:
+                wire.setdefault(data.index, []).append(data.records)
+    results = [f + _outcome(d) for f, d in zip(fields, deliveries, strict=True)]
+    return wire, results, heard, {type(d).__name__ for d in deliveries}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_c_twin_and_messages_agree_on_the_wire_and_the_outcomes(seed: int) -> None:
+    if _send_path._c is None:
+        pytest.skip("pipeline.producer._speedups._send is not built (or PIPELINE_PURE_PYTHON is set)")
+    calls = _calls(seed, 400)
+    before = _send_path.SEND_PATH
+    try:
+        c = await _run("c", calls)
+        py = await _run("python", calls)
+        msgs = await _run("messages", calls)
+    finally:
+        _send_path.use(before)
+    assert c[3] <= {"RowDelivery", "MetadataRowDelivery"}
+    assert py[3] <= {"RowDelivery", "MetadataRowDelivery"}
+    assert msgs[3] == {"MessageDelivery"}
+    for run in (py, msgs):
+        assert run[0] == c[0]  # the same record batches, byte for byte
+        assert run[1] == c[1]  # every call's fields and outcome
+        # every callback with the same arguments, in order per partition (the order
+        # of partitions answered in one response is not the send order's)
+        assert _by_partition(run[2]) == _by_partition(c[2])
+    # (the script sends what it means to: headers on the wire, failures pinned to 7)
+    failed = [r for r in c[1] if r[6] == "failed"]
+    assert failed and {r[7] for r in failed} == {"PartitionOutOfRangeError"}
+    assert len(failed) == sum(1 for _, k in calls if k.get("partition") == 7)
+    assert sum(len(b) for b in c[0].values()) >= PARTITIONS
+    assert any(h for r in c[1] for h in r[3]) and any(r[5] for r in c[1])
+    assert any(h[0] == "failed" and h[3] is not None for h in c[2])
+
+
+async def _open_burst(fake: FakeCluster, producer: Any) -> None:
+    await producer._core.cluster.partitions_for("ta")
+    producer._intake._columns_next = True
+    assert type(await producer.send("ta", b"first")) is RowDelivery
+
+
+BAD: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"headers": [(b"h", b"x")]}, TypeError, r"header key must be str, not bytes"),
+    ({"headers": [("h", 3)]}, TypeError, r"header 'h' value"),
+    ({"headers": {"h": 3.5}}, TypeError, r"header 'h' value"),
+    ({"headers": "h=x"}, TypeError, r"headers must be a sequence of \(str, bytes \| None\) "
+                                    r"pairs or a mapping, not str"),
+    ({"headers": [("h", b"x", b"y")]}, TypeError, r"headers must be a sequence"),
+    ({"partition": -1}, ValueError, r"partition must be None or an int >= 0, not -1"),
+    ({"partition": "0"}, ValueError, r"partition must be None or an int >= 0, not '0'"),
+    ({"timestamp": -5}, ValueError, r"timestamp must be None or milliseconds since the epoch"),
+    ({"timestamp": 2**63}, ValueError, r"an int in 0..2\*\*63-1: a record's int64"),
+    ({"timestamp": 1.5}, ValueError, r"not 1.5"),
+    ({"on_delivery": 3}, TypeError, r"on_delivery"),
+    ({"key": b"k", "headers": [("h", b"x")], "partition": 0, "timestamp": True},
+     ValueError, r"not True"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), BAD,
+                         ids=[repr(sorted(k.items()))[:60] for k, _, _ in BAD])
+@pytest.mark.parametrize("burst", ["open", "none"])
+async def test_bad_input_is_refused_naming_what_is_wrong(
+    nursery: trio.Nursery, send_path: str, kwargs: dict[str, Any], error: type[Exception],
+    match: str, burst: str
+) -> None:
+    """A bad header, partition, timestamp or callback raises the per-message path's
+    error whichever path sees it (a burst open or not, C or Python), and the call
+    leaves no trace: no row, no reserved byte, no id; the next call goes on."""
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", 1)
+    async with open_fake_producer(fake) as producer:
+        if burst == "open":
+            await _open_burst(fake, producer)
+        rows, ledger = producer._intake._rows, producer._ledger
+        before = (None if rows is None else len(rows.values), ledger.buffered_bytes,
+                  ledger._next_id)
+        with pytest.raises(error, match=match):
+            await producer.send("ta", b"v", **kwargs)
+        assert (None if rows is None else len(rows.values), ledger.buffered_bytes,
+                ledger._next_id) == before
+        if rows is not None:
+            assert rows.header_ends is None and rows.partitions is None and not rows.extras
+        ok = await producer.send("ta", b"after", headers=[("h", b"1")], partition=0)
+        await producer.flush()
+        assert (await ok).offset == (1 if burst == "open" else 0)
+    assert [(e.record.value, tuple(e.record.headers)) for e in fake.log("ta", 0)] == (
+        [(b"first", ())] if burst == "open" else []) + [(b"after", (("h", b"1"),))]
+
+
+async def test_a_rows_delivery_reads_its_extras(nursery: trio.Nursery, send_path: str) -> None:
+    """A row's delivery gives its headers (as normalize leaves them: a tuple of
+    pairs), its pinned partition while pending, its own timestamp, and its metadata
+    (a row with metadata is a MetadataRowDelivery, which holds it); after the flush,
+    the partition and offset it was written at."""
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", PARTITIONS)
+    marker = object()
+    async with open_fake_producer(fake) as producer:
+        await _open_burst(fake, producer)
+        plain = await producer.send("ta", b"plain")
+        extra = await producer.send("ta", b"x", key="k", headers={"a": b"1", "b": None},
+                                    partition=2, timestamp=T - 7, metadata=marker)
+        tomb = await producer.send("ta", None, key=b"gone", headers=[("h", b"")])
+        assert (type(plain), type(extra), type(tomb)) == (
+            RowDelivery, MetadataRowDelivery, RowDelivery)
+        assert (extra.key, extra.headers, extra.partition, extra.timestamp, extra.metadata) == (
+            b"k", (("a", b"1"), ("b", None)), 2, T - 7, marker)
+        assert (plain.headers, plain.partition, plain.metadata) == ((), None, None)
+        assert (tomb.value, tomb.headers) == (None, (("h", b""),))
+        msg = extra.message
+        assert (msg.headers, msg.partition, msg.metadata) == (extra.headers, 2, marker)
+        await producer.flush()
+        meta = await extra
+        assert (meta.partition, meta.timestamp) == (2, T - 7)
+    [entry] = [e for e in fake.log("ta", 2) if e.record.value == b"x"]
+    assert (entry.record.key, tuple(entry.record.headers),
+            entry.batch.base_timestamp + entry.record.timestamp_delta) == (
+        b"k", (("a", b"1"), ("b", None)), T - 7)
+    [gone] = [e for p in range(PARTITIONS) for e in fake.log("ta", p)
+              if e.record.key == b"gone"]
+    assert gone.record.value is None
+
+
+async def test_a_custom_partitioner_is_asked_per_row(nursery: trio.Nursery,
+                                                     send_path: str) -> None:
+    """Rows of a producer with a custom partitioner: asked once per row not pinned
+    (keyed or not), its choice honoured, a pinned row never asked; a row whose
+    partitioner raised or chose no partition of the topic fails alone, naming it."""
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", PARTITIONS)
+    asked: list[Any] = []
+
+    class Last:
+        def partition(self, topic: str, key: bytes | None, value: bytes | None, n: int) -> Any:
+            asked.append(value)
+            if value == b"boom":
+                raise RuntimeError("no partition for boom")
+            if value == b"far":
+                return 9
+            return n - 1
+
+        def on_new_batch(self, topic: str, n: int, previous: int) -> None:
+            pass
+
+    async with open_fake_producer(fake, partitioner=Last()) as producer:
+        await _open_burst(fake, producer)
+        sent = [await producer.send("ta", v, key=k, partition=p) for v, k, p in [
+            (b"a", b"k", None), (b"b", None, None), (b"c", None, 0), (b"boom", None, None),
+            (b"far", b"k", None), (b"d", None, None)]]
+        assert all(type(d) is RowDelivery for d in sent)
+        await producer.flush()
+        out = []
+        for d in sent:
+            try:
+                out.append((await d).partition)
+            except ProducerError as exc:
+                out.append(str(exc.cause))
+    assert asked == [b"first", b"a", b"b", b"boom", b"far", b"d"]
+    assert out[:3] == [2, 2, 0] and out[5] == 2
+    assert out[3] == "no partition for boom"
+    assert "Last' returned partition 9 for topic 'ta', which has 3 partition(s)" in out[4]
+
+
+@pytest.mark.parametrize("spread", ["pinned", "round_robin"])
+async def test_keyless_rows_spread_over_partitions_find_their_offsets(
+    nursery: trio.Nursery, send_path: str, spread: str
+) -> None:
+    """Keyless rows pinned to partitions, or spread by a partitioner asked per row,
+    are split by partition: their wire order is not the call order, and each row's
+    delivery and callback still give its own partition and offset."""
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", PARTITIONS)
+    heard: list[tuple[int, int]] = []
+
+    def callback(meta: Any, error: Any) -> None:
+        assert error is None
+        heard.append((meta.partition, meta.offset))
+
+    options = {"partitioner": "round_robin"} if spread == "round_robin" else {}
+    async with open_fake_producer(fake, **options) as producer:
+        await _open_burst(fake, producer)
+        sent = [await producer.send("ta", b"v%d" % i, on_delivery=callback if i % 2 else None,
+                                    partition=(i * 7) % PARTITIONS if spread == "pinned" else None)
+                for i in range(60)]
+        assert all(type(d) is RowDelivery for d in sent)
+        await producer.flush()
+        got = {d.value: ((await d).partition, (await d).offset) for d in sent}
+    logged = {e.record.value: (p, e.offset) for p in range(PARTITIONS) for e in fake.log("ta", p)}
+    assert got == {v: logged[v] for v in got}
+    assert len({p for p, _ in got.values()}) == PARTITIONS
+    assert sorted(heard) == sorted(got[b"v%d" % i] for i in range(1, 60, 2))
+
+
+def _sized(n: int) -> bytes:
+    return b"x" * n
+
+
+# (value, kwargs) at the size bound's edges: varint prefix widths (63/64, 8191/8192 bytes),
+# a null value, header counts (63/64: a one- and a two-byte count), None header values
+EDGES: list[tuple[bytes | None, dict[str, Any]]] = [
+    (_sized(0), {}), (_sized(63), {}), (_sized(64), {}), (_sized(8191), {}),
+    (_sized(8192), {}), (_sized(1 << 20), {}), (None, {}), (None, {"key": b"k"}),
+    (b"v", {"key": _sized(63)}), (b"v", {"key": _sized(64)}), (b"v", {"key": _sized(8191)}),
+    (b"v", {"headers": [("h", None)]}), (b"v", {"headers": [("h" * 64, _sized(64))]}),
+    (b"v", {"headers": [("k%d" % i, None) for i in range(63)]}),  # noqa: UP031
+    (b"v", {"headers": [("k%d" % i, b"") for i in range(64)]}),  # noqa: UP031
+    (b"v", {"headers": {"\u00e9" * 40: _sized(8191)}}),
+    (None, {"key": b"k", "headers": [("", None)], "partition": 0, "timestamp": 5,
+            "metadata": 1}),
+]
+
+
+async def test_a_row_reserves_its_records_size_bound(nursery: trio.Nursery,
+                                                     send_path: str) -> None:
+    """Each row reserves what ``batch_size_for_record`` says its record takes (the
+    per-message path's bound), at every varint width of its value, key, header count,
+    header key and value, and for null values: C computes it itself."""
+    from pipeline.producer._intake.normalize import as_headers
+    from pipeline.protocol.records import batch_size_for_record
+
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", 1)
+    async with open_fake_producer(fake, max_message_bytes=4 << 20,
+                                  buffer_memory=64 << 20) as producer:
+        await _open_burst(fake, producer)
+        producer._intake._until_yield = 1 << 30  # (one burst: no schedule point)
+        rows = producer._intake._rows
+        for value, kwargs in EDGES:
+            before, buffered = rows.size, producer._ledger.buffered_bytes
+            delivery = await producer.send("ta", value, **kwargs)
+            assert type(delivery) in (RowDelivery, MetadataRowDelivery)
+            bound = batch_size_for_record(kwargs.get("key"), value,
+                                          as_headers(kwargs.get("headers")))
+            assert (rows.size - before, producer._ledger.buffered_bytes - buffered) == (
+                bound, bound), (value if value is None else len(value), kwargs.keys())
+        await producer.flush()
