@@ -89,9 +89,9 @@ class Producer:
     async def send(
         self,
         topic: str,
-        value: bytes | str | None,
+        value: Any,
         *,
-        key: bytes | str | None = None,
+        key: Any = None,
         headers: Headers | None = None,
         partition: int | None = None,
         timestamp: int | None = None,
@@ -99,6 +99,9 @@ class Producer:
         on_delivery: DeliveryCallback | None = None,
     ) -> Delivery:
         """Queue one message; return once it is accepted (backpressure).
+
+        ``value`` and ``key`` are bytes, str (UTF-8) or None, or any object the
+        ``value_serializer`` / ``key_serializer`` option turns into bytes.
 
         Returns a ``Delivery``: ``await`` it for ``RecordMetadata`` (or a
         ``ProducerError``). ``on_delivery(metadata, error)``, if given, is
@@ -115,9 +118,9 @@ class Producer:
     def send_nowait(
         self,
         topic: str,
-        value: bytes | str | None,
+        value: Any,
         *,
-        key: bytes | str | None = None,
+        key: Any = None,
         headers: Headers | None = None,
         partition: int | None = None,
         timestamp: int | None = None,
@@ -129,7 +132,7 @@ class Producer:
             topic, value, key=key, headers=headers, partition=partition,
             timestamp=timestamp, metadata=metadata, on_delivery=on_delivery)
 
-    async def send_and_wait(self, topic: str, value: bytes | str | None, **kw: Any) -> RecordMetadata:
+    async def send_and_wait(self, topic: str, value: Any, **kw: Any) -> RecordMetadata:
         """``send`` then wait for the outcome."""
         delivery = await self.send(topic, value, **kw)
         return await delivery

@@ -118,6 +118,7 @@ class SyncProducer:
         self._token: trio.lowlevel.TrioToken | None = None
         self._stop: trio.Event | None = None
         self._closed = False
+        self._serializes_values = False
         # The calls send() queued, in order (a deque: append and popleft are atomic, so
         # the caller's thread and the pump share it without a lock), and the pump's
         # wake-up (asked for when the deque was empty: one hop per batch, not per record).
@@ -145,6 +146,8 @@ class SyncProducer:
             async with open_producer(bootstrap, config, **options) as producer, \
                     trio.open_nursery() as nursery:
                 self._producer = producer
+                # a value_serializer takes any object: the type check is then its own
+                self._serializes_values = producer._config.value_serializer not in (None, "bytes")
                 self._token = trio.lowlevel.current_trio_token()
                 self._stop = trio.Event()
                 self._wake, self._pumped = trio.Event(), trio.Event()
@@ -213,7 +216,7 @@ class SyncProducer:
             functools.partial(afn, *args, **kwargs), trio_token=self._token
         )
 
-    def send(self, topic: str, value: bytes | str | None, **kwargs: Any) -> SyncDelivery:
+    def send(self, topic: str, value: Any, **kwargs: Any) -> SyncDelivery:
         """Queue one record (the async ``send``'s keywords: ``key``, ``headers``,
         ``partition``, ``timestamp``, ``metadata``, ``on_delivery``); return its
         ``SyncDelivery`` at once. Raises ``TypeError`` for a wrong type (nothing is
@@ -222,7 +225,8 @@ class SyncProducer:
         if self._closed:
             raise ProducerClosed("the SyncProducer is closed")
         if type(topic) is not str or not (
-                value is None or type(value) is bytes or type(value) is str):
+                value is None or type(value) is bytes or type(value) is str
+                or self._serializes_values):
             raise TypeError(
                 f"send(topic, value): topic must be a str and value bytes, str or None, "
                 f"not {type(topic).__name__} and {type(value).__name__}")
@@ -238,7 +242,7 @@ class SyncProducer:
             self._token.run_sync_soon(self._wake_pump)
         return handle
 
-    def send_and_wait(self, topic: str, value: bytes | str | None, **kwargs: Any,
+    def send_and_wait(self, topic: str, value: Any, **kwargs: Any,
                       ) -> RecordMetadata:
         """Send one record and block until it is acknowledged (or raise ``ProducerError``)."""
         return self.send(topic, value, **kwargs).get()

@@ -95,3 +95,13 @@ def test_send_batch_and_close_send_what_is_queued(fake: FakeCluster) -> None:
     with pytest.raises(Exception, match="closed"):
         producer.send("t", b"after")
     assert values(fake, 1) == [b"a", b"b", b"c", b"queued at close"]
+
+
+def test_serializers_take_any_object_and_a_wrong_type_is_still_refused(
+        fake: FakeCluster) -> None:
+    with SyncProducer(fake.bootstrap, value_serializer="json", key_serializer="str") as producer:
+        meta = producer.send("t", {"id": 1, "tags": ["a"]}, key="c1", partition=0).get()
+        assert meta.offset == 0
+    assert values(fake, 0) == [b'{"id":1,"tags":["a"]}']
+    with SyncProducer(fake.bootstrap) as producer, pytest.raises(TypeError, match="value bytes"):
+        producer.send("t", {"id": 2})  # no serializer: a dict is a mistake
