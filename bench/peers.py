@@ -175,6 +175,20 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                     for i in range(n):
                         j = i & mask
                         await send(topic, distinct_value(i, events[j]), key=wkeys[j])
+                elif workload in ("keyed-json", "keyed-otel"):  # the "hooks" group
+                    objects = [{"user": f"u{j:05d}", "sku": f"sku-{j % 10_000:04d}",
+                                "qty": 1 + j % 8, "price": j % 500 + 0.25, "status": "paid"}
+                               for j in range(len(events))] if workload == "keyed-json" else []
+                    skeys = [k.decode() for k in wkeys]
+                    if workload == "keyed-json":  # the producer serializes: dict -> JSON
+                        for i in range(n):
+                            j = i & mask
+                            await send(topic, {"id": i, **objects[j]}, key=skeys[j])
+                    else:  # the TracingInterceptor adds traceparent, inside one span
+                        with otel_span():
+                            for i in range(n):
+                                j = i & mask
+                                await send(topic, distinct_value(i, events[j]), key=wkeys[j])
                 else:  # headers, headers-zstd (the producer's compression option)
                     for i in range(n):
                         j = i & mask
@@ -377,6 +391,35 @@ def _confluent_workload(workload: str) -> Callable[..., ClientResult]:
     return run
 
 
+_TRACER_PROVIDER: Any = None
+
+
+def otel_options() -> dict[str, Any]:
+    """The producer options of the OpenTelemetry client: a TracingInterceptor over an SDK
+    tracer provider that records spans and exports none (the interceptor's own cost)."""
+    global _TRACER_PROVIDER
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from pipeline.otel import TracingInterceptor
+
+    _TRACER_PROVIDER = TracerProvider()
+    return {"interceptors": [TracingInterceptor(_TRACER_PROVIDER)]}
+
+
+def otel_span() -> Any:
+    """The span the OpenTelemetry client sends in (one for the whole run)."""
+    return _TRACER_PROVIDER.get_tracer("bench").start_as_current_span("bench")
+
+
+def _pipeline_lazy(api: str, options: Callable[[], dict[str, Any]]
+                   ) -> Callable[..., ClientResult]:
+    def run(bootstrap: str, topic: str, n: int, warmup_topic: str | None = None
+            ) -> ClientResult:
+        return produce_pipeline(bootstrap, topic, n, api=api, options=options(),
+                                warmup_topic=warmup_topic)
+    return run
+
+
 CLIENTS: dict[str, ClientSpec] = {spec.name: spec for spec in (
     ClientSpec("pipeline-send", "pipeline send()", _pipeline("send"), "pipeline"),
     ClientSpec("pipeline-send_many", "pipeline send_many(10k)", _pipeline("send_many"),
@@ -422,4 +465,13 @@ CLIENTS: dict[str, ClientSpec] = {spec.name: spec for spec in (
                    "pipeline", wants_idempotent=True, group="workloads"),
         ClientSpec(f"confluent-w-{w}", f"confluent-kafka {w} [idem.]", _confluent_workload(w),
                    "confluent", wants_idempotent=True, group="workloads"))),
+    # What hooks cost, against "pipeline-w-keyed" (the same keyed records): the JSON
+    # serializer (dicts and str keys in, the producer encodes), and the OpenTelemetry
+    # TracingInterceptor (a traceparent header on every record, sent inside one span).
+    ClientSpec("pipeline-hooks-json", "pipeline send() keyed, value_serializer=json",
+               _pipeline("workload-keyed-json", key_serializer="str", value_serializer="json"),
+               "pipeline", wants_idempotent=True, group="hooks"),
+    ClientSpec("pipeline-hooks-otel", "pipeline send() keyed, TracingInterceptor",
+               _pipeline_lazy("workload-keyed-otel", otel_options),
+               "pipeline", wants_idempotent=True, group="hooks"),
 )}

@@ -474,6 +474,9 @@ def _ratios_and_targets(results: dict[str, dict[str, Any]]
         r = {}
         # a keyed client against the keyed peer (the same workload), if there is one
         suffix = "-keyed" if name.endswith("-keyed") else ""
+        if name.startswith("pipeline-hooks-") and rate("pipeline-w-keyed"):
+            # what a hook costs: the same keyed records without it
+            r["vs_no_hooks"] = rate(name) / rate("pipeline-w-keyed")  # type: ignore[operator]
         for peer in ("aiokafka", "confluent"):
             # (a workload's client against the same workload's peer)
             peer_name = ("confluent-w-" + name[len("pipeline-w-"):]
