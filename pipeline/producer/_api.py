@@ -66,7 +66,7 @@ class Producer:
         self.send_nowait = intake.send_nowait  # type: ignore[method-assign]
         self._hooks = hooks = SendHooks.of(config)
         if hooks is not None:  # serializers or interceptors: their steps around each call
-            self.send = hooks.wrap_send(intake.send)  # type: ignore[method-assign,assignment]
+            self.send = hooks.wrap_send(self.send)  # type: ignore[method-assign,assignment]
             self.send_nowait = hooks.wrap_send_nowait(intake.send_nowait)  # type: ignore[method-assign]
         self._nursery: trio.Nursery | None = None
         self._bulk = Bulk(intake, ledger)
