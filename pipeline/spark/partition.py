@@ -37,6 +37,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from pipeline.spark.fingerprint import Fingerprint
 from pipeline.spark.status import (
     DEFAULT_MESSAGE_ID_HEADER,
     STATUS_COLUMNS,
@@ -114,14 +115,18 @@ def _with_message_ids(headers: pa.Array | None, n: int, name: str, prefix: str,
 
 
 class _Rows:
-    """One slice of an Arrow batch, as the columns ``send_batch`` takes (no row objects)."""
+    """One slice of an Arrow batch, as the columns ``send_batch`` takes (no row objects).
 
-    __slots__ = ("headers", "keys", "partitions", "topics", "values")
+    ``end`` is the partition's row index after the slice; ``digest`` (exactly-once only)
+    the fingerprint of the partition's rows up to ``end``."""
+
+    __slots__ = ("digest", "end", "headers", "keys", "partitions", "topics", "values")
 
     def __init__(self, values: Any, keys: Any, headers: Any, partitions: Any,
-                 topics: Any) -> None:
+                 topics: Any, end: int = 0, digest: str = "") -> None:
         self.values, self.keys, self.headers = values, keys, headers
         self.partitions, self.topics = partitions, topics
+        self.end, self.digest = end, digest
 
     def __len__(self) -> int:
         return len(self.values)
@@ -135,7 +140,11 @@ class _Rows:
 
 class _Converter:
     """Pulls Arrow batches off Spark and cuts them into slices of about
-    ``chunk_rows`` rows for ``send_batch`` (runs in a worker thread)."""
+    ``chunk_rows`` rows for ``send_batch`` (runs in a worker thread).
+
+    In exactly-once mode it also keeps the partition's running :class:`Fingerprint`
+    (each slice carries the digest at its end) and never lets a slice cross a
+    multiple of ``commit_rows``, so a transaction can end on exactly such a row."""
 
     def __init__(
         self, batches: Iterable[pa.RecordBatch], cfg: ExportConfig, partition: int
@@ -147,8 +156,13 @@ class _Converter:
         self.rows = 0  # rows converted so far (also the next message-id row index)
         self.bytes = 0
         self.exhausted = False
+        eo = cfg.exactly_once
+        self.fingerprint: Fingerprint | None = Fingerprint() if eo is not None else None
+        self._commit_rows = eo.commit_rows if eo is not None else None
 
     def _next_slice(self, budget: int) -> pa.RecordBatch | None:
+        if self._commit_rows is not None:
+            budget = min(budget, self._commit_rows - self.rows % self._commit_rows)
         batch = self._pending
         self._pending = None
         while batch is None or batch.num_rows == 0:
@@ -174,35 +188,56 @@ class _Converter:
             budget -= batch.num_rows
         return out or None
 
-    def _convert(self, batch: pa.RecordBatch) -> _Rows:
-        cfg = self._cfg
-        n = batch.num_rows
+    def skip(self, rows: int) -> int:
+        """Read (and fingerprint) the partition's next ``rows`` rows without sending them:
+        what earlier attempts committed. Returns how many there were."""
+        skipped = 0
+        while skipped < rows:
+            batch = self._next_slice(rows - skipped)
+            if batch is None:
+                break
+            columns = self._columns(batch)
+            if self.fingerprint is not None:
+                self.fingerprint.update(batch.num_rows, *columns)
+            self.rows += batch.num_rows
+            skipped += batch.num_rows
+        return skipped
+
+    def _columns(self, batch: pa.RecordBatch) -> tuple[Any, Any, Any, Any, Any]:
+        """(values, keys, headers, topics, partitions) of a batch; None for a column it
+        lacks (and for ``topic`` when the config names the topic)."""
         names = batch.schema.names
 
         def column(name: str) -> Any:
             return batch.column(names.index(name)) if name in names else None
 
-        values = column("value")
-        keys = column("key")
-        nbytes = _byte_count(values) + (0 if keys is None else _byte_count(keys))
-        headers = column("headers")
-        topics = None
-        if cfg.topic is None:
-            topics = column("topic")
-            if topics.null_count:
-                import pyarrow.compute as pc
+        topics = column("topic") if self._cfg.topic is None else None
+        return (column("value"), column("key"), column("headers"), topics,
+                column("partition"))
 
-                row = self.rows + int(pc.index(pc.is_null(topics), True).as_py())
-                raise ExportTaskError(
-                    f"row {row} of Spark partition {self._partition} has a null topic and no "
-                    "topic option was given: set the topic argument or fill the column"
-                )
+    def _convert(self, batch: pa.RecordBatch) -> _Rows:
+        cfg = self._cfg
+        n = batch.num_rows
+        values, keys, headers, topics, partitions = self._columns(batch)
+        nbytes = _byte_count(values) + (0 if keys is None else _byte_count(keys))
+        if topics is not None and topics.null_count:
+            import pyarrow.compute as pc
+
+            row = self.rows + int(pc.index(pc.is_null(topics), True).as_py())
+            raise ExportTaskError(
+                f"row {row} of Spark partition {self._partition} has a null topic and no "
+                "topic option was given: set the topic argument or fill the column"
+            )
+        digest = ""
+        if self.fingerprint is not None:
+            self.fingerprint.update(n, values, keys, headers, topics, partitions)
+            digest = self.fingerprint.digest()
         if cfg.message_id_header is not None:
             headers = _with_message_ids(headers, n, cfg.message_id_header,
                                         f"{cfg.message_id_prefix}{self._partition}-", self.rows)
         self.rows += n
         self.bytes += nbytes
-        return _Rows(values, keys, headers, column("partition"), topics)
+        return _Rows(values, keys, headers, partitions, topics, self.rows, digest)
 
 
 # --------------------------------------------------------------------------- the export
@@ -361,8 +396,14 @@ def export_partition(
     status = PartitionStatus(partition=partition, attempt=attempt, pid=os.getpid())
     status.started_at = time.time()
     started = time.perf_counter()
+    if cfg.exactly_once is not None:
+        from pipeline.spark.exactly_once import export_exactly_once
+
+        run = export_exactly_once
+    else:
+        run = _export_async
     try:
-        trio.run(_export_async, batches, cfg, status)
+        trio.run(run, batches, cfg, status)
     except ExportTaskError:
         raise
     except BaseExceptionGroup as group:

@@ -1,0 +1,344 @@
+"""One Spark partition, exported exactly once: transactions, a ledger, fencing.
+
+What runs in a task when ``export_dataframe(..., exactly_once=True)``:
+
+1. **Already complete?** If the driver's read of the ledger (before the job) holds a
+   complete marker for this partition, the task writes nothing and reports ``skipped``:
+   a rerun of the export id never writes a committed partition again.
+2. **Fence.** The task opens a transactional producer whose transactional id is the
+   export id and the partition (:meth:`ExactlyOnce.transactional_id`): one id per
+   partition, reused by every attempt and rerun. Its InitProducerId fences every
+   earlier or concurrent attempt of the partition (a failed attempt whose process lives
+   on, a speculative copy): their open transaction is aborted, a commit in progress
+   completes first, and none of them can write again.
+3. **Read the ledger** (:func:`pipeline.spark.ledger.read_markers`, ``read_committed``,
+   after the fencing): the partition's latest marker. Complete: report and write
+   nothing. Partly done (earlier attempts committed some chunks): re-read those rows
+   from the partition, compare their fingerprint with the marker's, and resume after
+   them; a mismatch (the partition's content or order changed between attempts) fails
+   the task rather than writing rows twice.
+4. **Write in transactions.** Rows go out in transactions of at most
+   ``commit_interval`` seconds (and ``commit_rows`` rows, when set), each closed by
+   waiting for its rows' acknowledgements, then sending the partition's marker (rows done,
+   their fingerprint, complete or not) to the ledger, then committing: the marker is
+   visible exactly when its rows are. A pull from Spark that outlasts the interval does
+   not hold the transaction open: it commits what it has and goes on after.
+5. **Fenced?** When a later attempt fenced this one (``ProducerFencedError``), this
+   attempt must not succeed before the partition is done: Spark would take its result
+   and kill the attempt that writes. And failing at once would make Spark start yet
+   another attempt, which would fence the writer. So it waits, polling the ledger, until
+   the partition is complete (then reports it, ``committed``), or until the writer made no
+   progress for a long time (then it fails).
+
+Any other error fails the task (``ExportTaskError``); closing the producer aborts its
+open transaction, and Spark's next attempt fences and resumes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import trio
+
+from pipeline.spark.fingerprint import Fingerprint
+from pipeline.spark.ledger import Marker, ledger_key, read_markers
+from pipeline.spark.partition import _Converter, _Outcomes, _Rows, _send_rows
+from pipeline.spark.status import ExactlyOnce, ExportConfig, ExportTaskError, PartitionStatus
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    from pipeline.producer._config import ProducerConfig
+
+__all__ = ["export_exactly_once", "fenced_wait_bound"]
+
+
+def fenced_wait_bound(transaction_timeout: float) -> float:
+    """How long a fenced attempt waits for the partition's writer to make progress
+    (a new marker): a live writer commits at least every ``transaction_timeout``; a
+    restarted one may first re-read the rows it resumes after."""
+    return max(3 * transaction_timeout, 120.0)
+
+
+def _ledger_wait(transaction_timeout: float) -> float:
+    """How long a task waits for open ledger transactions to be decided: a live one is
+    decided within a commit, a dead one when its coordinator aborts it."""
+    return transaction_timeout + 30.0
+
+
+class _Fenced(Exception):
+    """Internal: a later attempt of this partition took over."""
+
+
+async def export_exactly_once(
+    batches: Iterable[pa.RecordBatch], cfg: ExportConfig, status: PartitionStatus
+) -> None:
+    from pipeline.producer._config import make_config
+
+    eo = cfg.exactly_once
+    assert eo is not None
+    part = status.partition
+    raw = eo.markers.get(part)
+    before = Marker.decode(raw) if raw is not None else None
+    converter = _Converter(batches, cfg, part)
+    if before is not None and before.complete:
+        if eo.verify_skipped:
+            await _verify_committed(converter, before)
+        _finish(status, before, eo, before)
+        status.rows = status.resumed_rows = before.rows
+        return
+    options = cfg.open_options()
+    pcfg = make_config(None, {**options, "transactional_id": eo.transactional_id(part)})
+    position = eo.ledger_start
+    try:
+        current = before
+        try:
+            current, position = await _write_partition(converter, cfg, eo, pcfg, status,
+                                                       before)
+        except _Fenced as fenced:
+            current = fenced.args[0] if fenced.args else before
+            await _wait_for_writer(cfg, eo, pcfg, status, before, current, position)
+            return
+        assert current is not None
+        _finish(status, current, eo, before)
+    finally:
+        status.rows = max(status.rows, converter.rows)
+        status.bytes = converter.bytes
+
+
+def _finish(status: PartitionStatus, marker: Marker, eo: ExactlyOnce,
+            before: Marker | None) -> None:
+    """Report the partition as its latest marker says (which may have been written by
+    another attempt or an earlier run)."""
+    status.outcome = "skipped" if marker.run_id != eo.run_id else "committed"
+    status.committed_rows = marker.rows
+    status.rows = max(status.rows, marker.rows)
+    status.delivered = marker.rows - (before.rows if before is not None else 0)
+    status.writer_attempt = marker.attempt if marker.run_id == eo.run_id else -1
+
+
+async def _write_partition(
+    converter: _Converter, cfg: ExportConfig, eo: ExactlyOnce, pcfg: ProducerConfig,
+    status: PartitionStatus, before: Marker | None,
+) -> tuple[Marker, int]:
+    """Fence, read the ledger, resume, write; the final marker and the ledger offset
+    read up to. Raises ``_Fenced`` (with the latest marker known) when another attempt
+    took over."""
+    from pipeline.producer._api import open_producer
+    from pipeline.producer._errors import ProducerFencedError
+
+    part = status.partition
+    wait = _ledger_wait(pcfg.transaction_timeout)
+    async with open_producer(cfg.bootstrap, pcfg) as producer:  # InitProducerId: fences
+        found, position = await read_markers(
+            cfg.bootstrap, eo.ledger_topic, eo.ledger_partition, eo.ledger_start, eo.export_id,
+            cluster=pcfg.cluster, wait=wait, partition=part)
+        marker = before
+        if part in found and found[part].newer_than(marker):
+            marker = found[part]
+        if marker is not None and marker.complete:
+            return marker, position
+        if marker is not None:
+            await _resume_after(converter, marker, status)
+        writer = _Writer(producer, converter, cfg, eo, status, marker)
+        try:
+            return await writer.run(), position
+        except ProducerFencedError:
+            raise _Fenced(writer.marker) from None
+
+
+async def _verify_committed(converter: _Converter, marker: Marker) -> None:
+    """An earlier run committed the whole partition: check that this partition holds
+    the same rows (count and fingerprint) before skipping it, so that a partitioning
+    that changed between runs is refused instead of skipped or written twice."""
+    got = await trio.to_thread.run_sync(converter.skip, marker.rows + 1)
+    assert converter.fingerprint is not None
+    if got != marker.rows or converter.fingerprint.digest() != marker.fingerprint:
+        what = ("has more rows" if got > marker.rows else f"has only {got} rows"
+                if got < marker.rows else "has other content or another order")
+        raise ExportTaskError(
+            f"export {marker.export_id!r}: Spark partition {marker.partition} was committed "
+            f"whole by an earlier run ({marker.rows} rows), but this run's partition {what}: "
+            "the DataFrame or its partitioning changed since, so neither skipping nor "
+            "writing it again would be exactly once. Export the new data under a new "
+            "export_id (or pass verify_skipped=False to skip unread)")
+
+
+async def _resume_after(converter: _Converter, marker: Marker, status: PartitionStatus) -> None:
+    """Skip the rows earlier attempts committed, checking that they are the same rows."""
+    got = await trio.to_thread.run_sync(converter.skip, marker.rows)
+    assert converter.fingerprint is not None
+    if got < marker.rows or converter.fingerprint.digest() != marker.fingerprint:
+        what = (f"has only {got} rows" if got < marker.rows
+                else "has other content or another order in them")
+        raise ExportTaskError(
+            f"export {marker.export_id!r}: Spark partition {marker.partition} cannot resume: "
+            f"earlier attempts committed its first {marker.rows} rows, but this attempt's "
+            f"partition {what} (fingerprint {converter.fingerprint.digest()} != "
+            f"{marker.fingerprint}). Resuming needs a deterministic partition (a file scan, "
+            "a sort within partitions); nothing more was written. Those rows stay committed: "
+            "make the input deterministic and export it under a new export_id")
+    status.resumed_rows = marker.rows
+
+
+class _Writer:
+    """The transactions of one attempt (step 4 of the module docstring)."""
+
+    def __init__(self, producer: Any, converter: _Converter, cfg: ExportConfig,
+                 eo: ExactlyOnce, status: PartitionStatus, marker: Marker | None) -> None:
+        self.producer = producer
+        self.converter = converter
+        self.cfg = cfg
+        self.eo = eo
+        self.status = status
+        #: The latest committed marker of the partition (None: nothing committed yet).
+        self.marker = marker
+        self.key = ledger_key(eo.export_id, status.partition)
+        self.fault_at = cfg.fail_first_attempt_after_rows if status.attempt == 0 else None
+        self._pending: list[_Rows] = []
+        self._done = False  # the partition has no more rows
+
+    async def run(self) -> Marker:
+        from pipeline.util.groups import unwrap_single_errors
+
+        with unwrap_single_errors():
+            return await self._run()
+
+    async def _run(self) -> Marker:
+        async with trio.open_nursery() as nursery:
+            send, receive = trio.open_memory_channel[list[_Rows] | None](1)
+            nursery.start_soon(self._prefetch, send)
+            while True:
+                if not self._pending and not self._done:
+                    await self._take(await receive.receive())
+                marker = await self._transaction(receive)
+                if marker.complete:
+                    nursery.cancel_scope.cancel()
+                    return marker
+
+    async def _prefetch(self, send: trio.MemorySendChannel[list[_Rows] | None]) -> None:
+        """Pull chunks from Spark off the event loop, one ahead of the sender."""
+        async with send:
+            while True:
+                chunk = await trio.to_thread.run_sync(self.converter.next_chunk)
+                await send.send(chunk)
+                if chunk is None:
+                    return
+
+    async def _take(self, chunk: list[_Rows] | None) -> None:
+        if chunk is None:
+            self._done = True
+        else:
+            self._pending.extend(chunk)
+
+    async def _transaction(self, receive: trio.MemoryReceiveChannel[list[_Rows] | None],
+                           ) -> Marker:
+        """One transaction: rows until the interval, ``commit_rows`` or the end of the
+        partition, then the marker, then the commit. Returns the committed marker."""
+        from pipeline.producer._errors import TransactionAbortableError
+
+        producer, eo = self.producer, self.eo
+        outcomes = _Outcomes()
+        await producer.begin_transaction()
+        deadline = trio.current_time() + eo.commit_interval
+        last = self.marker
+        end, digest = ((last.rows, last.fingerprint) if last is not None
+                       else (0, Fingerprint().digest()))
+        sent = 0
+        try:
+            while True:
+                boundary = False
+                while self._pending and not boundary:
+                    rows = self._pending.pop(0)
+                    await self._send(rows, outcomes)
+                    sent += len(rows)
+                    end, digest = rows.end, rows.digest
+                    boundary = eo.commit_rows is not None and end % eo.commit_rows == 0
+                outcomes.fold()
+                if outcomes.failed or self._done or trio.current_time() >= deadline:
+                    break
+                if self._pending:  # (a commit_rows boundary with rows after it)
+                    break
+                # Nothing pending: wait for more rows, but only until the deadline. At a
+                # commit_rows boundary this only learns whether the partition ended (so
+                # that the marker can say complete).
+                with trio.move_on_at(deadline):
+                    await self._take(await receive.receive())
+                if boundary or not (self._pending or self._done):
+                    break  # the boundary, or the deadline passed first
+            await outcomes.wait_all()
+            if outcomes.failed:
+                raise TransactionAbortableError(
+                    f"{outcomes.failed} row(s) were not delivered; first error: "
+                    f"{outcomes.first_error}")
+            complete = self._done and not self._pending
+            marker = Marker(
+                export_id=eo.export_id, partition=self.status.partition,
+                rows=end, fingerprint=digest, complete=complete,
+                chunks=(last.chunks if last is not None else 0) + 1, topic=self.cfg.topic,
+                run_id=eo.run_id, attempt=self.status.attempt, at=time.time())
+            await producer.send(eo.ledger_topic, marker.encode(), key=self.key,
+                                partition=eo.ledger_partition)
+            await producer.commit_transaction()
+        except TransactionAbortableError as exc:
+            await self._abort(exc)
+        self.marker = marker
+        self.status.transactions += 1
+        self.status.delivered += sent
+        return marker
+
+    async def _send(self, rows: _Rows, outcomes: _Outcomes) -> None:
+        if self.fault_at is not None and rows.end >= self.fault_at:
+            head = len(rows) - (rows.end - self.fault_at)
+            if head > 0:
+                await _send_rows(self.producer, rows.slice(0, head), self.cfg.topic, outcomes)
+            await outcomes.wait_all()
+            raise ExportTaskError(
+                f"injected fault: Spark partition {self.status.partition} attempt 0 failed on "
+                f"purpose after {self.fault_at} rows")
+        await _send_rows(self.producer, rows, self.cfg.topic, outcomes)
+
+    async def _abort(self, cause: BaseException) -> NoReturn:
+        """The transaction cannot commit: abort it (a fenced producer raises
+        ``ProducerFencedError`` here), then fail the task; the next attempt resumes
+        after the last committed marker."""
+        from pipeline.producer._errors import TransactionTimedOutError
+
+        await self.producer.abort_transaction()
+        advice = ""
+        if isinstance(cause, TransactionTimedOutError):
+            advice = (" (lower commit_interval, or raise transaction_timeout up to the "
+                      "broker's transaction.max.timeout.ms)")
+        raise ExportTaskError(
+            f"export {self.eo.export_id!r}: Spark partition {self.status.partition} (attempt "
+            f"{self.status.attempt}): the transaction was aborted: {cause}{advice}; a retry "
+            f"resumes after the {self.marker.rows if self.marker else 0} rows committed "
+            "before it")
+
+
+async def _wait_for_writer(cfg: ExportConfig, eo: ExactlyOnce, pcfg: ProducerConfig,
+                           status: PartitionStatus, before: Marker | None,
+                           current: Marker | None, position: int) -> None:
+    """Step 5: another attempt owns the partition; report once it completed it."""
+    part = status.partition
+    bound = fenced_wait_bound(pcfg.transaction_timeout)
+    wait = _ledger_wait(pcfg.transaction_timeout)
+    progress_at = trio.current_time()
+    while True:
+        found, position = await read_markers(
+            cfg.bootstrap, eo.ledger_topic, eo.ledger_partition, position, eo.export_id,
+            cluster=pcfg.cluster, wait=wait, partition=part)
+        newer = found.get(part)
+        if newer is not None and newer.newer_than(current):
+            current, progress_at = newer, trio.current_time()
+        if current is not None and current.complete:
+            _finish(status, current, eo, before)
+            return
+        if trio.current_time() - progress_at > bound:
+            raise ExportTaskError(
+                f"export {eo.export_id!r}: Spark partition {part} (attempt {status.attempt}) "
+                f"was fenced by another attempt of the partition, which then committed "
+                f"nothing for {bound:.0f}s")
+        await trio.sleep(0.5)
