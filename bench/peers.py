@@ -152,6 +152,28 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
     return trio.run(main)
 
 
+def produce_pipeline_sync(bootstrap: str, topic: str, n: int,
+                          warmup_topic: str | None = None) -> ClientResult:
+    """pipeline's SyncProducer from plain blocking code: ``producer.send()`` per message
+    (a SyncDelivery back at once), then ``flush()``; the same options as "pipeline-send"."""
+    from pipeline.producer._sync import SyncProducer
+
+    values = make_values()
+    mask = len(values) - 1
+    with SyncProducer(bootstrap, acks="all", linger=LINGER_S) as producer:
+        if warmup_topic:
+            producer.send_and_wait(warmup_topic, values[0])
+        t0, c0 = time.perf_counter(), cpu_seconds()
+        send = producer.send
+        for i in range(n):
+            send(topic, values[i & mask])
+        producer.flush()
+        elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+        stats = producer.statistics()
+    return ClientResult(elapsed, cpu, stats.succeeded, stats.failed,
+                        {"requests_sent": stats.requests_sent})
+
+
 # --------------------------------------------------------------------------- aiokafka
 
 
@@ -284,6 +306,8 @@ CLIENTS: dict[str, ClientSpec] = {spec.name: spec for spec in (
     ClientSpec("pipeline-await", "pipeline send() + await each", _pipeline("await"),
                "pipeline"),
     ClientSpec("pipeline-callback", "pipeline send(on_delivery=)", _pipeline("callback"),
+               "pipeline"),
+    ClientSpec("pipeline-sync", "pipeline SyncProducer.send()", produce_pipeline_sync,
                "pipeline"),
     ClientSpec("aiokafka", "aiokafka send() [not idem.]", produce_aiokafka, "aiokafka",
                wants_idempotent=False),

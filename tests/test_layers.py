@@ -30,6 +30,9 @@ PACKAGE = ROOT / "pipeline"
 #: layer -> the layers it may import (besides itself)
 ALLOWED: dict[str, frozenset[str]] = {
     "util": frozenset(),
+    # Avro serializers and the schema-registry client: pure callables users hand to the
+    # producer and consumer (which never import it)
+    "serde": frozenset(),
     # sans-I/O: not even util (util.groups imports trio); tests/protocol/test_sans_io.py
     "protocol": frozenset(),
     "cluster": frozenset({"protocol", "util"}),

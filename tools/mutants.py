@@ -27,8 +27,19 @@ How it runs (2 cores):
    memory); ``--no-fork`` starts a fresh interpreter per mutant instead, and
    ``--compare N`` runs N sampled mutants both ways and checks the verdicts
    agree (docs/testing.md, "Mutation testing").
-3. Results are cached per mutant (keyed by the file's and the tests' hashes),
-   so a rerun only runs mutants whose code or tests changed.
+3. Results are cached per mutant, keyed on content (``Mutant.ident``: the text
+   of the function or class the mutant is in, and the change), never on a path
+   or a line: a moved file's results carry over. A result stands while the
+   targets' and the tests' contents are unchanged; a survivor listed as
+   equivalent stands while its function's text is. So a rerun only runs
+   mutants whose code or tests changed (a killed one with its last killer
+   first).
+
+Keys: a mutant is named ``file::scope: kind: before -> after [n]``, where
+scope is the qualname of the innermost enclosing function or class
+(``<module>`` outside both) and ``[n]`` (n >= 2) counts the same change
+earlier in that scope, in source order. No line number: the key stays when
+code above it moves; ``--list`` and the reports show the line beside it.
 
 Mutations: comparison operators (< <= > >= == != is/is not, in/not in),
 and/or, dropping ``not``, +/- and an int constant +/- 1, True/False, an if or
@@ -38,8 +49,8 @@ logging calls, ``assert`` statements (they check invariants, they are not
 guards: see docs/architecture.md), type annotations and TYPE_CHECKING blocks.
 
 Equivalent mutants (no test can kill them) are listed, with the reason, in
-``tools/mutants_equivalent.txt`` (``file:line: description | reason``); the
-score is reported with and without them. docs/testing.md has the current table.
+``tools/mutants_equivalent.txt`` (``key | reason``); the score is reported
+with and without them, and entries that match no mutant are reported. docs/testing.md has the current table.
 
 Usage::
 
@@ -61,7 +72,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,6 +86,13 @@ TARGETS: dict[str, set[str] | None] = {
     "pipeline/producer/_stages/accumulator.py": None,
     "pipeline/producer/_stages/topic_producer.py": None,
     "pipeline/producer/_stages/idempotence.py": None,
+    # orders each burst by topic and starts the topic producers (it makes their inboxes)
+    "pipeline/producer/_stages/dispatcher.py": None,
+    # where partition producers and broker producers are made, once each
+    "pipeline/producer/_stages/core.py": {
+        "ProducerCore.partition_inbox",
+        "ProducerCore.broker_producer",
+    },
     "pipeline/producer/_outcomes/ledger.py": None,
     # the send() hot path
     "pipeline/producer/_intake/normalize.py": {
@@ -113,22 +131,54 @@ COPY = ["pipeline", "tests/conftest.py", "tests/scenarios", "tests/protocol",
 @dataclass(frozen=True)
 class Mutant:
     file: str
-    line: int
+    line: int  # for display only: not part of the key, nor of the cache's ident
     function: str  # qualname of the enclosing function, "" at module level
+    # qualname of the innermost enclosing function or class, "<module>" outside
+    # both: the key's anchor (it moves with the code, a line number does not)
+    scope: str
     kind: str
     before: str
     after: str
     start: tuple[int, int]  # (line, col) of the replaced span, 1-based line
     end: tuple[int, int]
     replacement: str
-    # 2, 3...: the same change elsewhere on the same line (e.g. both -1s of
-    # ``f(-1, -1)``), so that every mutant has its own key.
+    # The source the mutant lives in: its scope's whole definition (decorators
+    # included), or the top-level statement for module-level code, and the
+    # line that text starts on. The cache's ident hashes it, not the path.
+    unit: str = ""
+    unit_line: int = 1
+    # 2, 3...: the same change again later in the same scope (e.g. both -1s of
+    # ``f(-1, -1)``, or two ``x = None`` in one function), in source order, so
+    # that every mutant has its own key.
     nth: int = 1
 
     @property
     def key(self) -> str:
+        """``file::scope: kind: before -> after [nth]``: no line number, so the
+        key survives code moving within its file, and follows a moved file once
+        its path is changed."""
         suffix = f" [{self.nth}]" if self.nth > 1 else ""
-        return f"{self.file}:{self.line}: {self.kind}: {self.before} -> {self.after}{suffix}"
+        return f"{self.file}::{self.scope}: {self.kind}: {self.before} -> {self.after}{suffix}"
+
+    @property
+    def label(self) -> str:
+        """The key with the line the mutant is on now (for people, not for lookups)."""
+        return f"{self.key}  (line {self.line})"
+
+    @property
+    def ident(self) -> str:
+        """The cache's key: what the mutant changes, in which source. Neither the
+        path nor the line: a moved file's (or function's) results carry over
+        while its scope's text is the same; any edit of that text reruns them."""
+        h = hashlib.sha256()
+        for part in (
+            self.scope, self.unit, self.kind, self.replacement,
+            f"{self.start[0] - self.unit_line}:{self.start[1]}",
+            f"{self.end[0] - self.unit_line}:{self.end[1]}",
+        ):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()[:24]
 
 
 # -- generating mutants -----------------------------------------------------
@@ -158,20 +208,33 @@ class _Collector(ast.NodeVisitor):
         self.only = only
         self.scope: list[str] = []
         self.functions: list[str] = []
+        # (qualname, first line, last line) of each enclosing def or class; at
+        # module level the top-level statement being visited
+        self.units: list[tuple[str, int, int]] = []
         self.mutants: list[Mutant] = []
 
     # scope tracking
+    def visit_Module(self, node: ast.Module) -> None:
+        for stmt in node.body:
+            self.units.append(("<module>", *_extent(stmt)))
+            self.visit(stmt)
+            self.units.pop()
+
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.scope.append(node.name)
+        self.units.append((".".join(self.scope), *_extent(node)))
         self.generic_visit(node)
+        self.units.pop()
         self.scope.pop()
 
     def _visit_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         # As co_qualname spells it: a function inside a function is "f.<locals>.g".
         self.scope.append(f"<locals>.{node.name}" if self.functions else node.name)
         self.functions.append(".".join(self.scope))
+        self.units.append((self.functions[-1], *_extent(node)))
         for stmt in node.body:
             self.visit(stmt)
+        self.units.pop()
         self.scope.pop()
         self.functions.pop()
 
@@ -287,10 +350,18 @@ class _Collector(ast.NodeVisitor):
         text = replacement if statement else f"({replacement})"
         if " ".join(before.split()) == " ".join(replacement.split()):
             return
+        scope, first, last = self.units[-1]
         self.mutants.append(Mutant(
-            self.file, node.lineno, self._function(), kind,  # type: ignore[attr-defined]
-            _short(before), _short(replacement), start, end, text,  # type: ignore[arg-type]
+            self.file, node.lineno, self._function(), scope, kind,  # type: ignore[attr-defined]
+            _short(before), _short(replacement), start, end, text,
+            unit="".join(self.lines[first - 1:last]), unit_line=first,
         ))
+
+
+def _extent(node: ast.stmt) -> tuple[int, int]:
+    """First and last line of a statement, a definition's decorators included."""
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+    return first, node.end_lineno or node.lineno
 
 
 def _span(lines: list[str], start: tuple[int, int], end: tuple[int, int]) -> str:
@@ -328,6 +399,12 @@ def collect(only_file: str | None = None, functions: set[str] | None = None) -> 
             compile(mutate_source(source, m), file, "exec")  # every mutant must compile
             seen[m.key] = n = seen.get(m.key, 0) + 1
             mutants.append(m if n == 1 else replace(m, nth=n))
+    idents: dict[str, Mutant] = {}
+    for m in mutants:
+        # Two targets with a scope of the same name and text would share results.
+        other = idents.setdefault(m.ident, m)
+        if other is not m:
+            raise SystemExit(f"two mutants with one ident: {other.label} and {m.label}")
     return mutants
 
 
@@ -390,7 +467,7 @@ class TimeoutPlugin:
         import faulthandler
 
         limit = 3 * self.durations.get(item.nodeid, 5.0) + 10
-        faulthandler.dump_traceback_later(limit, exit=True, file=sys.__stderr__)
+        faulthandler.dump_traceback_later(limit, exit=True, file=sys.__stderr__ or 2)
 
     def pytest_runtest_logfinish(self, nodeid, location):  # type: ignore[no-untyped-def]
         import faulthandler
@@ -398,13 +475,26 @@ class TimeoutPlugin:
         faulthandler.cancel_dump_traceback_later()
 
 
+def _tree_files() -> list[Path]:
+    return [path for pattern in [*TARGETS, *(f"{t}/**/*.py" for t in TESTS), "tests/conftest.py"]
+            for path in sorted(ROOT.glob(pattern))]
+
+
 def _tree_hash() -> str:
+    """The coverage map's key: the targets and the tests, paths included (the
+    map names tests and functions by path)."""
     h = hashlib.sha256()
-    for pattern in [*TARGETS, *(f"{t}/**/*.py" for t in TESTS), "tests/conftest.py"]:
-        for path in sorted(ROOT.glob(pattern)):
-            h.update(str(path.relative_to(ROOT)).encode())
-            h.update(path.read_bytes())
+    for path in _tree_files():
+        h.update(str(path.relative_to(ROOT)).encode())
+        h.update(path.read_bytes())
     return h.hexdigest()[:16]
+
+
+def _content_hash() -> str:
+    """What a killed mutant's result depends on: the targets' and the tests'
+    contents, not their paths (a moved file with the same text keeps it)."""
+    digests = sorted(hashlib.sha256(p.read_bytes()).hexdigest() for p in _tree_files())
+    return hashlib.sha256("".join(digests).encode()).hexdigest()[:16]
 
 
 def _scratch(n: int, prefix: str = "work") -> Path:
@@ -677,14 +767,15 @@ def main() -> None:
     mutants = collect(args.only, set(args.functions.split(",")) if args.functions else None)
     if args.list:
         for m in mutants:
-            print(m.key)
+            print(m.label)
         print(f"{len(mutants)} mutants")
         return
     STATE.mkdir(exist_ok=True)
-    tree = _tree_hash()
-    cmap = build_map(tree)
+    cmap = build_map(_tree_hash())
+    tree = _content_hash()
     durations: dict[str, float] = cmap["durations"]  # type: ignore[assignment]
     (STATE / "durations.json").write_text(json.dumps(durations))
+    # ident (Mutant.ident) -> the last result of the mutant with that ident
     cache_path = STATE / "results.json"
     cache: dict[str, dict[str, object]] = {} if args.rerun or not cache_path.exists() else (
         json.loads(cache_path.read_text())
@@ -695,36 +786,36 @@ def main() -> None:
     )
     # Read once: the sources may be edited while the run goes on.
     sources = {f: (ROOT / f).read_text() for f in TARGETS}
-    file_hash = {f: hashlib.sha256(sources[f].encode()).hexdigest()[:16] for f in TARGETS}
     if args.compare:
         compare(mutants, cache, cmap, sources, args.compare)
         return
 
     equivalents = load_equivalents()
-    todo: list[tuple[Mutant, list[str], float, str]] = []
-    results: dict[str, dict[str, object]] = {}
+    todo: list[tuple[Mutant, list[str], float]] = []
+    results: dict[str, dict[str, object]] = {}  # ident -> result
     for m in mutants:
         # Fastest first: with -x a killed mutant stops at its first failing test.
         tests = sorted(select_tests(m, cmap), key=lambda t: durations.get(t, 1.0))
-        # A result stands while the file and the tests are unchanged; so does a
-        # survivor listed as equivalent (no test can kill it: that is what the
-        # list says, with the reason) while its file is. A killed mutant is
-        # rerun when the tests change, its last killer first: with -x that
-        # costs one test while the killer still kills, and the whole selection
-        # when it no longer does. (Kills were kept while the tests changed until
-        # 25 Nov: six such survivors of broker_producer.py went unseen.)
-        ident = f"{m.key}|{m.start}|{file_hash[m.file]}"
-        hit = cache.get(m.key)
-        if hit is not None and hit.get("ident") == ident and (
+        # Results are found by the mutant's ident: its scope's text and the
+        # change, not its path or line. A result stands while the targets and
+        # the tests are unchanged (their contents: ``tree``); a survivor listed
+        # as equivalent (no test can kill it: that is what the list says, with
+        # the reason) stands while its scope's text is unchanged. A killed
+        # mutant is rerun when any of them changes, its last killer first: with
+        # -x that costs one test while the killer still kills, and the whole
+        # selection when it no longer does (keeping kills while the tests
+        # changed let six survivors of broker_producer.py go unseen).
+        hit = cache.get(m.ident)
+        if hit is not None and (
             hit.get("tree") == tree or (hit["status"] == "survived" and m.key in equivalents)
         ):
-            results[m.key] = hit
+            results[m.ident] = {**hit, **_where(m)}
             continue
         last_killer = hit.get("killer") if hit is not None else None
         if isinstance(last_killer, str) and last_killer in tests:
             tests = [last_killer] + [t for t in tests if t != last_killer]
         timeout = 3 * sum(durations.get(t, 1.0) for t in tests) + 20
-        todo.append((m, tests, timeout, ident))
+        todo.append((m, tests, timeout))
     print(f"{len(mutants)} mutants, {len(mutants) - len(todo)} cached, {len(todo)} to run "
           f"with {args.jobs} workers", flush=True)
 
@@ -734,13 +825,13 @@ def main() -> None:
     started = time.perf_counter()
     done = 0
 
-    def job(item: tuple[Mutant, list[str], float, str]) -> None:
+    def job(item: tuple[Mutant, list[str], float]) -> None:
         nonlocal done
-        m, tests, timeout, ident = item
+        m, tests, timeout = item
         work, server = free.pop()
         # The mutant's last killer first (see above), then the tests that killed
         # many mutants, then the fastest.
-        last = cache.get(m.key, {}).get("killer")
+        last = cache.get(m.ident, {}).get("killer")
         tests = sorted(tests, key=lambda t: (t != last, -killers.get(t, 0),
                                              durations.get(t, 1.0)))
         first_failure: list[str] = []
@@ -750,13 +841,13 @@ def main() -> None:
             )
         finally:
             free.append((work, server))
-        results[m.key] = {"status": status, "seconds": round(seconds, 2), "ident": ident,
-                          "tree": tree, "tests": len(tests), **asdict(m)}
+        results[m.ident] = {"status": status, "seconds": round(seconds, 2), "tree": tree,
+                            "tests": len(tests), **_where(m)}
         if first_failure:
-            results[m.key]["killer"] = first_failure[0]
+            results[m.ident]["killer"] = first_failure[0]
         done += 1
         if status != "killed" or done % 25 == 0:
-            print(f"[{done}/{len(todo)} {time.perf_counter() - started:.0f}s] {status}: {m.key}",
+            print(f"[{done}/{len(todo)} {time.perf_counter() - started:.0f}s] {status}: {m.label}",
                   flush=True)
         if done % 10 == 0:
             cache_path.write_text(json.dumps({**cache, **results}, indent=0))
@@ -774,11 +865,21 @@ def main() -> None:
     report(mutants, results, time.perf_counter() - started)
 
 
+def _where(m: Mutant) -> dict[str, object]:
+    """What a result records of its mutant, for people reading results.json."""
+    return {"key": m.key, "file": m.file, "line": m.line}
+
+
 def try_mutant(key: str, tests: list[str]) -> None:
     """Run the given tests (verbose) against one mutant in a scratch copy: how a
-    new test is checked against the survivor it was written for."""
-    file = key.split(":", 1)[0]
-    (mutant,) = [m for m in collect(file) if m.key == key]
+    new test is checked against the survivor it was written for. ``key`` as
+    ``--list`` prints it (the ``(line N)`` after it may be left on)."""
+    key = key.split("  (line ", 1)[0].strip()
+    file = key.split("::", 1)[0]
+    found = [m for m in collect(file) if m.key == key]
+    if len(found) != 1:
+        raise SystemExit(f"no mutant has the key {key!r} (python tools/mutants.py --list)")
+    (mutant,) = found
     work = _scratch(0, "try")
     source = (ROOT / file).read_text()
     (work / file).write_text(mutate_source(source, mutant))
@@ -800,7 +901,7 @@ def compare(
 
     durations: dict[str, float] = cmap["durations"]  # type: ignore[assignment]
     rng = random.Random(n)
-    alive = [m for m in mutants if cache.get(m.key, {}).get("status") == "survived"]
+    alive = [m for m in mutants if cache.get(m.ident, {}).get("status") == "survived"]
     sample = rng.sample(alive, min(len(alive), n // 2))
     rest = [m for m in mutants if m not in sample]
     sample += rng.sample(rest, min(len(rest), n - len(sample)))
@@ -818,7 +919,7 @@ def compare(
             totals[1] += tb
             mismatches += a != b
             print(f"[{i}/{len(sample)}] subprocess {a} {ta:.1f}s | fork {b} {tb:.1f}s"
-                  f"{'  MISMATCH' if a != b else ''} | {m.key}", flush=True)
+                  f"{'  MISMATCH' if a != b else ''} | {m.label}", flush=True)
     finally:
         server.close()
     print(f"{len(sample)} mutants: {mismatches} mismatches; subprocess {totals[0]:.0f}s, "
@@ -832,7 +933,7 @@ def report(mutants: list[Mutant], results: dict[str, dict[str, object]], seconds
     per_file: dict[str, list[int]] = {}
     survivors: list[str] = []
     for m in mutants:
-        status = results[m.key]["status"]
+        status = results[m.ident]["status"]
         killed = status in ("killed", "timeout", "crashed")
         equivalent = m.key in equivalents
         counts = per_file.setdefault(m.file, [0, 0, 0])  # total, killed, equivalent
@@ -840,7 +941,7 @@ def report(mutants: list[Mutant], results: dict[str, dict[str, object]], seconds
         counts[1] += killed
         counts[2] += (not killed) and equivalent
         if not killed and not equivalent:
-            survivors.append(f"{status}: {m.key}")
+            survivors.append(f"{status}: {m.label}")
     lines = ["file | mutants | killed | equivalent | score | score without equivalents",
              "---|---|---|---|---|---"]
     tot = [0, 0, 0]
@@ -854,7 +955,7 @@ def report(mutants: list[Mutant], results: dict[str, dict[str, object]], seconds
     files = {m.file for m in mutants}  # with --only, entries of other files are not stale
     # (with --functions, nor are entries of the file's other functions: compare with all)
     every = {m.key for file in files for m in collect(file)}
-    stale = sorted(k for k in set(equivalents) - every if k.split(":", 1)[0] in files)
+    stale = sorted(k for k in set(equivalents) - every if k.split("::", 1)[0] in files)
     if stale:
         print(f"\n{len(stale)} entries of {EQUIVALENT.name} match no mutant any more:")
         print("\n".join(stale))

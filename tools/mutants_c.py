@@ -19,9 +19,9 @@ import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCER = ROOT / "pipeline" / "producer"
+SPEEDUPS = ROOT / "pipeline" / "producer" / "_speedups"
 PROTOCOL = ROOT / "pipeline" / "protocol"
-HOME = {"_send.c": PRODUCER, "_delivery.c": PRODUCER, "_kernel.c": PROTOCOL}
+HOME = {"_send.c": SPEEDUPS, "_delivery.c": SPEEDUPS, "_kernel.c": PROTOCOL}
 TESTS = ["tests/producer/test_send_c.py", "tests/producer/test_hot_path.py",
          "tests/scenarios/test_send_rows.py", "tests/producer/test_row_delivery_c.py",
          "tests/scenarios/test_send_rows_memory.py", "tests/protocol/test_columnar_fuzz.py",
@@ -138,7 +138,7 @@ def build(file: str) -> None:
     src = HOME[file] / file
     out = HOME[file] / (src.stem + suffix)
     include = sysconfig.get_paths()["include"]
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", f"-I{include}", f"-I{PRODUCER}", str(src),
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", f"-I{include}", f"-I{SPEEDUPS}", str(src),
                     "-o", str(out)], check=True, capture_output=True, text=True)
 
 

@@ -16,7 +16,7 @@ Implementation modules are private: ``_api.py`` (the facade), ``_sync.py``
 
 from __future__ import annotations
 
-from pipeline.consumer._api import Consumer, open_consumer
+from pipeline.consumer._api import Consumer
 from pipeline.consumer._config import ConsumerConfig
 from pipeline.consumer._errors import (
     CommitFailedError,
@@ -28,6 +28,8 @@ from pipeline.consumer._errors import (
     OffsetOutOfRangeError,
     RebalanceInProgressError,
 )
+from pipeline.consumer._hooks import DeserializationError
+from pipeline.consumer._open import open_consumer
 from pipeline.consumer._reader import (
     Isolation,
     Start,
@@ -54,6 +56,7 @@ __all__ = [
     "ConsumerError",
     "ConsumerGroupMetadata",
     "ConsumerState",
+    "DeserializationError",
     "GroupError",
     "Isolation",
     "MaxPollIntervalExceededError",

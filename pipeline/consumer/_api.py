@@ -18,15 +18,13 @@ the Java consumer's poll loop):
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import trio
 
-from pipeline.cluster.config import ClusterConfig
 from pipeline.cluster.pool import Cluster
-from pipeline.consumer._config import ConsumerConfig, make_config
+from pipeline.consumer._config import ConsumerConfig
 from pipeline.consumer._errors import ConsumerClosedError, ConsumerError
 from pipeline.consumer._fetcher import Fetcher
 from pipeline.consumer._handoff import Callback, Handoff
@@ -41,9 +39,8 @@ from pipeline.consumer._types import (
     OffsetAndMetadata,
     TopicPartition,
 )
-from pipeline.util.groups import unwrap_single_errors
 
-__all__ = ["Consumer", "open_consumer"]
+__all__ = ["Consumer"]
 
 logger = logging.getLogger("pipeline.consumer")
 
@@ -305,6 +302,9 @@ class Consumer:
             }
         await self._group.commit(chosen)
 
+    def _on_committed(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        """A commit succeeded (the interceptors' on_commit: ``_hooks.py``)."""
+
     async def _commit_before_revoke(self, tps: frozenset[TopicPartition]) -> None:
         offsets = {tp: o for tp, o in self.consumed_offsets().items() if tp in tps}
         if offsets and self._group is not None:
@@ -353,63 +353,3 @@ class Consumer:
         if self._group is not None:
             out.update(self._group.statistics())
         return out
-
-
-@asynccontextmanager
-async def open_consumer(
-    bootstrap: str | Sequence[str],
-    *,
-    group_id: str | None = None,
-    topics: Iterable[str] = (),
-    partitions: Iterable[tuple[str, int]] | None = None,
-    config: ConsumerConfig | ClusterConfig | None = None,
-    on_assigned: Callback | None = None,
-    on_revoked: Callback | None = None,
-    on_lost: Callback | None = None,
-    **options: Any,
-) -> AsyncIterator[Consumer]:
-    """Run a consumer for the duration of an ``async with`` block.
-
-    Args:
-        bootstrap: ``"host:port"``, a comma-separated list, or a sequence of them.
-        group_id: the consumer group; None reads without a group (every partition of
-            ``topics``, or exactly ``partitions``; nothing is committed).
-        topics: the topics to subscribe to.
-        partitions: without a group, the ``(topic, partition)`` pairs to read instead
-            of every partition of ``topics``.
-        config: a ``ConsumerConfig`` (or a ``ClusterConfig``); keyword ``options``
-            (``ConsumerConfig`` fields: ``auto_offset_reset``, ``enable_auto_commit``,
-            ``session_timeout``... and every cluster option) override its fields.
-        on_assigned, on_revoked, on_lost: ``callback(consumer, partitions)``, plain or
-            async, run inside the iteration: after partitions are assigned; before
-            they are revoked (commit there what was processed); after they were lost
-            (the member was removed from the group: committing is no longer possible).
-
-    Leaving the block runs pending revocations (committing first with
-    ``enable_auto_commit``) and leaves the group, within ``close_timeout``.
-
-    Raises:
-        ConfigError: an invalid option, before anything connects.
-    """
-    if group_id is not None:
-        options["group_id"] = group_id
-    cfg = make_config(config, options)
-    if isinstance(topics, str):
-        raise TypeError("topics must be an iterable of names, not a string")
-    topic_list = tuple(dict.fromkeys(topics))
-    parts = None if partitions is None else tuple(dict.fromkeys(_tp(p) for p in partitions))
-    if parts is not None and cfg.group_id is not None:
-        raise ConsumerError("partitions= assigns partitions without a group; with group_id "
-                            "the group assigns them (give topics=)")
-    if not topic_list and not parts:
-        raise ConsumerError("nothing to consume: give topics= (or partitions= without a group)")
-    callbacks = {"on_assigned": on_assigned, "on_revoked": on_revoked, "on_lost": on_lost}
-    with unwrap_single_errors():
-        async with Cluster.open(bootstrap, cfg.cluster) as cluster, trio.open_nursery() as nursery:
-            consumer = Consumer(cluster, cfg, topic_list, parts, callbacks)
-            await consumer._start(nursery)
-            try:
-                yield consumer
-            finally:
-                await consumer.aclose()
-                nursery.cancel_scope.cancel()

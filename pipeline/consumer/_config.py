@@ -83,6 +83,12 @@ class ConsumerConfig:
 
     # Bounds of the calls that wait for the cluster: commit(), committed(), seek's
     # offset lookups, the first join (Java's default.api.timeout.ms).
+    # Deserializers ("bytes", "str", "json" or a callable (bytes | None) -> obj) and
+    # interceptors (on_consume(records) -> records, on_commit(offsets)): _hooks.py.
+    key_deserializer: Any = None
+    value_deserializer: Any = None
+    interceptors: tuple[Any, ...] = ()
+
     default_api_timeout: float = 60.0
     close_timeout: float = 30.0  # close: the final commit and LeaveGroup
 
@@ -187,6 +193,15 @@ class ConsumerConfig:
         for name in ("enable_auto_commit", "check_crcs"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "must be True or False")
+        for name in ("key_deserializer", "value_deserializer"):
+            value = getattr(self, name)
+            if value is not None and not callable(value) and value not in ("bytes", "str", "json"):
+                raise bad(name, 'use "bytes", "str", "json" or a callable (bytes | None) -> obj')
+        if not isinstance(self.interceptors, tuple | list) or any(
+                not (hasattr(i, "on_consume") or hasattr(i, "on_commit"))
+                for i in self.interceptors):
+            raise bad("interceptors", "must be a list of objects with on_consume(records) "
+                      "and/or on_commit(offsets)")
         if self.group_id is None and self.group_instance_id is not None:
             raise bad("group_instance_id", "static membership needs a group_id")
 

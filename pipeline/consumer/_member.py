@@ -401,7 +401,9 @@ class GroupMember(Liveness):
             return
         timeout = self._config.default_api_timeout
         with trio.move_on_after(timeout):
-            return await self._commit(offsets)
+            await self._commit(offsets)
+            self._consumer._on_committed(offsets)
+            return
         raise ConsumerError(f"commit did not complete within default_api_timeout={timeout}s")
 
     async def _commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:

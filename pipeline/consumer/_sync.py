@@ -21,8 +21,9 @@ from typing import Any
 
 import trio
 
-from pipeline.consumer._api import Consumer, open_consumer
+from pipeline.consumer._api import Consumer
 from pipeline.consumer._errors import ConsumerClosedError
+from pipeline.consumer._open import open_consumer
 from pipeline.consumer._types import (
     ConsumedRecord,
     ConsumerGroupMetadata,

@@ -26,11 +26,13 @@ from pipeline.producer._config import ProducerConfig, make_config
 from pipeline.producer._errors import ProducerClosed, ProducerError, TransactionStateError
 from pipeline.producer._intake import send_path
 from pipeline.producer._intake.bulk import Bulk
+from pipeline.producer._intake.hooks import SendHooks, rows_as_messages
 from pipeline.producer._intake.input import InputAcceptance, InputChannel
 from pipeline.producer._intake.intake import Intake
 from pipeline.producer._message import DeliveryCallback, Headers, ProducerMessage, RecordMetadata
 from pipeline.producer._outcomes.delivery import Delivery, DeliveryGroup
 from pipeline.producer._outcomes.ledger import Ledger, Reporter
+from pipeline.producer._outcomes.unobserved import Unobserved
 from pipeline.producer._stages.core import ProducerCore, bootstrap_metadata
 from pipeline.producer._stages.dispatcher import Dispatcher
 from pipeline.producer._stages.partitioner import make_partitioner
@@ -39,6 +41,9 @@ from pipeline.protocol._columns import ColumnInput, HeadersInput, IntsInput
 from pipeline.util.groups import unwrap_single_errors
 
 log = logging.getLogger("pipeline.producer")
+
+#: Seconds a failure may stay unread before it is logged (unobserved.py).
+UNOBSERVED_WINDOW = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,8 @@ class Producer:
         self._config = config = core.config
         self._ledger = ledger = core.ledger
         ledger.return_successes = config.return_successes
+        self._unobserved = ledger.unobserved = Unobserved(UNOBSERVED_WINDOW)
+        self._unread: ExceptionGroup[ProducerError] | None = None
         partitioner = make_partitioner(config.partitioner, core.rng)
         self._dispatcher = Dispatcher(
             partial(core.topic_producer, partitioner=partitioner), config.channel_capacity)
@@ -68,6 +75,11 @@ class Producer:
         # The hot path: no wrapper call per message (the methods below say the same).
         self.send = send_path.entry(intake)  # type: ignore[method-assign]
         self.send_nowait = intake.send_nowait  # type: ignore[method-assign]
+        self._hooks = hooks = SendHooks.of(config)
+        if hooks is not None:  # serializers or interceptors: their steps around each call
+            self.send = hooks.wrap_send(intake.send)  # type: ignore[method-assign,assignment]
+            self.send_nowait = hooks.wrap_send_nowait(intake.send_nowait)  # type: ignore[method-assign]
+        self._nursery: trio.Nursery | None = None
         self._bulk = Bulk(intake, ledger)
         self._inputs = InputAcceptance(intake, ledger)
         self._reporter = reporter = Reporter(ledger, config.channel_capacity)
@@ -139,7 +151,15 @@ class Producer:
         and none of the call's messages are sent. Returns a ``DeliveryGroup``
         whose ``await`` gives counts and the first errors.
         """
-        return await self._bulk.send_many(messages)
+        hooks = self._hooks
+        if hooks is None:
+            return await self._bulk.send_many(messages)
+        msgs = hooks.messages(messages)
+        group = await self._bulk.send_many(msgs)
+        if hooks.acknowledges:
+            assert self._nursery is not None
+            self._nursery.start_soon(hooks.acknowledge_group, group, msgs)
+        return group
 
     async def send_batch(
         self,
@@ -171,6 +191,13 @@ class Producer:
         the chunks already accepted keep their outcomes (the group counts only
         them) and the rest was never sent.
         """
+        hooks = self._hooks
+        if hooks is not None:
+            if hooks.intercepts:  # each row must pass on_send: as messages
+                return await self.send_many(
+                    rows_as_messages(topic, values, keys, headers, partitions, timestamps))
+            values = hooks.column(values, "values", topic)
+            keys = hooks.column(keys, "keys", topic)
         return await self._bulk.send_batch(topic, values, keys, headers, partitions, timestamps)
 
     # -- transactions (transactional_id=...; docs/transactions.md) ---------------
@@ -274,11 +301,15 @@ class Producer:
                     graceful = True
                 finally:
                     await producer._shut_down(pipeline_scope, stopped, graceful=graceful)
+        if producer._unread is not None:  # (outside the nurseries: raised as it is)
+            raise producer._unread
 
     async def _run(self, nursery: trio.Nursery) -> None:
         """Start the dispatcher (it starts the topic producers) and the report task."""
+        self._nursery = nursery
         await nursery.start(self._dispatcher.run, self._intake, self._inputs)
         nursery.start_soon(self._reporter.run)
+        nursery.start_soon(self._unobserved.run)
 
     async def _shut_down(self, scope: trio.CancelScope, stopped: trio.Event, *, graceful: bool) -> None:
         """Close: refuse new messages, flush (``graceful``: up to close_timeout), let
@@ -316,6 +347,14 @@ class Producer:
             self._reporter.close()
             self.input.close()
             self._intake.close()
+        unread = self._unobserved.close()
+        if unread and graceful and cfg.raise_on_unobserved_failure:
+            self._unread = ExceptionGroup(  # raised once the pipeline's nursery is done
+                f"{sum(f.records for f in unread)} record(s) failed and nobody read their "
+                "outcome (raise_on_unobserved_failure=True)",
+                [ProducerError(f.holder if isinstance(f.holder, ProducerMessage) else
+                               ProducerMessage(f.topic, None, partition=f.partition), f.cause)
+                 for f in unread[:100]])
 
 
 @asynccontextmanager

@@ -92,6 +92,9 @@ class ProducerConfig:
     # Results and shutdown.
     return_successes: bool = False
     close_timeout: float = 30.0
+    # A failure nobody reads (no awaited delivery, no on_delivery, no awaited group) is
+    # logged at WARNING, aggregated per 5 s; this also raises them when the block ends.
+    raise_on_unobserved_failure: bool = False
 
     # Transactions (Java's transactional.id / transaction.timeout.ms). A transactional
     # producer is idempotent with acks="all"; every record goes in a transaction.
@@ -100,6 +103,13 @@ class ProducerConfig:
 
     # Partitioning: a name, a Partitioner object, or a callable(topic, key, value, n) -> int.
     partitioner: Any = "default"
+
+    # The producer-flow seed's first and last steps (_intake/hooks.py): serializers, a
+    # name ("bytes", "str", "json") or a callable (obj) -> bytes | None, and interceptors
+    # (objects with on_send(message) -> message and / or on_acknowledgement(meta, error)).
+    key_serializer: Any = None
+    value_serializer: Any = None
+    interceptors: tuple[Any, ...] = ()
 
     # Injection point for deterministic tests (rng is a ClusterConfig field).
     timestamp_ms: Callable[[], int] | None = field(default=None, compare=False, repr=False)
@@ -228,6 +238,17 @@ class ProducerConfig:
             if self.max_in_flight > 5:
                 raise bad("max_in_flight", self.max_in_flight,
                           "must be <= 5 with idempotent=True (Kafka caches 5 batches per producer)")
+        if not isinstance(self.interceptors, tuple | list) or any(
+                not (hasattr(i, "on_send") or hasattr(i, "on_acknowledgement"))
+                for i in self.interceptors):
+            raise bad("interceptors", self.interceptors,
+                      "must be a list of objects with on_send(message) and/or "
+                      "on_acknowledgement(metadata, error)")
+        for name in ("key_serializer", "value_serializer"):
+            value = getattr(self, name)
+            if value is not None and not callable(value) and value not in ("bytes", "str", "json"):
+                raise bad(name, value, 'use "bytes", "str", "json" or a callable '
+                          "(obj) -> bytes | None")
         if self.transactional_id is not None:
             if not isinstance(self.transactional_id, str) or not self.transactional_id:
                 raise bad("transactional_id", self.transactional_id, "must be a non-empty str")

@@ -111,3 +111,9 @@ class TransactionTimedOutError(TransactionAbortableError):
 class TransactionAbortedError(KafkaError):
     """The cause of each record of an aborted transaction that had no outcome yet:
     it was not written, or is hidden from ``read_committed`` readers by the abort."""
+
+
+class SerializationError(KafkaError, ValueError):
+    """A ``key_serializer`` or ``value_serializer`` failed (or returned something other
+    than bytes or None): the record was not accepted; the message says which field, the
+    topic, and the serializer's own error."""

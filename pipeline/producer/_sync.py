@@ -1,25 +1,98 @@
 """SyncProducer: the trio pipeline for plain blocking code.
 
-A background thread runs ``trio.run`` with one ``open_producer`` block; each
-call hops into it with ``trio.from_thread.run``. ``send`` blocks until the
-message's outcome (sarama's SyncProducer semantics); ``send_many`` is the
-fast path for bulk callers.
+A background thread runs ``trio.run`` with one ``open_producer`` block. A hop into it
+(``trio.from_thread.run``) costs tens of microseconds, so ``send`` does not hop: it
+appends the call to a pending list and returns a ``SyncDelivery`` (a future, as the Java
+client's ``send`` returns one); a pump task in the producer's thread takes the whole list
+at a time and hands each call to the async ``send``. The pending list is bounded
+(``_PENDING_MAX``): a caller that outruns the pump waits, as an async ``send`` waits for
+buffer memory. Everything else (``flush``, ``send_many``, ``send_batch``, transactions,
+``statistics``) is one hop that waits in the producer's thread.
+
+Errors: a wrong type raises from ``send`` itself (nothing is queued); what the async
+``send`` refuses (a record over ``max_message_bytes``, a closed producer, no open
+transaction) is the ``SyncDelivery``'s outcome, as in the Java client's future.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import trio
 
-from pipeline.producer._api import Producer, open_producer
+from pipeline.cluster.errors import KafkaError
+from pipeline.producer._api import Producer, ProducerStatistics, open_producer
 from pipeline.producer._config import ProducerConfig
 from pipeline.producer._errors import ProducerClosed
 from pipeline.producer._message import ProducerMessage, RecordMetadata
-from pipeline.producer._outcomes.delivery import GroupResult
+from pipeline.producer._outcomes.delivery import Delivery, GroupResult
+from pipeline.protocol._columns import ColumnInput, HeadersInput, IntsInput
+
+#: Calls waiting for the pump at most; a caller beyond it waits (backpressure).
+_PENDING_MAX = 65536
+
+
+class SyncDelivery:
+    """What ``SyncProducer.send`` returns: the record's outcome, later (a future).
+
+    ``get(timeout=None)`` blocks until the record is acknowledged and returns its
+    ``RecordMetadata``, or raises: ``ProducerError`` (not delivered), the error that
+    refused the record (e.g. ``MessageTooLargeError``), ``TimeoutError`` after
+    ``timeout`` seconds (the record keeps its own outcome). ``done()`` never blocks.
+    """
+
+    # A queued call is its own SyncDelivery (topic, value, kwargs: one object per record,
+    # no tuple beside it); the pump fills _delivery or _error, then sets _pumped.
+    __slots__ = ("_delivery", "_error", "_kwargs", "_pumped", "_sync", "_topic", "_value")
+
+    def __init__(self, sync: SyncProducer, topic: str, value: Any,
+                 kwargs: dict[str, Any] | None) -> None:
+        self._sync = sync
+        self._topic, self._value, self._kwargs = topic, value, kwargs
+        self._delivery: Delivery | None = None  # set by the pump once the send accepted it
+        self._error: BaseException | None = None  # the send refused it
+        self._pumped = False
+
+    def done(self) -> bool:
+        """True once the outcome is known (acknowledged, failed or refused)."""
+        if self._error is not None:
+            return True
+        d = self._delivery
+        return d is not None and d.done()
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        d = self._delivery
+        if d is not None and d.done():  # settled: read it here, no hop
+            return d.result()
+        if self._error is not None:
+            raise self._error
+        limit = timeout if timeout is not None else float("inf")
+        try:
+            result: RecordMetadata = self._sync._call(self._wait, limit)
+        except trio.TooSlowError:
+            raise TimeoutError(f"no outcome within {timeout}s; the record keeps its own "
+                               "(get() again to wait longer)") from None
+        return result
+
+    async def _wait(self, limit: float) -> RecordMetadata:
+        sync = self._sync
+        with trio.fail_after(limit):
+            while not self._pumped:
+                await sync._pumped_wait()
+            if self._error is not None:
+                raise self._error
+            assert self._delivery is not None
+            return await self._delivery
+
+    def __repr__(self) -> str:
+        state = ("refused" if self._error is not None else "queued" if not self._pumped
+                 else "done" if self.done() else "pending")
+        return f"<SyncDelivery {state}>"
 
 
 class SyncProducer:
@@ -27,8 +100,11 @@ class SyncProducer:
 
     Example::
 
-        with SyncProducer("127.0.0.1:9092", acks="all") as producer:
-            meta = producer.send("events", b"value", key=b"k")
+        with SyncProducer("127.0.0.1:9092") as producer:
+            for line in lines:
+                producer.send("events", line)          # returns a SyncDelivery at once
+            producer.flush()                           # every record has its outcome
+            meta = producer.send_and_wait("events", b"one more")
     """
 
     def __init__(
@@ -40,6 +116,14 @@ class SyncProducer:
         self._token: trio.lowlevel.TrioToken | None = None
         self._stop: trio.Event | None = None
         self._closed = False
+        # The calls send() queued, in order (a deque: append and popleft are atomic, so
+        # the caller's thread and the pump share it without a lock), and the pump's
+        # wake-up (asked for when the deque was empty: one hop per batch, not per record).
+        self._pending: deque[SyncDelivery] = deque()
+        self._room = threading.Condition()  # a caller waits here while _PENDING_MAX are queued
+        self._wake: trio.Event | None = None
+        self._pumped: trio.Event | None = None
+        self._pump_lock: trio.Lock
         self._thread = threading.Thread(
             target=trio.run,
             args=(functools.partial(self._main, bootstrap, config, options),),
@@ -56,12 +140,18 @@ class SyncProducer:
         self, bootstrap: str | Sequence[str], config: ProducerConfig | None, options: dict[str, Any]
     ) -> None:
         try:
-            async with open_producer(bootstrap, config, **options) as producer:
+            async with open_producer(bootstrap, config, **options) as producer, \
+                    trio.open_nursery() as nursery:
                 self._producer = producer
                 self._token = trio.lowlevel.current_trio_token()
                 self._stop = trio.Event()
+                self._wake, self._pumped = trio.Event(), trio.Event()
+                self._pump_lock = trio.Lock()
+                nursery.start_soon(self._pump, producer)
                 self._ready.set()
                 await self._stop.wait()
+                await self._pump_all(producer)  # what was queued before close() is sent
+                nursery.cancel_scope.cancel()
         except BaseException as exc:
             if not self._ready.is_set():
                 self._error = exc
@@ -69,6 +159,51 @@ class SyncProducer:
                 return
             raise
 
+    # -- the pump (the producer's thread) ----------------------------------------------
+    async def _pump(self, producer: Producer) -> None:
+        while True:
+            # A new Event before the drain: a wake-up asked for after the drain's last
+            # look finds this one set, so no queued call is left waiting.
+            self._wake = trio.Event()
+            await self._pump_all(producer)
+            await self._wake.wait()
+
+    async def _pump_all(self, producer: Producer) -> None:
+        """Send what is queued, in order (one pumper at a time: a flush and the pump
+        task must not interleave two batches)."""
+        async with self._pump_lock:
+            await self._pump_locked(producer)
+
+    async def _pump_locked(self, producer: Producer) -> None:
+        pending, send = self._pending, producer.send
+        popleft = pending.popleft
+        while pending:
+            handle = popleft()
+            try:
+                if handle._kwargs is None:
+                    handle._delivery = await send(handle._topic, handle._value)
+                else:
+                    handle._delivery = await send(handle._topic, handle._value, **handle._kwargs)
+            except Exception as exc:  # refused: the handle's outcome
+                handle._error = exc
+            handle._pumped = True
+            handle._value = handle._kwargs = None  # (the pump's copy is the producer's now)
+            if len(pending) == _PENDING_MAX - 1:
+                with self._room:
+                    self._room.notify_all()
+        pumped, self._pumped = self._pumped, trio.Event()
+        assert pumped is not None
+        pumped.set()
+
+    async def _pumped_wait(self) -> None:
+        assert self._pumped is not None
+        await self._pumped.wait()
+
+    def _wake_pump(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- the caller's thread ----------------------------------------------------------
     def _call(self, afn: Any, *args: Any, **kwargs: Any) -> Any:
         if self._closed or self._producer is None:
             raise ProducerClosed("the SyncProducer is closed")
@@ -76,11 +211,35 @@ class SyncProducer:
             functools.partial(afn, *args, **kwargs), trio_token=self._token
         )
 
-    def send(self, topic: str, value: bytes | str | None, **kwargs: Any) -> RecordMetadata:
-        """Send one message and block until it is acknowledged (or raise ``ProducerError``)."""
-        assert self._producer is not None
-        result: RecordMetadata = self._call(self._producer.send_and_wait, topic, value, **kwargs)
-        return result
+    def send(self, topic: str, value: bytes | str | None, **kwargs: Any) -> SyncDelivery:
+        """Queue one record (the async ``send``'s keywords: ``key``, ``headers``,
+        ``partition``, ``timestamp``, ``metadata``, ``on_delivery``); return its
+        ``SyncDelivery`` at once. Raises ``TypeError`` for a wrong type (nothing is
+        queued) and ``ProducerClosed`` after ``close()``; waits while
+        ``_PENDING_MAX`` calls are queued."""
+        if self._closed:
+            raise ProducerClosed("the SyncProducer is closed")
+        if type(topic) is not str or not (
+                value is None or type(value) is bytes or type(value) is str):
+            raise TypeError(
+                f"send(topic, value): topic must be a str and value bytes, str or None, "
+                f"not {type(topic).__name__} and {type(value).__name__}")
+        handle = SyncDelivery(self, topic, value, kwargs or None)
+        pending = self._pending
+        if len(pending) >= _PENDING_MAX:
+            with self._room:
+                while len(pending) >= _PENDING_MAX and not self._closed:
+                    self._room.wait(0.1)
+        pending.append(handle)
+        if len(pending) == 1:  # the pump may be asleep: wake it
+            assert self._token is not None
+            self._token.run_sync_soon(self._wake_pump)
+        return handle
+
+    def send_and_wait(self, topic: str, value: bytes | str | None, **kwargs: Any,
+                      ) -> RecordMetadata:
+        """Send one record and block until it is acknowledged (or raise ``ProducerError``)."""
+        return self.send(topic, value, **kwargs).get()
 
     def send_many(self, messages: Iterable[ProducerMessage]) -> GroupResult:
         """Send many messages and block until all have an outcome."""
@@ -88,18 +247,93 @@ class SyncProducer:
         producer = self._producer
 
         async def run() -> GroupResult:
+            await self._pump_all(producer)  # (keep the order of earlier send()s)
             group = await producer.send_many(list(messages))
             return await group.wait()
 
         result: GroupResult = self._call(run)
         return result
 
-    def flush(self) -> None:
+    def send_batch(self, topic: str, values: ColumnInput, keys: ColumnInput | None = None,
+                   headers: HeadersInput | None = None, partitions: IntsInput | None = None,
+                   timestamps: IntsInput | None = None) -> GroupResult:
+        """The async ``send_batch`` (rows as columns), blocking until every row has its
+        outcome."""
         assert self._producer is not None
-        self._call(self._producer.flush)
+        producer = self._producer
+
+        async def run() -> GroupResult:
+            await self._pump_all(producer)
+            group = await producer.send_batch(topic, values, keys, headers, partitions,
+                                              timestamps)
+            return await group.wait()
+
+        result: GroupResult = self._call(run)
+        return result
+
+    def flush(self) -> None:
+        """Block until every record sent before this call has its outcome."""
+        assert self._producer is not None
+        producer = self._producer
+
+        async def run() -> None:
+            await self._pump_all(producer)
+            await producer.flush()
+
+        self._call(run)
+
+    def statistics(self) -> ProducerStatistics:
+        assert self._producer is not None
+        producer = self._producer
+
+        async def run() -> ProducerStatistics:
+            return producer.statistics()
+
+        result: ProducerStatistics = self._call(run)
+        return result
+
+    # -- transactions (transactional_id=...): the async producer's, blocking -------------
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[SyncProducer]:
+        """Begin a transaction; commit it when the block ends normally, abort it when
+        the block raises (the exception then propagates)."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException as exc:
+            try:
+                self.abort_transaction()
+            except KafkaError as abort_error:
+                exc.add_note(f"(aborting the transaction failed too: {abort_error!r})")
+            raise
+        self.commit_transaction()
+
+    def begin_transaction(self) -> None:
+        assert self._producer is not None
+        self._call(self._in_order, self._producer.begin_transaction)
+
+    def commit_transaction(self) -> None:
+        assert self._producer is not None
+        self._call(self._in_order, self._producer.commit_transaction)
+
+    def abort_transaction(self) -> None:
+        assert self._producer is not None
+        self._call(self._in_order, self._producer.abort_transaction)
+
+    def send_offsets_to_transaction(self, offsets: Mapping[Any, int], group_metadata: Any) -> None:
+        assert self._producer is not None
+        self._call(self._in_order, self._producer.send_offsets_to_transaction, offsets,
+                   group_metadata)
+
+    async def _in_order(self, afn: Any, *args: Any) -> Any:
+        """``afn`` after every ``send()`` queued before it (a transaction's records go
+        in before it commits, and none of the next one's before it begins)."""
+        assert self._producer is not None
+        await self._pump_all(self._producer)
+        return await afn(*args)
 
     def close(self) -> None:
-        """Flush (up to ``close_timeout``) and stop the background thread."""
+        """Send what is queued, flush (up to ``close_timeout``) and stop the thread."""
         if self._closed:
             return
         self._closed = True

@@ -36,7 +36,7 @@ def test_sync_producer_and_reader(kafka_sasl_ssl: KafkaCluster, kafka_topic: Top
     cluster.create_topic(topic, 1)
     config = ProducerConfig(request_timeout=10.0, **cluster.client_options("SCRAM-SHA-256"))
     with SyncProducer(cluster.bootstrap, config) as producer:
-        metas = [producer.send(topic, b"s%d" % i) for i in range(20)]
+        metas = [d.get() for d in [producer.send(topic, b"s%d" % i) for i in range(20)]]
     got = read_partitions(cluster.bootstrap, topic, [0], 20,
                           config=cluster.librdkafka_config("SCRAM-SHA-256"))
     assert [(m.offset(), m.value()) for m in got] == [

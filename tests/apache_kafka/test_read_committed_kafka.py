@@ -157,7 +157,7 @@ def test_cli_isolation(transactions: Any, capsys: pytest.CaptureFixture[str]) ->
     assert main(["consume", "-b", bootstrap, "-t", topic, "-e", "-J", "-q",
                  "--isolation", "read_committed"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
-    assert sorted((x["partition"], x["value"]) for x in lines) == [
+    assert sorted((x["partition"], x["payload"]) for x in lines) == [
         (0, "c1"), (0, "c2"), (0, "c4"), (0, "n1"), (1, "c3")]
     assert main(["consume", "-b", bootstrap, "-t", topic, "-e", "-J", "-q"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 8

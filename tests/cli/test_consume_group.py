@@ -28,17 +28,17 @@ def test_consume_as_a_group_member_commits_and_resumes(
     group = f"cli-{a}"
     assert main(["consume", "-b", bootstrap, "-G", group, a, b, "-e", "-J", "-q"]) == 0
     got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert sorted(r["value"] for r in got) == ["a0", "a1", "a2", "a3", "b0"]
+    assert sorted(r["payload"] for r in got) == ["a0", "a1", "a2", "a3", "b0"]
     producer.produce(a, value=b"a4", partition=0)
     producer.flush(30)
     # the group committed on exit: the next member starts after what was read
     assert main(["consume", "-b", bootstrap, "-G", group, "-t", a, b, "-e", "-J", "-q"]) == 0
-    again = [json.loads(line)["value"] for line in capsys.readouterr().out.splitlines()]
+    again = [json.loads(line)["payload"] for line in capsys.readouterr().out.splitlines()]
     assert again == ["a4"]
 
 
 def test_group_mode_refuses_partitions_and_offsets(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["consume", "-b", "127.0.0.1:9", "-G", "g", "t", "-p", "0"]) != 0
-    assert "-p and -o OFFSET do not apply" in capsys.readouterr().err
+    assert "-p, -o OFFSET and -o s@/e@ do not apply" in capsys.readouterr().err
     assert main(["consume", "-b", "127.0.0.1:9", "x", "y"]) != 0
     assert "without -G read one topic" in capsys.readouterr().err

@@ -21,10 +21,15 @@ def schedule(idempotent: bool) -> Schedule:
                         retries=2**31 - 1)
 
 
+DUE = -1.0  # settled when it is due: acknowledged at 0.5, expired at its deadline
+
+
 def msg(index: int, *, ok: bool = True, offset: int = -1, call: int | None = None,
-        at: float = 0.0, settled: float | None = 0.5, partition: int = 0) -> Message:
+        at: float = 0.0, settled: float | None = DUE, partition: int = 0) -> Message:
     """Message `index`, sent by its own call number `call` (default: index)."""
     step = 2 * (index if call is None else call)
+    if settled == DUE:
+        settled = 0.5 if ok else at + 5.0
     return Message(index, index + 1, value_of(index, 0), at, at + 5.0, call=(step, step + 1, 0),
                    partition=partition, ok=ok, offset=offset, settled_at=settled,
                    cause="" if ok else "DeliveryTimeoutError: expired")
@@ -207,3 +212,38 @@ def test_producer_closed_only_from_the_close_and_for_all_an_abort_left() -> None
     assert kinds(t) == ["C1 close"]
     t.schedule = replace(s, idempotent=True)  # (the bounded drain may still settle it)
     assert kinds(t) == []
+
+
+def test_nothing_expires_before_the_oldest_deadline_of_its_batch() -> None:
+    """A delivery timeout before the message's own deadline is allowed only when an
+    older message of its partition was due (a batch expires whole, at its first
+    message's deadline, as the Java client's do)."""
+    early = msg(0, ok=False, settled=4.0)
+    assert kinds(trace(True, [early], [])) == ["O1 early"]
+    older = msg(1, ok=False, at=-1.0)  # accepted first (lower id), due at 4.0
+    older.id, early.id = 1, 2
+    assert kinds(trace(True, [older, early], [])) == []
+    older.partition = 1  # another partition's deadline does not count
+    assert kinds(trace(True, [older, early], [])) == ["O1 early"]
+
+
+def test_statistics_count_what_the_messages_report() -> None:
+    t = trace(True, [msg(0, offset=0), msg(1, ok=False)], [0])
+    t.counted = (2, 1, 1, 0)
+    assert kinds(t) == []
+    t.counted = (2, 2, 1, 0)
+    assert kinds(t) == ["O4 statistics"]
+
+
+def test_acks_0_reports_no_offset() -> None:
+    t = trace(False, [msg(0, offset=-1)], [])
+    t.schedule = with_options(t.schedule, acks=0)
+    assert kinds(t) == []  # not in the log: acks=0 promises nothing more
+    t.messages[0].offset = 0
+    assert kinds(t) == ["A1 offset"]
+
+
+def test_guard_violations_seen_by_the_probes_are_violations() -> None:
+    t = trace(True, [], [])
+    t.guard_violations = {"G1 below the watermark": "partition 0: ..."}
+    assert kinds(t) == ["G1 below the watermark"]

@@ -282,7 +282,7 @@ def test_sync_producer_round_trip(
     with SyncProducer(kafka_bootstrap, **options(acks="all")) as producer:
         meta = producer.send(
             topic, b"sync-1", key=b"k", headers=[("h", b"v"), ("h", None)], timestamp=BASE_TS
-        )
+        ).get(timeout=30)
         assert isinstance(meta, RecordMetadata)
         assert (meta.topic, meta.offset, meta.timestamp, meta.offset_known) == (
             topic,
@@ -290,7 +290,7 @@ def test_sync_producer_round_trip(
             BASE_TS,
             True,
         )
-        meta2 = producer.send(topic, "sync-2 (str)", key=b"k")
+        meta2 = producer.send_and_wait(topic, "sync-2 (str)", key=b"k")
         assert (meta2.partition, meta2.offset) == (meta.partition, 1)
         result = producer.send_many(
             [ProducerMessage(topic, b"bulk-%d" % i, key=b"k") for i in range(50)]

@@ -256,6 +256,9 @@ class RowDelivery(Delivery, _RowAwaitBase):
         if state == FAILED:
             outcome = self._outcome
             assert outcome is not None
+            outcomes = self._rows.outcomes
+            if outcomes is not None:
+                outcomes.observed = True  # the caller read a failure of the burst
             raise ProducerError(self.message, outcome)
         raise trio.WouldBlock
 

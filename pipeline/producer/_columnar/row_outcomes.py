@@ -99,8 +99,8 @@ class RowOutcomes:
     ``RowBurst``, so neither keeps the other alive."""
 
     __slots__ = slots(fields.DELIVERY_OUTCOMES, (
-        "_positions", "event", "keys", "on_delivery", "timestamps", "topic", "unmapped",
-        "values"))
+        "_positions", "event", "keys", "observed", "on_delivery", "timestamps", "topic",
+        "unmapped", "values"))
 
     def __init__(self, rows: BurstView) -> None:
         # The settled runs in wire order: ``runs[i]`` settled wire positions
@@ -117,6 +117,9 @@ class RowOutcomes:
             self.inverse = bytearray(b"\xff" * (8 * len(rows.values)))
             self._positions = memoryview(self.inverse).cast("q")
         self.unmapped: list[RowRun] = []
+        # The caller read a failure of the burst (its rows' failures are then not
+        # reported as unobserved: unobserved.py).
+        self.observed = False
         # Set when a run settles while someone waits for a row (then replaced).
         self.event: trio.Event | None = None
         # The rows' on_delivery callbacks (None: no row has one), called per row by

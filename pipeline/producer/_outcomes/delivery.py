@@ -31,6 +31,7 @@ from pipeline.producer._message import (
     _metadata_py,
     _new_metadata,
 )
+from pipeline.producer._outcomes.unobserved import OBSERVED
 from pipeline.producer._speedups import fields
 from pipeline.producer._speedups.fields import names
 
@@ -181,6 +182,7 @@ class MessageDelivery(ProducerMessage, _AwaitBase, Delivery):
             return self.record_metadata()
         if self._state == FAILED:
             assert self._outcome is not None
+            self._sink = OBSERVED  # (settled: the ledger reads the sink no more)
             raise ProducerError(self, self._outcome)
         raise trio.WouldBlock
 
@@ -265,6 +267,16 @@ DELIVERY_AWAIT: str = "python"
 _use("python" if _c is None else "c")
 
 
+def _observe(d: Delivery) -> None:
+    """The caller read ``d``'s failure (``unobserved.py``)."""
+    rows = getattr(d, "_rows", None)
+    if rows is not None:  # a row of a burst: its burst's failures are read
+        if rows.outcomes is not None:
+            rows.outcomes.observed = True
+    else:
+        d._sink = OBSERVED  # type: ignore[attr-defined]
+
+
 async def wait_all(deliveries: Iterable[Delivery]) -> GroupResult:
     """Wait until every delivery is settled; return the counts and first errors.
 
@@ -285,6 +297,7 @@ async def wait_all(deliveries: Iterable[Delivery]) -> GroupResult:
             delivered += 1
         else:
             failed += 1
+            _observe(d)
             if len(errors) < DeliveryGroup.MAX_ERRORS_KEPT:
                 assert d._outcome is not None
                 errors.append(ProducerError(d.message, d._outcome))
@@ -315,7 +328,7 @@ class DeliveryGroup:
 
     MAX_ERRORS_KEPT = 10
 
-    __slots__ = ("_event", "delivered", "errors", "failed", "pending", "total")
+    __slots__ = ("_event", "delivered", "errors", "failed", "observed", "pending", "total")
 
     def __init__(self, total: int) -> None:
         self.total = total
@@ -323,6 +336,7 @@ class DeliveryGroup:
         self.delivered = 0
         self.failed = 0
         self.errors: list[ProducerError] = []
+        self.observed = False  # the caller awaited the outcome (unobserved.py)
         self._event = trio.Event()
         if total == 0:
             self._event.set()
@@ -357,6 +371,7 @@ class DeliveryGroup:
         return self.pending == 0
 
     async def wait(self) -> GroupResult:
+        self.observed = True
         await self._event.wait()
         return GroupResult(self.delivered, self.failed, tuple(self.errors))
 

@@ -44,6 +44,7 @@ from pipeline.producer._message import (
     RecordMetadata,
 )
 from pipeline.producer._outcomes.delivery import DeliveryGroup, OnDelivery
+from pipeline.producer._outcomes.unobserved import Unobserved
 from pipeline.producer._speedups import fields
 from pipeline.producer._speedups.fields import slots
 
@@ -67,6 +68,8 @@ class Ledger:
         # {message id: message}, insertion ordered: the oldest unsettled
         # message is first, which is what flush() waits on.
         # A send_batch chunk is one entry (a RowChunk, under its first id).
+        #: Where failures nobody reads are kept until reported (set by the producer).
+        self.unobserved: Unobserved | None = None
         self.outstanding: dict[int, ProducerMessage | RowChunk] = {}
         self.buffered_bytes = 0
         self._next_id = 1
@@ -276,7 +279,11 @@ class Ledger:
         self.double_settles += 1
         log.error("message settled twice (bug): %r", msg)
 
-    def fail(self, msgs: Iterable[ProducerMessage], cause: BaseException) -> None:
+    def fail(self, msgs: Iterable[ProducerMessage], cause: BaseException, *,
+             reported: bool = False) -> None:
+        """Settle ``msgs`` failed with ``cause``. ``reported``: the caller tells the user
+        itself (a close), so the failures are not also unobserved ones."""
+        unobserved = None if reported else self.unobserved
         for msg in msgs:
             if msg._state != PENDING:
                 self._double_settle(msg)
@@ -285,11 +292,19 @@ class Ledger:
             msg._outcome = cause
             sink = msg._sink
             if type(sink) is RowChunk:
-                self.failed += msg.count  # type: ignore[attr-defined]
+                n: int = msg.count  # type: ignore[attr-defined]
+                self.failed += n
+                if unobserved is not None:
+                    holder = sink.group if sink.group is not None else sink.outcomes
+                    if sink.group is not None or sink.outcomes.on_delivery is None:
+                        unobserved.add(holder, msg.topic, msg.partition, n, cause)
                 self._rows_settled(msg, sink)
                 self.release(msg._size)
                 continue
             self.failed += 1
+            if unobserved is not None and (sink is None or type(sink) is DeliveryGroup):
+                unobserved.add(msg if sink is None else sink, msg.topic, msg.partition, 1,
+                               cause)
             self._finish(msg)
         self._signal_progress()
 
@@ -424,7 +439,7 @@ class Ledger:
             else:
                 msgs.append(entry)  # type: ignore[arg-type]
                 rows += 1
-        self.fail(msgs, cause)
+        self.fail(msgs, cause, reported=True)
         return rows
 
     def error_for(self, msg: ProducerMessage) -> ProducerError:

@@ -65,7 +65,9 @@ SEND_INTAKE: tuple[Field, ...] = (
     Field("_until_yield", ("int",),
           "sends left before the next schedule point; both paths count down, only "
           "Python resets it (at 0 the call takes the Python path and checkpoints)"),
-    Field("_closing", ("bool",), "True once close() began: C then leaves every call to Python"),
+    Field("_closing", ("bool",),
+          "True while the intake refuses records (a close began, or a transactional "
+          "producer has no transaction open): C then leaves every call to Python"),
     Field("_rows", ("RowBurst", "NoneType"),
           "the open columnar burst (already in the intake channel), or None"),
     Field("_wall_clock", ("bool",), "True: CreateTime is the wall clock (no injected clock)"),

@@ -1,4 +1,4 @@
-"""Transactions: the transactional producer's state machine and its coordinator.
+"""Transactions: the transactional producer's state machine (its coordinator: ``coordinator.py``).
 
 The Java client's ``TransactionManager``, for a pipeline whose stages already keep
 per-partition order and idempotence (``idempotence.py``). What it adds:
@@ -44,11 +44,11 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from pipeline.cluster.errors import BrokerConnectionError, KafkaError, RequestTimedOutError
+from pipeline.cluster.errors import KafkaError
 from pipeline.producer._errors import (
     ProducerFencedError,
     TransactionAbortableError,
@@ -58,26 +58,15 @@ from pipeline.producer._errors import (
     TransactionStateError,
     TransactionTimedOutError,
 )
+from pipeline.producer._stages.coordinator import OutcomeUnknown, TxnCoordinator
 from pipeline.producer._stages.envelopes import TopicPartition
 from pipeline.protocol.api import ApiKey
-from pipeline.protocol.base import Request, Response
-from pipeline.protocol.errors import ErrorCode, error_code
-from pipeline.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
-from pipeline.protocol.messages.add_partitions_to_txn import (
-    AddPartitionsToTxnRequest,
-    AddPartitionsToTxnTopic,
-)
-from pipeline.protocol.messages.end_txn import EndTxnRequest
-from pipeline.protocol.messages.find_coordinator import FindCoordinatorRequest
-from pipeline.protocol.messages.init_producer_id import InitProducerIdRequest
+from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages.txn_offset_commit import (
-    TxnOffsetCommitRequest,
     TxnOffsetCommitRequestPartition,
-    TxnOffsetCommitRequestTopic,
 )
 
 if TYPE_CHECKING:
-    from pipeline.cluster.connection import BrokerConnection
     from pipeline.cluster.pool import Cluster
     from pipeline.producer._config import ProducerConfig
     from pipeline.producer._stages.idempotence import Idempotence
@@ -85,31 +74,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("pipeline.producer")
 
 __all__ = ["GroupMetadata", "State", "TransactionManager"]
-
-R = TypeVar("R", bound=Response)
-
-#: The coordinator moved or is not there yet: find it again, then retry.
-_FIND_AGAIN = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
-#: Try the same request again after a backoff.
-_RETRY = frozenset({
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS,
-    ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_LEADER_OR_FOLLOWER,
-})
-#: This producer is fenced: another one with the same transactional id took over.
-_FENCED = frozenset({ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH,
-                     ErrorCode.INVALID_PRODUCER_ID_MAPPING})
-#: The transaction cannot commit, but the producer can abort it and go on.
-_ABORTABLE = frozenset({
-    ErrorCode.TRANSACTION_ABORTABLE, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-    ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.UNKNOWN_MEMBER_ID,
-    ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID,
-    ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.INVALID_GROUP_ID,
-})
-#: CONCURRENT_TRANSACTIONS clears within milliseconds (the coordinator is writing
-#: markers): the Java client retries it after 20 ms instead of the retry backoff.
-_CONCURRENT_BACKOFF = 0.02
-
 
 class State(enum.Enum):
     UNINITIALIZED = "uninitialized"
@@ -158,14 +122,6 @@ class GroupMetadata:
                 f"member_id={self.member_id!r}, group_instance_id={self.group_instance_id!r})")
 
 
-class _FindCoordinator(Exception):
-    """Internal: the coordinator moved; look it up again."""
-
-
-class _OutcomeUnknown(Exception):
-    """Internal: a request was written and its answer lost (or UNKNOWN_SERVER_ERROR)."""
-
-
 class TransactionManager:
     """One per transactional producer: the transaction state, the coordinator, the
     partitions and offsets of the open transaction."""
@@ -201,7 +157,7 @@ class TransactionManager:
         #: Called with the new state after every change (the intake refuses records
         #: outside IN_TRANSACTION).
         self.on_state: Callable[[State], None] = lambda state: None
-        self._coordinator: int | None = None
+        self._coord = TxnCoordinator(config, cluster, backoff, config.transactional_id)
         # Partitions whose batches went to the broker in the open transaction, and
         # (v1) those added to it at the coordinator, and those waiting to be added.
         self.touched: set[TopicPartition] = set()
@@ -211,6 +167,9 @@ class TransactionManager:
         self._offsets_groups: set[str] = set()  # v1: groups added with AddOffsetsToTxn
         self._failed_at_begin = 0
         self._began_at = 0.0
+        # Set when the open transaction became abortable or the producer fatal: a
+        # commit's flush stops waiting then (its records fail or are purged by the abort).
+        self._failed = trio.Event()
         # Statistics.
         self.committed = 0
         self.aborted = 0
@@ -219,6 +178,8 @@ class TransactionManager:
     def _set(self, state: State, error: TransactionError | None = None) -> None:
         self.state = state
         self.error = error
+        if state in (State.ABORTABLE, State.FATAL):
+            self._failed.set()
         self.on_state(state)
 
     def _require(self, *states: State, doing: str) -> None:
@@ -264,108 +225,11 @@ class TransactionManager:
             log.error("transactional producer %r: %s", self.transactional_id, error)
             self._set(State.FATAL, error)
 
-    # -- the coordinator -------------------------------------------------------
-    async def _coordinator_connection(self) -> BrokerConnection:
-        if self._coordinator is None:
-            conn = await self._cluster.any_connection()
-            version = conn.version_for(ApiKey.FIND_COORDINATOR)
-            response = await conn.request(
-                _find_request(self.transactional_id, 1, version), version=version)
-            if version >= 4:
-                (found,) = response.coordinators
-                code, node = error_code(found.error_code), found.node_id
-            else:
-                code, node = error_code(response.error_code), response.node_id
-            if code in _FIND_AGAIN or code in _RETRY:
-                raise _FindCoordinator(code.name)
-            if code != ErrorCode.NONE:
-                raise self._classify(code, "FindCoordinator")
-            self._coordinator = node
-        try:
-            return await self._cluster.connection(self._coordinator)
-        except (KafkaError, OSError):
-            self._coordinator = None
-            raise
-
-    async def _call(self, build: Callable[[int], Request[R]], what: str, api: ApiKey,
-                    check: Callable[[R], ErrorCode], *, lost_is_unknown: bool = False) -> R:
-        """Send ``build(version)`` to the coordinator until it is answered without a
-        retriable error (finding the coordinator again as needed); raise the
-        classified error of any other answer. ``lost_is_unknown``: a request written
-        whose answer was lost raises ``_OutcomeUnknown`` instead of being sent again."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                conn = await self._coordinator_connection()
-                version = conn.version_for(api)
-            except _FindCoordinator as exc:
-                code, detail = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)
-            except (BrokerConnectionError, RequestTimedOutError, OSError) as exc:
-                self._coordinator = None
-                log.info("%s: the transaction coordinator is unreachable (%s); retrying", what, exc)
-                await trio.sleep(self._backoff(attempt))
-                continue
-            else:
-                try:
-                    response = await conn.request(build(version), version=version)
-                except (BrokerConnectionError, RequestTimedOutError, OSError) as exc:
-                    self._coordinator = None
-                    if lost_is_unknown:
-                        raise _OutcomeUnknown(f"{what}: {exc}") from exc
-                    log.info("%s to the transaction coordinator failed (%s); retrying", what, exc)
-                    await trio.sleep(self._backoff(attempt))
-                    continue
-                code = check(response)
-                if code == ErrorCode.UNKNOWN_SERVER_ERROR and lost_is_unknown:
-                    raise _OutcomeUnknown(f"{what}: {code.name}")
-                detail = code.name
-            if code == ErrorCode.NONE:
-                return response
-            if code in _FIND_AGAIN:
-                self._coordinator = None
-            elif code not in _RETRY:
-                raise self._classify(code, what)
-            delay = (_CONCURRENT_BACKOFF if code == ErrorCode.CONCURRENT_TRANSACTIONS
-                     else self._backoff(attempt))
-            log.debug("%s: %s; retrying in %.3fs", what, detail, delay)
-            await trio.sleep(delay)
-
-    def _classify(self, code: ErrorCode, what: str) -> TransactionError:
-        text = f"{what} for transactional_id {self.transactional_id!r}: {code.name} ({int(code)}) {code.description}"
-        error: TransactionError
-        if code in _FENCED:
-            error = ProducerFencedError(
-                f"{text}; another producer with this transactional_id took over: close this one")
-        elif code in _ABORTABLE:
-            error = TransactionAbortableError(f"{text}; abort the transaction, then go on")
-        elif code == ErrorCode.INVALID_TRANSACTION_TIMEOUT:
-            error = TransactionFatalError(
-                f"{text}; transaction_timeout={self._config.transaction_timeout}s is more than "
-                "the broker allows (transaction.max.timeout.ms): lower it")
-        else:
-            error = TransactionFatalError(text)
-        error.code = code
-        return error
-
     # -- initialisation ----------------------------------------------------------
     async def obtain_id(self) -> tuple[int, int]:
         """InitProducerId for the transactional id (fencing earlier producers of it):
         the producer id and epoch to seal with. Used by ``Idempotence.run``."""
-        return await self._init_producer_id(-1, -1)
-
-    async def _init_producer_id(self, producer_id: int, producer_epoch: int) -> tuple[int, int]:
-        timeout_ms = int(self._config.transaction_timeout * 1000)
-
-        def build(version: int) -> InitProducerIdRequest:
-            return InitProducerIdRequest(
-                transactional_id=self.transactional_id, transaction_timeout_ms=timeout_ms,
-                producer_id=producer_id if version >= 3 else -1,
-                producer_epoch=producer_epoch if version >= 3 else -1)
-
-        response = await self._call(build, "InitProducerId", ApiKey.INIT_PRODUCER_ID,
-                                    lambda r: error_code(r.error_code))
-        return response.producer_id, response.producer_epoch
+        return await self._coord.init_producer_id(-1, -1)
 
     def initialized(self) -> None:
         """The first producer id is in place (``Idempotence.run`` started)."""
@@ -374,13 +238,14 @@ class TransactionManager:
     # -- the transaction -----------------------------------------------------------
     def begin(self) -> None:
         self._require(State.READY, doing="begin a transaction")
-        self.version = self._transaction_version()
+        self.version = self._coord.version = self._transaction_version()
         self.touched.clear()
         self.added.clear()
         self._to_add.clear()
         self._offsets_groups.clear()
         self._failed_at_begin = self._records_failed()
         self._began_at = trio.current_time()
+        self._failed = trio.Event()
         self._set(State.IN_TRANSACTION)
 
     def _transaction_version(self) -> int:
@@ -395,7 +260,7 @@ class TransactionManager:
     def produce_version_cap(self) -> int:
         """The highest Produce version a transactional request may use: v12 tells a
         v2 broker to add the partition itself; under v1 it must not be used."""
-        return 12 if self.version >= 2 else 11
+        return min(12, self._coord.version_cap(ApiKey.PRODUCE))
 
     def partition_ready(self, tp: TopicPartition) -> bool:
         """May a batch of ``tp`` be sealed now? v2: yes. v1: once it is added to the
@@ -424,7 +289,8 @@ class TransactionManager:
                 continue
             batch = sorted(self._to_add)
             try:
-                await self._add_partitions(batch)
+                await self._coord.add_partitions(batch, self._idem.producer_id,
+                                                 self._idem.producer_epoch)
             except TransactionError as exc:
                 if isinstance(exc, ProducerFencedError | TransactionFatalError):
                     self.fatal(exc)
@@ -432,35 +298,9 @@ class TransactionManager:
                     self.abortable(exc)
                 continue
             self.added.update(batch)
+            self.touched.update(batch)  # the coordinator's transaction is open: end it
             self._to_add.difference_update(batch)
             self._wake()
-
-    async def _add_partitions(self, tps: list[TopicPartition]) -> None:
-        topics: dict[str, list[int]] = {}
-        for tp in tps:
-            topics.setdefault(tp.topic, []).append(tp.partition)
-        idem = self._idem
-
-        def build(version: int) -> AddPartitionsToTxnRequest:
-            return AddPartitionsToTxnRequest(
-                v3_and_below_transactional_id=self.transactional_id,
-                v3_and_below_producer_id=idem.producer_id,
-                v3_and_below_producer_epoch=idem.producer_epoch,
-                v3_and_below_topics=tuple(
-                    AddPartitionsToTxnTopic(name=t, partitions=tuple(p)) for t, p in topics.items()))
-
-        def check(response: Any) -> ErrorCode:
-            worst = ErrorCode.NONE
-            for topic in response.results_by_topic_v3_and_below:
-                for part in topic.results_by_partition:
-                    code = error_code(part.partition_error_code)
-                    # OPERATION_NOT_ATTEMPTED: another partition of the request failed.
-                    if code not in (ErrorCode.NONE, ErrorCode.OPERATION_NOT_ATTEMPTED):
-                        if worst == ErrorCode.NONE or code not in _RETRY:
-                            worst = code
-            return worst
-
-        await self._call(build, "AddPartitionsToTxn", ApiKey.ADD_PARTITIONS_TO_TXN, check)
 
     async def send_offsets(self, offsets: Mapping[Any, int], group: Any) -> None:
         """KIP-447: commit ``offsets`` ({(topic, partition): next offset to read}) for
@@ -480,15 +320,12 @@ class TransactionManager:
         idem = self._idem
         try:
             if self.version < 2 and meta.group_id not in self._offsets_groups:
-                await self._call(
-                    lambda v: AddOffsetsToTxnRequest(
-                        transactional_id=self.transactional_id, producer_id=idem.producer_id,
-                        producer_epoch=idem.producer_epoch, group_id=meta.group_id),
-                    "AddOffsetsToTxn", ApiKey.ADD_OFFSETS_TO_TXN,
-                    lambda r: error_code(r.error_code))
+                await self._coord.add_offsets(meta.group_id, idem.producer_id,
+                                              idem.producer_epoch)
                 self._offsets_groups.add(meta.group_id)
             self.touched.add(TopicPartition("__consumer_offsets", -1))
-            await self._txn_offset_commit(meta, by_topic)
+            await self._coord.txn_offset_commit(meta, by_topic, idem.producer_id,
+                                                idem.producer_epoch)
         except TransactionError as exc:
             if isinstance(exc, ProducerFencedError | TransactionFatalError):
                 self.fatal(exc)
@@ -496,67 +333,18 @@ class TransactionManager:
                 self.abortable(exc)
             raise
 
-    async def _txn_offset_commit(self, meta: GroupMetadata,
-                                 by_topic: dict[str, list[TxnOffsetCommitRequestPartition]]) -> None:
-        """TxnOffsetCommit, to the *group's* coordinator."""
-        idem = self._idem
-        request = TxnOffsetCommitRequest(
-            transactional_id=self.transactional_id, group_id=meta.group_id,
-            producer_id=idem.producer_id, producer_epoch=idem.producer_epoch,
-            generation_id=meta.generation_id, member_id=meta.member_id,
-            group_instance_id=meta.group_instance_id,
-            topics=tuple(TxnOffsetCommitRequestTopic(name=t, partitions=tuple(p))
-                         for t, p in by_topic.items()))
-        attempt = 0
-        group_node: int | None = None
-        while True:
-            attempt += 1
-            try:
-                if group_node is None:
-                    group_node = await self._find_group_coordinator(meta.group_id)
-                conn = await self._cluster.connection(group_node)
-                version = conn.version_for(ApiKey.TXN_OFFSET_COMMIT)
-                response = await conn.request(request, version=version)
-            except (BrokerConnectionError, RequestTimedOutError, OSError, _FindCoordinator) as exc:
-                group_node = None
-                log.info("TxnOffsetCommit failed (%s); retrying", exc)
-                await trio.sleep(self._backoff(attempt))
-                continue
-            worst = ErrorCode.NONE
-            for topic in response.topics:
-                for part in topic.partitions:
-                    code = error_code(part.error_code)
-                    if code != ErrorCode.NONE and (worst == ErrorCode.NONE or code not in _RETRY):
-                        worst = code
-            if worst == ErrorCode.NONE:
-                return
-            if worst in _FIND_AGAIN:
-                group_node = None
-            elif worst not in _RETRY:
-                raise self._classify(worst, "TxnOffsetCommit")
-            await trio.sleep(_CONCURRENT_BACKOFF if worst == ErrorCode.CONCURRENT_TRANSACTIONS
-                             else self._backoff(attempt))
-
-    async def _find_group_coordinator(self, group_id: str) -> int:
-        conn = await self._cluster.any_connection()
-        version = conn.version_for(ApiKey.FIND_COORDINATOR)
-        response = await conn.request(_find_request(group_id, 0, version), version=version)
-        if version >= 4:
-            (found,) = response.coordinators
-            code, node = error_code(found.error_code), found.node_id
-        else:
-            code, node = error_code(response.error_code), response.node_id
-        if code != ErrorCode.NONE:
-            if code in _FIND_AGAIN or code in _RETRY:
-                raise _FindCoordinator(code.name)
-            raise self._classify(code, "FindCoordinator (group)")
-        return node
-
     # -- ending ------------------------------------------------------------------------
     async def commit(self) -> None:
         self._require(State.IN_TRANSACTION, doing="commit the transaction")
         self._set(State.COMMITTING)
-        await self.flush()
+        async with trio.open_nursery() as nursery:
+            async def stop_when_failed() -> None:
+                await self._failed.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(stop_when_failed)
+            await self.flush()
+            nursery.cancel_scope.cancel()
         failed = self._records_failed() - self._failed_at_begin
         if self.state == State.COMMITTING and failed:
             self.abortable(TransactionAbortableError(
@@ -622,7 +410,7 @@ class TransactionManager:
             self._idem.restart(pid, epoch)
         elif self._idem.paused:  # v1: a sequence problem paused sealing: bump the epoch
             with trio.CancelScope(shield=True), trio.move_on_after(bound):
-                pid, epoch = await self._init_producer_id(pid, epoch)
+                pid, epoch = await self._coord.init_producer_id(pid, epoch)
             self._idem.restart(pid, epoch)
         self._set(State.READY)
 
@@ -631,20 +419,20 @@ class TransactionManager:
         pid, epoch = idem.producer_id, idem.producer_epoch
         if not self.touched:  # the coordinator never heard of this transaction
             return pid, epoch
-
-        def build(version: int) -> EndTxnRequest:
-            return EndTxnRequest(transactional_id=self.transactional_id, producer_id=pid,
-                                 producer_epoch=epoch, committed=commit)
-
         try:
             try:
-                response = await self._call(build, "EndTxn", ApiKey.END_TXN,
-                                            lambda r: error_code(r.error_code),
-                                            lost_is_unknown=commit)
-            except _OutcomeUnknown as exc:
+                response = await self._coord.end_txn(pid, epoch, commit, lost_is_unknown=commit)
+            except OutcomeUnknown as exc:
                 return await self._abort_after_lost_commit(pid, epoch, str(exc))
-        except ProducerFencedError as exc:
-            if self._timed_out(exc):
+        except (ProducerFencedError, TransactionFatalError) as exc:
+            timed_out = self._timed_out() and (
+                isinstance(exc, ProducerFencedError)  # v1: the timeout bumped the epoch
+                or (commit and exc.code == ErrorCode.INVALID_TXN_STATE))  # v2: aborted already
+            if timed_out and not commit:
+                # KIP-360: InitProducerId with the epoch the timeout bumped past takes
+                # the producer on (a producer that took over is fenced here instead).
+                return await self._coord.init_producer_id(pid, epoch)
+            if timed_out:
                 raise TransactionTimedOutError(
                     f"the coordinator aborted the transaction of {self.transactional_id!r}: "
                     f"it stayed open longer than transaction_timeout="
@@ -660,21 +448,16 @@ class TransactionManager:
         stands. Otherwise the transaction is aborted, and the commit raises."""
         log.warning("the answer to committing %r was lost (%s); aborting it instead",
                     self.transactional_id, why)
-
-        def build(version: int) -> EndTxnRequest:
-            return EndTxnRequest(transactional_id=self.transactional_id, producer_id=pid,
-                                 producer_epoch=epoch, committed=False)
-
         try:
-            response = await self._call(build, "EndTxn (abort after a lost commit)",
-                                        ApiKey.END_TXN, lambda r: error_code(r.error_code))
+            response = await self._coord.end_txn(pid, epoch, False,
+                                                 what="EndTxn (abort after a lost commit)")
         except TransactionFatalError as exc:
             if exc.code != ErrorCode.INVALID_TXN_STATE:
                 raise
             # The commit completed (under v2 it bumped the epoch too): a fresh epoch
             # from the coordinator, as after any InitProducerId of this id.
             log.info("the lost commit of %r had completed", self.transactional_id)
-            return await self._init_producer_id(-1, -1)
+            return await self._coord.init_producer_id(-1, -1)
         self.aborted += 1
         if response.producer_id >= 0 and response.producer_epoch >= 0:
             self._idem.restart(response.producer_id, response.producer_epoch)
@@ -684,18 +467,11 @@ class TransactionManager:
             "instead: nothing of it is visible to read_committed readers. Redo its work in "
             "a new transaction")
 
-    def _timed_out(self, exc: ProducerFencedError) -> bool:
+    def _timed_out(self) -> bool:
         """A coordinator that aborts a transaction for its timeout bumps the epoch
         (KIP-588), so this producer's next request of it is refused as fenced: when
         the transaction has been open longer than its timeout, that is the cause."""
         return trio.current_time() - self._began_at >= self._config.transaction_timeout
-
-
-def _find_request(key: str, key_type: int, version: int) -> FindCoordinatorRequest:
-    """FindCoordinator for one key (v4+ batch the keys; v0 knows only groups)."""
-    if version >= 4:
-        return FindCoordinatorRequest(key_type=key_type, coordinator_keys=(key,))
-    return FindCoordinatorRequest(key=key, key_type=key_type)
 
 
 async def _no_flush() -> None:

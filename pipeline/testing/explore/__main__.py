@@ -7,8 +7,13 @@
 Schedule i of a run with ``--seed S`` has seed S+i, so a violation is
 replayed with ``--replay S+i`` (and the same ``--idempotent``). The last line
 is always ``explored N schedules: K violations``; the exit status is 1 when
-K > 0. The line before it says how many accepted messages were rows of
-columnar ``send()`` bursts (``burst.py``), and in how many schedules.
+K > 0. The lines before it say how many accepted messages were rows of
+columnar ``send()`` bursts (``burst.py``), in how many schedules, and which
+protocol guards (``guards.py``) no schedule reached (``--reach``: how many
+schedules reached each).
+
+Seed S is ``sweep.schedule_for(S)``: a plain, swarm or targeted schedule
+(``sweep.py``); ``--plain`` and ``--profile`` narrow that.
 """
 
 from __future__ import annotations
@@ -19,12 +24,16 @@ import random
 import re
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from .checker import Violation, check
+from .guards import GUARDS
+from .profiles import PROFILES, targeted
 from .runner import Trace, run_schedule
 from .schedule import Schedule, from_json, generate, to_json
 from .shrink import shrink
+from .sweep import schedule_for
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,12 +59,42 @@ def _parser() -> argparse.ArgumentParser:
                    help="write each shrunk schedule to DIR as a regression JSON")
     p.add_argument("--stop-after", type=int, default=0, metavar="K",
                    help="stop after K violating schedules (default: never)")
+    p.add_argument("--plain", action="store_true",
+                   help="only the plain generator (schedule.generate: the seeds of the "
+                        "explorer's first sweeps replay as they did)")
+    p.add_argument("--profile", choices=sorted(PROFILES),
+                   help="only targeted schedules of this profile (profiles.py)")
+    p.add_argument("--reach", action="store_true",
+                   help="print how many schedules reached each guard (guards.py)")
     p.add_argument("-v", "--verbose", action="store_true", help="print what happened")
     return p
 
 
-def _replay_command(schedule: Schedule, mode: str) -> str:
-    return f"python -m pipeline.testing.explore --replay {schedule.seed} --idempotent {mode}"
+def _schedule(args: argparse.Namespace, seed: int) -> Schedule:
+    if args.plain:
+        return generate(seed, args.idempotent)
+    if args.profile:
+        return targeted(seed, args.idempotent, args.profile)
+    return schedule_for(seed, args.idempotent)
+
+
+def _replay_flags(args: argparse.Namespace) -> str:
+    return " --plain" if args.plain else f" --profile {args.profile}" if args.profile else ""
+
+
+def _print_reach(reached: Counter[str], n: int, verbose: bool) -> None:
+    never = [g.name for g in GUARDS if not reached[g.name]]
+    if verbose:
+        width = max(len(g.name) for g in GUARDS)
+        for g in GUARDS:
+            print(f"  {g.name:<{width}} {reached[g.name]:6d} of {n}")
+    print(f"guards reached: {len(GUARDS) - len(never)} of {len(GUARDS)}"
+          + (f"; never: {', '.join(never)}" if never else ""))
+
+
+def _replay_command(schedule: Schedule, mode: str, flags: str = "") -> str:
+    return (f"python -m pipeline.testing.explore --replay {schedule.seed} --idempotent {mode}"
+            f"{flags}")
 
 
 def _print_trace(trace: Trace) -> None:
@@ -108,21 +147,22 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("pipeline").setLevel(logging.CRITICAL)  # the producer's own warnings
     jobs: list[tuple[Schedule, str]] = []
     if args.replay or args.file:
-        jobs += [(generate(seed, args.idempotent), args.idempotent) for seed in args.replay]
+        jobs += [(_schedule(args, seed), args.idempotent) for seed in args.replay]
         jobs += [(from_json(Path(f).read_text()), "file") for f in args.file]
     else:
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
         print(f"seed {seed}: {args.schedules} schedules (seeds {seed}..{seed + args.schedules - 1}),"
               f" idempotent={args.idempotent}", flush=True)
-        jobs = [(generate(seed + i, args.idempotent), args.idempotent)
-                for i in range(args.schedules)]
+        jobs = [(_schedule(args, seed + i), args.idempotent) for i in range(args.schedules)]
     bad = shrunk = rows = with_rows = 0
+    reached: Counter[str] = Counter()
     t0 = time.monotonic()
     for n, (schedule, mode) in enumerate(jobs, 1):
         trace = run_schedule(schedule)
         violations = check(trace)
         rows += trace.rows
         with_rows += trace.rows > 0
+        reached.update(set(trace.reached))
         if args.verbose or (violations and (args.replay or args.file)):
             _print_trace(trace)
         if violations:
@@ -131,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"(idempotent={schedule.idempotent}):", flush=True)
             _report(violations)
             if mode != "file":
-                print(f"  replay: {_replay_command(schedule, mode)}")
+                print(f"  replay: {_replay_command(schedule, mode, _replay_flags(args))}")
             if not args.no_shrink and shrunk < args.shrink_max:
                 shrunk += 1
                 _shrink_and_emit(args, schedule, violations)
@@ -142,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  ... {n} schedules, {bad} violations, {time.monotonic() - t0:.0f}s",
                   file=sys.stderr, flush=True)
     print(f"columnar send() rows: {rows} accepted, in {with_rows} schedules")
+    _print_reach(reached, len(jobs), args.reach)
     print(f"explored {len(jobs)} schedules: {bad} violations")
     return 1 if bad else 0
 

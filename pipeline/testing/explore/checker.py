@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .trace import Message, Trace
@@ -99,7 +100,26 @@ class Violation:
         return f"{self.kind}: {self.detail}"
 
 
+Invariant = Callable[[Trace], list[Violation]]
+# Every invariant `check` applies, in report order; a new state machine's
+# invariants join with `invariant` (docs/testing.md, "Built to grow").
+INVARIANTS: list[Invariant] = []
+
+
+def invariant(fn: Invariant) -> Invariant:
+    INVARIANTS.append(fn)
+    return fn
+
+
 def check(trace: Trace) -> list[Violation]:
+    out: list[Violation] = []
+    for fn in INVARIANTS:
+        out += fn(trace)
+    return out
+
+
+@invariant
+def _settled_once(trace: Trace) -> list[Violation]:
     out: list[Violation] = []
     if trace.crash:
         out.append(Violation("crash", trace.crash.strip().splitlines()[0][:300]))
@@ -114,18 +134,50 @@ def check(trace: Trace) -> list[Violation]:
     if trace.buffered_after_close and not trace.crash:
         out.append(Violation("O1 buffer", f"{trace.buffered_after_close} bytes of "
                              "buffer_memory still reserved after close"))
-    out += _outcomes(trace)
-    out += _logs(trace)
-    out += _flushes_and_close(trace)
-    out += _liveness(trace)
-    out += _sizes(trace)
     return out
 
 
+@invariant
+def _guards(trace: Trace) -> list[Violation]:
+    """G*: the guards' own invariants, as the probes saw them (probes.py)."""
+    return [Violation(kind, detail) for kind, detail in trace.guard_violations.items()]
+
+
+@invariant
+def _counts(trace: Trace) -> list[Violation]:
+    """O4: the ledger counts what the messages report (statistics() is a promise too),
+    and every Produce request the brokers received was counted as sent."""
+    if trace.crash or trace.counted == (0, 0, 0, 0):
+        return []
+    ok = sum(m.ok for m in trace.messages)
+    failed = sum(not m.ok and not m.pending for m in trace.messages)
+    seen = (len(trace.messages), ok, failed)
+    out: list[Violation] = []
+    if trace.counted[:3] != seen:
+        out.append(Violation("O4 statistics", f"statistics() counts accepted, succeeded, failed "
+                             f"= {trace.counted[:3]}; the messages report {seen}"))
+    counted, started = trace.idem_counts, trace.epochs_started
+    if counted is not None and counted != started:
+        out.append(Violation("O4 statistics", f"idempotence counts {counted[0]} epochs bumped and "
+                             f"{counted[1]} new producer ids; {started[0]} and {started[1]} "
+                             "started"))
+    if trace.counted[3] < len(trace.produce_requests):
+        out.append(Violation("O4 statistics", f"statistics() counts {trace.counted[3]} requests "
+                             f"sent; the brokers received {len(trace.produce_requests)}"))
+    return out
+
+
+@invariant
 def _outcomes(trace: Trace) -> list[Violation]:
     s = trace.schedule
     late_by = s.option("request_timeout")
     out: list[Violation] = []
+    # id -> the earliest deadline among messages of its partition accepted up to it
+    oldest: dict[int, float] = {}
+    running: dict[int | None, float] = {}
+    for m in sorted(trace.messages, key=lambda m: m.id):
+        running[m.partition] = min(running.get(m.partition, math.inf), m.deadline)
+        oldest[m.id] = running[m.partition]
     for m in trace.messages:
         what = "row" if m.row else "message"
         if m.pending:
@@ -136,6 +188,8 @@ def _outcomes(trace: Trace) -> list[Violation]:
                 out.append(Violation("O1 await", f"awaiting {what} #{m.index} (id {m.id}) gave "
                                      f"{m.awaited[:160]!r}, its delivery reports "
                                      f"{_outcome_of(m)[:160]!r}"))
+            if m.reported is not None:
+                out += _reported(m, s.option("return_successes"))
             if m.called and m.called != _outcome_of(m):
                 out.append(Violation("O1 callback", f"the on_delivery of {what} #{m.index} "
                                      f"(id {m.id}) was called with {m.called[:160]!r}, its "
@@ -145,7 +199,60 @@ def _outcomes(trace: Trace) -> list[Violation]:
         elif m.settled_at > m.deadline + late_by + EPS:
             out.append(Violation("O1 late", f"message #{m.index} settled at {m.settled_at:.4f}, "
                                  f"deadline {m.deadline:.4f} + request_timeout {late_by}"))
+        elif m.cause.startswith("DeliveryTimeoutError") and m.settled_at < oldest[m.id] - EPS:
+            # A batch expires whole at its first (oldest) message's deadline, as the
+            # Java client's do; nothing expires before the oldest deadline around it.
+            out.append(Violation("O1 early", f"message #{m.index} failed with a delivery timeout "
+                                 f"at {m.settled_at:.4f}, before its deadline {m.deadline:.4f} "
+                                 "and that of every earlier message of its partition"))
     return out
+
+
+@invariant
+def _groups(trace: Trace) -> list[Violation]:
+    """O6: a send_many() (send_batch()) call's group counts its messages' (rows')
+    outcomes: delivered and failed as they report, its first errors (up to 10)
+    naming failed messages of the call, once each (runs of failed rows); and
+    awaiting it returns once they all settled."""
+    by_index = {m.index: m for m in trace.messages}
+    out: list[Violation] = []
+    for a in trace.attempts:
+        if a.group is None:
+            continue
+        mine = [by_index[i] for i in a.indexes if i in by_index]
+        if isinstance(a.group, str):
+            out.append(Violation("O6 group", f"awaiting the send_many() of messages "
+                                 f"{a.indexes[:5]}... {a.group}"))
+            continue
+        delivered, failed, errors = a.group
+        ok = sum(m.ok for m in mine)
+        bad = {m.value for m in mine if not m.ok}
+        if a.rows:  # send_batch(): one error per failed run of rows
+            wrong_errors = not (bool(bad) <= bool(errors) and len(errors) <= min(len(bad), 10))
+        else:
+            wrong_errors = len(errors) != min(len(bad), 10) or (
+                len(set(errors)) != len(errors) or not set(errors) <= bad)
+        if (delivered, failed) != (ok, len(bad)) or wrong_errors:
+            out.append(Violation("O6 group", f"the send_many() of messages {a.indexes[:5]}... "
+                                 f"counts {delivered} delivered, {failed} failed, "
+                                 f"{len(errors)} errors; its messages report {ok} and "
+                                 f"{len(bad)}"))
+    return out[:3]
+
+
+def _reported(m: Message, return_successes: bool) -> list[Violation]:
+    """O5: a ``producer.input`` message's outcome comes out of ``producer.errors``
+    (a failure) or ``producer.successes`` (with ``return_successes``), once; an
+    outcome settled during the close is handed over only if the channel has room
+    (never twice, never on the other channel)."""
+    successes, errors = m.reported or (0, 0)
+    want = (0, 1) if not m.ok else (1, 0) if return_successes else (0, 0)
+    got = (successes, errors)
+    if got == want or (m.settled_closing and got == (0, 0)):
+        return []
+    return [Violation("O5 reports", f"input message #{m.index} ({'ok' if m.ok else 'failed'}, "
+                      f"settled at {m.settled_at}) came out of successes {successes} and errors "
+                      f"{errors} times")]
 
 
 def _outcome_of(m: Message) -> str:
@@ -158,6 +265,7 @@ def _index_of(value: bytes) -> int:
     return int(head) if head.isdigit() else -1
 
 
+@invariant
 def _logs(trace: Trace) -> list[Violation]:
     s = trace.schedule
     out: list[Violation] = []
@@ -183,7 +291,11 @@ def _logs(trace: Trace) -> list[Violation]:
         present = [by_index[i] for i in first]
         out += _order(p, present, first, s.idempotent, lost)
         for m in trace.messages:
-            if m.ok and m.partition == p:
+            if m.ok and m.partition == p and s.option("acks") == 0:
+                if m.offset != -1:  # acks=0: written to the socket, nothing more is known
+                    out.append(Violation("A1 offset", f"message #{m.index} sent with acks=0 "
+                                         f"reports offset {m.offset}, not -1 (unknown)"))
+            elif m.ok and m.partition == p:
                 if m.index not in first:
                     out.append(Violation("A1 lost", f"message #{m.index} acknowledged "
                                          f"(offset {m.offset}) but not in partition {p}'s log"))
@@ -229,6 +341,7 @@ def _order(p: int, present: list[Message], first: dict[int, int], idem: bool,
     return out
 
 
+@invariant
 def _flushes_and_close(trace: Trace) -> list[Violation]:
     s = trace.schedule
     dt, rt, ct = (s.option(n) for n in ("delivery_timeout", "request_timeout", "close_timeout"))
@@ -269,6 +382,7 @@ def _flushes_and_close(trace: Trace) -> list[Violation]:
     return out
 
 
+@invariant
 def _liveness(trace: Trace) -> list[Violation]:
     s = trace.schedule
     dt, rt = s.option("delivery_timeout"), s.option("request_timeout")
@@ -276,8 +390,12 @@ def _liveness(trace: Trace) -> list[Violation]:
     start, end = s.heal_at + dt + rt, s.close_at - dt - (rt if s.abort else 0.0)
     out: list[Violation] = []
     for m in trace.messages:
-        if start <= m.accepted_at <= end and not m.ok and not m.cause.startswith("MessageTooLarge"):
-            if patient or m.value not in trace.sent:
+        if start <= m.accepted_at <= end and not m.ok and not m.cause.startswith("MessageTooLarge") \
+                and not (s.topic_max_message_bytes and "MESSAGE_TOO_LARGE" in m.cause):
+            # sent: the producer built a request with it (a write may still fail);
+            # a row's attempts are its run's, not counted: what a broker received.
+            sent = m.attempts > 0 if m.attempts >= 0 else m.value in trace.sent
+            if patient or not sent:
                 what = "failed" if patient else "failed without ever being sent"
                 out.append(Violation("L1 stuck", f"message #{m.index} accepted at "
                                      f"{m.accepted_at:.4f}, after healing, {what}: "
@@ -285,6 +403,7 @@ def _liveness(trace: Trace) -> list[Violation]:
     return out[:3]
 
 
+@invariant
 def _sizes(trace: Trace) -> list[Violation]:
     limit = trace.schedule.max_message_bytes
     out: list[Violation] = []
@@ -299,7 +418,65 @@ def _sizes(trace: Trace) -> list[Violation]:
     for p, nbytes in trace.oversized[:1]:
         out.append(Violation("S1 batch size", f"a batch of {nbytes} bytes for partition {p} "
                              f"was sent, over max_message_bytes={limit}"))
+    topic_limit = trace.schedule.topic_max_message_bytes
     for m in trace.messages:
-        if "MESSAGE_TOO_LARGE" in m.cause:
+        if "MESSAGE_TOO_LARGE" in m.cause and not topic_limit:
+            # (with the topic's own limit lower, a record alone over it, or a batch of
+            # unknown fate, which is never split, is refused by design)
             out.append(Violation("S1 broker size", f"message #{m.index} failed: {m.cause[:160]}"))
     return out
+
+
+
+@invariant
+def _retries(trace: Trace) -> list[Violation]:
+    """R1: the producer builds a request with a message at most ``retries + 1``
+    times (a retry is a send that failed and went back; what only waited behind a
+    failed batch spends none, and neither does a KIP-126 split), and a message that
+    failed with a retriable broker error after a send spent them all."""
+    s = trace.schedule
+    limit = s.option("retries")
+    if limit >= 2**31 - 1 or trace.crash:
+        return []
+    out: list[Violation] = []
+    for m in trace.messages:
+        if m.attempts < 0:
+            continue  # (rows: checked as runs, which a split replaces)
+        allowed = limit + 1 + m.splits
+        if m.attempts > allowed:
+            out.append(Violation("R1 retries", f"message #{m.index} was sent {m.attempts} times "
+                                 f"with retries={limit} ({m.splits} splits)"))
+        elif not m.ok and _retriable_answer(m.cause) and m.attempts != allowed:
+            out.append(Violation("R1 retries", f"message #{m.index} failed with {m.cause[:80]!r} "
+                                 f"after {m.attempts} sends, with retries={limit} "
+                                 f"({m.splits} splits)"))
+        if len(out) >= 3:
+            break
+    return out
+
+
+def _retriable_answer(cause: str) -> bool:
+    """A retriable error a broker answered (the batch got that far each time)."""
+    from pipeline.protocol.errors import ErrorCode
+
+    if not cause.startswith("BrokerResponseError: "):
+        return False
+    name = cause.removeprefix("BrokerResponseError: ").split(" ", 1)[0]
+    code = ErrorCode.__members__.get(name)
+    # (an OUT_OF_ORDER_SEQUENCE_NUMBER nothing explains fails its batch at once)
+    return code is not None and code.retriable and code != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+@invariant
+def _requests(trace: Trace) -> list[Violation]:
+    """P1: every Produce request says what the producer was configured to ask:
+    its acks and request timeout (the broker waits that long for replication)."""
+    s = trace.schedule
+    acks = {"all": -1}.get(s.option("acks"), s.option("acks"))
+    timeout_ms = int(s.option("request_timeout") * 1000)
+    for _, request in trace.produce_requests:
+        if request.acks != acks or request.timeout_ms != timeout_ms:
+            return [Violation("P1 request", f"a Produce request with acks={request.acks}, "
+                              f"timeout_ms={request.timeout_ms}; configured acks={acks}, "
+                              f"timeout_ms={timeout_ms}")]
+    return []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import trio
 
 from pipeline.testing.fake_cluster import FakeCluster, FaultHandle
@@ -42,37 +44,82 @@ def heal(fake: FakeCluster) -> None:
             fake.move_leader(TOPIC, part.index, to=alive[0])
 
 
-def _apply(fake: FakeCluster, event: Event) -> FaultHandle | None:
-    kind, node = event.kind, event.node
-    brokers = fake.state.brokers
-    if node >= len(brokers) or event.partition >= len(fake.state.topics[TOPIC].partitions):
-        return None  # the shrinker removed that broker or partition
-    if kind == "move":
-        if brokers[node].alive:
-            fake.move_leader(TOPIC, event.partition, to=node)
-    elif kind == "error":
-        return fake.fail_next(PRODUCE, event.code, count=event.count, topic=TOPIC,
-                              partition=event.partition)
-    elif kind == "error_after":
-        return fake.fail_after_apply(event.code, count=event.count, topic=TOPIC,
-                                     partition=event.partition)
-    elif kind == "lost_ack":
-        return fake.drop_response_after_apply(PRODUCE, count=event.count, node_id=node)
-    elif kind == "drop_request":
-        return fake.drop_next_request(PRODUCE, count=event.count, node_id=node)
-    elif kind == "drop_conns":
-        fake.drop_connections(node)
-    elif kind == "slow":
-        return fake.delay_responses(event.seconds, node_id=node, before_apply=event.flag)
-    elif kind == "stale":
-        return fake.stale_metadata(node)
-    elif kind == "stop":
-        fake.stop_broker(node, elect=event.flag)
-    elif kind == "restart":
-        fake.restart_broker(node, lose_producer_state=event.flag)
-    elif kind == "pid_error":
-        return fake.fail_next(INIT_PRODUCER_ID, event.code, count=event.count)
-    else:
-        raise ValueError(f"unknown fault kind {kind!r}")
-    return None
+Apply = Callable[[FakeCluster, Event], "FaultHandle | None"]
+# How each `Event.kind` is applied (schedule.py lists what each means). A new
+# state machine's faults (a coordinator moving, a group rebalancing) join with
+# `fault` (docs/testing.md, "Built to grow"); a handle returned is removed after
+# the event's `duration`.
+FAULTS: dict[str, Apply] = {}
 
+
+def fault(kind: str) -> Callable[[Apply], Apply]:
+    def register(fn: Apply) -> Apply:
+        FAULTS[kind] = fn
+        return fn
+    return register
+
+
+def _apply(fake: FakeCluster, event: Event) -> FaultHandle | None:
+    brokers = fake.state.brokers
+    if event.node >= len(brokers) or event.partition >= len(fake.state.topics[TOPIC].partitions):
+        return None  # the shrinker removed that broker or partition
+    apply = FAULTS.get(event.kind)
+    if apply is None:
+        raise ValueError(f"unknown fault kind {event.kind!r}")
+    return apply(fake, event)
+
+
+@fault("move")
+def _move(fake: FakeCluster, e: Event) -> None:
+    if fake.state.brokers[e.node].alive:
+        fake.move_leader(TOPIC, e.partition, to=e.node)
+
+
+@fault("error")
+def _error(fake: FakeCluster, e: Event) -> FaultHandle:
+    return fake.fail_next(PRODUCE, e.code, count=e.count, topic=TOPIC, partition=e.partition)
+
+
+@fault("error_after")
+def _error_after(fake: FakeCluster, e: Event) -> FaultHandle:
+    return fake.fail_after_apply(e.code, count=e.count, topic=TOPIC, partition=e.partition)
+
+
+@fault("lost_ack")
+def _lost_ack(fake: FakeCluster, e: Event) -> FaultHandle:
+    return fake.drop_response_after_apply(PRODUCE, count=e.count, node_id=e.node)
+
+
+@fault("drop_request")
+def _drop_request(fake: FakeCluster, e: Event) -> FaultHandle:
+    return fake.drop_next_request(PRODUCE, count=e.count, node_id=e.node)
+
+
+@fault("drop_conns")
+def _drop_conns(fake: FakeCluster, e: Event) -> None:
+    fake.drop_connections(e.node)
+
+
+@fault("slow")
+def _slow(fake: FakeCluster, e: Event) -> FaultHandle:
+    return fake.delay_responses(e.seconds, node_id=e.node, before_apply=e.flag)
+
+
+@fault("stale")
+def _stale(fake: FakeCluster, e: Event) -> FaultHandle:
+    return fake.stale_metadata(e.node)
+
+
+@fault("stop")
+def _stop(fake: FakeCluster, e: Event) -> None:
+    fake.stop_broker(e.node, elect=e.flag)
+
+
+@fault("restart")
+def _restart(fake: FakeCluster, e: Event) -> None:
+    fake.restart_broker(e.node, lose_producer_state=e.flag)
+
+
+@fault("pid_error")
+def _pid_error(fake: FakeCluster, e: Event) -> FaultHandle:
+    return fake.fail_next(INIT_PRODUCER_ID, e.code, count=e.count)

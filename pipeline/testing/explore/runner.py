@@ -29,7 +29,8 @@ partition logs, flushes and the close, for `checker.check`.
 from __future__ import annotations
 
 import random
-from functools import partial
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import trio
@@ -38,16 +39,38 @@ from pipeline.producer._api import Producer, open_producer
 from pipeline.producer._columnar.burst import RowDelivery
 from pipeline.producer._columnar.rows import RowChunk, RowRun
 from pipeline.producer._errors import (
-    BufferFullError,
     MessageTooLargeError,
     ProducerClosed,
-    ProducerError,
 )
-from pipeline.producer._message import OK, PENDING, ProducerMessage, RecordMetadata
+from pipeline.producer._intake import send_path
+from pipeline.producer._message import OK, PENDING, ProducerMessage
 from pipeline.producer._outcomes.delivery import Delivery
-from pipeline.protocol.records import batch_size_for_record, decode_record_batches
+from pipeline.protocol.errors import ErrorCode
+from pipeline.protocol.records import decode_record_batches
 from pipeline.testing.fake_cluster import FakeCluster
 
+from . import probes_broker, probes_idempotence, probes_partition  # noqa: F401 (they register)
+from .calls import (
+    HEADERS,
+    REFUSALS,
+    Accepted,
+    Awaiting,
+    Batches,
+    Called,
+    Inputs,
+    Reported,
+    Rows,
+    Settled,
+    await_bound,
+    await_each,
+    batch_row,
+    bound_of,
+    closing_loop,
+    drain,
+    send_batch,
+    send_loop,
+    send_many,
+)
 from .clock import (
     HangError,
     VirtualClock,
@@ -57,16 +80,11 @@ from .clock import (
     time_limit,
 )
 from .driver import PRODUCE, drive_faults
-from .schedule import TOPIC, Schedule, Send
+from .probes import Watch, watching
+from .schedule import TOPIC, Schedule
 from .trace import Attempt, Flush, Message, Trace, value_of
 
 __all__ = ["Attempt", "Flush", "HangError", "Message", "Trace", "run_schedule", "value_of"]
-HEADERS = (("h", b"v"),)
-# Refusals send() may raise by design; anything else escaping send() is a crash.
-_REFUSALS = (MessageTooLargeError, BufferFullError, ProducerClosed)
-
-
-
 def producer_options(schedule: Schedule) -> dict[str, Any]:
     options = dict(schedule.options)
     options.update(
@@ -78,20 +96,18 @@ def producer_options(schedule: Schedule) -> dict[str, Any]:
     return options
 
 
-def bound_of(send: Send, index: int) -> int:
-    key = send.key.encode() if send.key is not None else None
-    headers = HEADERS if send.via == "headers" else ()
-    return batch_size_for_record(key, value_of(index, send.size), headers)
-
-
 def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) -> Trace:
     """Run `schedule` to the end and return what happened."""
     trace = Trace(schedule)
     abandoned = False
+    watch = Watch(scripted_out_of_order=any(
+        e.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER for e in schedule.events))
     try:
-        with deterministic_trio(schedule.seed), time_limit(real_time_limit):
+        with deterministic_trio(schedule.seed), time_limit(real_time_limit), watching(watch), \
+                _send_path(schedule.send_path):
             clock = VirtualClock()
-            trio.run(_main, schedule, trace, clock=clock, instruments=[clock])
+            workload = WORKLOADS[schedule.workload]
+            trio.run(workload, schedule, trace, watch, clock=clock, instruments=[clock])
     except trio.TrioInternalError as exc:
         # Raised out of trio's run loop (Deadlock, Spin, HangError): the run's
         # tasks are abandoned; collect them quietly.
@@ -105,23 +121,51 @@ def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) ->
         trace.crash = describe_exception(exc)
     if abandoned:
         collect_abandoned()
+    trace.reached = watch.reached
+    trace.guard_violations = watch.violations
+    trace.epochs_started = (watch.recoveries[0], watch.recoveries[1])
     return trace
 
 
-async def _main(schedule: Schedule, trace: Trace) -> None:
+Workload = Callable[[Schedule, Trace, Watch], Awaitable[None]]
+# What a run drives, by `Schedule.workload`: it starts the fake cluster and the
+# fault driver, runs its client against them and records the trace. A new state
+# machine (a transactional producer, a group consumer) brings its own, with its
+# invariants (checker.invariant) and guards (probes.probe, guards.GUARDS):
+# docs/testing.md, "Built to grow".
+WORKLOADS: dict[str, Workload] = {}
+
+
+def workload(name: str) -> Callable[[Workload], Workload]:
+    def register(fn: Workload) -> Workload:
+        WORKLOADS[name] = fn
+        return fn
+    return register
+
+
+@workload("producer")
+async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
     fake = FakeCluster(
         brokers=schedule.brokers,
         seed=schedule.seed,
         max_message_bytes=schedule.max_message_bytes,
         auto_create_topics=False,
+        strict_unknown_producer=schedule.strict_unknown_producer,
+        min_insync_replicas=schedule.min_insync_replicas,
     )
     accepted: Accepted = []
     inputs: Inputs = []
     awaited: dict[int, str] = {}
     called: Called = {}
+    reported: Reported = {}
+    rows = Rows()
+    batches: Batches = []
     async with trio.open_nursery() as root:
         await root.start(fake.run)
-        fake.create_topic(TOPIC, schedule.partitions, leaders=list(schedule.leaders))
+        configs = ({"max.message.bytes": str(schedule.topic_max_message_bytes)}
+                   if schedule.topic_max_message_bytes else {})
+        fake.create_topic(TOPIC, schedule.partitions, leaders=list(schedule.leaders),
+                          configs=configs)
         producer: Producer | None = None
         try:
             async with trio.open_nursery() as users:
@@ -129,25 +173,25 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
                     async with open_producer(
                         fake.bootstrap, connector=fake.connector, **producer_options(schedule)
                     ) as producer:
-                        settled = _instrument(producer, trace)
+                        settled = _instrument(producer, trace, rows)
                         root.start_soon(drive_faults, fake, schedule)
                         for source in sorted({s.source for s in schedule.sends}):
                             users.start_soon(
                                 _source, producer, schedule, source, accepted, inputs, trace,
-                                (users, awaited), called,
+                                (users, awaited), called, (rows, batches),
                             )
                         if any(s.via == "input" for s in schedule.sends):
-                            users.start_soon(_drain, producer.errors)
-                            users.start_soon(_drain, producer.successes)
+                            users.start_soon(drain, producer.errors, reported, 1)
+                            users.start_soon(drain, producer.successes, reported, 0)
                         for at in schedule.flushes:
                             users.start_soon(_flush, producer, schedule, at, trace)
                         await trio.sleep_until(schedule.close_at)
                         last = [(i, s) for i, s in enumerate(schedule.sends)
-                                if _closing_loop(schedule, s)]
+                                if closing_loop(schedule, s)]
                         if last:  # no checkpoint between its last send and the close
-                            looped = await _send_loop(producer, last, accepted, trace, called)
+                            looped = await send_loop(producer, last, accepted, trace, called)
                             if last[0][1].wait and looped:
-                                users.start_soon(_await_each, looped, _await_bound(schedule),
+                                users.start_soon(await_each, looped, await_bound(schedule),
                                                  awaited)
                         trace.close_start = trio.current_time()
                         if schedule.abort:
@@ -162,7 +206,12 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
             trace.double_settles = stats.double_settles
             trace.outstanding_after_close = stats.outstanding
             trace.buffered_after_close = stats.buffered_bytes
+            trace.counted = (stats.accepted, stats.succeeded, stats.failed, stats.requests_sent)
+            idem = producer._core.idempotence
+            if idem is not None:
+                trace.idem_counts = (idem.bumps, idem.new_ids)
             delivery_timeout = schedule.option("delivery_timeout")
+            channel_reports: dict[int, tuple[int, int]] = {}
             for index, msg, call, attempt in inputs:
                 if not msg._id:
                     attempt.refused = "ProducerClosed"  # closed before the dispatcher took it
@@ -171,13 +220,20 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
                     # refused the sarama way: accepted, then failed at once
                     attempt.refused = type(msg._outcome).__name__
                 accepted.append((index, msg, msg._deadline - delivery_timeout, call))
+                counts = reported.get(id(msg), (msg, [0, 0]))[1]
+                channel_reports[index] = (counts[0], counts[1])
             for index, sent, at, call in accepted:
                 rec = _record(index, sent, at, settled)
                 rec.call = call
                 rec.awaited = awaited.get(index, "")
                 if index in called:
                     rec.called = "; ".join(called[index]) or "never called"
+                rec.reported = channel_reports.get(index)
+                rec.attempts, rec.splits = watch.attempts_of(sent)
                 trace.messages.append(rec)
+            for index, row_id, at, call in batches:
+                trace.messages.append(batch_row(schedule, index, row_id, at, call, rows,
+                                                 settled))
         trace.messages.sort(key=lambda m: m.id)
         for p in range(schedule.partitions):
             entries = fake.log(TOPIC, p)
@@ -193,8 +249,24 @@ async def _main(schedule: Schedule, trace: Trace) -> None:
         if any(not m.ok and window[0] <= m.accepted_at <= window[1] for m in trace.messages):
             trace.sent = _sent_values(fake)
         trace.oversized = _oversized(fake, schedule.max_message_bytes)
+        trace.produce_requests = [(r.time, r.request) for r in fake.requests_of(PRODUCE)
+                                  if r.request is not None]
         trace.end_time = trio.current_time()
         root.cancel_scope.cancel()
+
+
+@contextmanager
+def _send_path(kind: str) -> Iterator[None]:
+    """Producers opened in the block use ``kind``'s send() ("": the default)."""
+    if not kind:
+        yield
+        return
+    before = send_path.SEND_PATH
+    send_path.use(kind)
+    try:
+        yield
+    finally:
+        send_path.use(before)
 
 
 class _Abort(Exception):
@@ -244,53 +316,47 @@ def _record(index: int, msg: ProducerMessage | Delivery, at: float,
     return rec
 
 
-# ledger id -> (when it was settled, whether the close had begun by then)
-Settled = dict[int, tuple[float, bool]]
-
-
-def _instrument(producer: Producer, trace: Trace) -> Settled:
+def _instrument(producer: Producer, trace: Trace, rows: Rows) -> Settled:
     """Record when each message is settled (wrapping the ledger's two settle
-    calls): by ledger id; a settled run of a send() burst settles its rows,
-    whose ids are its chunk's first id + their row numbers in the burst."""
+    calls): by ledger id; a settled run of rows (a send() burst's or a
+    send_batch() call's) settles its rows, whose ids are its chunk's first id +
+    their row numbers in the chunk."""
     ledger, intake = producer._ledger, producer._intake
     settled: Settled = {}
-    succeed, fail = ledger.succeed, ledger.fail
+    succeed, fail, accept_rows = ledger.succeed, ledger.fail, ledger.accept_rows
 
     def mark(msgs: Any, time: float) -> None:
         now = (time, intake.closing)
         for m in msgs:
             if m._state != PENDING:
                 continue  # (the ledger counts it as settled twice)
-            if type(m) is RowRun and type(m._sink) is RowChunk and m._sink.group is None:
+            if type(m) is RowRun and type(m._sink) is RowChunk:
                 first = m._sink._id
-                for row in range(m.count) if m.rows is None else m.rows:
+                for pos, row in enumerate(range(m.count) if m.rows is None else m.rows):
                     if first + row in settled:  # in two runs: the ledger cannot see it
                         trace.rows_settled_twice += 1
                     settled[first + row] = now
+                    rows.runs[first + int(row)] = (m, pos)
             else:
                 settled[m._id] = now
+
+    def on_accept_rows(chunk: RowChunk, n: int) -> None:
+        accept_rows(chunk, n)
+        rows.chunks.append((chunk, n, trio.lowlevel.current_task()))
 
     def on_succeed(msgs: Any, base_offset: int, timestamp: int) -> None:
         mark(msgs, trio.current_time())
         succeed(msgs, base_offset, timestamp)
 
-    def on_fail(msgs: Any, cause: BaseException) -> None:
+    def on_fail(msgs: Any, cause: BaseException, *, reported: bool = False) -> None:
         msgs = list(msgs)
         mark(msgs, trio.current_time())
-        fail(msgs, cause)
+        fail(msgs, cause, reported=reported)
 
     ledger.succeed = on_succeed  # type: ignore[method-assign]
     ledger.fail = on_fail  # type: ignore[method-assign]
+    ledger.accept_rows = on_accept_rows  # type: ignore[method-assign,assignment]
     return settled
-
-
-Inputs = list[tuple[int, ProducerMessage, tuple[int, int, int], Attempt]]
-# (index in Schedule.sends, what send() returned, when, call) per accepted message
-Accepted = list[tuple[int, ProducerMessage | Delivery, float, tuple[int, int, int]]]
-# Where a "wait" loop's awaiting task runs, and what it records per index
-Awaiting = tuple[trio.Nursery, dict[int, str]]
-# Index -> what its on_delivery callback was called with (each call)
-Called = dict[int, list[str]]
 
 
 async def _source(
@@ -302,31 +368,37 @@ async def _source(
     trace: Trace,
     awaiting: Awaiting,
     called: Called,
+    bulk: tuple[Rows, Batches],
 ) -> None:
     mine = [(i, s) for i, s in enumerate(schedule.sends)
-            if s.source == source and not _closing_loop(schedule, s)]
+            if s.source == source and not closing_loop(schedule, s)]
     pos = 0
     while pos < len(mine):
         index, send = mine[pos]
-        await trio.sleep_until(send.at)
+        await trio.sleep_until(send.at)  # (a scheduler pass even when it is due already)
         if send.via == "loop":
             group = [(index, send)]
             while (pos + len(group) < len(mine) and mine[pos + len(group)][1].via == "loop"
                    and mine[pos + len(group)][1].at == send.at):
                 group.append(mine[pos + len(group)])
             pos += len(group)
-            sent = await _send_loop(producer, group, accepted, trace, called)
+            sent = await send_loop(producer, group, accepted, trace, called)
             if send.wait and sent:
                 nursery, awaited = awaiting
-                nursery.start_soon(_await_each, sent, _await_bound(schedule), awaited)
+                nursery.start_soon(await_each, sent, await_bound(schedule), awaited)
             continue
-        if send.via == "many":
+        if send.via in ("many", "batch"):
             group = [(index, send)]
-            while (pos + len(group) < len(mine) and mine[pos + len(group)][1].via == "many"
+            while (pos + len(group) < len(mine) and mine[pos + len(group)][1].via == send.via
                    and mine[pos + len(group)][1].at == send.at):
                 group.append(mine[pos + len(group)])
             pos += len(group)
-            await _send_many(producer, group, accepted, trace)
+            if send.via == "many":
+                await send_many(producer, group, accepted, trace, awaiting[0],
+                                 await_bound(schedule))
+            else:
+                await send_batch(producer, group, trace, awaiting[0], await_bound(schedule),
+                                  *bulk)
             continue
         pos += 1
         key = send.key.encode() if send.key is not None else None
@@ -350,124 +422,10 @@ async def _source(
                 TOPIC, value, key=key, partition=send.partition,
                 headers=HEADERS if send.via == "headers" else None,
             )
-        except _REFUSALS as exc:
+        except REFUSALS as exc:
             attempt.refused, attempt.detail = type(exc).__name__, str(exc)
             continue
         accepted.append((index, delivery, trio.current_time(), (start, trace.step(), 0)))
-
-
-async def _send_many(
-    producer: Producer,
-    group: list[tuple[int, Send]],
-    accepted: Accepted,
-    trace: Trace,
-) -> None:
-    msgs = [
-        ProducerMessage(TOPIC, value_of(i, s.size), s.key.encode() if s.key else None,
-                        partition=s.partition)
-        for i, s in group
-    ]
-    attempt = Attempt(tuple(i for i, _ in group), tuple(bound_of(s, i) for i, s in group), "")
-    trace.attempts.append(attempt)
-    start = trace.step()
-    try:
-        await producer.send_many(msgs)
-    except _REFUSALS as exc:
-        attempt.refused, attempt.detail = type(exc).__name__, str(exc)
-    now, end = trio.current_time(), trace.step()
-    for pos, ((i, _), msg) in enumerate(zip(group, msgs, strict=True)):
-        if msg._id:  # accepted (a BufferFullError may come after some chunks were)
-            accepted.append((i, msg, now, (start, end, pos)))
-
-
-def _closing_loop(schedule: Schedule, send: Send) -> bool:
-    """A loop the closing task sends itself, right before the close."""
-    return send.via == "loop" and send.at == schedule.close_at
-
-
-def _await_bound(schedule: Schedule) -> float:
-    """Far beyond the close's bound (O3): only a delivery never settled gets there."""
-    close_timeout: float = schedule.option("close_timeout")
-    request_timeout: float = schedule.option("request_timeout")
-    return schedule.close_at + 2 * (close_timeout + request_timeout)
-
-
-async def _send_loop(
-    producer: Producer, group: list[tuple[int, Send]], accepted: Accepted, trace: Trace,
-    called: Called,
-) -> list[tuple[int, Delivery]]:
-    """A high-rate loop: ``await producer.send(topic, value)`` per message (a few
-    with a key or partition, some with on_delivery), no
-    other await in between, so the calls after the first join one burst. Once
-    the dispatcher took a burst of >= COLUMNS_MIN messages, such a burst is
-    columnar (burst.py: RowDelivery rows)."""
-    if group[0][1].columns:
-        # Force the loop's first burst columnar, as a taken burst of >= COLUMNS_MIN
-        # messages would: otherwise a producer's first loop is always messages
-        # (nothing was taken yet), and most schedules have a single loop. A
-        # white-box switch, the one tests/scenarios/test_send_rows.py uses.
-        producer._intake._columns_next = True
-    sent: list[tuple[int, Delivery]] = []
-    for index, send in group:
-        attempt = Attempt((index,), (bound_of(send, index),), "")
-        trace.attempts.append(attempt)
-        start = trace.step()
-        value = value_of(index, send.size)
-        options: dict[str, Any] = {}
-        if send.key is not None:
-            options["key"] = send.key.encode()
-        if send.partition is not None:
-            options["partition"] = send.partition
-        if send.callback and index % 3:
-            calls = called[index] = []
-            options["on_delivery"] = partial(_call_back, calls, value)
-        try:
-            delivery = await producer.send(TOPIC, value, **options)
-        except _REFUSALS as exc:
-            attempt.refused, attempt.detail = type(exc).__name__, str(exc)
-            called.pop(index, None)
-            continue
-        accepted.append((index, delivery, trio.current_time(), (start, trace.step(), 0)))
-        sent.append((index, delivery))
-    return sent
-
-
-def _call_back(calls: list[str], value: bytes, md: RecordMetadata | None,
-               err: BaseException | None) -> None:
-    """A send()'s on_delivery: what it was called with, in _await_each's form."""
-    if err is None:
-        assert md is not None
-        calls.append(f"ok {md.partition} {md.offset}")
-    elif not isinstance(err, ProducerError):
-        calls.append(f"failed with a {type(err).__name__}, not a ProducerError: {err}")
-    else:
-        calls.append(f"failed {type(err.cause).__name__}: {err.cause}")
-        if err.message.value != value:
-            calls[-1] += f" (the error names another message: {err.message!r})"
-
-
-async def _await_each(sent: list[tuple[int, Delivery]], until: float,
-                      awaited: dict[int, str]) -> None:
-    """A futures-style user: awaits each delivery of a loop in order, keeping
-    what it got (the checker compares it with the delivery's final state)."""
-    for index, delivery in sent:
-        with trio.move_on_at(until):
-            try:
-                md = await delivery
-            except ProducerError as exc:
-                awaited[index] = f"failed {type(exc.cause).__name__}: {exc.cause}"
-                if exc.message.value != delivery.value:
-                    awaited[index] += f" (the error names another message: {exc.message!r})"
-            else:
-                awaited[index] = f"ok {md.partition} {md.offset}"
-            continue
-        awaited[index] = "never returned"
-
-
-async def _drain(channel: Any) -> None:
-    """A sarama-style user reads every outcome (else the producer backs up)."""
-    async for _ in channel:
-        pass
 
 
 async def _flush(producer: Producer, schedule: Schedule, at: float, trace: Trace) -> None:

@@ -80,6 +80,7 @@ class Send:
     key: str | None = None
     # "send": send()'s fast path; "headers": send() with a header (the general
     # path); "many": send_many() with the source's other "many" sends at `at`;
+    # "batch": send_batch() of the same as rows (values, keys, partitions lists);
     # "input": put on producer.input (outcomes read from producer.errors/successes);
     # "loop": send() in one tight loop with the source's other "loop" sends at
     # `at` (mostly no key, no partition, no await between them: a high-rate loop, whose
@@ -125,6 +126,22 @@ class Schedule:
     # The producer's block ends at close_at by an exception (a user's error):
     # the close flushes nothing and fails what is left at once with ProducerClosed.
     abort: bool = False
+    # The fake cluster's own settings (0 / False / 1: the same as the producer's, Kafka
+    # >= 2.5, one in-sync replica is enough): the topic's max.message.bytes below the
+    # producer's limit makes the broker refuse batches the producer built (split,
+    # KIP-126); strict_unknown_producer answers UNKNOWN_PRODUCER_ID to a producer a
+    # partition forgot (Kafka < 2.5); min.insync.replicas above 1 makes a stopped
+    # broker cost NOT_ENOUGH_REPLICAS.
+    topic_max_message_bytes: int = 0
+    strict_unknown_producer: bool = False
+    min_insync_replicas: int = 1
+    # What the run drives (runner.WORKLOADS): "producer", the only one so far.
+    workload: str = "producer"
+    # send()'s implementation: "" the default (the C Sender when built), "python"
+    # Intake.send, its pure-Python twin (send_path.use).
+    send_path: str = ""
+    # Which generator made it (sweep.py), for reports; not part of the run.
+    profile: str = field(default="", compare=False)
     note: str = field(default="", compare=False)
 
     def option(self, name: str) -> Any:
@@ -141,7 +158,12 @@ class Schedule:
             f"seed={self.seed} idempotent={self.idempotent} brokers={self.brokers} "
             f"partitions={self.partitions} sends={len(self.sends)} events={len(self.events)} "
             f"flushes={len(self.flushes)} heal_at={self.heal_at} close_at={self.close_at} "
-            f"max_message_bytes={self.max_message_bytes}{' abort' if self.abort else ''} {opts}"
+            f"max_message_bytes={self.max_message_bytes}{' abort' if self.abort else ''}"
+            f"{f' topic_max_message_bytes={self.topic_max_message_bytes}' if self.topic_max_message_bytes else ''}"
+            f"{' strict_unknown_producer' if self.strict_unknown_producer else ''}"
+            f"{f' min_insync_replicas={self.min_insync_replicas}' if self.min_insync_replicas > 1 else ''}"
+            f"{f' send_path={self.send_path}' if self.send_path else ''}"
+            f"{f' profile={self.profile}' if self.profile else ''} {opts}"
         )
 
 
@@ -284,22 +306,29 @@ def _loops(rng: random.Random, sources: int, close_at: float, mmb: int,
     return out
 
 
+# How often each fault kind is drawn (`_events`); a swarm schedule keeps a subset.
+FAULT_WEIGHTS = {
+    "move": 6, "error": 5, "error_after": 2, "lost_ack": 3, "drop_request": 2,
+    "drop_conns": 2, "slow": 3, "stale": 2, "stop": 2, "pid_error": 1,
+}
+
+
 def _events(rng: random.Random, s_brokers: int, partitions: int, heal_at: float,
-            idempotent: bool) -> list[Event]:
+            idempotent: bool, kinds: frozenset[str] | None = None) -> list[Event]:
     events: list[Event] = []
     n = rng.randint(0, 12)
     stopped: set[int] = set()
     slow: list[int] = []
+    weights = [(k, w if (kinds is None or k in kinds) and (k != "pid_error" or idempotent)
+                else 0) for k, w in FAULT_WEIGHTS.items()]
+    if not any(w for _, w in weights):
+        return events
 
     def when() -> float:
         return round(rng.uniform(0, heal_at), 4)
 
     for _ in range(n):
-        kind = _pick(rng, [
-            ("move", 6), ("error", 5), ("error_after", 2), ("lost_ack", 3),
-            ("drop_request", 2), ("drop_conns", 2), ("slow", 3), ("stale", 2),
-            ("stop", 2), ("pid_error", 1 if idempotent else 0),
-        ])
+        kind = _pick(rng, weights)
         at = when()
         node = rng.randrange(s_brokers)
         p = rng.randrange(partitions)
@@ -341,8 +370,10 @@ def _events(rng: random.Random, s_brokers: int, partitions: int, heal_at: float,
     return events
 
 
-def generate(seed: int, mode: str = "both") -> Schedule:
-    """The schedule for `seed`; `mode` "on"/"off" fixes idempotence, "both" draws it."""
+def generate(seed: int, mode: str = "both", kinds: frozenset[str] | None = None) -> Schedule:
+    """The schedule for `seed`; `mode` "on"/"off" fixes idempotence, "both" draws it.
+    `kinds` keeps only those fault kinds (swarm testing: each schedule a subset,
+    so a rare combination is not drowned by the others)."""
     rng = random.Random(seed)
     idempotent = mode == "on" or (mode == "both" and rng.random() < 0.5)
     brokers = rng.randint(2, 4)
@@ -358,7 +389,7 @@ def generate(seed: int, mode: str = "both") -> Schedule:
         # late enough for L1: a window of sends after everything older settled
         close_at = round(heal_at + 2 * settle + rng.uniform(0.5, 3.0), 3)
     sends = _sends(rng, partitions, close_at, mmb)
-    events = _events(rng, brokers, partitions, heal_at, idempotent)
+    events = _events(rng, brokers, partitions, heal_at, idempotent, kinds)
     flushes = tuple(sorted(round(rng.uniform(0, close_at), 3) for _ in range(rng.randint(0, 3))))
     abort = rng.random() < 0.1
     loops = _loops(rng, 1 + max((s.source for s in sends), default=0), close_at, mmb, abort,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,14 @@ class Message:
     # What its on_delivery callback was called with, each call ("; "-joined, in
     # the awaited form), when a "callback" loop passed one; "" if none.
     called: str = ""
+    # A producer.input message: how often it came out of producer.successes and
+    # producer.errors (None: not sent that way).
+    reported: tuple[int, int] | None = None
+    # How many requests the producer built with it (its attempts, also those never
+    # received), and how often a batch holding it was split (KIP-126); -1: not
+    # counted (a row: its run may be split into new runs).
+    attempts: int = -1
+    splits: int = 0
 
 
 @dataclass(slots=True)
@@ -52,6 +61,10 @@ class Attempt:
     bounds: tuple[int, ...]  # batch_size_for_record of each message
     refused: str  # exception type name, "" if accepted
     detail: str = ""
+    # A send_many() call: what awaiting its group gave, (delivered, failed, the
+    # values of the messages its first errors name), or "never returned".
+    group: tuple[int, int, tuple[bytes, ...]] | str | None = None
+    rows: bool = False  # a send_batch() call: its errors name runs of rows
 
 
 @dataclass(slots=True)
@@ -72,6 +85,8 @@ class Trace:
     # Values of every record some Produce request carried (filled only when a
     # message accepted after healing failed: L1 asks whether it was ever sent).
     sent: set[bytes] = field(default_factory=set)
+    # The Produce requests the fake received, (arrival time, request).
+    produce_requests: list[tuple[float, Any]] = field(default_factory=list)
     # (partition, bytes) of every batch a Produce request carried over max_message_bytes
     oversized: list[tuple[int, int]] = field(default_factory=list)
     # {partition: offsets of records the broker appended after it had forgotten
@@ -85,7 +100,19 @@ class Trace:
     outstanding_after_close: int = 0
     buffered_after_close: int = 0
     crash: str = ""
+    # What the probes saw (probes.py): guards reached, and the guards' own
+    # invariants broken (kind -> the first case).
+    reached: Counter[str] = field(default_factory=Counter)
+    guard_violations: dict[str, str] = field(default_factory=dict)
+    # The ledger's own counts (statistics()), against the outcomes seen.
+    counted: tuple[int, int, int, int] = (0, 0, 0, 0)  # accepted, succeeded, failed, requests
+    # Idempotence's own counts of (epochs bumped, new producer ids) (None: not
+    # idempotent), and the ones the probes saw start.
+    idem_counts: tuple[int, int] | None = None
+    epochs_started: tuple[int, int] = (0, 0)
     end_time: float = 0.0
+    # What another workload records for its own invariants (runner.WORKLOADS).
+    extra: dict[str, Any] = field(default_factory=dict)
     steps: int = 0  # the call step counter
 
     def step(self) -> int:

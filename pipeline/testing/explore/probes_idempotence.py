@@ -1,0 +1,63 @@
+"""Probes of idempotence: recoveries, new epochs and producer ids (probes.py is the
+mechanism; GUARDS in guards.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .probes import IDEM, Watch, probe
+
+# -- idempotence --------------------------------------------------------------------
+
+@probe(IDEM, "_start_epoch")
+def _idem_start_epoch(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def start_epoch(self: Any, pid: int, epoch: int, *, bumped_locally: bool) -> Any:
+        if w.epochs_started:
+            w.reach("epoch-bumped" if bumped_locally else "new-producer-id-in-a-recovery")
+            w.recoveries[0 if bumped_locally else 1] += 1
+            if self.in_flight:
+                w.violate("G7 bump under flight", (
+                    f"a new epoch started with {self.in_flight} batches of the old one "
+                    "in flight"))
+            if not bumped_locally and not (w.fenced or w.refused or self.producer_epoch >= 32767):
+                w.violate("G7 needless new id", (
+                    "a recovery took a new producer id although no broker fenced the epoch, "
+                    "none refused a local bump and the epoch is not exhausted: it bumps "
+                    "its own epoch then (KIP-360)"))
+            if bumped_locally and (w.fenced or w.refused):
+                w.violate("G7 bump after fencing", (
+                    "the producer bumped its own epoch although a broker fenced the current "
+                    "one" + (" (and refused an epoch it bumped itself before)" if w.refused
+                             else "") + ": only a new producer id recovers from that"))
+            if bumped_locally and (pid, epoch) != (self.producer_id, self.producer_epoch + 1):
+                w.violate("G7 bump", f"a local bump from {self.producer_id}/"
+                          f"{self.producer_epoch} to {pid}/{epoch}")
+            if not bumped_locally and pid == self.producer_id:
+                w.violate("G7 new id", f"a recovery with a new id kept producer id {pid}")
+        w.fenced = False
+        w.local_epoch = bumped_locally
+        w.epochs_started += 1
+        return orig(self, pid, epoch, bumped_locally=bumped_locally)
+    return start_epoch
+
+
+@probe(IDEM, "epoch_fenced")
+def _idem_epoch_fenced(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def epoch_fenced(self: Any, producer_id: int, producer_epoch: int, code: Any) -> Any:
+        if (producer_id, producer_epoch) == (self.producer_id, self.producer_epoch):
+            w.reach("epoch-fenced-takes-a-new-id")
+            w.fenced = True
+            if w.local_epoch:
+                w.refused = True  # from now on every recovery takes a new id
+        return orig(self, producer_id, producer_epoch, code)
+    return epoch_fenced
+
+
+@probe(IDEM, "batch_failed")
+def _idem_batch_failed(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def batch_failed(self: Any, batch: Any, reason: str) -> Any:
+        if (batch.producer_id, batch.producer_epoch) == (self.producer_id, self.producer_epoch):
+            w.reach("failed-batch-starts-a-new-epoch")
+        return orig(self, batch, reason)
+    return batch_failed

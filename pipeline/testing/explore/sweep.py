@@ -1,0 +1,52 @@
+"""The schedules a sweep runs: ``make explore``, the CI sweep and ``make
+mutants-explore`` all take schedule i of a sweep from seed S as ``schedule_for(S + i)``.
+
+A seed picks one of three generators:
+
+* *plain* (``schedule.generate``): every fault kind, times drawn from continuous
+  ranges (the explorer's first generator; its seeds replay as before with
+  ``--plain``);
+* *swarm*: the plain generator with a random subset of the fault kinds (swarm
+  testing: a schedule of only stops and stale metadata reaches what twelve kinds
+  at once drown);
+* *targeted* (``profiles.py``): times on a grid, so answers, bounces, backoffs
+  and sends collide, in profiles aimed at the protocol's guards.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import replace
+
+from .profiles import targeted
+from .schedule import FAULT_WEIGHTS, Schedule, generate
+
+# Shares of a sweep (the rest: plain).
+SWARM, TARGETED = 0.2, 0.55
+
+
+# Share of schedules whose send() is the pure-Python twin (Intake.send) instead of
+# the C Sender (when built): both implement the intake's rules.
+PYTHON_SEND = 0.3
+
+
+def schedule_for(seed: int, mode: str = "both") -> Schedule:
+    rng = random.Random(seed * 104729 + 3)
+    roll = rng.random()
+    if roll < TARGETED:
+        schedule = targeted(seed, mode)
+    elif roll < TARGETED + SWARM:
+        kinds = [k for k in FAULT_WEIGHTS if rng.random() < 0.4]
+        schedule = replace(generate(seed, mode, frozenset(kinds)),
+                           profile="swarm:" + "+".join(kinds))
+    else:
+        schedule = generate(seed, mode)
+    if rng.random() < PYTHON_SEND:
+        schedule = replace(schedule, send_path="python")
+    return schedule
+
+
+def schedules(seed: int, n: int, mode: str = "both") -> Iterator[Schedule]:
+    for i in range(n):
+        yield schedule_for(seed + i, mode)

@@ -1,0 +1,120 @@
+"""No silent loss: a failure nobody reads is logged, aggregated, once per window.
+
+``pipeline/producer/_outcomes/unobserved.py``: the ledger keeps every failure whose
+outcome reaches no one; one WARNING reports those still unread after 5 s (per topic and
+partition, with the first error), and leaving the block reports the rest; with
+``raise_on_unobserved_failure=True`` leaving the block raises them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+import trio.testing
+
+from pipeline import ProducerMessage, wait_all
+from pipeline.producer._api import UNOBSERVED_WINDOW
+from pipeline.testing.fake_cluster import FakeCluster
+from tests.scenarios.conftest import open_fake_producer
+
+MARK = "nobody read their outcome"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeCluster]:
+    async with FakeCluster.serve(brokers=1, seed=1, auto_create_topics=False) as fake:
+        fake.create_topic("t", 1)
+        yield fake
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and MARK in r.getMessage()]
+
+
+async def test_ten_thousand_failures_nobody_reads_warn_once_per_window(
+        fake: FakeCluster, caplog: pytest.LogCaptureFixture,
+        autojump_clock: trio.testing.MockClock) -> None:
+    async with open_fake_producer(fake, delivery_timeout=20.0) as producer:
+        for i in range(10_000):
+            await producer.send("nosuch", b"%d" % i)  # a typo in the topic name
+        await producer.flush()
+        assert producer.statistics().failed == 10_000
+        await trio.sleep(3 * UNOBSERVED_WINDOW)
+        assert len(warnings(caplog)) == 1
+    [message] = warnings(caplog)  # nothing left for the close to report
+    assert message.startswith("10000 record(s) failed")
+    assert "10000 to nosuch" in message and "UnknownTopicError" in message
+
+
+async def test_a_steady_stream_of_failures_warns_once_per_window(
+        fake: FakeCluster, caplog: pytest.LogCaptureFixture,
+        autojump_clock: trio.testing.MockClock) -> None:
+    async with open_fake_producer(fake, delivery_timeout=20.0) as producer:
+        for _ in range(3):
+            for i in range(10):
+                await producer.send("nosuch", b"%d" % i)
+            await producer.flush()
+            await trio.sleep(UNOBSERVED_WINDOW + 1)
+        assert len(warnings(caplog)) == 3
+
+
+async def test_failures_that_are_read_are_not_reported(
+        fake: FakeCluster, caplog: pytest.LogCaptureFixture,
+        autojump_clock: trio.testing.MockClock) -> None:
+    called = []
+    async with open_fake_producer(fake, delivery_timeout=20.0) as producer:
+        deliveries = [await producer.send("nosuch", b"%d" % i) for i in range(1000)]
+        for _ in range(100):
+            await producer.send("nosuch", b"cb", on_delivery=lambda m, e: called.append(e))
+        group = await producer.send_many([ProducerMessage("nosuch", b"m") for _ in range(10)])
+        await producer.flush()
+        await trio.sleep(1.0)  # within the window, the caller reads every outcome
+        result = await wait_all(deliveries)
+        assert result.failed == 1000
+        assert (await group).failed == 10
+        await trio.sleep(3 * UNOBSERVED_WINDOW)
+    assert len(called) == 100
+    assert warnings(caplog) == []
+
+
+async def test_awaiting_each_delivery_reads_its_failure(
+        fake: FakeCluster, caplog: pytest.LogCaptureFixture,
+        autojump_clock: trio.testing.MockClock) -> None:
+    async with open_fake_producer(fake, delivery_timeout=20.0) as producer:
+        deliveries = [await producer.send("nosuch", b"%d" % i) for i in range(50)]
+        for d in deliveries:
+            with pytest.raises(Exception, match="nosuch"):
+                await d
+        await trio.sleep(2 * UNOBSERVED_WINDOW)
+    assert warnings(caplog) == []
+
+
+async def test_what_is_unread_at_close_is_reported_then(
+        fake: FakeCluster, caplog: pytest.LogCaptureFixture,
+        autojump_clock: trio.testing.MockClock) -> None:
+    async with open_fake_producer(fake, delivery_timeout=20.0) as producer:
+        for i in range(7):
+            await producer.send("nosuch", b"%d" % i)
+        await producer.flush()
+    [message] = warnings(caplog)
+    assert "7 record(s)" in message and "when the producer closed" in message
+
+
+async def test_raise_on_unobserved_failure_raises_them_when_the_block_ends(
+        fake: FakeCluster, autojump_clock: trio.testing.MockClock) -> None:
+    async def send_and_leave() -> None:
+        async with open_fake_producer(fake, delivery_timeout=20.0,
+                                      raise_on_unobserved_failure=True) as producer:
+            for i in range(3):
+                await producer.send("nosuch", b"%d" % i)
+            await producer.send("t", b"fine")
+            await producer.flush()
+
+    with pytest.raises(ExceptionGroup, match="3 record") as caught:
+        await send_and_leave()
+    assert [type(e.cause).__name__ for e in caught.value.exceptions] == [
+        "UnknownTopicError"] * 3
