@@ -2,33 +2,40 @@
 
 What runs in a task when ``export_dataframe(..., exactly_once=True)``:
 
-1. **Already complete?** If the driver's read of the ledger (before the job) holds a
-   complete marker for this partition, the task writes nothing and reports ``skipped``:
-   a rerun of the export id never writes a committed partition again.
-2. **Fence.** The task opens a transactional producer whose transactional id is the
+1. **Fence.** The task opens a transactional producer whose transactional id is the
    export id and the partition (:meth:`ExactlyOnce.transactional_id`): one id per
    partition, reused by every attempt and rerun. Its InitProducerId fences every
    earlier or concurrent attempt of the partition (a failed attempt whose process lives
    on, a speculative copy): their open transaction is aborted, a commit in progress
    completes first, and none of them can write again.
-3. **Read the ledger** (:func:`pipeline.spark.ledger.read_markers`, ``read_committed``,
-   after the fencing): the partition's latest marker. Complete: report and write
-   nothing. Partly done (earlier attempts committed some chunks): re-read those rows
-   from the partition, compare their fingerprint with the marker's, and resume after
-   them; a mismatch (the partition's content or order changed between attempts) fails
-   the task rather than writing rows twice.
-4. **Write in transactions.** Rows go out in transactions of at most
+2. **Read the ledger** (:func:`pipeline.spark.ledger.read_markers`, ``read_committed``,
+   after the fencing): the partition's latest marker, which says how many of its rows
+   are committed. The task re-reads those rows from its input, compares their
+   fingerprint with the marker's, and resumes after them; a mismatch (the partition's
+   content or order changed between attempts) fails the task rather than writing rows
+   twice. If nothing follows them, nothing is written.
+3. **Write in transactions.** Rows go out in transactions of at most
    ``commit_interval`` seconds (and ``commit_rows`` rows, when set), each closed by
    waiting for its rows' acknowledgements, then sending the partition's marker (rows done,
-   their fingerprint, complete or not) to the ledger, then committing: the marker is
-   visible exactly when its rows are. A pull from Spark that outlasts the interval does
-   not hold the transaction open: it commits what it has and goes on after.
-5. **Fenced?** When a later attempt fenced this one (``ProducerFencedError``), this
+   their fingerprint, whether the input ended) to the ledger, then committing: the
+   marker is visible exactly when its rows are. A pull from Spark that outlasts the
+   interval does not hold the transaction open: it commits what it has and goes on after.
+4. **Fenced?** When a later attempt fenced this one (``ProducerFencedError``), this
    attempt must not succeed before the partition is done: Spark would take its result
    and kill the attempt that writes. And failing at once would make Spark start yet
    another attempt, which would fence the writer. So it waits, polling the ledger, until
-   the partition is complete (then reports it, ``committed``), or until the writer made no
-   progress for a long time (then it fails).
+   a marker says its writer's input ended; then it checks that its own input holds the
+   same rows and no more, and reports the partition (else it fails: the writer's input
+   was cut short, and a retry resumes).
+
+**The end of the input is not the end of the partition.** When the computation
+upstream of the export fails in Spark (a UDF raising, a lost shuffle block), PySpark
+ends the Python worker's Arrow input *as if the partition were complete* (measured on
+4.2: the rest of the partition never arrives, no error), and fails the task only in
+the JVM. So a marker's ``complete`` only says that its attempt's input ended there: no
+attempt ever skips a partition on that word alone. Every attempt re-reads its input and
+writes whatever follows the committed rows; only a job that Spark finished marks the
+export done (:mod:`pipeline.spark.exactly_once_job`).
 
 Any other error fails the task (``ExportTaskError``); closing the producer aborts its
 open transaction, and Spark's next attempt fences and resumes.
@@ -71,6 +78,10 @@ def _ledger_wait(transaction_timeout: float) -> float:
 class _Fenced(Exception):
     """Internal: a later attempt of this partition took over."""
 
+    def __init__(self, marker: Marker | None) -> None:
+        super().__init__("fenced")
+        self.marker = marker  # the latest committed marker this attempt knew of
+
 
 async def export_exactly_once(
     batches: Iterable[pa.RecordBatch], cfg: ExportConfig, status: PartitionStatus
@@ -83,26 +94,26 @@ async def export_exactly_once(
     raw = eo.markers.get(part)
     before = Marker.decode(raw) if raw is not None else None
     converter = _Converter(batches, cfg, part)
-    if before is not None and before.complete:
-        if eo.verify_skipped:
-            await _verify_committed(converter, before)
-        _finish(status, before, eo, before)
-        status.rows = status.resumed_rows = before.rows
-        return
-    options = cfg.open_options()
-    pcfg = make_config(None, {**options, "transactional_id": eo.transactional_id(part)})
-    position = eo.ledger_start
     try:
-        current = before
-        try:
-            current, position = await _write_partition(converter, cfg, eo, pcfg, status,
-                                                       before)
-        except _Fenced as fenced:
-            current = fenced.args[0] if fenced.args else before
-            await _wait_for_writer(cfg, eo, pcfg, status, before, current, position)
+        if eo.done:  # a rerun of a finished export: nothing to write
+            if before is None:
+                raise ExportTaskError(
+                    f"export {eo.export_id!r} finished with fewer Spark partitions than "
+                    f"this DataFrame has (none was committed as partition {part}): the "
+                    "DataFrame changed since; export it under a new export_id")
+            if eo.verify_done:
+                await _verify_committed(converter, before)
+            _finish(status, before, eo, before)
+            status.resumed_rows = before.rows
             return
-        assert current is not None
-        _finish(status, current, eo, before)
+        pcfg = make_config(None, {**cfg.open_options(),
+                                  "transactional_id": eo.transactional_id(part)})
+        try:
+            marker = await _write_partition(converter, cfg, eo, pcfg, status, before)
+        except _Fenced as fenced:
+            marker = await _wait_for_writer(converter, cfg, eo, pcfg, status,
+                                            fenced.marker)
+        _finish(status, marker, eo, before)
     finally:
         status.rows = max(status.rows, converter.rows)
         status.bytes = converter.bytes
@@ -111,48 +122,47 @@ async def export_exactly_once(
 def _finish(status: PartitionStatus, marker: Marker, eo: ExactlyOnce,
             before: Marker | None) -> None:
     """Report the partition as its latest marker says (which may have been written by
-    another attempt or an earlier run)."""
-    status.outcome = "skipped" if marker.run_id != eo.run_id else "committed"
+    another attempt, or by an earlier run: then every row was committed before this run,
+    and the partition is ``skipped``)."""
+    earlier = before.rows if before is not None else 0
+    status.outcome = "skipped" if before is not None and marker.rows == earlier else "committed"
     status.committed_rows = marker.rows
     status.rows = max(status.rows, marker.rows)
-    status.delivered = marker.rows - (before.rows if before is not None else 0)
+    status.delivered = marker.rows - earlier
     status.writer_attempt = marker.attempt if marker.run_id == eo.run_id else -1
 
 
 async def _write_partition(
     converter: _Converter, cfg: ExportConfig, eo: ExactlyOnce, pcfg: ProducerConfig,
     status: PartitionStatus, before: Marker | None,
-) -> tuple[Marker, int]:
-    """Fence, read the ledger, resume, write; the final marker and the ledger offset
-    read up to. Raises ``_Fenced`` (with the latest marker known) when another attempt
-    took over."""
+) -> Marker:
+    """Fence, read the ledger, resume, write (steps 1-3); the partition's final marker.
+    Raises ``_Fenced`` when another attempt took over."""
     from pipeline.producer._api import open_producer
     from pipeline.producer._errors import ProducerFencedError
 
     part = status.partition
-    wait = _ledger_wait(pcfg.transaction_timeout)
     async with open_producer(cfg.bootstrap, pcfg) as producer:  # InitProducerId: fences
-        found, position = await read_markers(
+        found = await read_markers(
             cfg.bootstrap, eo.ledger_topic, eo.ledger_partition, eo.ledger_start, eo.export_id,
-            cluster=pcfg.cluster, wait=wait, partition=part)
+            cluster=pcfg.cluster, wait=_ledger_wait(pcfg.transaction_timeout),
+            partition=part)
         marker = before
         if part in found and found[part].newer_than(marker):
             marker = found[part]
-        if marker is not None and marker.complete:
-            return marker, position
         if marker is not None:
             await _resume_after(converter, marker, status)
         writer = _Writer(producer, converter, cfg, eo, status, marker)
         try:
-            return await writer.run(), position
+            return await writer.run()
         except ProducerFencedError:
             raise _Fenced(writer.marker) from None
 
 
 async def _verify_committed(converter: _Converter, marker: Marker) -> None:
-    """An earlier run committed the whole partition: check that this partition holds
-    the same rows (count and fingerprint) before skipping it, so that a partitioning
-    that changed between runs is refused instead of skipped or written twice."""
+    """A finished run committed the whole partition: check that this partition holds
+    the same rows (count and fingerprint), so that a DataFrame or partitioning that
+    changed since is refused instead of skipped."""
     got = await trio.to_thread.run_sync(converter.skip, marker.rows + 1)
     assert converter.fingerprint is not None
     if got != marker.rows or converter.fingerprint.digest() != marker.fingerprint:
@@ -160,18 +170,17 @@ async def _verify_committed(converter: _Converter, marker: Marker) -> None:
                 if got < marker.rows else "has other content or another order")
         raise ExportTaskError(
             f"export {marker.export_id!r}: Spark partition {marker.partition} was committed "
-            f"whole by an earlier run ({marker.rows} rows), but this run's partition {what}: "
-            "the DataFrame or its partitioning changed since, so neither skipping nor "
-            "writing it again would be exactly once. Export the new data under a new "
-            "export_id (or pass verify_skipped=False to skip unread)")
+            f"whole by a finished run ({marker.rows} rows), but this run's partition {what}: "
+            "the DataFrame or its partitioning changed since. Export the new data under a new "
+            "export_id")
 
 
 async def _resume_after(converter: _Converter, marker: Marker, status: PartitionStatus) -> None:
     """Skip the rows earlier attempts committed, checking that they are the same rows."""
-    got = await trio.to_thread.run_sync(converter.skip, marker.rows)
+    await trio.to_thread.run_sync(converter.skip, marker.rows - converter.rows)
     assert converter.fingerprint is not None
-    if got < marker.rows or converter.fingerprint.digest() != marker.fingerprint:
-        what = (f"has only {got} rows" if got < marker.rows
+    if converter.rows < marker.rows or converter.fingerprint.digest() != marker.fingerprint:
+        what = (f"has only {converter.rows} rows" if converter.rows < marker.rows
                 else "has other content or another order in them")
         raise ExportTaskError(
             f"export {marker.export_id!r}: Spark partition {marker.partition} cannot resume: "
@@ -213,6 +222,9 @@ class _Writer:
             while True:
                 if not self._pending and not self._done:
                     await self._take(await receive.receive())
+                if self._done and not self._pending and self.marker is not None and (
+                        self.marker.complete):
+                    return self.marker  # the committed rows were all of them: no write
                 marker = await self._transaction(receive)
                 if marker.complete:
                     nursery.cancel_scope.cancel()
@@ -268,7 +280,7 @@ class _Writer:
                     await self._take(await receive.receive())
                 if boundary or not (self._pending or self._done):
                     break  # the boundary, or the deadline passed first
-            await outcomes.wait_all()
+            await _settle(outcomes)
             if outcomes.failed:
                 raise TransactionAbortableError(
                     f"{outcomes.failed} row(s) were not delivered; first error: "
@@ -318,27 +330,48 @@ class _Writer:
             "before it")
 
 
-async def _wait_for_writer(cfg: ExportConfig, eo: ExactlyOnce, pcfg: ProducerConfig,
-                           status: PartitionStatus, before: Marker | None,
-                           current: Marker | None, position: int) -> None:
-    """Step 5: another attempt owns the partition; report once it completed it."""
+async def _settle(outcomes: _Outcomes) -> None:
+    """Until every row sent has its outcome, or one row failed: a transaction that cannot
+    commit is aborted at once (the abort fails what is still pending), rather than after
+    each pending row's ``delivery_timeout``."""
+    while True:
+        outcomes.fold()
+        if outcomes.failed or not outcomes.open:
+            return
+        with trio.move_on_after(0.05):
+            await outcomes.open[0].wait()
+
+
+async def _wait_for_writer(converter: _Converter, cfg: ExportConfig, eo: ExactlyOnce,
+                           pcfg: ProducerConfig, status: PartitionStatus,
+                           current: Marker | None) -> Marker:
+    """Step 4: another attempt owns the partition. Once a marker says its input ended,
+    check that this attempt's input holds those rows and no more; then they are the
+    partition."""
     part = status.partition
     bound = fenced_wait_bound(pcfg.transaction_timeout)
-    wait = _ledger_wait(pcfg.transaction_timeout)
     progress_at = trio.current_time()
-    while True:
-        found, position = await read_markers(
-            cfg.bootstrap, eo.ledger_topic, eo.ledger_partition, position, eo.export_id,
-            cluster=pcfg.cluster, wait=wait, partition=part)
-        newer = found.get(part)
-        if newer is not None and newer.newer_than(current):
-            current, progress_at = newer, trio.current_time()
-        if current is not None and current.complete:
-            _finish(status, current, eo, before)
-            return
+    while current is None or not current.complete:
         if trio.current_time() - progress_at > bound:
             raise ExportTaskError(
                 f"export {eo.export_id!r}: Spark partition {part} (attempt {status.attempt}) "
                 f"was fenced by another attempt of the partition, which then committed "
                 f"nothing for {bound:.0f}s")
         await trio.sleep(0.5)
+        found = await read_markers(
+            cfg.bootstrap, eo.ledger_topic, eo.ledger_partition, eo.ledger_start, eo.export_id,
+            cluster=pcfg.cluster, wait=_ledger_wait(pcfg.transaction_timeout),
+            partition=part)
+        newer = found.get(part)
+        if newer is not None and newer.newer_than(current):
+            current, progress_at = newer, trio.current_time()
+    if converter.rows <= current.rows:
+        await _resume_after(converter, current, status)
+        if await trio.to_thread.run_sync(converter.skip, 1) == 0:
+            status.resumed_rows = 0
+            return current
+    raise ExportTaskError(
+        f"export {eo.export_id!r}: Spark partition {part} (attempt {status.attempt}) was "
+        f"fenced by another attempt, whose input ended after {current.rows} rows, but this "
+        "attempt's input has more: that attempt's input was cut short (its task fails); a "
+        "retry resumes after the committed rows")

@@ -23,6 +23,7 @@ After a failed job, :func:`after_failure`:
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import secrets
@@ -32,7 +33,7 @@ from typing import Any
 
 import trio
 
-from pipeline.spark.ledger import EXPORT_ID, Marker, ensure_ledger, snapshot
+from pipeline.spark.ledger import EXPORT_ID, Done, Marker, ensure_ledger, mark_done, snapshot
 from pipeline.spark.status import ExactlyOnce, PartitionStatus
 
 __all__ = ["after_failure", "check_options", "new_export_id", "prepare"]
@@ -83,9 +84,10 @@ def check_options(export_id: str | None, max_failed_rows: int,
 def prepare(
     *, bootstrap: str, topic: str | None, export_id: str, ledger_topic: str,
     producer_options: Mapping[str, Any], commit_interval: float | None,
-    commit_rows: int | None, transactional_id_prefix: str, verify_skipped: bool,
-) -> ExactlyOnce:
-    """The tasks' exactly-once config: ledger created if missing, markers read."""
+    commit_rows: int | None, transactional_id_prefix: str, verify_done: bool = False,
+) -> tuple[ExactlyOnce, Done | None]:
+    """The tasks' exactly-once config (ledger created if missing, markers read), and
+    the ledger's record of a finished job of the export, if any."""
     from pipeline.producer._config import make_config
     from pipeline.util.groups import unwrap_single_errors
 
@@ -101,12 +103,12 @@ def prepare(
 
     with unwrap_single_errors():
         view = trio.run(run)
-    different = sorted({m.topic for m in view.markers.values()} - {topic})
+    different = sorted({m.topic or "" for m in view.markers.values()} - {topic or ""})
     if different:
         raise ValueError(
-            f"export_id={export_id!r} was used for topic {different[0]!r}; this export "
-            f"writes to {topic!r}: use another export_id")
-    return ExactlyOnce(
+            f"export_id={export_id!r} was used for topic {different[0] or '(topic column)'!r}; "
+            f"this export writes to {topic or '(topic column)'!r}: use another export_id")
+    eo = ExactlyOnce(
         export_id=export_id,
         run_id=secrets.token_hex(8),
         ledger_topic=ledger_topic,
@@ -117,8 +119,33 @@ def prepare(
                          else pcfg.transaction_timeout / 3),
         commit_rows=commit_rows,
         transactional_id_prefix=transactional_id_prefix,
-        verify_skipped=verify_skipped,
+        done=view.done is not None,
+        verify_done=verify_done,
     )
+    return eo, view.done
+
+
+def skipped_statuses(eo: ExactlyOnce, done: Done) -> list[PartitionStatus]:
+    """The report of a rerun of a finished export: every partition skipped."""
+    out = []
+    for p in range(done.partitions):
+        raw = eo.markers.get(p)
+        rows = Marker.decode(raw).rows if raw is not None else 0
+        out.append(PartitionStatus(partition=p, attempt=-1, outcome="skipped", rows=rows,
+                                   committed_rows=rows, resumed_rows=rows))
+    return out
+
+
+def finish(*, bootstrap: str, eo: ExactlyOnce, partitions: int, rows: int,
+           producer_options: Mapping[str, Any]) -> None:
+    """Record in the ledger that the job finished (every task succeeded)."""
+    from pipeline.util.groups import unwrap_single_errors
+
+    done = Done(export_id=eo.export_id, run_id=eo.run_id, partitions=partitions, rows=rows,
+                at=time.time())
+    with unwrap_single_errors():
+        trio.run(functools.partial(mark_done, bootstrap, eo.ledger_topic, eo.ledger_partition,
+                                   done, producer_options=producer_options))
 
 
 def job_partitions(spark: Any, group: str) -> int | None:
@@ -150,9 +177,40 @@ def wait_for_tasks(spark: Any, group: str, limit: float) -> None:
         time.sleep(0.2)
 
 
+def succeeded_tasks(spark: Any, group: str) -> set[int] | None:
+    """The partitions whose task Spark finished successfully in the export job (its
+    status store, through the JVM; None where that cannot be read, e.g. Spark Connect)."""
+    try:
+        sc = spark.sparkContext
+        tracker = sc.statusTracker()
+        store = sc._jsc.sc().statusStore()
+        done: set[int] = set()
+        for job_id in tracker.getJobIdsForGroup(group):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in (job.stageIds if job is not None else ()):
+                stage = tracker.getStageInfo(stage_id)
+                for attempt in range(stage.currentAttemptId + 1 if stage is not None else 0):
+                    tasks = store.taskList(stage_id, attempt, 1 << 30)
+                    for i in range(tasks.size()):
+                        task = tasks.apply(i)
+                        if task.status() == "SUCCESS":
+                            done.add(int(task.index()))
+        return done
+    except Exception as exc:
+        log.info("cannot read the export job's task outcomes from Spark: %s", exc)
+        return None
+
+
 def after_failure(*, bootstrap: str, eo: ExactlyOnce, partitions: int | None,
+                  succeeded: set[int] | None,
                   producer_options: Mapping[str, Any]) -> list[PartitionStatus]:
-    """Fence the failed job's leftovers, then say per partition what is committed."""
+    """Fence the failed job's leftovers, then say per partition what is committed.
+
+    A partition is ``committed`` (or ``skipped``, when an earlier run had committed all
+    of it) when Spark finished its task (``succeeded``); else ``failed``, with whatever
+    rows its attempts committed (``committed_rows``, visible to read_committed
+    readers). Without ``succeeded``, a partition counts as committed when its last
+    marker says its input ended (which a task whose upstream failed also says)."""
     from pipeline.producer._config import make_config
     from pipeline.util.groups import unwrap_single_errors
 
@@ -160,19 +218,16 @@ def after_failure(*, bootstrap: str, eo: ExactlyOnce, partitions: int | None,
     cluster = pcfg.cluster
     bound = pcfg.transaction_timeout + pcfg.request_timeout + 10.0
     before = {p: Marker.decode(m) for p, m in eo.markers.items()}
+    count = partitions if partitions is not None else max([*before, -1]) + 1
 
     async def run() -> dict[int, Marker]:
-        view = await snapshot(bootstrap, eo.ledger_topic, eo.export_id, cluster=cluster)
-        known = partitions if partitions is not None else (
-            max([*view.markers, *before], default=-1) + 1)
-        open_ids = [p for p in range(known)
-                    if not (p in view.markers and view.markers[p].complete)]
         limiter = trio.CapacityLimiter(_FENCE_CONCURRENCY)
         with trio.move_on_after(bound):
             async with trio.open_nursery() as nursery:
-                for p in open_ids:
-                    nursery.start_soon(_fence, bootstrap, eo.transactional_id(p),
-                                       producer_options, limiter)
+                for p in range(count):
+                    if succeeded is None or p not in succeeded:
+                        nursery.start_soon(_fence, bootstrap, eo.transactional_id(p),
+                                           producer_options, limiter)
         return (await snapshot(bootstrap, eo.ledger_topic, eo.export_id,
                                cluster=cluster)).markers
 
@@ -183,17 +238,19 @@ def after_failure(*, bootstrap: str, eo: ExactlyOnce, partitions: int | None,
         log.warning("export %r: could not fence the failed job's transactions or read its "
                     "ledger: %s", eo.export_id, exc)
         return []
-    count = partitions if partitions is not None else max([*markers, -1]) + 1
     out = []
-    for p in range(count):
+    for p in range(max(count, max([*markers, -1]) + 1)):
         marker, earlier = markers.get(p), before.get(p)
         status = PartitionStatus(partition=p, outcome="failed", attempt=-1)
+        ok = (p in succeeded) if succeeded is not None else (
+            marker is not None and marker.complete)
         if marker is not None:
             status.committed_rows = status.rows = marker.rows
             status.delivered = marker.rows - (earlier.rows if earlier is not None else 0)
-            if marker.complete:
-                status.outcome = "committed" if marker.run_id == eo.run_id else "skipped"
-                status.writer_attempt = marker.attempt if marker.run_id == eo.run_id else -1
+            status.writer_attempt = marker.attempt if marker.run_id == eo.run_id else -1
+        if ok:
+            status.outcome = ("skipped" if earlier is not None and marker is not None
+                              and marker.rows == earlier.rows else "committed")
         out.append(status)
     return out
 

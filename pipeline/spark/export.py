@@ -46,8 +46,11 @@ from typing import Any
 from pipeline.spark.exactly_once_job import (
     after_failure,
     check_options,
+    finish,
     job_partitions,
     prepare,
+    skipped_statuses,
+    succeeded_tasks,
     wait_for_tasks,
 )
 from pipeline.spark.ledger import DEFAULT_LEDGER_TOPIC
@@ -380,7 +383,7 @@ def export_dataframe(
     commit_interval: float | None = None,
     commit_rows: int | None = None,
     transactional_id_prefix: str = "pipeline-export-",
-    verify_skipped: bool = True,
+    verify_skipped: bool = False,
     _fail_first_attempt_after_rows: int | None = None,
     **producer_options: Any,
 ) -> ExportReport:
@@ -419,9 +422,10 @@ def export_dataframe(
         commit_rows: also commit every this many rows of a partition (default: by time).
         transactional_id_prefix: transactional ids are
             ``f"{prefix}{export_id}.{spark partition}"`` (for prefixed ACLs).
-        verify_skipped: before skipping a partition an earlier run committed whole, read
-            it and compare its fingerprint (a changed DataFrame or partitioning is then
-            refused); False skips it unread.
+        verify_skipped: when a job of ``export_id`` finished before, run the job anyway
+            to re-read every partition and compare it with what was committed (a
+            changed DataFrame or partitioning is then refused); by default such a rerun
+            reads and writes nothing and reports every partition skipped.
         producer_options: ``ProducerConfig`` fields (``linger=0.01``, ``compression=
             "zstd"``, ``acks=1``, ``security_protocol="SASL_SSL"``, ``sasl_password=``...,
             ``transaction_timeout=`` for exactly-once), validated here before any task
@@ -480,11 +484,17 @@ def export_dataframe(
     eo = None
     if exactly_once:
         assert export_id is not None
-        eo = prepare(bootstrap=bootstrap, topic=topic, export_id=export_id,
-                     ledger_topic=ledger_topic, producer_options=producer_options,
-                     commit_interval=commit_interval, commit_rows=commit_rows,
-                     transactional_id_prefix=transactional_id_prefix,
-                     verify_skipped=verify_skipped)
+        eo, done = prepare(bootstrap=bootstrap, topic=topic, export_id=export_id,
+                           ledger_topic=ledger_topic, producer_options=producer_options,
+                           commit_interval=commit_interval, commit_rows=commit_rows,
+                           transactional_id_prefix=transactional_id_prefix,
+                           verify_done=verify_skipped)
+        if done is not None and not verify_skipped:
+            notes.append(f"export {export_id!r} finished before (run {done.run_id}, "
+                         f"{done.rows:,} rows): nothing was read or written")
+            return build_report(skipped_statuses(eo, done), topic=topic, seconds=0.0,
+                                warnings=notes, export_id=export_id,
+                                ledger_topic=ledger_topic)
         cfg = dataclasses.replace(cfg, exactly_once=eo)
 
     job = df.select(*keep).mapInArrow(
@@ -509,11 +519,20 @@ def export_dataframe(
         if ticker is not None:
             ticker.stop()
     seconds = time.perf_counter() - started
-    return build_report(
+    report = build_report(
         (r.asDict() for r in rows), topic=topic, seconds=seconds, warnings=notes,
         export_id=eo.export_id if eo is not None else None,
         ledger_topic=eo.ledger_topic if eo is not None else None,
     )
+    if eo is not None and not eo.done:
+        try:
+            finish(bootstrap=bootstrap, eo=eo, partitions=len(report.partitions),
+                   rows=report.committed_rows, producer_options=producer_options)
+        except Exception as exc:  # every partition is committed: only a rerun's shortcut is lost
+            log.warning("export %r: every partition is committed, but recording that the "
+                        "job finished failed (%s); a rerun with this export id re-reads the "
+                        "input and writes nothing", eo.export_id, exc)
+    return report
 
 
 @contextlib.contextmanager
@@ -539,6 +558,7 @@ def _failed_exactly_once(spark: Any, group: str, text: str, eo: ExactlyOnce, boo
     wait_for_tasks(spark, group, limit=30.0)
     statuses = after_failure(bootstrap=bootstrap, eo=eo,
                              partitions=job_partitions(spark, group),
+                             succeeded=succeeded_tasks(spark, group),
                              producer_options=producer_options)
     report = build_report(statuses, topic=topic, seconds=seconds, warnings=notes,
                           export_id=eo.export_id, ledger_topic=eo.ledger_topic)

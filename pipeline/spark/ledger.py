@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -36,11 +36,13 @@ from pipeline.spark.status import ExportTaskError
 __all__ = [
     "DEFAULT_LEDGER_TOPIC",
     "EXPORT_ID",
+    "Done",
     "LedgerView",
     "Marker",
     "ensure_ledger",
     "ledger_key",
     "ledger_partition",
+    "mark_done",
     "parse_key",
     "read_markers",
     "snapshot",
@@ -137,6 +139,32 @@ class Marker:
             other.rows, other.complete, other.chunks)
 
 
+def done_key(export_id: str) -> bytes:
+    return f"{export_id}#done".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The driver's record that a job of the export finished: Spark succeeded every
+    task, so each partition's last marker is its true end (a task's own ``complete``
+    cannot say so: see :mod:`pipeline.spark.exactly_once`)."""
+
+    export_id: str
+    run_id: str
+    partitions: int
+    rows: int
+    at: float = 0.0
+    v: int = MARKER_VERSION
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Done:
+        data = json.loads(raw)
+        return cls(**{k: data[k] for k in cls.__slots__ if k in data})
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerView:
     """What the driver read of one export before its job: the latest marker of each
@@ -146,17 +174,17 @@ class LedgerView:
     partition: int  # the export's ledger partition
     start: int  # offset in it from which the tasks read
     markers: dict[int, Marker]
+    done: Done | None = None  # a job of the export finished
 
 
 async def read_markers(
     bootstrap: str, topic: str, ledger_part: int, start: int, export_id: str, *,
     cluster: Any, wait: float, partition: int | None = None,
-) -> tuple[dict[int, Marker], int]:
+) -> dict[int, Marker]:
     """The latest committed marker of each Spark partition of ``export_id`` (only
     ``partition`` when given) from ``start`` in ledger partition ``ledger_part``, once
     every transaction open there when this was called is decided (waiting up to
-    ``wait`` seconds for that: :class:`ExportTaskError` after). Also returns the offset
-    read up to, from which a later read may continue."""
+    ``wait`` seconds for that: :class:`ExportTaskError` after)."""
     from pipeline.consumer import read_topic, topic_offsets
 
     def offsets(isolation: str) -> Callable[[], Awaitable[dict[int, tuple[int, int]]]]:
@@ -187,7 +215,7 @@ async def read_markers(
                 _keep(found, rec.key, rec.value, export_id, partition)
 
         await _retrying(read)
-    return found, stable
+    return found
 
 
 def _keep(found: dict[int, Marker], key: bytes | None, value: bytes | None, export_id: str,
@@ -215,17 +243,36 @@ async def snapshot(bootstrap: str, topic: str, export_id: str, *, cluster: Any) 
         bootstrap, topic, isolation_level="read_committed", config=cluster))
     mine = ledger_partition(export_id, len(stable))
     found: dict[int, Marker] = {}
+    done: list[Done] = []
     todo = [p for p, (low, end) in stable.items() if end > low]
+    finished = done_key(export_id)
 
     async def read() -> None:
         async for rec in read_topic(bootstrap, topic, partitions=todo, start="beginning",
                                     stop_at_end=True, isolation_level="read_committed",
                                     config=cluster):
-            _keep(found, rec.key, rec.value, export_id, None)
+            if rec.key == finished and rec.value:
+                done.append(Done.decode(rec.value))
+            else:
+                _keep(found, rec.key, rec.value, export_id, None)
 
     if todo:
         await _retrying(read)
-    return LedgerView(partition=mine, start=stable[mine][1], markers=found)
+    return LedgerView(partition=mine, start=stable[mine][1], markers=found,
+                      done=done[-1] if done else None)
+
+
+async def mark_done(bootstrap: str, topic: str, ledger_part: int, done: Done, *,
+                    producer_options: Mapping[str, Any]) -> None:
+    """Record that a job of the export finished (an idempotent, non-transactional write:
+    it follows every partition's committed transactions)."""
+    from pipeline.producer._api import open_producer
+
+    options = {k: v for k, v in producer_options.items()
+               if k not in ("transactional_id", "transaction_timeout")}
+    async with open_producer(bootstrap, **options) as producer:
+        await producer.send_and_wait(topic, done.encode(), key=done_key(done.export_id),
+                                     partition=ledger_part)
 
 
 async def ensure_ledger(bootstrap: str, topic: str, *, like: str | None, cluster: Any,

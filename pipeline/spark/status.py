@@ -169,9 +169,11 @@ class ExactlyOnce:
     commit_interval: float = 20.0  # seconds a transaction may stay open before it commits
     commit_rows: int | None = None  # rows per transaction (None: by time only)
     transactional_id_prefix: str = "pipeline-export-"
-    #: re-read a partition an earlier run committed, and compare its fingerprint, before
-    #: skipping it (False: skip unread, trusting the partitioning to be the same)
-    verify_skipped: bool = True
+    #: a job of this export finished (the ledger's done record): every partition is
+    #: skipped, unread, or with ``verify_done`` after checking that it still holds
+    #: exactly the rows committed (``verify_skipped``)
+    done: bool = False
+    verify_done: bool = False
 
     def __post_init__(self) -> None:
         if self.commit_interval <= 0:

@@ -38,6 +38,9 @@ def _batches(start: int, stop: int, size: int = 64, *, tag: str = "r") -> Iterat
         })
 
 
+OPTIONS = {"linger": 0.002, "transaction_timeout": 20.0}
+
+
 @dataclasses.dataclass
 class Setup:
     bootstrap: str
@@ -48,13 +51,13 @@ class Setup:
     def config(self, *, commit_rows: int | None = 100, fault: int | None = None,
                **eo: Any) -> ExportConfig:
         """The tasks' config, as export_dataframe makes it (the ledger read anew)."""
-        opts = {"linger": 0.002, "transaction_timeout": 20.0}
-        exactly = prepare(bootstrap=self.bootstrap, topic=self.topic, export_id=self.export_id,
-                          ledger_topic=self.ledger, producer_options=opts,
-                          commit_interval=eo.pop("commit_interval", None),
-                          commit_rows=commit_rows, transactional_id_prefix="test-eo-",
-                          verify_skipped=eo.pop("verify_skipped", True))
-        return ExportConfig(bootstrap=self.bootstrap, topic=self.topic, producer_options=opts,
+        exactly, _ = prepare(bootstrap=self.bootstrap, topic=self.topic,
+                             export_id=self.export_id, ledger_topic=self.ledger,
+                             producer_options=OPTIONS,
+                             commit_interval=eo.pop("commit_interval", None),
+                             commit_rows=commit_rows, transactional_id_prefix="test-eo-",
+                             verify_done=eo.pop("verify_done", False))
+        return ExportConfig(bootstrap=self.bootstrap, topic=self.topic, producer_options=OPTIONS,
                             chunk_rows=50, fail_first_attempt_after_rows=fault,
                             exactly_once=exactly)
 
@@ -99,26 +102,55 @@ def test_a_retry_resumes_after_the_committed_chunks(setup: Setup) -> None:
     assert (latest.rows, latest.complete, latest.chunks) == (500, True, 5)
 
 
-def test_a_rerun_skips_a_committed_partition_after_checking_it(setup: Setup) -> None:
+def test_a_rerun_writes_only_what_follows_the_committed_rows(setup: Setup) -> None:
     first = export_partition(_batches(0, 300), setup.config(), partition=0)
     assert (first.outcome, first.delivered, first.transactions) == ("committed", 300, 3)
 
-    # A rerun (a new driver read of the ledger, a new run id): nothing written.
+    # Another run (a new driver read of the ledger, a new run id) re-reads the partition,
+    # finds the same 300 rows and nothing after them: nothing is written.
     again = export_partition(_batches(0, 300), setup.config(), partition=0)
     assert (again.outcome, again.delivered, again.committed_rows) == ("skipped", 0, 300)
-    assert again.transactions == 0
+    assert (again.resumed_rows, again.transactions) == (300, 0)
     assert setup.values() == _want(300)
 
-    # The same export id over other rows is refused, not skipped and not written.
-    with pytest.raises(ExportTaskError, match="committed whole by an earlier run"):
-        export_partition(_batches(0, 300, tag="x"), setup.config(), partition=0)
+    # A marker's "complete" only says that its attempt's input ended: PySpark ends a
+    # worker's input quietly when the computation upstream fails. So a partition with
+    # more rows than were committed gets the rest, once.
+    more = export_partition(_batches(0, 301), setup.config(), partition=0)
+    assert (more.outcome, more.delivered, more.resumed_rows) == ("committed", 1, 300)
+    assert setup.values() == _want(301)
+
+    # Other rows under the same export id are refused, never written.
+    with pytest.raises(ExportTaskError, match="cannot resume"):
+        export_partition(_batches(0, 301, tag="x"), setup.config(), partition=0)
+    assert setup.values() == _want(301)
+
+
+def test_a_finished_export_is_skipped_unread_or_checked(setup: Setup) -> None:
+    from pipeline.spark.exactly_once_job import finish
+
+    cfg = setup.config()
+    export_partition(_batches(0, 200), cfg, partition=0)
+    assert cfg.exactly_once is not None and not cfg.exactly_once.done
+    finish(bootstrap=setup.bootstrap, eo=cfg.exactly_once, partitions=1, rows=200,
+           producer_options=OPTIONS)
+
+    def unread() -> Iterator[Any]:
+        raise AssertionError("a finished export's partition was read")
+        yield
+
+    skipped = export_partition(unread(), setup.config(), partition=0)
+    assert (skipped.outcome, skipped.committed_rows, skipped.delivered) == ("skipped", 200, 0)
+    checked = export_partition(_batches(0, 200), setup.config(verify_done=True), partition=0)
+    assert checked.outcome == "skipped"
+    with pytest.raises(ExportTaskError, match="committed whole by a finished run"):
+        export_partition(_batches(0, 200, tag="x"), setup.config(verify_done=True),
+                         partition=0)
     with pytest.raises(ExportTaskError, match="has more rows"):
-        export_partition(_batches(0, 301), setup.config(), partition=0)
-    # ... unless told to trust the partitioning
-    trusting = export_partition(_batches(0, 300, tag="x"), setup.config(verify_skipped=False),
-                                partition=0)
-    assert trusting.outcome == "skipped"
-    assert setup.values() == _want(300)
+        export_partition(_batches(0, 201), setup.config(verify_done=True), partition=0)
+    with pytest.raises(ExportTaskError, match="fewer Spark partitions"):
+        export_partition(_batches(0, 5), setup.config(), partition=1)
+    assert setup.values() == _want(200)
 
 
 def test_a_retry_over_other_rows_refuses_to_resume(setup: Setup) -> None:
