@@ -80,7 +80,6 @@ def _flag(opts: dict[str, str], name: str, default: bool) -> bool:
     return value.lower() == "true"
 
 
-
 def _parse(value: str) -> Any:
     from pipeline.cluster.config import parse_option_value
 
@@ -225,5 +224,11 @@ class PipelineKafkaDataSource(DataSource):
 
 
 def register(spark: Any) -> None:
-    """Make ``format("pipeline-kafka")`` available in this session."""
+    """Make ``format("pipeline-kafka")`` available in this session, and make the session
+    the calling thread's active one: Spark (4.2) looks a Python data source up in the
+    active session of the JVM thread that serves the call, which can be unset (then
+    ``save()`` fails with DATA_SOURCE_NOT_FOUND although the source is registered)."""
     spark.dataSource.register(PipelineKafkaDataSource)
+    jvm_session = getattr(spark, "_jsparkSession", None)
+    if jvm_session is not None:  # (Spark Connect has no JVM here)
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(jvm_session)
