@@ -16,7 +16,7 @@ task, with the same columns and semantics (at-least-once, or exactly-once with
 Exactly-once: ``exactlyOnce`` (``true``), ``exportId`` (default: a fresh one per
 write; a rerun with the same id writes only the partitions not yet committed),
 ``ledgerTopic``, ``commitInterval`` (seconds), ``commitRows``,
-``transactionalIdPrefix``, ``verifySkipped`` (``true``), and the producer's
+``transactionalIdPrefix``, ``verifySkipped`` (``true`` / ``false``, the default), and the producer's
 ``kafka.transaction.timeout.ms``: as the ``export_dataframe`` arguments of the same
 names. The writer is made on the driver, which creates the ledger and reads it there; a
 failed write's ``abort`` fences the attempts' open transactions.
