@@ -51,7 +51,7 @@ import trio
 
 from pipeline.spark.fingerprint import Fingerprint
 from pipeline.spark.ledger import Marker, ledger_key, read_markers
-from pipeline.spark.partition import _Converter, _Outcomes, _Rows, _send_rows
+from pipeline.spark.rows import _Converter, _Outcomes, _Rows, _send_rows
 from pipeline.spark.status import ExactlyOnce, ExportConfig, ExportTaskError, PartitionStatus
 
 if TYPE_CHECKING:
