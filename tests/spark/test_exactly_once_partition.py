@@ -49,15 +49,16 @@ class Setup:
     export_id: str
 
     def config(self, *, commit_rows: int | None = 100, fault: int | None = None,
-               **eo: Any) -> ExportConfig:
+               options: dict[str, Any] | None = None, **eo: Any) -> ExportConfig:
         """The tasks' config, as export_dataframe makes it (the ledger read anew)."""
+        opts = {**OPTIONS, **(options or {})}
         exactly, _ = prepare(bootstrap=self.bootstrap, topic=self.topic,
                              export_id=self.export_id, ledger_topic=self.ledger,
-                             producer_options=OPTIONS,
+                             producer_options=opts,
                              commit_interval=eo.pop("commit_interval", None),
                              commit_rows=commit_rows, transactional_id_prefix="test-eo-",
                              verify_done=eo.pop("verify_done", False))
-        return ExportConfig(bootstrap=self.bootstrap, topic=self.topic, producer_options=OPTIONS,
+        return ExportConfig(bootstrap=self.bootstrap, topic=self.topic, producer_options=opts,
                             chunk_rows=50, fail_first_attempt_after_rows=fault,
                             exactly_once=exactly)
 
@@ -180,7 +181,10 @@ def test_a_later_attempt_fences_an_earlier_one_which_then_waits_for_it(setup: Se
     """Speculation: attempt 0 stalls with a transaction open; attempt 1 starts, fences it
     (aborting that transaction), writes the partition. Attempt 0, let go, is refused as
     fenced and reports the partition once attempt 1 completed it, never writing again."""
-    cfg = setup.config(commit_rows=None, commit_interval=60.0)
+    # attempt 0's transaction stays open while the test waits (a loaded machine included):
+    # the broker must not time it out first
+    cfg = setup.config(commit_rows=None, commit_interval=60.0,
+                       options={"transaction_timeout": 120.0})
     stall, stalled = threading.Event(), threading.Event()
 
     def slow() -> Iterator[Any]:
