@@ -22,7 +22,7 @@ help:
 	@echo "make bench      benchmarks -> bench/results/*.json + *.png charts (codec, producer, latency, Spark export; 32 min on 2 shared cores); BROKER=kafka: on Apache Kafka"
 	@echo "make bench-quick  the same with small runs (producer 100k msgs, latency 2 s, export 50k rows; 1 round each)"
 	@echo "make bench-charts  redraw the charts from bench/results/*.json into docs/bench/ (what the README shows)"
-	@echo "make chaos      21 failure schedules on a 3-node Kafka x pipeline, confluent-kafka, aiokafka (~35 min)"
+	@echo "make chaos      21 failure schedules on a 3-node Kafka x pipeline, confluent-kafka, aiokafka, and 8 transactional ones (~50 min)"
 	@echo "make kafka      fetch the Apache Kafka jars (Maven Central) into ~/.cache/pipeline"
 	@echo "make lint       ruff + mypy --strict (pipeline/ and the typing checks in tests/typecheck/)"
 	@echo "make mutants    mutation testing of the ordering-critical producer code (docs/testing.md)"

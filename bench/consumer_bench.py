@@ -195,9 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--broker", choices=("tansu", "kafka"), default="tansu")
+    parser.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     ns = parser.parse_args(args)
     report = run(ns.n, ns.repeats, quick=ns.quick, broker=ns.broker)
     print(format_table(report))
+    if ns.json:
+        with open(ns.json, "w") as f:
+            json.dump(report, f, indent=1)
     return 0
 
 

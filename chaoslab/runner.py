@@ -13,7 +13,11 @@ listeners and never do.
 4. heal: every proxy fault cleared, every node running; the worker is told ``heal`` and
    keeps sending for ``plan.tail`` seconds, then ``stop``: it closes and reports (with
    ``plan.close_under_stall``, while every node is blackholed);
-5. the log is read back and judged (:mod:`chaoslab.judge`).
+5. the log is read back and judged (:mod:`chaoslab.judge`; a transactional plan's by
+   :mod:`chaoslab.txn_judge`, with a ``read_committed`` reader).
+
+A transactional plan's client gets a transactional id of its own (``chaos-<topic>``);
+the steps aimed at its coordinator look the coordinator up when they run.
 
 Every wait is bounded; the worker is killed if it outlives its close bound by a minute.
 """
@@ -35,8 +39,10 @@ from typing import Any
 
 import trio
 
+from chaoslab.coordinator import TXN_STATE_TOPIC, coordinator_node, txn_state_partition
 from chaoslab.judge import Verdict, check, judge, read_log
 from chaoslab.plan import NODES, Plan, Step
+from chaoslab.txn_judge import TxnVerdict, check_txn, judge_txn, read_records, wait_stable
 from chaoslab.worker import NON_IDEMPOTENT
 from pipeline.protocol.api import ApiKey
 from pipeline.testing.kafka import KafkaCluster
@@ -66,6 +72,8 @@ class Lab:
     t0: float = 0.0
     # conn-kills windows open per proxy (node id): overlapping windows end with the last.
     kill_windows: dict[int, int] = field(default_factory=dict)
+    # The transactional id of the run's client (transactional plans), else None.
+    transactional_id: str | None = None
 
     def note(self, text: str) -> None:
         line = f"t+{trio.current_time() - self.t0:6.1f}s  {text}"
@@ -117,6 +125,19 @@ async def _leader(lab: Lab, topic: str, partition: int) -> int:
     return await lab.cluster.call(lab.cluster.leader, topic, partition)
 
 
+async def _coordinator(lab: Lab) -> int:
+    if lab.transactional_id is None:
+        raise ValueError("a step aimed at the transaction coordinator needs a transactional plan")
+    return await coordinator_node(lab.cluster.internal_bootstrap, lab.transactional_id)
+
+
+def _txn_state_partitions(cluster: KafkaCluster) -> int:
+    from pipeline.testing.kafka.settings import test_kit_config
+
+    config = {**test_kit_config(len(cluster.nodes)), **cluster.broker_config}
+    return int(config["transaction.state.log.num.partitions"])
+
+
 async def _cluster_step(lab: Lab, topic: str, step: Step) -> None:
     cluster = lab.cluster
     if step.action == "kill-leader":
@@ -144,6 +165,22 @@ async def _cluster_step(lab: Lab, topic: str, step: Step) -> None:
         lab.note(f"move p{step.partition}'s leadership {leader} -> {target}")
         await cluster.call(cluster.move_leader, topic, step.partition, to_node=target)
         lab.note(f"p{step.partition} led by {target}")
+    elif step.action == "kill-coordinator":
+        node = await _coordinator(lab)
+        lab.note(f"SIGKILL node {node} (the transaction coordinator)")
+        await cluster.call(cluster.kill, node)
+        await trio.sleep(step.seconds)
+        lab.note(f"start node {node}")
+        await cluster.call(cluster.start, node)
+        lab.note(f"node {node} back in every ISR")
+    elif step.action == "move-coordinator":
+        assert lab.transactional_id is not None
+        p = txn_state_partition(lab.transactional_id, _txn_state_partitions(cluster))
+        leader = await _leader(lab, TXN_STATE_TOPIC, p)
+        target = NODES[(NODES.index(leader) + step.shift) % len(NODES)]
+        lab.note(f"move the coordinator ({TXN_STATE_TOPIC} p{p}) {leader} -> {target}")
+        await cluster.call(cluster.move_leader, TXN_STATE_TOPIC, p, to_node=target)
+        lab.note(f"coordinator now node {await _coordinator(lab)}")
     else:
         raise ValueError(f"not a cluster action: {step.action!r}")
 
@@ -161,9 +198,13 @@ async def cluster_lane(lab: Lab, topic: str, steps: list[Step]) -> None:
 
 async def network_step(lab: Lab, step: Step, rng: random.Random) -> None:
     await _sleep_until(lab.t0 + step.at)
-    nodes = lab.selected(step.node)
+    if step.target == "coordinator":
+        node = await _coordinator(lab)
+        nodes, where = [node], f"node {node} (the coordinator)"
+    else:
+        nodes = lab.selected(step.node)
+        where = "every node" if step.node is None else f"node {step.node}"
     proxies = [lab.proxies[n] for n in nodes]
-    where = "every node" if step.node is None else f"node {step.node}"
     if step.action == "conn-kills":
         assert step.lifetimes is not None
         killed0 = sum(p.stats.killed for p in proxies)
@@ -191,11 +232,12 @@ async def network_step(lab: Lab, step: Step, rng: random.Random) -> None:
             # lose every response for as long as the client keeps retrying.
             if proxy.stats.responses_lost >= armed.get(n, proxy.stats.responses_lost):
                 armed[n] = proxy.stats.responses_lost + 1
-                proxy.lose_responses(1, api_key=ApiKey.PRODUCE)
+                proxy.lose_responses(1, api_key=ApiKey[step.api])
             await trio.sleep(interval)
         for proxy in proxies:
             proxy.stop_losing_responses()
-        lab.note(f"lost {sum(p.stats.responses_lost for p in proxies) - lost0} Produce "
+        api = "Produce" if step.api == "PRODUCE" else step.api
+        lab.note(f"lost {sum(p.stats.responses_lost for p in proxies) - lost0} {api} "
                  f"response(s) of {where}")
     elif step.action == "stall":
         for proxy in proxies:
@@ -211,14 +253,17 @@ async def network_step(lab: Lab, step: Step, rng: random.Random) -> None:
 
 
 def worker_command(plan: Plan, client: str, bootstrap: str, topic: str, run_id: int,
-                   out: Path) -> list[str]:
+                   out: Path, transactional_id: str | None = None) -> list[str]:
+    txn = ([] if transactional_id is None else
+           ["--transactional-id", transactional_id, "--txn-size", str(plan.txn_size),
+            "--transaction-timeout", str(plan.transaction_timeout)])
     return [
         sys.executable, "-m", "chaoslab.worker", "--client", client, "--bootstrap", bootstrap,
         "--topic", topic, "--run-id", str(run_id), "--rate", str(plan.rate),
         "--burst", str(plan.burst), "--batch-bytes", str(plan.batch_bytes),
         "--keys", str(plan.keys), "--request-timeout", str(plan.request_timeout),
         "--delivery-timeout", str(plan.delivery_timeout),
-        "--close-timeout", str(plan.close_timeout), "--out", str(out),
+        "--close-timeout", str(plan.close_timeout), "--out", str(out), *txn,
     ]
 
 
@@ -255,11 +300,13 @@ def _run_files(logs_dir: Path, name: str) -> tuple[Path, Path]:
 
 
 async def run_schedule(lab: Lab, plan: Plan, client: str, *, logs_dir: Path,
-                       log: Callable[[str], None] = print) -> Verdict:
+                       log: Callable[[str], None] = print) -> Verdict | TxnVerdict:
     """Run ``plan`` with ``client``; return the judged verdict (violations included)."""
     cluster = lab.cluster
     started = time.monotonic()
-    verdict = Verdict(client, plan.seed, plan.family)
+    verdict: Verdict | TxnVerdict = (TxnVerdict(client, plan.seed, plan.family)
+                                     if plan.transactional else
+                                     Verdict(client, plan.seed, plan.family))
     await lab.heal()
     topic = f"chaos-s{plan.seed}-{client}-{uuid.uuid4().hex[:6]}"
     await cluster.call(cluster.create_topic, topic, plan.partitions, 3,
@@ -267,12 +314,14 @@ async def run_schedule(lab: Lab, plan: Plan, client: str, *, logs_dir: Path,
     run_id = random.Random(f"{plan.seed}-{client}").randrange(1, 10**6)
     out, stderr_path = _run_files(logs_dir, f"s{plan.seed}-{client}")
     lab.events = []
+    lab.transactional_id = f"chaos-{topic}" if plan.transactional else None
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO_ROOT), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])]))
     bound = close_bound(plan)
     with stderr_path.open("wb") as stderr:
         proc = await trio.lowlevel.open_process(
-            worker_command(plan, client, cluster.proxied_bootstrap, topic, run_id, out),
+            worker_command(plan, client, cluster.proxied_bootstrap, topic, run_id, out,
+                           lab.transactional_id),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=REPO_ROOT,
             env=env)
     assert proc.stdin is not None
@@ -330,6 +379,12 @@ async def run_schedule(lab: Lab, plan: Plan, client: str, *, logs_dir: Path,
                 if stream is not None:
                     await stream.aclose()
     verdict.events = [*lab.events, *verdict.events]
+    if isinstance(verdict, TxnVerdict):
+        await _judge_txn_run(lab, plan, verdict, out, stderr_path, proc.returncode, topic,
+                             run_id, bound)
+        verdict.seconds = time.monotonic() - started
+        log(f"  {client:<13} seed {plan.seed:>3}: " + txn_summary_line(verdict))
+        return verdict
     try:
         report: dict[str, Any] = json.loads(out.read_text())
     except (OSError, ValueError):
@@ -350,6 +405,44 @@ async def run_schedule(lab: Lab, plan: Plan, client: str, *, logs_dir: Path,
     await cluster.call(cluster.delete_topic, topic)
     log(f"  {client:<10} seed {plan.seed:>2}: " + summary_line(verdict))
     return verdict
+
+
+async def _judge_txn_run(lab: Lab, plan: Plan, verdict: TxnVerdict, out: Path,
+                         stderr_path: Path, returncode: int | None, topic: str, run_id: int,
+                         bound: float) -> None:
+    """Read the topic back (read_committed, and read_uncommitted for what aborts hid) and
+    judge the transactional run into ``verdict``."""
+    cluster = lab.cluster
+    try:
+        report: dict[str, Any] = json.loads(await trio.Path(out).read_text())
+    except (OSError, ValueError):
+        report = {"error": f"no report (exit {returncode}); see {stderr_path}"}
+    bootstrap = cluster.internal_bootstrap
+    # An open transaction (a client that died) holds the last stable offset back until
+    # the coordinator aborts it: at most its timeout, plus the abort's own seconds.
+    if not await trio.to_thread.run_sync(wait_stable, bootstrap, topic,
+                                         plan.transaction_timeout + 30.0):
+        verdict.extra["unstable"] = "a transaction stayed open"
+    committed = await trio.to_thread.run_sync(read_records, bootstrap, topic,
+                                              plan.partitions, "read_committed")
+    everything = await trio.to_thread.run_sync(read_records, bootstrap, topic,
+                                               plan.partitions, "read_uncommitted")
+    unstable = verdict.extra.get("unstable")
+    judge_txn(verdict, report, committed, everything, run_id)
+    if unstable:
+        verdict.extra["unstable"] = unstable
+    check_txn(verdict, close_bound=bound, recover_bound=RECOVER_BOUND)
+    await cluster.call(cluster.delete_topic, topic)
+
+
+def txn_summary_line(v: TxnVerdict) -> str:
+    close = "-" if v.close_s is None else f"{v.close_s:.1f}s"
+    recover = "-" if v.recover_s is None else f"{v.recover_s:.1f}s"
+    verdict = "OK" if not v.violations else "VIOLATED: " + "; ".join(v.violations)
+    return (f"txns {v.attempts} committed {v.committed} aborted {v.aborted} unknown "
+            f"{v.unknown} partial {v.partial} twice {v.twice} committed-missing "
+            f"{v.committed_missing} aborted-visible {v.aborted_visible} reord {v.reordered} "
+            f"hidden {v.written_aborted} close {close} recover {recover}  {verdict}")
 
 
 def summary_line(v: Verdict) -> str:

@@ -18,7 +18,9 @@ Clients (``--client``):
 * ``aiokafka``: ``AIOKafkaProducer(enable_idempotence=True)``; close is ``stop()`` under
   ``close_timeout`` (aiokafka has no delivery timeout for idempotent batches);
 * ``pipeline-nonidem``: the control, this producer with ``idempotent=False`` (acks=all):
-  under lost responses its retries must show duplicates, or the faults did not bite.
+  under lost responses its retries must show duplicates, or the faults did not bite;
+* ``pipeline-txn``, ``confluent-txn``: the transactional clients of the transactional
+  schedules (``chaoslab.txn_worker``: every message in a transaction).
 
 A message's outcome: ``1`` acknowledged (with partition and offset; offset -1 when
 unknown), ``2`` failed (with the error's name), ``0`` none (stuck). A second report for
@@ -63,6 +65,10 @@ class Settings:
     close_timeout: float
     max_seconds: float
     out: Path
+    # Transactional clients only.
+    txn_size: int = 0
+    transaction_timeout: float = 0.0
+    transactional_id: str = ""
 
     @property
     def max_messages(self) -> int:
@@ -76,6 +82,7 @@ class Control:
         self.heal = threading.Event()
         self.heal_at = 0.0
         self.stop = threading.Event()
+        self.stop_at = 0.0
         threading.Thread(target=self._read, daemon=True, name="chaos-control").start()
 
     def _read(self) -> None:
@@ -86,6 +93,7 @@ class Control:
                 self.heal.set()
             elif word == "stop":
                 break
+        self.stop_at = time.monotonic()
         self.stop.set()  # "stop", or the runner went away (EOF)
 
 
@@ -442,7 +450,9 @@ RUNNERS = {"pipeline": run_pipeline, "confluent": run_confluent, "aiokafka": run
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaoslab.worker", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--client", choices=CLIENTS + CONTROLS, required=True)
+    from chaoslab.txn_worker import TXN_CLIENTS, run_txn
+
+    parser.add_argument("--client", choices=CLIENTS + CONTROLS + TXN_CLIENTS, required=True)
     for name in ("--bootstrap", "--topic"):
         parser.add_argument(name, required=True)
     parser.add_argument("--run-id", type=int, required=True)
@@ -451,13 +461,21 @@ def main(argv: list[str] | None = None) -> int:
                                 ("batch-bytes", int, 4096), ("keys", int, 60),
                                 ("request-timeout", float, 5.0),
                                 ("delivery-timeout", float, 60.0),
-                                ("close-timeout", float, 15.0), ("max-seconds", float, 300.0)):
+                                ("close-timeout", float, 15.0), ("max-seconds", float, 300.0),
+                                ("txn-size", int, 200), ("transaction-timeout", float, 20.0),
+                                ("transactional-id", str, "")):
         parser.add_argument(f"--{name}", type=kind, default=default)
     args = parser.parse_args(argv)
     s = Settings(args.client, args.bootstrap, args.topic, args.run_id, args.rate, args.burst,
                  args.batch_bytes, args.keys, args.request_timeout, args.delivery_timeout,
-                 args.close_timeout, args.max_seconds, args.out)
+                 args.close_timeout, args.max_seconds, args.out, args.txn_size,
+                 args.transaction_timeout, args.transactional_id)
     control = Control()
+    if s.client in TXN_CLIENTS:
+        txn_report = run_txn(s, control)
+        s.out.write_text(json.dumps(txn_report) + "\n")
+        say("done")
+        return 0 if "error" not in txn_report else 2
     rec = Record()
     report: dict[str, Any] = {"client": s.client}
     started = time.monotonic()

@@ -23,6 +23,7 @@ _EXPORTS = {
     "AdminError": "pipeline.cluster.admin_types",
     "NewTopic": "pipeline.cluster.admin_types",
     "ClusterConfig": "pipeline.cluster.config",
+    "BrokerStatistics": "pipeline.cluster.stats",
     "BootstrapError": "pipeline.cluster.errors",
     "BrokerConnectionError": "pipeline.cluster.errors",
     "KafkaError": "pipeline.cluster.errors",
@@ -43,7 +44,7 @@ _EXPORTS = {
     "RecordMetadata": "pipeline.producer._message",
     "ProducerConfig": "pipeline.producer._config",
     "Producer": "pipeline.producer._api",
-    "ProducerStatistics": "pipeline.producer._api",
+    "ProducerStatistics": "pipeline.producer._statistics",
     "open_producer": "pipeline.producer._api",
     "SyncProducer": "pipeline.producer._sync",
     "TransactionError": "pipeline.producer._errors",
@@ -70,6 +71,7 @@ _EXPORTS = {
     "OffsetOutOfRangeError": "pipeline.consumer",
     "NoOffsetForPartitionError": "pipeline.consumer",
     "ConsumerClosedError": "pipeline.consumer",
+    "ConsumerStatistics": "pipeline.consumer",
 }
 
 __all__ = [
@@ -78,6 +80,7 @@ __all__ = [
     "BootstrapError",
     "BrokerConnectionError",
     "BrokerResponseError",
+    "BrokerStatistics",
     "BufferFullError",
     "ClusterConfig",
     "CommitFailedError",
@@ -88,6 +91,7 @@ __all__ = [
     "ConsumerConfig",
     "ConsumerError",
     "ConsumerGroupMetadata",
+    "ConsumerStatistics",
     "Delivery",
     "DeliveryGroup",
     "DeliveryTimeoutError",
@@ -150,6 +154,7 @@ if TYPE_CHECKING:
         RequestTimedOutError,
         UnknownTopicError,
     )
+    from pipeline.cluster.stats import BrokerStatistics
     from pipeline.consumer import (
         CommitFailedError,
         ConsumedRecord,
@@ -158,6 +163,7 @@ if TYPE_CHECKING:
         ConsumerConfig,
         ConsumerError,
         ConsumerGroupMetadata,
+        ConsumerStatistics,
         GroupError,
         MaxPollIntervalExceededError,
         NoOffsetForPartitionError,
@@ -168,7 +174,7 @@ if TYPE_CHECKING:
         TopicPartition,
         open_consumer,
     )
-    from pipeline.producer._api import Producer, ProducerStatistics, open_producer
+    from pipeline.producer._api import Producer, open_producer
     from pipeline.producer._config import ProducerConfig
     from pipeline.producer._errors import (
         BrokerResponseError,
@@ -188,4 +194,5 @@ if TYPE_CHECKING:
     )
     from pipeline.producer._message import ProducerMessage, RecordMetadata
     from pipeline.producer._outcomes.delivery import Delivery, DeliveryGroup, GroupResult, wait_all
+    from pipeline.producer._statistics import ProducerStatistics
     from pipeline.producer._sync import SyncProducer

@@ -12,7 +12,10 @@ The layers (docs/architecture.md)::
     producer      consumer               the clients
     cluster                              connections, metadata, ClusterConfig
     protocol                             sans-I/O codec
-    util                                 backoff, exception groups
+    util                                 backoff, exception groups, statistics fields
+    metrics                              statistics as Prometheus text (uses util)
+    otel                                 OpenTelemetry interceptors and metrics (above
+                                         the clients; nothing in pipeline/ imports it)
     testing                              beside them: uses cluster, protocol, util
     testing.explore                      the schedule explorer: drives the producer
                                          against the fake (above producer and testing;
@@ -40,6 +43,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "consumer": frozenset({"cluster", "protocol", "util"}),
     "spark": frozenset({"producer", "consumer", "cluster", "protocol", "util"}),
     "testing": frozenset({"cluster", "protocol", "util"}),
+    # exporters of statistics snapshots: they read the fields' own descriptions (util)
+    "metrics": frozenset({"util"}),
+    # OpenTelemetry: interceptors handed to the clients, their statistics as metrics
+    # (imported by nothing in pipeline/)
+    "otel": frozenset({"producer", "consumer", "util"}),
     # the schedule explorer (python -m pipeline.testing.explore) runs the producer
     # against the fake cluster: a test harness above both, imported by nothing
     "testing.explore": frozenset({"producer", "testing", "cluster", "protocol", "util"}),

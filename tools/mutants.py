@@ -116,6 +116,9 @@ TARGETS: dict[str, set[str] | None] = {
     # hand: tools/mutants_c.py). Its import-time loader maps to no test (it runs
     # before any): deleting its setup() or registrations fails every C-path test.
     "pipeline/producer/_intake/send_path.py": {"use", "entry"},
+    # the transaction state machine and the coordinator it talks to
+    "pipeline/producer/_stages/transactions.py": None,
+    "pipeline/producer/_stages/coordinator.py": None,
 }
 TESTS = ["tests/scenarios", "tests/producer"]
 PYTEST = [

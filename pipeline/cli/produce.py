@@ -7,6 +7,10 @@ before it is dropped, for CRLF files), or any string or byte with kcat's escapes
 length (-1: a null value) and that many bytes, what ``consume -f '%R%s'`` writes.
 ``-K DELIM`` splits each message at its first DELIM into key and value; ``-Z`` sends an
 empty key or value as null (an empty value with ``-Z`` is a tombstone).
+
+Progress (rows delivered, the rate, with files the share done and the time left) is
+drawn on stderr when it is a terminal; ``--progress`` draws it elsewhere too, a plain
+line per report (``_progress.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pipeline.cli._common import (
     setup_logging,
     unescape,
 )
+from pipeline.cli._progress import Progress, input_size, position
 
 HELP = ("produce messages from stdin or files to a topic, like kcat -P (lines, a -D "
         "delimiter, or length-prefixed binary)")
@@ -88,6 +93,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_producer_options(parser)
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     parser.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="report progress on stderr: rows delivered, rate, share done and ETA when the "
+        "input size is known (default: on a terminal only; elsewhere a plain line per report)",
+    )
+    parser.add_argument(
+        "--progress-interval", type=float, default=None, metavar="SECONDS",
+        help="seconds between progress reports (default: 0.5 on a terminal, 10 elsewhere)",
+    )
+    parser.add_argument(
         "files", nargs="*", metavar="FILE", help="files to read (default: stdin; '-' is stdin)"
     )
 
@@ -109,9 +123,19 @@ def _open_inputs(paths: list[str]) -> list[IO[bytes]]:
     return out
 
 
-def split_messages(stream: IO[bytes], delim: bytes, *, chunk: int = 1 << 16) -> Iterator[bytes]:
+class _Idle:
+    """Yielded by ``_messages`` after the messages of a short read: the input has
+    nothing more ready now (a pipe or a terminal that someone writes slowly)."""
+
+
+IDLE = _Idle()
+
+
+def split_messages(stream: IO[bytes], delim: bytes, *, chunk: int = 1 << 16,
+                   idle: bool = False) -> Iterator[bytes | _Idle]:
     """The messages of ``stream`` between ``delim`` (a last one without a delimiter
-    after it included; nothing after a final delimiter)."""
+    after it included; nothing after a final delimiter); with ``idle``, ``IDLE`` after
+    the messages of each read that returned less than asked."""
     pending = b""
     read = getattr(stream, "read1", stream.read)  # what is there: a slow pipe is not held
     while True:
@@ -122,6 +146,8 @@ def split_messages(stream: IO[bytes], delim: bytes, *, chunk: int = 1 << 16) -> 
         parts = pending.split(delim)
         pending = parts.pop()
         yield from parts
+        if idle and len(data) < chunk:
+            yield IDLE
     if pending:
         yield pending
 
@@ -151,15 +177,18 @@ def length_prefixed(stream: IO[bytes]) -> Iterator[bytes | None]:
         yield body
 
 
-def _messages(inputs: list[IO[bytes]], args: argparse.Namespace) -> Iterator[bytes | None]:
+def _messages(inputs: list[IO[bytes]],
+              args: argparse.Namespace) -> Iterator[bytes | _Idle | None]:
     for stream in inputs:
         if args.length_prefixed:
             yield from length_prefixed(stream)
         elif args.delimiter is None:
-            for line in split_messages(stream, b"\n"):
-                yield line[:-1] if line.endswith(b"\r") else line
+            for line in split_messages(stream, b"\n", idle=True):
+                if isinstance(line, bytes) and line.endswith(b"\r"):
+                    line = line[:-1]
+                yield line
         else:
-            yield from split_messages(stream, args.delimiter)
+            yield from split_messages(stream, args.delimiter, idle=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -174,6 +203,9 @@ def _run(args: argparse.Namespace) -> int:
     options = producer_options(args)
     if args.partition is not None and args.partition < 0:
         raise UserError(f"--partition must be >= 0, not {args.partition}")
+    interval = args.progress_interval
+    if interval is not None and not interval > 0:
+        raise UserError(f"--progress-interval must be a number of seconds > 0, not {interval}")
     inputs = _open_inputs(args.files)
     try:
         delivered, failed, first = trio.run(_produce, args, options, inputs)
@@ -216,6 +248,11 @@ async def _produce(
     def next_chunk() -> list[ProducerMessage]:
         out: list[ProducerMessage] = []
         for value in messages:
+            if value is IDLE:
+                if out:
+                    break  # send what came; waiting for more would hold it back
+                continue
+            assert not isinstance(value, _Idle)
             if args.skip_empty and not value:
                 continue
             key: bytes | None = None
@@ -235,12 +272,31 @@ async def _produce(
         return out
 
     groups: list[DeliveryGroup] = []
-    async with open_producer(args.bootstrap, **options) as producer:
+    tty = sys.stderr.isatty()
+    show = args.progress if args.progress is not None else tty and not args.quiet
+    total = input_size(inputs) if show else None
+    start = sum(s.tell() for s in inputs) if total is not None else 0
+    read = [0, 0]  # rows read, bytes read (the bytes of regular files only)
+    async with open_producer(args.bootstrap, **options) as producer, \
+            trio.open_nursery() as nursery:
+        progress = None
+        if show:
+            progress = Progress(sys.stderr, tty=tty, total_bytes=total, clock=trio.current_time)
+
+            def counts() -> tuple[int, int, int, int, int]:
+                stats = producer.statistics()
+                return stats.succeeded, stats.delivered_bytes, stats.failed, read[0], read[1]
+
+            every = args.progress_interval or (0.5 if tty else 10.0)
+            nursery.start_soon(progress.run, every, counts, trio.sleep)
         while True:
             # reading stdin may block for a long time: never on the event loop
             chunk = await trio.to_thread.run_sync(next_chunk, abandon_on_cancel=True)
             if not chunk:
                 break
+            read[0] += len(chunk)
+            if total is not None:
+                read[1] = position(inputs, start)
             groups.append(await producer.send_many(chunk))
         delivered = failed = 0
         first: str | None = None
@@ -251,4 +307,8 @@ async def _produce(
             if first is None and result.first_error is not None:
                 cause = result.first_error.cause
                 first = f"{type(cause).__name__}: {one_line(cause)}"
+        nursery.cancel_scope.cancel()
+        if progress is not None:
+            progress.draw(delivered, producer.statistics().delivered_bytes, failed, read[0],
+                          read[1], final=True)
     return delivered, failed, first

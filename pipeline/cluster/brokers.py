@@ -57,6 +57,7 @@ from pipeline.cluster.errors import (
 from pipeline.cluster.metadata import BrokerAddress
 from pipeline.cluster.sasl import Authenticator
 from pipeline.cluster.security import describe_broker, uses_sasl
+from pipeline.cluster.stats import BrokerStatistics, BrokerStats
 from pipeline.util.backoff import Backoff
 
 __all__ = ["CONNECT_ERRORS", "BrokerPool"]
@@ -95,6 +96,11 @@ class _Node:
     refused: AuthenticationError | None = None
     outage_since: float = 0.0  # trio time of the first failure of the current outage
     last_reason: str = "unreachable"  # why the last connect failed (its error's reason)
+    # What the node's connections did, over all of them (cluster/stats.py).
+    stats: BrokerStats = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stats = BrokerStats(self.node_id)
 
 
 #: How long one bootstrap address gets before the next one is tried too.
@@ -171,6 +177,7 @@ class BrokerPool:
         node = self._nodes.get(node_id)
         if node is None:
             node = self._nodes[node_id] = _Node(node_id)
+        node.stats.address = f"{address.host}:{address.port}"
         while True:
             conn = node.conn
             if conn is not None and not conn.closed:
@@ -214,8 +221,10 @@ class BrokerPool:
                 config=self._config,
                 on_close=self._on_connection_closed,
                 authenticator=self.authenticator,
+                stats=node.stats,
             )
         except (*CONNECT_ERRORS, AuthenticationError) as exc:
+            node.stats.connect_failures += 1
             node.retry_at = trio.current_time() + self._backoff.delay(node.failures + 1)
             node.failures += 1
             node.refused = exc if isinstance(exc, AuthenticationError) else None
@@ -238,6 +247,7 @@ class BrokerPool:
             event, node.connecting = node.connecting, None
             event.set()
         self.connects += 1
+        node.stats.connects += 1
         if node.failures:
             logger.info(
                 "connected to %s after %d failed attempt(s) over %.1fs",
@@ -367,6 +377,23 @@ class BrokerPool:
             + ", ".join(f"{a.host}:{a.port}" for _, a in candidates)
             + f"): {last}"
         ) from last
+
+    def statistics(self) -> dict[int, BrokerStatistics]:
+        """Each node's statistics now (bootstrap pseudo-nodes too), by node id."""
+        out: dict[int, BrokerStatistics] = {}
+        for node_id, node in sorted(self._nodes.items()):
+            conn = node.conn
+            out[node_id] = node.stats.snapshot(
+                None if conn is None or conn.closed else conn.in_flight)
+        return out
+
+    def stats_of(self, node_id: int) -> BrokerStats:
+        """The running counts of ``node_id`` (made on first use): where a client counts
+        the error codes of the partitions in its responses."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            node = self._nodes[node_id] = _Node(node_id)
+        return node.stats
 
     def open_connections(self) -> list[BrokerConnection]:
         """The connections that are open now."""

@@ -55,6 +55,7 @@ import collections
 import copy
 import logging
 import math
+import struct
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar, overload
 
@@ -79,6 +80,7 @@ from pipeline.cluster.security import (
     stream_error,
     tls_answer_error,
 )
+from pipeline.cluster.stats import BrokerStats
 from pipeline.cluster.transport import Connector, WriteLock, send_parts
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.base import Request, Response
@@ -91,6 +93,7 @@ __all__ = ["BrokerConnection", "PendingResponse"]
 logger = logging.getLogger("pipeline.cluster")
 
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+_FRAME_SIZE = struct.Struct(">i")  # a frame's size prefix (the bytes after it)
 _DEFAULT_CONFIG = ClusterConfig()
 
 R = TypeVar("R", bound=Response)
@@ -110,8 +113,12 @@ class BrokerConnection:
         node_id: int = -1,
         config: ClusterConfig = _DEFAULT_CONFIG,
         on_close: OnClose | None = None,
+        stats: BrokerStats | None = None,
     ) -> None:
         self.node_id = node_id
+        #: What this connection did, counted per request and response (cluster/stats.py);
+        #: the pool's per-node one, so it outlives the connection.
+        self.stats = stats if stats is not None else BrokerStats(node_id, f"{host}:{port}")
         self.host = host
         self.port = port
         self.api_versions: dict[ApiKey, int] = {}  # negotiated at connect
@@ -161,6 +168,7 @@ class BrokerConnection:
         config: ClusterConfig | None = None,
         on_close: OnClose | None = None,
         authenticator: Authenticator | None = None,
+        stats: BrokerStats | None = None,
         **options: Any,
     ) -> BrokerConnection:
         """Open a stream, start the reader task in ``nursery`` and run the handshake.
@@ -176,6 +184,8 @@ class BrokerConnection:
               not when :meth:`aclose` is called.
           authenticator: the cluster client's SASL authenticator (shared tokens);
               without one a SASL config gets its own.
+          stats: where to count requests, bytes and round trips (the pool's, per
+              node); without one the connection counts into its own.
 
         Raises:
           ConfigError: an unknown or invalid option.
@@ -191,7 +201,7 @@ class BrokerConnection:
             stream = await connector(host, port)
         except (OSError, trio.BrokenResourceError) as exc:
             raise stream_error(exc, describe_broker(node_id, host, port), "connect") from exc
-        conn = cls(stream, host, port, node_id=node_id, config=cfg)
+        conn = cls(stream, host, port, node_id=node_id, config=cfg, stats=stats)
         conn._connecting = True
         try:
             await nursery.start(conn._run_reader)
@@ -305,9 +315,14 @@ class BrokerConnection:
                                                  correlation_id=correlation_id,
                                                  client_id=self.config.client_id)
                     self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+                    now = trio.current_time()
                     pending: PendingResponse[R | None] = PendingResponse(
                         api_key, version, correlation_id,
-                        trio.current_time() + self.config.request_timeout, request.response_type())
+                        now + self.config.request_timeout, request.response_type(), now)
+                    stats = self.stats  # (per request: never per record)
+                    stats.requests += 1
+                    stats.sent_bytes += _FRAME_SIZE.unpack_from(frame[0])[0] + 4
+                    stats.by_api[request.API_KEY] += 1
                     if expect_response:
                         self._register(pending)
                         slot_held = False
@@ -387,6 +402,8 @@ class BrokerConnection:
         if self._closed_error is not None:
             return
         self._closed_error = error
+        if notify and not self._connecting:
+            self.stats.disconnects += 1  # (an open connection lost on its own)
         pending = list(self._pending.values())
         self._pending.clear()
         if self._connecting:  # raised from connect(); the pool logs it once per outage
@@ -447,6 +464,7 @@ class BrokerConnection:
             if scope.cancelled_caught:
                 self._check_timeout()
                 continue
+            self.stats.received_bytes += len(data)
             if not data:
                 reason = "connection closed by the broker" + early_close_hint(
                     self.config.security_protocol, self._responses, self._handshake_responses)
@@ -463,6 +481,7 @@ class BrokerConnection:
     def _check_timeout(self) -> None:
         for entry in self._pending.values():
             if entry.deadline <= trio.current_time():
+                self.stats.timeouts += 1
                 raise RequestTimedOutError(
                     f"{self}: no response to {entry.api_key.name} v{entry.version} "
                     f"(correlation id {entry.correlation_id}) within {self.config.request_timeout}s; "
@@ -498,4 +517,13 @@ class BrokerConnection:
             entry.set_error(error)
             raise error from exc
         self._responses += 1
+        stats = self.stats
+        stats.responses += 1
+        stats.rtt.add(trio.current_time() - entry.sent_at)
+        throttle_ms = getattr(response, "throttle_time_ms", None)
+        if throttle_ms is not None:
+            stats.throttle.add(throttle_ms / 1000)
+        code = getattr(response, "error_code", 0)
+        if code:
+            stats.error(code)
         entry.set_response(response)

@@ -38,6 +38,7 @@ class PendingResponse(Generic[T_co]):
         "correlation_id",
         "deadline",
         "response_type",
+        "sent_at",
         "version",
     )
 
@@ -48,12 +49,14 @@ class PendingResponse(Generic[T_co]):
         correlation_id: int,
         deadline: float,
         response_type: type[Response],
+        sent_at: float = 0.0,
     ) -> None:
         self.api_key = api_key
         self.version = version
         self.correlation_id = correlation_id
         self.deadline = deadline  # trio time after which the connection is declared dead
         self.response_type = response_type  # what the reader decodes the answer as
+        self.sent_at = sent_at  # trio time it was written (the round trip's start)
         self._event = trio.Event()
         self._response: Any = None
         self._error: KafkaError | None = None

@@ -60,6 +60,7 @@ from pipeline.cluster.errors import (
     UnknownTopicError,
 )
 from pipeline.cluster.metadata import BrokerAddress, ClusterMetadata, apply_metadata_response
+from pipeline.cluster.stats import BrokerStatistics, BrokerStats
 from pipeline.cluster.transport import parse_address
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
@@ -308,6 +309,14 @@ class Cluster:
             if address is None:
                 raise BrokerConnectionError(f"broker {node_id} is not in the cluster metadata")
         return await self._pool.connect(node_id, address)
+
+    def broker_statistics(self) -> dict[int, BrokerStatistics]:
+        """Each broker's statistics now, by node id (cluster/stats.py)."""
+        return self._pool.statistics()
+
+    def broker_stats(self, node_id: int) -> BrokerStats:
+        """The running counts of ``node_id``, for a client to add its partitions' error codes."""
+        return self._pool.stats_of(node_id)
 
     def open_connections(self) -> list[BrokerConnection]:
         """The broker connections open now (their ``reauthentications``, ``in_flight``...)."""

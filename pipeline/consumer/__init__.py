@@ -38,6 +38,7 @@ from pipeline.consumer._reader import (
     read_topic,
     topic_offsets,
 )
+from pipeline.consumer._statistics import ConsumerStatistics
 from pipeline.consumer._sync import SyncConsumer
 from pipeline.consumer._types import (
     ConsumedRecord,
@@ -56,6 +57,7 @@ __all__ = [
     "ConsumerError",
     "ConsumerGroupMetadata",
     "ConsumerState",
+    "ConsumerStatistics",
     "DeserializationError",
     "GroupError",
     "Isolation",

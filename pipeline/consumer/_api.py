@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
 
 import trio
 
 from pipeline.cluster.pool import Cluster
+from pipeline.cluster.stats import report_statistics
 from pipeline.consumer._config import ConsumerConfig
 from pipeline.consumer._errors import ConsumerClosedError, ConsumerError
 from pipeline.consumer._fetcher import Fetcher
@@ -32,6 +32,7 @@ from pipeline.consumer._member import GroupMember
 from pipeline.consumer._member848 import GroupMember848
 from pipeline.consumer._positions import OffsetResolver
 from pipeline.consumer._state import Assignment, PartitionState
+from pipeline.consumer._statistics import ConsumerStatistics, snapshot
 from pipeline.consumer._types import (
     ConsumedRecord,
     ConsumerGroupMetadata,
@@ -80,6 +81,7 @@ class Consumer:
         self._assignment = Assignment(2 * config.max_partition_fetch_bytes)
         self._failure: BaseException | None = None
         self._closed = False
+        self._started_at = trio.current_time()
         # Iterations started, and whether the application waits inside one now: what
         # the group's max_poll_interval watchdog reads.
         self.polls = 0
@@ -106,6 +108,10 @@ class Consumer:
     # ------------------------------------------------------------ lifecycle
 
     async def _start(self, nursery: trio.Nursery) -> None:
+        cfg = self.config
+        if cfg.on_statistics is not None:
+            nursery.start_soon(report_statistics, cfg.statistics_interval, self.statistics,
+                               cfg.on_statistics, logger)
         await nursery.start(self._fetcher.run)
         await nursery.start(self._resolver.run)
         if self._group is not None:
@@ -342,14 +348,11 @@ class Consumer:
         fetch; None before one)."""
         return {tp: s.lag() for tp, s in self._assignment.partitions.items()}
 
-    def statistics(self) -> dict[str, Any]:
-        """A health snapshot: state, assignment, lag, last heartbeat, fetches."""
-        out: dict[str, Any] = {
-            "state": self.state,
-            "assignment": sorted(self._assignment.partitions),
-            "lag": self.lag(),
-            "fetches": self._fetcher.fetches,
-        }
-        if self._group is not None:
-            out.update(self._group.statistics())
-        return out
+    def statistics(self) -> ConsumerStatistics:
+        """The consumer's statistics now, per client, broker, topic and partition
+        (docs/observability.md): state, group membership, positions, lag, fetches,
+        buffers; ``.to_dict()`` / ``.to_json()`` for their plain forms."""
+        return snapshot(config=self.config, state=self.state, cluster=self._cluster,
+                        assignment=self._assignment, group=self._group,
+                        fetches=self._fetcher.fetches, started_at=self._started_at)
+

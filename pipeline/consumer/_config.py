@@ -12,12 +12,13 @@ error listing every valid one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import Field, dataclass, field
 from typing import Any
 
 from pipeline.cluster.config import ClusterConfig, merge_options
 from pipeline.cluster.errors import ConfigError
+from pipeline.cluster.stats import check_statistics_options
 from pipeline.consumer._assignors import (
     Assignor,
     RangeAssignor,
@@ -91,6 +92,12 @@ class ConsumerConfig:
 
     default_api_timeout: float = 60.0
     close_timeout: float = 30.0  # close: the final commit and LeaveGroup
+
+    # Statistics (librdkafka's statistics.interval.ms and stats_cb): every
+    # statistics_interval seconds, on_statistics(consumer.statistics()) is called (plain
+    # or async, in the consumer's trio task). 0: never.
+    statistics_interval: float = 0.0
+    on_statistics: Callable[[Any], Any] | None = field(default=None, compare=False, repr=False)
 
     def __init__(self, *, cluster: ClusterConfig | None = None, **options: Any) -> None:
         unknown = sorted(set(options) - _OWN_NAMES - _CLUSTER_NAMES)
@@ -204,6 +211,7 @@ class ConsumerConfig:
                       "and/or on_commit(offsets)")
         if self.group_id is None and self.group_instance_id is not None:
             raise bad("group_instance_id", "static membership needs a group_id")
+        check_statistics_options(self.statistics_interval, self.on_statistics)
 
 
 def _is_number(value: object) -> bool:

@@ -226,12 +226,19 @@ class Fetcher:
                 current = self._assignment.partitions.get(state.tp)
                 if current is not state or state.token != token or state.fetch_offset != offset:
                     continue  # revoked, or its position was set meanwhile: stale
-                self._apply_partition(state, offset, data)
+                self._apply_partition(node, state, offset, data)
 
-    def _apply_partition(self, state: PartitionState, offset: int, data: PartitionData) -> None:
+    def _apply_partition(self, node: int, state: PartitionState, offset: int,
+                         data: PartitionData) -> None:
         code = error_code(data.error_code)
         tp = state.tp
+        if code != ErrorCode.NONE:
+            self._cluster.broker_stats(node).error(code)
         if code == ErrorCode.NONE:
+            nbytes = len(data.records or b"")
+            state.fetches += 1
+            state.fetched_bytes += nbytes
+            self._assignment.fetched_bytes += nbytes
             state.high_watermark = data.high_watermark
             state.last_stable_offset = data.last_stable_offset
             state.log_start_offset = data.log_start_offset

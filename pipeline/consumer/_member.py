@@ -115,6 +115,10 @@ class GroupMember(Liveness):
         self.state: ConsumerState = "unjoined"
         self.epoch = 0
         self.rebalances = 0
+        # Commits this member made (statistics): how many, and the last offset of each
+        # partition it committed.
+        self.commits = 0
+        self.committed_offsets: dict[TopicPartition, int] = {}
         self.last_heartbeat: float | None = None  # trio time of the last answered heartbeat
         self._owned_generation = -1  # the generation the owned partitions came from
         self._lost: frozenset[TopicPartition] = frozenset()  # to hand over as lost first
@@ -419,6 +423,8 @@ class GroupMember(Liveness):
         errors = await send_commit(self._coordinator, self._backoff, self.group_id, generation,
                                    member_id, self._config.group_instance_id, offsets)
         if not errors:
+            self.commits += 1
+            self.committed_offsets.update((tp, o.offset) for tp, o in offsets.items())
             return
         code = next(iter(errors.values()))
         if code == ErrorCode.REBALANCE_IN_PROGRESS:

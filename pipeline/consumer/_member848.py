@@ -85,6 +85,10 @@ class GroupMember848:
         self.member_epoch = 0
         self.state: ConsumerState = "unjoined"
         self.rebalances = 0
+        # Commits this member made (statistics): how many, and the last offset of each
+        # partition it committed.
+        self.commits = 0
+        self.committed_offsets: dict[TopicPartition, int] = {}
         self.last_heartbeat: float | None = None
         self._interval = config.heartbeat_interval  # until the coordinator says
         self._target: frozenset[TopicPartition] | None = None  # the latest target, by name
@@ -339,6 +343,8 @@ class GroupMember848:
                                        self.member_epoch, self.member_id,
                                        self._config.group_instance_id, offsets)
             if not errors:
+                self.commits += 1
+                self.committed_offsets.update((tp, o.offset) for tp, o in offsets.items())
                 return
             code = next(iter(errors.values()))
             if code == ErrorCode.STALE_MEMBER_EPOCH:

@@ -6,6 +6,7 @@ The plain ``Consumer`` (``_api.py``) when no deserializer or interceptor is set;
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,6 +20,7 @@ from pipeline.consumer._config import ConsumerConfig, make_config
 from pipeline.consumer._errors import ConsumerError
 from pipeline.consumer._handoff import Callback
 from pipeline.consumer._hooks import ConsumeHooks, DeserializationError
+from pipeline.consumer._statistics import ConsumerStatistics
 from pipeline.consumer._types import ConsumedRecord, OffsetAndMetadata, TopicPartition
 from pipeline.util.groups import unwrap_single_errors
 
@@ -36,6 +38,9 @@ class HookedConsumer(Consumer):
         self._hooks = hooks
         self._held = []  # records deserialized, not handed out yet (per-record iteration)
         self._failed = None  # raised once what came before it was handed out
+
+    def statistics(self) -> ConsumerStatistics:
+        return dataclasses.replace(Consumer.statistics(self), interceptor_errors=self._hooks.errors)
 
     def _on_committed(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
         self._hooks.committed(offsets)

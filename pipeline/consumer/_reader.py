@@ -28,7 +28,8 @@ exception group.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 import trio
@@ -260,6 +261,46 @@ async def _topic_offsets(cluster: Cluster, topic: str,
     return {p: (lo[p], hi[p]) for p in parts}
 
 
+
+@asynccontextmanager
+async def _cluster_beside(bootstrap: str, cfg: ClusterConfig) -> AsyncIterator[Cluster]:
+    """``Cluster.open`` for an async generator: the cluster's nursery lives in a system
+    task, not in the generator's frame.
+
+    A generator that yields inside a nursery breaks trio when its caller leaves the loop
+    early (``break``, an exception in the loop body): the generator is then closed later,
+    by trio's finalizer in another task, and the nursery's exit corrupts the task's
+    cancel-scope stack. Held here, nothing of the generator's frame spans a yield but
+    this handle; leaving asks the owner task to close the cluster and waits for it."""
+    ready, stop, done = trio.Event(), trio.Event(), trio.Event()
+    box: dict[str, Any] = {}
+
+    async def owner() -> None:
+        try:
+            async with Cluster.open(bootstrap, cfg) as cluster:
+                box["cluster"] = cluster
+                ready.set()
+                await stop.wait()
+        except Exception as exc:  # a system task must not raise: the reader reports it
+            box["error"] = exc
+        finally:
+            ready.set()
+            done.set()
+
+    trio.lowlevel.spawn_system_task(owner, name=f"read_topic cluster {bootstrap}")
+    try:
+        await ready.wait()
+        if "error" in box:
+            raise box["error"]
+        yield box["cluster"]
+    finally:
+        stop.set()
+        with trio.CancelScope(shield=True):
+            await done.wait()
+    if "error" in box:
+        raise box["error"]
+
+
 async def read_topic(
     bootstrap: str,
     topic: str,
@@ -302,7 +343,7 @@ async def read_topic(
     isolation = _isolation(isolation_level)
     cfg = _cluster_config(config, request_timeout, options)
     with unwrap_single_errors():
-        async with Cluster.open(bootstrap, cfg) as cluster:
+        async with _cluster_beside(bootstrap, cfg) as cluster:
             try:
                 with trio.fail_after(cfg.request_timeout):
                     count = await cluster.partitions_for(topic)

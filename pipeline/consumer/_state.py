@@ -81,6 +81,12 @@ class PartitionState:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
+    # Statistics (consumer/_statistics.py), counted per fetch response and per chunk
+    # handed out, never per record: fetch responses with data for it, their bytes,
+    # the records of its chunks handed out to the end.
+    fetches: int = 0
+    fetched_bytes: int = 0
+    consumed: int = 0
 
     @property
     def position(self) -> int | None:
@@ -123,6 +129,10 @@ class Assignment:
         # ``fast_end`` may be taken by bumping its index, until anything changes.
         self.fast: Chunk | None = None
         self.fast_end = 0
+        # Totals over every partition ever assigned (statistics): the records of the
+        # chunks handed out to the end, and the bytes fetched.
+        self.consumed = 0
+        self.fetched_bytes = 0
 
     # ------------------------------------------------------------ change signal
 
@@ -281,6 +291,9 @@ class Assignment:
         self.fast_end = min(len(chunk.decoded()) - 1, chunk.index + run)
 
     def _finish_chunk(self, state: PartitionState, chunk: Chunk) -> None:
+        if chunk.records:
+            state.consumed += len(chunk.records)
+            self.consumed += len(chunk.records)
         state.chunks.popleft()
         state.buffered_bytes -= chunk.nbytes
         state.base_position = chunk.next_offset

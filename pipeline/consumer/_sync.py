@@ -24,6 +24,7 @@ import trio
 from pipeline.consumer._api import Consumer
 from pipeline.consumer._errors import ConsumerClosedError
 from pipeline.consumer._open import open_consumer
+from pipeline.consumer._statistics import ConsumerStatistics
 from pipeline.consumer._types import (
     ConsumedRecord,
     ConsumerGroupMetadata,
@@ -153,6 +154,11 @@ class SyncConsumer:
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         result: ConsumerGroupMetadata = self._sync(self.consumer.group_metadata)
+        return result
+
+    def statistics(self) -> ConsumerStatistics:
+        """The consumer's statistics now (``Consumer.statistics``), taken in its thread."""
+        result: ConsumerStatistics = self._sync(self.consumer.statistics)
         return result
 
     @property

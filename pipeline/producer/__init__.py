@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     "Producer": "pipeline.producer._api",
-    "ProducerStatistics": "pipeline.producer._api",
+    "ProducerStatistics": "pipeline.producer._statistics",
     "open_producer": "pipeline.producer._api",
     "SyncProducer": "pipeline.producer._sync",
     "ProducerConfig": "pipeline.producer._config",
@@ -94,7 +94,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from pipeline.producer._api import Producer, ProducerStatistics, open_producer
+    from pipeline.producer._api import Producer, open_producer
     from pipeline.producer._config import ProducerConfig
     from pipeline.producer._errors import (
         BrokerResponseError,
@@ -115,4 +115,5 @@ if TYPE_CHECKING:
         RoundRobinPartitioner,
         murmur2,
     )
+    from pipeline.producer._statistics import ProducerStatistics
     from pipeline.producer._sync import SyncProducer

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -22,6 +21,7 @@ import trio
 
 from pipeline.cluster.errors import KafkaError
 from pipeline.cluster.pool import Cluster
+from pipeline.cluster.stats import report_statistics
 from pipeline.producer._config import ProducerConfig, make_config
 from pipeline.producer._errors import ProducerClosed, ProducerError, TransactionStateError
 from pipeline.producer._intake import send_path
@@ -37,6 +37,7 @@ from pipeline.producer._stages.core import ProducerCore, bootstrap_metadata
 from pipeline.producer._stages.dispatcher import Dispatcher
 from pipeline.producer._stages.partitioner import make_partitioner
 from pipeline.producer._stages.transactions import State, TransactionManager
+from pipeline.producer._statistics import ProducerStatistics, snapshot
 from pipeline.protocol._columns import ColumnInput, HeadersInput, IntsInput
 from pipeline.util.groups import unwrap_single_errors
 
@@ -44,18 +45,6 @@ log = logging.getLogger("pipeline.producer")
 
 #: Seconds a failure may stay unread before it is logged (unobserved.py).
 UNOBSERVED_WINDOW = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerStatistics:
-    accepted: int
-    succeeded: int
-    failed: int
-    outstanding: int
-    buffered_bytes: int
-    requests_sent: int
-    double_settles: int  # a bug if ever > 0: a message settled twice
-    callback_errors: int = 0  # on_delivery callbacks that raised (each one logged)
 
 
 class Producer:
@@ -88,6 +77,7 @@ class Producer:
         self.input = InputChannel(self._inputs, intake, intake.sender())
         self.successes: trio.MemoryReceiveChannel[ProducerMessage] = reporter.successes
         self.errors: trio.MemoryReceiveChannel[ProducerError] = reporter.errors
+        self._started_at = trio.current_time()
         self._txn = txn = core.transactions
         if txn is not None:  # records are accepted only inside a transaction
             txn.flush = self.flush
@@ -204,18 +194,29 @@ class Producer:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Producer]:
         """Begin a transaction; commit it when the block ends normally, abort it when
-        the block raises or is cancelled (the exception then propagates)."""
+        the block raises or is cancelled, or its commit fails while the transaction can
+        still be aborted (the exception then propagates)."""
         await self.begin_transaction()
         try:
             yield self
         except BaseException as exc:
-            with trio.CancelScope(shield=True), trio.move_on_after(self._config.close_timeout):
-                try:
-                    await self._transactions().abort()
-                except KafkaError as abort_error:  # the block's own error is what propagates
-                    exc.add_note(f"(aborting the transaction failed too: {abort_error!r})")
+            await self._abort_for(exc)
             raise
-        await self.commit_transaction()
+        try:
+            await self.commit_transaction()
+        except BaseException as exc:
+            if self._transactions().state in (State.IN_TRANSACTION, State.ABORTABLE):
+                await self._abort_for(exc)
+            raise
+
+    async def _abort_for(self, exc: BaseException) -> None:
+        """Abort the open transaction because of ``exc`` (shielded, bounded by
+        close_timeout); the block's own error is what propagates."""
+        with trio.CancelScope(shield=True), trio.move_on_after(self._config.close_timeout):
+            try:
+                await self._transactions().abort()
+            except KafkaError as abort_error:
+                exc.add_note(f"(aborting the transaction failed too: {abort_error!r})")
 
     async def begin_transaction(self) -> None:
         """Open a transaction: ``send()`` and the bulk calls are accepted until it ends."""
@@ -258,17 +259,10 @@ class Producer:
             self._core.stop_flushing()
 
     def statistics(self) -> ProducerStatistics:
-        ledger = self._ledger
-        return ProducerStatistics(
-            accepted=ledger.accepted,
-            succeeded=ledger.succeeded,
-            failed=ledger.failed,
-            outstanding=len(ledger.outstanding),
-            buffered_bytes=ledger.buffered_bytes,
-            requests_sent=sum(bp.requests_sent for bp in self._core.broker_producers()),
-            double_settles=ledger.double_settles,
-            callback_errors=ledger.callback_errors,
-        )
+        """The producer's statistics now, per client, broker, topic and partition
+        (docs/observability.md); ``.to_dict()`` / ``.to_json()`` for their plain forms."""
+        hooks = self._hooks
+        return snapshot(self._core, self._started_at, 0 if hooks is None else hooks.errors)
 
     @classmethod
     @asynccontextmanager
@@ -310,6 +304,10 @@ class Producer:
         await nursery.start(self._dispatcher.run, self._intake, self._inputs)
         nursery.start_soon(self._reporter.run)
         nursery.start_soon(self._unobserved.run)
+        cfg = self._config
+        if cfg.on_statistics is not None:
+            nursery.start_soon(report_statistics, cfg.statistics_interval, self.statistics,
+                               cfg.on_statistics, log)
 
     async def _shut_down(self, scope: trio.CancelScope, stopped: trio.Event, *, graceful: bool) -> None:
         """Close: refuse new messages, flush (``graceful``: up to close_timeout), let

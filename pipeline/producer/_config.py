@@ -25,6 +25,7 @@ from dataclasses import Field, dataclass, field
 from typing import Any, Literal
 
 from pipeline.cluster.config import ClusterConfig, merge_options
+from pipeline.cluster.stats import check_statistics_options
 from pipeline.producer._errors import ConfigError
 from pipeline.protocol.compression import Compression
 
@@ -110,6 +111,12 @@ class ProducerConfig:
     key_serializer: Any = None
     value_serializer: Any = None
     interceptors: tuple[Any, ...] = ()
+
+    # Statistics (librdkafka's statistics.interval.ms and stats_cb): every
+    # statistics_interval seconds, on_statistics(producer.statistics()) is called (plain
+    # or async, in the producer's trio task). 0: never, as librdkafka's default.
+    statistics_interval: float = 0.0
+    on_statistics: Callable[[Any], Any] | None = field(default=None, compare=False, repr=False)
 
     # Injection point for deterministic tests (rng is a ClusterConfig field).
     timestamp_ms: Callable[[], int] | None = field(default=None, compare=False, repr=False)
@@ -261,6 +268,7 @@ class ProducerConfig:
             raise bad("transaction_timeout", self.transaction_timeout,
                       "must be a number of seconds > 0 (the broker caps it at its "
                       "transaction.max.timeout.ms, 15 minutes by default)")
+        check_statistics_options(self.statistics_interval, self.on_statistics)
         if isinstance(self.partitioner, str) and self.partitioner not in _PARTITIONERS:
             raise bad("partitioner", self.partitioner,
                       f"use one of {list(_PARTITIONERS)}, a Partitioner, or a callable")

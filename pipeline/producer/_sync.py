@@ -26,11 +26,13 @@ from typing import Any
 import trio
 
 from pipeline.cluster.errors import KafkaError
-from pipeline.producer._api import Producer, ProducerStatistics, open_producer
+from pipeline.producer._api import Producer, open_producer
 from pipeline.producer._config import ProducerConfig
 from pipeline.producer._errors import ProducerClosed
 from pipeline.producer._message import ProducerMessage, RecordMetadata
 from pipeline.producer._outcomes.delivery import Delivery, GroupResult
+from pipeline.producer._stages.transactions import State
+from pipeline.producer._statistics import ProducerStatistics
 from pipeline.protocol._columns import ColumnInput, HeadersInput, IntsInput
 
 #: Calls waiting for the pump at most; a caller beyond it waits (backpressure).
@@ -296,17 +298,27 @@ class SyncProducer:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[SyncProducer]:
         """Begin a transaction; commit it when the block ends normally, abort it when
-        the block raises (the exception then propagates)."""
+        the block raises, or its commit fails while the transaction can still be
+        aborted (the exception then propagates)."""
         self.begin_transaction()
         try:
             yield self
         except BaseException as exc:
-            try:
-                self.abort_transaction()
-            except KafkaError as abort_error:
-                exc.add_note(f"(aborting the transaction failed too: {abort_error!r})")
+            self._abort_for(exc)
             raise
-        self.commit_transaction()
+        try:
+            self.commit_transaction()
+        except BaseException as exc:
+            assert self._producer is not None
+            if self._producer._transactions().state in (State.IN_TRANSACTION, State.ABORTABLE):
+                self._abort_for(exc)
+            raise
+
+    def _abort_for(self, exc: BaseException) -> None:
+        try:
+            self.abort_transaction()
+        except KafkaError as abort_error:
+            exc.add_note(f"(aborting the transaction failed too: {abort_error!r})")
 
     def begin_transaction(self) -> None:
         assert self._producer is not None

@@ -325,12 +325,12 @@ async def test_a_killed_broker_loses_no_record_and_no_commit(
             LibrdkafkaMember, bootstrap, group, topic, strategy, processed))
         await until(lambda: len(ours.assignment()) > 0 and processed.distinct() > 0, 90,
                     "the group consumes")
-        victim = ours.statistics()["coordinator"]
+        victim = ours.statistics().coordinator
         await trio.to_thread.run_sync(kafka_cluster.kill, victim)
         await trio.to_thread.run_sync(produce_with_librdkafka, bootstrap, topic, RECORDS // 2,
                                       RECORDS // 2)
         await until(lambda: processed.distinct() == RECORDS, 180, "every record processed")
-        assert ours.statistics()["coordinator"] != victim  # it found the new coordinator
+        assert ours.statistics().coordinator != victim  # it found the new coordinator
         await trio.to_thread.run_sync(kafka_cluster.start, victim)
         await trio.sleep(3)  # a last auto-commit round
         stop.set()

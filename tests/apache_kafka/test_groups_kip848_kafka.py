@@ -87,7 +87,7 @@ async def describe_members(bootstrap: str, group: str, consumer: Consumer) -> di
     from pipeline.protocol.api import ApiKey
     from pipeline.protocol.messages import consumer_group_describe as cgd
 
-    node = consumer.statistics()["coordinator"]
+    node = consumer.statistics().coordinator
     async with Cluster.open(bootstrap) as cluster:
         conn = await cluster.connection(node)
         r = await conn.request(cgd.ConsumerGroupDescribeRequest(group_ids=(group,)),

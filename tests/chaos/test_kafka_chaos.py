@@ -10,7 +10,11 @@ partitions it leads fail and the producer recovers with a client-side epoch bump
 producer's every connection crosses one; the verdict comes from confluent-kafka's
 consumer on the never-proxied INTERNAL listeners (``chaoslab.judge``).
 
-Each run must show: 0 acknowledged messages lost, 0 duplicated, every partition's log
+And one transactional schedule (seed 101, ``pipeline-txn``: the transaction coordinator's
+node SIGKILLed mid-transaction, lost AddPartitionsToTxn answers), judged by
+confluent-kafka's ``read_committed`` reader (``chaoslab.txn_judge``).
+
+Each idempotent run must show: 0 acknowledged messages lost, 0 duplicated, every partition's log
 strictly increasing in send order, exactly one outcome per accepted message (nothing
 stuck, nothing reported twice), close within ``close_timeout``, and a message sent after
 the faults were healed acknowledged within ``RECOVER_BOUND`` seconds. Replay one with
@@ -62,3 +66,36 @@ async def test_pipeline_keeps_order_and_one_outcome_under_faults(
                          ("lost-responses", "Produce response")):
         if any(s.action == action for s in plan.steps):
             assert any(mark in e for e in verdict.events), (action, story)
+
+
+#: The transactional schedule ``make test`` runs: SIGKILL of the transaction coordinator's
+#: node mid-transaction (restarted 7.5 s later), AddPartitionsToTxn answers lost.
+TXN_QUICK_SEED = 101
+
+
+async def test_pipeline_transactions_survive_a_killed_coordinator(
+    kafka_cluster: KafkaCluster, tmp_path: Path
+) -> None:
+    """Transactions of 200 messages at 1,000 msgs/s while the coordinator's node is
+    SIGKILLed: judged by confluent-kafka's ``read_committed`` reader, every committed
+    transaction is in the log whole and once, no aborted one is visible, every partition
+    is in send order, and a transaction begun after the heal commits within
+    ``RECOVER_BOUND`` (``chaoslab.txn_judge``)."""
+    from chaoslab.txn_judge import TxnVerdict
+
+    plan = make_plan(TXN_QUICK_SEED)
+    assert plan.transactional and any(s.action == "kill-coordinator" for s in plan.steps)
+    lines: list[str] = []
+    async with open_lab(kafka_cluster) as lab:
+        verdict = await run_schedule(lab, plan, "pipeline-txn", logs_dir=tmp_path,
+                                     log=lines.append)
+    assert isinstance(verdict, TxnVerdict)
+    story = "\n".join([*plan.lines(), *verdict.events, *lines,
+                       f"errors: {verdict.errors} {verdict.first_error}",
+                       f"extra: {verdict.extra}"])
+    print(story)
+    assert verdict.violations == [], story
+    # It really ran transactions for the whole schedule, and the kill hit its coordinator.
+    assert verdict.committed >= 50 and verdict.msgs_committed >= 50 * plan.txn_size, story
+    assert not any("STEP FAILED" in e for e in verdict.events), story
+    assert any("(the transaction coordinator)" in e for e in verdict.events), story

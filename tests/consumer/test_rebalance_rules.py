@@ -268,7 +268,7 @@ async def test_coordinator_moves_without_a_rebalance(topic: FakeCluster, autojum
         await a.consumer.commit()
         assert fake.committed("g", "t", 0) == 5
         assert fake.group("g").generation == 1 and old != new
-        assert a.consumer.statistics()["coordinator"] == new
+        assert a.consumer.statistics().coordinator == new
 
 
 async def test_a_member_that_stops_heartbeating_is_removed_and_loses_its_partitions(

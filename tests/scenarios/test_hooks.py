@@ -125,6 +125,7 @@ async def test_a_failing_interceptor_is_logged_and_counted_never_fatal(
         d = await producer.send("orders", b"still sent")
         assert (await d).offset == 0
         assert producer._hooks is not None and producer._hooks.errors == 2
+        assert producer.statistics().interceptor_errors == 2
     assert "raised in on_send" in caplog.text and "raised in on_acknowledgement" in caplog.text
     assert [v for _, v, _ in written(fake)] == [b"still sent"]
 

@@ -86,6 +86,9 @@ class Ledger:
         self.failed = 0
         self.double_settles = 0
         self.callback_errors = 0  # on_delivery callbacks that raised
+        # Records failed per (topic, partition); -1: failed before a partition was
+        # chosen (an unknown topic, a close). Counted per run of one partition.
+        self.failed_by_partition: dict[tuple[str, int], int] = {}
 
     # -- memory ------------------------------------------------------------
     def try_reserve(self, size: int) -> bool:
@@ -284,15 +287,27 @@ class Ledger:
         """Settle ``msgs`` failed with ``cause``. ``reported``: the caller tells the user
         itself (a close), so the failures are not also unobserved ones."""
         unobserved = None if reported else self.unobserved
+        by_partition = self.failed_by_partition
+        where = ("", -2)  # (no partition is -2)
+        run = 0  # records failed in a row for ``where``
         for msg in msgs:
             if msg._state != PENDING:
                 self._double_settle(msg)
                 continue
             msg._state = FAILED
             msg._outcome = cause
+            partition = msg.partition
+            if partition is None:
+                partition = -1
+            if partition != where[1] or msg.topic != where[0]:
+                if run:
+                    by_partition[where] = by_partition.get(where, 0) + run
+                where = (msg.topic, partition)
+                run = 0
             sink = msg._sink
             if type(sink) is RowChunk:
                 n: int = msg.count  # type: ignore[attr-defined]
+                run += n
                 self.failed += n
                 if unobserved is not None:
                     holder = sink.group if sink.group is not None else sink.outcomes
@@ -301,11 +316,14 @@ class Ledger:
                 self._rows_settled(msg, sink)
                 self.release(msg._size)
                 continue
+            run += 1
             self.failed += 1
             if unobserved is not None and (sink is None or type(sink) is DeliveryGroup):
                 unobserved.add(msg if sink is None else sink, msg.topic, msg.partition, 1,
                                cause)
             self._finish(msg)
+        if run:
+            by_partition[where] = by_partition.get(where, 0) + run
         self._signal_progress()
 
     def _finish(self, msg: ProducerMessage) -> None:

@@ -109,6 +109,7 @@ class Accumulator:
         self._idem = ctx.idempotence
         self._txn = ctx.transactions
         self._flush = ctx.flush
+        self._counters = ctx.counters
         self.parts: dict[TopicPartition, PartitionQueue] = {}
         self._per_partition = config.max_in_flight_per_partition
         # The largest batch sealed: batch_bytes, but never above max_message_bytes,
@@ -297,6 +298,7 @@ class Accumulator:
                 builder = BatchBuilder(compression=codec, compression_level=level)
                 builder.extend(msgs)
                 records = builder.build(**ids)  # type: ignore[arg-type]
+        self._counters.sealed(tp, count, nbytes)
         return SealedBatch(tp, msgs, records, ids.get("producer_id", -1),
                            ids.get("producer_epoch", -1), ids.get("base_sequence", -1), nbytes)
 

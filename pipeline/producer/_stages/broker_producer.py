@@ -121,6 +121,9 @@ class BrokerProducer:
         self._timeout_ms = int(config.request_timeout * 1000)
         self._idem = ctx.idempotence
         self._txn = ctx.transactions
+        self._counters = ctx.counters
+        # Where the error codes of this broker's answers are counted (cluster/stats.py).
+        self._broker_stats = ctx.cluster.broker_stats(node_id)
         self.requests_sent = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -225,6 +228,9 @@ class BrokerProducer:
                 unit._level += 1
                 if tried:
                     unit._retries += 1  # type: ignore[union-attr]
+                    counters = self._counters.partition(tp)
+                    counters.retries += 1
+                    counters.retried_messages += record_count(msgs)
                 again.append(unit)
         if exhausted:
             self._ledger.fail(exhausted, cause)
@@ -347,6 +353,7 @@ class BrokerProducer:
                 for tp, batch in flight.batches.items():
                     if tp not in flight.expired:
                         self._ledger.succeed(batch.messages, -1, -1)
+                        self._delivered(tp, batch)
                     self._settled(tp)
             else:
                 try:
@@ -393,6 +400,7 @@ class BrokerProducer:
             if append_time >= 0 and batch._level and batch.producer_id >= 0:
                 append_time = unless_duplicate_echo(batch, append_time)
             ledger.succeed(batch.messages, result.base_offset, append_time)
+            self._delivered(tp, batch)
             if idem is not None:
                 # A recovery waits for the wire to drain and nothing is sealed while
                 # it runs (_send_one): every answer is for the current id and epoch.
@@ -403,10 +411,12 @@ class BrokerProducer:
                 last_error.pop(tp, None)
             return
         cause = BrokerResponseError(code, result.error_message)
+        self._broker_stats.error(code)
         if code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and idem is not None:
             # tansu only: it answers a re-sent batch it already has with 46 and no
             # offset (Kafka answers NONE with the original offset, above). Written.
             ledger.succeed(batch.messages, -1, -1)
+            self._delivered(tp, batch)
             assert (batch.producer_id, batch.producer_epoch) == (idem.producer_id, idem.producer_epoch)
             idem.confirmed.add(tp)
         elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and idem is not None:
@@ -461,6 +471,44 @@ class BrokerProducer:
                 # ``retrying``: they come back) and are re-sent in a new epoch.
                 part.retrying = cause
                 idem.batch_failed(batch, code.name)
+
+    def _delivered(self, tp: TopicPartition, batch: SealedBatch) -> None:
+        counters = self._counters.partition(tp)
+        counters.delivered += record_count(batch.messages)
+        counters.delivered_bytes += batch.nbytes
+
+    # -- statistics ----------------------------------------------------------
+    def waiting(self) -> dict[TopicPartition, list[int]]:
+        """What waits here per partition, not on the wire: ``[records, bytes]``
+        (loose, sealed for a re-send, failed and waiting to go back)."""
+        out: dict[TopicPartition, list[int]] = {}
+        for tp, part in self._parts.items():
+            msgs = part.msgs
+            # (a RowRun counts its rows; a message has no count)
+            records = sum(getattr(m, "count", 1) for m in msgs) if part.has_runs else len(msgs)
+            nbytes = part.nbytes
+            for batch in (*part.sealed, *part.failed):
+                records += record_count(batch.messages)
+                nbytes += batch.nbytes
+            if records:
+                out[tp] = [records, nbytes]
+        return out
+
+    def on_the_wire(self) -> tuple[int, dict[TopicPartition, list[int]]]:
+        """Requests in flight, and per partition ``[batches, records, bytes]`` on the
+        wire whose outcome is awaited (not failed at their delivery deadline)."""
+        out: dict[TopicPartition, list[int]] = {}
+        for flight in self._in_flight:
+            for tp, batch in flight.batches.items():
+                if tp in flight.expired:
+                    continue  # (failed at its deadline: no longer waited for)
+                entry = out.get(tp)
+                if entry is None:
+                    entry = out[tp] = [0, 0, 0]
+                entry[0] += 1
+                entry[1] += record_count(batch.messages)
+                entry[2] += batch.nbytes
+        return len(self._in_flight), out
 
     # -- delivery timeout --------------------------------------------------
     def expire_all(self) -> None:

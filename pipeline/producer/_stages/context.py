@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pipeline.cluster.errors import KafkaError
 from pipeline.producer._config import ProducerConfig
 from pipeline.producer._errors import DeliveryTimeoutError
+from pipeline.producer._stages.counters import Counters
 from pipeline.producer._stages.envelopes import TopicPartition
 from pipeline.util.backoff import Backoff
 
@@ -104,3 +105,5 @@ class StageContext:
     retry_errors: RetryErrors
     flush: FlushState
     transactions: TransactionManager | None = None
+    # Per topic and partition: batches sealed, delivered, retried (counters.py).
+    counters: Counters = field(default_factory=Counters)

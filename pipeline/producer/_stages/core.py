@@ -185,6 +185,9 @@ class ProducerCore:
     def broker_producers(self) -> list[BrokerProducer]:
         return list(self._bps.values())
 
+    def partition_producers(self) -> list[PartitionProducer]:
+        return list(self._pps.values())
+
     def _wake_broker_producers(self) -> None:
         for bp in self._bps.values():
             bp.wake()

@@ -337,14 +337,19 @@ class TransactionManager:
     async def commit(self) -> None:
         self._require(State.IN_TRANSACTION, doing="commit the transaction")
         self._set(State.COMMITTING)
-        async with trio.open_nursery() as nursery:
-            async def stop_when_failed() -> None:
-                await self._failed.wait()
-                nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                async def stop_when_failed() -> None:
+                    await self._failed.wait()
+                    nursery.cancel_scope.cancel()
 
-            nursery.start_soon(stop_when_failed)
-            await self.flush()
-            nursery.cancel_scope.cancel()
+                nursery.start_soon(stop_when_failed)
+                await self.flush()
+                nursery.cancel_scope.cancel()
+        except BaseException:
+            if self.state == State.COMMITTING:  # no EndTxn sent: still open, may end either way
+                self._set(State.IN_TRANSACTION)
+            raise
         failed = self._records_failed() - self._failed_at_begin
         if self.state == State.COMMITTING and failed:
             self.abortable(TransactionAbortableError(
@@ -429,9 +434,19 @@ class TransactionManager:
                 isinstance(exc, ProducerFencedError)  # v1: the timeout bumped the epoch
                 or (commit and exc.code == ErrorCode.INVALID_TXN_STATE))  # v2: aborted already
             if timed_out and not commit:
-                # KIP-360: InitProducerId with the epoch the timeout bumped past takes
-                # the producer on (a producer that took over is fenced here instead).
-                return await self._coord.init_producer_id(pid, epoch)
+                # KIP-360: InitProducerId with the epoch the timeout bumped past would take
+                # the producer on; Kafka 4.1 refuses it (PRODUCER_FENCED) under version 1.
+                try:
+                    return await self._coord.init_producer_id(pid, epoch)
+                except ProducerFencedError as fenced:
+                    error = ProducerFencedError(
+                        f"the coordinator aborted the transaction of {self.transactional_id!r} "
+                        f"(open longer than transaction_timeout="
+                        f"{self._config.transaction_timeout}s) and fenced this producer's "
+                        "epoch, which transaction.version 1 cannot take on: close this "
+                        "producer and open a new one")
+                    error.code = fenced.code
+                    raise error from fenced
             if timed_out:
                 raise TransactionTimedOutError(
                     f"the coordinator aborted the transaction of {self.transactional_id!r}: "

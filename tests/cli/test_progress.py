@@ -1,0 +1,139 @@
+"""``produce``'s progress: the report's text on a fixed clock, the input's size, and the
+command on a real terminal (a pseudo-terminal: one line redrawn in place, as rows come
+typed or from a file) and into a pipe (a plain line per report, and nothing unless asked)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.cli._progress import Progress, input_size
+from tests.cli.test_pty import ENV, ROOT, Terminal
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_report_rows_rate_share_and_time_left() -> None:
+    clock = Clock()
+    out = io.StringIO()
+    progress = Progress(out, tty=False, total_bytes=1000, clock=clock)
+    clock.now += 2.0
+    # 400 rows read from 200 of 1,000 bytes: 2,000 rows expected; 500 delivered in 2 s
+    assert progress.text(500, 50_000, 0, 400, 200) == (
+        "500 rows delivered (50.0 kB), 250 rows/s (25.0 kB/s), 25%, ETA 0:06, 0:02 elapsed")
+    clock.now += 1.0  # the rates are the last interval's
+    assert progress.text(1500, 2_550_000, 10, 2000, 1000) == (
+        "1,500 rows delivered (2.5 MB), 10 failed, 1,000 rows/s (2.5 MB/s), 76%, ETA 0:01, "
+        "0:03 elapsed")
+    clock.now += 3597.0
+    progress.draw(2000, 3_600_000, 0, 2000, 1000, final=True)  # final: the whole run's
+    assert out.getvalue() == ("progress: 2,000 rows delivered (3.6 MB), 1 rows/s (1.0 kB/s), "
+                              "100%, ETA 0:00, 1:00:00 elapsed\n")
+
+
+def test_without_a_size_no_share_and_on_a_terminal_one_line() -> None:
+    clock = Clock()
+    out = io.StringIO()
+    progress = Progress(out, tty=True, total_bytes=None, clock=clock)
+    assert progress.text(0, 0, 0, 0, 0) == \
+        "0 rows delivered (0 B), 0 rows/s (0 B/s), 0:00 elapsed"
+    clock.now += 1.0
+    progress.draw(7, 700, 0, 7, 0)
+    progress.draw(9, 900, 0, 9, 0, final=True)
+    assert out.getvalue() == (
+        "\r7 rows delivered (700 B), 7 rows/s (700 B/s), 0:01 elapsed\x1b[K"
+        "\r9 rows delivered (900 B), 9 rows/s (900 B/s), 0:01 elapsed\x1b[K\n")
+    nothing_yet = Progress(out, tty=True, total_bytes=50, clock=clock)
+    assert nothing_yet.text(0, 0, 0, 0, 0).endswith("0%, ETA --:--, 0:00 elapsed")
+
+
+def test_the_input_size_is_known_for_regular_files_only(tmp_path: Path) -> None:
+    path = tmp_path / "in"
+    path.write_bytes(b"a\nbb\n")
+    with open(path, "rb") as f1, open(path, "rb") as f2:
+        f2.read(2)
+        assert input_size([f1, f2]) == 5 + 3
+        r, w = os.pipe()
+        with os.fdopen(r, "rb") as pipe:
+            os.close(w)
+            assert input_size([f1, pipe]) is None
+
+
+@pytest.mark.integration
+def test_on_a_terminal_a_file_shows_its_share_and_time_left(
+        kafka_bootstrap: str, new_topic: Any, tmp_path: Path) -> None:
+    topic = new_topic()
+    path = tmp_path / "rows.txt"
+    path.write_bytes(b"".join(b"row %d\n" % i for i in range(20000)))
+    term = Terminal(["-m", "pipeline", "produce", "-b", kafka_bootstrap, "-t", topic,
+                     "--progress-interval", "0.05", str(path)])
+    try:
+        term.wait_for(b"produced 20000 message(s)")
+        assert term.exit_status() == 0
+    finally:
+        term.kill()
+    screen = term.screen
+    assert b"\r0 rows delivered" in screen  # the first report, before anything is sent
+    # the last report ends its line before the summary
+    assert b"\r20,000 rows delivered (" in screen
+    assert b", 100%, ETA 0:00, " in screen
+    assert screen.index(b"100%, ETA 0:00") < screen.index(b"\x1b[K\r\nproduced 20000")
+    assert b"Traceback" not in screen
+
+
+@pytest.mark.integration
+def test_on_a_terminal_typed_rows_are_counted_as_they_come(
+        kafka_bootstrap: str, new_topic: Any) -> None:
+    topic = new_topic()
+    term = Terminal(["-m", "pipeline", "produce", "-b", kafka_bootstrap, "-t", topic,
+                     "--progress-interval", "0.1"])
+    try:
+        term.wait_for(b"\r0 rows delivered")
+        term.type(b"one\n")
+        term.wait_for(b"\r1 rows delivered")  # redrawn while the command still reads
+        term.type(b"two\n")
+        term.wait_for(b"\r2 rows delivered")
+        term.type(b"\x04")  # Ctrl-D: the end of the input
+        assert term.exit_status() == 0
+    finally:
+        term.kill()
+    assert b"produced 2 message(s)" in term.screen
+    assert b"ETA" not in term.screen  # a terminal's input has no size
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("asked", [True, False])
+def test_into_a_pipe_plain_lines_only_when_asked(
+        kafka_bootstrap: str, new_topic: Any, tmp_path: Path, asked: bool) -> None:
+    topic = new_topic()
+    path = tmp_path / "rows.txt"
+    path.write_bytes(b"".join(b"row %d\n" % i for i in range(1000)))
+    argv = [sys.executable, "-m", "pipeline", "produce", "-b", kafka_bootstrap, "-t", topic,
+            *(["--progress", "--progress-interval", "0.05"] if asked else [])]
+    with open(path, "rb") as stdin:  # stdin redirected from a file: its size is known
+        proc = subprocess.run(argv, stdin=stdin, capture_output=True, cwd=ROOT, env=ENV,
+                              timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.decode().splitlines()
+    assert lines[-1] == f"produced 1000 message(s) to {topic}"
+    if not asked:
+        assert lines == [lines[-1]]
+        return
+    assert "\r" not in proc.stderr.decode() and "\x1b" not in proc.stderr.decode()
+    reports = lines[:-1]
+    assert reports and all(line.startswith("progress: ") for line in reports)
+    assert reports[0].startswith("progress: 0 rows delivered (0 B), 0 rows/s (0 B/s), ")
+    assert reports[-1].startswith("progress: 1,000 rows delivered (")
+    assert ", 100%, ETA 0:00, " in reports[-1]
