@@ -16,9 +16,10 @@ What runs in a task when ``export_dataframe(..., exactly_once=True)``:
    twice. If nothing follows them, nothing is written.
 3. **Write in transactions.** Rows go out in transactions of at most
    ``commit_interval`` seconds (and ``commit_rows`` rows, when set), each closed by
-   waiting for its rows' acknowledgements, then sending the partition's marker (rows done,
-   their fingerprint, whether the input ended) to the ledger, then committing: the
-   marker is visible exactly when its rows are. A pull from Spark that outlasts the
+   sending the partition's marker (rows done, their fingerprint, whether the input
+   ended) to the ledger, then committing (the commit waits for every row's
+   acknowledgement and refuses when one failed): the marker is visible exactly when its
+   rows are. A pull from Spark that outlasts the
    interval does not hold the transaction open: it commits what it has and goes on after.
 4. **Fenced?** When a later attempt fenced this one (``ProducerFencedError``), this
    attempt must not succeed before the partition is done: Spark would take its result
@@ -280,11 +281,10 @@ class _Writer:
                     await self._take(await receive.receive())
                 if boundary or not (self._pending or self._done):
                     break  # the boundary, or the deadline passed first
-            await _settle(outcomes)
-            if outcomes.failed:
-                raise TransactionAbortableError(
-                    f"{outcomes.failed} row(s) were not delivered; first error: "
-                    f"{outcomes.first_error}")
+            # No wait for the rows' acknowledgements here: the commit flushes them, and
+            # refuses when one failed, and stops waiting as soon as the transaction
+            # became abortable (a fenced epoch, say), whose rows the producer would
+            # otherwise retry until their delivery_timeout.
             complete = self._done and not self._pending
             marker = Marker(
                 export_id=eo.export_id, partition=self.status.partition,
@@ -295,7 +295,13 @@ class _Writer:
                                 partition=eo.ledger_partition)
             await producer.commit_transaction()
         except TransactionAbortableError as exc:
-            await self._abort(exc)
+            outcomes.fold()
+            cause: BaseException = exc
+            if outcomes.failed:  # the rows' own errors say more than the commit's refusal
+                cause = TransactionAbortableError(
+                    f"{outcomes.failed} row(s) were not delivered; first error: "
+                    f"{outcomes.first_error}")
+            await self._abort(cause)
         self.marker = marker
         self.status.transactions += 1
         self.status.delivered += sent
@@ -328,18 +334,6 @@ class _Writer:
             f"{self.status.attempt}): the transaction was aborted: {cause}{advice}; a retry "
             f"resumes after the {self.marker.rows if self.marker else 0} rows committed "
             "before it")
-
-
-async def _settle(outcomes: _Outcomes) -> None:
-    """Until every row sent has its outcome, or one row failed: a transaction that cannot
-    commit is aborted at once (the abort fails what is still pending), rather than after
-    each pending row's ``delivery_timeout``."""
-    while True:
-        outcomes.fold()
-        if outcomes.failed or not outcomes.open:
-            return
-        with trio.move_on_after(0.05):
-            await outcomes.open[0].wait()
 
 
 async def _wait_for_writer(converter: _Converter, cfg: ExportConfig, eo: ExactlyOnce,
