@@ -209,7 +209,7 @@ def test_speculation_warning_and_schema_check_without_a_cluster(monkeypatch: Any
 
 
 def test_message_ids_join_existing_headers_without_row_objects() -> None:
-    from pipeline.spark.partition import _with_message_ids
+    from pipeline.spark.rows import _with_message_ids
 
     batch = _batch(10, 30).slice(3, 20)  # a sliced batch: offsets do not start at 0
     merged = _with_message_ids(batch.column(batch.schema.names.index("headers")), 20, "mid",

@@ -31,19 +31,33 @@ partitions whose successful attempt was a retry (``attempt > 0``), and
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import logging
 import re
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.spark.exactly_once_job import (
+    after_failure,
+    check_options,
+    finish,
+    job_partitions,
+    prepare,
+    skipped_statuses,
+    succeeded_tasks,
+    wait_for_tasks,
+)
+from pipeline.spark.ledger import DEFAULT_LEDGER_TOPIC
 from pipeline.spark.partition import spark_task
 from pipeline.spark.status import (
     DEFAULT_MESSAGE_ID_HEADER,
+    ExactlyOnce,
     ExportConfig,
     PartitionStatus,
     status_schema_ddl,
@@ -66,7 +80,15 @@ SINK_COLUMNS = ("key", "value", "headers", "topic", "partition")
 
 
 class ExportError(RuntimeError):
-    """The export job failed; the message carries the task's cause."""
+    """The export job failed; the message carries the task's cause.
+
+    ``report``: for an exactly-once export whose job failed, what is committed per
+    partition (read from the ledger after the driver fenced the job's leftovers);
+    None otherwise."""
+
+    def __init__(self, message: str, *, report: ExportReport | None = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 class ExportSchemaError(ExportError, ValueError):
@@ -94,6 +116,44 @@ class ExportReport:
     first_error: str | None = None
     warnings: tuple[str, ...] = ()
     task_seconds: float = field(default=0.0)  # sum of per-task wall times
+    #: exactly-once exports: the export id (rerun with it to finish a failed export) and
+    #: the ledger topic; None for at-least-once
+    export_id: str | None = None
+    ledger_topic: str | None = None
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.export_id is not None
+
+    @property
+    def committed_partitions(self) -> tuple[int, ...]:
+        """Exactly-once: partitions this run committed (all their rows are visible)."""
+        return self._with_outcome("committed")
+
+    @property
+    def skipped_partitions(self) -> tuple[int, ...]:
+        """Exactly-once: partitions an earlier run of the export id had committed whole;
+        this run wrote none of their rows."""
+        return self._with_outcome("skipped")
+
+    @property
+    def failed_partitions(self) -> tuple[int, ...]:
+        """Exactly-once, failed job: partitions not committed whole (``committed_rows``
+        of each, committed in earlier chunks, are visible; the rest is not)."""
+        return self._with_outcome("failed")
+
+    @property
+    def complete(self) -> bool:
+        """Every partition's rows are committed (by this run or an earlier one)."""
+        return bool(self.partitions) and not self.failed_partitions and self.ok
+
+    @property
+    def committed_rows(self) -> int:
+        """Exactly-once: rows of the export visible to read_committed readers."""
+        return sum(p.committed_rows for p in self.partitions)
+
+    def _with_outcome(self, outcome: str) -> tuple[int, ...]:
+        return tuple(p.partition for p in self.partitions if p.outcome == outcome)
 
     @property
     def rows_per_second(self) -> float:
@@ -105,7 +165,8 @@ class ExportReport:
 
     @property
     def retried_partitions(self) -> tuple[int, ...]:
-        """Spark partitions whose successful attempt was a retry: they may have duplicates."""
+        """Spark partitions whose successful attempt was a retry (or a speculative copy):
+        at-least-once, they may have duplicates; exactly-once, they have none."""
         return tuple(p.partition for p in self.partitions if p.attempt > 0)
 
     @property
@@ -131,10 +192,21 @@ class ExportReport:
             "first_error": self.first_error,
             "warnings": list(self.warnings),
             "partitions": [p.as_row() for p in self.partitions],
+            **({} if self.export_id is None else {
+                "export_id": self.export_id,
+                "ledger_topic": self.ledger_topic,
+                "committed_rows": self.committed_rows,
+                "committed_partitions": list(self.committed_partitions),
+                "skipped_partitions": list(self.skipped_partitions),
+                "failed_partitions": list(self.failed_partitions),
+                "complete": self.complete,
+            }),
         }
 
     def format(self, *, per_partition: bool = True) -> str:
         """A human-readable summary (what the CLI and the demo print)."""
+        if self.exactly_once:
+            return self._format_exactly_once(per_partition)
         lines = [
             f"exported {self.delivered:,} of {self.rows:,} rows to "
             f"{self.topic or '(topic column)'} in {self.seconds:.2f} s: "
@@ -162,6 +234,45 @@ class ExportReport:
                 )
         return "\n".join(lines)
 
+    def _format_exactly_once(self, per_partition: bool) -> str:
+        committed, skipped = self.committed_partitions, self.skipped_partitions
+        failed = self.failed_partitions
+        lines = [
+            f"exactly-once export {self.export_id!r} to {self.topic or '(topic column)'} "
+            f"(ledger {self.ledger_topic}): {len(committed)} partition(s) committed, "
+            f"{len(skipped)} skipped (an earlier run had committed them), {len(failed)} failed",
+            f"rows written by this run: {self.delivered:,} in {self.seconds:.2f} s "
+            f"({self.rows_per_second:,.0f} rows/s, {self.mb_per_second:.1f} MB/s); rows "
+            f"committed in all: {self.committed_rows:,}",
+        ]
+        if failed:
+            partial = [p for p in self.partitions if p.outcome == "failed" and p.committed_rows]
+            lines.append(
+                "the export is NOT complete: partitions commit independently (no released "
+                "Kafka can commit a whole job at once: KIP-939's two-phase commit is not "
+                "usable yet), so the committed partitions"
+                + (f" and {len(partial)} failed partition(s)' first chunks" if partial else "")
+                + f" are visible to read_committed readers; rerun with export_id="
+                f"{self.export_id!r} to write only what is missing"
+            )
+        elif self.retried_partitions:
+            lines.append(f"retried partitions (no duplicates): {list(self.retried_partitions)}")
+        if self.first_error:
+            lines.append(f"first error: {self.first_error}")
+        for text in self.warnings:
+            lines.append(f"warning: {text}")
+        if per_partition:
+            for p in self.partitions:
+                extra = f"  resumed after {p.resumed_rows:,}" if p.resumed_rows and (
+                    p.outcome != "skipped") else ""
+                who = (f"  attempt {p.attempt}" if p.attempt >= 0 else "")
+                lines.append(
+                    f"  partition {p.partition:>4}  {p.outcome:<9}  committed rows "
+                    f"{p.committed_rows:>10,}  written now {p.delivered:>10,}"
+                    f"  transactions {p.transactions:>3}{who}{extra}"
+                )
+        return "\n".join(lines)
+
 
 def build_report(
     statuses: Iterable[PartitionStatus | Mapping[str, Any]],
@@ -169,12 +280,14 @@ def build_report(
     topic: str | None,
     seconds: float,
     warnings: Iterable[str] = (),
+    export_id: str | None = None,
+    ledger_topic: str | None = None,
 ) -> ExportReport:
     """Fold status rows (``PartitionStatus`` or ``Row.asDict()`` mappings) into a report."""
     parts = []
     for s in statuses:
         if not isinstance(s, PartitionStatus):
-            s = PartitionStatus(**{k: s[k] for k in PartitionStatus.__slots__})
+            s = PartitionStatus(**{k: s[k] for k in PartitionStatus.__slots__ if k in s})
         parts.append(s)
     parts.sort(key=lambda p: p.partition)
     first_error = next((p.first_error for p in parts if p.first_error), None)
@@ -189,6 +302,8 @@ def build_report(
         first_error=first_error,
         warnings=tuple(warnings),
         task_seconds=sum(p.seconds for p in parts),
+        export_id=export_id,
+        ledger_topic=ledger_topic,
     )
 
 
@@ -262,6 +377,13 @@ def export_dataframe(
     check_topic: bool = True,
     progress: Callable[[int, int], None] | None = None,
     kafka_options: Mapping[str, str] | None = None,
+    exactly_once: bool = False,
+    export_id: str | None = None,
+    ledger_topic: str = DEFAULT_LEDGER_TOPIC,
+    commit_interval: float | None = None,
+    commit_rows: int | None = None,
+    transactional_id_prefix: str = "pipeline-export-",
+    verify_skipped: bool = False,
     _fail_first_attempt_after_rows: int | None = None,
     **producer_options: Any,
 ) -> ExportReport:
@@ -285,17 +407,37 @@ def export_dataframe(
             "kafka.sasl.jaas.config": "...PlainLoginModule required username=... ;"}``,
             ``kafka.linger.ms``...; see :mod:`pipeline.spark.options`); keyword
             ``producer_options`` win over them.
+        exactly_once: write every row exactly once for ``read_committed`` readers,
+            through task retries, speculative tasks and reruns of the export id
+            (:mod:`pipeline.spark.exactly_once`; docs/spark-export.md). Each partition
+            commits independently: a failed job leaves its committed partitions visible.
+        export_id: names the export (letters, digits, ``. _ : -``): its transactional
+            ids and ledger markers derive from it, so rerunning a failed export with the
+            same id writes only the partitions not yet committed. Default: a fresh id
+            per call (retries and speculation inside the job are still exactly-once).
+        ledger_topic: the compacted topic of per-partition markers (created if missing,
+            replicated as ``topic``).
+        commit_interval: seconds a transaction may stay open before it commits what it
+            has (default: a third of ``transaction_timeout``, itself 60 s by default).
+        commit_rows: also commit every this many rows of a partition (default: by time).
+        transactional_id_prefix: transactional ids are
+            ``f"{prefix}{export_id}.{spark partition}"`` (for prefixed ACLs).
+        verify_skipped: when a job of ``export_id`` finished before, run the job anyway
+            to re-read every partition and compare it with what was committed (a
+            changed DataFrame or partitioning is then refused); by default such a rerun
+            reads and writes nothing and reports every partition skipped.
         producer_options: ``ProducerConfig`` fields (``linger=0.01``, ``compression=
-            "zstd"``, ``acks=1``, ``security_protocol="SASL_SSL"``, ``sasl_password=``...),
-            validated here before any task starts. Secrets reach the tasks masked and
-            never appear in the report, the plan or a task's error.
+            "zstd"``, ``acks=1``, ``security_protocol="SASL_SSL"``, ``sasl_password=``...,
+            ``transaction_timeout=`` for exactly-once), validated here before any task
+            starts. Secrets reach the tasks masked and never appear in the report, the
+            plan or a task's error.
 
     Returns the :class:`ExportReport`. Raises :class:`ExportSchemaError` for a bad
-    DataFrame, ``ConfigError`` for a bad option, ``KafkaError`` subclasses from the
-    topic check, and :class:`ExportError` when Spark's Python workers cannot import
-    pipeline (before the job: one line saying what to set, see
+    DataFrame, ``ConfigError``/``ValueError`` for a bad option, ``KafkaError`` subclasses
+    from the topic check, and :class:`ExportError` when Spark's Python workers cannot
+    import pipeline (before the job: one line saying what to set, see
     :mod:`pipeline.spark.workers`) or the job fails (the message is the failing task's
-    cause).
+    cause; exactly-once, ``.report`` says what is committed per partition).
     """
     from pipeline.producer._config import make_config
     from pipeline.spark.options import producer_options_from_kafka
@@ -304,6 +446,9 @@ def export_dataframe(
     if kafka_options:
         producer_options = {**producer_options_from_kafka(kafka_options), **producer_options}
     make_config(None, dict(producer_options))  # ConfigError now, not in every task
+    if exactly_once:
+        export_id = check_options(export_id, max_failed_rows, producer_options,
+                                  transactional_id_prefix)
     if add_message_id_header is True:
         header: str | None = DEFAULT_MESSAGE_ID_HEADER
     elif add_message_id_header:
@@ -322,10 +467,12 @@ def export_dataframe(
     )
     notes: list[str] = []
     spark = df.sparkSession
-    if str(spark.conf.get("spark.speculation", "false")).lower() == "true":
+    if (not exactly_once
+            and str(spark.conf.get("spark.speculation", "false")).lower() == "true"):
         text = (
             "spark.speculation is on: a speculative copy of a task writes its rows too, "
-            "so expect duplicates (delivery is at-least-once); turn it off for exports"
+            "so expect duplicates (delivery is at-least-once); turn it off for exports, "
+            "or export with exactly_once=True"
         )
         warnings.warn(text, SpeculationWarning, stacklevel=2)
         notes.append(text)
@@ -334,6 +481,21 @@ def export_dataframe(
     problem = worker_python_problem(spark)
     if problem is not None:
         raise ExportError(problem)
+    eo = None
+    if exactly_once:
+        assert export_id is not None
+        eo, done = prepare(bootstrap=bootstrap, topic=topic, export_id=export_id,
+                           ledger_topic=ledger_topic, producer_options=producer_options,
+                           commit_interval=commit_interval, commit_rows=commit_rows,
+                           transactional_id_prefix=transactional_id_prefix,
+                           verify_done=verify_skipped)
+        if done is not None and not verify_skipped:
+            notes.append(f"export {export_id!r} finished before (run {done.run_id}, "
+                         f"{done.rows:,} rows): nothing was read or written")
+            return build_report(skipped_statuses(eo, done), topic=topic, seconds=0.0,
+                                warnings=notes, export_id=export_id,
+                                ledger_topic=ledger_topic)
+        cfg = dataclasses.replace(cfg, exactly_once=eo)
 
     job = df.select(*keep).mapInArrow(
         functools.partial(spark_task, cfg=cfg), status_schema_ddl()
@@ -342,17 +504,76 @@ def export_dataframe(
     started = time.perf_counter()
     if ticker is not None:
         ticker.start()
+    group = f"pipeline-export-{eo.run_id}" if eo is not None else None
     try:
-        rows = job.collect()  # the one action: a second one would export everything again
+        with _job_group(spark, group):
+            rows = job.collect()  # the one action: a second one would export everything again
     except Exception as exc:
-        raise ExportError(_task_failure_text(exc)) from exc
+        text = _task_failure_text(exc)
+        if eo is None or group is None:
+            raise ExportError(text) from exc
+        raise _failed_exactly_once(spark, group, text, eo, bootstrap, topic,
+                                   producer_options, time.perf_counter() - started,
+                                   notes) from exc
     finally:
         if ticker is not None:
             ticker.stop()
     seconds = time.perf_counter() - started
-    return build_report(
-        (r.asDict() for r in rows), topic=topic, seconds=seconds, warnings=notes
+    report = build_report(
+        (r.asDict() for r in rows), topic=topic, seconds=seconds, warnings=notes,
+        export_id=eo.export_id if eo is not None else None,
+        ledger_topic=eo.ledger_topic if eo is not None else None,
     )
+    if eo is not None and not eo.done:
+        try:
+            finish(bootstrap=bootstrap, eo=eo, partitions=len(report.partitions),
+                   rows=report.committed_rows, producer_options=producer_options)
+        except Exception as exc:  # every partition is committed: only a rerun's shortcut is lost
+            log.warning("export %r: every partition is committed, but recording that the "
+                        "job finished failed (%s); a rerun with this export id re-reads the "
+                        "input and writes nothing", eo.export_id, exc)
+    return report
+
+
+@contextlib.contextmanager
+def _job_group(spark: Any, group: str | None) -> Iterator[None]:
+    """Tag the export's job (``spark.jobGroup.id``, this thread only) so that the driver
+    can find its tasks after a failure; the caller's own group comes back after."""
+    if group is None:
+        yield
+        return
+    sc = spark.sparkContext
+    previous = sc.getLocalProperty("spark.jobGroup.id")
+    sc.setLocalProperty("spark.jobGroup.id", group)
+    try:
+        yield
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", previous)
+
+
+def _failed_exactly_once(spark: Any, group: str, text: str, eo: ExactlyOnce, bootstrap: str,
+                         topic: str | None, producer_options: Mapping[str, Any],
+                         seconds: float, notes: list[str]) -> ExportError:
+    """The ExportError of a failed exactly-once job, with what is committed per partition."""
+    wait_for_tasks(spark, group, limit=30.0)
+    statuses = after_failure(bootstrap=bootstrap, eo=eo,
+                             partitions=job_partitions(spark, group),
+                             succeeded=succeeded_tasks(spark, group),
+                             producer_options=producer_options)
+    report = build_report(statuses, topic=topic, seconds=seconds, warnings=notes,
+                          export_id=eo.export_id, ledger_topic=eo.ledger_topic)
+    if statuses:
+        summary = (f"; export {eo.export_id!r}: partitions committed "
+                   f"{list(report.committed_partitions) or 'none'}, skipped (committed "
+                   f"earlier) {list(report.skipped_partitions) or 'none'}, failed "
+                   f"{list(report.failed_partitions) or 'none'}; committed partitions stay "
+                   f"visible (they commit independently): rerun with export_id="
+                   f"{eo.export_id!r} to write only the rest")
+    else:
+        summary = (f"; export {eo.export_id!r}: what is committed could not be read from "
+                   f"the ledger; rerun with export_id={eo.export_id!r} to write only the "
+                   "partitions not yet committed")
+    return ExportError(text + summary, report=report)
 
 
 def _check_topic(bootstrap: str, topic: str, producer_options: Mapping[str, Any]) -> None:

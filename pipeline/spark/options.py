@@ -38,6 +38,7 @@ KAFKA_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "kafka.enable.idempotence": ("idempotent", lambda v: v.lower() == "true"),
     "kafka.max.request.size": ("max_request_bytes", int),
     "kafka.buffer.memory": ("buffer_memory", int),
+    "kafka.transaction.timeout.ms": ("transaction_timeout", lambda v: float(v) / 1000),
 }
 #: The ``kafka.``-prefixed security names understood (see pipeline.cluster.properties).
 SECURITY_OPTIONS = frozenset(f"kafka.{name}" for name in PROPERTY_NAMES) - set(KAFKA_OPTIONS)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MESSAGE_ID_HEADER",
     "STATUS_COLUMNS",
+    "ExactlyOnce",
     "ExportConfig",
     "ExportTaskError",
     "Masked",
@@ -45,6 +46,13 @@ STATUS_COLUMNS: tuple[tuple[str, str], ...] = (
     ("seconds", "double"),  # task wall time, including connecting
     ("started_at", "double"),  # epoch seconds
     ("pid", "long"),  # executor Python worker process
+    # "delivered" (at-least-once); exactly-once: "committed" (this job committed the
+    # partition) or "skipped" (an earlier run of the export id had committed it all)
+    ("outcome", "string"),
+    ("committed_rows", "long"),  # exactly-once: rows of the partition committed in all
+    ("resumed_rows", "long"),  # exactly-once: rows earlier attempts had committed (not re-sent)
+    ("transactions", "long"),  # exactly-once: transactions this attempt committed
+    ("writer_attempt", "long"),  # exactly-once: the attempt that committed the last rows (-1: ?)
 )
 
 
@@ -117,6 +125,8 @@ class ExportConfig:
     message_id_prefix: str = ""
     #: test hook: on attempt 0, deliver exactly this many rows, then fail the task
     fail_first_attempt_after_rows: int | None = None
+    #: exactly-once mode (None: at-least-once)
+    exactly_once: ExactlyOnce | None = None
 
     def __post_init__(self) -> None:
         if not self.bootstrap or not isinstance(self.bootstrap, str):
@@ -139,6 +149,42 @@ class ExportConfig:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class ExactlyOnce:
+    """The exactly-once part of a task's config (:mod:`pipeline.spark.exactly_once`).
+
+    Transactional ids are ``f"{transactional_id_prefix}{export_id}.{partition}"``: one
+    per Spark partition, reused by every attempt and rerun, so each attempt fences the
+    earlier ones. ``markers`` holds what the driver read of the ledger before the job
+    (``{partition: Marker JSON}``); the tasks read the rest of ledger partition
+    ``ledger_partition`` from ``ledger_start``.
+    """
+
+    export_id: str
+    run_id: str  # this export_dataframe call (tells "committed by this job" from "skipped")
+    ledger_topic: str
+    ledger_partition: int
+    ledger_start: int
+    markers: dict[int, str] = field(default_factory=dict)
+    commit_interval: float = 20.0  # seconds a transaction may stay open before it commits
+    commit_rows: int | None = None  # rows per transaction (None: by time only)
+    transactional_id_prefix: str = "pipeline-export-"
+    #: a job of this export finished (the ledger's done record): every partition is
+    #: skipped, unread, or with ``verify_done`` after checking that it still holds
+    #: exactly the rows committed (``verify_skipped``)
+    done: bool = False
+    verify_done: bool = False
+
+    def __post_init__(self) -> None:
+        if self.commit_interval <= 0:
+            raise ValueError(f"commit_interval must be > 0 seconds, not {self.commit_interval}")
+        if self.commit_rows is not None and self.commit_rows < 1:
+            raise ValueError(f"commit_rows must be >= 1 or None, not {self.commit_rows}")
+
+    def transactional_id(self, partition: int) -> str:
+        return f"{self.transactional_id_prefix}{self.export_id}.{partition}"
+
+
 @dataclass(slots=True)
 class PartitionStatus:
     """What one task did. ``asdict`` matches :data:`STATUS_COLUMNS`."""
@@ -153,6 +199,11 @@ class PartitionStatus:
     seconds: float = 0.0
     started_at: float = 0.0
     pid: int = 0
+    outcome: str = "delivered"
+    committed_rows: int = 0
+    resumed_rows: int = 0
+    transactions: int = 0
+    writer_attempt: int = -1
 
     def as_row(self) -> dict[str, Any]:
         return asdict(self)

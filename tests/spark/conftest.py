@@ -137,3 +137,42 @@ def kafka_records() -> Any:
             consumer.close()
 
     return _read
+
+
+def read_all(bootstrap: str, topic: str, isolation: str, timeout: float = 30.0) -> list[Any]:
+    """Every record of ``topic`` (confluent-kafka, assign mode, from offset 0 to each
+    partition's end: the last stable offset for ``read_committed``), sorted by
+    (partition, offset)."""
+    import time
+
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"spark-tests-{time.monotonic_ns()}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,
+        "isolation.level": isolation,
+    })
+    try:
+        meta = consumer.list_topics(topic, timeout=10)
+        parts = sorted(meta.topics[topic].partitions)
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in parts])
+        out: list[Any] = []
+        ended: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(ended) < len(parts):
+            assert time.monotonic() < deadline, f"{topic}: no end of partition(s) {ended}"
+            for msg in consumer.consume(num_messages=10_000, timeout=0.5):
+                err = msg.error()
+                if err is None:
+                    out.append(msg)
+                    ended.discard(msg.partition())
+                elif err.code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    ended.add(msg.partition())
+                else:
+                    raise AssertionError(f"consumer error: {err}")
+        out.sort(key=lambda m: (m.partition(), m.offset()))
+        return out
+    finally:
+        consumer.close()
