@@ -93,6 +93,21 @@ async def test_a_coordinator_not_found_yet_is_asked_again(
         assert fake.transaction(TID).state == "CompleteCommit"
 
 
+async def test_a_stopped_coordinator_is_found_again(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options(**GROWING)) as producer:
+        await open_transaction(producer)
+        old = fake.coordinator(TID)
+        fake.stop_broker(old)
+        new = fake.coordinator(TID)
+        assert new != old
+        with trio.fail_after(30):
+            assert await timed(producer.commit_transaction) >= 0.125
+        assert fake.requests_of(ApiKey.END_TXN)[-1].node_id == new
+        assert fake.transaction(TID).state == "CompleteCommit"
+
+
 async def test_a_coordinator_refusing_the_id_is_fatal(
         serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
     fake = await serve()
@@ -194,8 +209,10 @@ async def test_txn_offset_commit_retries_and_finds_the_group_coordinator_again(
             offsets = {("in", 0): 1}
             fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                            count=2)
+            before = finds(fake, 0)
             took = await timed(lambda: producer.send_offsets_to_transaction(offsets, "g"))
             assert took == pytest.approx(0.125 + 0.25)
+            assert finds(fake, 0) == before + 1  # the same coordinator, asked three times
             fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.CONCURRENT_TRANSACTIONS,
                            count=2)
             took = await timed(lambda: producer.send_offsets_to_transaction(offsets, "g"))
@@ -215,22 +232,21 @@ async def test_txn_offset_commit_retries_and_finds_the_group_coordinator_again(
     assert fake.offsets.fetch("g", ("in", 0)).offset == 1  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("retriable_first", [True, False])
-async def test_txn_offset_commit_raises_the_partition_error_that_cannot_be_retried(
-        serve: Serve, retriable_first: bool, autojump_clock: trio.testing.MockClock) -> None:
+async def test_txn_offset_commit_retries_a_partitions_retriable_error_and_raises_a_final_one(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
     fake = await serve()
     async with open_fake_producer(fake, **txn_options()) as producer:
         await producer.begin_transaction()
-        retriable, final = (0, 1) if retriable_first else (1, 0)
         fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                       topic="in", partition=retriable)
+                       topic="in", partition=0)
         fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                       topic="in", partition=final)
+                       topic="in", partition=1)
         with pytest.raises(TransactionAbortableError,
                            match="TxnOffsetCommit for transactional_id 'rules-writer': "
                                  "GROUP_AUTHORIZATION_FAILED"):
             await producer.send_offsets_to_transaction({("in", 0): 1, ("in", 1): 1}, "g")
         await producer.abort_transaction()
+    assert len(fake.requests_of(ApiKey.TXN_OFFSET_COMMIT)) == 2
 
 
 async def test_a_group_coordinator_lookup_refused_for_good_is_raised(
