@@ -198,6 +198,26 @@ async def test_v1_bumps_the_epoch_with_its_id_from_init_producer_id_v3(
         3, pid, epoch)
 
 
+async def test_init_producer_id_below_v3_sends_no_id(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """InitProducerId v0-2 has no producer id or epoch fields (the encoder refuses any
+    but -1): the first id and the bump after a sequence problem both go without them."""
+    versions = {**SUPPORTED_VERSIONS, ApiKey.INIT_PRODUCER_ID: (0, 2)}
+    fake = await serve(version=1, api_versions=versions)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        idem = producer._core.idempotence
+        epoch = idem.producer_epoch
+        await producer.begin_transaction()
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, topic="t")
+        await producer.send("t", b"x", partition=0)
+        with pytest.raises(TransactionAbortableError):
+            await producer.commit_transaction()
+        await producer.abort_transaction()
+        assert idem.producer_epoch == epoch + 1
+    assert [(r.api_version, r.request.producer_id, r.request.producer_epoch)
+            for r in fake.requests_of(ApiKey.INIT_PRODUCER_ID)] == [(2, -1, -1)] * 2
+
+
 # ---------------------------------------------------------- TxnOffsetCommit
 
 
