@@ -117,8 +117,19 @@ async def test_a_coordinator_refusing_the_id_is_fatal(
         fake.fail_next(ApiKey.FIND_COORDINATOR, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         with pytest.raises(TransactionFatalError,
                            match="FindCoordinator for transactional_id 'rules-writer': "
-                                 "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"):
+                                 "TRANSACTIONAL_ID_AUTHORIZATION_FAILED") as e:
             await producer.commit_transaction()
+        assert "transaction_timeout" not in str(e.value)  # (that advice is for its own code)
+
+
+async def test_a_coordinator_not_found_at_the_first_request_is_asked_again(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    fake.fail_next(ApiKey.FIND_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        async with producer.transaction():
+            await producer.send("t", b"x", partition=0)
+    assert finds(fake, 1) == 2
 
 
 async def test_an_unknown_server_error_on_commit_is_a_lost_answer(
