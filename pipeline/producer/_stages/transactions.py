@@ -142,7 +142,6 @@ class TransactionManager:
         self._config = config
         self._cluster = cluster
         self._idem = idempotence
-        self._backoff = backoff
         #: Waits until every accepted record has its outcome (``Producer.flush``; set
         #: by the producer, which owns flushing).
         self.flush: Callable[[], Awaitable[None]] = _no_flush
@@ -277,10 +276,8 @@ class TransactionManager:
         """A batch of ``tp`` was sealed for the open transaction."""
         self.touched.add(tp)
 
-    async def run_adder(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-                        ) -> None:
+    async def run_adder(self) -> None:
         """v1: add the partitions the broker producers wait for, in bulk."""
-        task_status.started()
         while True:
             await self._add_wanted.wait()
             self._add_wanted = trio.Event()

@@ -1,0 +1,656 @@
+"""The transactional producer's rules, one each: what every call raises in every state,
+the argument checks of ``send_offsets_to_transaction``, the classification of the
+coordinator's errors, the abort's drain, EndTxn's bound and shield, the epoch after an
+EndTxn, and the transaction version a producer speaks.
+
+Most run a producer against the fake cluster on virtual time (``test_transactions.py``
+has the end-to-end schedules); a few drive ``TransactionManager`` alone, where the rule
+is one of the state machine's and no schedule reaches it more directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from pipeline import (
+    ProducerConfig,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionStateError,
+    TransactionTimedOutError,
+)
+from pipeline.producer._errors import (
+    DeliveryTimeoutError,
+    ProducerError,
+    TransactionFatalError,
+)
+from pipeline.producer._stages.envelopes import TopicPartition
+from pipeline.producer._stages.transactions import GroupMetadata, State, TransactionManager
+from pipeline.protocol.api import ApiKey
+from pipeline.protocol.errors import ErrorCode
+from pipeline.testing.fake.state import MAX_EPOCH
+from pipeline.testing.fake_cluster import FakeCluster
+from tests.scenarios.conftest import open_fake_producer
+from tests.scenarios.test_transactions import committed_values
+
+TID = "rules-writer"
+
+
+def txn_options(**overrides: Any) -> dict[str, Any]:
+    return {"transactional_id": TID, "idempotent": True, **overrides}
+
+
+Serve = Callable[..., Awaitable[FakeCluster]]
+
+
+@pytest.fixture
+def serve(nursery: trio.Nursery) -> Serve:
+    """``await serve(version, **options)``: a fake cluster with topic "t" (3 partitions)
+    and the given finalized transaction.version, running until the test ends."""
+    async def start(version: int = 2, **kwargs: Any) -> FakeCluster:
+        fake = FakeCluster(brokers=3, seed=4, transaction_version=version,
+                           auto_create_topics=False, **kwargs)
+        await nursery.start(fake.run)
+        fake.create_topic("t", 3)
+        return fake
+    return start
+
+
+def away_from_coordinator(fake: FakeCluster) -> tuple[int, int]:
+    """A partition of "t" and its leader, which is not the transaction coordinator (so a
+    Produce held at the leader does not hold the coordinator's connection)."""
+    coordinator = fake.coordinator(TID)
+    for p in range(3):
+        if fake.leader("t", p) != coordinator:
+            return p, fake.leader("t", p)
+    raise AssertionError("every partition is led by the coordinator")
+
+
+# ------------------------------------------------- the state machine on its own
+
+
+class _Idem:
+    producer_id, producer_epoch, paused = 7, 3, False
+
+    def restart(self, pid: int, epoch: int) -> None:
+        self.producer_id, self.producer_epoch, self.paused = pid, epoch, False
+
+    async def wait_drained(self) -> None:
+        pass
+
+
+class _NoConnections:
+    def open_connections(self) -> list[Any]:
+        return []
+
+
+class _Coordinator:
+    """Records AddPartitionsToTxn instead of sending it."""
+
+    version = 0
+
+    def __init__(self) -> None:
+        self.added: list[list[TopicPartition]] = []
+
+    async def add_partitions(self, tps: list[TopicPartition], pid: int, epoch: int) -> None:
+        self.added.append(list(tps))
+
+
+def bare_manager() -> TransactionManager:
+    config = ProducerConfig(transactional_id=TID, idempotent=True)
+    return TransactionManager(config, _NoConnections(), _Idem(),  # type: ignore[arg-type]
+                              lambda attempt: 0.1, purge=lambda error: None,
+                              wake=lambda: None, records_failed=lambda: 0)
+
+
+async def test_fatal_holds_in_any_state_and_keeps_its_first_cause() -> None:
+    """The stages may call ``fatal`` at any time (a broker fencing the epoch), before any
+    transaction too; later errors (fatal or abortable) never replace the first cause."""
+    txn = bare_manager()  # on_state left as it comes: the manager works without one
+    txn.initialized()
+    first = ProducerFencedError("fenced first")
+    txn.fatal(first)
+    txn.fatal(TransactionFatalError("second"))
+    txn.abortable(TransactionAbortableError("late"))
+    assert txn.state == State.FATAL and txn.error is first
+    with pytest.raises(ProducerFencedError) as caught:
+        txn.begin()
+    assert caught.value is first
+    assert txn.refusal() is first
+
+
+async def test_an_abortable_error_outside_a_transaction_changes_nothing() -> None:
+    """A record of an ended transaction failing late must not poison the next one."""
+    txn = bare_manager()
+    txn.initialized()
+    txn.abortable(TransactionAbortableError("late"))
+    assert txn.state == State.READY and txn.error is None
+    txn.begin()
+    assert txn.state == State.IN_TRANSACTION
+
+
+async def test_without_a_live_connection_the_version_is_1_and_flush_must_be_set() -> None:
+    """No connection tells the cluster's transaction.version: the protocol every broker
+    speaks (v1). A commit before the producer set ``flush`` fails loudly."""
+    txn = bare_manager()
+    txn.initialized()
+    txn.begin()
+    assert txn.version == 1
+    with pytest.raises(BaseExceptionGroup) as caught:  # (raised in commit's nursery)
+        await txn.commit()
+    assert caught.group_contains(RuntimeError, match="flush was not set", depth=None)
+
+
+async def test_the_adder_adds_nothing_once_the_transaction_cannot_commit(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """v1: a partition waiting to be added when the transaction became abortable is not
+    added any more (the abort ends the transaction; adding would only extend it)."""
+    txn = bare_manager()
+    coord = _Coordinator()
+    txn._coord = coord  # type: ignore[assignment]
+    txn.initialized()
+    txn.begin()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(txn.run_adder)
+        assert txn.partition_ready(TopicPartition("t", 0)) is False
+        txn.abortable(TransactionAbortableError("a record failed"))
+        await trio.sleep(1.0)
+        assert coord.added == []
+        txn.state = State.IN_TRANSACTION  # (as a fresh transaction would be)
+        txn._add_wanted.set()
+        await trio.sleep(1.0)
+        assert coord.added == [[TopicPartition("t", 0)]]
+        nursery.cancel_scope.cancel()
+
+
+# ------------------------------------------------------- what each call raises
+
+
+async def test_in_an_abortable_transaction_calls_raise_its_error_and_begin_says_abort(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic="t")
+        await producer.send("t", b"bad", partition=0)
+        with pytest.raises(TransactionAbortableError) as first:
+            await producer.commit_transaction()
+        with pytest.raises(TransactionAbortableError) as again:
+            await producer.commit_transaction()
+        assert again.value is first.value
+        with pytest.raises(TransactionAbortableError) as offsets:
+            await producer.send_offsets_to_transaction({("in", 0): 1}, "g")
+        assert offsets.value is first.value
+        with pytest.raises(TransactionStateError,
+                           match=r"cannot begin a transaction: the transaction must be "
+                                 r"aborted first \(abort_transaction\(\)\)"):
+            await producer.begin_transaction()
+        await producer.abort_transaction()
+        async with producer.transaction():
+            await producer.send("t", b"next", partition=0)
+    assert await committed_values(fake) == [b"next"]
+
+
+async def test_calls_with_no_transaction_open_are_told_to_begin_one(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        with pytest.raises(TransactionStateError,
+                           match="cannot send offsets to the transaction: no transaction is open"):
+            await producer.send_offsets_to_transaction({("in", 0): 1}, "g")
+        with pytest.raises(TransactionStateError,
+                           match="cannot abort the transaction: no transaction is open"):
+            await producer.abort_transaction()
+    assert fake.requests_of(ApiKey.TXN_OFFSET_COMMIT) == []
+    assert fake.requests_of(ApiKey.END_TXN) == []
+
+
+async def test_while_an_abort_drains_sends_are_refused_and_it_waits_for_the_wire(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """The abort refuses records at once (ABORTING) and sends EndTxn only when no Produce
+    of the transaction is in flight any more: a write landing after the abort marker
+    would belong to no transaction."""
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        p, leader = away_from_coordinator(fake)
+        await producer.begin_transaction()
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, node_id=leader, count=1,
+                             before_apply=True)
+        held = await producer.send("t", b"held", partition=p)
+        await trio.sleep(0.5)  # the Produce is on the wire
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(producer.abort_transaction)
+            await trio.sleep(0.5)
+            with pytest.raises(TransactionStateError, match="while the transaction aborts"):
+                await producer.send("t", b"refused", partition=p)
+            with pytest.raises(TransactionStateError,
+                               match="cannot commit the transaction: the transaction is "
+                                     "being aborted"):
+                await producer.commit_transaction()
+        assert trio.current_time() - start >= 1.5  # the held Produce was answered first
+        assert held.done()
+        (end,) = fake.requests_of(ApiKey.END_TXN)
+        assert end.request.committed is False
+    assert await committed_values(fake) == []
+
+
+async def test_an_abort_fails_held_records_at_once(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """Records lingering in a stage fail with TransactionAbortedError the moment the
+    abort starts; nothing of them is sent."""
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options(linger=5.0)) as producer:
+        await producer.begin_transaction()
+        held = [await producer.send("t", b"x%d" % i, partition=i % 3) for i in range(6)]
+        await trio.sleep(0.5)  # every record reached its partition's stage (metadata came)
+        start = trio.current_time()
+        await producer.abort_transaction()
+        assert trio.current_time() - start < 0.05
+        for d in held:
+            with pytest.raises(ProducerError) as failed:
+                await d
+            assert isinstance(failed.value.cause, TransactionAbortedError)
+    assert fake.requests_of(ApiKey.PRODUCE) == []
+
+
+async def test_an_abort_also_fails_records_still_on_their_way_to_a_stage(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """Records accepted just before the abort may still be on their way to their stage
+    when it starts (here the producer's first metadata of the topic is due only after
+    its retry backoff) and then wait there (their partition has no leader): the drain
+    fails them once they arrive, not at their delivery timeout."""
+    fake = await serve()
+    p, leader = away_from_coordinator(fake)
+    fake.stop_broker(leader, elect=False)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        held = [await producer.send("t", b"x%d" % i, partition=p) for i in range(3)]
+        start = trio.current_time()
+        await producer.abort_transaction()
+        assert trio.current_time() - start < 1.0
+        for d in held:
+            with pytest.raises(ProducerError) as failed:
+                await d
+            assert isinstance(failed.value.cause, TransactionAbortedError)
+    assert fake.requests_of(ApiKey.PRODUCE) == []
+
+
+async def test_a_record_that_expired_unsent_stops_the_commit_and_keeps_its_cause(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """A record that failed without the transaction being told (it expired before it was
+    ever sent: no sequence problem) still stops the commit: it would be missing from a
+    committed transaction. After an earlier abort the record's outcome is its own cause,
+    not the abort's error."""
+    options = txn_options(delivery_timeout=10.0)
+    fake = await serve()
+    async with open_fake_producer(fake, **options) as producer:
+        p, leader = away_from_coordinator(fake)
+        await producer.begin_transaction()
+        await producer.send("t", b"aborted", partition=p)
+        await producer.abort_transaction()
+        fake.stop_broker(leader, elect=False)
+        await producer.begin_transaction()
+        lost = await producer.send("t", b"lost", partition=p)
+        with pytest.raises(TransactionAbortableError,
+                           match=r"1 record\(s\) of the transaction were not delivered"):
+            await producer.commit_transaction()
+        with pytest.raises(ProducerError) as failed:
+            await lost
+        assert isinstance(failed.value.cause, DeliveryTimeoutError)
+        await producer.abort_transaction()
+
+
+# ------------------------------------------------------------------------- offsets
+
+
+async def test_offsets_keys_and_values_are_checked_with_clear_errors(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    class Key:  # what another client's TopicPartition looks like (attributes)
+        topic, partition = "in", 2
+
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        async with producer.transaction():
+            for bad in [("in", -1), ("in", "0"), (5, 0), ("in", 0, 1), "in-0", ("in",)]:
+                with pytest.raises(TypeError,
+                                   match=r"offsets keys must be \(topic, partition\) pairs"):
+                    await producer.send_offsets_to_transaction({bad: 1}, "g")
+            with pytest.raises(ValueError, match="the group id is empty"):
+                await producer.send_offsets_to_transaction({("in", 0): 1}, "")
+            with pytest.raises(ValueError, match=r"offset for in\[0\] must be an int >= 0"):
+                await producer.send_offsets_to_transaction({("in", 0): True}, "g")
+            assert fake.requests_of(ApiKey.TXN_OFFSET_COMMIT) == []
+            await producer.send_offsets_to_transaction({("in", 0): 0, Key(): 4}, "g")
+    assert fake.offsets.fetch("g", ("in", 0)).offset == 0  # type: ignore[union-attr]
+    assert fake.offsets.fetch("g", ("in", 2)).offset == 4  # type: ignore[union-attr]
+
+
+async def test_no_offsets_send_nothing(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve(version=1)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        async with producer.transaction():
+            await producer.send_offsets_to_transaction({}, "g")
+    for api in (ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.TXN_OFFSET_COMMIT, ApiKey.END_TXN):
+        assert fake.requests_of(api) == []
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_a_group_is_added_to_a_v1_transaction_once(
+        serve: Serve, version: int, autojump_clock: trio.testing.MockClock) -> None:
+    """v1: AddOffsetsToTxn once per group and transaction, before its first
+    TxnOffsetCommit; v2: never (TxnOffsetCommit v5 adds the group itself). A transaction
+    of offsets alone commits them."""
+    fake = await serve(version)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        async with producer.transaction():
+            await producer.send_offsets_to_transaction({("in", 0): 1}, "a")
+            await producer.send_offsets_to_transaction({("in", 0): 2}, "a")
+            await producer.send_offsets_to_transaction({("in", 1): 3}, GroupMetadata("b"))
+        async with producer.transaction():
+            await producer.send_offsets_to_transaction({("in", 0): 5}, "a")
+    added = [r.request.group_id for r in fake.requests_of(ApiKey.ADD_OFFSETS_TO_TXN)]
+    assert added == (["a", "b", "a"] if version == 1 else [])
+    assert fake.offsets.fetch("a", ("in", 0)).offset == 5  # type: ignore[union-attr]
+    assert fake.offsets.fetch("b", ("in", 1)).offset == 3  # type: ignore[union-attr]
+
+
+async def test_an_abortable_offset_commit_error_leaves_the_transaction_abortable(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        with pytest.raises(TransactionAbortableError, match="GROUP_AUTHORIZATION_FAILED") as e:
+            await producer.send_offsets_to_transaction({("in", 0): 1}, "g")
+        with pytest.raises(TransactionAbortableError) as again:
+            await producer.commit_transaction()
+        assert again.value is e.value
+        await producer.abort_transaction()
+        async with producer.transaction():
+            await producer.send_offsets_to_transaction({("in", 0): 2}, "g")
+    assert fake.offsets.fetch("g", ("in", 0)).offset == 2  # type: ignore[union-attr]
+
+
+async def test_a_fenced_offset_commit_makes_the_producer_fatal(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.PRODUCER_FENCED)
+        with pytest.raises(ProducerFencedError) as e:
+            await producer.send_offsets_to_transaction({("in", 0): 1}, "g")
+        for call in (producer.abort_transaction, producer.begin_transaction):
+            with pytest.raises(ProducerFencedError) as again:
+                await call()
+            assert again.value is e.value
+
+
+# ------------------------------------------------- v1: adding partitions
+
+
+async def test_v1_adds_each_partition_once(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve(version=1)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        async with producer.transaction():
+            await producer.send("t", b"a", partition=0)
+            await producer.flush()
+            await producer.send("t", b"b", partition=1)
+            await producer.flush()
+            await producer.send("t", b"c", partition=0)
+    added = [[(t.name, p) for t in r.request.v3_and_below_topics for p in t.partitions]
+             for r in fake.requests_of(ApiKey.ADD_PARTITIONS_TO_TXN)]
+    assert added == [[("t", 0)], [("t", 1)]]
+
+
+async def test_v1_a_partition_the_coordinator_refuses_makes_the_transaction_abortable(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve(version=1)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        fake.fail_next(ApiKey.ADD_PARTITIONS_TO_TXN, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        await producer.send("t", b"x", partition=0)
+        start = trio.current_time()
+        with pytest.raises(TransactionAbortableError, match="AddPartitionsToTxn"):
+            await producer.commit_transaction()
+        assert trio.current_time() - start < 1.0  # not the records' delivery timeout
+        await producer.abort_transaction()
+        async with producer.transaction():
+            await producer.send("t", b"y", partition=0)
+    assert await committed_values(fake) == [b"y"]
+
+
+async def test_v1_a_fenced_partition_addition_makes_the_producer_fatal(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve(version=1)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        fake.fail_next(ApiKey.ADD_PARTITIONS_TO_TXN, ErrorCode.PRODUCER_FENCED)
+        await producer.send("t", b"x", partition=0)
+        start = trio.current_time()
+        with pytest.raises(ProducerFencedError, match="AddPartitionsToTxn") as e:
+            await producer.commit_transaction()
+        assert trio.current_time() - start < 1.0
+        with pytest.raises(ProducerFencedError) as again:
+            await producer.begin_transaction()
+        assert again.value is e.value
+
+
+# --------------------------------------------------------------- choosing the version
+
+
+async def test_a_cluster_without_the_transaction_version_feature_gets_v1(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve(version=0)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        async with producer.transaction():
+            await producer.send("t", b"x", partition=0)
+        assert producer._txn is not None and producer._txn.version == 1
+    assert fake.requests_of(ApiKey.ADD_PARTITIONS_TO_TXN)
+    assert max(r.api_version for r in fake.requests_of(ApiKey.PRODUCE)) <= 11
+    assert await committed_values(fake) == [b"x"]
+
+
+# ------------------------------------------------------------------------- EndTxn
+
+
+async def test_an_end_txn_that_never_answers_is_bounded_and_fatal(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    options = txn_options(transaction_timeout=20.0)
+    fake = await serve()
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.begin_transaction()
+        await producer.send("t", b"x", partition=0)
+        fake.delay_responses(1000.0, api_key=ApiKey.END_TXN)
+        start = trio.current_time()
+        with pytest.raises(TransactionFatalError,
+                           match=r"EndTxn \(abort\) got no answer within transaction_timeout "
+                                 r"\+ request_timeout = 25\.0s") as e:
+            await producer.abort_transaction()
+        assert trio.current_time() - start == pytest.approx(25.0, abs=0.5)
+        with pytest.raises(TransactionFatalError) as again:
+            await producer.begin_transaction()
+        assert again.value is e.value
+        fake.clear_faults()
+
+
+async def test_a_cancelled_commit_still_ends_its_transaction(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """EndTxn is shielded: cancelling the caller while it is on the wire leaves the
+    transaction committed and the producer ready, not stuck in COMMITTING."""
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        await producer.send("t", b"x", partition=0)
+        await producer.flush()
+        fake.delay_responses(1.0, api_key=ApiKey.END_TXN, count=1)
+        with trio.move_on_after(0.5):
+            await producer.commit_transaction()
+        assert producer._txn is not None and producer._txn.state == State.READY
+        assert fake.transaction(TID).state == "CompleteCommit"
+        async with producer.transaction():
+            await producer.send("t", b"y", partition=0)
+    assert await committed_values(fake) == [b"x", b"y"]
+
+
+async def sequence_problem(fake: FakeCluster, producer: Any) -> None:
+    """v1: a sequence problem in the open transaction (it becomes abortable and sealing
+    pauses until the abort bumps the epoch)."""
+    await producer.begin_transaction()
+    fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, topic="t")
+    await producer.send("t", b"x", partition=0)
+    with pytest.raises(TransactionAbortableError):
+        await producer.commit_transaction()
+
+
+async def test_v1_an_abort_after_a_sequence_problem_bumps_the_epoch(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve(version=1)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        idem = producer._core.idempotence
+        pid, first = idem.producer_id, idem.producer_epoch
+        await sequence_problem(fake, producer)
+        await producer.abort_transaction()
+        assert (idem.producer_id, idem.producer_epoch) == (pid, first + 1)
+        async with producer.transaction():
+            await producer.send("t", b"y", partition=0)
+    assert await committed_values(fake) == [b"y"]
+
+
+async def test_v1_the_epoch_bump_after_an_abort_is_shielded(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve(version=1)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        idem = producer._core.idempotence
+        pid, first = idem.producer_id, idem.producer_epoch
+        await sequence_problem(fake, producer)
+        fake.delay_responses(1.0, api_key=ApiKey.INIT_PRODUCER_ID, count=1)
+        with trio.move_on_after(0.5):
+            await producer.abort_transaction()
+        assert producer._txn is not None and producer._txn.state == State.READY
+        assert (idem.producer_id, idem.producer_epoch) == (pid, first + 1)
+        async with producer.transaction():
+            await producer.send("t", b"y", partition=0)
+    assert await committed_values(fake) == [b"y"]
+
+
+async def test_producer_id_0_is_a_real_id(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """A fresh Kafka cluster hands out producer id 0 first: EndTxn's answer with id 0 (a
+    commit, and the abort after a lost commit) is the id and epoch to go on with."""
+    fake = await serve(first_producer_id=0)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        idem = producer._core.idempotence
+        assert (idem.producer_id, idem.producer_epoch) == (0, 0)
+        async with producer.transaction():
+            await producer.send("t", b"a", partition=0)
+        assert (idem.producer_id, idem.producer_epoch) == (0, 1)
+        await producer.begin_transaction()
+        await producer.send("t", b"lost", partition=0)
+        fake.drop_next_request(ApiKey.END_TXN)
+        with pytest.raises(TransactionAbortedError):
+            await producer.commit_transaction()
+        assert (idem.producer_id, idem.producer_epoch) == (0, 2)
+        assert producer._txn is not None and producer._txn.aborted == 1
+        async with producer.transaction():
+            await producer.send("t", b"b", partition=0)
+    assert await committed_values(fake) == [b"a", b"b"]
+
+
+def exhaust_epoch(fake: FakeCluster) -> None:
+    """The next InitProducerId gives the last epoch of the producer id: the next EndTxn
+    v5 moves to a new producer id at epoch 0."""
+    meta = fake.transaction(TID)
+    meta.epoch = meta.last_epoch = MAX_EPOCH - 2
+
+
+async def test_an_exhausted_epoch_goes_on_with_the_new_producer_id(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()):
+        pass
+    exhaust_epoch(fake)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        idem = producer._core.idempotence
+        old = idem.producer_id
+        assert idem.producer_epoch == MAX_EPOCH - 1
+        async with producer.transaction():
+            await producer.send("t", b"a", partition=0)
+        assert idem.producer_id != old and idem.producer_epoch == 0
+        async with producer.transaction():
+            await producer.send("t", b"b", partition=0)
+    exhaust_epoch(fake)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        idem = producer._core.idempotence
+        old = idem.producer_id
+        await producer.begin_transaction()
+        await producer.send("t", b"lost", partition=0)
+        fake.drop_next_request(ApiKey.END_TXN)
+        with pytest.raises(TransactionAbortedError):
+            await producer.commit_transaction()
+        assert idem.producer_id != old and idem.producer_epoch == 0
+        async with producer.transaction():
+            await producer.send("t", b"c", partition=0)
+    assert await committed_values(fake) == [b"a", b"b", b"c"]
+
+
+async def test_a_refused_abort_after_a_lost_commit_is_not_taken_for_the_commit(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """Only INVALID_TXN_STATE says the lost commit completed; any other refusal of the
+    abort is raised as it is."""
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        await producer.send("t", b"x", partition=0)
+        fake.drop_next_request(ApiKey.END_TXN)
+        fake.fail_next(ApiKey.END_TXN, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        with pytest.raises(TransactionFatalError, match="TRANSACTIONAL_ID_AUTHORIZATION_FAILED"):
+            await producer.commit_transaction()
+    assert fake.requests_of(ApiKey.INIT_PRODUCER_ID)[-1].request.producer_id == -1
+    assert len(fake.requests_of(ApiKey.INIT_PRODUCER_ID)) == 1
+
+
+# --------------------------------------------------------------- the timeout's cause
+
+
+async def test_a_producer_fenced_long_after_it_opened_is_fenced_not_timed_out(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """The timeout counts from begin_transaction, not from the producer's start: a
+    transaction fenced well within its timeout is reported fenced."""
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options(transaction_timeout=10.0)) as zombie:
+        await trio.sleep(30.0)
+        await zombie.begin_transaction()
+        await zombie.send("t", b"zombie", partition=0)
+        await zombie.flush()
+        async with open_fake_producer(fake, **txn_options(transaction_timeout=10.0)):
+            pass
+        with pytest.raises(ProducerFencedError) as e:
+            await zombie.commit_transaction()
+        assert not isinstance(e.value, TransactionTimedOutError)
+
+
+async def test_a_transaction_open_exactly_its_timeout_is_timed_out(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """The coordinator aborts a transaction once it has been open transaction_timeout
+    (its deadline is inclusive): a commit at that instant is reported timed out."""
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options(transaction_timeout=10.0)) as producer:
+        async with producer.transaction():  # (the topic's metadata is known from here)
+            await producer.send("t", b"warm", partition=0)
+        await producer.begin_transaction()
+        start = trio.current_time()
+        await producer.send("t", b"late", partition=0)
+        await producer.flush()
+        await trio.sleep_until(start + 10.0)
+        with pytest.raises(TransactionTimedOutError):
+            await producer.commit_transaction()
+        await producer.abort_transaction()

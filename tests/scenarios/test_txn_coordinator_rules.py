@@ -1,0 +1,302 @@
+"""The transaction coordinator's rules (``pipeline/producer/_stages/coordinator.py``), one
+each, on the fake cluster's virtual time: which answers are retried and after how long
+(the retry backoff, growing per attempt; 20 ms for CONCURRENT_TRANSACTIONS), when the
+coordinator is looked up again, how FindCoordinator is asked at each version, and which
+error class a refusal becomes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from pipeline import ProducerFencedError, TransactionAbortableError, TransactionAbortedError
+from pipeline.producer._errors import TransactionFatalError
+from pipeline.protocol.api import ApiKey
+from pipeline.protocol.errors import ErrorCode
+from pipeline.testing.fake.cluster import SUPPORTED_VERSIONS
+from pipeline.testing.fake_cluster import FakeCluster
+from tests.scenarios.conftest import open_fake_producer
+from tests.scenarios.test_transaction_rules import TID, Serve, serve, txn_options
+
+__all__ = ["serve"]  # the fixture, shared with test_transaction_rules
+
+#: The retry backoff doubles per attempt here: 0.125, 0.25, 0.5 ...
+GROWING = {"retry_backoff": 0.125, "retry_backoff_max": 1.0}
+
+
+async def timed(call: Any) -> float:
+    start = trio.current_time()
+    await call()
+    return trio.current_time() - start
+
+
+def finds(fake: FakeCluster, key_type: int) -> int:
+    """FindCoordinator requests sent for a key type (0: group, 1: transaction)."""
+    count = 0
+    for r in fake.requests_of(ApiKey.FIND_COORDINATOR):
+        req = r.request
+        if req.key_type == key_type:
+            count += 1
+    return count
+
+
+async def open_transaction(producer: Any) -> None:
+    await producer.begin_transaction()
+    await producer.send("t", b"x", partition=0)
+    await producer.flush()
+
+
+# ------------------------------------------------------------------- the call loop
+
+
+async def test_a_retriable_end_txn_answer_waits_the_growing_backoff(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options(**GROWING)) as producer:
+        await open_transaction(producer)
+        fake.fail_next(ApiKey.END_TXN, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, count=2)
+        assert await timed(producer.commit_transaction) == pytest.approx(0.125 + 0.25)
+        await open_transaction(producer)
+        fake.fail_next(ApiKey.END_TXN, ErrorCode.CONCURRENT_TRANSACTIONS, count=2)
+        assert await timed(producer.commit_transaction) == pytest.approx(0.04)
+    assert len(fake.requests_of(ApiKey.END_TXN)) == 6
+
+
+async def test_a_lost_abort_is_sent_again_to_a_coordinator_found_again(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """An abort may be repeated (unlike a commit): a connection lost under it finds the
+    coordinator again and sends it after the backoff."""
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options(**GROWING)) as producer:
+        await open_transaction(producer)
+        before = finds(fake, 1)
+        fake.drop_next_request(ApiKey.END_TXN)
+        assert await timed(producer.abort_transaction) >= 0.125
+        assert finds(fake, 1) == before + 1
+        assert fake.transaction(TID).state == "CompleteAbort"
+
+
+async def test_a_coordinator_not_found_yet_is_asked_again(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options(**GROWING)) as producer:
+        await open_transaction(producer)
+        fake.fail_next(ApiKey.END_TXN, ErrorCode.NOT_COORDINATOR)
+        fake.fail_next(ApiKey.FIND_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        before = finds(fake, 1)
+        await producer.commit_transaction()
+        assert finds(fake, 1) == before + 2
+        assert fake.transaction(TID).state == "CompleteCommit"
+
+
+async def test_a_stopped_coordinator_is_found_again(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options(**GROWING)) as producer:
+        await open_transaction(producer)
+        old = fake.coordinator(TID)
+        fake.stop_broker(old)
+        new = fake.coordinator(TID)
+        assert new != old
+        with trio.fail_after(30):
+            assert await timed(producer.commit_transaction) >= 0.125
+        assert fake.requests_of(ApiKey.END_TXN)[-1].node_id == new
+        assert fake.transaction(TID).state == "CompleteCommit"
+
+
+async def test_a_coordinator_refusing_the_id_is_fatal(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await open_transaction(producer)
+        fake.fail_next(ApiKey.END_TXN, ErrorCode.NOT_COORDINATOR)
+        fake.fail_next(ApiKey.FIND_COORDINATOR, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        with pytest.raises(TransactionFatalError,
+                           match="FindCoordinator for transactional_id 'rules-writer': "
+                                 "TRANSACTIONAL_ID_AUTHORIZATION_FAILED") as e:
+            await producer.commit_transaction()
+        assert "transaction_timeout" not in str(e.value)  # (that advice is for its own code)
+
+
+async def test_a_coordinator_not_found_at_the_first_request_is_asked_again(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    fake.fail_next(ApiKey.FIND_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        async with producer.transaction():
+            await producer.send("t", b"x", partition=0)
+    assert finds(fake, 1) == 2
+
+
+async def test_an_unknown_server_error_on_commit_is_a_lost_answer(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """UNKNOWN_SERVER_ERROR says nothing of whether the commit happened: it is handled
+    as a lost answer (aborted instead, and said so)."""
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await open_transaction(producer)
+        fake.fail_next(ApiKey.END_TXN, ErrorCode.UNKNOWN_SERVER_ERROR)
+        with pytest.raises(TransactionAbortedError, match=r"UNKNOWN_SERVER_ERROR"):
+            await producer.commit_transaction()
+    assert [r.request.committed for r in fake.requests_of(ApiKey.END_TXN)] == [True, False]
+
+
+async def test_a_transaction_timeout_over_the_brokers_limit_says_to_lower_it(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve(max_transaction_timeout_ms=10_000)
+    with pytest.raises(TransactionFatalError,
+                       match=r"INVALID_TRANSACTION_TIMEOUT .*; transaction_timeout=20\.0s is "
+                             r"more than the broker allows \(transaction\.max\.timeout\.ms\): "
+                             r"lower it"):
+        async with open_fake_producer(fake, **txn_options(transaction_timeout=20.0)):
+            pass
+    (init,) = fake.requests_of(ApiKey.INIT_PRODUCER_ID)
+    assert init.request.transaction_timeout_ms == 20_000
+
+
+# ---------------------------------------------------------------- versions
+
+
+@pytest.mark.parametrize("find_max", [3, 4])
+async def test_find_coordinator_is_asked_in_each_versions_form(
+        serve: Serve, find_max: int, autojump_clock: trio.testing.MockClock) -> None:
+    """v4+ batch the keys (coordinator_keys), older versions ask one key: both the
+    transaction's and the group's coordinator are found either way."""
+    versions = {**SUPPORTED_VERSIONS, ApiKey.FIND_COORDINATOR: (0, find_max)}
+    fake = await serve(api_versions=versions)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        async with producer.transaction():
+            await producer.send("t", b"x", partition=0)
+            await producer.send_offsets_to_transaction({("in", 0): 3}, "g")
+    assert {r.api_version for r in fake.requests_of(ApiKey.FIND_COORDINATOR)} == {find_max}
+    assert fake.offsets.fetch("g", ("in", 0)).offset == 3  # type: ignore[union-attr]
+
+
+async def test_v1_uses_the_newest_request_versions_below_v2s(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve(version=1)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        async with producer.transaction():
+            await producer.send("t", b"x", partition=0)
+            await producer.send_offsets_to_transaction({("in", 0): 3}, "g")
+    assert {r.api_version for r in fake.requests_of(ApiKey.PRODUCE)} == {11}
+    assert {r.api_version for r in fake.requests_of(ApiKey.END_TXN)} == {4}
+    assert {r.api_version for r in fake.requests_of(ApiKey.TXN_OFFSET_COMMIT)} == {4}
+
+
+async def test_v1_bumps_the_epoch_with_its_id_from_init_producer_id_v3(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """KIP-360: InitProducerId v3+ carries the current producer id and epoch (a bump);
+    older versions cannot."""
+    versions = {**SUPPORTED_VERSIONS, ApiKey.INIT_PRODUCER_ID: (0, 3)}
+    fake = await serve(version=1, api_versions=versions)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        idem = producer._core.idempotence
+        pid, epoch = idem.producer_id, idem.producer_epoch
+        await producer.begin_transaction()
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, topic="t")
+        await producer.send("t", b"x", partition=0)
+        with pytest.raises(TransactionAbortableError):
+            await producer.commit_transaction()
+        await producer.abort_transaction()
+    first, bump = fake.requests_of(ApiKey.INIT_PRODUCER_ID)
+    assert (first.request.producer_id, first.request.producer_epoch) == (-1, -1)
+    assert (bump.api_version, bump.request.producer_id, bump.request.producer_epoch) == (
+        3, pid, epoch)
+
+
+async def test_init_producer_id_below_v3_sends_no_id(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """InitProducerId v0-2 has no producer id or epoch fields (the encoder refuses any
+    but -1): the first id and the bump after a sequence problem both go without them."""
+    versions = {**SUPPORTED_VERSIONS, ApiKey.INIT_PRODUCER_ID: (0, 2)}
+    fake = await serve(version=1, api_versions=versions)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        idem = producer._core.idempotence
+        epoch = idem.producer_epoch
+        await producer.begin_transaction()
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, topic="t")
+        await producer.send("t", b"x", partition=0)
+        with pytest.raises(TransactionAbortableError):
+            await producer.commit_transaction()
+        await producer.abort_transaction()
+        assert idem.producer_epoch == epoch + 1
+    assert [(r.api_version, r.request.producer_id, r.request.producer_epoch)
+            for r in fake.requests_of(ApiKey.INIT_PRODUCER_ID)] == [(2, -1, -1)] * 2
+
+
+# ---------------------------------------------------------- TxnOffsetCommit
+
+
+async def test_txn_offset_commit_retries_and_finds_the_group_coordinator_again(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options(**GROWING)) as producer:
+        async with producer.transaction():
+            offsets = {("in", 0): 1}
+            fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                           count=2)
+            before = finds(fake, 0)
+            took = await timed(lambda: producer.send_offsets_to_transaction(offsets, "g"))
+            assert took == pytest.approx(0.125 + 0.25)
+            assert finds(fake, 0) == before + 1  # the same coordinator, asked three times
+            fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.CONCURRENT_TRANSACTIONS,
+                           count=2)
+            took = await timed(lambda: producer.send_offsets_to_transaction(offsets, "g"))
+            assert took == pytest.approx(0.04)
+            before = finds(fake, 0)
+            fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.NOT_COORDINATOR)
+            await producer.send_offsets_to_transaction(offsets, "g")
+            assert finds(fake, 0) == before + 2
+            before = finds(fake, 0)
+            fake.drop_next_request(ApiKey.TXN_OFFSET_COMMIT)
+            took = await timed(lambda: producer.send_offsets_to_transaction(offsets, "g"))
+            assert took >= 0.125 and finds(fake, 0) == before + 2
+            before = finds(fake, 0)
+            fake.fail_next(ApiKey.FIND_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            took = await timed(lambda: producer.send_offsets_to_transaction(offsets, "g"))
+            assert took >= 0.125 and finds(fake, 0) == before + 2
+    assert fake.offsets.fetch("g", ("in", 0)).offset == 1  # type: ignore[union-attr]
+
+
+async def test_txn_offset_commit_retries_a_partitions_retriable_error_and_raises_a_final_one(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                       topic="in", partition=0)
+        fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                       topic="in", partition=1)
+        with pytest.raises(TransactionAbortableError,
+                           match="TxnOffsetCommit for transactional_id 'rules-writer': "
+                                 "GROUP_AUTHORIZATION_FAILED"):
+            await producer.send_offsets_to_transaction({("in", 0): 1, ("in", 1): 1}, "g")
+        await producer.abort_transaction()
+    assert len(fake.requests_of(ApiKey.TXN_OFFSET_COMMIT)) == 2
+
+
+async def test_a_group_coordinator_lookup_refused_for_good_is_raised(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        fake.fail_next(ApiKey.FIND_COORDINATOR, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        with pytest.raises(TransactionAbortableError, match=r"FindCoordinator \(group\)"):
+            await producer.send_offsets_to_transaction({("in", 0): 1}, "g")
+        await producer.abort_transaction()
+    assert fake.requests_of(ApiKey.TXN_OFFSET_COMMIT) == []
+
+
+async def test_a_fenced_txn_offset_commit_is_fenced(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.INVALID_PRODUCER_EPOCH)
+        with pytest.raises(ProducerFencedError, match="took over"):
+            await producer.send_offsets_to_transaction({("in", 0): 1}, "g")
