@@ -260,10 +260,8 @@ def produce_aiokafka(bootstrap: str, topic: str, n: int,
         )
         await producer.start()
         try:
-            if warmup_topic:  # (what the client's serializer takes)
-                await producer.send_and_wait(warmup_topic, {"warm": 1} if api.endswith("-json")
-                                             else values[0], key="w" if api.endswith("-json")
-                                             else None)
+            if warmup_topic:
+                await producer.send_and_wait(warmup_topic, values[0])
             t0, c0 = time.perf_counter(), cpu_seconds()
             send = producer.send
             for i in range(n):
