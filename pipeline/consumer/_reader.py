@@ -262,6 +262,10 @@ async def _topic_offsets(cluster: Cluster, topic: str,
 
 
 
+#: how long a reader that ends normally waits for its connections to close
+_CLOSE_GRACE = 2.0
+
+
 @asynccontextmanager
 async def _cluster_beside(bootstrap: str, cfg: ClusterConfig) -> AsyncIterator[Cluster]:
     """``Cluster.open`` for an async generator: the cluster's nursery lives in a system
@@ -271,16 +275,19 @@ async def _cluster_beside(bootstrap: str, cfg: ClusterConfig) -> AsyncIterator[C
     early (``break``, an exception in the loop body): the generator is then closed later,
     by trio's finalizer in another task, and the nursery's exit corrupts the task's
     cancel-scope stack. Held here, nothing of the generator's frame spans a yield but
-    this handle; leaving asks the owner task to close the cluster and waits for it."""
+    this handle; leaving asks the owner task to close the cluster and waits for it (at
+    once, cancelling its tasks, when leaving on an error or a cancellation)."""
     ready, stop, done = trio.Event(), trio.Event(), trio.Event()
+    scope = trio.CancelScope()  # the owner's: cancelled, it ends the cluster's tasks at once
     box: dict[str, Any] = {}
 
     async def owner() -> None:
         try:
-            async with Cluster.open(bootstrap, cfg) as cluster:
-                box["cluster"] = cluster
-                ready.set()
-                await stop.wait()
+            with scope:
+                async with Cluster.open(bootstrap, cfg) as cluster:
+                    box["cluster"] = cluster
+                    ready.set()
+                    await stop.wait()
         except Exception as exc:  # a system task must not raise: the reader reports it
             box["error"] = exc
         finally:
@@ -293,9 +300,15 @@ async def _cluster_beside(bootstrap: str, cfg: ClusterConfig) -> AsyncIterator[C
         if "error" in box:
             raise box["error"]
         yield box["cluster"]
+    except BaseException:
+        scope.cancel()  # left on an error, a cancellation or Ctrl-C: no graceful close
+        raise
     finally:
         stop.set()
         with trio.CancelScope(shield=True):
+            with trio.move_on_after(_CLOSE_GRACE):
+                await done.wait()
+            scope.cancel()  # a close that takes longer is cut short
             await done.wait()
     if "error" in box:
         raise box["error"]
