@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -31,6 +32,9 @@ class Terminal:
         pid, fd = pty.fork()
         if pid == 0:  # the child: becomes the command
             os.chdir(ROOT)
+            # as a shell starts a program: Ctrl-C's SIGINT at its default (a test run in
+            # the background of a non-interactive shell inherits it ignored)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execve(sys.executable, [sys.executable, *argv], ENV)
         self.pid, self.fd = pid, fd
         self.screen = b""
