@@ -101,8 +101,10 @@ def test_tasks_failing_midway_rerun_and_a_new_export_id_on_three_nodes(
     assert report.retried_partitions == (0, 1, 2, 3)  # every task failed once
     assert report.delivered == report.committed_rows == rows
     # each retry resumed after what its failed attempt committed (PySpark ended that
-    # attempt's input at the UDF's failure, quietly: it committed up to there)
-    assert all(0 < p.resumed_rows < fail_at for p in report.partitions)
+    # attempt's input at the UDF's failure, quietly: it committed up to there); how many
+    # chunks an attempt committed before the failure is timing (none, under load):
+    # test_exactly_once_partition.py pins the resume itself
+    assert all(0 <= p.resumed_rows < fail_at for p in report.partitions)
     got = values(bootstrap, topic)
     assert len(got) == rows and set(got.values()) == {1}  # every row exactly once
     assert "4 partition(s) committed, 0 skipped" in report.format()
