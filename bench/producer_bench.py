@@ -80,6 +80,7 @@ TARGETS = [
     ("per-message send() >= 0.6x confluent", "pipeline-send", "confluent", 0.6),
     ("send() + await each >= 0.8x send() + flush", "pipeline-await", "pipeline-send", 0.8),
     ("send(on_delivery=) >= 0.8x send() + flush", "pipeline-callback", "pipeline-send", 0.8),
+    ("SyncProducer.send() >= 0.5x send() + flush", "pipeline-sync", "pipeline-send", 0.5),
     ("send_batch(list) >= 1.5x confluent", "pipeline-send_batch", "confluent", 1.5),
     ("send_batch(arrow) >= 1.5x confluent", "pipeline-send_batch-arrow", "confluent", 1.5),
     ("idempotent mif=5 >= 0.9x non-idempotent", "pipeline-idem-mif5", "pipeline-nonidem", 0.9),

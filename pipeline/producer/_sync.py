@@ -20,23 +20,52 @@ import contextlib
 import functools
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from time import sleep as _sleep
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import trio
 
 from pipeline.cluster.errors import KafkaError
+from pipeline.producer import _speedups
 from pipeline.producer._api import Producer, open_producer
 from pipeline.producer._config import ProducerConfig
 from pipeline.producer._errors import ProducerClosed
 from pipeline.producer._message import ProducerMessage, RecordMetadata
 from pipeline.producer._outcomes.delivery import Delivery, GroupResult
+from pipeline.producer._speedups import fields
 from pipeline.producer._stages.transactions import State
 from pipeline.producer._statistics import ProducerStatistics
 from pipeline.protocol._columns import ColumnInput, HeadersInput, IntsInput
 
-#: Calls waiting for the pump at most; a caller beyond it waits (backpressure).
+#: Calls waiting for the pump at most; a caller beyond it waits (backpressure) until the
+#: pump has taken the queue down to _PENDING_LOW: woken at each call taken, it would
+#: queue one call and wait again, a thread switch per record.
 _PENDING_MAX = 65536
+_PENDING_LOW = _PENDING_MAX // 2
+#: Every this + 1 queued calls, send() hands the GIL to the pump (``time.sleep(0)``).
+#: Otherwise the caller keeps it for the interpreter's whole switch interval (5 ms)
+#: each time the pump lets it go, which the pump does at every schedule point (trio
+#: polls for I/O), so the pump got one schedule point's worth of calls per 5 ms and
+#: the queue filled (measured: 1M plain sends at 0.33x the async send()).
+_HAND_OVER_MASK = 2047
+
+_T = TypeVar("_T")
+
+
+def _identity(obj: _T) -> _T:
+    return obj
+
+
+_send_c = _speedups.load("_send")
+#: Takes a queued ``SyncDelivery`` out of the cyclic GC (``_send.untracked``; the twin
+#: keeps it tracked). The caller and the pump take the queue in turns, so queued
+#: handles outlive young collections and, tracked, were promoted and walked by full
+#: collections. Only a plain call's handle is untracked: it refers to its producer,
+#: its topic, an atomic value, its ``Delivery`` (no callback of the user's) and a
+#: refusal, none of which refers back to it once the pump has taken it (the pump's
+#: frame drops its last handle: see ``_pump_locked``).
+_untracked: Callable[[Any], Any] = _send_c.untracked if _send_c is not None else _identity
 
 
 class SyncDelivery:
@@ -49,8 +78,9 @@ class SyncDelivery:
     """
 
     # A queued call is its own SyncDelivery (topic, value, kwargs: one object per record,
-    # no tuple beside it); the pump fills _delivery or _error, then sets _pumped.
-    __slots__ = ("_delivery", "_error", "_kwargs", "_pumped", "_sync", "_topic", "_value")
+    # no tuple beside it); the pump sets _delivery or _error: neither while queued.
+    # Sender.pump (_send.c) writes the fields of fields.SYNC_HANDLE.
+    __slots__ = fields.slots(fields.SYNC_HANDLE, ("_sync",))
 
     def __init__(self, sync: SyncProducer, topic: str, value: Any,
                  kwargs: dict[str, Any] | None) -> None:
@@ -58,7 +88,6 @@ class SyncDelivery:
         self._topic, self._value, self._kwargs = topic, value, kwargs
         self._delivery: Delivery | None = None  # set by the pump once the send accepted it
         self._error: BaseException | None = None  # the send refused it
-        self._pumped = False
 
     def done(self) -> bool:
         """True once the outcome is known (acknowledged, failed or refused)."""
@@ -84,7 +113,7 @@ class SyncDelivery:
     async def _wait(self, limit: float) -> RecordMetadata:
         sync = self._sync
         with trio.fail_after(limit):
-            while not self._pumped:
+            while self._delivery is None and self._error is None:
                 await sync._pumped_wait()
             if self._error is not None:
                 raise self._error
@@ -92,9 +121,13 @@ class SyncDelivery:
             return await self._delivery
 
     def __repr__(self) -> str:
-        state = ("refused" if self._error is not None else "queued" if not self._pumped
+        state = ("refused" if self._error is not None else "queued" if self._delivery is None
                  else "done" if self.done() else "pending")
         return f"<SyncDelivery {state}>"
+
+
+if _send_c is not None:
+    _send_c.setup_sync(handle_type=SyncDelivery, handle_fields=fields.names(fields.SYNC_HANDLE))
 
 
 class SyncProducer:
@@ -124,6 +157,7 @@ class SyncProducer:
         # wake-up (asked for when the deque was empty: one hop per batch, not per record).
         self._pending: deque[SyncDelivery] = deque()
         self._room = threading.Condition()  # a caller waits here while _PENDING_MAX are queued
+        self._blocked = False  # a caller waits for room (set under _room; the pump clears it)
         self._wake: trio.Event | None = None
         self._pumped: trio.Event | None = None
         self._pump_lock: trio.Lock
@@ -182,7 +216,16 @@ class SyncProducer:
     async def _pump_locked(self, producer: Producer) -> None:
         pending, send = self._pending, producer.send
         popleft = pending.popleft
+        # _send.c's Sender takes the plain calls at the head of the queue through its
+        # row branch, without an awaitable each; what it leaves goes the awaited way
+        # (the twin: every call, on the pure-Python path or with hooks).
+        sender: Any = send
+        take = sender.pump if _send_c is not None and type(sender) is _send_c.Sender else None
         while pending:
+            if take is not None and take(pending):
+                if self._blocked and len(pending) <= _PENDING_LOW:
+                    self._unblock()
+                continue
             handle = popleft()
             try:
                 if handle._kwargs is None:
@@ -191,14 +234,22 @@ class SyncProducer:
                     handle._delivery = await send(handle._topic, handle._value, **handle._kwargs)
             except Exception as exc:  # refused: the handle's outcome
                 handle._error = exc
-            handle._pumped = True
             handle._value = handle._kwargs = None  # (the pump's copy is the producer's now)
-            if len(pending) == _PENDING_MAX - 1:
-                with self._room:
-                    self._room.notify_all()
+            # A refusal's traceback holds this frame: with a handle in its locals,
+            # handle -> refusal -> traceback -> frame -> handle would be a cycle the GC
+            # cannot see (the handle is untracked).
+            del handle
+            if self._blocked and len(pending) <= _PENDING_LOW:
+                self._unblock()
         pumped, self._pumped = self._pumped, trio.Event()
         assert pumped is not None
         pumped.set()
+
+    def _unblock(self) -> None:
+        """Wake a caller waiting for room in the queue (``send``)."""
+        with self._room:
+            self._blocked = False
+            self._room.notify_all()
 
     async def _pumped_wait(self) -> None:
         assert self._pumped is not None
@@ -224,23 +275,35 @@ class SyncProducer:
         ``_PENDING_MAX`` calls are queued."""
         if self._closed:
             raise ProducerClosed("the SyncProducer is closed")
-        if type(topic) is not str or not (
-                value is None or type(value) is bytes or type(value) is str
-                or self._serializes_values):
-            raise TypeError(
-                f"send(topic, value): topic must be a str and value bytes, str or None, "
-                f"not {type(topic).__name__} and {type(value).__name__}")
-        handle = SyncDelivery(self, topic, value, kwargs or None)
+        if type(topic) is not str:
+            raise self._type_error(topic, value)
+        if type(value) is bytes or type(value) is str or value is None:
+            handle = (SyncDelivery(self, topic, value, kwargs) if kwargs
+                      else _untracked(SyncDelivery(self, topic, value, None)))
+        elif self._serializes_values:  # (a serializer's object may refer to anything)
+            handle = SyncDelivery(self, topic, value, kwargs or None)
+        else:
+            raise self._type_error(topic, value)
         pending = self._pending
         if len(pending) >= _PENDING_MAX:
             with self._room:
                 while len(pending) >= _PENDING_MAX and not self._closed:
+                    self._blocked = True
                     self._room.wait(0.1)
         pending.append(handle)
-        if len(pending) == 1:  # the pump may be asleep: wake it
+        queued = len(pending)
+        if queued == 1:  # the pump may be asleep: wake it
             assert self._token is not None
             self._token.run_sync_soon(self._wake_pump)
+        elif not queued & _HAND_OVER_MASK:
+            _sleep(0)  # the GIL to the pump (see _HAND_OVER_MASK)
         return handle
+
+    @staticmethod
+    def _type_error(topic: Any, value: Any) -> TypeError:
+        return TypeError(
+            f"send(topic, value): topic must be a str and value bytes, str or None, "
+            f"not {type(topic).__name__} and {type(value).__name__}")
 
     def send_and_wait(self, topic: str, value: Any, **kwargs: Any,
                       ) -> RecordMetadata:

@@ -28,6 +28,7 @@ from pipeline.producer._message import ProducerMessage
 from pipeline.producer._outcomes import delivery as _delivery
 from pipeline.producer._outcomes.ledger import Ledger
 from pipeline.producer._speedups import fields
+from pipeline.producer._sync import SyncDelivery
 from pipeline.testing.fake_cluster import FakeCluster
 from tests.scenarios.conftest import open_fake_producer
 
@@ -40,6 +41,7 @@ PAIRS: list[tuple[type, tuple[fields.Field, ...]]] = [
     (RowBurst, fields.DELIVERY_BURST),
     (RowOutcomes, fields.DELIVERY_OUTCOMES),
     (RowRun, fields.DELIVERY_RUN),
+    (SyncDelivery, fields.SYNC_HANDLE),
 ]
 SPEEDUPS = Path(_speedups.__file__).parent
 

@@ -6,8 +6,10 @@ the producer's thread sends the queued calls in order; the other calls hop and w
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,8 +17,12 @@ import pytest
 import trio
 
 from pipeline import MessageTooLargeError, ProducerError, ProducerMessage, SyncProducer
+from pipeline.producer import _sync
+from pipeline.producer._columnar.burst import RowDelivery
+from pipeline.producer._speedups import fields
 from pipeline.producer._sync import SyncDelivery
 from pipeline.testing.fake_cluster import FakeCluster
+from tests.scenarios.conftest import open_fake_producer
 
 
 @pytest.fixture
@@ -28,6 +34,7 @@ def fake() -> Iterator[FakeCluster]:
     async def serve() -> None:
         async with FakeCluster.serve(brokers=1, tcp=True, auto_create_topics=False) as fake:
             fake.create_topic("t", 2)
+            fake.create_topic("one", 1)
             holder.update(fake=fake, token=trio.lowlevel.current_trio_token(),
                           stop=trio.Event())
             ready.set()
@@ -43,8 +50,8 @@ def fake() -> Iterator[FakeCluster]:
         thread.join(10)
 
 
-def values(fake: FakeCluster, partition: int) -> list[bytes | None]:
-    return [e.record.value for e in fake.log("t", partition)]
+def values(fake: FakeCluster, partition: int, topic: str = "t") -> list[bytes | None]:
+    return [e.record.value for e in fake.log(topic, partition)]
 
 
 def test_sends_return_at_once_and_keep_their_order(fake: FakeCluster) -> None:
@@ -72,7 +79,7 @@ def test_what_the_producer_refuses_is_the_handles_outcome(fake: FakeCluster) -> 
         with pytest.raises(ProducerError):
             nosuch.get(timeout=30)
         with pytest.raises(TypeError, match="value bytes, str or None"):
-            producer.send("t", 42)  # type: ignore[arg-type]
+            producer.send("t", 42)
 
 
 def test_get_with_a_timeout_raises_and_the_record_keeps_its_outcome(fake: FakeCluster) -> None:
@@ -105,3 +112,94 @@ def test_serializers_take_any_object_and_a_wrong_type_is_still_refused(
     assert values(fake, 0) == [b'{"id":1,"tags":["a"]}']
     with SyncProducer(fake.bootstrap) as producer, pytest.raises(TypeError, match="value bytes"):
         producer.send("t", {"id": 2})  # no serializer: a dict is a mistake
+
+
+def test_plain_sends_keep_their_order_and_outcomes_on_each_send_path(
+        fake: FakeCluster, send_path: str) -> None:
+    """Plain calls (the pump's C branch takes them in bulk on the C path), calls with
+    keywords and a refused call, interleaved: the log holds the accepted ones in call
+    order and every handle has its own outcome, on either path."""
+    sent: list[bytes | None] = []
+    with SyncProducer(fake.bootstrap, max_message_bytes=1000) as producer:
+        handles = []
+        for i in range(6000):
+            value: bytes | str | None = b"%d" % i if i % 3 else f"s{i}"
+            if i % 1000 == 999:
+                handles.append(producer.send("one", value, key=b"k"))
+            elif i == 3001:
+                value = b"x" * 2000  # refused: too large
+                refused = producer.send("one", value)
+                continue
+            elif i == 4500:
+                value = None
+                handles.append(producer.send("one", value))
+            else:
+                handles.append(producer.send("one", value))
+            sent.append(value.encode() if isinstance(value, str) else value)
+        producer.flush()
+        assert [h.get().offset for h in handles] == list(range(len(sent)))
+        with pytest.raises(MessageTooLargeError):
+            refused.get()
+        assert producer.statistics().succeeded == len(sent)
+    assert values(fake, 0, "one") == sent
+    keyed = [e.record.value for e in fake.log("one", 0) if e.record.key == b"k"]
+    assert keyed == [b"%d" % i if i % 3 else b"s%d" % i for i in range(999, 6000, 1000)]
+
+
+async def test_the_c_pump_takes_plain_calls_of_the_open_burst_and_stops_at_any_other(
+        nursery: trio.Nursery) -> None:
+    """``Sender.pump``: the deque's head calls, while plain and taken by the row branch;
+    the first other call (keywords, another topic than the burst's, a non-atomic value)
+    stays first in the deque for the awaited send."""
+    if _sync._send_c is None:
+        pytest.skip("the _send extension is not built (or PIPELINE_PURE_PYTHON is set)")
+    fake = FakeCluster(brokers=1, seed=1, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("one", 1)
+    fake.create_topic("other", 1)
+    async with open_fake_producer(fake) as producer:
+        send = producer.send
+        assert type(send) is _sync._send_c.Sender
+        producer._intake._columns_next = True
+        first = await send("one", b"first")  # opens the columnar burst of "one"
+        assert type(first) is RowDelivery
+
+        def handle(topic: str, value: object, kwargs: dict[str, object] | None = None,
+                   ) -> SyncDelivery:
+            return SyncDelivery(None, topic, value, kwargs)  # type: ignore[arg-type]
+
+        plain = [handle("one", b"v%d" % i) for i in range(5)] + [handle("one", "s"),
+                                                                  handle("one", None)]
+        for stopper in (handle("one", b"k", {"key": b"k"}), handle("other", b"o"),
+                        handle("one", {"not": "atomic"})):
+            queue = deque([*plain, stopper, handle("one", b"after")])
+            assert send.pump(queue) == len(plain)
+            assert queue[0] is stopper and len(queue) == 2
+            assert all(type(h._delivery) is RowDelivery and h._value is None
+                       and h._error is None for h in plain)
+            assert stopper._delivery is None and stopper._value is not None
+            for h in (*plain, stopper):  # what fields.SYNC_HANDLE declares C may find
+                for field in fields.SYNC_HANDLE:
+                    kind = type(getattr(h, field.name)).__name__
+                    assert kind in field.types or (field.name == "_value" and h is stopper)
+            plain = [handle("one", b"w%d" % i) for i in range(3)]
+        await producer.flush()
+    got = values(fake, 0, "one")
+    assert got[:8] == [b"first", *(b"v%d" % i for i in range(5)), b"s", None]
+
+
+def test_a_plain_handle_leaves_the_cyclic_gc_and_others_stay(fake: FakeCluster) -> None:
+    """Queued plain calls are not GC objects on the C path (they refer to nothing that
+    refers back); a call with keywords (a callback may refer to its handle) or a
+    serializer's object stays tracked."""
+    with SyncProducer(fake.bootstrap) as producer:
+        plain = producer.send("t", b"raw")
+        keyed = producer.send("t", b"raw", key=b"k", on_delivery=lambda m, e: None)
+        assert gc.is_tracked(plain) is (_sync._send_c is None)
+        assert gc.is_tracked(keyed)
+        producer.flush()
+        assert plain.get().partition in (0, 1) and keyed.get().partition in (0, 1)
+    with SyncProducer(fake.bootstrap, value_serializer="json") as producer:
+        obj = producer.send("t", {"a": [1]})
+        assert gc.is_tracked(obj)
+        assert obj.get().partition in (0, 1)

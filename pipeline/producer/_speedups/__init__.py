@@ -6,7 +6,9 @@ at install time) or ``PIPELINE_PURE_PYTHON=1`` is set:
 
 * ``_send.c``: ``await producer.send(topic, value)`` appending a row to the open
   columnar burst without a coroutine. Twin: ``Intake.send`` (``_intake/intake.py``);
-  chosen per producer by ``_intake/send_path.py``.
+  chosen per producer by ``_intake/send_path.py``. Also ``Sender.pump``: SyncProducer's
+  queued plain calls through the same branch, and ``untracked`` for their handles. Twin:
+  the pump's awaited ``send()`` (``_sync.py``).
 * ``_delivery.c``: awaiting a settled delivery without Python frames, row metadata,
   row callbacks. Twins: ``_outcomes/delivery.py`` and ``_columnar/burst.py``,
   ``_columnar/row_outcomes.py``; switched process-wide by ``delivery._use``.

@@ -34,6 +34,11 @@
  * A row with metadata gets burst.new_metadata_row's delivery (it holds the metadata).
  * _intake/intake.py's Intake.send is the twin (PIPELINE_PURE_PYTHON=1, or no compiler);
  * tests/producer/test_send_c.py runs both on the same calls and compares.
+ *
+ *   Sender.pump  SyncProducer's pump (_sync.py): its queued plain calls through the row
+ *             branch, without an awaitable each (SyncDelivery's fields: fields.py's
+ *             SYNC_HANDLE); the twin is the pump's awaited send().
+ *   untracked SyncProducer's plain handles out of the cyclic GC.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -707,6 +712,115 @@ static void sender_dealloc(SenderObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* ------------------------------------------------------------------ SyncProducer's pump */
+
+static PyTypeObject *handle_type = NULL; /* _sync.SyncDelivery (setup_sync) */
+/* SyncDelivery: fields.SYNC_HANDLE */
+static Py_ssize_t off_h_topic, off_h_value, off_h_kwargs, off_h_delivery, off_h_error;
+static PyObject *str_popleft;
+
+/* Sender.pump(pending) -> int: SyncProducer's pump (_sync.py) for the plain calls it
+ * queued, without an awaitable each: while the deque's first item is a SyncDelivery of a
+ * plain send(topic, value) (no keywords, a bytes, str or None value) that the row
+ * branch takes, pop it, set its _delivery and drop its value (as the Python pump does).
+ * Returns how many it took. Stops at the first call the row branch leaves to Python (a
+ * schedule point is due, no open burst of its topic, no room, ...), which stays first in
+ * the deque: the Python pump awaits send() for it, as it does for every call on the
+ * pure-Python path (its twin). An error of the row branch (MemoryError, a patched clock
+ * that raised) is that call's refusal (_error), as the awaited send()'s exception is in
+ * Python; a BaseException that is not an Exception propagates, the call popped. Only
+ * the pump task calls it; the caller's thread only appends to the deque's other end. */
+static PyObject *sender_pump(SenderObject *self, PyObject *pending) {
+    if (handle_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "pipeline.producer._speedups._send.setup_sync() was not called");
+        return NULL;
+    }
+    Py_ssize_t taken = 0;
+    for (;;) {
+        Py_ssize_t n = PyObject_Length(pending);
+        if (n < 0) return NULL;
+        if (n == 0) break;
+        PyObject *h = PySequence_GetItem(pending, 0);
+        if (h == NULL) return NULL;
+        if (!Py_IS_TYPE(h, handle_type)) {
+            Py_DECREF(h);
+            break;
+        }
+        PyObject *topic = SLOT(h, off_h_topic), *value = SLOT(h, off_h_value);
+        if (SLOT(h, off_h_kwargs) != Py_None ||
+            SLOT(h, off_h_delivery) != Py_None || SLOT(h, off_h_error) != Py_None ||
+            topic == NULL || !PyUnicode_CheckExact(topic) || value == NULL ||
+            !(value == Py_None || PyBytes_CheckExact(value) || PyUnicode_CheckExact(value))) {
+            Py_DECREF(h);
+            break;
+        }
+        /* a str value is sent as UTF-8 (Intake.send's rule); one that does not encode is
+         * left to Python, which raises the encoding error */
+        value = PyUnicode_CheckExact(value) ? PyUnicode_AsUTF8String(value) : Py_NewRef(value);
+        if (value == NULL) {
+            PyErr_Clear();
+            Py_DECREF(h);
+            break;
+        }
+        PyObject *delivery = row_branch(self->intake, topic, value, Py_None, Py_None, Py_None,
+                                        Py_None, Py_None, Py_None);
+        Py_DECREF(value);
+        if (delivery == NULL && !PyErr_Occurred()) {
+            Py_DECREF(h);
+            break;
+        }
+        PyObject *popped = PyObject_CallMethodNoArgs(pending, str_popleft);
+        if (popped == NULL) {
+            Py_XDECREF(delivery);
+            Py_DECREF(h);
+            return NULL;
+        }
+        Py_DECREF(popped); /* (h: only this task pops) */
+        if (delivery == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+                Py_DECREF(h);
+                return NULL;
+            }
+            PyObject *type, *exc, *tb;
+            PyErr_Fetch(&type, &exc, &tb);
+            PyErr_NormalizeException(&type, &exc, &tb);
+            if (tb != NULL) PyException_SetTraceback(exc, tb);
+            Py_XDECREF(type);
+            Py_XDECREF(tb);
+            set_slot(h, off_h_error, exc);
+        } else {
+            set_slot(h, off_h_delivery, delivery);
+        }
+        set_slot(h, off_h_value, Py_NewRef(Py_None));
+        Py_DECREF(h);
+        taken++;
+    }
+    return PyLong_FromSsize_t(taken);
+}
+
+static PyMethodDef sender_methods[] = {
+    {"pump", (PyCFunction)sender_pump, METH_O,
+     "pump(pending) -> int: SyncProducer's queued plain calls through the row branch "
+     "(see _send.c)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *setup_sync(PyObject *module, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"handle_type", "handle_fields", NULL};
+    PyObject *ht, *hfs;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O:setup_sync", kwlist, &PyType_Type,
+                                     &ht, &hfs))
+        return NULL;
+    /* fields.SYNC_HANDLE, in its order */
+    Py_ssize_t fh[5];
+    if (member_offsets((PyTypeObject *)ht, hfs, 5, fh) < 0) return NULL;
+    off_h_topic = fh[0], off_h_value = fh[1], off_h_kwargs = fh[2], off_h_delivery = fh[3];
+    off_h_error = fh[4];
+    Py_INCREF(ht);
+    Py_XSETREF(handle_type, (PyTypeObject *)ht);
+    Py_RETURN_NONE;
+}
+
 static PyTypeObject Sender_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "pipeline.producer._speedups._send.Sender",
@@ -716,6 +830,7 @@ static PyTypeObject Sender_Type = {
     .tp_call = PyVectorcall_Call,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "Sender(intake, slow): producer.send with the row branch in C (_send.c).",
+    .tp_methods = sender_methods,
     .tp_traverse = (traverseproc)sender_traverse,
     .tp_clear = (inquiry)sender_clear,
     .tp_new = sender_new,
@@ -771,9 +886,27 @@ static PyObject *atomic_list(PyObject *module, PyObject *unused) {
     return list;
 }
 
+/* untracked(obj) -> obj, no longer tracked by the cyclic GC (a no-op for an object
+ * that is not). For SyncProducer's queued calls: one GC object per blocking send()
+ * that outlives a young collection (the pump takes the queue in turns with the
+ * caller) was promoted to the old generations and made full collections walk the
+ * queue (measured: a fifth of the blocking send()'s CPU). The caller guarantees the
+ * object is in no cycle it does not cut itself: an untracked object's references are
+ * never followed, so a cycle through it would never be collected. */
+static PyObject *untracked(PyObject *module, PyObject *obj) {
+    if (PyObject_IS_GC(obj) && PyObject_GC_IsTracked(obj)) PyObject_GC_UnTrack(obj);
+    Py_INCREF(obj);
+    return obj;
+}
+
 static PyMethodDef methods[] = {
     {"atomic_list", atomic_list, METH_NOARGS,
      "atomic_list() -> a new empty list the cyclic GC does not track (atomic items only)."},
+    {"setup_sync", (PyCFunction)(void (*)(void))setup_sync, METH_VARARGS | METH_KEYWORDS,
+     "setup_sync(handle_type, handle_fields): bind Sender.pump to SyncDelivery (once, at "
+     "the import of pipeline.producer._sync)."},
+    {"untracked", untracked, METH_O,
+     "untracked(obj) -> obj, not tracked by the cyclic GC (it must be in no cycle)."},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
      "setup(intake_type, intake_fields, ledger_type, ledger_fields, rows_type, rows_fields, "
      "size_base, intake_globals, rows_globals, wall_time): bind the module to the intake "
@@ -791,6 +924,7 @@ PyMODINIT_FUNC PyInit__send(void) {
     str_time = PyUnicode_InternFromString("_time");
     str_new_row = PyUnicode_InternFromString("new_row");
     str_new_metadata_row = PyUnicode_InternFromString("new_metadata_row");
+    str_popleft = PyUnicode_InternFromString("popleft");
     /* (interned: call sites have the same objects) */
     static const char *const kw_names[KW_N] = {"key", "headers", "partition", "timestamp",
                                                "metadata", "on_delivery"};
@@ -798,7 +932,7 @@ PyMODINIT_FUNC PyInit__send(void) {
         if ((str_kw[j] = PyUnicode_InternFromString(kw_names[j])) == NULL) return NULL;
     kw_python = PyTuple_New(KW_N);
     if (kw_python == NULL || str_time == NULL || str_new_row == NULL ||
-        str_new_metadata_row == NULL)
+        str_new_metadata_row == NULL || str_popleft == NULL)
         return NULL;
     for (int j = 0; j < KW_N; j++) {
         Py_INCREF(str_kw[j]);

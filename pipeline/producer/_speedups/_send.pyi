@@ -1,7 +1,9 @@
 # Stub of the C extension pipeline/producer/_speedups/_send.c (see its header comment).
 # Its pure-Python twin is Intake.send (pipeline/producer/_intake/intake.py); tests run both.
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 class SendCall:
     """The awaitable of ``send(topic, value)``: lazy, like the coroutine it stands for."""
@@ -14,8 +16,11 @@ class Sender:
     """``producer.send``: the row branch in C, else ``slow`` (``Intake.send``)."""
     def __init__(self, intake: Any, slow: Callable[..., Any]) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def pump(self, pending: Any, /) -> int: ...
 
 def atomic_list() -> list[Any]: ...
+def setup_sync(*, handle_type: type, handle_fields: tuple[str, ...]) -> None: ...
+def untracked(obj: _T, /) -> _T: ...
 def setup(
     *,
     intake_type: type,

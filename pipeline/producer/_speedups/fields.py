@@ -33,6 +33,7 @@ __all__ = [
     "SEND_BURST",
     "SEND_INTAKE",
     "SEND_LEDGER",
+    "SYNC_HANDLE",
     "Field",
     "Global",
     "names",
@@ -136,6 +137,20 @@ DELIVERY_RUN: tuple[Field, ...] = (
     Field("timestamp", ("int",), "LogAppendTime when the topic uses it, else -1"),
 )
 
+# -- _send.c: SyncProducer's pump (Sender.pump) ------------------------------------------
+SYNC_HANDLE: tuple[Field, ...] = (
+    Field("_topic", ("str",), "the queued call's topic"),
+    Field("_value", ("bytes", "str", "NoneType"),
+          "the queued call's value; None once the pump took the call (C takes only "
+          "bytes, str or None: anything else is the Python pump's)"),
+    Field("_kwargs", ("dict", "NoneType"),
+          "the call's keywords; None for a plain send(topic, value), the only calls C takes"),
+    Field("_delivery", ("RowDelivery", "MessageDelivery", "NoneType"),
+          "set once by the pump when the send accepted the call; None while queued"),
+    Field("_error", ("Exception", "NoneType"),
+          "set once by the pump when the send refused the call; None while queued"),
+)
+
 GLOBALS: tuple[Global, ...] = (
     Global("pipeline.producer._intake.intake", "_time", "", "read",
            "the wall clock send() stamps rows with (time.time; tests replace it)"),
@@ -143,6 +158,9 @@ GLOBALS: tuple[Global, ...] = (
            "builds a row's RowDelivery; read by _send.c per row"),
     Global("pipeline.producer._columnar.burst", "new_column", "_send.atomic_list", "load",
            "a burst's values / timestamps list: untracked by the GC on the C path"),
+    Global("pipeline.producer._sync", "_untracked", "_send.untracked", "load",
+           "a queued blocking send (SyncDelivery) leaves the cyclic GC; identity on the "
+           "pure-Python path"),
     Global("pipeline.producer._columnar.row_outcomes", "call_back_ok", "_delivery.call_back_ok",
            "switch",
            "calls a settled run's rows' on_delivery callbacks"),
