@@ -20,8 +20,8 @@ import contextlib
 import functools
 import threading
 from collections import deque
-from time import sleep as _sleep
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from time import sleep as _sleep
 from typing import Any, TypeVar
 
 import trio
