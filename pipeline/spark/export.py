@@ -404,9 +404,10 @@ def export_dataframe(
         check_topic: with ``topic=``, ask the cluster for it on the driver first, so
             a missing topic or a bad bootstrap fails before any task starts.
         progress: called from a driver thread as ``progress(ExportProgress(tasks_done,
-            tasks_total, rows, bytes, failed, elapsed))`` every ``progress_interval``
-            seconds while the job runs, and once after it (on success with every task
-            done and the report's ``delivered``, ``bytes`` and ``failed``). Rows and bytes
+            tasks_total, rows, bytes, failed, elapsed, final))`` every
+            ``progress_interval`` seconds while the job runs, and once after it with
+            ``final=True`` (when it succeeded: every task done, and the report's
+            ``delivered``, ``bytes`` and ``failed``). Rows and bytes
             move once per finished task, each row counted once through retries
             (:mod:`pipeline.spark.progress`). An error in the callback is logged (debug)
             and ignored; a slow callback delays only the next report.

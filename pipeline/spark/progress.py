@@ -57,6 +57,7 @@ class ExportProgress:
     bytes: int  # key + value bytes of those partitions, as in the report
     failed: int  # rows that failed (tolerated by max_failed_rows)
     elapsed: float  # seconds since the job started
+    final: bool = False  # the last report, after the job ended (succeeded or failed)
 
     @property
     def share(self) -> float | None:
@@ -113,13 +114,13 @@ class ProgressPoller:
         self._thread.join(timeout=2)
         if tasks is not None:
             self._total = tasks
-        self._report(final_tasks=tasks)
+        self._report(final_tasks=tasks, final=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             self._report(final_tasks=None)
 
-    def _report(self, final_tasks: int | None) -> None:
+    def _report(self, final_tasks: int | None, final: bool = False) -> None:
         try:
             rows, nbytes, failed, tasks = self.counts.value
             if final_tasks is None:
@@ -127,7 +128,7 @@ class ProgressPoller:
             done = final_tasks if final_tasks is not None else tasks
             self._callback(ExportProgress(
                 tasks_done=done, tasks_total=max(self._total, done), rows=rows, bytes=nbytes,
-                failed=failed, elapsed=time.perf_counter() - self._started))
+                failed=failed, elapsed=time.perf_counter() - self._started, final=final))
         except Exception:  # progress must never break the export
             log.debug("export progress: the report failed", exc_info=True)
 

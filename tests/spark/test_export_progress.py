@@ -57,9 +57,10 @@ def test_rows_and_bytes_per_finished_task_once_through_retries(
     last = seen[-1]  # after the job: the report's totals
     assert (last.tasks_done, last.tasks_total, last.rows, last.bytes, last.failed) == (
         PARTITIONS, PARTITIONS, report.delivered, report.bytes, report.failed)
-    assert last.share == 1.0
+    assert last.share == 1.0 and last.final
     running = seen[:-1]
     assert running, "no report while the job ran"
+    assert not any(p.final for p in running)
     # Each report counts whole finished tasks, and never a failed attempt's rows (each
     # delivered 300 before failing: those would show as rows not a multiple of 1,000).
     for p in running:
