@@ -219,3 +219,25 @@ def test_bench_json_on_stdout_progress_on_stderr_when_asked(
     assert "\r" not in err and "\x1b" not in err
     assert reports[-1].startswith("progress: 20,000 rows delivered (")
     assert ", 100%, ETA 0:00, " in reports[-1]
+
+
+def test_bench_spark_draws_each_pipeline_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench --spark``: each measured export is drawn from its first report to its
+    final one, at most every interval in between; the next run starts a new drawing."""
+    from pipeline.cli.bench import _ExportRuns
+    from pipeline.spark import ExportProgress
+
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", out)
+    runs = _ExportRuns(rows=2_000, interval=60.0)
+    for run in range(2):
+        runs.update(ExportProgress(0, 2, 0, 0, 0, 0.1))
+        runs.update(ExportProgress(1, 2, 1_000, 10_000, 0, 0.6))  # within the interval
+        runs.update(ExportProgress(2, 2, 2_000, 20_000, 0, 0.9, final=True))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 4, lines
+    for first, last in (lines[0:2], lines[2:4]):
+        assert first.startswith("progress: 0 rows delivered (0 B), 0/2 tasks, 0 rows/s")
+        assert ", 0%, ETA --:--, " in first
+        assert last.startswith("progress: 2,000 rows delivered (20.0 kB), 2/2 tasks, ")
+        assert ", 100%, ETA 0:00, " in last
