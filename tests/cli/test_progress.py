@@ -230,7 +230,7 @@ def test_bench_spark_draws_each_pipeline_run(monkeypatch: pytest.MonkeyPatch) ->
     out = io.StringIO()
     monkeypatch.setattr(sys, "stderr", out)
     runs = _ExportRuns(rows=2_000, interval=60.0)
-    for run in range(2):
+    for _ in range(2):
         runs.update(ExportProgress(0, 2, 0, 0, 0, 0.1))
         runs.update(ExportProgress(1, 2, 1_000, 10_000, 0, 0.6))  # within the interval
         runs.update(ExportProgress(2, 2, 2_000, 20_000, 0, 0.9, final=True))
