@@ -20,9 +20,13 @@ import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.spark.progress import ExportProgress
 
 __all__ = [
+    "ExportDrawing",
     "Progress",
     "Snapshot",
     "add_progress_arguments",
@@ -197,3 +201,53 @@ class Progress:
         while True:
             self.draw(snapshot())
             await sleep(interval)
+
+
+class ExportDrawing:
+    """Draws ``export_dataframe``'s :class:`~pipeline.spark.progress.ExportProgress`
+    reports (its ``progress=`` is :meth:`update`), one drawing per export: begun at its
+    first report, ended by its ``final`` one (a next export begins a new one).
+
+    The clock is the export's own (``elapsed``: since its job started), so the rate and
+    the time left are the job's. Rows move per finished Spark task: rates over the whole
+    run. The share done is of ``total_rows`` when known, else of the tasks.
+    ``interval``: draw at most this often (None: every report).
+    """
+
+    def __init__(self, out: IO[str], *, tty: bool, total_rows: int | None = None,
+                 interval: float | None = None) -> None:
+        self._out = out
+        self._tty = tty
+        self._total_rows = total_rows
+        self._interval = interval
+        self._elapsed = 0.0
+        self._drawn_at = 0.0
+        self.progress: Progress | None = None
+
+    def update(self, p: ExportProgress) -> None:
+        if self.progress is None:
+            self._elapsed = 0.0  # the drawing's clock starts where the job did
+            self.progress = Progress(self._out, tty=self._tty, clock=self._clock, average=True)
+        elif (not p.final and self._interval is not None
+              and p.elapsed - self._drawn_at < self._interval):
+            return
+        self._elapsed = self._drawn_at = p.elapsed
+        if self._total_rows:
+            share: float | None = (p.rows + p.failed) / self._total_rows
+        else:
+            share = p.share
+        if p.final and p.tasks_total and p.tasks_done == p.tasks_total:
+            share = 1.0  # every task done (an input's row count may be off: its footers')
+        tasks = (p.tasks_done, p.tasks_total) if p.tasks_total else None
+        self.progress.draw(Snapshot(p.rows, p.bytes, p.failed, share=share, tasks=tasks),
+                           final=p.final)
+        if p.final:
+            self.progress = None
+
+    def close(self) -> None:
+        """End a terminal's line left open (the export failed before its final report)."""
+        if self.progress is not None:
+            self.progress.close()
+
+    def _clock(self) -> float:
+        return self._elapsed

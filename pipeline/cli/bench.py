@@ -19,7 +19,7 @@ import json
 import sys
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pipeline.cli._common import (
     UserError,
@@ -31,10 +31,13 @@ from pipeline.cli._common import (
     run_guarded,
     setup_logging,
 )
-from pipeline.cli._progress import Progress, Snapshot, add_progress_arguments, progress_settings
-
-if TYPE_CHECKING:
-    from pipeline.spark.progress import ExportProgress
+from pipeline.cli._progress import (
+    ExportDrawing,
+    Progress,
+    Snapshot,
+    add_progress_arguments,
+    progress_settings,
+)
 
 HELP = "measure producer throughput (embedded broker unless -b); --spark: export vs baseline"
 
@@ -210,34 +213,10 @@ def _spark_bench(args: argparse.Namespace, bootstrap: str, options: dict[str, An
             rows=args.rows, partitions=args.spark_partitions,
             topic_partitions=args.topic_partitions,
             log=lambda line: print(line, file=sys.stderr, flush=True),
-            progress=_ExportRuns(args.rows, args.progress_every).update
+            progress=ExportDrawing(sys.stderr, tty=sys.stderr.isatty(), total_rows=args.rows,
+                                   interval=args.progress_every).update
             if args.show_progress else None, **options,
         )
     finally:
         spark.stop()
 
-
-class _ExportRuns:
-    """Draws each measured pipeline export of ``--spark``: a drawing per run, begun at
-    its first report and ended by its final one (the run's log line follows)."""
-
-    def __init__(self, rows: int, interval: float) -> None:
-        self.rows = rows
-        # export_dataframe reports every 0.5 s: drawn at most every interval
-        self.interval = interval
-        self.progress: Progress | None = None
-        self.drawn_at = 0.0
-
-    def update(self, p: ExportProgress) -> None:
-        now = time.monotonic()
-        if self.progress is None:
-            self.progress = Progress(sys.stderr, tty=sys.stderr.isatty(), clock=time.monotonic,
-                                     average=True)
-        elif not p.final and now - self.drawn_at < self.interval:
-            return
-        self.drawn_at = now
-        tasks = (p.tasks_done, p.tasks_total) if p.tasks_total else None
-        self.progress.draw(Snapshot(p.rows, p.bytes, p.failed, share=p.rows / self.rows,
-                                    tasks=tasks), final=p.final)
-        if p.final:
-            self.progress = None

@@ -19,9 +19,8 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pipeline.cli._common import (
     UserError,
@@ -33,10 +32,7 @@ from pipeline.cli._common import (
     run_guarded,
     setup_logging,
 )
-from pipeline.cli._progress import Progress, Snapshot, add_progress_arguments, progress_settings
-
-if TYPE_CHECKING:
-    from pipeline.spark.progress import ExportProgress
+from pipeline.cli._progress import ExportDrawing, add_progress_arguments, progress_settings
 
 HELP = "export Parquet/CSV/JSON files to a topic with Spark (progress + report)"
 
@@ -135,23 +131,6 @@ def parquet_rows(paths: list[str]) -> int | None:
     except Exception:  # not Parquet after all: Spark says so, in its own words
         return None
     return rows
-
-
-class _ExportDrawing:
-    """``export_dataframe``'s progress reports, drawn (``total_rows``: the input's rows
-    when known, for the share done; else the share of the tasks)."""
-
-    def __init__(self, progress: Progress, total_rows: int | None) -> None:
-        self.progress = progress
-        self.total_rows = total_rows
-
-    def update(self, p: ExportProgress) -> None:
-        share = (p.rows + p.failed) / self.total_rows if self.total_rows else p.share
-        if p.final and p.tasks_total and p.tasks_done == p.tasks_total:
-            share = 1.0
-        tasks = (p.tasks_done, p.tasks_total) if p.tasks_total else None
-        self.progress.draw(Snapshot(p.rows, p.bytes, p.failed, share=share, tasks=tasks),
-                           final=p.final)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -258,8 +237,7 @@ def _run(args: argparse.Namespace) -> int:
         drawing = None
         if show:
             total = parquet_rows(args.paths) if fmt == "parquet" else None
-            drawing = _ExportDrawing(Progress(sys.stderr, tty=tty, clock=time.monotonic,
-                                              average=True), total)
+            drawing = ExportDrawing(sys.stderr, tty=tty, total_rows=total)
         try:
             report = export_dataframe(
                 frame, bootstrap=args.bootstrap, topic=args.topic,
@@ -271,7 +249,7 @@ def _run(args: argparse.Namespace) -> int:
             raise UserError(str(exc)) from None
         finally:
             if drawing is not None:
-                drawing.progress.close()
+                drawing.close()
     finally:
         if owned:
             spark.stop()

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from pipeline.cli._progress import (
+    ExportDrawing,
     Progress,
     Snapshot,
     input_size,
@@ -221,23 +222,30 @@ def test_bench_json_on_stdout_progress_on_stderr_when_asked(
     assert ", 100%, ETA 0:00, " in reports[-1]
 
 
-def test_bench_spark_draws_each_pipeline_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``bench --spark``: each measured export is drawn from its first report to its
-    final one, at most every interval in between; the next run starts a new drawing."""
-    from pipeline.cli.bench import _ExportRuns
+def test_exports_drawn_each_on_their_own_clock() -> None:
+    """``export``'s and ``bench --spark``'s drawing of ``export_dataframe`` reports: each
+    export from its first report to its final one, at most every interval in between,
+    with the job's own elapsed time; the next export starts a new drawing."""
     from pipeline.spark import ExportProgress
 
     out = io.StringIO()
-    monkeypatch.setattr(sys, "stderr", out)
-    runs = _ExportRuns(rows=2_000, interval=60.0)
+    drawing = ExportDrawing(out, tty=False, total_rows=2_000, interval=1.0)
     for _ in range(2):
-        runs.update(ExportProgress(0, 2, 0, 0, 0, 0.1))
-        runs.update(ExportProgress(1, 2, 1_000, 10_000, 0, 0.6))  # within the interval
-        runs.update(ExportProgress(2, 2, 2_000, 20_000, 0, 0.9, final=True))
+        drawing.update(ExportProgress(0, 2, 0, 0, 0, 0.5))
+        drawing.update(ExportProgress(1, 2, 1_000, 10_000, 0, 1.0))  # within the interval
+        drawing.update(ExportProgress(2, 2, 2_000, 20_000, 0, 2.0, final=True))
     lines = out.getvalue().splitlines()
-    assert len(lines) == 4, lines
-    for first, last in (lines[0:2], lines[2:4]):
-        assert first.startswith("progress: 0 rows delivered (0 B), 0/2 tasks, 0 rows/s")
-        assert ", 0%, ETA --:--, " in first
-        assert last.startswith("progress: 2,000 rows delivered (20.0 kB), 2/2 tasks, ")
-        assert ", 100%, ETA 0:00, " in last
+    assert lines == [
+        "progress: 0 rows delivered (0 B), 0/2 tasks, 0 rows/s (0 B/s), 0%, ETA --:--, "
+        "0:00 elapsed",
+        "progress: 2,000 rows delivered (20.0 kB), 2/2 tasks, 1,000 rows/s (10.0 kB/s), "
+        "100%, ETA 0:00, 0:02 elapsed",
+    ] * 2
+    # No row count: the share of the tasks; on a terminal, a failed export's line ended.
+    screen = io.StringIO()
+    tasks = ExportDrawing(screen, tty=True)
+    tasks.update(ExportProgress(1, 4, 1_000, 10_000, 3, 4.0))
+    tasks.close()
+    assert screen.getvalue() == (
+        "\r1,000 rows delivered (10.0 kB), 3 failed, 1/4 tasks, 250 rows/s (2.5 kB/s), 25%, "
+        "ETA 0:12, 0:04 elapsed\x1b[K\n")
