@@ -78,7 +78,7 @@ def generate(spark, rows: int, customers: int, path: Path) -> None:  # type: ign
 def export(spark, path: Path, bootstrap: str, tasks: int):  # type: ignore[no-untyped-def]
     from pyspark.sql import functions as F
 
-    from pipeline.spark import export_dataframe
+    from pipeline.spark import ExportProgress, export_dataframe
 
     orders = spark.read.parquet(str(path))
     frame = (
@@ -106,11 +106,12 @@ def export(spark, path: Path, bootstrap: str, tasks: int):  # type: ignore[no-un
     started = time.perf_counter()
     last = [0.0]
 
-    def progress(done: int, total: int) -> None:
+    def progress(p: ExportProgress) -> None:
         now = time.perf_counter()
         if now - last[0] >= 5:
             last[0] = now
-            log(f"  ... {done}/{total} export tasks done, {now - started:.0f} s")
+            log(f"  ... {p.tasks_done}/{p.tasks_total} export tasks done, {p.rows:,} rows "
+                f"({p.bytes / 1e6:.1f} MB) delivered, {now - started:.0f} s")
 
     report = export_dataframe(
         frame, bootstrap=bootstrap, topic=TOPIC, add_message_id_header=True,

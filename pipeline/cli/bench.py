@@ -4,6 +4,12 @@ Without ``-b`` it starts the embedded broker for the run. ``--spark`` runs
 :func:`pipeline.spark.bench.compare_export` (one round: export vs a foreachPartition +
 confluent-kafka baseline, Spark's own Kafka sink when its jars can be had, and a
 mapInArrow no-op) instead of the plain producer run.
+
+Progress (``_progress.py``) is drawn on stderr while the run goes, on a terminal by
+default (``--progress``: elsewhere too, a plain line per report); never on stdout, so
+``--json`` stays clean. The producer run shows rows and bytes delivered, their rate, the
+share of ``--rows`` done and the time left; ``--spark`` shows each measured run of the
+pipeline export as its Spark tasks finish (the other writers report no rows).
 """
 
 from __future__ import annotations
@@ -24,6 +30,13 @@ from pipeline.cli._common import (
     producer_options,
     run_guarded,
     setup_logging,
+)
+from pipeline.cli._progress import (
+    ExportDrawing,
+    Progress,
+    Snapshot,
+    add_progress_arguments,
+    progress_settings,
 )
 
 HELP = "measure producer throughput (embedded broker unless -b); --spark: export vs baseline"
@@ -47,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--master", default="local[2]", help="Spark master for --spark")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_progress_arguments(
+        parser, "rows and bytes delivered, their rate, share of --rows done and ETA")
     add_producer_options(parser)
 
 
@@ -59,6 +74,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.rows < 1 or args.size < 0:
         raise UserError("--rows must be >= 1 and --size >= 0")
     options = producer_options(args)
+    try:
+        args.show_progress, args.progress_every = progress_settings(
+            args.progress, args.progress_interval, tty=sys.stderr.isatty())
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     broker = None
     bootstrap = args.bootstrap
     if bootstrap is None:
@@ -111,13 +131,26 @@ def _producer_bench(args: argparse.Namespace, bootstrap: str, options: dict[str,
 async def _produce(
     args: argparse.Namespace, bootstrap: str, topic: str, options: dict[str, Any]
 ) -> dict[str, Any]:
+    import trio
+
     from pipeline.producer._api import open_producer
     from pipeline.producer._message import ProducerMessage
 
     await check_topic(bootstrap, topic, args.timeout, options)
     value = b"x" * args.size
     keys = [f"k-{i}".encode() for i in range(args.keys)] if args.keys > 0 else None
-    async with open_producer(bootstrap, **options) as producer:
+    async with open_producer(bootstrap, **options) as producer, \
+            trio.open_nursery() as nursery:
+        progress = None
+        if args.show_progress:
+            progress = Progress(sys.stderr, tty=sys.stderr.isatty(), clock=trio.current_time)
+
+            def snapshot() -> Snapshot:
+                stats = producer.statistics()
+                return Snapshot(stats.succeeded, stats.delivered_bytes, stats.failed,
+                                share=(stats.succeeded + stats.failed) / args.rows)
+
+            nursery.start_soon(progress.run, args.progress_every, snapshot, trio.sleep)
         started = time.perf_counter()
         groups = []
         for start in range(0, args.rows, args.chunk):
@@ -134,6 +167,10 @@ async def _produce(
             delivered += result.delivered
             failed += result.failed
         seconds = time.perf_counter() - started
+        nursery.cancel_scope.cancel()
+        if progress is not None:
+            progress.draw(Snapshot(delivered, producer.statistics().delivered_bytes, failed,
+                                   share=1.0), final=True)
     return {
         "topic": topic,
         "rows": args.rows,
@@ -175,7 +212,11 @@ def _spark_bench(args: argparse.Namespace, bootstrap: str, options: dict[str, An
             spark, bootstrap, create_topics=functools.partial(create_topics, bootstrap),
             rows=args.rows, partitions=args.spark_partitions,
             topic_partitions=args.topic_partitions,
-            log=lambda line: print(line, file=sys.stderr, flush=True), **options,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
+            progress=ExportDrawing(sys.stderr, tty=sys.stderr.isatty(), total_rows=args.rows,
+                                   interval=args.progress_every).update
+            if args.show_progress else None, **options,
         )
     finally:
         spark.stop()
+

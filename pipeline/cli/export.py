@@ -2,8 +2,15 @@
 
 Columns: a ``value`` column is used as is, else ``--value EXPR`` (a Spark SQL
 expression), else every column as one JSON object (``to_json(struct(*))``). The key is
-``--key EXPR`` or a ``key`` column; ``--header NAME=EXPR`` adds headers. A progress
-ticker runs on stderr; the report is printed at the end (``--json-report`` for JSON).
+``--key EXPR`` or a ``key`` column; ``--header NAME=EXPR`` adds headers. The report is
+printed at the end (``--json-report`` for JSON).
+
+Progress (``_progress.py``) is drawn on stderr when it is a terminal (``--progress``:
+elsewhere too, a plain line per report): rows and bytes delivered and their rate, the
+Spark tasks done, and the share done with the time left: of the input's rows when they
+are known (local Parquet files: their footers say), else of the tasks. Rows and bytes
+count as each Spark task finishes (:mod:`pipeline.spark.progress`), so the rate is the
+whole run's.
 """
 
 from __future__ import annotations
@@ -12,8 +19,6 @@ import argparse
 import json
 import os
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,7 @@ from pipeline.cli._common import (
     run_guarded,
     setup_logging,
 )
+from pipeline.cli._progress import ExportDrawing, add_progress_arguments, progress_settings
 
 HELP = "export Parquet/CSV/JSON files to a topic with Spark (progress + report)"
 
@@ -69,7 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="failed rows tolerated per partition before the job fails (default 0)",
     )
     parser.add_argument("--json-report", action="store_true", help="print the report as JSON")
-    parser.add_argument("--no-progress", action="store_true", help="no progress ticker")
+    add_progress_arguments(
+        parser, "rows and bytes delivered (as Spark tasks finish), their rate, tasks done, "
+        "share done and ETA")
     add_producer_options(parser)
 
 
@@ -102,41 +110,27 @@ def _check_paths(paths: list[str]) -> None:
             raise UserError(f"cannot read {path}: permission denied")
 
 
-class _Ticker:
-    """A one-line progress display on stderr (rewritten in place on a terminal)."""
+def parquet_rows(paths: list[str]) -> int | None:
+    """The rows of local Parquet inputs, from their footers (no Spark job); None when a
+    path is not local, or a file Spark would read is not Parquet."""
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.tty = sys.stderr.isatty()
-        self.started = time.perf_counter()
-        self.state = (0, 0)
-        self._lock = threading.Lock()
-        self._last_printed = (-1, -1)
-        self._last_time = 0.0
-
-    def update(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        with self._lock:
-            self.state = (done, total)
-            now = time.perf_counter()
-            if not self.tty and (done, total) == self._last_printed and now - self._last_time < 10:
-                return
-            self._last_printed, self._last_time = (done, total), now
-            width = 24
-            fill = int(width * done / total) if total else 0
-            bar = "#" * fill + "." * (width - fill)
-            line = f"[{bar}] {done}/{total} tasks  {now - self.started:6.1f} s"
-            if self.tty:
-                sys.stderr.write("\r" + line)
-            else:
-                sys.stderr.write(line + "\n")
-            sys.stderr.flush()
-
-    def finish(self) -> None:
-        if self.enabled and self.tty and self._last_printed != (-1, -1):
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+    files: list[str] = []
+    for path in paths:
+        path = path[len("file://"):] if path.startswith("file://") else path
+        if path.startswith(_SCHEMES) or "*" in path:
+            return None
+        if os.path.isdir(path):
+            for top, dirs, names in os.walk(path):
+                dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+                files += [os.path.join(top, n) for n in names if not n.startswith(("_", "."))]
+        else:
+            files.append(path)
+    try:
+        rows: int = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    except Exception:  # not Parquet after all: Spark says so, in its own words
+        return None
+    return rows
 
 
 def run(args: argparse.Namespace) -> int:
@@ -219,6 +213,11 @@ def _run(args: argparse.Namespace) -> int:
     fmt = _format_of(args)
     if args.partitions is not None and args.partitions < 1:
         raise UserError(f"--partitions must be >= 1, not {args.partitions}")
+    tty = sys.stderr.isatty()
+    try:
+        show, interval = progress_settings(args.progress, args.progress_interval, tty=tty)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
     from pipeline.spark.export import ExportError, ExportSchemaError, export_dataframe
 
@@ -228,7 +227,6 @@ def _run(args: argparse.Namespace) -> int:
         import logging
 
         logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-    ticker = _Ticker(not args.no_progress)
     try:
         try:
             frame = build_frame(spark, args, fmt)
@@ -236,16 +234,22 @@ def _run(args: argparse.Namespace) -> int:
             if type(exc).__module__.startswith("pyspark"):
                 raise UserError(f"cannot read {args.paths[0]} as {fmt}: {_spark_error(exc)}") from None
             raise
+        drawing = None
+        if show:
+            total = parquet_rows(args.paths) if fmt == "parquet" else None
+            drawing = ExportDrawing(sys.stderr, tty=tty, total_rows=total)
         try:
             report = export_dataframe(
                 frame, bootstrap=args.bootstrap, topic=args.topic,
                 max_failed_rows=args.max_failed_rows, add_message_id_header=args.message_id,
-                progress=ticker.update, **options,
+                progress=drawing.update if drawing is not None else None,
+                progress_interval=interval, **options,
             )
         except (ExportSchemaError, ExportError) as exc:
             raise UserError(str(exc)) from None
         finally:
-            ticker.finish()
+            if drawing is not None:
+                drawing.close()
     finally:
         if owned:
             spark.stop()

@@ -32,7 +32,15 @@ from pipeline.cli._common import (
     setup_logging,
     unescape,
 )
-from pipeline.cli._progress import Progress, input_size, position
+from pipeline.cli._progress import (
+    Progress,
+    Snapshot,
+    add_progress_arguments,
+    input_size,
+    position,
+    progress_settings,
+    share_of_input,
+)
 
 HELP = ("produce messages from stdin or files to a topic, like kcat -P (lines, a -D "
         "delimiter, or length-prefixed binary)")
@@ -92,15 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_producer_options(parser)
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
-    parser.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None,
-        help="report progress on stderr: rows delivered, rate, share done and ETA when the "
-        "input size is known (default: on a terminal only; elsewhere a plain line per report)",
-    )
-    parser.add_argument(
-        "--progress-interval", type=float, default=None, metavar="SECONDS",
-        help="seconds between progress reports (default: 0.5 on a terminal, 10 elsewhere)",
-    )
+    add_progress_arguments(
+        parser, "rows and bytes delivered, their rate, share done and ETA when the input "
+        "size is known")
     parser.add_argument(
         "files", nargs="*", metavar="FILE", help="files to read (default: stdin; '-' is stdin)"
     )
@@ -203,9 +205,10 @@ def _run(args: argparse.Namespace) -> int:
     options = producer_options(args)
     if args.partition is not None and args.partition < 0:
         raise UserError(f"--partition must be >= 0, not {args.partition}")
-    interval = args.progress_interval
-    if interval is not None and not interval > 0:
-        raise UserError(f"--progress-interval must be a number of seconds > 0, not {interval}")
+    try:
+        progress_settings(args.progress, args.progress_interval, tty=False)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     inputs = _open_inputs(args.files)
     try:
         delivered, failed, first = trio.run(_produce, args, options, inputs)
@@ -273,7 +276,8 @@ async def _produce(
 
     groups: list[DeliveryGroup] = []
     tty = sys.stderr.isatty()
-    show = args.progress if args.progress is not None else tty and not args.quiet
+    show, every = progress_settings(args.progress, args.progress_interval, tty=tty,
+                                    quiet=args.quiet)
     total = input_size(inputs) if show else None
     start = sum(s.tell() for s in inputs) if total is not None else 0
     read = [0, 0]  # rows read, bytes read (the bytes of regular files only)
@@ -281,14 +285,15 @@ async def _produce(
             trio.open_nursery() as nursery:
         progress = None
         if show:
-            progress = Progress(sys.stderr, tty=tty, total_bytes=total, clock=trio.current_time)
+            progress = Progress(sys.stderr, tty=tty, clock=trio.current_time)
 
-            def counts() -> tuple[int, int, int, int, int]:
+            def snapshot() -> Snapshot:
                 stats = producer.statistics()
-                return stats.succeeded, stats.delivered_bytes, stats.failed, read[0], read[1]
+                done = stats.succeeded + stats.failed
+                return Snapshot(stats.succeeded, stats.delivered_bytes, stats.failed,
+                                share=share_of_input(done, read[0], read[1], total))
 
-            every = args.progress_interval or (0.5 if tty else 10.0)
-            nursery.start_soon(progress.run, every, counts, trio.sleep)
+            nursery.start_soon(progress.run, every, snapshot, trio.sleep)
         while True:
             # reading stdin may block for a long time: never on the event loop
             chunk = await trio.to_thread.run_sync(next_chunk, abandon_on_cancel=True)
@@ -309,6 +314,6 @@ async def _produce(
                 first = f"{type(cause).__name__}: {one_line(cause)}"
         nursery.cancel_scope.cancel()
         if progress is not None:
-            progress.draw(delivered, producer.statistics().delivered_bytes, failed, read[0],
-                          read[1], final=True)
+            progress.draw(Snapshot(delivered, producer.statistics().delivered_bytes, failed,
+                                   share=None if total is None else 1.0), final=True)
     return delivered, failed, first

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pipeline.spark.export import (
     ExportError,
+    ExportProgress,
     ExportReport,
     ExportSchemaError,
     SpeculationWarning,
@@ -35,6 +36,7 @@ __all__ = [
     "DEFAULT_MESSAGE_ID_HEADER",
     "ExportConfig",
     "ExportError",
+    "ExportProgress",
     "ExportReport",
     "ExportSchemaError",
     "ExportTaskError",

@@ -19,7 +19,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.cluster.security import redact_options
 from pipeline.spark.bench_writers import (
@@ -31,6 +31,9 @@ from pipeline.spark.bench_writers import (
     sink_jars_reason,
     write,
 )
+
+if TYPE_CHECKING:
+    from pipeline.spark.progress import ExportProgress
 
 #: ``create_topics({name: partitions})``: how the caller makes topics on its broker
 #: (the CLI and ``bench/export_bench.py`` pass the testing kit's; the spark layer does
@@ -69,11 +72,15 @@ def compare_export(
     topic_partitions: int = 6,
     warmup_rows: int = 2_000,
     log: Log = _quiet,
+    progress: Callable[[ExportProgress], None] | None = None,
     **producer_options: Any,
 ) -> dict[str, Any]:
     """Run every writer ``rounds`` times per shape; return the report (JSON-ready).
 
     First each writer runs once, untimed, on ``warmup_rows`` rows (0: no warm-up).
+    ``progress``: ``export_dataframe``'s progress callback for the measured ``pipeline``
+    runs (one report per interval and a ``final`` one per run; the other writers have
+    no such reports).
     ``producer_options`` go to the ``pipeline`` writer (``ProducerConfig`` fields).
     Spark's sink is reported ``n/a`` when the session lacks its jars.
     """
@@ -106,7 +113,7 @@ def compare_export(
                     run = _run_once(writer, df, bootstrap, create_topics, shape=shape,
                                     rows=rows, topic=f"bench-{writer}-{shape}-{tag}-{rnd}",
                                     topic_partitions=topic_partitions, sample=sample,
-                                    producer_options=producer_options)
+                                    producer_options=producer_options, progress=progress)
                     run["round"] = rnd + 1
                     runs.append(run)
                     log(_run_line(run, rounds))
@@ -146,9 +153,9 @@ def _warm_up(spark: Any, bootstrap: str, create_topics: CreateTopics, writers: l
             topic = f"bench-warmup-{writer}-{tag}"
             if writer != "noop_arrow":
                 create_topics({topic: topic_partitions})
-            took[writer] = round(write(writer, df, bootstrap, topic, **(
-                {"producer_options": producer_options} if writer == "pipeline" else {}
-            ))["seconds"], 2)
+            options = producer_options if writer == "pipeline" else None
+            took[writer] = round(write(writer, df, bootstrap, topic,
+                                       producer_options=options)["seconds"], 2)
     finally:
         df.unpersist()
     return took
@@ -156,15 +163,18 @@ def _warm_up(spark: Any, bootstrap: str, create_topics: CreateTopics, writers: l
 
 def _run_once(writer: str, df: Any, bootstrap: str, create_topics: CreateTopics, *,
               shape: str, rows: int, topic: str, topic_partitions: int,
-              sample: dict[bytes, tuple[Any, ...]],
-              producer_options: dict[str, Any]) -> dict[str, Any]:
+              sample: dict[bytes, tuple[Any, ...]], producer_options: dict[str, Any],
+              progress: Callable[[ExportProgress], None] | None) -> dict[str, Any]:
     run: dict[str, Any] = {"writer": writer, "shape": shape, "rows": rows, "topic": topic,
                            "loadavg_1m_before": os.getloadavg()[0]}
     if writer != "noop_arrow":
         create_topics({topic: topic_partitions})
     try:
-        measured = write(writer, df, bootstrap, topic, **(
-            {"producer_options": producer_options} if writer == "pipeline" else {}))
+        if writer == "pipeline":
+            measured = write(writer, df, bootstrap, topic, producer_options=producer_options,
+                             progress=progress)
+        else:
+            measured = write(writer, df, bootstrap, topic)
     except Exception as exc:
         run.update(status="failed", error=f"{type(exc).__name__}: {str(exc)[:2000]}")
         return run

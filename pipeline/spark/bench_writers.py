@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.spark.progress import ExportProgress
 
 __all__ = [
     "SHAPES",
@@ -163,17 +166,20 @@ def count_arrow_rows(batches: Iterator[Any]) -> Iterator[Any]:
 
 
 def write(writer: str, df: Any, bootstrap: str, topic: str, *,
-          producer_options: dict[str, Any] | None = None) -> dict[str, Any]:
+          producer_options: dict[str, Any] | None = None,
+          progress: Callable[[ExportProgress], None] | None = None) -> dict[str, Any]:
     """Run ``writer`` once on ``df`` into ``topic``; ``{"seconds", "rows_seen"?, ...}``.
     The clock is the driver's wall clock around the whole action, alike for all four.
-    ``producer_options``: ``ProducerConfig`` fields for the ``pipeline`` writer."""
+    ``producer_options``: ``ProducerConfig`` fields for the ``pipeline`` writer;
+    ``progress``: its ``export_dataframe`` progress callback."""
     started = time.perf_counter()
     extra: dict[str, Any] = {}
     if writer == "pipeline":
         from pipeline.spark.export import export_dataframe
 
         options = {"linger": LINGER_MS / 1000, **(producer_options or {})}
-        report = export_dataframe(df, bootstrap=bootstrap, topic=topic, **options)
+        report = export_dataframe(df, bootstrap=bootstrap, topic=topic, progress=progress,
+                                  **options)
         extra = {"job_seconds": report.seconds, "delivered": report.delivered,
                  "failed": report.failed}
     elif writer == "foreach":

@@ -36,8 +36,8 @@ import dataclasses
 import functools
 import logging
 import re
-import threading
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -55,6 +55,7 @@ from pipeline.spark.exactly_once_job import (
 )
 from pipeline.spark.ledger import DEFAULT_LEDGER_TOPIC
 from pipeline.spark.partition import spark_task
+from pipeline.spark.progress import ExportProgress, ProgressPoller
 from pipeline.spark.status import (
     DEFAULT_MESSAGE_ID_HEADER,
     ExactlyOnce,
@@ -66,6 +67,7 @@ from pipeline.spark.workers import worker_python_advice, worker_python_problem
 
 __all__ = [
     "ExportError",
+    "ExportProgress",
     "ExportReport",
     "ExportSchemaError",
     "SpeculationWarning",
@@ -375,7 +377,8 @@ def export_dataframe(
     add_message_id_header: bool | str = False,
     message_id_prefix: str = "",
     check_topic: bool = True,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[ExportProgress], None] | None = None,
+    progress_interval: float = 0.5,
     kafka_options: Mapping[str, str] | None = None,
     exactly_once: bool = False,
     export_id: str | None = None,
@@ -400,8 +403,15 @@ def export_dataframe(
             name: stamp every record with ``"{message_id_prefix}{partition}-{row}"``.
         check_topic: with ``topic=``, ask the cluster for it on the driver first, so
             a missing topic or a bad bootstrap fails before any task starts.
-        progress: called from a driver thread as ``progress(tasks_done, tasks_total)``
-            about twice a second while the job runs.
+        progress: called from a driver thread as ``progress(ExportProgress(tasks_done,
+            tasks_total, rows, bytes, failed, elapsed, final))`` every
+            ``progress_interval`` seconds while the job runs, and once after it with
+            ``final=True`` (when it succeeded: every task done, and the report's
+            ``delivered``, ``bytes`` and ``failed``). Rows and bytes
+            move once per finished task, each row counted once through retries
+            (:mod:`pipeline.spark.progress`). An error in the callback is logged (debug)
+            and ignored; a slow callback delays only the next report.
+        progress_interval: seconds between ``progress`` calls.
         kafka_options: options as written for Spark's own Kafka sink
             (``{"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN",
             "kafka.sasl.jaas.config": "...PlainLoginModule required username=... ;"}``,
@@ -443,6 +453,8 @@ def export_dataframe(
     from pipeline.spark.options import producer_options_from_kafka
 
     keep = validate_schema(df.schema, topic=topic)
+    if not progress_interval > 0:
+        raise ValueError(f"progress_interval must be > 0 seconds, not {progress_interval}")
     if kafka_options:
         producer_options = {**producer_options_from_kafka(kafka_options), **producer_options}
     make_config(None, dict(producer_options))  # ConfigError now, not in every task
@@ -497,14 +509,25 @@ def export_dataframe(
                                 ledger_topic=ledger_topic)
         cfg = dataclasses.replace(cfg, exactly_once=eo)
 
-    job = df.select(*keep).mapInArrow(
-        functools.partial(spark_task, cfg=cfg), status_schema_ddl()
-    )
-    ticker = _ProgressThread(spark, progress) if progress is not None else None
-    started = time.perf_counter()
-    if ticker is not None:
-        ticker.start()
+    # Exactly-once: the driver finds the job's tasks by its group after a failure. The
+    # progress poller follows the group's jobs: the caller's group when one is set (so
+    # that cancelling it still cancels the export), else one of the export's own.
     group = f"pipeline-export-{eo.run_id}" if eo is not None else None
+    poller = None
+    if progress is not None:
+        watched = group or spark.sparkContext.getLocalProperty("spark.jobGroup.id")
+        if watched is None:
+            group = watched = f"pipeline-export-{uuid.uuid4().hex[:12]}"
+        poller = ProgressPoller(spark, progress, group=watched, interval=progress_interval)
+    job = df.select(*keep).mapInArrow(
+        functools.partial(spark_task, cfg=cfg,
+                          counts=poller.counts if poller is not None else None),
+        status_schema_ddl(),
+    )
+    started = time.perf_counter()
+    if poller is not None:
+        poller.start()
+    rows = None
     try:
         with _job_group(spark, group):
             rows = job.collect()  # the one action: a second one would export everything again
@@ -516,8 +539,8 @@ def export_dataframe(
                                    producer_options, time.perf_counter() - started,
                                    notes) from exc
     finally:
-        if ticker is not None:
-            ticker.stop()
+        if poller is not None:
+            poller.stop(len(rows) if rows is not None else None)
     seconds = time.perf_counter() - started
     report = build_report(
         (r.asDict() for r in rows), topic=topic, seconds=seconds, warnings=notes,
@@ -626,35 +649,3 @@ def _task_failure_text(exc: BaseException) -> str:
     interesting = [ln for ln in lines if re.match(r"^[A-Za-z_.]+(Error|Exception): ", ln)]
     detail = interesting[-1] if interesting else (lines[0] if lines else type(exc).__name__)
     return f"the Spark export job failed: {detail}"
-
-
-class _ProgressThread:
-    """Polls Spark's status tracker for the job's task counts."""
-
-    def __init__(self, spark: Any, callback: Callable[[int, int], None]) -> None:
-        self._tracker = spark.sparkContext.statusTracker()
-        self._callback = callback
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="export-progress", daemon=True)
-        self._seen_stages: set[int] = set()
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            try:
-                done = total = 0
-                for stage_id in self._tracker.getActiveStageIds():
-                    info = self._tracker.getStageInfo(stage_id)
-                    if info is not None:
-                        done += info.numCompletedTasks
-                        total += info.numTasks
-                if total:
-                    self._callback(done, total)
-            except Exception:  # progress must never break the export
-                log.debug("progress poll failed", exc_info=True)

@@ -192,9 +192,12 @@ def _from_group(group: BaseExceptionGroup[Any], status: PartitionStatus) -> Base
 
 
 def spark_task(
-    batches: Iterator[pa.RecordBatch], cfg: ExportConfig
+    batches: Iterator[pa.RecordBatch], cfg: ExportConfig, counts: Any = None
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function (bind ``cfg`` with ``functools.partial``).
+
+    ``counts``: a Spark accumulator of :class:`pipeline.spark.progress.ProgressCounts`
+    (None: no progress asked), added to once, when the partition is exported.
 
     Module-level on purpose: cloudpickle ships it by reference, so executors import
     this module (the package must be installed there) instead of a pickled copy.
@@ -205,5 +208,7 @@ def spark_task(
     partition = ctx.partitionId() if ctx is not None else 0
     attempt = ctx.attemptNumber() if ctx is not None else 0
     status = export_partition(batches, cfg, partition=partition, attempt=attempt)
+    if counts is not None:
+        counts.add((status.delivered, status.bytes, status.failed, 1))
     yield status_batch([status])
 

@@ -3,7 +3,9 @@ active session instead of starting a JVM)."""
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +96,52 @@ def test_export_errors_are_one_line(
     assert needle in err
     assert "Traceback" not in err
     assert len(err.splitlines()) == 1
+
+
+def test_export_progress_into_a_log(
+    spark: Any, kafka_bootstrap: str, new_topic: Any, orders_parquet: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Not a terminal: ``--progress`` writes a plain line per report; the share is of the
+    Parquet input's 300 rows (its footer says), and the last line says all of them."""
+    from pipeline.cli.export import parquet_rows
+
+    assert parquet_rows([str(orders_parquet)]) == 300
+    assert parquet_rows([str(orders_parquet.parent)]) == 300  # a directory of them
+    assert parquet_rows(["s3a://bucket/orders"]) is None
+    topic = new_topic(partitions=2)
+    assert main(["export", "-b", kafka_bootstrap, "-t", topic, str(orders_parquet),
+                 "--partitions", "3", "--progress", "--progress-interval", "0.05",
+                 "-X", "linger=0.001"]) == 0
+    out, err = capsys.readouterr()
+    assert "exported 300 of 300 rows" in out and "progress: " not in out
+    reports = err.splitlines()
+    assert reports and all(line.startswith("progress: ") for line in reports), err
+    assert "\r" not in err and "\x1b" not in err
+    assert reports[-1].startswith("progress: 300 rows delivered (")
+    assert ", 3/3 tasks, " in reports[-1] and ", 100%, ETA 0:00, " in reports[-1]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_export_progress_on_a_terminal(
+    spark: Any, kafka_bootstrap: str, new_topic: Any, orders_parquet: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a terminal (the default): one line redrawn in place, ended after the last
+    report, so the report printed next starts on a line of its own."""
+    screen = _Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    topic = new_topic()
+    assert main(["export", "-b", kafka_bootstrap, "-t", topic, str(orders_parquet),
+                 "--partitions", "2", "--progress-interval", "0.05"]) == 0
+    drawn = screen.getvalue()
+    assert drawn.startswith("\r") and drawn.endswith("\x1b[K\n"), drawn
+    assert drawn.count("\n") == 1  # one line, redrawn
+    last = drawn.rsplit("\r", 1)[1]
+    assert last.startswith("300 rows delivered (") and ", 2/2 tasks, " in last
+    assert ", 100%, ETA 0:00, " in last
+    assert "exported 300 of 300 rows" in capsys.readouterr().out

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pipeline.spark import ExportError, export_dataframe
+from pipeline.spark import ExportError, ExportProgress, export_dataframe
 
 from .conftest import read_all
 
@@ -159,18 +159,30 @@ def test_at_least_once_the_same_failures_duplicate(
     frame = failing_frame(spark, rows, 2, fail_at=None)
     plain = kafka_topic("alofault")
     kafka_single.create_topic(plain, 2, replication_factor=1)
-    export_dataframe(frame, bootstrap=bootstrap, topic=plain, linger=0.002,
-                     _fail_first_attempt_after_rows=fault)
+    seen: list[ExportProgress] = []
+    report = export_dataframe(frame, bootstrap=bootstrap, topic=plain, linger=0.002,
+                              _fail_first_attempt_after_rows=fault, progress=seen.append)
     duplicated = values(bootstrap, plain)
     assert sum(duplicated.values()) == rows + 2 * fault and max(duplicated.values()) == 2
+    # progress counts each partition's rows once: not the failed attempts' duplicates
+    assert (seen[-1].rows, seen[-1].bytes) == (report.delivered, report.bytes)
+    assert report.delivered == rows
 
     topic = kafka_topic("eofault")
     kafka_single.create_topic(topic, 2, replication_factor=1)
+    seen.clear()
     report = export_dataframe(frame, bootstrap=bootstrap, topic=topic, exactly_once=True,
                               ledger_topic=kafka_topic("ledgerfault"), commit_rows=500,
-                              linger=0.002, _fail_first_attempt_after_rows=fault)
+                              linger=0.002, _fail_first_attempt_after_rows=fault,
+                              progress=seen.append, progress_interval=0.05)
     assert report.retried_partitions == (0, 1) and report.complete
     assert [p.resumed_rows for p in report.partitions] == [1_000, 1_000]
+    # exactly-once progress: the rows this run committed, the 1,000 of each partition
+    # its failed attempt committed once (in the retry's count), its 300 aborted ones never
+    assert all(p.rows in (0, 3_000, 6_000) for p in seen), seen
+    assert (seen[-1].tasks_done, seen[-1].rows, seen[-1].bytes) == (
+        2, report.delivered, report.bytes)
+    assert report.delivered == rows
     got = values(bootstrap, topic)
     assert len(got) == rows and set(got.values()) == {1}
     # the failed attempts' uncommitted 300 rows each reached the log, and were aborted

@@ -14,6 +14,7 @@ import pytest
 from pipeline.spark import (
     DEFAULT_MESSAGE_ID_HEADER,
     ExportError,
+    ExportProgress,
     ExportSchemaError,
     export_dataframe,
 )
@@ -184,13 +185,16 @@ def test_progress_callback_and_empty_partitions(
     spark: Any, kafka_bootstrap: str, new_topic: Any
 ) -> None:
     topic = new_topic()
-    seen: list[tuple[int, int]] = []
+    seen: list[ExportProgress] = []
     df = spark.range(3, numPartitions=1).selectExpr("cast(id as string) as value").repartition(4)
-    report = export_dataframe(df, bootstrap=kafka_bootstrap, topic=topic,
-                              progress=lambda d, t: seen.append((d, t)))
+    report = export_dataframe(df, bootstrap=kafka_bootstrap, topic=topic, progress=seen.append)
     assert report.delivered == 3
     assert len(report.partitions) == 4
     assert sorted(p.rows for p in report.partitions)[0] == 0  # an empty partition reports too
+    # the last report, after the job: every task (the empty ones too) and every row
+    last = seen[-1]
+    assert (last.tasks_done, last.tasks_total, last.rows, last.bytes, last.failed) == (
+        4, 4, 3, report.bytes, 0)
 
 
 def test_datasource_write(

@@ -47,11 +47,14 @@ def test_export_bench_runs_and_verifies_every_writer(
         spark: Any, sink_jars: Any, kafka_bootstrap: str, tmp_path: Path) -> None:
     sink_jars.require()
     lines: list[str] = []
+    seen: list[Any] = []
     report = compare_export(
         spark, kafka_bootstrap, rows=400, rounds=1, warmup_rows=50, topic_partitions=3,
         create_topics=lambda topics: create_topics(kafka_bootstrap, dict(topics)),
-        log=lines.append)
+        log=lines.append, progress=seen.append)
     json.dumps(report)
+    # the progress of the measured pipeline runs (one per shape; not the warm-up's)
+    assert [(p.rows, p.tasks_done) for p in seen if p.final] == [(400, 2), (400, 2)]
     for shape in ("plain", "keyed_headers"):
         for writer in WRITERS:
             row = report["results"][shape][writer]
