@@ -267,3 +267,29 @@ def test_kafka_rounds_get_a_warmed_broker_each_and_rotate_the_first_client(
         ("pipeline-await", 10**6, "b3"),
     ]
     assert [r["round"] for r in report["results"]["confluent"]["runs"]] == [1, 2, 3]
+
+
+def test_ab_pairs_each_rounds_runs_and_flags_a_regression(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """bench/ab.py: the sides alternate first, each round's after/before ratio is paired,
+    and a median below the threshold is a regression."""
+    from bench import ab
+
+    calls: list[str] = []
+    rates = {"before": [100.0, 100.0, 100.0], "after": [90.0, 80.0, 99.0]}
+
+    def fake_side(checkout: Path, clients: str, n: int, scratch: Path, tag: str,
+                  ) -> dict[str, Any]:
+        side = tag.split("-")[0]
+        calls.append(side)
+        return {"pipeline-send": rates[side].pop(0), "pipeline-send_many": 50.0}
+
+    monkeypatch.setattr(ab, "_run_side", fake_side)
+    monkeypatch.setattr(ab, "_commit", lambda checkout: str(checkout))
+    report = ab.run(tmp_path / "b", tmp_path / "a", "x", rounds=3, n=10, threshold=0.95)
+    assert calls == ["before", "after", "after", "before", "before", "after"]
+    send = report["clients"]["pipeline-send"]
+    assert send["ratios"] == [0.9, 0.8, 0.99] and send["median_ratio"] == 0.9
+    assert send["verdict"] == "regression"
+    assert report["clients"]["pipeline-send_many"]["verdict"] == "no regression"
+    assert "regression (median 0.90)" in ab.format_table(report)
