@@ -10,6 +10,12 @@ starts on the other worker's host, fences the straggler's transactional id, resu
 after the chunks the straggler committed, finishes, and Spark kills the straggler.
 Spark's own event log says which attempts ran, where, speculative or not, and how each
 ended; the test checks that the failures and the speculative copies really happened.
+(An attempt may fail once more than planned: the Python worker of a failed attempt can
+outlive its task and fence the retry, which then fails and the next one resumes;
+docs/spark-export.md, "On a Spark standalone cluster".)
+
+``chunk_rows=500``: a task pulls rows in chunks of ``chunk_rows``, so with the default
+(10,000) the straggler would commit nothing before it crawls.
 
 The driver runs in a process of its own (standalone_driver.py): this process's
 SparkContext is the session's ``local[1,2]`` one, and a process holds only one.
