@@ -15,6 +15,7 @@ that still violates; ``to_json`` / ``from_json`` read and write the regression f
 from .checker import Violation, check
 from .runner import Trace, run_schedule
 from .schedule import Event, Schedule, Send, from_json, generate, to_json
+from . import txn_checker, txn_runner  # noqa: F401,E402,I001 (the transactions workload registers)
 
 __all__ = [
     "Event",
