@@ -116,6 +116,12 @@ def _print_trace(trace: Trace) -> None:
           f"{len(trace.messages)} accepted, {sum(m.ok for m in trace.messages)} acknowledged")
     for p, values in sorted(trace.logs.items()):
         print(f"  log[{p}]: " + " ".join(v.split(b"|")[0].decode() for v in values))
+    book = trace.extra.get("txn")
+    for txn in getattr(book, "txns", ()):
+        print(f"  {txn.producer} transaction {txn.seq} (generation {txn.generation}) "
+              f"{txn.begun_at:.4f}..{txn.end_called:.4f} {txn.wanted or 'open'} -> "
+              f"{txn.outcome}: {len(txn.records)} records "
+              f"{'; '.join(txn.errors)[:200]}")
 
 
 def _report(violations: list[Violation]) -> None:

@@ -187,18 +187,23 @@ def _offsets(trace: Trace) -> list[Violation]:
     book = _book(trace)
     if book is None:
         return []
-    with_offsets = [t for t in book.txns if t.offsets is not None]
-    possible = {t.offsets for t in with_offsets if t.outcome not in ("aborted", "failed")
-                and not (t.outcome == "fenced" and _fenced_before(t, book))}
-    committed = [t.offsets for t in with_offsets if t.outcome == "committed"]
+    possible: set[int] = set()
+    committed: list[int] = []
+    for t in book.txns:
+        if t.offsets is None:
+            continue
+        if t.outcome == "committed":
+            committed.append(t.offsets)
+        if t.outcome not in ("aborted", "failed") and not (
+                t.outcome == "fenced" and _fenced_before(t, book)):
+            possible.add(t.offsets)
     got = book.committed_offset
     if got is None:
         return [Violation("X9 offsets", f"transactions committed offsets {committed}, none "
                           "is committed")] if committed else []
-    if got not in possible or (committed and got < committed[-1]):  # type: ignore[operator]
+    if got not in possible or (committed and got < committed[-1]):
         return [Violation("X9 offsets", f"the committed offset is {got}; the transactions "
-                          f"that committed offsets: {committed}, may have: {sorted(possible)}"
-                          )]  # type: ignore[type-var]
+                          f"that committed offsets: {committed}, may have: {sorted(possible)}")]
     return []
 
 

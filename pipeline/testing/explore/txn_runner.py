@@ -126,7 +126,7 @@ def _options(schedule: Schedule) -> dict[str, Any]:
 def _bound(schedule: Schedule) -> float:
     """Far beyond any wait a call may have (flush, EndTxn, backoffs): only a hang."""
     o = dict(schedule.options)
-    return 3 * (o["delivery_timeout"] + o["transaction_timeout"] + o["close_timeout"]
+    return 3.0 * float(o["delivery_timeout"] + o["transaction_timeout"] + o["close_timeout"]
                 + o["max_block"] + 2 * o["request_timeout"])
 
 
@@ -181,7 +181,8 @@ class _Client:
 
     async def call(self, send: Send, index: int) -> None:
         """Make one of the schedule's calls (bounded: a hang is recorded)."""
-        assert self.producer is not None and self.gen is not None
+        assert self.producer is not None
+        assert self.gen is not None
         busy = self.txn is not None and (bool(self.txn.records) or self.txn.offsets is not None)
         self.gen.calls.append((trio.current_time(), send.via, busy))
         with trio.move_on_after(_bound(self.schedule)) as scope:
@@ -363,9 +364,10 @@ async def _transactions(schedule: Schedule, trace: Trace, watch: Watch) -> None:
         # fenced or fatal producer left) and for the markers, as a reader would.
         await trio.sleep_until(max(trio.current_time(), schedule.heal_at))
         meta = fake.txn.get(TRANSACTIONAL_ID)
-        limit = trio.current_time() + dict(schedule.options)["transaction_timeout"] + 5.0
-        while meta is not None and meta.state in ("Ongoing", "PrepareCommit", "PrepareAbort") \
-                and trio.current_time() < limit:
+        waits = int((dict(schedule.options)["transaction_timeout"] + 5.0) / 0.1)
+        for _ in range(waits):  # (polled: the coordinator has no event to wait on)
+            if meta is None or meta.state not in ("Ongoing", "PrepareCommit", "PrepareAbort"):
+                break
             await trio.sleep(0.1)
         await trio.sleep(schedule.txn_marker_delay + 0.01)
         for p in range(schedule.partitions):
