@@ -216,6 +216,26 @@ async def test_an_exhausted_epoch_takes_a_new_producer_id(fake: FakeCluster,
     assert r.producer_id != first
 
 
+async def test_a_new_producer_leaves_no_epoch_to_retry_into(
+        fake: FakeCluster, cluster: Cluster, autojump_clock: trio.abc.Clock) -> None:
+    """KIP-360's retry rule (an InitProducerId with the epoch before the last bump gets
+    the current epoch) holds only for the producer's own bumps: a new producer's
+    InitProducerId (no id and epoch) leaves no earlier epoch to retry (Kafka sets
+    lastProducerEpoch to -1), so the fenced producer cannot share the new one's epoch."""
+    old = txn_raw.Txn(cluster, "tx")
+    await old.init_ok()
+    kept = await old.init(keep=True)  # its own bump: its previous epoch may be retried
+    assert kept.error_code == 0
+    new = txn_raw.Txn(cluster, "tx")
+    await new.init_ok()
+    assert new.epoch == old.epoch + 1
+    old.epoch -= 1  # the epoch before its own last bump, as a lost answer's retry sends it
+    assert (await old.init(keep=True)).error_code == ErrorCode.PRODUCER_FENCED
+    old.epoch += 1  # the epoch it has, now fenced too
+    assert (await old.init(keep=True)).error_code == ErrorCode.PRODUCER_FENCED
+    assert fake.transaction("tx").epoch == new.epoch
+
+
 # ----------------------------------------------------------------------------- the reader
 
 

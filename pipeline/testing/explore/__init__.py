@@ -12,6 +12,7 @@ deterministically on virtual time, into a :class:`Trace`; ``check(trace)`` retur
 that still violates; ``to_json`` / ``from_json`` read and write the regression files.
 """
 
+from . import txn_checker, txn_runner  # noqa: F401 (the transactions workload registers)
 from .checker import Violation, check
 from .runner import Trace, run_schedule
 from .schedule import Event, Schedule, Send, from_json, generate, to_json

@@ -34,6 +34,7 @@ from .runner import Trace, run_schedule
 from .schedule import Schedule, from_json, generate, to_json
 from .shrink import shrink
 from .sweep import schedule_for
+from .txn_schedule import txn_schedule_for
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
                         "explorer's first sweeps replay as they did)")
     p.add_argument("--profile", choices=sorted(PROFILES),
                    help="only targeted schedules of this profile (profiles.py)")
+    p.add_argument("--workload", choices=("producer", "transactions"), default="producer",
+                   help="what the schedules drive: the producer, or a transactional "
+                        "producer (txn_schedule.py; --idempotent, --plain and --profile "
+                        "do not apply)")
     p.add_argument("--reach", action="store_true",
                    help="print how many schedules reached each guard (guards.py)")
     p.add_argument("-v", "--verbose", action="store_true", help="print what happened")
@@ -71,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _schedule(args: argparse.Namespace, seed: int) -> Schedule:
+    if args.workload == "transactions":
+        return txn_schedule_for(seed)
     if args.plain:
         return generate(seed, args.idempotent)
     if args.profile:
@@ -79,6 +86,8 @@ def _schedule(args: argparse.Namespace, seed: int) -> Schedule:
 
 
 def _replay_flags(args: argparse.Namespace) -> str:
+    if args.workload == "transactions":
+        return " --workload transactions"
     return " --plain" if args.plain else f" --profile {args.profile}" if args.profile else ""
 
 
@@ -107,6 +116,12 @@ def _print_trace(trace: Trace) -> None:
           f"{len(trace.messages)} accepted, {sum(m.ok for m in trace.messages)} acknowledged")
     for p, values in sorted(trace.logs.items()):
         print(f"  log[{p}]: " + " ".join(v.split(b"|")[0].decode() for v in values))
+    book = trace.extra.get("txn")
+    for txn in getattr(book, "txns", ()):
+        print(f"  {txn.producer} transaction {txn.seq} (generation {txn.generation}) "
+              f"{txn.begun_at:.4f}..{txn.end_called:.4f} {txn.wanted or 'open'} -> "
+              f"{txn.outcome}: {len(txn.records)} records "
+              f"{'; '.join(txn.errors)[:200]}")
 
 
 def _report(violations: list[Violation]) -> None:

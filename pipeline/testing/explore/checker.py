@@ -101,19 +101,25 @@ class Violation:
 
 
 Invariant = Callable[[Trace], list[Violation]]
-# Every invariant `check` applies, in report order; a new state machine's
-# invariants join with `invariant` (docs/testing.md, "Built to grow").
-INVARIANTS: list[Invariant] = []
+# Every invariant `check` applies to a workload's traces (`Schedule.workload`), in
+# report order; a new state machine's invariants join with `invariant_of`
+# (docs/testing.md, "Built to grow"), the producer's with `invariant`.
+INVARIANTS: dict[str, list[Invariant]] = {}
 
 
-def invariant(fn: Invariant) -> Invariant:
-    INVARIANTS.append(fn)
-    return fn
+def invariant_of(workload: str) -> Callable[[Invariant], Invariant]:
+    def register(fn: Invariant) -> Invariant:
+        INVARIANTS.setdefault(workload, []).append(fn)
+        return fn
+    return register
+
+
+invariant = invariant_of("producer")
 
 
 def check(trace: Trace) -> list[Violation]:
     out: list[Violation] = []
-    for fn in INVARIANTS:
+    for fn in INVARIANTS.get(trace.schedule.workload, []):
         out += fn(trace)
     return out
 

@@ -135,8 +135,14 @@ class Schedule:
     topic_max_message_bytes: int = 0
     strict_unknown_producer: bool = False
     min_insync_replicas: int = 1
-    # What the run drives (runner.WORKLOADS): "producer", the only one so far.
+    # What the run drives (runner.WORKLOADS): "producer", or "transactions" (a
+    # transactional producer: txn_schedule.py).
     workload: str = "producer"
+    # The transactions workload's fake cluster: its finalized transaction.version (1 or
+    # 2) and the delay of its transaction markers (PrepareCommit / PrepareAbort, when
+    # the coordinator answers CONCURRENT_TRANSACTIONS).
+    transaction_version: int = 2
+    txn_marker_delay: float = 0.0
     # send()'s implementation: "" the default (the C Sender when built), "python"
     # Intake.send, its pure-Python twin (send_path.use).
     send_path: str = ""
@@ -163,6 +169,7 @@ class Schedule:
             f"{' strict_unknown_producer' if self.strict_unknown_producer else ''}"
             f"{f' min_insync_replicas={self.min_insync_replicas}' if self.min_insync_replicas > 1 else ''}"
             f"{f' send_path={self.send_path}' if self.send_path else ''}"
+            f"{f' workload={self.workload} transaction_version={self.transaction_version} txn_marker_delay={self.txn_marker_delay}' if self.workload != 'producer' else ''}"
             f"{f' profile={self.profile}' if self.profile else ''} {opts}"
         )
 

@@ -10,7 +10,8 @@ InitProducerId with a transactional id
   -> INVALID_TRANSACTION_TIMEOUT; a new id gets a new producer id at epoch 0. Given a
   producer id and epoch (v3+, KIP-360): another producer id is fenced, the epoch must be
   the current one (bumped) or the one before the last bump (a retry: answered with the
-  current epoch, nothing bumped); else fenced. Otherwise the epoch goes up by one (a new
+  current epoch, nothing bumped); else fenced. An InitProducerId without them (a new
+  producer) forgets the epoch before its bump, so no retry can take its epoch. Otherwise the epoch goes up by one (a new
   producer id at epoch 0 once it would pass 32766). A transaction being completed ->
   CONCURRENT_TRANSACTIONS; an open one is aborted first (its producer fenced by an epoch
   bump, the ABORT markers written) and the answer is CONCURRENT_TRANSACTIONS: the
@@ -290,6 +291,11 @@ class TransactionCoordinator:
                                                   producer_epoch=meta.epoch)
             return fail(_fenced(version, 4))
         meta.bump(allocate)
+        if expected is None:
+            # A new producer took the id over: no earlier epoch may be retried into the
+            # current one (Kafka sets lastProducerEpoch to -1), or a fenced producer's
+            # KIP-360 InitProducerId would share the new producer's epoch.
+            meta.last_epoch = -1
         meta.timeout_ms = request.transaction_timeout_ms
         meta.state = EMPTY
         meta.start_time_ms = -1
