@@ -14,10 +14,25 @@ import trio
 import trio.testing
 
 from pipeline import ProducerFencedError, TransactionAbortableError, TransactionAbortedError
+from pipeline.cluster.errors import BrokerProtocolError
 from pipeline.producer._errors import TransactionFatalError
+from pipeline.producer._stages.coordinator import TxnCoordinator
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
+from pipeline.protocol.messages.add_partitions_to_txn import (
+    AddPartitionsToTxnPartitionResult,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnTopicResult,
+)
+from pipeline.protocol.messages.api_versions import ApiVersionsResponse
+from pipeline.protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
+)
 from pipeline.testing.fake.cluster import SUPPORTED_VERSIONS
+from pipeline.testing.fake.coordinators import GROUP
+from pipeline.testing.fake.faults import ControlContext
 from pipeline.testing.fake_cluster import FakeCluster
 from tests.scenarios.conftest import open_fake_producer
 from tests.scenarios.test_transaction_rules import TID, Serve, serve, txn_options
@@ -132,6 +147,33 @@ async def test_a_coordinator_not_found_at_the_first_request_is_asked_again(
     assert finds(fake, 1) == 2
 
 
+async def test_a_coordinator_refusing_the_connect_is_looked_up_again(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """A connect to the coordinator that fails for any reason, not only a lost connection
+    (here its ApiVersions is refused: a ``BrokerProtocolError``, raised to the caller),
+    forgets the coordinator: the next request finds it again (the refusal may come from a
+    broker that is not the coordinator any more) instead of going back to that broker."""
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        core = producer._core
+        coord = TxnCoordinator(core.config, core.cluster, lambda attempt: 0.1, "refused-writer")
+        await coord.init_producer_id(-1, -1)
+        old = fake.coordinator("refused-writer")
+        refuse = fake.control(
+            ApiKey.API_VERSIONS,
+            lambda ctx: ApiVersionsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+            sticky=True, node_id=old)
+        fake.drop_connections(old)
+        with pytest.raises(BrokerProtocolError, match="CLUSTER_AUTHORIZATION_FAILED"):
+            await coord.init_producer_id(-1, -1)
+        refuse.remove()
+        new = fake.move_coordinator("refused-writer")
+        before, sent = finds(fake, 1), len(fake.requests_of(ApiKey.INIT_PRODUCER_ID))
+        await coord.init_producer_id(-1, -1)
+        assert finds(fake, 1) == before + 1
+        assert [r.node_id for r in fake.requests_of(ApiKey.INIT_PRODUCER_ID)[sent:]] == [new]
+
+
 async def test_an_unknown_server_error_on_commit_is_a_lost_answer(
         serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
     """UNKNOWN_SERVER_ERROR says nothing of whether the commit happened: it is handled
@@ -165,15 +207,28 @@ async def test_a_transaction_timeout_over_the_brokers_limit_says_to_lower_it(
 async def test_find_coordinator_is_asked_in_each_versions_form(
         serve: Serve, find_max: int, autojump_clock: trio.testing.MockClock) -> None:
     """v4+ batch the keys (coordinator_keys), older versions ask one key: both the
-    transaction's and the group's coordinator are found either way."""
+    transaction's and the group's coordinator are found either way, and the requests go
+    to the brokers named (each once: no NOT_COORDINATOR detour)."""
     versions = {**SUPPORTED_VERSIONS, ApiKey.FIND_COORDINATOR: (0, find_max)}
     fake = await serve(api_versions=versions)
+    # Coordinated by neither node 0 (an answer read in the wrong version's form says
+    # node 0: the fields it lacks decode as 0) nor the transaction's coordinator.
+    group = next(g for g in (f"g{i}" for i in range(100))
+                 if fake.coordinator(g, GROUP) not in (0, fake.coordinator(TID)))
     async with open_fake_producer(fake, **txn_options()) as producer:
-        async with producer.transaction():
-            await producer.send("t", b"x", partition=0)
-            await producer.send_offsets_to_transaction({("in", 0): 3}, "g")
-    assert {r.api_version for r in fake.requests_of(ApiKey.FIND_COORDINATOR)} == {find_max}
-    assert fake.offsets.fetch("g", ("in", 0)).offset == 3  # type: ignore[union-attr]
+        with trio.fail_after(30):
+            async with producer.transaction():
+                await producer.send("t", b"x", partition=0)
+                await producer.send_offsets_to_transaction({("in", 0): 3}, group)
+    asked = fake.requests_of(ApiKey.FIND_COORDINATOR)
+    assert {r.api_version for r in asked} == {find_max}
+    keys = {(r.request.key_type, r.request.coordinator_keys if find_max >= 4 else r.request.key)
+            for r in asked}
+    assert keys == ({(1, (TID,)), (0, (group,))} if find_max >= 4 else {(1, TID), (0, group)})
+    assert [r.node_id for r in fake.requests_of(ApiKey.END_TXN)] == [fake.coordinator(TID)]
+    assert [r.node_id for r in fake.requests_of(ApiKey.TXN_OFFSET_COMMIT)] == [
+        fake.coordinator(group, GROUP)]
+    assert fake.offsets.fetch(group, ("in", 0)).offset == 3  # type: ignore[union-attr]
 
 
 async def test_v1_uses_the_newest_request_versions_below_v2s(
@@ -300,3 +355,106 @@ async def test_a_fenced_txn_offset_commit_is_fenced(
         fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.INVALID_PRODUCER_EPOCH)
         with pytest.raises(ProducerFencedError, match="took over"):
             await producer.send_offsets_to_transaction({("in", 0): 1}, "g")
+
+
+# ------------------------------------------ several partition errors in one answer
+
+
+def answer_by_topic(kind: str, codes: dict[str, ErrorCode]) -> Any:
+    """A ``control`` hook answering an AddPartitionsToTxn (``kind="add"``) or a
+    TxnOffsetCommit (``"offsets"``) that names exactly the topics of ``codes`` with each
+    topic's code for all of its partitions, the topics in ``codes``' order (one a client
+    must not depend on); any other request falls through to the fake's own answer."""
+    def hook(ctx: ControlContext) -> Any:
+        if kind == "add":
+            asked = {t.name: list(t.partitions) for t in ctx.request.v3_and_below_topics}
+        else:
+            asked = {t.name: [p.partition_index for p in t.partitions]
+                     for t in ctx.request.topics}
+        if set(asked) != set(codes):
+            return None
+        if kind == "add":
+            return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=tuple(
+                AddPartitionsToTxnTopicResult(name=t, results_by_partition=tuple(
+                    AddPartitionsToTxnPartitionResult(partition_index=p,
+                                                      partition_error_code=int(code))
+                    for p in asked[t]))
+                for t, code in codes.items()))
+        return TxnOffsetCommitResponse(topics=tuple(
+            TxnOffsetCommitResponseTopic(name=t, partitions=tuple(
+                TxnOffsetCommitResponsePartition(partition_index=p, error_code=int(code))
+                for p in asked[t]))
+            for t, code in codes.items()))
+    return hook
+
+
+def in_order(first: str, codes: dict[str, ErrorCode]) -> dict[str, ErrorCode]:
+    return {first: codes[first], **codes}
+
+
+@pytest.mark.parametrize("first", ["t", "u"])
+async def test_add_partitions_retries_an_unknown_topic_beside_partitions_not_attempted(
+        serve: Serve, first: str, autojump_clock: trio.testing.MockClock) -> None:
+    """Kafka answers an AddPartitionsToTxn naming a topic it does not know (yet) with
+    UNKNOWN_TOPIC_OR_PARTITION for it and OPERATION_NOT_ATTEMPTED for every other
+    partition (Kafka 4.1 and the fake agree: test_fake_vs_kafka's ``txn_v1``): nothing
+    was added, OPERATION_NOT_ATTEMPTED is no error of its own, so the request is retried
+    whole (in either order of the answer's topics) and the commit goes through."""
+    fake = await serve(version=1)
+    fake.create_topic("u", 3)
+    hook = fake.control(ApiKey.ADD_PARTITIONS_TO_TXN, answer_by_topic("add", in_order(first, {
+        "t": ErrorCode.OPERATION_NOT_ATTEMPTED, "u": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})))
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        async with producer.transaction():
+            await producer.send("t", b"x", partition=0)
+            await producer.send("u", b"y", partition=0)
+    assert hook.fired == 1
+    assert len(fake.requests_of(ApiKey.ADD_PARTITIONS_TO_TXN)) == 2
+    assert fake.transaction(TID).state == "CompleteCommit"
+
+
+@pytest.mark.parametrize("first", ["t", "u"])
+async def test_add_partitions_takes_a_final_error_over_a_retriable_one(
+        serve: Serve, first: str, autojump_clock: trio.testing.MockClock) -> None:
+    """One answer may hold different partitions' errors: Kafka answers a topic the
+    producer may not write TOPIC_AUTHORIZATION_FAILED and, in the same answer, a topic it
+    does not know UNKNOWN_TOPIC_OR_PARTITION. The final error wins, whatever the order of
+    the answer's topics: the transaction becomes abortable at once (a retry would be
+    refused for the same topic again), not after a retry."""
+    fake = await serve(version=1)
+    fake.create_topic("u", 3)
+    hook = fake.control(ApiKey.ADD_PARTITIONS_TO_TXN, answer_by_topic("add", in_order(first, {
+        "t": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "u": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})))
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        await producer.send("t", b"x", partition=0)
+        await producer.send("u", b"y", partition=0)
+        with pytest.raises(TransactionAbortableError,
+                           match="AddPartitionsToTxn for transactional_id 'rules-writer': "
+                                 "TOPIC_AUTHORIZATION_FAILED"):
+            await producer.commit_transaction()
+        await producer.abort_transaction()
+    assert hook.fired == 1
+    assert len(fake.requests_of(ApiKey.ADD_PARTITIONS_TO_TXN)) == 1
+
+
+@pytest.mark.parametrize("first", ["in", "gone"])
+async def test_txn_offset_commit_takes_a_final_error_over_a_retriable_one(
+        serve: Serve, first: str, autojump_clock: trio.testing.MockClock) -> None:
+    """Kafka answers a TxnOffsetCommit per partition: UNKNOWN_TOPIC_OR_PARTITION for a
+    topic it does not know, the group coordinator's answer for the others (here
+    ILLEGAL_GENERATION: the consumer's generation is stale). As the Java client does, the
+    final error wins whatever the order of the answer's topics: abortable at once, no
+    retry."""
+    fake = await serve()
+    hook = fake.control(ApiKey.TXN_OFFSET_COMMIT, answer_by_topic("offsets", in_order(first, {
+        "in": ErrorCode.ILLEGAL_GENERATION, "gone": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})))
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        with pytest.raises(TransactionAbortableError,
+                           match="TxnOffsetCommit for transactional_id 'rules-writer': "
+                                 "ILLEGAL_GENERATION"):
+            await producer.send_offsets_to_transaction({("in", 0): 1, ("gone", 0): 1}, "g")
+        await producer.abort_transaction()
+    assert hook.fired == 1
+    assert len(fake.requests_of(ApiKey.TXN_OFFSET_COMMIT)) == 1
