@@ -282,6 +282,69 @@ async def test_an_abort_also_fails_records_still_on_their_way_to_a_stage(
     assert fake.requests_of(ApiKey.PRODUCE) == []
 
 
+def three_roles(fake: FakeCluster) -> tuple[int, int, int]:
+    """Partitions of "t": one led by the transaction coordinator, and two led by the
+    other two brokers (so each can be stopped or slowed without the others)."""
+    coordinator = fake.coordinator(TID)
+    by_leader = {fake.leader("t", p): p for p in range(3)}
+    assert len(by_leader) == 3, "each broker leads one partition of t"
+    others = sorted(node for node in by_leader if node != coordinator)
+    return by_leader[coordinator], by_leader[others[0]], by_leader[others[1]]
+
+
+@pytest.mark.parametrize("code", [ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED])
+async def test_a_fenced_batch_fails_the_rest_of_its_transaction_at_once(
+        serve: Serve, autojump_clock: trio.testing.MockClock, code: ErrorCode) -> None:
+    """A broker refuses a batch's epoch: that batch fails at once with the transaction's
+    error (INVALID_PRODUCER_EPOCH: abortable; PRODUCER_FENCED: fatal), and so does the
+    rest of the transaction: a record waiting for its partition's leader, one whose
+    Produce is on the wire (its late answer changes nothing), none of them retried or
+    held until its delivery_timeout (60 s here). An abortable transaction aborts and
+    the producer goes on; a fenced producer refuses everything with its error."""
+    fake = await serve()
+    fenced_p, parked_p, wire_p = three_roles(fake)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        for p in range(3):  # metadata, connections, every partition in the transaction
+            await producer.send("t", b"first", partition=p)
+        await producer.flush()
+        stopped = fake.leader("t", parked_p)
+        fake.stop_broker(stopped, elect=False)
+        parked = await producer.send("t", b"parked", partition=parked_p)
+        fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=fake.leader("t", wire_p),
+                             count=1)
+        on_wire = await producer.send("t", b"on the wire", partition=wire_p)
+        await trio.sleep(0.5)  # parked waits for a leader; on_wire's answer is due at 4.5
+        fake.fail_next(ApiKey.PRODUCE, code, topic="t", partition=fenced_p)
+        refused = await producer.send("t", b"refused", partition=fenced_p)
+        start = trio.current_time()
+        with pytest.raises(ProducerError) as first:
+            await refused
+        error = first.value.cause
+        expected = (TransactionAbortableError if code == ErrorCode.INVALID_PRODUCER_EPOCH
+                    else ProducerFencedError)
+        assert type(error) is expected and error.code == code
+        for d in (parked, on_wire):
+            with pytest.raises(ProducerError) as failed:
+                await d
+            assert failed.value.cause is error
+        assert trio.current_time() - start < 0.1
+        with pytest.raises(expected) as commit:
+            await producer.commit_transaction()
+        assert commit.value is error
+        fake.restart_broker(stopped)
+        if code == ErrorCode.PRODUCER_FENCED:
+            for call in (producer.abort_transaction, producer.begin_transaction):
+                with pytest.raises(ProducerFencedError) as again:
+                    await call()
+                assert again.value is error
+            return
+        await producer.abort_transaction()
+        async with producer.transaction():
+            await producer.send("t", b"next", partition=parked_p)
+    assert await committed_values(fake) == [b"next"]
+
+
 async def test_a_record_that_expired_unsent_stops_the_commit_and_keeps_its_cause(
         serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
     """A record that failed without the transaction being told (it expired before it was
@@ -469,6 +532,7 @@ async def test_an_end_txn_that_never_answers_is_bounded_and_fatal(
     async with open_fake_producer(fake, **options) as producer:
         await producer.begin_transaction()
         await producer.send("t", b"x", partition=0)
+        await producer.flush()  # (written: the coordinator has a transaction to end)
         fake.delay_responses(1000.0, api_key=ApiKey.END_TXN)
         start = trio.current_time()
         with pytest.raises(TransactionFatalError,
