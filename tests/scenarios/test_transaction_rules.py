@@ -345,6 +345,76 @@ async def test_a_fenced_batch_fails_the_rest_of_its_transaction_at_once(
     assert await committed_values(fake) == [b"next"]
 
 
+class HeldInbox:
+    """Stands in for a stage's inbox: keeps what is handed to it until ``release``,
+    so a test chooses when it arrives (trio alone may deliver it either side of an
+    event of the same instant)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.items: list[Any] = []
+
+    def send_nowait(self, item: Any) -> None:
+        self.items.append(item)
+
+    async def send(self, item: Any) -> None:
+        self.items.append(item)
+
+    def release(self) -> None:
+        for item in self.items:
+            self.real.send_nowait(item)
+
+
+async def test_records_reaching_a_stage_after_the_transaction_failed_fail_there(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """Records accepted before the transaction failed may still be between two stages
+    when its records are failed: each stage fails them when they arrive, instead of
+    holding them (sealing is paused after a fenced epoch) until their delivery_timeout.
+    Here one is on its way to a broker producer (its partition producer is attached),
+    one to a partition producer that waits for a leader."""
+    fake = await serve()
+    fenced_p, leaderless_p, attached_p = three_roles(fake)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        for p in range(3):
+            await producer.send("t", b"first", partition=p)
+        await producer.flush()
+        core = producer._core
+        stopped = fake.leader("t", leaderless_p)
+        fake.stop_broker(stopped, elect=False)
+        waiting = await producer.send("t", b"parked", partition=leaderless_p)
+        await trio.sleep(0.5)  # its partition producer left the stopped broker
+        pp = core._pps[TopicPartition("t", leaderless_p)]
+        assert pp.bp is None
+        to_pp = pp.inbox = HeldInbox(pp.inbox)  # type: ignore[assignment]
+        bp = core._bps[fake.leader("t", attached_p)]
+        to_bp = bp.inbox = HeldInbox(bp.inbox)  # type: ignore[assignment]
+        late = [await producer.send("t", b"late", partition=p)
+                for p in (leaderless_p, attached_p)]
+        await trio.sleep(0.01)
+        assert to_pp.items and to_bp.items  # each on its way, held there
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.INVALID_PRODUCER_EPOCH, topic="t",
+                       partition=fenced_p)
+        refused = await producer.send("t", b"refused", partition=fenced_p)
+        with pytest.raises(ProducerError) as first:
+            await refused
+        with pytest.raises(ProducerError):
+            await waiting  # (failed by the purge)
+        start = trio.current_time()
+        produced = len(fake.requests_of(ApiKey.PRODUCE))
+        to_pp.release()
+        to_bp.release()
+        pp.inbox, bp.inbox = to_pp.real, to_bp.real
+        for d in late:
+            with pytest.raises(ProducerError) as failed:
+                await d
+            assert failed.value.cause is first.value.cause
+        assert trio.current_time() - start < 0.1
+        assert len(fake.requests_of(ApiKey.PRODUCE)) == produced
+        fake.restart_broker(stopped)
+        await producer.abort_transaction()
+
+
 async def test_a_record_that_expired_unsent_stops_the_commit_and_keeps_its_cause(
         serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
     """A record that failed without the transaction being told (it expired before it was

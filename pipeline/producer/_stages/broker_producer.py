@@ -155,7 +155,8 @@ class BrokerProducer:
         (At a paced 20k msg/s two of three wake-ups found nothing to send, ~80
         us each.) A busy flusher is always woken: it looks again anyway.
         While a transaction cannot commit, what arrived or was answered fails first
-        (``RetryErrors.expiry_horizon``): nothing of it is sent or retried any more."""
+        (``RetryErrors.abort``): nothing of it is sent or retried any more (records
+        handed over just before the transaction failed arrive after its purge)."""
         if self._errors.abort is not None:
             self._expire(math.inf)
         until = self._flusher_until
@@ -287,7 +288,7 @@ class BrokerProducer:
         max_in_flight = self._config.max_in_flight
         while True:
             now = trio.current_time()
-            self._expire(self._errors.expiry_horizon(now))
+            self._expire(now)
             slot_free = len(self._in_flight) < max_in_flight
             if slot_free and self._acc.ready(now):
                 await self._send_one()

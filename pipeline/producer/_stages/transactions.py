@@ -13,7 +13,11 @@ per-partition order and idempotence (``idempotence.py``). What it adds:
   ABORTABLE (only ``abort`` is allowed); a fenced producer (PRODUCER_FENCED, or a
   coordinator refusing its epoch) and an error no abort can undo move it to FATAL,
   where every call raises that error. Records are accepted only IN_TRANSACTION: the
-  intake refuses every other time (``on_state``).
+  intake refuses every other time (``on_state``). Nothing of an ABORTABLE or FATAL
+  transaction is sent or retried any more: its records with no outcome fail with its
+  error at once (``run_failer``), as the Java client's Sender fails the batches of a
+  transaction in error. A batch whose epoch a broker refuses fails at once too
+  (INVALID_PRODUCER_EPOCH: abortable, PRODUCER_FENCED: fatal; ``ProducerCore``).
 * **Two transaction versions**, chosen at each ``begin`` from the cluster's
   finalized ``transaction.version`` feature (ApiVersions), fixed for the transaction:
   **v2** (KIP-890, Kafka 4.x): Produce v12 adds a partition to the transaction
