@@ -181,7 +181,7 @@ async def test_a_zombies_record_refused_for_its_epoch_fails_at_once(
                 await fresh.send("t", b"fresh", partition=0)
             late = await zombie.send("t", b"late", partition=0)
             start = trio.current_time()
-            with pytest.raises(ProducerError) as failed:
+            with trio.fail_after(1.0), pytest.raises(ProducerError) as failed:
                 await late
             assert trio.current_time() - start < 0.1
             error = failed.value.cause
