@@ -26,6 +26,7 @@ from pipeline import (
     TransactionTimedOutError,
 )
 from pipeline.producer._errors import (
+    BrokerResponseError,
     DeliveryTimeoutError,
     ProducerError,
     TransactionFatalError,
@@ -34,6 +35,7 @@ from pipeline.producer._stages.envelopes import TopicPartition
 from pipeline.producer._stages.transactions import GroupMetadata, State, TransactionManager
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
+from pipeline.protocol.messages import produce as pm
 from pipeline.testing.fake.state import MAX_EPOCH
 from pipeline.testing.fake_cluster import FakeCluster
 from tests.scenarios.conftest import open_fake_producer
@@ -282,6 +284,216 @@ async def test_an_abort_also_fails_records_still_on_their_way_to_a_stage(
     assert fake.requests_of(ApiKey.PRODUCE) == []
 
 
+def three_roles(fake: FakeCluster) -> tuple[int, int, int]:
+    """Partitions of "t": one led by the transaction coordinator, and two led by the
+    other two brokers (so each can be stopped or slowed without the others)."""
+    coordinator = fake.coordinator(TID)
+    by_leader = {fake.leader("t", p): p for p in range(3)}
+    assert len(by_leader) == 3, "each broker leads one partition of t"
+    others = sorted(node for node in by_leader if node != coordinator)
+    return by_leader[coordinator], by_leader[others[0]], by_leader[others[1]]
+
+
+@pytest.mark.parametrize("version", [2, 1], ids=["v2", "v1"])
+@pytest.mark.parametrize("code", [ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED])
+async def test_a_fenced_batch_fails_the_rest_of_its_transaction_at_once(
+        serve: Serve, autojump_clock: trio.testing.MockClock, code: ErrorCode,
+        version: int) -> None:
+    """A broker refuses a batch's epoch: that batch fails at once with the transaction's
+    error (INVALID_PRODUCER_EPOCH: abortable; PRODUCER_FENCED: fatal), and so does the
+    rest of the transaction: a record waiting for its partition's leader, one whose
+    Produce is on the wire (its late answer changes nothing), none of them retried or
+    held until its delivery_timeout (60 s here). An abortable transaction aborts and
+    the producer goes on, on every partition: the refused batch's sequences were never
+    written, so under v1 (EndTxn keeps the epoch) the abort bumps the epoch, or the
+    refused partition's next batch would be out of order."""
+    fake = await serve(version)
+    fenced_p, parked_p, wire_p = three_roles(fake)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        for p in range(3):  # metadata, connections, every partition in the transaction
+            await producer.send("t", b"first", partition=p)
+        await producer.flush()
+        stopped = fake.leader("t", parked_p)
+        fake.stop_broker(stopped, elect=False)
+        parked = await producer.send("t", b"parked", partition=parked_p)
+        fake.delay_responses(4.0, api_key=ApiKey.PRODUCE, node_id=fake.leader("t", wire_p),
+                             count=1)
+        on_wire = await producer.send("t", b"on the wire", partition=wire_p)
+        await trio.sleep(0.5)  # parked waits for a leader; on_wire's answer is due at 4.5
+        fake.fail_next(ApiKey.PRODUCE, code, topic="t", partition=fenced_p)
+        refused = await producer.send("t", b"refused", partition=fenced_p)
+        start = trio.current_time()
+        with trio.fail_after(1.0), pytest.raises(ProducerError) as first:
+            await refused
+        error = first.value.cause
+        expected = (TransactionAbortableError if code == ErrorCode.INVALID_PRODUCER_EPOCH
+                    else ProducerFencedError)
+        assert type(error) is expected and error.code == code
+        for d in (parked, on_wire):
+            with pytest.raises(ProducerError) as failed:
+                await d
+            assert failed.value.cause is error
+        assert trio.current_time() - start < 0.1
+        with pytest.raises(expected) as commit:
+            await producer.commit_transaction()
+        assert commit.value is error
+        fake.restart_broker(stopped)
+        if code == ErrorCode.PRODUCER_FENCED:
+            for call in (producer.abort_transaction, producer.begin_transaction):
+                with pytest.raises(ProducerFencedError) as again:
+                    await call()
+                assert again.value is error
+            return
+        await producer.abort_transaction()
+        async with producer.transaction():
+            for p in (fenced_p, parked_p):
+                await producer.send("t", b"next", partition=p)
+    assert await committed_values(fake) == [b"next", b"next"]
+
+
+async def test_each_refused_batch_of_an_answer_fails_with_its_own_cause(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """One Produce answer refuses two batches of the transaction: v[0] for good
+    (TOPIC_AUTHORIZATION_FAILED: the transaction becomes abortable, it lost its record
+    order), then v[1] for its epoch. Each record fails with what its own partition was
+    answered: v[1] with the epoch's TransactionAbortableError (INVALID_PRODUCER_EPOCH),
+    not with the error the transaction already had."""
+    fake = await serve()
+    fake.create_topic("v", 2, leaders=[0, 0])  # one leader: one request carries both
+
+    def answer(ctx: Any) -> pm.ProduceResponse | None:
+        codes = {0: ErrorCode.TOPIC_AUTHORIZATION_FAILED, 1: ErrorCode.INVALID_PRODUCER_EPOCH}
+        parts = [p.index for t in ctx.request.topic_data for p in t.partition_data]
+        if sorted(parts) != [0, 1]:
+            return None
+        return pm.ProduceResponse(responses=tuple(
+            pm.TopicProduceResponse(name=t.name, partition_responses=tuple(
+                pm.PartitionProduceResponse(index=p.index, error_code=codes[p.index],
+                                            base_offset=-1, log_append_time_ms=-1,
+                                            log_start_offset=-1)
+                for p in t.partition_data))
+            for t in ctx.request.topic_data))
+
+    async with open_fake_producer(fake, **txn_options(linger=0.5)) as producer:
+        await producer.begin_transaction()
+        for p in (0, 1):  # (the broker producer's queues, in this order: v[0] is answered first)
+            await producer.send_and_wait("v", b"warm", partition=p)
+        fake.control(ApiKey.PRODUCE, answer)
+        a = await producer.send("v", b"a", partition=0)
+        b = await producer.send("v", b"b", partition=1)
+        with pytest.raises(ProducerError) as failed_a:
+            await a
+        with pytest.raises(ProducerError) as failed_b:
+            await b
+        assert isinstance(failed_a.value.cause, BrokerResponseError)
+        assert failed_a.value.cause.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        cause_b = failed_b.value.cause
+        assert isinstance(cause_b, TransactionAbortableError)
+        assert cause_b.code == ErrorCode.INVALID_PRODUCER_EPOCH
+        with pytest.raises(TransactionAbortableError, match="lost its record order"):
+            await producer.commit_transaction()
+        await producer.abort_transaction()
+
+
+async def test_a_commit_stops_waiting_once_the_transaction_failed(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """A commit waits for every record of the transaction to have its outcome, but not
+    once the transaction cannot commit: it raises the transaction's error then, though
+    a record is still on its way to its stage (its topic's metadata is held back 30 s;
+    the record fails when it gets there)."""
+    fake = await serve()
+    fake.create_topic("u", 1)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        await producer.send("t", b"first", partition=0)
+        await producer.flush()
+        slow = fake.delay_responses(30.0, api_key=ApiKey.METADATA)
+        waiting = await producer.send("u", b"waiting", partition=0)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.INVALID_PRODUCER_EPOCH, topic="t", partition=0)
+        await producer.send("t", b"refused", partition=0)
+        start = trio.current_time()
+        with pytest.raises(TransactionAbortableError, match="INVALID_PRODUCER_EPOCH"):
+            await producer.commit_transaction()
+        assert trio.current_time() - start < 0.1
+        assert not waiting.done()
+        slow.remove()
+        with pytest.raises(ProducerError) as failed:
+            await waiting
+        assert isinstance(failed.value.cause, TransactionAbortableError)
+        await producer.abort_transaction()
+
+
+class HeldInbox:
+    """Stands in for a stage's inbox: keeps what is handed to it until ``release``,
+    so a test chooses when it arrives (trio alone may deliver it either side of an
+    event of the same instant)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.items: list[Any] = []
+
+    def send_nowait(self, item: Any) -> None:
+        self.items.append(item)
+
+    async def send(self, item: Any) -> None:
+        self.items.append(item)
+
+    def release(self) -> None:
+        for item in self.items:
+            self.real.send_nowait(item)
+
+
+async def test_records_reaching_a_stage_after_the_transaction_failed_fail_there(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """Records accepted before the transaction failed may still be between two stages
+    when its records are failed: each stage fails them when they arrive, instead of
+    holding them (sealing is paused after a fenced epoch) until their delivery_timeout.
+    Here one is on its way to a broker producer (its partition producer is attached),
+    one to a partition producer that waits for a leader."""
+    fake = await serve()
+    fenced_p, leaderless_p, attached_p = three_roles(fake)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        for p in range(3):
+            await producer.send("t", b"first", partition=p)
+        await producer.flush()
+        core = producer._core
+        stopped = fake.leader("t", leaderless_p)
+        fake.stop_broker(stopped, elect=False)
+        waiting = await producer.send("t", b"parked", partition=leaderless_p)
+        await trio.sleep(0.5)  # its partition producer left the stopped broker
+        pp = core._pps[TopicPartition("t", leaderless_p)]
+        assert pp.bp is None
+        to_pp = pp.inbox = HeldInbox(pp.inbox)  # type: ignore[assignment]
+        bp = core._bps[fake.leader("t", attached_p)]
+        to_bp = bp.inbox = HeldInbox(bp.inbox)  # type: ignore[assignment]
+        late = [await producer.send("t", b"late", partition=p)
+                for p in (leaderless_p, attached_p)]
+        await trio.sleep(0.01)
+        assert to_pp.items and to_bp.items  # each on its way, held there
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.INVALID_PRODUCER_EPOCH, topic="t",
+                       partition=fenced_p)
+        refused = await producer.send("t", b"refused", partition=fenced_p)
+        with pytest.raises(ProducerError) as first:
+            await refused
+        with pytest.raises(ProducerError):
+            await waiting  # (failed by the purge)
+        start = trio.current_time()
+        produced = len(fake.requests_of(ApiKey.PRODUCE))
+        to_pp.release()
+        to_bp.release()
+        pp.inbox, bp.inbox = to_pp.real, to_bp.real
+        for d in late:
+            with pytest.raises(ProducerError) as failed:
+                await d
+            assert failed.value.cause is first.value.cause
+        assert trio.current_time() - start < 0.1
+        assert len(fake.requests_of(ApiKey.PRODUCE)) == produced
+        fake.restart_broker(stopped)
+        await producer.abort_transaction()
+
+
 async def test_a_record_that_expired_unsent_stops_the_commit_and_keeps_its_cause(
         serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
     """A record that failed without the transaction being told (it expired before it was
@@ -469,6 +681,7 @@ async def test_an_end_txn_that_never_answers_is_bounded_and_fatal(
     async with open_fake_producer(fake, **options) as producer:
         await producer.begin_transaction()
         await producer.send("t", b"x", partition=0)
+        await producer.flush()  # (written: the coordinator has a transaction to end)
         fake.delay_responses(1000.0, api_key=ApiKey.END_TXN)
         start = trio.current_time()
         with pytest.raises(TransactionFatalError,
@@ -518,6 +731,28 @@ async def test_v1_an_abort_after_a_sequence_problem_bumps_the_epoch(
         idem = producer._core.idempotence
         pid, first = idem.producer_id, idem.producer_epoch
         await sequence_problem(fake, producer)
+        await producer.abort_transaction()
+        assert (idem.producer_id, idem.producer_epoch) == (pid, first + 1)
+        async with producer.transaction():
+            await producer.send("t", b"y", partition=0)
+    assert await committed_values(fake) == [b"y"]
+
+
+async def test_v1_an_abort_after_a_refused_epoch_bumps_the_epoch(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """A lone batch answered INVALID_PRODUCER_EPOCH (nothing else of the transaction
+    in flight or sealed): its sequences were never written, so the abort bumps the epoch
+    (v1's EndTxn keeps it), and the partition's next batch starts at sequence 0."""
+    fake = await serve(version=1)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        idem = producer._core.idempotence
+        assert idem is not None
+        pid, first = idem.producer_id, idem.producer_epoch
+        await producer.begin_transaction()
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.INVALID_PRODUCER_EPOCH, topic="t", partition=0)
+        refused = await producer.send("t", b"x", partition=0)
+        with pytest.raises(ProducerError):
+            await refused
         await producer.abort_transaction()
         assert (idem.producer_id, idem.producer_epoch) == (pid, first + 1)
         async with producer.transaction():

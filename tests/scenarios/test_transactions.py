@@ -25,7 +25,7 @@ from pipeline import (
     TransactionTimedOutError,
 )
 from pipeline.consumer import read_topic
-from pipeline.producer._errors import ProducerError
+from pipeline.producer._errors import BrokerResponseError, ProducerError
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import FakeCluster
@@ -159,6 +159,45 @@ async def test_a_second_producer_with_the_same_id_fences_the_first(
                 await fresh.send("t", b"fresh", partition=0)
             with pytest.raises(ProducerFencedError):
                 await zombie.commit_transaction()
+            with pytest.raises(ProducerFencedError):
+                await zombie.begin_transaction()
+    assert await committed_values(fake) == [b"fresh"]
+
+
+async def test_a_zombies_record_refused_for_its_epoch_fails_at_once(
+        fake: FakeCluster, autojump_clock: trio.testing.MockClock) -> None:
+    """A zombie sends after its successor took over: the broker refuses the record's
+    epoch (INVALID_PRODUCER_EPOCH, as Kafka does: ``test_fake_vs_kafka.py``, "fencing"),
+    which cannot tell a takeover from a coordinator timeout. The record fails at once,
+    not at its delivery_timeout (120 s), with TransactionAbortableError naming the
+    broker's answer (Java's InvalidProducerEpochException); new sends and the commit
+    raise the same error; the abort, refused by the coordinator, says fenced."""
+    async with open_fake_producer(fake, **txn_options()) as zombie:
+        await zombie.begin_transaction()
+        await zombie.send("t", b"zombie", partition=0)
+        await zombie.flush()
+        async with open_fake_producer(fake, **txn_options()) as fresh:
+            async with fresh.transaction():
+                await fresh.send("t", b"fresh", partition=0)
+            late = await zombie.send("t", b"late", partition=0)
+            start = trio.current_time()
+            with trio.fail_after(1.0), pytest.raises(ProducerError) as failed:
+                await late
+            assert trio.current_time() - start < 0.1
+            error = failed.value.cause
+            assert isinstance(error, TransactionAbortableError)
+            assert error.code == ErrorCode.INVALID_PRODUCER_EPOCH
+            assert "INVALID_PRODUCER_EPOCH" in str(error)
+            assert isinstance(error.__cause__, BrokerResponseError)
+            assert error.__cause__.code == ErrorCode.INVALID_PRODUCER_EPOCH
+            with pytest.raises(TransactionAbortableError) as refused:
+                await zombie.send("t", b"later", partition=0)
+            assert refused.value is error
+            with pytest.raises(TransactionAbortableError) as commit:
+                await zombie.commit_transaction()
+            assert commit.value is error
+            with pytest.raises(ProducerFencedError):
+                await zombie.abort_transaction()
             with pytest.raises(ProducerFencedError):
                 await zombie.begin_transaction()
     assert await committed_values(fake) == [b"fresh"]

@@ -383,6 +383,8 @@ async def fencing(t: Target, topic: str) -> list[Any]:
     r = await fresh.init_ok()
     out.append((r.error_code, r.producer_epoch, fresh.producer_id == zombie.producer_id))
     out.append((await zombie.produce(topic, 0, b"late")).error_code)
+    zombie.versions = {**V1, ApiKey.PRODUCE: 12}  # KIP-890's Produce: the same answer
+    out.append((await zombie.produce(topic, 0, b"late")).error_code)
     for v in (1, 3):
         zombie.versions = {**V1, ApiKey.ADD_PARTITIONS_TO_TXN: v}
         out.append((v, codes(await zombie.add_partitions({topic: [0]}), topic)))
@@ -656,7 +658,7 @@ EXPECTED: dict[str, list[Any]] = {
       [(0, 'b'), (1, 'c'), (2, 'COMMIT(P0,0)'), (3, 'd'), (4, 'ABORT(P0,0)')]),
      (5, 5, None, [(0, 'b'), (1, 'c'), (2, 'COMMIT(P0,0)'), (3, 'd'), (4, 'ABORT(P0,0)')]),
      [48, 48]],
-    "fencing": [0, 51, (0, 2, True), 47, (1, {('T', 0): 47}), (3, {('T', 0): 90}), (1, 47), (4, 90),
+    "fencing": [0, 51, (0, 2, True), 47, 47, (1, {('T', 0): 47}), (3, {('T', 0): 90}), (1, 47), (4, 90),
      (5, 90), 49, (2, 2, [('P0', 0)], [(0, 'zombie'), (1, 'ABORT(P0,1)')]),
      (2, 2, None, [(0, 'zombie'), (1, 'ABORT(P0,1)')])],
     "init_rules": [42, 50, 50, (0, 1), (0, 2), (1, 3, 0, 2), (1, 4, 0, 2), (1, 5, 0, 2), (0, 3, 47, None),

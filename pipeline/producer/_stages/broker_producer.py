@@ -153,7 +153,12 @@ class BrokerProducer:
         """Wake the flusher unless what arrived or was answered changes nothing
         it waits for: nothing is ready now and ``_next_wake`` is not earlier.
         (At a paced 20k msg/s two of three wake-ups found nothing to send, ~80
-        us each.) A busy flusher is always woken: it looks again anyway."""
+        us each.) A busy flusher is always woken: it looks again anyway.
+        While a transaction cannot commit, what arrived or was answered fails first
+        (``RetryErrors.abort``): nothing of it is sent or retried any more (records
+        handed over just before the transaction failed arrive after its purge)."""
+        if self._errors.abort is not None:
+            self._expire(math.inf)
         until = self._flusher_until
         if until is not None:
             now = trio.current_time()
@@ -439,8 +444,13 @@ class BrokerProducer:
         elif code in EPOCH_CODES and idem is not None:
             # Not written. The current epoch fenced (tansu refuses an epoch the
             # producer bumped itself): recover with a new producer id; re-sent then.
-            self._schedule_bounce(part, batch, cause)
-            idem.epoch_fenced(batch.producer_id, batch.producer_epoch, code)
+            # A transactional producer's epoch is its coordinator's: the transaction
+            # cannot commit any more, and the batch fails now with its error.
+            fenced = idem.epoch_fenced(batch.producer_id, batch.producer_epoch, code, cause)
+            if fenced is None:
+                self._schedule_bounce(part, batch, cause)
+            else:
+                ledger.fail(batch.messages, fenced)
         elif code.retriable:
             if code in MAYBE_WRITTEN:
                 batch.fate_unknown = True

@@ -9,6 +9,7 @@ a stage reaches a neighbour only through the one lookup protocol it is given
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,9 +52,16 @@ class RetryErrors:
     def __init__(self, delivery_timeout: float) -> None:
         self._delivery_timeout = delivery_timeout
         self.last: dict[TopicPartition, BaseException] = {}
-        #: While a transaction is aborted (``ProducerCore.purge``): the outcome of every
-        #: record that has none yet, given by the delivery-deadline path in its stead.
+        #: While a transaction cannot commit any more, or is aborted (``ProducerCore.purge``):
+        #: the outcome of every record of it that has none yet, given by the
+        #: delivery-deadline path in its stead. Meanwhile every stage takes each deadline
+        #: as passed (``expiry_horizon``), so it fails what it holds or receives.
         self.abort: KafkaError | None = None
+
+    def expiry_horizon(self, now: float) -> float:
+        """What a stage fails as expired: deadlines up to ``now``, every one while a
+        transaction cannot commit (nothing of it may be sent or retried any more)."""
+        return now if self.abort is None else math.inf
 
     def delivery_timeout_error(
         self, tp: TopicPartition, cause: BaseException | None, *, in_flight: bool = False,
@@ -62,7 +70,7 @@ class RetryErrors:
         """``cause`` None: the partition's last retry error, if any. ``in_flight``: its
         request is still out; ``fate_unknown``: its last request got no answer, or one
         Kafka also gives after appending (``SealedBatch.fate_unknown``). While a
-        transaction is aborted: the abort's error."""
+        transaction cannot commit or is aborted: its error."""
         if self.abort is not None:
             return self.abort
         if in_flight:

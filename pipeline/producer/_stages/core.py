@@ -28,7 +28,11 @@ from pipeline.cluster.errors import (
     KafkaError,
 )
 from pipeline.producer._config import ProducerConfig
-from pipeline.producer._errors import ProducerFencedError, TransactionAbortableError
+from pipeline.producer._errors import (
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionError,
+)
 from pipeline.producer._message import ProducerMessage
 from pipeline.producer._outcomes.ledger import Ledger
 from pipeline.producer._stages.broker_producer import BrokerProducer
@@ -91,23 +95,39 @@ class ProducerCore:
             txn.abortable(TransactionAbortableError(
                 f"the transaction lost its record order ({reason}): abort it, then go on"))
 
-        def fenced(code: ErrorCode, reason: str) -> None:
+        def fenced(code: ErrorCode, reason: str, cause: BaseException | None
+                   ) -> TransactionError:
+            """A broker refused the epoch of a batch of the open transaction: the error
+            the batch fails with, and (unless the transaction failed already) the
+            transaction's, as Java's ProducerFencedException (fatal) and
+            InvalidProducerEpochException (abortable)."""
+            error: TransactionError
             if code == ErrorCode.PRODUCER_FENCED:
-                txn.fatal(ProducerFencedError(
+                error = ProducerFencedError(
                     f"a broker refused this producer ({reason}): another producer with "
-                    f"transactional_id {txn.transactional_id!r} took over; close this one"))
-            else:  # the coordinator bumped the epoch: it aborted the transaction (timeout)
-                txn.abortable(TransactionAbortableError(
+                    f"transactional_id {txn.transactional_id!r} took over; close this one")
+                txn.fatal(error)
+            else:
+                # The coordinator bumped the epoch: it aborted the transaction, because
+                # another producer of the id took over or the transaction timed out (the
+                # abort tells them apart: its EndTxn is fenced only after a takeover).
+                error = TransactionAbortableError(
                     f"a broker refused this producer's epoch ({reason}): the coordinator "
-                    "aborted the transaction (it may have stayed open longer than "
-                    f"transaction_timeout={self.config.transaction_timeout}s); abort it here"))
+                    "aborted the transaction (another producer with transactional_id "
+                    f"{txn.transactional_id!r} took over, or it stayed open longer than "
+                    f"transaction_timeout={self.config.transaction_timeout}s); abort it here")
+                txn.abortable(error)
+            error.code = code
+            error.__cause__ = cause
+            return error
 
         idem.on_recovery, idem.on_fenced = recovery, fenced
         return txn
 
     def purge(self, error: KafkaError | None) -> None:
-        """Fail every record held in a stage with no outcome yet with ``error`` (an
-        aborted transaction), through the delivery-deadline path; None: stop."""
+        """Fail every record held in a stage with no outcome yet with ``error`` (a
+        transaction that cannot commit, or is aborted), through the delivery-deadline
+        path; until it is called with None, the stages fail what reaches them too."""
         self.context.retry_errors.abort = error
         if error is None:
             return
@@ -150,6 +170,7 @@ class ProducerCore:
                 "transactions, or the transaction coordinator is unavailable") from None
         txn.initialized()
         nursery.start_soon(txn.run_adder)
+        nursery.start_soon(txn.run_failer)
 
     # -- building stages ----------------------------------------------------
     def topic_producer(self, topic: str, partitioner: Any) -> TopicProducer:

@@ -37,8 +37,10 @@ until it succeeds, and messages keep their delivery timeouts meanwhile.
 
 A *transactional* producer (``transactions.py``) obtains its id from the transaction
 coordinator (``obtain_id``) and never bumps its epoch itself: a recovery request only
-pauses sealing and makes the open transaction abortable (``on_recovery``); the
-transaction manager sets the next epoch at the abort (``restart``).
+pauses sealing and makes the open transaction abortable (``on_recovery``); a fenced
+epoch makes it abortable or the producer fatal (``on_fenced``), and the refused batch
+fails at once instead of waiting for an epoch; the transaction manager sets the next
+epoch at the abort (``restart``).
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ class Idempotence:
         #: transaction coordinator), and whom a recovery request is for.
         self.obtain_id: Callable[[], Awaitable[tuple[int, int]]] | None = None
         self.on_recovery: Callable[[str], None] | None = None
-        self.on_fenced: Callable[[ErrorCode, str], None] | None = None
+        self.on_fenced: Callable[[ErrorCode, str, BaseException | None], KafkaError] | None = None
         self._config = config
         self._cluster = cluster
         self._backoff = backoff
@@ -163,16 +165,20 @@ class Idempotence:
         """True if ``batch`` belongs to a locally bumped epoch that a broker refused."""
         return (batch.producer_id, batch.producer_epoch) in self._refused
 
-    def epoch_fenced(self, producer_id: int, producer_epoch: int, code: ErrorCode) -> None:
-        """A broker answered INVALID_PRODUCER_EPOCH / PRODUCER_FENCED to a batch of
-        (producer_id, producer_epoch). The batch was not written. If that is the
-        current epoch, it is unusable: recover with a new producer id."""
+    def epoch_fenced(self, producer_id: int, producer_epoch: int, code: ErrorCode,
+                     cause: BaseException | None = None) -> KafkaError | None:
+        """A broker answered INVALID_PRODUCER_EPOCH / PRODUCER_FENCED (``cause``) to a
+        batch of (producer_id, producer_epoch). The batch was not written. If that is the
+        current epoch, it is unusable: recover with a new producer id (None: the batch is
+        re-sent then). A transactional producer cannot recover by itself (only its
+        coordinator gives epochs): the transaction fails, and so does the batch, at once,
+        with the error returned (``on_fenced``)."""
         if (producer_id, producer_epoch) != (self.producer_id, self.producer_epoch):
-            return  # an older epoch: the recovery that replaced it is done or under way
+            return None  # an older epoch: the recovery that replaced it is done or under way
         if self.on_fenced is not None:  # transactional: only the coordinator gives epochs
             self.paused = True
-            self.on_fenced(code, f"{code.name} for producer id {producer_id} epoch {producer_epoch}")
-            return
+            return self.on_fenced(
+                code, f"{code.name} for producer id {producer_id} epoch {producer_epoch}", cause)
         if self._bumped_locally:
             if self.local_bumps:
                 log.warning("the broker refused the epoch this producer bumped itself (%s); "
@@ -181,6 +187,7 @@ class Idempotence:
             self._refused.add((producer_id, producer_epoch))
         self._need_new_id = True
         self.request_bump(f"{code.name} for producer id {producer_id} epoch {producer_epoch}")
+        return None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The recovery task: obtains the first producer id, then serves bump requests

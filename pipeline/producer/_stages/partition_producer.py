@@ -318,8 +318,9 @@ class PartitionProducer:
 
     async def _tick(self) -> None:
         now = trio.current_time()
-        if self._oldest_deadline() <= now:
-            self._expire(now)
+        horizon = self._errors.expiry_horizon(now)  # (every deadline: a failed transaction)
+        if self._oldest_deadline() <= horizon:
+            self._expire(horizon)
         if self._reroute:
             self._reroute = False
             if self.bp is not None:

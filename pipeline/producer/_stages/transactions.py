@@ -13,7 +13,11 @@ per-partition order and idempotence (``idempotence.py``). What it adds:
   ABORTABLE (only ``abort`` is allowed); a fenced producer (PRODUCER_FENCED, or a
   coordinator refusing its epoch) and an error no abort can undo move it to FATAL,
   where every call raises that error. Records are accepted only IN_TRANSACTION: the
-  intake refuses every other time (``on_state``).
+  intake refuses every other time (``on_state``). Nothing of an ABORTABLE or FATAL
+  transaction is sent or retried any more: its records with no outcome fail with its
+  error at once (``run_failer``), as the Java client's Sender fails the batches of a
+  transaction in error. A batch whose epoch a broker refuses fails at once too
+  (INVALID_PRODUCER_EPOCH: abortable, PRODUCER_FENCED: fatal; ``ProducerCore``).
 * **Two transaction versions**, chosen at each ``begin`` from the cluster's
   finalized ``transaction.version`` feature (ApiVersions), fixed for the transaction:
   **v2** (KIP-890, Kafka 4.x): Produce v12 adds a partition to the transaction
@@ -167,8 +171,10 @@ class TransactionManager:
         self._failed_at_begin = 0
         self._began_at = 0.0
         # Set when the open transaction became abortable or the producer fatal: a
-        # commit's flush stops waiting then (its records fail or are purged by the abort).
+        # commit's flush stops waiting then (its records fail with the error meanwhile).
         self._failed = trio.Event()
+        # Set with it: ``run_failer`` fails what of the transaction has no outcome yet.
+        self._fail_wanted = trio.Event()
         # Statistics.
         self.committed = 0
         self.aborted = 0
@@ -179,6 +185,7 @@ class TransactionManager:
         self.error = error
         if state in (State.ABORTABLE, State.FATAL):
             self._failed.set()
+            self._fail_wanted.set()
         self.on_state(state)
 
     def _require(self, *states: State, doing: str) -> None:
@@ -299,6 +306,23 @@ class TransactionManager:
             self._to_add.difference_update(batch)
             self._wake()
 
+    async def run_failer(self) -> None:
+        """Once the open transaction cannot commit (ABORTABLE) or the producer can do
+        no more transactional work (FATAL), nothing of it is sent or retried any more:
+        every record of it with no outcome yet fails now with that error, wherever it
+        waits (queued, waiting for a retry or a leader, on the wire), and so does every
+        record that reaches a stage later, until an abort (``purge``; as the Java
+        client's Sender fails the batches of a transaction in error instead of sending
+        them). Run from this task, not by ``_set``: ``_set`` is called from inside the
+        stages (a broker's answer, an expiry), which must not be purged in the middle
+        of their work."""
+        while True:
+            await self._fail_wanted.wait()
+            self._fail_wanted = trio.Event()
+            if self.state in (State.ABORTABLE, State.FATAL):
+                assert self.error is not None
+                self._purge(self.error)
+
     async def send_offsets(self, offsets: Mapping[Any, int], group: Any) -> None:
         """KIP-447: commit ``offsets`` ({(topic, partition): next offset to read}) for
         the group in the open transaction; they take effect only if it commits."""
@@ -358,14 +382,12 @@ class TransactionManager:
         await self._end(commit=True)
 
     async def abort(self) -> None:
+        # (A fenced producer is FATAL, never ABORTABLE: _require raises its error.)
         self._require(State.IN_TRANSACTION, State.ABORTABLE, doing="abort the transaction")
-        fenced = self.state == State.ABORTABLE and isinstance(self.error, ProducerFencedError)
         self._set(State.ABORTING)
         await self._drain(TransactionAbortedError(
             "the transaction was aborted before this record had an outcome: it is not "
             "visible to read_committed readers"))
-        if fenced:
-            raise ProducerFencedError("cannot abort: this producer was fenced")
         await self._end(commit=False)
 
     async def _drain(self, error: KafkaError) -> None:
