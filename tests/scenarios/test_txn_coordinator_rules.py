@@ -13,7 +13,12 @@ import pytest
 import trio
 import trio.testing
 
-from pipeline import ProducerFencedError, TransactionAbortableError, TransactionAbortedError
+from pipeline import (
+    ProducerError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+)
 from pipeline.cluster.errors import BrokerProtocolError
 from pipeline.producer._errors import TransactionFatalError
 from pipeline.producer._stages.coordinator import TxnCoordinator
@@ -150,7 +155,8 @@ async def test_a_coordinator_not_found_at_the_first_request_is_asked_again(
 async def test_a_coordinator_refusing_the_connect_is_looked_up_again(
         serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
     """A connect to the coordinator that fails for any reason, not only a lost connection
-    (here its ApiVersions is refused: a ``BrokerProtocolError``, raised to the caller),
+    (here its ApiVersions is refused: a ``BrokerProtocolError``, raised to the caller as a
+    ``TransactionFatalError``),
     forgets the coordinator: the next request finds it again (the refusal may come from a
     broker that is not the coordinator any more) instead of going back to that broker."""
     fake = await serve()
@@ -164,14 +170,51 @@ async def test_a_coordinator_refusing_the_connect_is_looked_up_again(
             lambda ctx: ApiVersionsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
             sticky=True, node_id=old)
         fake.drop_connections(old)
-        with pytest.raises(BrokerProtocolError, match="CLUSTER_AUTHORIZATION_FAILED"):
+        with pytest.raises(TransactionFatalError, match="cannot be used") as refused:
             await coord.init_producer_id(-1, -1)
+        assert isinstance(refused.value.__cause__, BrokerProtocolError)
+        assert "CLUSTER_AUTHORIZATION_FAILED" in str(refused.value)
         refuse.remove()
         new = fake.move_coordinator("refused-writer")
         before, sent = finds(fake, 1), len(fake.requests_of(ApiKey.INIT_PRODUCER_ID))
         await coord.init_producer_id(-1, -1)
         assert finds(fake, 1) == before + 1
         assert [r.node_id for r in fake.requests_of(ApiKey.INIT_PRODUCER_ID)[sent:]] == [new]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_a_coordinator_that_cannot_be_used_makes_the_producer_fatal_not_dead(
+        serve: Serve, autojump_clock: trio.testing.MockClock, version: int) -> None:
+    """A coordinator whose connection is refused for a reason no retry changes (its
+    ApiVersions answered CLUSTER_AUTHORIZATION_FAILED) makes the transaction fatal, as
+    the Java client makes authorization and unsupported-version errors: under v1 the
+    partition adder meets it (the producer's task must not die), under v2 the commit;
+    the transaction never commits, every later transactional call raises the same error,
+    and the producer closes."""
+    fake = await serve(version=version)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await open_transaction(producer)
+        await producer.commit_transaction()
+        await producer.begin_transaction()
+        coordinator = fake.coordinator(TID)
+        fake.control(
+            ApiKey.API_VERSIONS,
+            lambda ctx: ApiVersionsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+            sticky=True, node_id=coordinator)
+        fake.drop_connections(coordinator)
+        late = await producer.send("t", b"y", partition=1)
+        with pytest.raises(TransactionFatalError, match="cannot be used") as fatal:
+            await producer.commit_transaction()
+        assert "CLUSTER_AUTHORIZATION_FAILED" in str(fatal.value)
+        if version == 1:  # its partition could not be added: never written
+            with pytest.raises(ProducerError):
+                await late
+        else:  # written (v2 adds it with the Produce), in a transaction never committed
+            assert (await late).partition == 1
+        with pytest.raises(TransactionFatalError):
+            await producer.begin_transaction()
+        with pytest.raises(TransactionFatalError):
+            await producer.abort_transaction()
 
 
 async def test_an_unknown_server_error_on_commit_is_a_lost_answer(

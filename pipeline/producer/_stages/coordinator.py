@@ -150,6 +150,10 @@ class TxnCoordinator:
                 log.info("%s: the transaction coordinator is unreachable (%s); retrying", what, exc)
                 await trio.sleep(self._backoff(attempt))
                 continue
+            except TransactionError:
+                raise
+            except KafkaError as exc:
+                raise self._unusable(what, exc) from exc
             else:
                 try:
                     response = await conn.request(build(version), version=version)
@@ -160,6 +164,8 @@ class TxnCoordinator:
                     log.info("%s to the transaction coordinator failed (%s); retrying", what, exc)
                     await trio.sleep(self._backoff(attempt))
                     continue
+                except KafkaError as exc:
+                    raise self._unusable(what, exc) from exc
                 code = check(response)
                 if code == ErrorCode.UNKNOWN_SERVER_ERROR and lost_is_unknown:
                     raise OutcomeUnknown(f"{what}: {code.name}")
@@ -174,6 +180,17 @@ class TxnCoordinator:
                      else self._backoff(attempt))
             log.debug("%s: %s; retrying in %.3fs", what, detail, delay)
             await trio.sleep(delay)
+
+    def _unusable(self, what: str, exc: KafkaError) -> TransactionFatalError:
+        """A coordinator this producer cannot talk to (its connection's handshake or an
+        answer refused for a reason no retry changes: authentication, authorization, an
+        API it lacks, an answer that does not decode): fatal, as the Java client's
+        TransactionManager makes authentication and unsupported-version errors."""
+        error = TransactionFatalError(
+            f"{what} for transactional_id {self.transactional_id!r}: the transaction "
+            f"coordinator cannot be used: {exc}")
+        error.code = getattr(exc, "code", None)
+        return error
 
     def classify(self, code: ErrorCode, what: str) -> TransactionError:
         text = f"{what} for transactional_id {self.transactional_id!r}: {code.name} ({int(code)}) {code.description}"
