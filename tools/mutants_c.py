@@ -25,10 +25,23 @@ HOME = {"_send.c": SPEEDUPS, "_delivery.c": SPEEDUPS, "_kernel.c": PROTOCOL}
 TESTS = ["tests/producer/test_send_extras.py", "tests/producer/test_send_c.py", "tests/producer/test_hot_path.py",
          "tests/scenarios/test_send_rows.py", "tests/producer/test_row_delivery_c.py",
          "tests/scenarios/test_send_rows_memory.py", "tests/protocol/test_columnar_fuzz.py",
-         "tests/scenarios/test_send_rows_keyed.py"]
+         "tests/scenarios/test_send_rows_keyed.py", "tests/producer/test_sync_producer.py"]
 
 # (file, original text, mutated text)
 MUTANTS: list[tuple[str, str, str]] = [
+    # SyncProducer's queue (SyncQueue) and pump (Sender.pump)
+    ("_send.c", "        if (SLOT(h, off_h_kwargs) != Py_None ||", "        if (0 ||"),
+    ("_send.c", "        set_slot(h, off_h_value, Py_NewRef(Py_None));", ""),
+    ("_send.c", "    if (self->closed || nargs != 2 ||", "    if (nargs != 2 ||"),
+    ("_send.c", "    if (n == 1)\n        r = PyObject_CallNoArgs(self->wake);",
+     "    if (n == 2)\n        r = PyObject_CallNoArgs(self->wake);"),
+    ("_send.c", "    SLOT(h, off_h_sync) = Py_NewRef(self->sync);",
+     "    SLOT(h, off_h_sync) = Py_NewRef(Py_None);"),
+    ("_send.c", "    if (PyObject_IS_GC(h) && PyObject_GC_IsTracked(h)) PyObject_GC_UnTrack(h);", ""),
+    ("_send.c", "    if (PyObject_IS_GC(obj) && PyObject_GC_IsTracked(obj)) PyObject_GC_UnTrack(obj);",
+     ""),
+    ("_send.c", "    if (n >= self->max) return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);",
+     ""),
     ("_send.c", "until <= 0", "until < 0"),
     ("_send.c", "if (SLOT(intake, off_closing) != Py_False) return NULL;", ""),
     ("_send.c", "(value != Py_None && !PyBytes_CheckExact(value)) || ", ""),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import types
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from time import sleep as _sleep
@@ -31,6 +32,7 @@ from pipeline.producer import _speedups
 from pipeline.producer._api import Producer, open_producer
 from pipeline.producer._config import ProducerConfig
 from pipeline.producer._errors import ProducerClosed
+from pipeline.producer._intake import send_path
 from pipeline.producer._message import ProducerMessage, RecordMetadata
 from pipeline.producer._outcomes.delivery import Delivery, GroupResult
 from pipeline.producer._speedups import fields
@@ -172,6 +174,16 @@ class SyncProducer:
         if self._error is not None:
             self._thread.join()
             raise self._error
+        # The plain call in C (_send.c's SyncQueue); every other call, and every call on
+        # the pure-Python path, is the method below (its twin).
+        self._queue: Any = None
+        if _send_c is not None and send_path.SEND_PATH == "c":
+            assert self._token is not None
+            self._queue = _send_c.SyncQueue(
+                sync=self, pending=self._pending, slow=types.MethodType(SyncProducer.send, self),
+                wake=functools.partial(self._token.run_sync_soon, self._wake_pump),
+                sleep=_sleep, max=_PENDING_MAX, mask=_HAND_OVER_MASK)
+            self.send = self._queue
 
     async def _main(
         self, bootstrap: str | Sequence[str], config: ProducerConfig | None, options: dict[str, Any]
@@ -416,6 +428,8 @@ class SyncProducer:
         if self._closed:
             return
         self._closed = True
+        if self._queue is not None:
+            self._queue.closed = True
         stop = self._stop
         if stop is not None:
             trio.from_thread.run_sync(stop.set, trio_token=self._token)

@@ -19,6 +19,7 @@ import trio
 from pipeline import MessageTooLargeError, ProducerError, ProducerMessage, SyncProducer
 from pipeline.producer import _sync
 from pipeline.producer._columnar.burst import RowDelivery
+from pipeline.producer._errors import ProducerClosed
 from pipeline.producer._speedups import fields
 from pipeline.producer._sync import SyncDelivery
 from pipeline.testing.fake_cluster import FakeCluster
@@ -180,6 +181,8 @@ async def test_the_c_pump_takes_plain_calls_of_the_open_burst_and_stops_at_any_o
             assert stopper._delivery is None and stopper._value is not None
             for h in (*plain, stopper):  # what fields.SYNC_HANDLE declares C may find
                 for field in fields.SYNC_HANDLE:
+                    if field.name == "_sync":
+                        continue  # (these handles have no producer)
                     kind = type(getattr(h, field.name)).__name__
                     assert kind in field.types or (field.name == "_value" and h is stopper)
             plain = [handle("one", b"w%d" % i) for i in range(3)]
@@ -203,3 +206,55 @@ def test_a_plain_handle_leaves_the_cyclic_gc_and_others_stay(fake: FakeCluster) 
         obj = producer.send("t", {"a": [1]})
         assert gc.is_tracked(obj)
         assert obj.get().partition in (0, 1)
+
+
+def test_a_caller_ahead_of_a_small_queue_waits_and_loses_nothing(
+        fake: FakeCluster, send_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue of 64 calls at most: the caller waits for room (until it is half empty)
+    again and again; every call is sent once, in order, with its own outcome."""
+    monkeypatch.setattr(_sync, "_PENDING_MAX", 64)
+    monkeypatch.setattr(_sync, "_PENDING_LOW", 32)
+    monkeypatch.setattr(_sync, "_HAND_OVER_MASK", (1 << 30) - 1)  # (the caller runs ahead)
+    started = time.monotonic()
+    with SyncProducer(fake.bootstrap) as producer:
+        assert (producer._queue is not None) is (send_path == "c" and _sync._send_c is not None)
+        handles, peak = [], 0
+        for i in range(6000):
+            handles.append(producer.send("one", b"%d" % i))
+            peak = max(peak, len(producer._pending))  # (only this thread appends)
+        assert 64 >= peak > 32  # bounded, and the caller did run ahead
+        producer.flush()
+        assert [h.get().offset for h in handles] == list(range(6000))
+    assert values(fake, 0, "one") == [b"%d" % i for i in range(6000)]
+    # (~190 waits for room: a caller not woken waits out its 0.1 s poll each time)
+    assert time.monotonic() - started < 3
+
+
+def test_the_c_queue_makes_the_twins_handle_and_leaves_every_other_call_to_it(
+        fake: FakeCluster) -> None:
+    """``SyncQueue``: a plain call's handle is the one ``SyncDelivery.__init__`` makes
+    (untracked); keywords, a non-str topic, another value type and a closed producer are
+    the Python method's (its errors, its handles)."""
+    if _sync._send_c is None:
+        pytest.skip("the _send extension is not built (or PIPELINE_PURE_PYTHON is set)")
+    producer = SyncProducer(fake.bootstrap, linger=1.0)
+    try:
+        assert type(producer.send) is _sync._send_c.SyncQueue
+        plain = producer.send("one", "text")
+        assert type(plain) is SyncDelivery and not gc.is_tracked(plain)
+        assert (plain._sync, plain._topic, plain._kwargs) == (producer, "one", None)
+        keyed = producer.send("one", b"v", key=b"k")
+        assert keyed._kwargs == {"key": b"k"} and gc.is_tracked(keyed)
+        with pytest.raises(TypeError, match="topic must be a str"):
+            producer.send(b"one", b"v")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="value bytes, str or None"):
+            producer.send("one", 42)
+        # the pump was woken by the first call queued: no flush needed for an outcome
+        assert producer.send("one", b"w").get(timeout=10).offset == 2
+        assert plain.get().offset == 0 and keyed.get().offset == 1
+        refused = SyncDelivery(producer, "one", b"v", None)
+        assert _sync._send_c.untracked(refused) is refused and not gc.is_tracked(refused)
+    finally:
+        producer.close()
+    with pytest.raises(ProducerClosed):
+        producer.send("one", b"after")

@@ -38,7 +38,9 @@
  *   Sender.pump  SyncProducer's pump (_sync.py): its queued plain calls through the row
  *             branch, without an awaitable each (SyncDelivery's fields: fields.py's
  *             SYNC_HANDLE); the twin is the pump's awaited send().
- *   untracked SyncProducer's plain handles out of the cyclic GC.
+ *   SyncQueue SyncProducer.send's plain call: its handle queued (the twin:
+ *             SyncProducer.send, which takes every other call).
+ *   untracked the twin's handles of plain calls out of the cyclic GC too.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -716,8 +718,9 @@ static void sender_dealloc(SenderObject *self) {
 
 static PyTypeObject *handle_type = NULL; /* _sync.SyncDelivery (setup_sync) */
 /* SyncDelivery: fields.SYNC_HANDLE */
-static Py_ssize_t off_h_topic, off_h_value, off_h_kwargs, off_h_delivery, off_h_error;
-static PyObject *str_popleft;
+static Py_ssize_t off_h_topic, off_h_value, off_h_kwargs, off_h_delivery, off_h_error,
+    off_h_sync;
+static PyObject *str_popleft, *str_append;
 
 /* Sender.pump(pending) -> int: SyncProducer's pump (_sync.py) for the plain calls it
  * queued, without an awaitable each: while the deque's first item is a SyncDelivery of a
@@ -727,8 +730,9 @@ static PyObject *str_popleft;
  * schedule point is due, no open burst of its topic, no room, ...), which stays first in
  * the deque: the Python pump awaits send() for it, as it does for every call on the
  * pure-Python path (its twin). An error of the row branch (MemoryError, a patched clock
- * that raised) is that call's refusal (_error), as the awaited send()'s exception is in
- * Python; a BaseException that is not an Exception propagates, the call popped. Only
+ * that raised: no test makes one, since either leaves the burst broken on both paths) is
+ * that call's refusal (_error), as the awaited send()'s exception is in Python; a
+ * BaseException that is not an Exception propagates, the call popped. Only
  * the pump task calls it; the caller's thread only appends to the deque's other end. */
 static PyObject *sender_pump(SenderObject *self, PyObject *pending) {
     if (handle_type == NULL) {
@@ -769,21 +773,27 @@ static PyObject *sender_pump(SenderObject *self, PyObject *pending) {
             Py_DECREF(h);
             break;
         }
+        PyObject *type = NULL, *exc = NULL, *tb = NULL;
+        if (delivery == NULL) { /* the row branch raised: held while the call is popped */
+            PyErr_Fetch(&type, &exc, &tb);
+            PyErr_NormalizeException(&type, &exc, &tb);
+        }
         PyObject *popped = PyObject_CallMethodNoArgs(pending, str_popleft);
         if (popped == NULL) {
             Py_XDECREF(delivery);
+            Py_XDECREF(type);
+            Py_XDECREF(exc);
+            Py_XDECREF(tb);
             Py_DECREF(h);
             return NULL;
         }
         Py_DECREF(popped); /* (h: only this task pops) */
         if (delivery == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+            if (!PyErr_GivenExceptionMatches(exc, PyExc_Exception)) {
+                PyErr_Restore(type, exc, tb);
                 Py_DECREF(h);
                 return NULL;
             }
-            PyObject *type, *exc, *tb;
-            PyErr_Fetch(&type, &exc, &tb);
-            PyErr_NormalizeException(&type, &exc, &tb);
             if (tb != NULL) PyException_SetTraceback(exc, tb);
             Py_XDECREF(type);
             Py_XDECREF(tb);
@@ -805,6 +815,141 @@ static PyMethodDef sender_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* SyncQueue(sync, pending, slow, wake, sleep, max, mask): SyncProducer.send (_sync.py)
+ * for the plain call send(topic, value) with a str topic and a bytes, str or None value:
+ * a SyncDelivery (not tracked by the cyclic GC: see untracked) appended to `pending`,
+ * `wake()` when the queue was empty (the pump may be asleep), `sleep(0)` every mask + 1
+ * queued calls (the GIL to the pump). Every other call (keywords, other types, a full
+ * queue, once closed) is `slow`'s: SyncProducer.send, the twin, which the pure-Python
+ * path runs for every call. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *sync, *pending, *slow, *wake, *sleep;
+    Py_ssize_t max, mask;
+    char closed; /* set by SyncProducer.close(): then every call is slow's (it raises) */
+} SyncQueueObject;
+
+static PyObject *queue_vectorcall(SyncQueueObject *self, PyObject *const *args, size_t nargsf,
+                                  PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (self->closed || nargs != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) ||
+        handle_type == NULL)
+        return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    PyObject *topic = args[0], *value = args[1];
+    if (!PyUnicode_CheckExact(topic) ||
+        !(value == Py_None || PyBytes_CheckExact(value) || PyUnicode_CheckExact(value)))
+        return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    Py_ssize_t n = PyObject_Length(self->pending);
+    if (n < 0) return NULL;
+    if (n >= self->max) return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    PyObject *h = handle_type->tp_alloc(handle_type, 0);
+    if (h == NULL) return NULL;
+    SLOT(h, off_h_sync) = Py_NewRef(self->sync);
+    SLOT(h, off_h_topic) = Py_NewRef(topic);
+    SLOT(h, off_h_value) = Py_NewRef(value);
+    SLOT(h, off_h_kwargs) = Py_NewRef(Py_None);
+    SLOT(h, off_h_delivery) = Py_NewRef(Py_None);
+    SLOT(h, off_h_error) = Py_NewRef(Py_None);
+    if (PyObject_IS_GC(h) && PyObject_GC_IsTracked(h)) PyObject_GC_UnTrack(h);
+    PyObject *r = PyObject_CallMethodOneArg(self->pending, str_append, h);
+    if (r == NULL) {
+        Py_DECREF(h);
+        return NULL;
+    }
+    Py_DECREF(r);
+    n += 1;
+    if (n == 1)
+        r = PyObject_CallNoArgs(self->wake);
+    else if (!(n & self->mask)) {
+        PyObject *zero = PyLong_FromLong(0);
+        r = zero == NULL ? NULL : PyObject_CallOneArg(self->sleep, zero);
+        Py_XDECREF(zero);
+    } else
+        return h;
+    if (r == NULL) {
+        Py_DECREF(h);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return h;
+}
+
+static PyObject *queue_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"sync", "pending", "slow", "wake", "sleep", "max", "mask", NULL};
+    PyObject *sync, *pending, *slow, *wake, *sleep;
+    Py_ssize_t max, mask;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOnn:SyncQueue", kwlist, &sync,
+                                     &pending, &slow, &wake, &sleep, &max, &mask))
+        return NULL;
+    if (!PyCallable_Check(slow) || !PyCallable_Check(wake) || !PyCallable_Check(sleep)) {
+        PyErr_SetString(PyExc_TypeError, "slow, wake and sleep must be callable");
+        return NULL;
+    }
+    if (max < 1 || mask < 0) {
+        PyErr_SetString(PyExc_ValueError, "max must be >= 1 and mask >= 0");
+        return NULL;
+    }
+    SyncQueueObject *self = (SyncQueueObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = (vectorcallfunc)queue_vectorcall;
+    self->sync = Py_NewRef(sync);
+    self->pending = Py_NewRef(pending);
+    self->slow = Py_NewRef(slow);
+    self->wake = Py_NewRef(wake);
+    self->sleep = Py_NewRef(sleep);
+    self->max = max;
+    self->mask = mask;
+    self->closed = 0;
+    return (PyObject *)self;
+}
+
+static int queue_traverse(SyncQueueObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->sync);
+    Py_VISIT(self->pending);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->wake);
+    Py_VISIT(self->sleep);
+    return 0;
+}
+
+static int queue_clear(SyncQueueObject *self) {
+    Py_CLEAR(self->sync);
+    Py_CLEAR(self->pending);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->wake);
+    Py_CLEAR(self->sleep);
+    return 0;
+}
+
+static void queue_dealloc(SyncQueueObject *self) {
+    PyObject_GC_UnTrack(self);
+    queue_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef queue_members[] = {
+    {"closed", T_BOOL, offsetof(SyncQueueObject, closed), 0,
+     "True once the SyncProducer closed: every call is then the slow path's"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject SyncQueue_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pipeline.producer._speedups._send.SyncQueue",
+    .tp_basicsize = sizeof(SyncQueueObject),
+    .tp_dealloc = (destructor)queue_dealloc,
+    .tp_vectorcall_offset = offsetof(SyncQueueObject, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "SyncQueue(sync, pending, slow, wake, sleep, max, mask): SyncProducer.send's "
+              "plain call in C (_send.c).",
+    .tp_traverse = (traverseproc)queue_traverse,
+    .tp_clear = (inquiry)queue_clear,
+    .tp_new = queue_new,
+    .tp_members = queue_members,
+};
+
 static PyObject *setup_sync(PyObject *module, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"handle_type", "handle_fields", NULL};
     PyObject *ht, *hfs;
@@ -812,10 +957,10 @@ static PyObject *setup_sync(PyObject *module, PyObject *args, PyObject *kwargs) 
                                      &ht, &hfs))
         return NULL;
     /* fields.SYNC_HANDLE, in its order */
-    Py_ssize_t fh[5];
-    if (member_offsets((PyTypeObject *)ht, hfs, 5, fh) < 0) return NULL;
+    Py_ssize_t fh[6];
+    if (member_offsets((PyTypeObject *)ht, hfs, 6, fh) < 0) return NULL;
     off_h_topic = fh[0], off_h_value = fh[1], off_h_kwargs = fh[2], off_h_delivery = fh[3];
-    off_h_error = fh[4];
+    off_h_error = fh[4], off_h_sync = fh[5];
     Py_INCREF(ht);
     Py_XSETREF(handle_type, (PyTypeObject *)ht);
     Py_RETURN_NONE;
@@ -920,11 +1065,14 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__send(void) {
-    if (PyType_Ready(&SendCall_Type) < 0 || PyType_Ready(&Sender_Type) < 0) return NULL;
+    if (PyType_Ready(&SendCall_Type) < 0 || PyType_Ready(&Sender_Type) < 0 ||
+        PyType_Ready(&SyncQueue_Type) < 0)
+        return NULL;
     str_time = PyUnicode_InternFromString("_time");
     str_new_row = PyUnicode_InternFromString("new_row");
     str_new_metadata_row = PyUnicode_InternFromString("new_metadata_row");
     str_popleft = PyUnicode_InternFromString("popleft");
+    str_append = PyUnicode_InternFromString("append");
     /* (interned: call sites have the same objects) */
     static const char *const kw_names[KW_N] = {"key", "headers", "partition", "timestamp",
                                                "metadata", "on_delivery"};
@@ -932,7 +1080,7 @@ PyMODINIT_FUNC PyInit__send(void) {
         if ((str_kw[j] = PyUnicode_InternFromString(kw_names[j])) == NULL) return NULL;
     kw_python = PyTuple_New(KW_N);
     if (kw_python == NULL || str_time == NULL || str_new_row == NULL ||
-        str_new_metadata_row == NULL || str_popleft == NULL)
+        str_new_metadata_row == NULL || str_popleft == NULL || str_append == NULL)
         return NULL;
     for (int j = 0; j < KW_N; j++) {
         Py_INCREF(str_kw[j]);
@@ -940,7 +1088,8 @@ PyMODINIT_FUNC PyInit__send(void) {
     }
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
-    if (PyModule_AddType(m, &Sender_Type) < 0 || PyModule_AddType(m, &SendCall_Type) < 0) {
+    if (PyModule_AddType(m, &Sender_Type) < 0 || PyModule_AddType(m, &SendCall_Type) < 0 ||
+        PyModule_AddType(m, &SyncQueue_Type) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -137,7 +137,7 @@ DELIVERY_RUN: tuple[Field, ...] = (
     Field("timestamp", ("int",), "LogAppendTime when the topic uses it, else -1"),
 )
 
-# -- _send.c: SyncProducer's pump (Sender.pump) ------------------------------------------
+# -- _send.c: SyncProducer's queue and pump (SyncQueue, Sender.pump) ------------------
 SYNC_HANDLE: tuple[Field, ...] = (
     Field("_topic", ("str",), "the queued call's topic"),
     Field("_value", ("bytes", "str", "NoneType"),
@@ -149,6 +149,7 @@ SYNC_HANDLE: tuple[Field, ...] = (
           "set once by the pump when the send accepted the call; None while queued"),
     Field("_error", ("Exception", "NoneType"),
           "set once by the pump when the send refused the call; None while queued"),
+    Field("_sync", ("SyncProducer",), "the producer (set by SyncQueue for the handles it makes)"),
 )
 
 GLOBALS: tuple[Global, ...] = (
