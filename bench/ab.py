@@ -7,11 +7,13 @@ DIR COMMIT``), each with its own ``.venv`` (``make venv`` there: the C extension
 built in place). Each round runs ``bench/producer_bench.py`` of one checkout, then of the
 other (the order alternating), one run per client, each with its own interpreter and its
 own embedded broker, as ``make bench`` runs them: the machine's state drifts between
-rounds, not between the two sides of one. The verdict per client is the median over the
-rounds of each round's after / before ratio; a client counts as a regression when that
-median is below ``--threshold`` (0.95: the run-to-run spread of one client on this
-machine is ~5-10%). The report (JSON: both checkouts' commits, every run, the ratios)
-goes to ``--json``; the table to stdout.
+rounds, not between the two sides of one. Two ratios per client, each the median over
+the rounds of one round's after / before: throughput (msgs/s), and the client's CPU
+seconds per run (before / after, so that above 1 is cheaper too), the steadier of the two
+on a 2-core machine whose run-to-run throughput spreads by 20-30% at 1M messages. A client
+counts as a regression when its CPU ratio is below ``--threshold`` (0.95): it does more
+work per message. The report (JSON: both checkouts' commits, every run, the ratios) goes
+to ``--json``; the table to stdout.
 
 What it answers: did a change (a refactoring, a feature that should cost nothing when
 unused) slow the send paths? It is not a comparison with other clients (``make bench``).
@@ -46,50 +48,65 @@ def _run_side(checkout: Path, clients: str, n: int, scratch: Path, tag: str) -> 
                     "--repeats", "1", "--n", str(n), "--quiet-wait", "5", "--json", str(report)],
                    cwd=checkout, check=True, stdout=subprocess.DEVNULL)
     results: dict[str, Any] = json.loads(report.read_text())["results"]
-    return {name: r.get("msgs_per_s") for name, r in results.items()}
+    return {name: (r.get("msgs_per_s"), r.get("cpu_s")) for name, r in results.items()}
 
 
 def run(before: Path, after: Path, clients: str, rounds: int, n: int,
         threshold: float) -> dict[str, Any]:
     sides = {"before": before, "after": after}
-    rates: dict[str, dict[str, list[float | None]]] = {"before": {}, "after": {}}
+    runs: dict[str, dict[str, list[tuple[float | None, float | None]]]] = {
+        "before": {}, "after": {}}
     with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
         for rnd in range(rounds):
             order = ("before", "after") if rnd % 2 == 0 else ("after", "before")
             for side in order:
                 got = _run_side(sides[side], clients, n, Path(tmp), f"{side}-{rnd}")
-                for name, rate in got.items():
-                    rates[side].setdefault(name, []).append(rate)
+                for name, run in got.items():
+                    runs[side].setdefault(name, []).append(run)
                 print(f"round {rnd + 1}/{rounds} {side}: " + ", ".join(
-                    f"{k} {v:,.0f}" if v else f"{k} failed" for k, v in got.items()),
-                    flush=True)
+                    f"{k} {v[0]:,.0f}/s {v[1]:.2f} cpu s" if v[0] and v[1] else f"{k} failed"
+                    for k, v in got.items()), flush=True)
     verdicts = {}
-    for name, runs in rates["after"].items():
-        pairs = [a / b for a, b in zip(runs, rates["before"].get(name, []), strict=False)
-                 if a and b]
-        median = statistics.median(pairs) if pairs else None
+    for name, after_runs in runs["after"].items():
+        pairs = list(zip(runs["before"].get(name, []), after_runs, strict=False))
+        rate = [a[0] / b[0] for b, a in pairs if a[0] and b[0]]
+        cpu = [b[1] / a[1] for b, a in pairs if a[1] and b[1]]
+        rate_median = statistics.median(rate) if rate else None
+        cpu_median = statistics.median(cpu) if cpu else None
         verdicts[name] = {
-            "before": rates["before"].get(name), "after": runs,
-            "ratios": [round(p, 3) for p in pairs],
-            "median_ratio": None if median is None else round(median, 3),
-            "verdict": "n/a" if median is None else
-            ("regression" if median < threshold else "no regression"),
+            "before": runs["before"].get(name), "after": after_runs,
+            "rate_ratios": [round(r, 3) for r in rate],
+            "cpu_ratios": [round(c, 3) for c in cpu],
+            "median_rate_ratio": None if rate_median is None else round(rate_median, 3),
+            "median_cpu_ratio": None if cpu_median is None else round(cpu_median, 3),
+            "verdict": "n/a" if cpu_median is None else
+            ("regression" if cpu_median < threshold else "no regression"),
         }
     return {"before": _commit(before), "after": _commit(after), "n": n, "rounds": rounds,
             "threshold": threshold, "clients": verdicts}
 
 
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
 def format_table(report: dict[str, Any]) -> str:
     lines = [f"before: {report['before']}", f"after:  {report['after']}",
-             f"{report['n']:,} messages per run, {report['rounds']} rounds, alternating",
-             f"{'client':<24} {'before (median)':>16} {'after (median)':>15} "
-             f"{'after/before per round':<28} verdict"]
+             f"{report['n']:,} messages per run, {report['rounds']} rounds, alternating; "
+             "ratios per round, after vs before (CPU: before / after)",
+             f"{'client':<22} {'msgs/s before':>13} {'after':>10} {'rate x':>7} "
+             f"{'CPU s before':>12} {'after':>6} {'CPU x':>6}  verdict"]
     for name, v in report["clients"].items():
-        b = statistics.median([x for x in v["before"] or [] if x] or [0])
-        a = statistics.median([x for x in v["after"] if x] or [0])
-        ratios = ", ".join(f"{r:.2f}" for r in v["ratios"])
-        med = "" if v["median_ratio"] is None else f" (median {v['median_ratio']:.2f})"
-        lines.append(f"{name:<24} {b:>16,.0f} {a:>15,.0f} {ratios:<28} {v['verdict']}{med}")
+        b_rate = _median([r[0] for r in v["before"] or [] if r[0]])
+        a_rate = _median([r[0] for r in v["after"] if r[0]])
+        b_cpu = _median([r[1] for r in v["before"] or [] if r[1]])
+        a_cpu = _median([r[1] for r in v["after"] if r[1]])
+        rx = "" if v["median_rate_ratio"] is None else f"{v['median_rate_ratio']:.2f}"
+        cx = "" if v["median_cpu_ratio"] is None else f"{v['median_cpu_ratio']:.2f}"
+        lines.append(f"{name:<22} {b_rate:>13,.0f} {a_rate:>10,.0f} {rx:>7} {b_cpu:>12.2f} "
+                     f"{a_cpu:>6.2f} {cx:>6}  {v['verdict']}")
+        lines.append(f"{'':<22} per round: rate {', '.join(f'{r:.2f}' for r in v['rate_ratios'])}"
+                     f"; CPU {', '.join(f'{c:.2f}' for c in v['cpu_ratios'])}")
     return "\n".join(lines)
 
 

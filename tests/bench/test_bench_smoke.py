@@ -271,25 +271,26 @@ def test_kafka_rounds_get_a_warmed_broker_each_and_rotate_the_first_client(
 
 def test_ab_pairs_each_rounds_runs_and_flags_a_regression(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """bench/ab.py: the sides alternate first, each round's after/before ratio is paired,
-    and a median below the threshold is a regression."""
+    """bench/ab.py: the sides alternate first, each round's runs are paired, and a median
+    CPU ratio (before / after) below the threshold is a regression, whatever the rate."""
     from bench import ab
 
     calls: list[str] = []
-    rates = {"before": [100.0, 100.0, 100.0], "after": [90.0, 80.0, 99.0]}
+    runs = {"before": [(100.0, 1.0)] * 3, "after": [(90.0, 1.1), (120.0, 1.25), (99.0, 1.0)]}
 
     def fake_side(checkout: Path, clients: str, n: int, scratch: Path, tag: str,
                   ) -> dict[str, Any]:
         side = tag.split("-")[0]
         calls.append(side)
-        return {"pipeline-send": rates[side].pop(0), "pipeline-send_many": 50.0}
+        return {"pipeline-send": runs[side].pop(0), "pipeline-send_many": (50.0, 2.0)}
 
     monkeypatch.setattr(ab, "_run_side", fake_side)
     monkeypatch.setattr(ab, "_commit", lambda checkout: str(checkout))
     report = ab.run(tmp_path / "b", tmp_path / "a", "x", rounds=3, n=10, threshold=0.95)
     assert calls == ["before", "after", "after", "before", "before", "after"]
     send = report["clients"]["pipeline-send"]
-    assert send["ratios"] == [0.9, 0.8, 0.99] and send["median_ratio"] == 0.9
+    assert send["rate_ratios"] == [0.9, 1.2, 0.99] and send["median_rate_ratio"] == 0.99
+    assert send["cpu_ratios"] == [0.909, 0.8, 1.0] and send["median_cpu_ratio"] == 0.909
     assert send["verdict"] == "regression"
     assert report["clients"]["pipeline-send_many"]["verdict"] == "no regression"
-    assert "regression (median 0.90)" in ab.format_table(report)
+    assert "regression" in ab.format_table(report)
