@@ -889,3 +889,22 @@ async def test_a_transaction_open_exactly_its_timeout_is_timed_out(
         with pytest.raises(TransactionTimedOutError):
             await producer.commit_transaction()
         await producer.abort_transaction()
+
+
+async def test_a_commit_past_the_timeout_refused_for_another_reason_says_that_reason(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """A transaction open past its timeout is reported timed out only when the answer is
+    the timeout's own (a fenced epoch; INVALID_TXN_STATE to a commit under v2): a commit
+    refused for another reason (authorization) raises that, not a timeout to abort."""
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options(transaction_timeout=10.0)) as producer:
+        async with producer.transaction():
+            await producer.send("t", b"warm", partition=0)
+        await producer.begin_transaction()
+        await producer.send("t", b"late", partition=0)
+        await producer.flush()
+        await trio.sleep(11.0)
+        fake.fail_next(ApiKey.END_TXN, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        with pytest.raises(TransactionFatalError, match="TRANSACTIONAL_ID_AUTHORIZATION") as e:
+            await producer.commit_transaction()
+        assert not isinstance(e.value, TransactionTimedOutError)
