@@ -44,13 +44,14 @@ def _idem_start_epoch(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
 
 @probe(IDEM, "epoch_fenced")
 def _idem_epoch_fenced(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
-    def epoch_fenced(self: Any, producer_id: int, producer_epoch: int, code: Any) -> Any:
+    def epoch_fenced(self: Any, producer_id: int, producer_epoch: int, code: Any,
+                     *rest: Any, **kw: Any) -> Any:
         if (producer_id, producer_epoch) == (self.producer_id, self.producer_epoch):
             w.reach("epoch-fenced-takes-a-new-id")
             w.fenced = True
             if w.local_epoch:
                 w.refused = True  # from now on every recovery takes a new id
-        return orig(self, producer_id, producer_epoch, code)
+        return orig(self, producer_id, producer_epoch, code, *rest, **kw)
     return epoch_fenced
 
 
