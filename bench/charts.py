@@ -21,7 +21,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
 
 _COLORS = {"pipeline": "#1f77b4", "confluent": "#ff7f0e", "aiokafka": "#2ca02c",
-           "foreach": "#ff7f0e", "spark_kafka": "#d62728", "noop_arrow": "#7f7f7f",
+           "pipeline_eos": "#9467bd", "foreach": "#ff7f0e", "spark_kafka": "#d62728",
+           "noop_arrow": "#7f7f7f",
            "pipeline-callback": "#17becf", "confluent-keyed": "#ff7f0e"}
 
 

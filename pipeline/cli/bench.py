@@ -1,9 +1,10 @@
 """``python -m pipeline bench``: a quick producer throughput run (or the Spark export bench).
 
 Without ``-b`` it starts the embedded broker for the run. ``--spark`` runs
-:func:`pipeline.spark.bench.compare_export` (one round: export vs a foreachPartition +
-confluent-kafka baseline, Spark's own Kafka sink when its jars can be had, and a
-mapInArrow no-op) instead of the plain producer run.
+:func:`pipeline.spark.bench.compare_export` (one round: export, exactly-once export when
+the broker isolates transactions, a foreachPartition + confluent-kafka baseline, Spark's
+own Kafka sink when its jars can be had, and a mapInArrow no-op) instead of the plain
+producer run.
 
 Progress (``_progress.py``) is drawn on stderr while the run goes, on a terminal by
 default (``--progress``: elsewhere too, a plain line per report); never on stdout, so

@@ -1,8 +1,14 @@
-"""The pieces of the export bench: its DataFrames, the four writers, the read-back check.
+"""The pieces of the export bench: its DataFrames, the five writers, the read-back check.
 
 Writers, each given the same cached DataFrame and its own fresh topic:
 
-* ``pipeline``: :func:`~pipeline.spark.export_dataframe` (mapInArrow + the trio producer);
+* ``pipeline``: :func:`~pipeline.spark.export_dataframe` (mapInArrow + the trio producer),
+  at least once;
+* ``pipeline_eos``: the same with ``exactly_once=True`` and a fresh ``export_id`` per run
+  (one transactional id per Spark partition, markers in the default ledger topic, the
+  default commit interval: a third of the 60 s transaction timeout); it needs a broker
+  whose ``read_committed`` readers see only committed transactions
+  (:func:`transactions_reason` finds out; the embedded tansu broker has none);
 * ``foreach``: what people write without this package: ``df.foreachPartition`` with one
   confluent-kafka ``Producer`` per partition, ``produce()`` per ``Row``, ``flush()``;
 * ``spark_kafka``: Spark's own sink, ``df.write.format("kafka")`` (the session must have
@@ -11,16 +17,18 @@ Writers, each given the same cached DataFrame and its own fresh topic:
   any exporter fed by Arrow batches (Spark's side of the cost alone).
 
 Every producing writer runs acks=all, idempotent, linger 5 ms, Java's murmur2 partitioner
-for keyed rows. What each wrote is judged by an independent reader (confluent-kafka), not
-by our own decoder: every row exactly once (the row id is in the value), and a sample of
-rows exactly as the DataFrame holds them (key, value, headers, and for keyed rows the
-murmur2 partition).
+for keyed rows. What each wrote is judged by an independent reader (confluent-kafka,
+``isolation.level=read_committed``), not by our own decoder: every row exactly once (the
+row id is in the value; records are counted, not offsets, which transaction markers also
+take), and a sample of rows exactly as the DataFrame holds them (key, value, headers, and
+for keyed rows the murmur2 partition).
 """
 
 from __future__ import annotations
 
 import functools
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SHAPES",
+    "TRANSACTIONAL",
     "WRITERS",
     "bench_frame",
     "confluent_partition_exporter",
@@ -36,10 +45,14 @@ __all__ = [
     "read_back",
     "sample_rows",
     "sink_jars_reason",
+    "transactions_reason",
     "write",
 ]
 
-WRITERS = ("pipeline", "foreach", "spark_kafka", "noop_arrow")
+WRITERS = ("pipeline", "pipeline_eos", "foreach", "spark_kafka", "noop_arrow")
+#: writers that write in transactions (their topics are judged at read_committed, and
+#: they need a broker that isolates transactions)
+TRANSACTIONAL = frozenset({"pipeline_eos"})
 #: plain: a 100-byte value, no key, no headers. keyed_headers: the demo's rows: a
 #: customer key (10k keys), a JSON order value (~190 B), 3 headers.
 SHAPES = ("plain", "keyed_headers")
@@ -118,6 +131,62 @@ def sink_jars_reason(spark: Any) -> str | None:
     return None
 
 
+def transactions_reason(bootstrap: str, topic: str, *, timeout: float = 30.0) -> str | None:
+    """Why an exactly-once export cannot be measured on this broker (None: it can).
+
+    Asks the broker, on ``topic`` (an existing, empty, 1-partition topic): confluent-kafka's
+    transactional producer commits one record and aborts another, then a confluent-kafka
+    consumer at ``read_committed`` reads the partition to its end. A broker that isolates
+    transactions shows the committed record alone; one that refuses the transaction
+    requests, or shows the aborted record too (tansu 0.6.0 accepts every request but
+    isolates nothing), cannot hold an exactly-once export's promise, so measuring it
+    there would measure a writer whose guarantee does not hold."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+    producer = Producer({"bootstrap.servers": bootstrap,
+                         "transactional.id": f"export-bench-probe-{time.time_ns()}",
+                         "transaction.timeout.ms": int(timeout * 1000)})
+    try:
+        producer.init_transactions(timeout)
+        producer.begin_transaction()
+        producer.produce(topic, b"committed", partition=0)
+        producer.commit_transaction(timeout)
+        producer.begin_transaction()
+        producer.produce(topic, b"aborted", partition=0)
+        producer.flush(timeout)
+        producer.abort_transaction(timeout)
+    except KafkaException as exc:
+        return (f"the broker refused a transaction ({exc.args[0]}): an exactly-once export "
+                "needs transactions; measure it on Apache Kafka (--broker kafka)")
+    finally:
+        del producer
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{time.time_ns()}",
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": "read_committed"})
+    seen: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + timeout
+        ended = False
+        while not ended and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=10, timeout=0.5):
+                err = msg.error()
+                if err is None:
+                    seen.append(msg.value() or b"")
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    ended = True
+    finally:
+        consumer.close()
+    if seen == [b"committed"]:
+        return None
+    what = ("a record of an aborted transaction" if b"aborted" in seen else
+            f"{seen!r} where the one committed record was expected" if ended else
+            f"no end of the partition within {timeout:g} s")
+    return (f"the broker does not isolate transactions: a read_committed reader saw {what}, "
+            "so nothing there holds an exactly-once export to its promise; measure it on "
+            "Apache Kafka (--broker kafka)")
+
+
 def confluent_partition_exporter(rows: Iterator[Any], bootstrap: str, topic: str) -> None:
     """The hand-written baseline: one confluent-kafka Producer per partition, produce() per
     Row (headers converted to the (str, bytes) pairs confluent-kafka takes)."""
@@ -169,9 +238,11 @@ def write(writer: str, df: Any, bootstrap: str, topic: str, *,
           producer_options: dict[str, Any] | None = None,
           progress: Callable[[ExportProgress], None] | None = None) -> dict[str, Any]:
     """Run ``writer`` once on ``df`` into ``topic``; ``{"seconds", "rows_seen"?, ...}``.
-    The clock is the driver's wall clock around the whole action, alike for all four.
-    ``producer_options``: ``ProducerConfig`` fields for the ``pipeline`` writer;
-    ``progress``: its ``export_dataframe`` progress callback."""
+    The clock is the driver's wall clock around the whole action, alike for all five
+    (for ``pipeline_eos`` it includes the driver's ledger read before the job and its
+    "finished" marker after). ``producer_options``: ``ProducerConfig`` fields for the
+    ``pipeline`` and ``pipeline_eos`` writers; ``progress``: their ``export_dataframe``
+    progress callback."""
     started = time.perf_counter()
     extra: dict[str, Any] = {}
     if writer == "pipeline":
@@ -182,6 +253,17 @@ def write(writer: str, df: Any, bootstrap: str, topic: str, *,
                                   **options)
         extra = {"job_seconds": report.seconds, "delivered": report.delivered,
                  "failed": report.failed}
+    elif writer == "pipeline_eos":
+        from pipeline.spark.export import export_dataframe
+
+        options = {"linger": LINGER_MS / 1000, **(producer_options or {})}
+        report = export_dataframe(df, bootstrap=bootstrap, topic=topic, progress=progress,
+                                  exactly_once=True,
+                                  export_id=f"{topic}-{uuid.uuid4().hex[:8]}", **options)
+        extra = {"job_seconds": report.seconds, "delivered": report.delivered,
+                 "failed": report.failed, "committed_rows": report.committed_rows,
+                 "transactions": sum(p.transactions for p in report.partitions),
+                 "retried_partitions": list(report.retried_partitions)}
     elif writer == "foreach":
         df.foreachPartition(functools.partial(confluent_partition_exporter,
                                               bootstrap=bootstrap, topic=topic))
@@ -203,11 +285,13 @@ def write(writer: str, df: Any, bootstrap: str, topic: str, *,
 
 def read_back(bootstrap: str, topic: str, *, rows: int, partitions: int,
               sample: dict[bytes, tuple[Any, ...]], keyed: bool,
-              timeout: float = 300.0) -> dict[str, Any]:
-    """Read ``topic`` whole with confluent-kafka (assign mode, to each partition's end)
-    and judge it: ``ok`` when it holds every row id 0..rows-1 exactly once and every
+              isolation: str = "read_committed", timeout: float = 300.0) -> dict[str, Any]:
+    """Read ``topic`` whole with confluent-kafka (assign mode, to each partition's end, at
+    ``isolation``: librdkafka's ``isolation.level``, whose default is ``read_committed``
+    too) and judge it: ``ok`` when it holds every row id 0..rows-1 exactly once and every
     sampled row is there unchanged (key, value, headers; keyed rows on the murmur2
-    partition Java's client picks)."""
+    partition Java's client picks). Records are counted, never offsets: transaction
+    markers take offsets too."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     from pipeline.producer._stages.partitioner import java_positive, murmur2
@@ -216,6 +300,7 @@ def read_back(bootstrap: str, topic: str, *, rows: int, partitions: int,
         "bootstrap.servers": bootstrap, "group.id": f"export-bench-{time.monotonic_ns()}",
         "enable.auto.commit": False, "enable.partition.eof": True,
         "auto.offset.reset": "earliest", "fetch.max.bytes": 16 << 20,
+        "isolation.level": isolation,
     })
     ids: list[int] = []
     found: dict[bytes, tuple[Any, ...]] = {}
@@ -255,7 +340,7 @@ def read_back(bootstrap: str, topic: str, *, rows: int, partitions: int,
         "duplicates": len(ids) - len(distinct),
         "missing": rows - sum(1 for i in distinct if 0 <= i < rows),
         "sample_checked": len(sample), "sample_bad": bad_sample[:5],
-        "complete": len(eof) == partitions, "errors": errors,
+        "complete": len(eof) == partitions, "errors": errors, "isolation": isolation,
         "read_seconds": round(time.perf_counter() - started, 2),
     }
     result["ok"] = (result["records"] == rows and result["distinct_ids"] == rows
