@@ -10,9 +10,10 @@ partitions it leads fail and the producer recovers with a client-side epoch bump
 producer's every connection crosses one; the verdict comes from confluent-kafka's
 consumer on the never-proxied INTERNAL listeners (``chaoslab.judge``).
 
-And one transactional schedule (seed 101, ``pipeline-txn``: the transaction coordinator's
-node SIGKILLed mid-transaction, lost AddPartitionsToTxn answers), judged by
-confluent-kafka's ``read_committed`` reader (``chaoslab.txn_judge``).
+And two transactional schedules (``pipeline-txn``), judged by confluent-kafka's
+``read_committed`` reader (``chaoslab.txn_judge``): seed 101, the transaction coordinator's
+node SIGKILLed mid-transaction and lost AddPartitionsToTxn answers; seed 104, lost EndTxn
+answers, so commits are retried against a coordinator that may already have completed them.
 
 Each idempotent run must show: 0 acknowledged messages lost, 0 duplicated, every partition's log
 strictly increasing in send order, exactly one outcome per accepted message (nothing
@@ -68,23 +69,29 @@ async def test_pipeline_keeps_order_and_one_outcome_under_faults(
             assert any(mark in e for e in verdict.events), (action, story)
 
 
-#: The transactional schedule ``make test`` runs: SIGKILL of the transaction coordinator's
-#: node mid-transaction (restarted 7.5 s later), AddPartitionsToTxn answers lost.
-TXN_QUICK_SEED = 101
+#: The transactional schedules ``make test`` runs, each with the fault it must show:
+#: 101, SIGKILL of the transaction coordinator's node mid-transaction (restarted 7.5 s
+#: later) and AddPartitionsToTxn answers lost; 104, EndTxn answers lost twice.
+TXN_QUICK_SEEDS = {101: ("kill-coordinator", r"SIGKILL node"),
+                   104: ("lost-responses", r"lost [1-9]\d* END_TXN response")}
 
 
-async def test_pipeline_transactions_survive_a_killed_coordinator(
-    kafka_cluster: KafkaCluster, tmp_path: Path
+@pytest.mark.parametrize("seed", sorted(TXN_QUICK_SEEDS))
+async def test_pipeline_transactions_survive_coordinator_faults(
+    kafka_cluster: KafkaCluster, seed: int, tmp_path: Path
 ) -> None:
-    """Transactions of 200 messages at 1,000 msgs/s while the coordinator's node is
-    SIGKILLed: judged by confluent-kafka's ``read_committed`` reader, every committed
-    transaction is in the log whole and once, no aborted one is visible, every partition
-    is in send order, and a transaction begun after the heal commits within
-    ``RECOVER_BOUND`` (``chaoslab.txn_judge``)."""
+    """Transactions of 200 messages at 1,000 msgs/s while the coordinator fails (its node
+    SIGKILLed, or its EndTxn answers lost): judged by confluent-kafka's ``read_committed``
+    reader, every committed transaction is in the log whole and once, no aborted one is
+    visible, every partition is in send order, and a transaction begun after the heal
+    commits within ``RECOVER_BOUND`` (``chaoslab.txn_judge``)."""
+    import re
+
     from chaoslab.txn_judge import TxnVerdict
 
-    plan = make_plan(TXN_QUICK_SEED)
-    assert plan.transactional and any(s.action == "kill-coordinator" for s in plan.steps)
+    action, mark = TXN_QUICK_SEEDS[seed]
+    plan = make_plan(seed)
+    assert plan.transactional and any(s.action == action for s in plan.steps)
     lines: list[str] = []
     async with open_lab(kafka_cluster) as lab:
         verdict = await run_schedule(lab, plan, "pipeline-txn", logs_dir=tmp_path,
@@ -95,7 +102,9 @@ async def test_pipeline_transactions_survive_a_killed_coordinator(
                        f"extra: {verdict.extra}"])
     print(story)
     assert verdict.violations == [], story
-    # It really ran transactions for the whole schedule, and the kill hit its coordinator.
+    # It really ran transactions for the whole schedule, and the fault hit its coordinator.
     assert verdict.committed >= 50 and verdict.msgs_committed >= 50 * plan.txn_size, story
     assert not any("STEP FAILED" in e for e in verdict.events), story
-    assert any("(the transaction coordinator)" in e for e in verdict.events), story
+    assert any(re.search(mark, e) for e in verdict.events), story
+    if action == "kill-coordinator":
+        assert any("(the transaction coordinator)" in e for e in verdict.events), story
