@@ -193,11 +193,13 @@ def test_records_with_old_timestamps_are_kept() -> None:
     """Tests write records with fixed CreateTimes of 2022-2023. Kafka's default 7-day
     retention deleted them at its first check (30 s after the start; every 5 min later, 1 s
     here), active segment too: a CI read-back that straddled a check found partitions
-    starting at offset 18. The test kit turns time-based retention off."""
+    starting at offset 18. The test kit turns time-based retention off. Here the first
+    check comes 1 s after the start (``log.initial.task.delay.ms``) and then every second."""
     import time
 
     confluent_kafka = pytest.importorskip("confluent_kafka")
-    with KafkaCluster(1, {"log.retention.check.interval.ms": "1000"}) as cluster:
+    with KafkaCluster(1, {"log.retention.check.interval.ms": "1000",
+                          "log.initial.task.delay.ms": "1000"}) as cluster:
         cluster.create_topic("old-timestamps", 1)
         producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap})
         for i in range(20):
@@ -207,7 +209,7 @@ def test_records_with_old_timestamps_are_kept() -> None:
                                              "group.id": "retention"})
         try:
             partition = confluent_kafka.TopicPartition("old-timestamps", 0)
-            time.sleep(33)  # past the first retention check (30 s after the start)
+            time.sleep(4)  # past several retention checks
             assert consumer.get_watermark_offsets(partition, timeout=10) == (0, 20)
         finally:
             consumer.close()
