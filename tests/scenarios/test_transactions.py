@@ -11,6 +11,7 @@ The fake's transaction coordinator answers as Kafka 4.1 does
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -146,10 +147,11 @@ async def test_the_protocol_follows_the_clusters_transaction_version(
 # --------------------------------------------------------------------------- errors
 
 
-async def test_a_second_producer_with_the_same_id_fences_the_first(
-        fake: FakeCluster, autojump_clock: trio.testing.MockClock) -> None:
-    """The zombie's open transaction is aborted by the new producer's initialisation,
-    its commit raises ProducerFencedError, and later calls raise it too."""
+@asynccontextmanager
+async def zombie_and_successor(fake: FakeCluster) -> AsyncIterator[Any]:
+    """A producer (the zombie, yielded) with a transaction open and a record of it
+    written, then a successor with the same transactional id that fences it and commits
+    ``b"fresh"``; the successor stays open while the caller uses the zombie."""
     async with open_fake_producer(fake, **txn_options()) as zombie:
         await zombie.begin_transaction()
         await zombie.send("t", b"zombie", partition=0)
@@ -157,10 +159,18 @@ async def test_a_second_producer_with_the_same_id_fences_the_first(
         async with open_fake_producer(fake, **txn_options()) as fresh:
             async with fresh.transaction():
                 await fresh.send("t", b"fresh", partition=0)
-            with pytest.raises(ProducerFencedError):
-                await zombie.commit_transaction()
-            with pytest.raises(ProducerFencedError):
-                await zombie.begin_transaction()
+            yield zombie
+
+
+async def test_a_second_producer_with_the_same_id_fences_the_first(
+        fake: FakeCluster, autojump_clock: trio.testing.MockClock) -> None:
+    """The zombie's open transaction is aborted by the new producer's initialisation,
+    its commit raises ProducerFencedError, and later calls raise it too."""
+    async with zombie_and_successor(fake) as zombie:
+        with pytest.raises(ProducerFencedError):
+            await zombie.commit_transaction()
+        with pytest.raises(ProducerFencedError):
+            await zombie.begin_transaction()
     assert await committed_values(fake) == [b"fresh"]
 
 
@@ -172,34 +182,28 @@ async def test_a_zombies_record_refused_for_its_epoch_fails_at_once(
     not at its delivery_timeout (120 s), with TransactionAbortableError naming the
     broker's answer (Java's InvalidProducerEpochException); new sends and the commit
     raise the same error; the abort, refused by the coordinator, says fenced."""
-    async with open_fake_producer(fake, **txn_options()) as zombie:
-        await zombie.begin_transaction()
-        await zombie.send("t", b"zombie", partition=0)
-        await zombie.flush()
-        async with open_fake_producer(fake, **txn_options()) as fresh:
-            async with fresh.transaction():
-                await fresh.send("t", b"fresh", partition=0)
-            late = await zombie.send("t", b"late", partition=0)
-            start = trio.current_time()
-            with trio.fail_after(1.0), pytest.raises(ProducerError) as failed:
-                await late
-            assert trio.current_time() - start < 0.1
-            error = failed.value.cause
-            assert isinstance(error, TransactionAbortableError)
-            assert error.code == ErrorCode.INVALID_PRODUCER_EPOCH
-            assert "INVALID_PRODUCER_EPOCH" in str(error)
-            assert isinstance(error.__cause__, BrokerResponseError)
-            assert error.__cause__.code == ErrorCode.INVALID_PRODUCER_EPOCH
-            with pytest.raises(TransactionAbortableError) as refused:
-                await zombie.send("t", b"later", partition=0)
-            assert refused.value is error
-            with pytest.raises(TransactionAbortableError) as commit:
-                await zombie.commit_transaction()
-            assert commit.value is error
-            with pytest.raises(ProducerFencedError):
-                await zombie.abort_transaction()
-            with pytest.raises(ProducerFencedError):
-                await zombie.begin_transaction()
+    async with zombie_and_successor(fake) as zombie:
+        late = await zombie.send("t", b"late", partition=0)
+        start = trio.current_time()
+        with trio.fail_after(1.0), pytest.raises(ProducerError) as failed:
+            await late
+        assert trio.current_time() - start < 0.1
+        error = failed.value.cause
+        assert isinstance(error, TransactionAbortableError)
+        assert error.code == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert "INVALID_PRODUCER_EPOCH" in str(error)
+        assert isinstance(error.__cause__, BrokerResponseError)
+        assert error.__cause__.code == ErrorCode.INVALID_PRODUCER_EPOCH
+        with pytest.raises(TransactionAbortableError) as refused:
+            await zombie.send("t", b"later", partition=0)
+        assert refused.value is error
+        with pytest.raises(TransactionAbortableError) as commit:
+            await zombie.commit_transaction()
+        assert commit.value is error
+        with pytest.raises(ProducerFencedError):
+            await zombie.abort_transaction()
+        with pytest.raises(ProducerFencedError):
+            await zombie.begin_transaction()
     assert await committed_values(fake) == [b"fresh"]
 
 
