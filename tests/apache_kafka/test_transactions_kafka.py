@@ -23,6 +23,11 @@ EndTxn bumps the epoch) and ``v1`` on one formatted at ``transaction.version`` 1
   abort is refused, and ``commit_transaction()`` returns, the records visible; an
   EndTxn(commit) cut before the broker read it: the abort goes through, and
   ``commit_transaction()`` raises ``TransactionAbortedError``, nothing visible;
+* the window where a commit's markers are still being written: v2 (3 nodes, the
+  markers held by shutting down the only replica of one of its partitions), the next
+  transaction's Produce v12 and abort are answered CONCURRENT_TRANSACTIONS and waited
+  out, not fatal; v1, an abort right after a commit waits for its AddPartitionsToTxn in
+  flight and ends what it opened: no transaction is left Ongoing;
 * coordinator failover (3 nodes): the transaction coordinator's node is SIGKILLed, or
   shut down, in the middle of a transaction; the producer finds the new coordinator and
   the commit makes every record visible exactly once.
@@ -52,6 +57,7 @@ from pipeline.cluster import Cluster
 from pipeline.consumer import topic_offsets
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
+from pipeline.protocol.messages.describe_transactions import DescribeTransactionsRequest
 from pipeline.protocol.messages.find_coordinator import FindCoordinatorRequest
 from pipeline.testing.kafka import KafkaCluster
 from pipeline.testing.proxy import FaultProxy
@@ -166,6 +172,18 @@ async def find_coordinator(bootstrap: str, transactional_id: str) -> int:
                 if found.error_code == ErrorCode.NONE:
                     return int(found.node_id)
                 await trio.sleep(0.2)
+
+
+async def txn_state(bootstrap: str, transactional_id: str) -> str:
+    """The coordinator's state of ``transactional_id`` (DescribeTransactions)."""
+    node = await find_coordinator(bootstrap, transactional_id)
+    async with Cluster.open(bootstrap) as cluster:
+        conn = await cluster.connection(node)
+        response = await conn.request(DescribeTransactionsRequest(
+            transactional_ids=(transactional_id,)))
+        (state,) = response.transaction_states
+        assert state.error_code == ErrorCode.NONE, state.error_code
+        return str(state.transaction_state)
 
 
 @asynccontextmanager
@@ -576,6 +594,88 @@ def test_the_coordinator_fails_over_in_the_middle_of_a_transaction(
     committed = values(read(bootstrap, topic, "read_committed"))
     assert committed == expected  # each once: the values are distinct
     assert values(read(bootstrap, topic, "read_uncommitted")) == expected
+
+
+def test_an_abort_while_the_last_commits_markers_are_held(kafka_cluster: KafkaCluster) -> None:
+    """v2, 3 nodes: a commit is answered before its markers are written; here they are
+    held (the only replica of one of its partitions is shut down once its records are
+    written: the transaction stays PrepareCommit until the node is back). Meanwhile the
+    coordinator answers the next transaction's Produce v12 and its EndTxn(abort)
+    CONCURRENT_TRANSACTIONS: the abort waits (no TransactionFatalError) and ends once
+    the markers are written; the next transaction commits."""
+    cluster = kafka_cluster
+    bootstrap, tid = cluster.bootstrap, _tid()
+    topic = _topic(cluster, partitions=3, rf=1)
+    home = trio.run(find_coordinator, bootstrap, tid)
+    leaders = [cluster.leader(topic, p) for p in range(3)]
+    held = next(p for p in range(3) if leaders[p] != home)
+    free = next(p for p in range(3) if leaders[p] != leaders[held])
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with txn_producer(bootstrap, tid) as producer:
+            await producer.begin_transaction()
+            await producer.send(topic, b"kept-held", partition=held)
+            await producer.send(topic, b"kept-free", partition=free)
+            await producer.flush()
+            await cluster.call(cluster.stop, leaders[held])
+            try:
+                await producer.commit_transaction()  # answered; the markers wait
+                seen["after commit"] = await txn_state(bootstrap, tid)
+                await producer.begin_transaction()
+                await producer.send(topic, b"dropped", partition=free)
+                await trio.sleep(0.5)  # its Produce v12 is refused (and retried) meanwhile
+                async with trio.open_nursery() as nursery:
+                    async def abort() -> None:
+                        await producer.abort_transaction()
+                        seen["aborted"] = True
+
+                    nursery.start_soon(abort)
+                    await trio.sleep(3.0)
+                    seen["aborted while held"] = seen.get("aborted", False)
+                    await cluster.call(cluster.start_all)
+            finally:
+                await cluster.call(cluster.start_all)
+            async with producer.transaction():
+                await producer.send(topic, b"then", partition=free)
+
+    trio.run(main)
+    assert seen == {"after commit": "PrepareCommit", "aborted while held": False,
+                    "aborted": True}
+    wait_stable(bootstrap, topic)
+    assert values(read(bootstrap, topic, "read_committed")) == [
+        b"kept-free", b"kept-held", b"then"]
+
+
+def test_v1_an_abort_right_after_a_commit_leaves_no_transaction_open(
+        kafka_txn_v1: KafkaCluster) -> None:
+    """v1: the next transaction's first AddPartitionsToTxn, sent while the commit's
+    markers are still being written (a few milliseconds on one node), is refused
+    CONCURRENT_TRANSACTIONS and retried; an abort meanwhile waits for it, then ends the
+    transaction the coordinator opened with it, so none is left open (it would stay
+    Ongoing until its timeout, whose abort fences the producer)."""
+    cluster = kafka_txn_v1
+    bootstrap, tid = cluster.bootstrap, _tid()
+    topic = _topic(cluster, partitions=2)
+    states: list[str] = []
+
+    async def main() -> None:
+        async with txn_producer(bootstrap, tid) as producer:
+            for i in range(10):
+                async with producer.transaction():
+                    await producer.send(topic, b"kept-%d" % i, partition=0)
+                await producer.begin_transaction()
+                await producer.send(topic, b"dropped-%d" % i, partition=1)
+                await trio.sleep(0.002 * (i % 5))  # its AddPartitionsToTxn goes out
+                await producer.abort_transaction()
+                await trio.sleep(0.2)  # an addition in flight would have landed by now
+                states.append(await txn_state(bootstrap, tid))
+
+    trio.run(main)
+    assert "Ongoing" not in states, states
+    wait_stable(bootstrap, topic)
+    assert values(read(bootstrap, topic, "read_committed")) == sorted(
+        b"kept-%d" % i for i in range(10))
 
 
 @pytest.mark.parametrize("how", ["by-hand", "block"])

@@ -428,3 +428,43 @@ def test_the_sync_producer_runs_transactions_too() -> None:
     finally:
         trio.from_thread.run_sync(holder["stop"].set, trio_token=holder["token"])
         thread.join(10)
+
+
+# ----------------------------------------------------------------- the markers' window
+
+
+async def test_an_abort_while_the_last_commits_markers_are_written(
+        version: int, autojump_clock: trio.testing.MockClock) -> None:
+    """EndTxn is answered before the coordinator has written the transaction's markers;
+    until they are written (PrepareCommit) it answers the next transaction's requests
+    CONCURRENT_TRANSACTIONS (v2: its Produce v12 and its EndTxn; v1: AddPartitionsToTxn).
+    An abort there waits them out, as the Java client retries, and ends the transaction:
+    v2's EndTxn is not fatal; v1's waits for the addition in flight, which the
+    coordinator applies once the markers are written, so no transaction is left open
+    there. (The explorer's transactions workload, schedule 5, shrunk to its core.)"""
+    async with FakeCluster.serve(brokers=3, seed=4, transaction_version=version,
+                                 auto_create_topics=False, txn_marker_delay=0.3) as fake:
+        fake.create_topic("t", 3)
+        async with open_fake_producer(fake, **txn_options()) as producer:
+            async with producer.transaction():
+                await producer.send("t", b"kept", partition=0)
+            committed = trio.current_time()
+            assert fake.transaction(TID).state == "PrepareCommit"
+            await producer.begin_transaction()
+            await producer.send("t", b"dropped", partition=1)
+            await trio.sleep(0.1)  # its requests are refused meanwhile
+            await producer.abort_transaction()
+            aborted = trio.current_time()
+            await trio.sleep(1.0)
+            assert fake.transaction(TID).state in ("CompleteCommit", "CompleteAbort")
+            async with producer.transaction():
+                await producer.send("t", b"then", partition=1)
+        await trio.sleep(1.0)  # its markers
+        assert await committed_values(fake) == [b"kept", b"then"]
+    assert aborted - committed >= 0.3  # the abort waited for the markers
+    aborts = [r for r in fake.requests_of(ApiKey.END_TXN) if not r.request.committed]
+    if version == 2:  # refused until the markers are written, then the abort bumps the epoch
+        assert len(aborts) > 1
+    else:  # the partition's addition, refused until then, applied: the abort ends it
+        assert len(fake.requests_of(ApiKey.ADD_PARTITIONS_TO_TXN)) > 2
+        assert len(aborts) == 1

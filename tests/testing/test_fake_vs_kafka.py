@@ -23,7 +23,10 @@ empty aborts) and v1 (AddPartitionsToTxn first, INVALID_TXN_STATE / TRANSACTION_
 without), markers, last stable offsets and aborted lists at read_committed, fencing by a
 second InitProducerId, KIP-360 re-initialisation, TxnOffsetCommit with and without
 AddOffsetsToTxn (UNSTABLE_OFFSET_COMMIT, a plain commit winning), coordinator timeouts,
-FindCoordinator and NOT_COORDINATOR, DescribeTransactions and ListTransactions. The
+the window where a commit's markers are still being written (held open by stopping the
+only replica of one of its partitions: CONCURRENT_TRANSACTIONS to the next transaction's
+Produce v12 and EndTxn), FindCoordinator and NOT_COORDINATOR, DescribeTransactions and
+ListTransactions. The
 same answers come from a Kafka 4.1 formatted at transaction.version 1
 (``test_kafka_on_transaction_version_1``): Kafka takes the protocol from each request's
 version.
@@ -31,6 +34,7 @@ version.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -509,6 +513,61 @@ async def timeouts(t: Target, topic: str) -> list[Any]:
     return out
 
 
+async def marker_window(t: Target, topic: str) -> list[Any]:
+    """While the coordinator writes the markers of a commit (PrepareCommit: held open here
+    by stopping the only replica of a partition of the transaction), every EndTxn is
+    answered CONCURRENT_TRANSACTIONS, an abort of the next transaction too, and so is
+    v2's Produce v12 (v11: NOT_ENOUGH_REPLICAS). Once the markers are written, the abort
+    bumps the epoch (v2) or is INVALID_TXN_STATE (v1: nothing is open)."""
+    await t.create(topic, 3, 1, {})
+    a = txn_raw.Txn(t.cluster, f"{topic}-w2", versions=V2)
+    b = txn_raw.Txn(t.cluster, f"{topic}-w1", versions=V1)
+    for x in (a, b):
+        await x.init_ok()
+    ca, cb = await a.coordinator(), await b.coordinator()
+    leaders = [await t.leader(topic, p) for p in range(3)]
+    # held: a partition led by neither coordinator; free: one led elsewhere
+    held = next(p for p in range(3) if leaders[p] not in (ca.node_id, cb.node_id))
+    free = next(p for p in range(3) if leaders[p] != leaders[held])
+    out: list[Any] = [(await a.produce(topic, held, b"a")).error_code]
+    out.append(list((await b.add_partitions({topic: [held]}, conn=cb)).values()))
+    out.append((await b.produce(topic, held, b"b")).error_code)
+    await t.stop(leaders[held])
+    try:
+        e = await a.end(True, conn=ca)
+        out.append((e.error_code, e.producer_epoch))
+        out.append((await b.end(True, conn=cb)).error_code)
+        out.append([(await a.state(ca))[1], (await b.state(cb))[1]])
+        # v2: the next transaction, inside the window
+        out.append((await a.produce(topic, free, b"refused")).error_code)
+        out.append((await a.end(False, conn=ca)).error_code)
+        out.append((await a.end(True, conn=ca)).error_code)
+        out.append((await a.end(False, epoch=a.epoch - 1, conn=ca)).error_code)  # a lost commit
+        out.append((await a.end(False, epoch=a.epoch + 1, conn=ca)).error_code)
+        out.append((await a.init(conn=ca)).error_code)
+        # v1
+        out.append(list((await b.add_partitions({topic: [free]}, conn=cb)).values()))
+        out.append((await b.produce(topic, free, b"refused")).error_code)
+        out.append((await b.end(False, conn=cb)).error_code)
+        out.append((await b.end(True, conn=cb)).error_code)
+        out.append((await b.end(False, epoch=b.epoch + 1, conn=cb)).error_code)
+        out.append([(await a.state(ca))[1], (await b.state(cb))[1]])
+    finally:
+        await t.start(leaders[held])
+    await a.completed(ca)
+    await b.completed(cb)
+    out.append([(await a.state(ca))[1], (await b.state(cb))[1]])
+    e = await a.end(False, conn=ca)  # nothing open: v2 bumps the epoch
+    out.append((e.error_code, e.producer_epoch))
+    out.append([(await b.end(commit, conn=cb)).error_code for commit in (False, True)])
+    await t.cluster.refresh([topic], force=True)
+    r = await txn_raw.read(t.cluster, topic, held, isolation=1, names=txn_raw.Names())
+    # (the two transactions' markers land in either order: named by their epochs)
+    out.append((r.high_watermark, r.last_stable_offset, r.aborted,
+                sorted(re.sub(r"\(P\d+,", "(", v) for _, v in r.records)))
+    return out
+
+
 async def coordinators(t: Target, topic: str) -> list[Any]:
     """FindCoordinator at every version; a transaction API on another broker."""
     await t.create(topic, 1, 1, {})
@@ -608,6 +667,7 @@ SCENARIOS: dict[str, Callable[[Target, str], Awaitable[list[Any]]]] = {
     "init_rules": init_rules,
     "txn_offsets": txn_offsets,
     "timeouts": timeouts,
+    "marker_window": marker_window,
     "coordinators": coordinators,
     "listings": listings,
 }
@@ -673,6 +733,14 @@ EXPECTED: dict[str, list[Any]] = {
      (2, 2, None, [(0, 'late'), (1, 'ABORT(P0,1)')]), 0, ('CompleteAbort', 1), 47, 90,
      (90, None), (2, 2, [('P1', 0)], [(0, 'late'), (1, 'ABORT(P1,1)')]),
      (2, 2, None, [(0, 'late'), (1, 'ABORT(P1,1)')])],
+    # the commits' markers held (PrepareCommit); the next v2 transaction's Produce v12, an
+    # abort, a commit, an abort with the previous / a future epoch, InitProducerId: 51;
+    # v1: AddPartitionsToTxn 51, Produce v11 19, abort / commit 51, a future epoch 90;
+    # then the markers: v2's abort bumps the epoch, v1's is refused, its commit a retry
+    "marker_window": [0, [0], 0, (0, 1), 0, ['PrepareCommit', 'PrepareCommit'],
+     51, 51, 51, 51, 51, 51, [51], 19, 51, 51, 90,
+     ['PrepareCommit', 'PrepareCommit'], ['CompleteCommit', 'CompleteCommit'], (0, 2),
+     [48, 0], (4, 4, [], ['COMMIT(0)', 'COMMIT(1)', 'a', 'b'])],
     "coordinators": [[(0, False, 0, True), (0, True, 0, True), (1, False, 0, True), (1, True, 0, True),
       (2, False, 42, False), (2, True, 42, False)],
      16, {('T', 0): 16}, 16, 16, {('T', 0): 16}, [16]],
@@ -708,7 +776,16 @@ async def fake_target(brokers: int = 3, transaction_version: int = 2) -> AsyncIt
                 return list(fake.partition(topic, partition).replicas)
 
             async def stop(node: int) -> None:
-                fake.stop_broker(node)
+                # as Kafka's controlled shutdown: what the node led moves to another
+                # replica; a partition with none is offline until the node is back
+                led = [(p.topic, p.index) for tp in fake.state.topics.values()
+                       for p in tp.partitions if p.leader == node]
+                fake.stop_broker(node, elect=False)
+                for name, index in led:
+                    others = [r for r in fake.partition(name, index).replicas
+                              if r != node and fake.state.brokers[r].alive]
+                    if others:
+                        fake.move_leader(name, index, others[0])
 
             async def start(node: int) -> None:
                 fake.restart_broker(node)

@@ -205,18 +205,18 @@ class Txn:
             version=self.version(conn, ApiKey.TXN_OFFSET_COMMIT))
         return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
 
-    async def state(self) -> tuple[int, str, int]:
+    async def state(self, conn: BrokerConnection | None = None) -> tuple[int, str, int]:
         """DescribeTransactions: (error, state, epoch)."""
-        conn = await self.coordinator()
+        conn = conn or await self.coordinator()
         r = await conn.request(dtx.DescribeTransactionsRequest(
             transactional_ids=(self.transactional_id,)))
         (s,) = r.transaction_states
         return s.error_code, s.transaction_state, s.producer_epoch
 
-    async def completed(self) -> None:
+    async def completed(self, conn: BrokerConnection | None = None) -> None:
         """Until the transaction left PrepareCommit/PrepareAbort: Kafka answers EndTxn
         before its markers are written and the transaction is complete."""
-        await until(self.state, lambda s: not s[1].startswith("Prepare"))
+        await until(lambda: self.state(conn), lambda s: not s[1].startswith("Prepare"))
 
     async def end(self, commit: bool, *, epoch: int | None = None,
                   producer_id: int | None = None,

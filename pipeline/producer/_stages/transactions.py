@@ -32,7 +32,11 @@ per-partition order and idempotence (``idempotence.py``). What it adds:
   delivery-deadline path, with every deadline taken as passed), waits until no
   Produce request is in flight (a write landing after the abort marker would belong
   to no transaction, or under v1 to the next one), then sends EndTxn. EndTxn is sent
-  shielded from cancellation, and bounded. A commit whose answer is lost is retried
+  shielded from cancellation, and bounded, after any AddPartitionsToTxn in flight is
+  answered (v1: the coordinator may apply it, opening its transaction, only once the
+  previous transaction's markers are written; EndTxn then ends it). While those markers
+  are written the coordinator answers CONCURRENT_TRANSACTIONS (v2: to Produce v12 and
+  EndTxn, the next transaction's abort too): retried, as the Java client does. A commit whose answer is lost is retried
   only as an abort (franz-go's rule): if that abort is refused because the commit
   completed, the commit stands; otherwise the transaction is aborted and the commit
   raises ``TransactionAbortedError``.
@@ -167,6 +171,11 @@ class TransactionManager:
         self.added: set[TopicPartition] = set()
         self._to_add: set[TopicPartition] = set()
         self._add_wanted = trio.Event()
+        # Set while no AddPartitionsToTxn is in flight. An EndTxn waits for it: an addition
+        # the coordinator applies after the end would open a transaction there that this
+        # producer never ends (it stays open until its timeout, whose abort fences it).
+        self._add_idle = trio.Event()
+        self._add_idle.set()
         self._offsets_groups: set[str] = set()  # v1: groups added with AddOffsetsToTxn
         self._failed_at_begin = 0
         self._began_at = 0.0
@@ -292,6 +301,7 @@ class TransactionManager:
             if self.state not in (State.IN_TRANSACTION, State.COMMITTING) or not self._to_add:
                 continue
             batch = sorted(self._to_add)
+            self._add_idle = trio.Event()
             try:
                 await self._coord.add_partitions(batch, self._idem.producer_id,
                                                  self._idem.producer_epoch)
@@ -301,10 +311,13 @@ class TransactionManager:
                 else:
                     self.abortable(exc)
                 continue
-            self.added.update(batch)
-            self.touched.update(batch)  # the coordinator's transaction is open: end it
-            self._to_add.difference_update(batch)
-            self._wake()
+            else:
+                self.added.update(batch)
+                self.touched.update(batch)  # the coordinator's transaction is open: end it
+                self._to_add.difference_update(batch)
+                self._wake()
+            finally:
+                self._add_idle.set()
 
     async def run_failer(self) -> None:
         """Once the open transaction cannot commit (ABORTABLE) or the producer can do
@@ -411,6 +424,10 @@ class TransactionManager:
         then the epoch of the next transaction."""
         bound = self._config.transaction_timeout + self._config.request_timeout
         with trio.CancelScope(shield=True), trio.move_on_after(bound) as scope:
+            # v1: an AddPartitionsToTxn in flight (retried while the coordinator still
+            # completes the previous transaction) settles first: if it is applied, the
+            # coordinator's transaction is open and EndTxn must end it
+            await self._add_idle.wait()
             try:
                 pid, epoch = await self._end_txn(commit)
             except TransactionError as exc:

@@ -442,6 +442,7 @@ class FakeCluster(RequestFaults, GroupQueries):
             part.replicas = (to, *part.replicas[:-1]) if len(part.replicas) > 1 else (to,)
         part.leader = to
         part.leader_epoch += 1
+        self.txn.leaders_changed()
         return to
 
     def stop_broker(self, node_id: int, *, elect: bool = True) -> None:
@@ -490,6 +491,7 @@ class FakeCluster(RequestFaults, GroupQueries):
                 part.leader_epoch += 1
             if lose_producer_state and part.leader == node_id:
                 produce.reset_producer_state(part)
+        self.txn.leaders_changed()
 
     def drop_connections(self, node_id: int | None = None) -> int:
         """Close every open connection (to one broker, or all) now. Returns how many."""

@@ -34,9 +34,13 @@ finalized ``transaction.version``, which clients read to choose):
   transaction bumps the epoch too; a commit with none is INVALID_TXN_STATE.
 
 EndTxn then writes a COMMIT or ABORT marker to every partition of the transaction (after
-``txn_marker_delay`` seconds, meanwhile PrepareCommit/PrepareAbort: a repeated EndTxn or
-an InitProducerId answers CONCURRENT_TRANSACTIONS) and ends its offsets in the
-``OffsetStore``. A transaction open longer than its timeout is aborted by the
+``txn_marker_delay`` seconds; an offline partition's marker waits until it has a leader)
+and ends its offsets in the ``OffsetStore``. Meanwhile it is PrepareCommit/PrepareAbort
+(Kafka holds a pending CompleteCommit/CompleteAbort transition): every EndTxn is answered
+CONCURRENT_TRANSACTIONS, the next transaction's abort or commit too (v2: before any other
+check; v1: after the producer id and epoch's), and so are InitProducerId,
+AddPartitionsToTxn / AddOffsetsToTxn (before their producer checks) and Produce v12
+(v11 and below: NOT_ENOUGH_REPLICAS, as Kafka translates it for older clients). A transaction open longer than its timeout is aborted by the
 coordinator with an epoch bump: its producer's next request is fenced, except its own
 EndTxn v5 (abort: NONE with the new epoch; commit: INVALID_TXN_STATE).
 """
@@ -158,7 +162,7 @@ class TransactionCoordinator:
             now = trio.current_time()
             for meta in list(self.transactions.values()):
                 if meta.state in _PREPARING and meta.completes_at <= now:
-                    self._complete(meta)
+                    self._write_markers(meta)
                 elif meta.state == ONGOING and self._deadline(meta) <= now:
                     self._abort_timed_out(meta)
             wake_at = min((self._next_event(m) for m in self.transactions.values()),
@@ -171,13 +175,20 @@ class TransactionCoordinator:
 
     def _next_event(self, meta: TransactionMetadata) -> float:
         if meta.state in _PREPARING:
-            return meta.completes_at
+            # past it, a marker still to write waits for its partition's leader
+            # (``leaders_changed``)
+            return meta.completes_at if meta.completes_at > trio.current_time() else float("inf")
         if meta.state == ONGOING:
             return self._deadline(meta)
         return float("inf")
 
     def _changed(self) -> None:
         self._wake.set()
+
+    def leaders_changed(self) -> None:
+        """A partition got a leader (a broker restarted, a leadership moved): markers
+        held for an offline partition can be written now."""
+        self._changed()
 
     # ------------------------------------------------------------------ transitions
 
@@ -201,20 +212,30 @@ class TransactionCoordinator:
         delay = self._state.config.txn_marker_delay
         meta.completes_at = trio.current_time() + delay
         if delay <= 0:
-            self._complete(meta)
+            self._write_markers(meta)
         else:
             self._changed()
 
-    def _complete(self, meta: TransactionMetadata) -> None:
-        """Write the markers, end the offsets, CompleteCommit/CompleteAbort."""
+    def _write_markers(self, meta: TransactionMetadata) -> None:
+        """Write the markers of a PrepareCommit/PrepareAbort; once every partition has
+        its marker, end the offsets: CompleteCommit/CompleteAbort. An offline partition
+        (no leader) keeps its marker, and the transaction stays in PrepareCommit /
+        PrepareAbort, until it has a leader again (Kafka's marker channel queues it
+        for an unknown leader and retries)."""
         commit = meta.state == PREPARE_COMMIT
         coordinator_epoch = self._coordinators.epoch(TRANSACTION, meta.transactional_id)
         for topic, index in sorted(meta.partitions):
             part = self._state.partition(topic, index)
+            if part is not None and part.leader < 0:
+                continue
             if part is not None:
                 append_marker(part, meta.marker_producer_id, meta.marker_epoch, commit=commit,
                               coordinator_epoch=coordinator_epoch, timestamp_ms=now_ms(),
                               now=trio.current_time())
+            meta.partitions.discard((topic, index))
+        if meta.partitions:
+            self._on_append()
+            return
         self._offsets.end_transaction(meta.marker_producer_id, commit=commit,
                                       groups=meta.groups)
         meta.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
@@ -244,13 +265,17 @@ class TransactionCoordinator:
 
     def _check_producer(self, meta: TransactionMetadata | None, producer_id: int, epoch: int,
                         version: int, fenced_from: int) -> int | None:
-        """AddPartitionsToTxn / AddOffsetsToTxn's checks before anything is added."""
-        if meta is None or meta.producer_id != producer_id:
+        """AddPartitionsToTxn / AddOffsetsToTxn's checks before anything is added: a
+        transaction being completed first (Kafka's pending transition), then the
+        producer id and epoch."""
+        if meta is None:
+            return int(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if meta.state in _PREPARING:
+            return int(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if meta.producer_id != producer_id:
             return int(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         if meta.epoch != epoch:
             return _fenced(version, fenced_from)
-        if meta.state in _PREPARING:
-            return int(ErrorCode.CONCURRENT_TRANSACTIONS)
         return None
 
     # ------------------------------------------------------------------ InitProducerId
@@ -423,12 +448,18 @@ class TransactionCoordinator:
         if transactional_id is None:
             return None
         meta = self.transactions.get(transactional_id)
+        if meta is not None and meta.state in _PREPARING and version >= 12:
+            # v12 adds the partition (AddPartitionsToTxn's checks: a transaction being
+            # completed first) and answers CONCURRENT_TRANSACTIONS as it is (Kafka's
+            # broker first retries it for up to 100 ms)
+            return int(ErrorCode.CONCURRENT_TRANSACTIONS)
         if meta is None or meta.producer_id != producer_id:
             return int(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         if meta.epoch != epoch:
             return int(ErrorCode.INVALID_PRODUCER_EPOCH)
         if meta.state in _PREPARING:
-            # what a client retries (a produce request has no CONCURRENT_TRANSACTIONS)
+            # what Kafka makes of CONCURRENT_TRANSACTIONS for Produce below v12 (older
+            # clients retry it)
             return int(ErrorCode.NOT_ENOUGH_REPLICAS)
         if version >= 12:
             self._begin(meta, v2=True)
@@ -454,12 +485,19 @@ class TransactionCoordinator:
         if self.not_coordinator(node_id, tid):
             return fail(ErrorCode.NOT_COORDINATOR)
         meta = self.transactions.get(tid)
-        if meta is None or meta.producer_id != request.producer_id:
+        if meta is None:
             return fail(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         epoch, commit, v2 = request.producer_epoch, request.committed, version >= 5
+        if v2 and meta.state in _PREPARING:
+            # Kafka holds a pending CompleteCommit/CompleteAbort transition while it
+            # writes the markers: v2 answers it before any other check, whatever the
+            # end asked (an abort of the next transaction too); v1 after the epoch's
+            return fail(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if meta.producer_id != request.producer_id:
+            return fail(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         current = epoch == meta.epoch
         retry = meta.client_v2 and epoch == meta.last_epoch >= 0 and not current
-        if meta.state in (ONGOING, EMPTY):
+        if meta.state in (ONGOING, EMPTY, *_PREPARING):
             valid = current
         elif meta.client_v2:
             valid = current or retry
@@ -471,7 +509,6 @@ class TransactionCoordinator:
         def ok() -> et.EndTxnResponse:
             return et.EndTxnResponse(producer_id=meta.producer_id, producer_epoch=meta.epoch)
 
-        same = PREPARE_COMMIT if commit else PREPARE_ABORT
         done = COMPLETE_COMMIT if commit else COMPLETE_ABORT
         if meta.state == ONGOING:
             meta.client_v2 = v2
@@ -482,8 +519,7 @@ class TransactionCoordinator:
             self._prepare(meta, commit, producer_id, marker_epoch)
             return ok()
         if meta.state in _PREPARING:
-            return fail(ErrorCode.CONCURRENT_TRANSACTIONS if meta.state == same
-                        else ErrorCode.INVALID_TXN_STATE)
+            return fail(ErrorCode.CONCURRENT_TRANSACTIONS)
         if meta.state in _COMPLETE and (retry or (current and not v2)):
             return ok() if meta.state == done else fail(ErrorCode.INVALID_TXN_STATE)
         # a v2 end with the current epoch and no open transaction (Empty, or completed)
