@@ -147,13 +147,22 @@ class ConsumedColumns:
         columns = build_columns([r.value for r in records], keys=[r.key for r in records],
                                 headers=[r.headers for r in records],
                                 timestamps=[r.timestamp for r in records], default_timestamp=0)
-        assert columns.keys is not None and columns.headers is not None
+        n = len(records)
+
         def ints(code: str, values: list[int]) -> memoryview:
             return memoryview(array(code, values)).toreadonly()
 
+        empty = BinaryColumn(ints("q", [0]), memoryview(b""))
+        keys = columns.keys  # None: no record has a key
+        if keys is None:
+            keys = BinaryColumn(ints("q", [0] * (n + 1)), memoryview(b""),
+                                memoryview(bytes((n + 7) // 8)), 0, n)
+        headers = columns.headers  # None: no record has headers
+        if headers is None:
+            headers = HeaderColumn(ints("q", [0] * (n + 1)), empty, empty)
         return cls(topic, partition, ints("q", [r.offset for r in records]),
-                   ints("q", [r.timestamp for r in records]), columns.keys, columns.values,
-                   columns.headers, ints("i", [r.leader_epoch for r in records]))
+                   ints("q", [r.timestamp for r in records]), keys, columns.values, headers,
+                   ints("i", [r.leader_epoch for r in records]))
 
 
 @dataclass(frozen=True, slots=True)
