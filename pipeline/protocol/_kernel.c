@@ -1278,7 +1278,7 @@ done:
 /* ------------------------------------------------------------------ columns (decoding) */
 
 /* decode_columns(buf, start, end, count, base_offset, min_offset, base_ts, stamp_ts,
- *                epoch, out) -> None
+ *                epoch, out, lens) -> None
  *
  * decode_rows' twin for the columnar form: the same records, the same skips and the
  * same errors, appended to flat buffers instead of row tuples (no Python object per
@@ -1293,9 +1293,13 @@ done:
  *   header_key_offsets, header_key_data         the header entries' keys (UTF-8)
  *   header_value_offsets, header_value_data, header_value_validity
  *
- * The rows held before the call are len(offsets) / 8; the offset buffers already hold
- * their leading 0 and the bitmaps (rows + 7) / 8 bytes. On return every buffer has its
- * exact length for the rows now held (so both kernels give identical bytes).
+ * `lens` (a writable buffer of DC_COUNT native int64) holds each buffer's length in
+ * use: a bytearray may be longer (room reserved for the next batch, so a chunk of many
+ * batches grows each buffer O(log n) times instead of reallocating it per batch); the
+ * caller cuts each to its length at the end. The rows held before the call are
+ * lens[offsets] / 8; the offset buffers already hold their leading 0 and the bitmaps
+ * (rows + 7) / 8 bytes. On return `lens` is the exact length of every buffer for the
+ * rows now held (so both kernels give identical bytes once cut).
  */
 
 enum {
@@ -1354,12 +1358,18 @@ static PyObject *k_decode_columns(PyObject *self, PyObject *args) {
     long long base_offset, min_offset, base_ts, stamp_ts;
     int epoch;
     PyObject *out;
-    if (!PyArg_ParseTuple(args, "y*nnnLLLLiO!", &view, &start, &end, &count, &base_offset,
-                          &min_offset, &base_ts, &stamp_ts, &epoch, &PyList_Type, &out))
+    Py_buffer lview;
+    if (!PyArg_ParseTuple(args, "y*nnnLLLLiO!w*", &view, &start, &end, &count, &base_offset,
+                          &min_offset, &base_ts, &stamp_ts, &epoch, &PyList_Type, &out, &lview))
         return NULL;
     PyObject *result = NULL;
     const char *what = NULL;
     growbuf g[DC_COUNT];
+    int64_t *lens = (int64_t *)lview.buf;
+    if (lview.len != DC_COUNT * 8) {
+        PyErr_Format(PyExc_ValueError, "lens must hold %d int64", DC_COUNT);
+        goto done;
+    }
     if (PyList_GET_SIZE(out) != DC_COUNT) {
         PyErr_Format(PyExc_ValueError, "out must hold %d bytearrays", DC_COUNT);
         goto done;
@@ -1370,7 +1380,13 @@ static PyObject *k_decode_columns(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_TypeError, "out must hold bytearrays");
             goto done;
         }
-        g[i].len = PyByteArray_GET_SIZE(g[i].ba);
+        int64_t len;
+        memcpy(&len, lens + i, 8);
+        if (len < 0 || len > PyByteArray_GET_SIZE(g[i].ba)) {
+            PyErr_SetString(PyExc_ValueError, "lens: a length outside its buffer");
+            goto done;
+        }
+        g[i].len = (Py_ssize_t)len;
     }
     if (start < 0 || end < start || end > view.len) {
         PyErr_SetString(PyExc_ValueError, "record region outside the buffer");
@@ -1496,11 +1512,12 @@ bad:
     PyErr_SetString(PyExc_ValueError, what);
 finish:
     for (int i = 0; i < DC_COUNT; i++) {
-        if (PyByteArray_GET_SIZE(g[i].ba) != g[i].len && PyByteArray_Resize(g[i].ba, g[i].len) < 0)
-            result = NULL;
+        int64_t len = (int64_t)g[i].len;
+        memcpy(lens + i, &len, 8);
     }
     Py_XINCREF(result);
 done:
+    PyBuffer_Release(&lview);
     PyBuffer_Release(&view);
     return result;
 }
@@ -1563,7 +1580,7 @@ static PyMethodDef methods[] = {
      "group_rows(partitions, num_partitions, out) -> starts"},
     {"decode_columns", k_decode_columns, METH_VARARGS,
      "decode_columns(buf, start, end, count, base_offset, min_offset, base_ts, stamp_ts, "
-     "epoch, out) -> None"},
+     "epoch, out, lens) -> None"},
     {"binary_list", k_binary_list, METH_VARARGS, "binary_list(binary) -> list"},
     {"decode_rows", k_decode_rows, METH_VARARGS,
      "decode_rows(buf, start, end, count, row_type, topic, partition, base_offset, "

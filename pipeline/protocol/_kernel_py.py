@@ -501,13 +501,32 @@ def _bitmap_to(bitmap: bytearray, rows: int) -> None:
 
 def decode_columns(buf: bytes, start: int, end: int, count: int, base_offset: int,
                    min_offset: int, base_ts: int, stamp_ts: int, epoch: int, out: list[Any],
-                   /) -> None:
+                   lens: Any, /) -> None:
     """``_kernel.decode_columns``: one batch region's records appended to the column
-    buffers ``out`` (their layout: ``_kernel.c``), byte for byte as the C kernel."""
+    buffers ``out`` (their layout: ``_kernel.c``), byte for byte as the C kernel; this
+    one reserves no room, so each buffer's length in use (``lens``) is its length."""
+    sizes = memoryview(lens).cast("B").cast("q")
+    if len(sizes) != _ROWS_FIELDS:
+        raise ValueError(f"lens must hold {_ROWS_FIELDS} int64")
     if len(out) != _ROWS_FIELDS:
         raise ValueError(f"out must hold {_ROWS_FIELDS} bytearrays")
     if not all(type(b) is bytearray for b in out):
         raise TypeError("out must hold bytearrays")
+    for i, b in enumerate(out):
+        if not 0 <= sizes[i] <= len(b):
+            raise ValueError("lens: a length outside its buffer")
+        del b[sizes[i]:]
+    try:
+        _decode_columns(buf, start, end, count, base_offset, min_offset, base_ts, stamp_ts,
+                        epoch, out)
+    finally:
+        for i, b in enumerate(out):
+            sizes[i] = len(b)
+
+
+def _decode_columns(buf: bytes, start: int, end: int, count: int, base_offset: int,
+                    min_offset: int, base_ts: int, stamp_ts: int, epoch: int,
+                    out: list[Any]) -> None:
     if start < 0 or end < start or end > len(buf):
         raise ValueError("record region outside the buffer")
     if count < 0:

@@ -1,4 +1,5 @@
-"""A fetched partition's batches as rows: one tuple per record, nothing in between.
+"""A fetched partition's batches as rows (one tuple per record, nothing in between) or
+as columns (no object per record).
 
 :func:`decode_rows` is the consumer's decoder. Where ``decode_record_batches`` builds a
 ``RecordBatch`` and a ``Record`` per record (the general model), this walks the batch
@@ -6,6 +7,10 @@ headers in Python and hands each batch's records region to the kernel
 (``_kernel.decode_rows`` in C, its twin in ``_kernel_py.py``), which builds the rows
 themselves: instances of a caller-given tuple subclass of eight fields,
 ``(topic, partition, offset, timestamp, key, value, headers, leader_epoch)``.
+
+:func:`decode_columns` is its columnar twin: the same records, skips and errors, into
+flat buffers in Arrow's layout (:class:`RecordColumns`; the kernel's
+``decode_columns``), with no Python object per record.
 
 What is skipped: records before ``min_offset`` (a compressed batch is returned whole),
 control batches, batches ``keep`` refuses (read_committed: :mod:`read_committed`), and
@@ -18,8 +23,9 @@ from __future__ import annotations
 
 import os
 import struct
+from array import array
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 from pipeline.protocol import _kernel_py
 from pipeline.protocol._columns import BinaryColumn, HeaderColumn
@@ -52,7 +58,7 @@ class _Rows(Protocol):
                     out: list[Any], /) -> None: ...
     def decode_columns(self, buf: bytes, start: int, end: int, count: int, base_offset: int,
                        min_offset: int, base_ts: int, stamp_ts: int, epoch: int,
-                       out: list[Any], /) -> None: ...
+                       out: list[Any], lens: Any, /) -> None: ...
     def binary_list(self, spec: tuple[Any, ...], /) -> list[bytes | None]: ...
 
 
@@ -187,15 +193,16 @@ class RecordColumns(NamedTuple):
 _ZERO_OFFSET = bytes(8)  # an offsets buffer's leading 0 (int64)
 
 
-def _view(buf: bytearray, fmt: str) -> memoryview:
+def _view(buf: bytearray, fmt: Literal["B", "i", "q"]) -> memoryview:
+    """A read-only view of a filled buffer as ``fmt`` items (native order, as written)."""
     return memoryview(buf).toreadonly().cast(fmt)
 
 
 def _binary(offsets: bytearray, data: bytearray, validity: bytearray | None, n: int) -> BinaryColumn:
     """A decoded binary column; its validity bitmap only if a row is null."""
     nulls = 0 if validity is None else n - int.from_bytes(validity, "little").bit_count()
-    return BinaryColumn(_view(offsets, "q"), _view(data, "B"),
-                        _view(validity, "B") if nulls else None, 0, nulls)
+    bitmap = _view(validity, "B") if validity is not None and nulls else None
+    return BinaryColumn(_view(offsets, "q"), _view(data, "B"), bitmap, 0, nulls)
 
 
 def decode_columns(
@@ -210,17 +217,21 @@ def decode_columns(
     The same records, skips and errors."""
     buf = data if type(data) is bytes else bytes(data)
     out = [bytearray() for _ in range(15)]
+    lens = array("q", bytes(15 * 8))  # the length in use of each (the kernel reserves room)
     for i in _LEADING_ZERO:
         out[i] += _ZERO_OFFSET
+        lens[i] = len(_ZERO_OFFSET)
     columns = _impl.decode_columns
     walk = _Walk(min_offset)
     for region, start, end, count, base_offset, base_ts, stamp, epoch in walk.regions(
             buf, min_offset, verify_crc, keep):
         try:
             columns(region, start, end, count, base_offset, min_offset, base_ts, stamp, epoch,
-                    out)
+                    out, lens)
         except ValueError as exc:
             raise CorruptRecordError(f"batch at offset {base_offset}: {exc}") from None
+    for buffer, length in zip(out, lens, strict=True):
+        del buffer[length:]
     (offsets, timestamps, epochs, key_offsets, key_data, key_valid, value_offsets, value_data,
      value_valid, header_offsets, hkey_offsets, hkey_data, hvalue_offsets, hvalue_data,
      hvalue_valid) = out
