@@ -283,3 +283,28 @@ def test_binary_list_reads_nulls_and_refuses_bad_offsets() -> None:
         assert impl.binary_list(good.spec()) == [b"ab", None, b"cde"]
         with pytest.raises(ValueError, match="binary: row 0: offsets"):
             impl.binary_list(bad.spec())
+
+
+def test_the_kernels_check_the_lengths_in_use_they_are_given() -> None:
+    """``lens`` says how much of each buffer is in use (the C kernel keeps reserved room
+    past it); a length outside its buffer, or the wrong number of them, is refused."""
+    from array import array
+
+    region = corrupted(0, b"")
+    for impl in [_kernel_py] + ([batch_rows._load()[0]] if batch_rows.KERNEL == "c" else []):
+        out = [bytearray(8) for _ in range(15)]
+        with pytest.raises(ValueError, match="lens: a length outside its buffer"):
+            impl.decode_columns(region, 61, len(region), 1, 0, 0, T, -1, 0, out,
+                                array("q", [9] * 15))
+        with pytest.raises(ValueError, match="lens must hold 15 int64"):
+            impl.decode_columns(region, 61, len(region), 1, 0, 0, T, -1, 0, out,
+                                array("q", [0] * 14))
+        # room past the length in use is overwritten, never read: the same bytes
+        out = [bytearray(b"\xee" * 64) for _ in range(15)]
+        lens = array("q", [8 if i in (3, 6, 9, 10, 12) else 0 for i in range(15)])
+        for i in (3, 6, 9, 10, 12):
+            out[i][:8] = bytes(8)
+        impl.decode_columns(region, 61, len(region), 1, 0, 0, T, -1, 0, out, lens)
+        got = [bytes(b[:n]) for b, n in zip(out, lens, strict=True)]
+        assert got[0] == struct.pack("=q", 0) and got[4] == b"key" and got[7] == b"value"
+        assert got[11] == b"h" and got[13] == b"x" and got[5] == got[8] == b"\x01"
