@@ -322,3 +322,23 @@ async def test_deserializers_and_interceptors_refuse_the_column_form(
     async with open_fake_consumer(fake, topics=["t"], value_deserializer="str") as consumer:
         with pytest.raises(ValueError, match=r"columns=True\).*value_deserializer"):
             consumer.batches(columns=True)
+
+
+async def test_a_rebalance_callback_error_is_raised_by_the_column_form(
+        fake: FakeCluster, autojump_clock: Any) -> None:
+    """A callback runs inside the application's iteration, so its error comes out of
+    the column iteration as out of the list one; the change still took effect."""
+    fake.create_topic("t", 1)
+    await produce(fake, "t", [b"a"], partition=0)
+
+    def refuse(consumer: Any, partitions: frozenset[TopicPartition]) -> None:
+        raise RuntimeError(f"assigned {sorted(partitions)}")
+
+    async with open_fake_consumer(fake, group_id="g", topics=["t"],
+                                  on_assigned=refuse) as consumer:
+        expected = r"assigned \[TopicPartition\(topic='t', partition=0\)\]"
+        with trio.fail_after(60), pytest.raises(RuntimeError, match=expected):
+            await consumer.batches(columns=True).__anext__()
+        assert consumer.assignment() == {TopicPartition("t", 0)}
+        again = await runs(consumer, 1, columns=True)
+        assert [r.value for run in again for r in run] == [b"a"]
