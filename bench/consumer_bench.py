@@ -7,12 +7,14 @@ record's value:
 
 * ``confluent``: ``Consumer.consume(1000)`` in a loop (librdkafka, C);
 * ``pipeline-iter``: ``async for record in consumer`` (one ``ConsumedRecord`` per record);
-* ``pipeline-batches``: ``async for batch in consumer.batches()``.
+* ``pipeline-batches``: ``async for batch in consumer.batches()``;
+* ``pipeline-columns``: ``async for batch in consumer.batches(columns=True)`` (a
+  ``ConsumedColumns`` per run; every value taken out as ``bytes``, as ``m.value()`` does).
 
 Rates are records per second from the first record to the last (the join is not timed:
 it is the same protocol for both), the median of ``repeats`` rounds (each round runs
 every client once, the order rotating). Targets (issue 36): per-record iteration >= 1.2x
-confluent-kafka, ``batches()`` >= 3x.
+confluent-kafka, ``batches()`` >= 3x (both forms are measured against it).
 
     python -m bench.consumer_bench [--n 1000000] [--repeats 3] [--broker kafka]
 """
@@ -34,8 +36,8 @@ PARTITIONS = 6
 DEFAULT_N = 1_000_000
 QUICK_N = 100_000
 DEFAULT_REPEATS = 3
-CLIENTS = ("confluent", "pipeline-iter", "pipeline-batches")
-TARGETS = {"pipeline-iter": 1.2, "pipeline-batches": 3.0}
+CLIENTS = ("confluent", "pipeline-iter", "pipeline-batches", "pipeline-columns")
+TARGETS = {"pipeline-iter": 1.2, "pipeline-batches": 3.0, "pipeline-columns": 3.0}
 
 
 def _fill(bootstrap: str, topic: str, n: int) -> None:
@@ -94,13 +96,22 @@ def _worker(client: str, bootstrap: str, topic: str, n: int) -> dict[str, Any]:
                         got += 1
                         if got >= n:
                             break
-                else:
+                elif client == "pipeline-batches":
                     async for batch in consumer.batches():
                         if not started:
                             started.append(time.perf_counter())
                         for record in batch:
                             record.value  # noqa: B018
                         got += len(batch)
+                        if got >= n:
+                            break
+                else:
+                    async for columns in consumer.batches(columns=True):
+                        if not started:
+                            started.append(time.perf_counter())
+                        for value in columns.values:  # each value as bytes
+                            pass
+                        got += len(columns)
                         if got >= n:
                             break
                 return time.perf_counter()

@@ -60,6 +60,7 @@ _EXPORTS = {
     "ConsumerConfig": "pipeline.consumer",
     "SyncConsumer": "pipeline.consumer",
     "ConsumedRecord": "pipeline.consumer",
+    "ConsumedColumns": "pipeline.consumer",
     "TopicPartition": "pipeline.consumer",
     "OffsetAndMetadata": "pipeline.consumer",
     "ConsumerGroupMetadata": "pipeline.consumer",
@@ -85,6 +86,7 @@ __all__ = [
     "ClusterConfig",
     "CommitFailedError",
     "ConfigError",
+    "ConsumedColumns",
     "ConsumedRecord",
     "Consumer",
     "ConsumerClosedError",
@@ -157,6 +159,7 @@ if TYPE_CHECKING:
     from pipeline.cluster.stats import BrokerStatistics
     from pipeline.consumer import (
         CommitFailedError,
+        ConsumedColumns,
         ConsumedRecord,
         Consumer,
         ConsumerClosedError,

@@ -41,6 +41,7 @@ from pipeline.consumer._reader import (
 from pipeline.consumer._statistics import ConsumerStatistics
 from pipeline.consumer._sync import SyncConsumer
 from pipeline.consumer._types import (
+    ConsumedColumns,
     ConsumedRecord,
     ConsumerGroupMetadata,
     ConsumerState,
@@ -50,6 +51,7 @@ from pipeline.consumer._types import (
 
 __all__ = [
     "CommitFailedError",
+    "ConsumedColumns",
     "ConsumedRecord",
     "Consumer",
     "ConsumerClosedError",

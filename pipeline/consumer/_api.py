@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Literal, overload
 
 import trio
 
@@ -34,6 +35,7 @@ from pipeline.consumer._positions import OffsetResolver
 from pipeline.consumer._state import Assignment, PartitionState
 from pipeline.consumer._statistics import ConsumerStatistics, snapshot
 from pipeline.consumer._types import (
+    ConsumedColumns,
     ConsumedRecord,
     ConsumerGroupMetadata,
     ConsumerState,
@@ -171,16 +173,42 @@ class Consumer:
             assignment.arm(_RUN)
         return record
 
-    async def batches(self, max_records: int | None = None) -> AsyncIterator[list[ConsumedRecord]]:
+    @overload
+    def batches(self, max_records: int | None = None, *,
+                columns: Literal[False] = False) -> AsyncIterator[list[ConsumedRecord]]: ...
+
+    @overload
+    def batches(self, max_records: int | None = None, *,
+                columns: Literal[True]) -> AsyncIterator[ConsumedColumns]: ...
+
+    def batches(self, max_records: int | None = None, *, columns: bool = False
+                ) -> AsyncIterator[list[ConsumedRecord]] | AsyncIterator[ConsumedColumns]:
         """Records in lists, one partition's run per list (at most ``max_records``,
         default ``max_poll_records``), as they were fetched; positions advance past each
-        list as it is handed out."""
+        list as it is handed out.
+
+        ``columns=True``: the same runs as :class:`ConsumedColumns` (the columns of the
+        list that would have been handed out, decoded with no Python object per
+        record); positions, commits and errors exactly as for the lists."""
         limit = max_records or self.config.max_poll_records
+        if columns:
+            return self._column_batches(limit)
+        return self._record_batches(limit)
+
+    async def _record_batches(self, limit: int) -> AsyncIterator[list[ConsumedRecord]]:
         while True:
             self.polls += 1
             await self._ready()
             out = self._assignment.take(limit)
             if out:
+                yield out
+
+    async def _column_batches(self, limit: int) -> AsyncIterator[ConsumedColumns]:
+        while True:
+            self.polls += 1
+            await self._ready(columns=True)
+            out = self._assignment.take_columns(limit)
+            if len(out):
                 yield out
 
     async def getmany(self, max_records: int | None = None) -> list[ConsumedRecord]:
@@ -196,8 +224,9 @@ class Consumer:
             out.extend(self._assignment.take(limit - len(out)))
         return out
 
-    async def _ready(self) -> None:
-        """Wait until a record can be taken; run pending changes, raise failures."""
+    async def _ready(self, columns: bool = False) -> None:
+        """Wait until a record can be taken (decoded as columns with ``columns``); run
+        pending changes, raise failures."""
         await trio.lowlevel.checkpoint()
         while True:
             if self._closed:
@@ -212,7 +241,7 @@ class Consumer:
                 raise self._failure
             if self._group is not None:
                 self._group.check_poll()
-            if self._assignment.has_records():
+            if self._assignment.has_records(columns):
                 return
             self.waiting = True
             try:

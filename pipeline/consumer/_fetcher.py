@@ -9,6 +9,15 @@ through the records of one response, the next one is already on its way
 (pipelining), and a partition whose buffer is full is left out until the
 application catches up (backpressure).
 
+A fetch would only long-poll (``fetch_max_wait``) when every partition it names is
+caught up (its fetch offset at the end of the log, as of its last fetch). While another
+partition of the same broker is left out only because its buffer is full, such a fetch
+is not sent: it would hold the broker's one fetch slot for up to ``fetch_max_wait``
+while the application drains that buffer, and the partition that has records waiting
+could not be fetched until it returned. The broker's task waits instead until the
+buffer frees up, then sends one fetch for all of them (the broker answers at once for
+the partition with records).
+
 Errors are handled as the Java consumer's ``Fetcher`` does:
 
 * leadership errors (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH: our metadata is
@@ -143,8 +152,32 @@ class Fetcher:
 
     # ------------------------------------------------------------------ fetching
 
+    def _caught_up(self, state: PartitionState) -> bool:
+        """Whether the partition's last fetch found nothing past its fetch offset (the
+        high watermark, or the last stable offset under read_committed)."""
+        end = state.high_watermark
+        if self._config.isolation and state.last_stable_offset >= 0:
+            end = min(end, state.last_stable_offset)
+        return end >= 0 and state.fetch_offset >= end
+
+    def _held_back(self, node: int) -> bool:
+        """Whether a partition ``node`` leads is left out of fetches only because its
+        buffer is full (it is fetched again once the application drains it)."""
+        limit = self._assignment.buffer_limit
+        topics = self._cluster.metadata.topics
+        for s in self._assignment.partitions.values():
+            if (s.buffered_bytes >= limit and s.position is not None and not s.paused
+                    and not s.fetching and not s.awaiting_metadata):
+                info = topics.get(s.tp.topic)
+                part = info.partitions.get(s.tp.partition) if info is not None else None
+                if part is not None and part.leader == node:
+                    return True
+        return False
+
     def _mine(self, node: int) -> list[PartitionState]:
         mine = [s for s in self._assignment.fetchable() if self._leader(s) == node]
+        if mine and all(self._caught_up(s) for s in mine) and self._held_back(node):
+            return []  # a long poll now would hold up a partition with records (module doc)
         if len(mine) > 1:
             # Rotate which partition comes first: Kafka returns at least one batch only
             # for the first partition of a response, however large (KIP-74).

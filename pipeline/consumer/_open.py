@@ -65,7 +65,17 @@ class HookedConsumer(Consumer):
             return await self.__anext__()
         return ready
 
-    async def batches(self, max_records: int | None = None) -> AsyncIterator[list[ConsumedRecord]]:
+    def batches(self, max_records: int | None = None, *, columns: bool = False
+                ) -> Any:
+        if columns:
+            raise ValueError(
+                "batches(columns=True) hands out the raw bytes as columns, but this consumer "
+                "has a key_deserializer, value_deserializer or interceptors, which work on "
+                "records: use batches() for records, or open the consumer without them")
+        return self._hooked_batches(max_records)
+
+    async def _hooked_batches(self, max_records: int | None
+                              ) -> AsyncIterator[list[ConsumedRecord]]:
         async for raw in Consumer.batches(self, max_records):
             out, failed = self._hooks.records(raw)
             if out:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from pipeline.consumer._types import ConsumedRecord, TopicPartition
+from pipeline.consumer._types import ConsumedColumns, ConsumedRecord, TopicPartition
 
 __all__ = ["Assignment", "Chunk", "PartitionState"]
 
@@ -42,21 +42,68 @@ __all__ = ["Assignment", "Chunk", "PartitionState"]
 class Chunk:
     """Records of one fetch response for one partition, handed out in order.
 
-    Decoded on first use (``load``), in the application's iteration: the fetch task
-    only reads where the next fetch starts (``next_offset``, from the batch headers)
-    and asks for more at once, so decoding overlaps the broker's next read."""
+    Decoded on first use, in the application's iteration: the fetch task only reads
+    where the next fetch starts (``next_offset``, from the batch headers) and asks for
+    more at once, so decoding overlaps the broker's next read. Decoded as rows
+    (``load``: record iteration, ``batches()``) or as columns (``load_columns``:
+    ``batches(columns=True)``), whichever is asked for first; the other form, if
+    asked for later, is converted from it. Both hold the same records, so ``index``
+    means the same in either."""
 
-    records: list[ConsumedRecord] | None  # None until decoded
+    records: list[ConsumedRecord] | None  # None until decoded as rows
     next_offset: int  # the position once every record here is handed out
     nbytes: int  # wire bytes, counted against the partition's buffer
     index: int = 0  # the next record to hand out
     load: Callable[[], list[ConsumedRecord]] | None = None  # decodes ``records``
+    load_columns: Callable[[], ConsumedColumns] | None = None  # decodes ``columns``
+    columns: ConsumedColumns | None = None  # None until decoded as columns
 
     def decoded(self) -> list[ConsumedRecord]:
         if self.records is None:
-            assert self.load is not None
-            self.records, self.load = self.load(), None
+            if self.columns is not None:
+                self.records = self.columns.records()
+            else:
+                assert self.load is not None
+                self.records = self.load()
+            self.load = self.load_columns = None
         return self.records
+
+    def decoded_columns(self) -> ConsumedColumns:
+        if self.columns is None:
+            if self.records is None and self.load_columns is not None:
+                self.columns = self.load_columns()
+            else:
+                records = self.decoded()
+                first = records[0] if records else ConsumedRecord("", -1, -1, -1, None, None, ())
+                self.columns = ConsumedColumns.of_records(first.topic, first.partition, records)
+            self.load = self.load_columns = None
+        return self.columns
+
+    def count(self, columns: bool = False) -> int:
+        """The records held (decoding them now, as columns or rows, if not yet)."""
+        if self.records is not None:
+            return len(self.records)
+        return len(self.decoded_columns() if columns else self.decoded())
+
+    def decoded_count(self) -> int:
+        """The records held, 0 if not decoded (a dropped chunk never was)."""
+        if self.records is not None:
+            return len(self.records)
+        return len(self.columns) if self.columns is not None else 0
+
+    def offset_at(self, i: int) -> int:
+        """The offset of decoded record ``i``."""
+        if self.records is not None:
+            return self.records[i].offset
+        assert self.columns is not None
+        return int(self.columns.offsets[i])
+
+    def epoch_at(self, i: int) -> int:
+        """The leader epoch of decoded record ``i``."""
+        if self.records is not None:
+            return self.records[i].leader_epoch
+        assert self.columns is not None
+        return int(self.columns.leader_epochs[i])
 
 
 @dataclass(eq=False, slots=True)
@@ -95,7 +142,7 @@ class PartitionState:
         if self.chunks:
             chunk = self.chunks[0]
             if chunk.index:
-                return chunk.decoded()[chunk.index - 1].offset + 1
+                return chunk.offset_at(chunk.index - 1) + 1
         return self.base_position
 
     @property
@@ -104,7 +151,7 @@ class PartitionState:
         if self.chunks:
             chunk = self.chunks[0]
             if chunk.index:
-                return chunk.decoded()[chunk.index - 1].leader_epoch
+                return chunk.epoch_at(chunk.index - 1)
         return self.base_epoch
 
     def lag(self) -> int | None:
@@ -244,15 +291,16 @@ class Assignment:
             self._ready.append(state)
         self.changed()
 
-    def has_records(self) -> bool:
-        """Whether a record can be taken now: decodes the next ready chunk (a chunk
-        that holds nothing, only transaction markers say, is passed over). Raises
-        ``CorruptRecordError`` for a chunk that does not decode."""
+    def has_records(self, columns: bool = False) -> bool:
+        """Whether a record can be taken now: decodes the next ready chunk (as columns
+        with ``columns``, for :meth:`take_columns`; a chunk that holds nothing, only
+        transaction markers say, is passed over). Raises ``ConsumerError`` for a chunk
+        that does not decode."""
         ready = self._ready
         while ready:
             state = ready[0]
             chunk = state.chunks[0]
-            if chunk.index < len(chunk.decoded()):
+            if chunk.index < chunk.count(columns):
                 return True
             self._finish_chunk(state, chunk)
         return False
@@ -267,6 +315,20 @@ class Assignment:
         out = records[start:end] if start or end < len(records) else records
         chunk.index = end
         if end >= len(records):
+            self._finish_chunk(state, chunk)
+        return out
+
+    def take_columns(self, limit: int) -> ConsumedColumns:
+        """:meth:`take` as columns (the caller checked ``has_records(columns=True)``)."""
+        state = self._ready[0]
+        chunk = state.chunks[0]
+        columns = chunk.decoded_columns()
+        start = chunk.index
+        n = len(columns)
+        end = min(n, start + limit)
+        out = columns.slice(start, end) if start or end < n else columns
+        chunk.index = end
+        if end >= n:
             self._finish_chunk(state, chunk)
         return out
 
@@ -291,14 +353,15 @@ class Assignment:
         self.fast_end = min(len(chunk.decoded()) - 1, chunk.index + run)
 
     def _finish_chunk(self, state: PartitionState, chunk: Chunk) -> None:
-        if chunk.records:
-            state.consumed += len(chunk.records)
-            self.consumed += len(chunk.records)
+        n = chunk.decoded_count()
+        if n:
+            state.consumed += n
+            self.consumed += n
         state.chunks.popleft()
         state.buffered_bytes -= chunk.nbytes
         state.base_position = chunk.next_offset
-        if chunk.records:  # (an undecoded chunk is only finished by a drop)
-            state.base_epoch = chunk.records[-1].leader_epoch
+        if n:  # (an undecoded chunk is only finished by a drop)
+            state.base_epoch = chunk.epoch_at(n - 1)
         self._ready.popleft()
         if state.chunks:
             self._ready.append(state)  # rotation: the next partition goes first

@@ -8,7 +8,7 @@ cycle. Tests swap ``_impl`` to run every case on both kernels.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeAlias
 
@@ -45,6 +45,7 @@ class _Kernel(Protocol):
                     ) -> tuple[bytes, bytes, bytes | None, int]: ...
     def find_outside(self, buf: Any, wide: bool, lo: int, hi: int, /) -> int: ...
     def pack_ints(self, seq: Sequence[Any], wide: bool, /) -> bytes | None: ...
+    def binary_list(self, spec: tuple[Any, ...], /) -> list[bytes | None]: ...
 
 
 def _load_kernel() -> tuple[_Kernel, str]:
@@ -99,6 +100,13 @@ class BinaryColumn:
     def spec(self) -> tuple[Any, ...]:
         return (self.offsets, self.offsets.itemsize == 8, self.data, self.validity,
                 self.validity_offset, len(self))
+
+    def to_pylist(self) -> list[bytes | None]:
+        """Every row as ``bytes`` or None, in one pass of the kernel (``binary_list``)."""
+        return _impl.binary_list(self.spec())
+
+    def __iter__(self) -> Iterator[bytes | None]:
+        return iter(self.to_pylist())
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -17,8 +17,10 @@
  * Nothing in a spec is trusted: every offset is bounds-checked against its
  * buffer before it is read, so hostile buffers raise ValueError, never crash.
  *
- * One function goes the other way (decode_rows, at the end): a fetched batch's
- * records to row tuples, one Python object per record and no intermediate one.
+ * Three functions go the other way (at the end): decode_rows, a fetched batch's
+ * records to row tuples, one Python object per record and no intermediate one;
+ * decode_columns, the same records to flat column buffers, no Python object per
+ * record; binary_list, a binary column's cells as a list of bytes.
  * The loops run without the GIL (the buffers stay exported, hence pinned).
  */
 #define PY_SSIZE_T_CLEAN
@@ -1273,6 +1275,292 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ columns (decoding) */
+
+/* decode_columns(buf, start, end, count, base_offset, min_offset, base_ts, stamp_ts,
+ *                epoch, out, lens) -> None
+ *
+ * decode_rows' twin for the columnar form: the same records, the same skips and the
+ * same errors, appended to flat buffers instead of row tuples (no Python object per
+ * record). `out` is a list of DC_COUNT bytearrays, in the order of the enum below;
+ * integers are native int64 (the epochs int32), binary columns are Arrow's layout
+ * (offsets with a leading 0, data, a validity bitmap LSB first, 1 = not null):
+ *
+ *   offsets, timestamps, leader_epochs          one entry per row
+ *   key_offsets, key_data, key_validity         the keys
+ *   value_offsets, value_data, value_validity   the values
+ *   header_offsets                              per row, its first header entry
+ *   header_key_offsets, header_key_data         the header entries' keys (UTF-8)
+ *   header_value_offsets, header_value_data, header_value_validity
+ *
+ * `lens` (a writable buffer of DC_COUNT native int64) holds each buffer's length in
+ * use: a bytearray may be longer (room reserved for the next batch, so a chunk of many
+ * batches grows each buffer O(log n) times instead of reallocating it per batch); the
+ * caller cuts each to its length at the end. The rows held before the call are
+ * lens[offsets] / 8; the offset buffers already hold their leading 0 and the bitmaps
+ * (rows + 7) / 8 bytes. On return `lens` is the exact length of every buffer for the
+ * rows now held (so both kernels give identical bytes once cut).
+ */
+
+enum {
+    DC_OFFSETS, DC_TIMESTAMPS, DC_EPOCHS,
+    DC_KEY_OFFSETS, DC_KEY_DATA, DC_KEY_VALID,
+    DC_VALUE_OFFSETS, DC_VALUE_DATA, DC_VALUE_VALID,
+    DC_HEADER_OFFSETS, DC_HKEY_OFFSETS, DC_HKEY_DATA,
+    DC_HVALUE_OFFSETS, DC_HVALUE_DATA, DC_HVALUE_VALID,
+    DC_COUNT
+};
+
+typedef struct {
+    PyObject *ba;
+    Py_ssize_t len; /* bytes in use; the bytearray may be longer while decoding */
+} growbuf;
+
+static int grow_reserve(growbuf *g, Py_ssize_t extra) {
+    Py_ssize_t need = g->len + extra;
+    Py_ssize_t size = PyByteArray_GET_SIZE(g->ba);
+    if (need <= size) return 0;
+    return PyByteArray_Resize(g->ba, size * 2 > need ? size * 2 : need);
+}
+
+static inline uint8_t *grow_at(growbuf *g) {
+    return (uint8_t *)PyByteArray_AS_STRING(g->ba) + g->len;
+}
+
+/* Callers reserved the room. */
+static inline void grow_i64(growbuf *g, int64_t v) {
+    memcpy(grow_at(g), &v, 8);
+    g->len += 8;
+}
+
+static inline void grow_bytes(growbuf *g, const uint8_t *p, int64_t n) {
+    if (n > 0) memcpy(grow_at(g), p, (size_t)n);
+    g->len += (Py_ssize_t)n;
+}
+
+static inline void set_bit(growbuf *g, Py_ssize_t row) {
+    ((uint8_t *)PyByteArray_AS_STRING(g->ba))[row >> 3] |= (uint8_t)(1u << (row & 7));
+}
+
+/* Grow a bitmap (zero-filled) to hold `rows` bits. */
+static int bitmap_reserve(growbuf *g, Py_ssize_t rows) {
+    Py_ssize_t want = (rows + 7) / 8;
+    if (want <= g->len) return 0;
+    if (grow_reserve(g, want - g->len) < 0) return -1;
+    memset(grow_at(g), 0, (size_t)(want - g->len));
+    g->len = want;
+    return 0;
+}
+
+static PyObject *k_decode_columns(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, end, count;
+    long long base_offset, min_offset, base_ts, stamp_ts;
+    int epoch;
+    PyObject *out;
+    Py_buffer lview;
+    if (!PyArg_ParseTuple(args, "y*nnnLLLLiO!w*", &view, &start, &end, &count, &base_offset,
+                          &min_offset, &base_ts, &stamp_ts, &epoch, &PyList_Type, &out, &lview))
+        return NULL;
+    PyObject *result = NULL;
+    const char *what = NULL;
+    growbuf g[DC_COUNT];
+    int64_t *lens = (int64_t *)lview.buf;
+    if (lview.len != DC_COUNT * 8) {
+        PyErr_Format(PyExc_ValueError, "lens must hold %d int64", DC_COUNT);
+        goto done;
+    }
+    if (PyList_GET_SIZE(out) != DC_COUNT) {
+        PyErr_Format(PyExc_ValueError, "out must hold %d bytearrays", DC_COUNT);
+        goto done;
+    }
+    for (int i = 0; i < DC_COUNT; i++) {
+        g[i].ba = PyList_GET_ITEM(out, i);
+        if (!PyByteArray_Check(g[i].ba)) {
+            PyErr_SetString(PyExc_TypeError, "out must hold bytearrays");
+            goto done;
+        }
+        int64_t len;
+        memcpy(&len, lens + i, 8);
+        if (len < 0 || len > PyByteArray_GET_SIZE(g[i].ba)) {
+            PyErr_SetString(PyExc_ValueError, "lens: a length outside its buffer");
+            goto done;
+        }
+        g[i].len = (Py_ssize_t)len;
+    }
+    if (start < 0 || end < start || end > view.len) {
+        PyErr_SetString(PyExc_ValueError, "record region outside the buffer");
+        goto done;
+    }
+    if (count < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative record count");
+        goto done;
+    }
+    Py_ssize_t n = g[DC_OFFSETS].len / 8; /* rows held */
+    Py_ssize_t region = end - start;
+    /* a record takes at least 7 bytes (its length and 6): a hostile count cannot make
+     * the reservation larger than the region implies */
+    Py_ssize_t rows = count < region / 7 + 1 ? count : region / 7 + 1;
+    if (grow_reserve(&g[DC_OFFSETS], rows * 8) < 0 || grow_reserve(&g[DC_TIMESTAMPS], rows * 8) < 0
+        || grow_reserve(&g[DC_EPOCHS], rows * 4) < 0
+        || grow_reserve(&g[DC_KEY_OFFSETS], rows * 8) < 0
+        || grow_reserve(&g[DC_VALUE_OFFSETS], rows * 8) < 0
+        || grow_reserve(&g[DC_HEADER_OFFSETS], rows * 8) < 0
+        || grow_reserve(&g[DC_KEY_DATA], region) < 0 || grow_reserve(&g[DC_VALUE_DATA], region) < 0
+        || bitmap_reserve(&g[DC_KEY_VALID], n + rows) < 0
+        || bitmap_reserve(&g[DC_VALUE_VALID], n + rows) < 0)
+        goto finish;
+    int64_t entries = g[DC_HKEY_OFFSETS].len / 8 - 1; /* header entries held */
+    rd r = {(const uint8_t *)view.buf + start, (const uint8_t *)view.buf + end};
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t length, tsd, od, klen, vlen, nh;
+        if (r.p >= r.end) { what = "batch holds fewer records than its count"; goto bad; }
+        if (rd_vz(&r, &length) < 0) { what = "truncated record length"; goto bad; }
+        if (length < 6 || length > r.end - r.p) { what = "bad record length"; goto bad; }
+        rd rec = {r.p, r.p + length};
+        r.p += length;
+        rec.p++; /* attributes */
+        if (rd_vz(&rec, &tsd) < 0 || rd_vz(&rec, &od) < 0) { what = "truncated record"; goto bad; }
+        if (rd_vz(&rec, &klen) < 0 || klen < -1 || klen > rec.end - rec.p) {
+            what = "bad key length"; goto bad;
+        }
+        const uint8_t *kp = rec.p;
+        if (klen > 0) rec.p += klen;
+        if (rd_vz(&rec, &vlen) < 0 || vlen < -1 || vlen > rec.end - rec.p) {
+            what = "bad value length"; goto bad;
+        }
+        const uint8_t *vp = rec.p;
+        if (vlen > 0) rec.p += vlen;
+        if (rd_vz(&rec, &nh) < 0 || nh < 0 || nh > rec.end - rec.p) {
+            what = "bad header count"; goto bad;
+        }
+        int64_t offset = (int64_t)base_offset + od;
+        int keep = offset >= min_offset;
+        if (keep && nh > 0) {
+            /* a header entry takes at least two bytes: nh bounds the entries */
+            Py_ssize_t left = rec.end - rec.p;
+            if (grow_reserve(&g[DC_HKEY_OFFSETS], (Py_ssize_t)nh * 8) < 0
+                || grow_reserve(&g[DC_HVALUE_OFFSETS], (Py_ssize_t)nh * 8) < 0
+                || grow_reserve(&g[DC_HKEY_DATA], left) < 0
+                || grow_reserve(&g[DC_HVALUE_DATA], left) < 0
+                || bitmap_reserve(&g[DC_HVALUE_VALID], (Py_ssize_t)(entries + nh)) < 0)
+                goto finish;
+        }
+        for (int64_t h = 0; h < nh; h++) {
+            int64_t hk, hv;
+            if (rd_vz(&rec, &hk) < 0 || hk < 0 || hk > rec.end - rec.p) {
+                what = "bad header key length"; goto bad;
+            }
+            const uint8_t *hkp = rec.p;
+            rec.p += hk;
+            if (keep) {
+                PyObject *check = PyUnicode_DecodeUTF8((const char *)hkp, (Py_ssize_t)hk, NULL);
+                if (!check) {
+                    PyErr_Clear();
+                    what = "header key is not valid UTF-8";
+                    goto bad;
+                }
+                Py_DECREF(check);
+            }
+            if (rd_vz(&rec, &hv) < 0 || hv < -1 || hv > rec.end - rec.p) {
+                what = "bad header value length"; goto bad;
+            }
+            const uint8_t *hvp = rec.p;
+            if (hv > 0) rec.p += hv;
+            if (keep) {
+                grow_bytes(&g[DC_HKEY_DATA], hkp, hk);
+                grow_i64(&g[DC_HKEY_OFFSETS], (int64_t)g[DC_HKEY_DATA].len);
+                if (hv >= 0) {
+                    grow_bytes(&g[DC_HVALUE_DATA], hvp, hv);
+                    set_bit(&g[DC_HVALUE_VALID], (Py_ssize_t)entries);
+                }
+                grow_i64(&g[DC_HVALUE_OFFSETS], (int64_t)g[DC_HVALUE_DATA].len);
+                entries++;
+            }
+        }
+        if (rec.p != rec.end) { what = "record length disagrees with its fields"; goto bad; }
+        if (!keep) continue;
+        grow_i64(&g[DC_OFFSETS], offset);
+        grow_i64(&g[DC_TIMESTAMPS], stamp_ts >= 0 ? (int64_t)stamp_ts : (int64_t)base_ts + tsd);
+        int32_t e = (int32_t)epoch;
+        memcpy(grow_at(&g[DC_EPOCHS]), &e, 4);
+        g[DC_EPOCHS].len += 4;
+        if (klen >= 0) {
+            grow_bytes(&g[DC_KEY_DATA], kp, klen);
+            set_bit(&g[DC_KEY_VALID], n);
+        }
+        grow_i64(&g[DC_KEY_OFFSETS], (int64_t)g[DC_KEY_DATA].len);
+        if (vlen >= 0) {
+            grow_bytes(&g[DC_VALUE_DATA], vp, vlen);
+            set_bit(&g[DC_VALUE_VALID], n);
+        }
+        grow_i64(&g[DC_VALUE_OFFSETS], (int64_t)g[DC_VALUE_DATA].len);
+        grow_i64(&g[DC_HEADER_OFFSETS], entries);
+        n++;
+    }
+    if (r.p != r.end) {
+        what = "unexpected bytes after the last record";
+        goto bad;
+    }
+    /* every buffer to its exact length for the rows held */
+    g[DC_KEY_VALID].len = (n + 7) / 8;
+    g[DC_VALUE_VALID].len = (n + 7) / 8;
+    g[DC_HVALUE_VALID].len = (Py_ssize_t)((entries + 7) / 8);
+    result = Py_None;
+    goto finish;
+bad:
+    PyErr_SetString(PyExc_ValueError, what);
+finish:
+    for (int i = 0; i < DC_COUNT; i++) {
+        int64_t len = (int64_t)g[i].len;
+        memcpy(lens + i, &len, 8);
+    }
+    Py_XINCREF(result);
+done:
+    PyBuffer_Release(&lview);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* binary_list(binary) -> list: every cell of a binary column spec (layout at the top)
+ * as bytes, or None where its validity bit is 0. */
+static PyObject *k_binary_list(PyObject *self, PyObject *args) {
+    PyObject *spec;
+    if (!PyArg_ParseTuple(args, "O", &spec)) return NULL;
+    bincol c;
+    if (parse_bincol(spec, &c, "binary") < 0) {
+        bincol_release(&c);
+        return NULL;
+    }
+    PyObject *list = PyList_New(c.n);
+    if (!list) goto fail;
+    for (Py_ssize_t i = 0; i < c.n; i++) {
+        const uint8_t *p;
+        int64_t len;
+        PyObject *item;
+        if (cell(&c, i, &p, &len) < 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "binary: row %zd: offsets are not ascending or run past the data buffer",
+                         i);
+            goto fail;
+        }
+        if (len < 0) {
+            Py_INCREF(Py_None);
+            item = Py_None;
+        } else {
+            item = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)len);
+            if (!item) goto fail;
+        }
+        PyList_SET_ITEM(list, i, item);
+    }
+    bincol_release(&c);
+    return list;
+fail:
+    Py_XDECREF(list);
+    bincol_release(&c);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -1290,6 +1578,10 @@ static PyMethodDef methods[] = {
      "murmur2_partitions(keys, num_partitions, out) -> None"},
     {"group_rows", k_group_rows, METH_VARARGS,
      "group_rows(partitions, num_partitions, out) -> starts"},
+    {"decode_columns", k_decode_columns, METH_VARARGS,
+     "decode_columns(buf, start, end, count, base_offset, min_offset, base_ts, stamp_ts, "
+     "epoch, out, lens) -> None"},
+    {"binary_list", k_binary_list, METH_VARARGS, "binary_list(binary) -> list"},
     {"decode_rows", k_decode_rows, METH_VARARGS,
      "decode_rows(buf, start, end, count, row_type, topic, partition, base_offset, "
      "min_offset, base_ts, stamp_ts, epoch, out) -> None"},

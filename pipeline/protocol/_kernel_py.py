@@ -10,6 +10,7 @@ described at the top of ``_kernel.c``.
 
 from __future__ import annotations
 
+import struct
 from array import array
 from collections.abc import Sequence
 from itertools import accumulate
@@ -480,3 +481,162 @@ def decode_rows(buf: bytes, start: int, end: int, count: int, row_type: type[tup
             raise _Bad
     except _Bad:
         raise ValueError(what) from None
+
+
+_Q = struct.Struct("=q")
+_I = struct.Struct("=i")
+_ROWS_FIELDS: Final = 15  # the buffers decode_columns fills (their order: _kernel.c)
+
+
+def _set_bit(bitmap: bytearray, row: int) -> None:
+    bitmap[row >> 3] |= 1 << (row & 7)
+
+
+def _bitmap_to(bitmap: bytearray, rows: int) -> None:
+    """Zero-fill ``bitmap`` to hold ``rows`` bits."""
+    want = (rows + 7) // 8
+    if want > len(bitmap):
+        bitmap.extend(bytes(want - len(bitmap)))
+
+
+def decode_columns(buf: bytes, start: int, end: int, count: int, base_offset: int,
+                   min_offset: int, base_ts: int, stamp_ts: int, epoch: int, out: list[Any],
+                   lens: Any, /) -> None:
+    """``_kernel.decode_columns``: one batch region's records appended to the column
+    buffers ``out`` (their layout: ``_kernel.c``), byte for byte as the C kernel; this
+    one reserves no room, so each buffer's length in use (``lens``) is its length."""
+    sizes = memoryview(lens).cast("B").cast("q")
+    if len(sizes) != _ROWS_FIELDS:
+        raise ValueError(f"lens must hold {_ROWS_FIELDS} int64")
+    if len(out) != _ROWS_FIELDS:
+        raise ValueError(f"out must hold {_ROWS_FIELDS} bytearrays")
+    if not all(type(b) is bytearray for b in out):
+        raise TypeError("out must hold bytearrays")
+    for i, b in enumerate(out):
+        if not 0 <= sizes[i] <= len(b):
+            raise ValueError("lens: a length outside its buffer")
+        del b[sizes[i]:]
+    try:
+        _decode_columns(buf, start, end, count, base_offset, min_offset, base_ts, stamp_ts,
+                        epoch, out)
+    finally:
+        for i, b in enumerate(out):
+            sizes[i] = len(b)
+
+
+def _decode_columns(buf: bytes, start: int, end: int, count: int, base_offset: int,
+                    min_offset: int, base_ts: int, stamp_ts: int, epoch: int,
+                    out: list[Any]) -> None:
+    if start < 0 or end < start or end > len(buf):
+        raise ValueError("record region outside the buffer")
+    if count < 0:
+        raise ValueError("negative record count")
+    (offsets, timestamps, epochs, key_offsets, key_data, key_valid, value_offsets,
+     value_data, value_valid, header_offsets, hkey_offsets, hkey_data, hvalue_offsets,
+     hvalue_data, hvalue_valid) = out
+    n = len(offsets) // 8
+    entries = len(hkey_offsets) // 8 - 1
+    pack_q, pack_i = _Q.pack, _I.pack
+    pos = start
+    what = ""
+    try:
+        for _ in range(count):
+            if pos >= end:
+                what = "batch holds fewer records than its count"
+                raise _Bad
+            what = "truncated record length"
+            length, pos = _rd_vz(buf, pos, end)
+            if length < 6 or length > end - pos:
+                what = "bad record length"
+                raise _Bad
+            rec_end = pos + length
+            p = pos + 1  # attributes
+            pos = rec_end
+            what = "truncated record"
+            tsd, p = _rd_vz(buf, p, rec_end)
+            od, p = _rd_vz(buf, p, rec_end)
+            what = "bad key length"
+            klen, p = _rd_vz(buf, p, rec_end)
+            if klen < -1 or klen > rec_end - p:
+                raise _Bad
+            kp = p
+            p += max(klen, 0)
+            what = "bad value length"
+            vlen, p = _rd_vz(buf, p, rec_end)
+            if vlen < -1 or vlen > rec_end - p:
+                raise _Bad
+            vp = p
+            p += max(vlen, 0)
+            what = "bad header count"
+            nh, p = _rd_vz(buf, p, rec_end)
+            if nh < 0 or nh > rec_end - p:
+                raise _Bad
+            offset = base_offset + od
+            keep = offset >= min_offset
+            for _h in range(nh):
+                what = "bad header key length"
+                hk, p = _rd_vz(buf, p, rec_end)
+                if hk < 0 or hk > rec_end - p:
+                    raise _Bad
+                hkp = p
+                p += hk
+                if keep:
+                    try:
+                        buf[hkp:p].decode("utf-8")
+                    except UnicodeDecodeError:
+                        what = "header key is not valid UTF-8"
+                        raise _Bad from None
+                what = "bad header value length"
+                hv, p = _rd_vz(buf, p, rec_end)
+                if hv < -1 or hv > rec_end - p:
+                    raise _Bad
+                hvp = p
+                p += max(hv, 0)
+                if keep:
+                    hkey_data += buf[hkp:hkp + hk]
+                    hkey_offsets += pack_q(len(hkey_data))
+                    _bitmap_to(hvalue_valid, entries + 1)
+                    if hv >= 0:
+                        hvalue_data += buf[hvp:hvp + hv]
+                        _set_bit(hvalue_valid, entries)
+                    hvalue_offsets += pack_q(len(hvalue_data))
+                    entries += 1
+            if p != rec_end:
+                what = "record length disagrees with its fields"
+                raise _Bad
+            if not keep:
+                continue
+            offsets += pack_q(offset)
+            timestamps += pack_q(stamp_ts if stamp_ts >= 0 else base_ts + tsd)
+            epochs += pack_i(epoch)
+            _bitmap_to(key_valid, n + 1)
+            _bitmap_to(value_valid, n + 1)
+            if klen >= 0:
+                key_data += buf[kp:kp + klen]
+                _set_bit(key_valid, n)
+            key_offsets += pack_q(len(key_data))
+            if vlen >= 0:
+                value_data += buf[vp:vp + vlen]
+                _set_bit(value_valid, n)
+            value_offsets += pack_q(len(value_data))
+            header_offsets += pack_q(entries)
+            n += 1
+        if pos != end:
+            what = "unexpected bytes after the last record"
+            raise _Bad
+    except _Bad:
+        raise ValueError(what) from None
+
+
+def binary_list(spec: tuple[Any, ...], /) -> list[bytes | None]:
+    """``_kernel.binary_list``: a binary column spec's cells as bytes / None."""
+    col = _Bin(spec, "binary")
+    out: list[bytes | None] = []
+    for row in range(col.n):
+        try:
+            cell = col.cell(row)
+        except _Bad:
+            raise ValueError(f"binary: row {row}: offsets are not ascending or run past the "
+                             "data buffer") from None
+        out.append(None if cell is None else bytes(cell))
+    return out

@@ -87,3 +87,44 @@ def test_nothing_fetched() -> None:
     for empty in (None, b""):
         chunk = decode_chunk(empty, "t", 0, 4)
         assert chunk.decoded() == [] and chunk.next_offset == 4 and chunk.nbytes == 0
+
+
+def test_the_columnar_form_decodes_the_same_records_with_the_same_skips() -> None:
+    """Compressed batches started before the fetch offset, control batches, aborted
+    transactions at read_committed, LogAppendTime: the columns hold exactly the rows,
+    and every slice of them the rows' slice."""
+    from pipeline.consumer._decode import decode_columns, lazy_chunk
+
+    abort = encode_end_txn_marker(commit=False, producer_id=5, producer_epoch=0,
+                                  coordinator_epoch=0, timestamp=T, base_offset=6)
+    data = (batch(0, b"a", b"b", b"c", compression=Compression.GZIP)
+            + batch(3, b"x", b"y", pid=5, txn=True) + batch(5, b"plain") + abort
+            + batch(7, b"z", compression=Compression.ZSTD))
+    aborted = [AbortedTransaction(producer_id=5, first_offset=3)]
+    for kwargs in ({}, {"aborted": aborted}):
+        rows = decode_chunk(data, "t", 2, 1, **kwargs)  # type: ignore[arg-type]
+        columns, next_offset = decode_columns(data, "t", 2, 1, **kwargs)  # type: ignore[arg-type]
+        assert columns.records() == rows.decoded() and next_offset == rows.next_offset == 8
+        for start in range(len(columns) + 1):
+            for stop in range(start, len(columns) + 1):
+                assert columns.slice(start, stop).records() == rows.decoded()[start:stop]
+        lazy = lazy_chunk(data, "t", 2, 1, **kwargs)  # type: ignore[arg-type]
+        assert lazy.count(columns=True) == len(rows.decoded()) and lazy.records is None
+        assert lazy.decoded() == rows.decoded()  # converted from the columns
+    values = [r.value for r in decode_columns(data, "t", 2, 1, aborted=aborted)[0].records()]
+    assert values == [b"b", b"c", b"plain", b"z"]
+
+
+def test_a_corrupt_batch_in_a_lazy_chunk_fails_either_form_naming_the_partition() -> None:
+    import pytest
+
+    from pipeline.consumer._decode import lazy_chunk
+    from pipeline.consumer._errors import ConsumerError
+
+    data = bytearray(batch(0, b"a"))
+    data[-1] ^= 0xFF  # the CRC no longer matches
+    for columns in (True, False):
+        chunk = lazy_chunk(bytes(data), "t", 4, 0)
+        with pytest.raises(ConsumerError, match=r"t\[4\] at offset 0: corrupt record batch "
+                                                r"\(batch at offset 0: CRC mismatch"):
+            chunk.count(columns=columns)

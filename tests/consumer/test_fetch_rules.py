@@ -209,3 +209,34 @@ async def test_batches_hand_out_lists_and_advance_positions(fake: FakeCluster, a
         assert [len(b) for b in got][:2] == [4, 4]
         assert [r.offset for b in got for r in b] == list(range(10))
         assert consumer.position(("t", 0)) == 10
+
+
+async def test_a_long_poll_for_caught_up_partitions_does_not_hold_up_records(
+        fake: FakeCluster, autojump_clock: Any) -> None:
+    """Partition 1 is caught up, partition 0 has many records but a full buffer: no
+    fetch for partition 1 alone is sent (it would wait ``fetch_max_wait`` for records
+    that do not come, and partition 0 could not be fetched meanwhile); once the
+    application drains partition 0's buffer, one fetch takes both. (The application
+    takes 5 ms per batch, 26 batches: without the rule each refill waited 0.5 s.)"""
+    fake.create_topic("t", 2, leaders=[0, 0])
+    await produce(fake, "t", [b"x" * 100 for _ in range(300)], partition=0)
+    await produce(fake, "t", [b"y"], partition=1)
+    async with open_fake_consumer(fake, topics=["t"], max_partition_fetch_bytes=2048,
+                                  fetch_max_wait=0.5) as consumer:
+        got = 0
+        started = None
+        with trio.fail_after(600):
+            async for batch in consumer.batches():
+                started = trio.current_time() if started is None else started
+                got += len(batch)
+                if got == 301:
+                    break
+                await trio.sleep(0.005)  # the application's work: the fetcher gets ahead
+        assert started is not None
+        elapsed = trio.current_time() - started
+        assert elapsed < 0.5, f"{elapsed:.1f} s of long polls while records were waiting"
+        fetched = [r for r in fake.requests_of(ApiKey.FETCH)
+                   if r.request.topics and r.request.max_wait_ms > 0]
+        alone = [r for r in fetched if [p.partition for t in r.request.topics
+                                        for p in t.partitions] == [1]]
+        assert len(alone) <= 2  # only before partition 0's buffer first filled up

@@ -181,3 +181,130 @@ def test_c_rows_are_left_out_of_the_cyclic_gc() -> None:
     assert not gc.is_tracked(row.headers[0])
     (loose,), _ = batch_rows.decode_rows(data, WithDict, "t", 0, 0)
     assert gc.is_tracked(loose)
+
+
+# ------------------------------------------------------------------ the columnar form
+
+
+def column_rows(cols: batch_rows.RecordColumns) -> list[Row]:
+    """The rows the columns hold, read cell by cell through the column types."""
+    return [Row("t", 3, cols.offsets[i], cols.timestamps[i], cols.keys[i], cols.values[i],
+                cols.headers[i], cols.leader_epochs[i]) for i in range(len(cols.offsets))]
+
+
+def buffers(cols: batch_rows.RecordColumns) -> list[bytes]:
+    out = [bytes(cols.offsets), bytes(cols.timestamps), bytes(cols.leader_epochs)]
+    for col in (cols.keys, cols.values, cols.headers.keys, cols.headers.values):
+        out += [bytes(col.offsets), bytes(col.data),
+                b"" if col.validity is None else bytes(col.validity), bytes([col.null_count])]
+    return [*out, bytes(cols.headers.offsets)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=fetched(), skip=st.integers(0, 40), cut=st.integers(0, 30))
+def test_columns_hold_the_rows_and_both_kernels_give_the_same_bytes(
+        case: tuple[bytes, list[Row]], skip: int, cut: int) -> None:
+    data, rows = case
+    start = rows[0].offset + skip
+    short = data[: max(0, len(data) - cut)] if cut else data
+    results = []
+    for impl in [_kernel_py] + ([batch_rows._load()[0]] if batch_rows.KERNEL == "c" else []):
+        original = batch_rows._impl
+        batch_rows._impl = impl
+        try:
+            for buf in (data, short):
+                expected, nxt = batch_rows.decode_rows(buf, Row, "t", 3, start)
+                cols, nxt2 = batch_rows.decode_columns(buf, start)
+                assert column_rows(cols) == expected and nxt2 == nxt
+                assert cols.values.to_pylist() == [r.value for r in expected]
+                assert list(cols.keys) == [r.key for r in expected]
+                results.append(buffers(cols))
+        finally:
+            batch_rows._impl = original
+    if len(results) == 4:
+        assert results[:2] == results[2:]  # C and Python: byte for byte
+
+
+def test_columns_of_log_append_time_control_and_refused_batches(kernel: str) -> None:
+    one = BatchBuilder()
+    one.append(T, None, b"a")
+    two = BatchBuilder()
+    two.append(T, b"k", b"b", [("h", None)])
+    marker = encode_end_txn_marker(commit=False, producer_id=1, producer_epoch=0,
+                                   coordinator_epoch=0, timestamp=T, base_offset=2)
+    data = at(0, one.build()) + at(1, two.build(partition_leader_epoch=3)) + marker
+    cols, nxt = batch_rows.decode_columns(data, 0, keep=lambda b: b.base_offset != 0)
+    assert column_rows(cols) == [Row("t", 3, 1, T, b"k", b"b", (("h", None),), 3)]
+    assert nxt == 3 and cols.keys.validity is None and cols.headers.values.null_count == 1
+    empty, nxt = batch_rows.decode_columns(b"", 7)
+    assert len(empty.offsets) == 0 and len(empty.values) == 0 and nxt == 7
+
+
+@pytest.mark.parametrize(("where", "value", "message"), [
+    (61, b"\x7f", "bad record length"),
+    (65, b"\x7f", "bad key length"),
+    (69, b"\x7f", "bad value length"),
+    (75, b"\x7f", "bad header count"),
+    (76, b"\x7f", "bad header key length"),
+    (77, b"\xff", "header key is not valid UTF-8"),
+    (78, b"\x7f", "bad header value length"),
+])
+def test_malformed_records_are_refused_alike_as_columns(kernel: str, where: int, value: bytes,
+                                                       message: str) -> None:
+    bad = corrupted(where, value)
+    with pytest.raises(CorruptRecordError, match=message) as rows_error:
+        batch_rows.decode_rows(bad, Row, "t", 0, 0, verify_crc=False)
+    with pytest.raises(CorruptRecordError, match=message) as columns_error:
+        batch_rows.decode_columns(bad, 0, verify_crc=False)
+    assert str(columns_error.value) == str(rows_error.value)
+
+
+def test_columns_refuse_a_bad_crc_and_a_record_count_beyond_the_records(kernel: str) -> None:
+    data = bytearray(corrupted(0, b""))
+    data[-1] ^= 1
+    with pytest.raises(CorruptRecordError, match="CRC mismatch"):
+        batch_rows.decode_columns(bytes(data), 0)
+    data = bytearray(corrupted(0, b""))
+    struct.pack_into(">i", data, 57, 1_000_000_000)  # a hostile count: no huge reservation
+    with pytest.raises(CorruptRecordError, match="fewer records than its count"):
+        batch_rows.decode_columns(bytes(data), 0, verify_crc=False)
+
+
+def test_binary_list_reads_nulls_and_refuses_bad_offsets() -> None:
+    from array import array
+
+    from pipeline.protocol.columnar import BinaryColumn
+
+    impls = [_kernel_py] + ([batch_rows._load()[0]] if batch_rows.KERNEL == "c" else [])
+    good = BinaryColumn(memoryview(array("q", [0, 2, 2, 5])), memoryview(b"abcde"),
+                        memoryview(bytes([0b101])), 0, 1)
+    bad = BinaryColumn(memoryview(array("q", [0, 9])), memoryview(b"abc"))
+    for impl in impls:
+        assert impl.binary_list(good.spec()) == [b"ab", None, b"cde"]
+        with pytest.raises(ValueError, match="binary: row 0: offsets"):
+            impl.binary_list(bad.spec())
+
+
+def test_the_kernels_check_the_lengths_in_use_they_are_given() -> None:
+    """``lens`` says how much of each buffer is in use (the C kernel keeps reserved room
+    past it); a length outside its buffer, or the wrong number of them, is refused."""
+    from array import array
+
+    region = corrupted(0, b"")
+    for impl in [_kernel_py] + ([batch_rows._load()[0]] if batch_rows.KERNEL == "c" else []):
+        out = [bytearray(8) for _ in range(15)]
+        with pytest.raises(ValueError, match="lens: a length outside its buffer"):
+            impl.decode_columns(region, 61, len(region), 1, 0, 0, T, -1, 0, out,
+                                array("q", [9] * 15))
+        with pytest.raises(ValueError, match="lens must hold 15 int64"):
+            impl.decode_columns(region, 61, len(region), 1, 0, 0, T, -1, 0, out,
+                                array("q", [0] * 14))
+        # room past the length in use is overwritten, never read: the same bytes
+        out = [bytearray(b"\xee" * 64) for _ in range(15)]
+        lens = array("q", [8 if i in (3, 6, 9, 10, 12) else 0 for i in range(15)])
+        for i in (3, 6, 9, 10, 12):
+            out[i][:8] = bytes(8)
+        impl.decode_columns(region, 61, len(region), 1, 0, 0, T, -1, 0, out, lens)
+        got = [bytes(b[:n]) for b, n in zip(out, lens, strict=True)]
+        assert got[0] == struct.pack("=q", 0) and got[4] == b"key" and got[7] == b"value"
+        assert got[11] == b"h" and got[13] == b"x" and got[5] == got[8] == b"\x01"
