@@ -1017,3 +1017,45 @@ async def test_v1_a_timed_out_abort_whose_epoch_bump_is_refused_says_fenced(
         with pytest.raises(ProducerFencedError) as again:
             await producer.begin_transaction()
         assert again.value is e.value
+
+
+async def test_records_reaching_a_stage_while_an_abort_drains_fail_there_at_once(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """The abort fails what the stages hold when it starts; a record still between two
+    stages then (here on its way to a broker producer, or to a partition producer) fails
+    with the abort's error the moment it arrives, while the abort still waits for a
+    Produce on the wire, not at its delivery_timeout and not after the abort."""
+    fake = await serve()
+    held_p, parked_p, wire_p = three_roles(fake)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        for p in range(3):
+            await producer.send("t", b"first", partition=p)
+        await producer.flush()
+        core = producer._core
+        pp = core._pps[TopicPartition("t", parked_p)]
+        to_pp = pp.inbox = HeldInbox(pp.inbox)  # type: ignore[assignment]
+        bp = core._bps[fake.leader("t", held_p)]
+        to_bp = bp.inbox = HeldInbox(bp.inbox)  # type: ignore[assignment]
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, node_id=fake.leader("t", wire_p),
+                             count=1)
+        await producer.send("t", b"on the wire", partition=wire_p)
+        late = [await producer.send("t", b"late", partition=p) for p in (held_p, parked_p)]
+        await trio.sleep(0.1)
+        assert to_pp.items and to_bp.items  # each on its way, held there
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(producer.abort_transaction)
+            await trio.sleep(0.5)  # the abort drains: the Produce's answer is due at 1.9
+            to_pp.release()
+            to_bp.release()
+            pp.inbox, bp.inbox = to_pp.real, to_bp.real
+            released = trio.current_time()
+            for d in late:
+                with pytest.raises(ProducerError) as failed:
+                    await d
+                assert isinstance(failed.value.cause, TransactionAbortedError)
+            assert trio.current_time() - released < 0.01
+            assert not fake.requests_of(ApiKey.END_TXN)  # the abort still drains
+        assert trio.current_time() - start >= 1.8
+    assert await committed_values(fake) == []
