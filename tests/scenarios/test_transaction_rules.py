@@ -1059,3 +1059,49 @@ async def test_records_reaching_a_stage_while_an_abort_drains_fail_there_at_once
             assert not fake.requests_of(ApiKey.END_TXN)  # the abort still drains
         assert trio.current_time() - start >= 1.8
     assert await committed_values(fake) == []
+
+
+
+async def test_a_producer_fenced_while_an_abort_drains_fails_later_arrivals_as_fenced(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """v1: an AddPartitionsToTxn on its way when the abort starts is answered
+    PRODUCER_FENCED while the abort waits for a Produce on the wire: the producer is
+    fatal, and from then on a record reaching a stage fails with that error, as every
+    record of a fatal producer does (the Java client's Sender, too, fails batches with a
+    fatal error before an abort's), not with the abort's; the abort raises the fence."""
+    fake = await serve(version=1)
+    held_p, fenced_p, wire_p = three_roles(fake)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        txn = producer._txn
+        assert txn is not None
+        await producer.begin_transaction()
+        for p in (held_p, wire_p):  # (metadata, connections, both added to the transaction)
+            await producer.send("t", b"first", partition=p)
+        await producer.flush()
+        bp = producer._core._bps[fake.leader("t", held_p)]
+        to_bp = bp.inbox = HeldInbox(bp.inbox)  # type: ignore[assignment]
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, node_id=fake.leader("t", wire_p),
+                             count=1)
+        await producer.send("t", b"on the wire", partition=wire_p)
+        fake.delay_responses(1.0, api_key=ApiKey.ADD_PARTITIONS_TO_TXN, count=1)
+        fake.fail_next(ApiKey.ADD_PARTITIONS_TO_TXN, ErrorCode.PRODUCER_FENCED)
+        fake.fail_next(ApiKey.END_TXN, ErrorCode.PRODUCER_FENCED)  # (fenced: refused too)
+        await producer.send("t", b"to be added", partition=fenced_p)
+        late = await producer.send("t", b"late", partition=held_p)
+        await trio.sleep(0.1)
+        assert to_bp.items and fake.requests_of(ApiKey.ADD_PARTITIONS_TO_TXN)
+        async with trio.open_nursery() as nursery:
+            async def abort() -> None:
+                with pytest.raises(ProducerFencedError):
+                    await producer.abort_transaction()
+
+            nursery.start_soon(abort)
+            await trio.sleep(1.3)  # fenced at ~1.1; the Produce's answer is due at ~2.1
+            assert txn.state == State.FATAL
+            to_bp.release()
+            bp.inbox = to_bp.real
+            with pytest.raises(ProducerError) as failed:
+                await late
+            assert failed.value.cause is txn.error
+            assert isinstance(failed.value.cause, ProducerFencedError)
+            assert not fake.requests_of(ApiKey.END_TXN)  # the abort still drains
