@@ -671,6 +671,85 @@ async def test_a_cluster_without_the_transaction_version_feature_gets_v1(
     assert await committed_values(fake) == [b"x"]
 
 
+# ------------------------------------------------------------ cancelling a commit
+
+
+async def test_a_commit_cancelled_during_its_flush_leaves_the_transaction_open(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """A commit cancelled while it flushes sent no EndTxn: the transaction is still open,
+    so the caller may send more and commit again, and a transaction() block cancelled in
+    its commit aborts it (the producer is ready afterwards, not stuck committing)."""
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        txn = producer._txn
+        assert txn is not None
+        p, leader = away_from_coordinator(fake)
+        await producer.begin_transaction()
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, node_id=leader, count=1)
+        await producer.send("t", b"slow", partition=p)
+        with trio.move_on_after(0.5) as cancelled:
+            await producer.commit_transaction()
+        assert cancelled.cancelled_caught
+        assert txn.state == State.IN_TRANSACTION
+        assert fake.requests_of(ApiKey.END_TXN) == []
+        await producer.send("t", b"more", partition=p)
+        await producer.commit_transaction()
+        with trio.move_on_after(0.5) as cancelled:
+            async with producer.transaction():
+                fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, node_id=leader, count=1)
+                await producer.send("t", b"cancelled", partition=p)
+        assert cancelled.cancelled_caught
+        assert txn.state == State.READY
+        assert [r.request.committed for r in fake.requests_of(ApiKey.END_TXN)] == [True, False]
+    assert await committed_values(fake) == [b"slow", b"more"]
+
+
+@pytest.mark.parametrize("code", [ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED],
+                         ids=["abortable", "fatal"])
+async def test_a_commit_cancelled_as_its_transaction_fails_does_not_reopen_it(
+        serve: Serve, autojump_clock: trio.testing.MockClock, code: ErrorCode) -> None:
+    """The caller's cancellation can end a commit's flush in the very step the
+    transaction fails (here the refused record's on_delivery callback cancels the
+    commit, before the commit's own watch for the failure runs). The transaction stays
+    failed with its error (abortable, or the producer fatal): it is not reopened, so
+    sends are still refused with that error, and only an abort (abortable) goes on."""
+    fake = await serve()
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        txn = producer._txn
+        assert txn is not None
+        await producer.begin_transaction()
+        await producer.send_and_wait("t", b"first", partition=0)  # (metadata, connection)
+        fake.fail_next(ApiKey.PRODUCE, code, topic="t", partition=0)
+        errors: list[BaseException | None] = []
+        with trio.CancelScope() as scope:
+            def cancel_the_commit(metadata: Any, error: BaseException | None) -> None:
+                errors.append(error)
+                scope.cancel()
+
+            await producer.send("t", b"refused", partition=0, on_delivery=cancel_the_commit)
+            await producer.commit_transaction()
+        assert scope.cancelled_caught
+        (failed,) = errors
+        assert isinstance(failed, ProducerError)
+        cause = failed.cause
+        fatal = code == ErrorCode.PRODUCER_FENCED
+        assert isinstance(cause, ProducerFencedError if fatal else TransactionAbortableError)
+        assert txn.state == (State.FATAL if fatal else State.ABORTABLE)
+        assert txn.error is cause
+        with pytest.raises(type(cause)) as refused:
+            await producer.send("t", b"refused too", partition=0)
+        assert refused.value is cause
+        if fatal:
+            with pytest.raises(ProducerFencedError) as again:
+                await producer.begin_transaction()
+            assert again.value is cause
+            return
+        await producer.abort_transaction()
+        async with producer.transaction():
+            await producer.send("t", b"next", partition=0)
+    assert await committed_values(fake) == [b"next"]
+
+
 # ------------------------------------------------------------------------- EndTxn
 
 
@@ -908,3 +987,121 @@ async def test_a_commit_past_the_timeout_refused_for_another_reason_says_that_re
         with pytest.raises(TransactionFatalError, match="TRANSACTIONAL_ID_AUTHORIZATION") as e:
             await producer.commit_transaction()
         assert not isinstance(e.value, TransactionTimedOutError)
+
+
+async def test_v1_a_timed_out_abort_whose_epoch_bump_is_refused_says_fenced(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """v1: the coordinator aborted a transaction past its timeout and bumped the epoch,
+    so the abort's EndTxn is fenced; the KIP-360 InitProducerId that would take the
+    producer on to the bumped epoch is refused too (PRODUCER_FENCED, as Kafka 4.1 does
+    under transaction.version 1). The abort raises ProducerFencedError saying why and
+    what to do, with the broker's code and answer chained; the producer is fatal."""
+    fake = await serve(version=1)
+    async with open_fake_producer(fake, **txn_options(transaction_timeout=10.0)) as producer:
+        await producer.begin_transaction()
+        await producer.send("t", b"late", partition=0)
+        await producer.flush()
+        await trio.sleep(11.0)
+        fake.fail_next(ApiKey.INIT_PRODUCER_ID, ErrorCode.PRODUCER_FENCED)
+        with pytest.raises(ProducerFencedError,
+                           match=r"the coordinator aborted the transaction of 'rules-writer' "
+                                 r"\(open longer than transaction_timeout=10\.0s\) and fenced "
+                                 r"this producer's epoch, which transaction\.version 1 cannot "
+                                 r"take on: close this producer and open a new one") as e:
+            await producer.abort_transaction()
+        assert e.value.code == ErrorCode.PRODUCER_FENCED
+        assert isinstance(e.value.__cause__, ProducerFencedError)
+        assert e.value.__cause__.code == ErrorCode.PRODUCER_FENCED
+        ends = fake.requests_of(ApiKey.END_TXN)
+        assert [r.request.committed for r in ends] == [False]
+        with pytest.raises(ProducerFencedError) as again:
+            await producer.begin_transaction()
+        assert again.value is e.value
+
+
+async def test_records_reaching_a_stage_while_an_abort_drains_fail_there_at_once(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """The abort fails what the stages hold when it starts; a record still between two
+    stages then (here on its way to a broker producer, or to a partition producer) fails
+    with the abort's error the moment it arrives, while the abort still waits for a
+    Produce on the wire, not at its delivery_timeout and not after the abort."""
+    fake = await serve()
+    held_p, parked_p, wire_p = three_roles(fake)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        for p in range(3):
+            await producer.send("t", b"first", partition=p)
+        await producer.flush()
+        core = producer._core
+        pp = core._pps[TopicPartition("t", parked_p)]
+        to_pp = pp.inbox = HeldInbox(pp.inbox)  # type: ignore[assignment]
+        bp = core._bps[fake.leader("t", held_p)]
+        to_bp = bp.inbox = HeldInbox(bp.inbox)  # type: ignore[assignment]
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, node_id=fake.leader("t", wire_p),
+                             count=1)
+        await producer.send("t", b"on the wire", partition=wire_p)
+        late = [await producer.send("t", b"late", partition=p) for p in (held_p, parked_p)]
+        await trio.sleep(0.1)
+        assert to_pp.items and to_bp.items  # each on its way, held there
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(producer.abort_transaction)
+            await trio.sleep(0.5)  # the abort drains: the Produce's answer is due at 1.9
+            to_pp.release()
+            to_bp.release()
+            pp.inbox, bp.inbox = to_pp.real, to_bp.real
+            released = trio.current_time()
+            for d in late:
+                with pytest.raises(ProducerError) as failed:
+                    await d
+                assert isinstance(failed.value.cause, TransactionAbortedError)
+            assert trio.current_time() - released < 0.01
+            assert not fake.requests_of(ApiKey.END_TXN)  # the abort still drains
+        assert trio.current_time() - start >= 1.8
+    assert await committed_values(fake) == []
+
+
+
+async def test_a_producer_fenced_while_an_abort_drains_fails_later_arrivals_as_fenced(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """v1: an AddPartitionsToTxn on its way when the abort starts is answered
+    PRODUCER_FENCED while the abort waits for a Produce on the wire: the producer is
+    fatal, and from then on a record reaching a stage fails with that error, as every
+    record of a fatal producer does (the Java client's Sender, too, fails batches with a
+    fatal error before an abort's), not with the abort's; the abort raises the fence."""
+    fake = await serve(version=1)
+    held_p, fenced_p, wire_p = three_roles(fake)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        txn = producer._txn
+        assert txn is not None
+        await producer.begin_transaction()
+        for p in (held_p, wire_p):  # (metadata, connections, both added to the transaction)
+            await producer.send("t", b"first", partition=p)
+        await producer.flush()
+        bp = producer._core._bps[fake.leader("t", held_p)]
+        to_bp = bp.inbox = HeldInbox(bp.inbox)  # type: ignore[assignment]
+        fake.delay_responses(2.0, api_key=ApiKey.PRODUCE, node_id=fake.leader("t", wire_p),
+                             count=1)
+        await producer.send("t", b"on the wire", partition=wire_p)
+        fake.delay_responses(1.0, api_key=ApiKey.ADD_PARTITIONS_TO_TXN, count=1)
+        fake.fail_next(ApiKey.ADD_PARTITIONS_TO_TXN, ErrorCode.PRODUCER_FENCED)
+        fake.fail_next(ApiKey.END_TXN, ErrorCode.PRODUCER_FENCED)  # (fenced: refused too)
+        await producer.send("t", b"to be added", partition=fenced_p)
+        late = await producer.send("t", b"late", partition=held_p)
+        await trio.sleep(0.1)
+        assert to_bp.items and fake.requests_of(ApiKey.ADD_PARTITIONS_TO_TXN)
+        async with trio.open_nursery() as nursery:
+            async def abort() -> None:
+                with pytest.raises(ProducerFencedError):
+                    await producer.abort_transaction()
+
+            nursery.start_soon(abort)
+            await trio.sleep(1.3)  # fenced at ~1.1; the Produce's answer is due at ~2.1
+            assert txn.state == State.FATAL
+            to_bp.release()
+            bp.inbox = to_bp.real
+            with pytest.raises(ProducerError) as failed:
+                await late
+            assert failed.value.cause is txn.error
+            assert isinstance(failed.value.cause, ProducerFencedError)
+            assert not fake.requests_of(ApiKey.END_TXN)  # the abort still drains

@@ -406,16 +406,14 @@ class TransactionManager:
     async def _drain(self, error: KafkaError) -> None:
         """Fail what has no outcome yet with ``error``, and wait until nothing of the
         transaction is in flight any more (answers of requests on the wire come back;
-        every record is settled by its deadline at the latest)."""
+        every record is settled by its deadline at the latest). A record still between
+        two stages when the purge ran fails with ``error`` where it arrives: until the
+        purge with None, every stage fails what reaches it (``RetryErrors.abort``)."""
         self._purge(error)
         try:
             with trio.move_on_after(self._config.delivery_timeout):
-                while True:
-                    with trio.move_on_after(0.05):
-                        await self.flush()
-                        await self._idem.wait_drained()
-                        return
-                    self._purge(error)  # what reached a stage since
+                await self.flush()
+                await self._idem.wait_drained()
         finally:
             self._purge(None)
 
