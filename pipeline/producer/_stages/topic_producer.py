@@ -236,7 +236,7 @@ class TopicProducer:
         topic = self.topic
         chunk = run._sink
         rows = out_of_range.rows
-        if not failures and chunk.group is not None:  # (send_batch: a group per chunk)
+        if not failures and chunk.group is not None and chunk.messages is None:  # (send_batch)
             return [(out_of_range, PartitionOutOfRangeError(
                 f"rows pinned to partitions the topic {topic!r} does not have: it has "
                 f"{n} partitions (0..{n - 1})"))]
