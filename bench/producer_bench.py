@@ -87,6 +87,8 @@ TARGETS = [
     ("keyed send() >= 0.6x confluent-kafka keyed", "pipeline-send-keyed", "confluent-keyed", 0.6),
     *((f"{w}: send() + flush >= 1.0x confluent-kafka", f"pipeline-w-{w}", f"confluent-w-{w}",
        1.0) for w in ("nokey", "keyed", "headers", "headers-zstd")),
+    *((f"{w}: send_many >= 1.0x confluent-kafka", f"pipeline-m-{w}", f"confluent-w-{w}",
+       1.0) for w in ("nokey", "keyed", "headers", "headers-zstd")),
 ]
 
 Log = Callable[[str], None]
@@ -480,9 +482,10 @@ def _ratios_and_targets(results: dict[str, dict[str, Any]]
             r["vs_no_hooks"] = rate(name) / rate("pipeline-w-keyed")  # type: ignore[operator]
         for peer in ("aiokafka", "confluent"):
             # (a workload's client against the same workload's peer)
-            peer_name = ("confluent-w-" + name[len("pipeline-w-"):]
-                         if name.startswith("pipeline-w-") else peer + suffix)
-            if name.startswith("pipeline-w-") and peer != "confluent":
+            workload = name.startswith(("pipeline-w-", "pipeline-m-"))
+            peer_name = ("confluent-w-" + name[len("pipeline-w-"):] if workload
+                         else peer + suffix)
+            if workload and peer != "confluent":
                 continue
             if rate(peer_name):
                 r[f"vs_{peer}"] = rate(name) / rate(peer_name)  # type: ignore[operator]

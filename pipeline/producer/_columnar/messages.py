@@ -38,7 +38,6 @@ from pipeline.producer._intake.normalize import (
     MAX_PARTITION,
     MAX_TIMESTAMP,
     SIZE_BASE,
-    as_headers,
     prefix_size,
 )
 from pipeline.producer._message import FAILED, OK, ProducerMessage
@@ -122,24 +121,27 @@ def _take_py(msgs: list[ProducerMessage], now_ms: int, max_bytes: int) -> tuple[
             return None
         value, key = msg.value, msg.key
         if type(value) is str:
-            msg.value = value = value.encode()
-        elif value is not None and type(value) is not bytes:
+            try:
+                msg.value = value = value.encode()
+            except UnicodeEncodeError:
+                return None  # (the per-message path raises it)
+        if value is not None and type(value) is not bytes:
             return None
         if type(key) is str:
-            msg.key = key = key.encode()
-        elif key is not None and type(key) is not bytes:
+            try:
+                msg.key = key = key.encode()
+            except UnicodeEncodeError:
+                return None
+        if key is not None and type(key) is not bytes:
             return None
         size = SIZE_BASE + (1 if value is None else len(value) + prefix_size(len(value))) + (
             1 if key is None else len(key) + prefix_size(len(key)))
         headers = msg.headers
         if headers:
-            try:
-                pairs = as_headers(headers)
-            except TypeError:
-                return None  # (the per-message path raises it)
+            pairs = _plain_headers(headers)
+            if pairs is None:
+                return None
             for hkey, hvalue in pairs:
-                if type(hkey) is not str:
-                    return None
                 hkeys.append(hkey)
                 hvalues.append(hvalue)
                 hk = len(hkey.encode())
@@ -175,6 +177,29 @@ def _take_py(msgs: list[ProducerMessage], now_ms: int, max_bytes: int) -> tuple[
             ends if any_headers else None, stamps, parts if any_partition else None, sizes)
 
 
+def _plain_headers(headers: object) -> tuple[tuple[str, bytes | None], ...] | None:
+    """Headers in their plain form (``_send.c``'s ``plain_headers``: a dict, or a list
+    or tuple of 2-tuples; exact str keys encodable as UTF-8, values bytes or None;
+    exact types) as normalize leaves them, a tuple of pairs; None: not plain."""
+    if type(headers) is dict:
+        pairs = tuple(headers.items())
+    elif type(headers) in (list, tuple):
+        for pair in headers:  # type: ignore[attr-defined]
+            if type(pair) is not tuple or len(pair) != 2:
+                return None
+        pairs = tuple(headers)  # type: ignore[call-overload]
+    else:
+        return None
+    for hkey, hvalue in pairs:
+        if type(hkey) is not str or (hvalue is not None and type(hvalue) is not bytes):
+            return None
+        try:
+            hkey.encode()
+        except UnicodeEncodeError:
+            return None
+    return pairs
+
+
 def _accept_py(msgs: list[ProducerMessage], first_id: int) -> None:
     """``_send.accept_messages``'s twin: message i gets id ``first_id + i`` (0: unaccepted)."""
     for msg_id, msg in enumerate(msgs, first_id):
@@ -184,10 +209,21 @@ def _accept_py(msgs: list[ProducerMessage], first_id: int) -> None:
 def _settle_py(msgs: list[ProducerMessage], rows: Any, state: int, offset: int,
                partition: int | None, timestamp: int, outcome: BaseException | None) -> None:
     """``_send.settle_messages``'s twin: the outcome of a run onto its rows' messages
-    (``rows``: their indices in ``msgs``, in the run's order). OK: ``offset + k`` for
+    (``rows``: their indices in ``msgs``, int64s in the run's order, or an int n for
+    0..n-1; every one checked against ``len(msgs)`` before anything is written). OK: ``offset + k`` for
     the run's k-th row (-1 for all when ``offset`` < 0), its ``partition``, and
     ``timestamp`` when >= 0 (LogAppendTime). FAILED: ``outcome``, and the run's
     ``partition`` when it has one (a message pinned past the topic's keeps its own)."""
+    if state not in (OK, FAILED):
+        raise ValueError(f"settle_messages: state {state} is not OK or FAILED")
+    if type(rows) is int:
+        if not 0 <= rows <= len(msgs):
+            raise ValueError(f"settle_messages: {rows} rows of {len(msgs)} messages")
+        rows = range(rows)
+    else:
+        for row in rows:
+            if not 0 <= row < len(msgs):
+                raise ValueError(f"settle_messages: row {row} is outside 0..{len(msgs) - 1}")
     if state == OK:
         for k, row in enumerate(rows):
             msg = msgs[row]
@@ -197,7 +233,6 @@ def _settle_py(msgs: list[ProducerMessage], rows: Any, state: int, offset: int,
             if timestamp >= 0:
                 msg.timestamp = timestamp
         return
-    assert state == FAILED
     for row in rows:
         msg = msgs[row]
         msg._state = FAILED
@@ -234,7 +269,7 @@ def unaccept(msgs: list[ProducerMessage]) -> None:
 
 def settle(msgs: list[ProducerMessage], run: Any) -> None:
     """Write the outcome of ``run`` (settled) onto its rows' messages."""
-    rows = range(run.count) if run.rows is None else run.rows
+    rows = run.count if run.rows is None else run.rows
     _settle(msgs, rows, run._state, run.offset, run.partition, run.timestamp, run._outcome)
 
 
