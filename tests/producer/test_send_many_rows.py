@@ -132,7 +132,7 @@ async def _run(kind: str, script: list[Any], *, partitions: int = PARTITIONS,
         try:
             meta = d.result()
             outcomes.append(("ok", meta.partition, meta.offset, meta.timestamp))
-        except Exception as exc:  # noqa: BLE001 - its text is compared
+        except Exception as exc:  # (its text is compared)
             outcomes.append(("failed", str(exc)))
     seen = [[_seen(m) for m in msgs] for msgs in sent]
     group_results = [_group_seen(r, msgs) for r, msgs in zip(results, sent, strict=True)]
@@ -171,7 +171,7 @@ async def test_c_twin_and_messages_agree_on_records_and_outcomes(seed: int) -> N
                 ("many", _messages_of(seed + 100, 150)),
                 ("send", b"s2", {"partition": 1})]
 
-    records, _, seen, outcomes, groups = await _compare(script)
+    records, _, seen, _, groups = await _compare(script)
     flat = [s for call in seen for s in call]
     failed = [s for s in flat if s[9] == 2]
     assert failed and {s[11][0] for s in failed} == {"PartitionOutOfRangeError"}

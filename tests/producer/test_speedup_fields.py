@@ -125,7 +125,7 @@ async def test_send_many_messages_hold_the_declared_types(
     await nursery.start(fake.run)
     fake.create_topic("t", 3)
     seen: set[str] = set()
-    msgs = [ProducerMessage("t", "v%d" % i if i % 2 else b"v", "k" if i % 3 else None,
+    msgs = [ProducerMessage("t", f"v{i}" if i % 2 else b"v", "k" if i % 3 else None,
                             [("h", b"x")] if i % 4 else {} if i % 5 else [],
                             7 if i == 9 else None, None if i % 2 else 5) for i in range(70)]
     async with open_fake_producer(fake) as producer:

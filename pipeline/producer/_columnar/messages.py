@@ -119,7 +119,8 @@ def _take_py(msgs: list[ProducerMessage], now_ms: int, max_bytes: int) -> tuple[
     for msg in msgs:
         if type(msg) is not ProducerMessage or msg.topic != topic or type(msg.topic) is not str:
             return None
-        value, key = msg.value, msg.key
+        value: Any = msg.value  # (anything a user put there)
+        key: Any = msg.key
         if type(value) is str:
             try:
                 msg.value = value = value.encode()
@@ -177,17 +178,17 @@ def _take_py(msgs: list[ProducerMessage], now_ms: int, max_bytes: int) -> tuple[
             ends if any_headers else None, stamps, parts if any_partition else None, sizes)
 
 
-def _plain_headers(headers: object) -> tuple[tuple[str, bytes | None], ...] | None:
+def _plain_headers(headers: Any) -> tuple[tuple[str, bytes | None], ...] | None:
     """Headers in their plain form (``_send.c``'s ``plain_headers``: a dict, or a list
     or tuple of 2-tuples; exact str keys encodable as UTF-8, values bytes or None;
     exact types) as normalize leaves them, a tuple of pairs; None: not plain."""
     if type(headers) is dict:
         pairs = tuple(headers.items())
     elif type(headers) in (list, tuple):
-        for pair in headers:  # type: ignore[attr-defined]
+        for pair in headers:
             if type(pair) is not tuple or len(pair) != 2:
                 return None
-        pairs = tuple(headers)  # type: ignore[call-overload]
+        pairs = tuple(headers)
     else:
         return None
     for hkey, hvalue in pairs:
