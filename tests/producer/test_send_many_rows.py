@@ -51,7 +51,7 @@ def _messages_of(seed: int, n: int, topic: str = "ta") -> list[ProducerMessage]:
         key: Any = None
         if key_kind:
             key = b"k%d" % rng.randrange(13) if key_kind == 1 else f"s\u00e9{i}"
-        value: Any = b"value-%d-" % i + bytes(rng.randrange(40))
+        value: Any = b"value-%d-" % i + bytes(rng.choice([rng.randrange(40), 100, 9000]))
         if rng.random() < 0.05:
             value = None
         elif rng.random() < 0.05:
@@ -278,11 +278,24 @@ async def test_messages_that_are_not_plain_take_the_per_message_path(
     fake.create_topic("tb", 1)
     assert _messages.take(_plain(70), T, 1 << 20) is not None
     for change in (lambda m: setattr(m, "value", bytearray(b"x")),
+                   lambda m: setattr(m, "key", memoryview(b"x")),
                    lambda m: setattr(m, "partition", True),
+                   lambda m: setattr(m, "partition", 2**31),
+                   lambda m: setattr(m, "timestamp", 2**63),
+                   lambda m: setattr(m, "headers", [("h", "str value")]),
+                   lambda m: setattr(m, "headers", [["h", b"x"]]),
+                   lambda m: setattr(m, "headers", [("h", b"x", b"y")]),
                    lambda m: setattr(m, "topic", "tb")):
         msgs = _plain(70)
         change(msgs[69])
         assert _messages.take(msgs, T, 1 << 20) is None
+
+    class Mine(ProducerMessage):  # (a subclass may shadow a field: not plain)
+        __slots__ = ()
+
+    msgs = _plain(70)
+    msgs[69] = Mine("ta", b"x")
+    assert _messages.take(msgs, T, 1 << 20) is None
     async with open_fake_producer(fake) as producer:
         msgs = _plain(70)
         msgs[3].value = bytearray(b"ba")
@@ -342,3 +355,38 @@ def test_settle_writes_what_the_per_message_ledger_writes(
             assert m.partition == (5 if row == 0 else None)
     for row in (1, 3):
         assert msgs[row]._state == 0 and msgs[row].offset == -1 and msgs[row].partition is None
+
+
+def test_take_checks_the_size_bound_against_max_bytes_inclusively(send_path: str) -> None:
+    """A message of exactly ``max_bytes`` is taken (normalize refuses only above it)."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+    size = batch_size_for_record(b"k", b"v" * 200, (("h", b"x"),))
+    msgs = [ProducerMessage("t", b"v" * 200, b"k", [("h", b"x")]) for _ in range(3)]
+    assert _messages.take(msgs, T, size) is not None
+    assert _messages.take(msgs, T, size - 1) is None
+
+
+def test_accept_numbers_the_messages_and_unaccept_frees_them(send_path: str) -> None:
+    _messages._use(_send_path._c if send_path == "c" else None)
+    msgs = _plain(5)
+    _messages.accept(msgs, 41)
+    assert [m._id for m in msgs] == [41, 42, 43, 44, 45]
+    _messages.unaccept(msgs)
+    assert [m._id for m in msgs] == [0] * 5
+
+
+@pytest.mark.parametrize("rows", [5, 6, [0, 5], [-1]])
+def test_settle_refuses_rows_outside_the_messages(send_path: str, rows: Any) -> None:
+    """Row indices are checked before anything is written (C trusts no index)."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+    from array import array
+
+    msgs = _plain(5)
+    arg = rows if type(rows) is int else memoryview(array("q", rows))
+    if rows == 5:
+        _messages._settle(msgs, arg, 1, 0, 0, -1, None)  # (all five: fine)
+        assert all(m._state == 1 for m in msgs)
+        return
+    with pytest.raises(ValueError, match="settle_messages"):
+        _messages._settle(msgs, arg, 1, 0, 0, -1, None)
+    assert all(m._state == 0 for m in msgs)
