@@ -165,8 +165,12 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                     rows = min(n, start + SEND_BATCH_ROWS) - start
                     # the same rows as above: values[i & mask], a zero-copy slice
                     groups.append(await send_batch(topic, arrow_pool.slice(start & mask, rows)))
-            elif api.startswith("many-"):  # the "workloads" group, as send_many calls
-                workload = api[len("many-"):]
+            elif api.startswith(("many-", "many0-")):  # the "workloads" group, as send_many
+                workload = api.split("-", 1)[1]
+                if api.startswith("many0-"):  # the per-message path, for a before/after
+                    from pipeline.producer._intake import bulk
+
+                    bulk.COLUMNS_MIN = 1 << 62  # (no call is long enough for rows)
                 send_many = producer.send_many
                 events = make_event_values()
                 wkeys = make_keys(len(events))
@@ -494,6 +498,13 @@ CLIENTS: dict[str, ClientSpec] = {spec.name: spec for spec in (
                    _pipeline(f"many-{w}", **({"compression": "zstd"}
                                              if w.endswith("zstd") else {})),
                    "pipeline", wants_idempotent=True, group="workloads"))),
+    # send_many forced onto the per-message path (what every call took before its
+    # messages rode the columnar path): the before of a before/after in one run.
+    *(ClientSpec(f"pipeline-m0-{w}", f"pipeline send_many() {w}, per-message path",
+                 _pipeline(f"many0-{w}", **({"compression": "zstd"}
+                                            if w.endswith("zstd") else {})),
+                 "pipeline", wants_idempotent=True, group="send_many-before")
+      for w in WORKLOADS),
     # What hooks cost, against "pipeline-w-keyed" (the same keyed records): the JSON
     # serializer (dicts and str keys in, the producer encodes), and the OpenTelemetry
     # TracingInterceptor (a traceparent header on every record, sent inside one span).

@@ -482,8 +482,8 @@ def _ratios_and_targets(results: dict[str, dict[str, Any]]
             r["vs_no_hooks"] = rate(name) / rate("pipeline-w-keyed")  # type: ignore[operator]
         for peer in ("aiokafka", "confluent"):
             # (a workload's client against the same workload's peer)
-            workload = name.startswith(("pipeline-w-", "pipeline-m-"))
-            peer_name = ("confluent-w-" + name[len("pipeline-w-"):] if workload
+            workload = name.startswith(("pipeline-w-", "pipeline-m-", "pipeline-m0-"))
+            peer_name = ("confluent-w-" + name.split("-", 2)[2] if workload
                          else peer + suffix)
             if workload and peer != "confluent":
                 continue

@@ -210,17 +210,17 @@ def _accept_py(msgs: list[ProducerMessage], first_id: int) -> None:
 def _settle_py(msgs: list[ProducerMessage], rows: Any, state: int, offset: int,
                partition: int | None, timestamp: int, outcome: BaseException | None) -> None:
     """``_send.settle_messages``'s twin: the outcome of a run onto its rows' messages
-    (``rows``: their indices in ``msgs``, int64s in the run's order, or an int n for
-    0..n-1; every one checked against ``len(msgs)`` before anything is written). OK: ``offset + k`` for
+    (``rows``: their indices in ``msgs`` in the run's order, int64s or a range of
+    step 1; every one checked against ``len(msgs)`` before anything is written). OK: ``offset + k`` for
     the run's k-th row (-1 for all when ``offset`` < 0), its ``partition``, and
     ``timestamp`` when >= 0 (LogAppendTime). FAILED: ``outcome``, and the run's
     ``partition`` when it has one (a message pinned past the topic's keeps its own)."""
     if state not in (OK, FAILED):
         raise ValueError(f"settle_messages: state {state} is not OK or FAILED")
-    if type(rows) is int:
-        if not 0 <= rows <= len(msgs):
-            raise ValueError(f"settle_messages: {rows} rows of {len(msgs)} messages")
-        rows = range(rows)
+    if type(rows) is range:
+        if rows.step != 1 or rows.start < 0 or rows.stop > len(msgs):
+            raise ValueError(f"settle_messages: rows {rows!r} is not within "
+                             f"0..{len(msgs) - 1} in steps of 1")
     else:
         for row in rows:
             if not 0 <= row < len(msgs):
@@ -270,7 +270,7 @@ def unaccept(msgs: list[ProducerMessage]) -> None:
 
 def settle(msgs: list[ProducerMessage], run: Any) -> None:
     """Write the outcome of ``run`` (settled) onto its rows' messages."""
-    rows = run.count if run.rows is None else run.rows
+    rows = range(run.count) if run.rows is None else run.rows
     _settle(msgs, rows, run._state, run.offset, run.partition, run.timestamp, run._outcome)
 
 

@@ -1205,8 +1205,9 @@ static PyObject *accept_messages(PyObject *module, PyObject *const *args, Py_ssi
 }
 
 /* settle_messages(msgs, rows, state, offset, partition, timestamp, outcome): _settle_py.
- * `rows`: an int n (rows 0..n-1) or a buffer of int64 row indices; every index is
- * checked against len(msgs) before anything is written. */
+ * `rows`: a range of step 1 (a null-key split, or a whole run) or a buffer of int64 row
+ * indices (a keyed or pinned split); every index is checked against len(msgs) before
+ * anything is written. */
 static PyObject *settle_messages(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7 || !PyList_CheckExact(args[0])) {
         PyErr_SetString(PyExc_TypeError, "settle_messages(list, rows, state, offset, "
@@ -1226,16 +1227,26 @@ static PyObject *settle_messages(PyObject *module, PyObject *const *args, Py_ssi
         PyErr_Format(PyExc_ValueError, "settle_messages: state %lld is not OK or FAILED", st);
         return NULL;
     }
-    Py_ssize_t n = PyList_GET_SIZE(msgs), count;
+    Py_ssize_t n = PyList_GET_SIZE(msgs), count, first = 0;
     Py_buffer view = {0};
     const long long *index = NULL;
-    if (PyLong_CheckExact(rows)) {
-        count = PyLong_AsSsize_t(rows);
-        if (count == -1 && PyErr_Occurred()) return NULL;
-        if (count < 0 || count > n) {
-            PyErr_Format(PyExc_ValueError, "settle_messages: %zd rows of %zd messages", count, n);
+    if (PyObject_TypeCheck(rows, &PyRange_Type)) {
+        PyObject *a = PyObject_GetAttrString(rows, "start");
+        PyObject *b = PyObject_GetAttrString(rows, "stop");
+        PyObject *c = PyObject_GetAttrString(rows, "step");
+        Py_ssize_t start = a ? PyLong_AsSsize_t(a) : -1, stop = b ? PyLong_AsSsize_t(b) : -1;
+        Py_ssize_t step = c ? PyLong_AsSsize_t(c) : -1;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        if (PyErr_Occurred()) return NULL;
+        if (step != 1 || start < 0 || stop > n) {
+            PyErr_Format(PyExc_ValueError, "settle_messages: rows range(%zd, %zd, %zd) is not "
+                         "within 0..%zd in steps of 1", start, stop, step, n - 1);
             return NULL;
         }
+        first = start;
+        count = stop > start ? stop - start : 0;
     } else {
         if (PyObject_GetBuffer(rows, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
         const char *f = view.format;
@@ -1258,7 +1269,7 @@ static PyObject *settle_messages(PyObject *module, PyObject *const *args, Py_ssi
         }
     }
     for (Py_ssize_t k = 0; k < count; k++) {
-        if (Py_TYPE(PyList_GET_ITEM(msgs, index ? index[k] : k)) != message_type) {
+        if (Py_TYPE(PyList_GET_ITEM(msgs, index ? index[k] : first + k)) != message_type) {
             PyErr_SetString(PyExc_TypeError, "settle_messages: not a ProducerMessage");
             if (index) PyBuffer_Release(&view);
             return NULL;
@@ -1268,7 +1279,7 @@ static PyObject *settle_messages(PyObject *module, PyObject *const *args, Py_ssi
     if (minus_one == NULL) goto fail;
     if (st == 1 && append_time >= 0) stamp = Py_NewRef(args[5]);
     for (Py_ssize_t k = 0; k < count; k++) {
-        PyObject *msg = PyList_GET_ITEM(msgs, index ? index[k] : k);
+        PyObject *msg = PyList_GET_ITEM(msgs, index ? index[k] : first + k);
         set_slot(msg, off_m_state, Py_NewRef(state));
         if (st == 1) {
             PyObject *off = base >= 0 ? PyLong_FromLongLong(base + k) : Py_NewRef(minus_one);
