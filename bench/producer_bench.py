@@ -18,6 +18,12 @@ acks=all, linger 5 ms, no keys (but the "keyed" pair), no compression. Clients
   pipeline-send-keyed / confluent-keyed
                        group "keyed": as pipeline-send / confluent, each message with a
                        key from a pool of 1024 distinct keys (b"key-000000", ...), cycled
+  pipeline-w-W / pipeline-m-W / confluent-w-W
+                       group "workloads" (W: nokey, keyed, headers, headers-zstd; distinct
+                       values): send() + flush, send_many() of 10k ProducerMessages built
+                       in the timed loop, confluent-kafka produce() + poll(0)
+  pipeline-m0-W        group "send_many-before": pipeline-m-W forced onto the per-message
+                       path (send_many before its messages rode the columnar path)
 
 Every run is a fresh interpreter (``--client NAME`` worker mode), so CPU seconds
 (``getrusage(RUSAGE_SELF)`` delta over the timed section, all threads) and peak RSS
