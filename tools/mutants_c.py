@@ -187,7 +187,10 @@ MUTANTS: list[tuple[str, str, str]] = [
      "            set_slot(msg, off_m_partition, Py_NewRef(partition));"),
     ("_send.c", "            set_slot(msg, off_m_outcome, Py_NewRef(outcome));", ""),
     ("_send.c", "            if (index[k] < 0 || index[k] >= n) {", "            if (index[k] < 0 || index[k] > n) {"),
-    ("_send.c", "        if (count < 0 || count > n) {", "        if (count < 0) {"),
+    ("_send.c", "        if (first) set_slot(PyList_GET_ITEM(msgs, i), off_m_deadline, Py_NewRef(args[2]));",
+     ""),
+    ("_send.c", "        if (step != 1 || start < 0 || stop > n) {", "        if (start < 0 || stop > n) {"),
+    ("_send.c", "        first = start;", ""),
 ]
 
 # index -> why the mutant cannot be told apart by any test (docs/testing.md, "Mutation testing")

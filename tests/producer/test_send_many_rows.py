@@ -64,11 +64,13 @@ def _messages_of(seed: int, n: int, topic: str = "ta") -> list[ProducerMessage]:
 
 
 def _seen(msg: ProducerMessage) -> tuple[Any, ...]:
-    """Everything a user can read of a message after its call's group settled."""
+    """Everything a user can read of a message after its call's group settled (and that
+    it has the delivery deadline it was accepted with, which the explorer reads)."""
     cause = msg._outcome
     return (msg.topic, msg.value, msg.key, msg.headers, msg.partition, msg.offset,
             msg.timestamp, msg.metadata, msg.done(), msg._state, msg._id != 0,
-            None if cause is None else (type(cause).__name__, str(cause)), repr(msg))
+            None if cause is None else (type(cause).__name__, str(cause)), repr(msg),
+            msg._deadline > 0)
 
 
 def _group_seen(result: Any, msgs: list[ProducerMessage]) -> tuple[Any, ...]:
@@ -416,8 +418,8 @@ def test_take_checks_the_size_bound_against_max_bytes_inclusively(send_path: str
 def test_accept_numbers_the_messages_and_unaccept_frees_them(send_path: str) -> None:
     _messages._use(_send_path._c if send_path == "c" else None)
     msgs = _plain(5)
-    _messages.accept(msgs, 41)
-    assert [m._id for m in msgs] == [41, 42, 43, 44, 45]
+    _messages.accept(msgs, 41, 12.5)
+    assert [(m._id, m._deadline) for m in msgs] == [(41 + i, 12.5) for i in range(5)]
     _messages.unaccept(msgs)
     assert [m._id for m in msgs] == [0] * 5
 

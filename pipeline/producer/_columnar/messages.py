@@ -201,10 +201,13 @@ def _plain_headers(headers: Any) -> tuple[tuple[str, bytes | None], ...] | None:
     return pairs
 
 
-def _accept_py(msgs: list[ProducerMessage], first_id: int) -> None:
-    """``_send.accept_messages``'s twin: message i gets id ``first_id + i`` (0: unaccepted)."""
+def _accept_py(msgs: list[ProducerMessage], first_id: int, deadline: float) -> None:
+    """``_send.accept_messages``'s twin: message i gets id ``first_id + i`` and the
+    chunk's delivery ``deadline`` (``first_id`` 0: every id back to 0, unaccepted)."""
     for msg_id, msg in enumerate(msgs, first_id):
         msg._id = msg_id if first_id else 0
+        if first_id:
+            msg._deadline = deadline
 
 
 def _settle_py(msgs: list[ProducerMessage], rows: Any, state: int, offset: int,
@@ -243,7 +246,7 @@ def _settle_py(msgs: list[ProducerMessage], rows: Any, state: int, offset: int,
 
 
 _take: Callable[..., tuple[Any, ...] | None] = _take_py
-_accept: Callable[[list[ProducerMessage], int], None] = _accept_py
+_accept: Callable[[list[ProducerMessage], int, float], None] = _accept_py
 _settle: Callable[..., None] = _settle_py
 
 
@@ -258,14 +261,15 @@ def take(msgs: list[ProducerMessage], now_ms: int, max_bytes: int) -> MessageRow
     return None if got is None else MessageRows(*got)
 
 
-def accept(msgs: list[ProducerMessage], first_id: int) -> None:
-    """A chunk's messages are accepted with ids ``first_id ..``: they count as sent."""
-    _accept(msgs, first_id)
+def accept(msgs: list[ProducerMessage], first_id: int, deadline: float) -> None:
+    """A chunk's messages are accepted with ids ``first_id ..`` and the chunk's delivery
+    ``deadline`` (what ``Ledger.accept_all`` writes): they count as sent."""
+    _accept(msgs, first_id, deadline)
 
 
 def unaccept(msgs: list[ProducerMessage]) -> None:
     """A chunk's messages were never accepted after all: they may be sent again."""
-    _accept(msgs, 0)
+    _accept(msgs, 0, 0.0)
 
 
 def settle(msgs: list[ProducerMessage], run: Any) -> None:

@@ -139,9 +139,9 @@ class Bulk:
             chunk.extra = extra
             chunk.messages = part = msgs if count == total else msgs[start:end]
             ledger.accept_rows(chunk, count)
-            accept(part, chunk._id)
             run = RowRun(rows.topic, columns, None, count, bound, chunk, start)
             run._deadline = intake.deadline()
+            accept(part, chunk._id, run._deadline)
             chunk.runs = [run]
             try:
                 await intake.put(run)

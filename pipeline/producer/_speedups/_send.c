@@ -990,7 +990,7 @@ static PyTypeObject Sender_Type = {
 
 static PyTypeObject *message_type = NULL; /* _message.ProducerMessage */
 static Py_ssize_t off_m_topic, off_m_value, off_m_key, off_m_headers, off_m_partition,
-    off_m_timestamp, off_m_id, off_m_state, off_m_offset, off_m_outcome;
+    off_m_timestamp, off_m_id, off_m_state, off_m_offset, off_m_outcome, off_m_deadline;
 static Py_ssize_t message_size_base = 0; /* normalize.SIZE_BASE */
 
 #define MAX_PARTITION 2147483647LL
@@ -1176,10 +1176,12 @@ done:
     return result;
 }
 
-/* accept_messages(msgs, first_id): message i's `_id` is first_id + i (first_id 0: all 0). */
+/* accept_messages(msgs, first_id, deadline): message i's `_id` is first_id + i and its
+ * `_deadline` the chunk's (first_id 0: every `_id` back to 0, `_deadline` untouched). */
 static PyObject *accept_messages(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "accept_messages(list, int first_id)");
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
+        !PyFloat_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "accept_messages(list, int first_id, float deadline)");
         return NULL;
     }
     if (message_type == NULL) {
@@ -1200,6 +1202,7 @@ static PyObject *accept_messages(PyObject *module, PyObject *const *args, Py_ssi
         PyObject *id = PyLong_FromLongLong(first ? first + i : 0);
         if (id == NULL) return NULL;
         set_slot(PyList_GET_ITEM(msgs, i), off_m_id, id);
+        if (first) set_slot(PyList_GET_ITEM(msgs, i), off_m_deadline, Py_NewRef(args[2]));
     }
     Py_RETURN_NONE;
 }
@@ -1311,11 +1314,11 @@ static PyObject *setup_messages(PyObject *module, PyObject *args, PyObject *kwar
                                      &mt, &mfs, &base))
         return NULL;
     /* fields.SEND_MESSAGE, in its order */
-    Py_ssize_t f[10];
-    if (member_offsets((PyTypeObject *)mt, mfs, 10, f) < 0) return NULL;
+    Py_ssize_t f[11];
+    if (member_offsets((PyTypeObject *)mt, mfs, 11, f) < 0) return NULL;
     off_m_topic = f[0], off_m_value = f[1], off_m_key = f[2], off_m_headers = f[3];
     off_m_partition = f[4], off_m_timestamp = f[5], off_m_id = f[6], off_m_state = f[7];
-    off_m_offset = f[8], off_m_outcome = f[9];
+    off_m_offset = f[8], off_m_outcome = f[9], off_m_deadline = f[10];
     message_size_base = base;
     Py_INCREF(mt);
     Py_XSETREF(message_type, (PyTypeObject *)mt);
@@ -1404,7 +1407,8 @@ static PyMethodDef methods[] = {
     {"take_messages", (PyCFunction)(void (*)(void))take_messages, METH_FASTCALL,
      "take_messages(msgs, now_ms, max_bytes) -> column lists or None (messages.py)."},
     {"accept_messages", (PyCFunction)(void (*)(void))accept_messages, METH_FASTCALL,
-     "accept_messages(msgs, first_id): the messages' acceptance ids (messages.py)."},
+     "accept_messages(msgs, first_id, deadline): the messages' acceptance ids and delivery "
+     "deadline (messages.py)."},
     {"settle_messages", (PyCFunction)(void (*)(void))settle_messages, METH_FASTCALL,
      "settle_messages(msgs, rows, state, offset, partition, timestamp, outcome): a run's "
      "outcome onto its rows' messages (messages.py)."},

@@ -133,6 +133,8 @@ SEND_MESSAGE: tuple[Field, ...] = (
     Field("_outcome", ("NoneType", "PartitionOutOfRangeError", "ProducerClosed",
                        "DeliveryTimeoutError", "BrokerResponseError", "Exception"),
           "the run's cause, written when it failed (any exception)"),
+    Field("_deadline", ("float",),
+          "the delivery deadline of its chunk, written with its id (as accept_all does)"),
 )
 
 # -- _delivery.c: awaiting a settled delivery, row metadata and callbacks ----------------
