@@ -226,8 +226,8 @@ async def test_null_key_calls_on_the_sticky_partitioner_agree(linger: float) -> 
             out.append(("send", b"between-%d" % c, {}))
         return out
 
-    records, _, seen, _, groups = await _compare(script, sticky=True, linger=linger,
-                                                 batch_bytes=16384)
+    _, _, seen, _, groups = await _compare(script, sticky=True, linger=linger,
+                                           batch_bytes=16384)
     assert [g[:2] for g in groups] == [(400, 0)] * 3
     assert len({s[4] for call in seen for s in call}) > 1  # (the sticky partition moved)
 
