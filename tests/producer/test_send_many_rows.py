@@ -441,3 +441,23 @@ def test_settle_refuses_rows_outside_the_messages(send_path: str, rows: Any) -> 
     with pytest.raises(ValueError, match="settle_messages"):
         _messages._settle(msgs, arg, 1, 0, 0, -1, None)
     assert all(m._state == 0 for m in msgs)
+
+
+async def test_a_chunk_lets_go_of_its_messages_with_its_last_row(
+    nursery: trio.Nursery, send_path: str
+) -> None:
+    """The call's chunk holds its messages only until its last row settles (then they
+    are the caller's alone, and its runs are dropped: no cycle keeps them)."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", 2)
+    async with open_fake_producer(fake, linger=0.05) as producer:
+        msgs = _plain(100)
+        group = await producer.send_many(msgs)
+        chunks = [e for e in producer._ledger.outstanding.values()
+                  if getattr(e, "messages", None) is msgs]
+        assert len(chunks) == 1
+        result = await group
+        assert (result.delivered, result.failed) == (100, 0)
+        assert chunks[0].messages is None and chunks[0].runs == []
