@@ -115,6 +115,7 @@ async def _run(kind: str, script: list[Any], *, partitions: int = PARTITIONS,
                         deliveries.append(await producer.send("ta", step[1], **step[2]))
                 await producer.flush()
                 results = [await g for g in groups]
+                failed_at = dict(producer._ledger.failed_by_partition)  # (statistics())
             nursery.cancel_scope.cancel()
     finally:
         _bulk.COLUMNS_MIN, _bulk.take = min_rows, take
@@ -138,7 +139,7 @@ async def _run(kind: str, script: list[Any], *, partitions: int = PARTITIONS,
             outcomes.append(("failed", str(exc)))
     seen = [[_seen(m) for m in msgs] for msgs in sent]
     group_results = [_group_seen(r, msgs) for r, msgs in zip(results, sent, strict=True)]
-    return records, wire, seen, outcomes, group_results
+    return records, wire, seen, outcomes, group_results, failed_at
 
 
 async def _compare(script_of: Any, *, sticky: bool = False, **options: Any) -> tuple[Any, ...]:
@@ -166,6 +167,7 @@ async def _compare(script_of: Any, *, sticky: bool = False, **options: Any) -> t
         assert run[2] == first[2], kind  # every message as the user sees it
         assert run[3] == first[3], kind  # every send()'s outcome
         assert run[4] == first[4], kind  # every group's counts and errors
+        assert run[5] == first[5], kind  # the failures each partition counts
     return first
 
 
@@ -200,7 +202,7 @@ async def test_c_twin_and_messages_agree_on_records_and_outcomes(seed: int) -> N
                 ("many", _messages_of(seed + 100, 150)),
                 ("send", b"s2", {"partition": 1})]
 
-    records, _, seen, _, groups = await _compare(script)
+    records, _, seen, _, groups, _ = await _compare(script)
     flat = [s for call in seen for s in call]
     assert len(seen) == 2
     failed = [s for s in flat if s[9] == 2]
@@ -226,8 +228,8 @@ async def test_null_key_calls_on_the_sticky_partitioner_agree(linger: float) -> 
             out.append(("send", b"between-%d" % c, {}))
         return out
 
-    _, _, seen, _, groups = await _compare(script, sticky=True, linger=linger,
-                                           batch_bytes=16384)
+    _, _, seen, _, groups, _ = await _compare(script, sticky=True, linger=linger,
+                                              batch_bytes=16384)
     assert [g[:2] for g in groups] == [(400, 0)] * 3
     assert len({s[4] for call in seen for s in call}) > 1  # (the sticky partition moved)
 
@@ -243,7 +245,7 @@ async def test_order_across_send_and_send_many_calls() -> None:
             out.append(("send", b"after-%d" % i, {"headers": [("h", b"v")]}))
         return out
 
-    records, _, seen, _, _ = await _compare(script, partitions=1)
+    records, _, seen, _, _, _ = await _compare(script, partitions=1)
     values = [r[2] for r in records[0]]
     expected = []
     for i in range(4):
@@ -270,7 +272,7 @@ async def test_a_partitioner_is_asked_per_message() -> None:
         return [("many", [ProducerMessage("ta", b"v-%d" % i, None if i % 3 else b"k")
                           for i in range(100)])]
 
-    _, _, seen, _, groups = await _compare(script, partitioner=Odd())
+    _, _, seen, _, groups, _ = await _compare(script, partitioner=Odd())
     assert groups[0][1] == 1 and "no partition for 13" in groups[0][2][0][1]
     assert {s[4] for s in seen[0] if s[9] == 1} == {0, 1, 2}
 
