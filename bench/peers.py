@@ -165,6 +165,31 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                     rows = min(n, start + SEND_BATCH_ROWS) - start
                     # the same rows as above: values[i & mask], a zero-copy slice
                     groups.append(await send_batch(topic, arrow_pool.slice(start & mask, rows)))
+            elif api.startswith(("many-", "many0-")):  # the "workloads" group, as send_many
+                workload = api.split("-", 1)[1]
+                if api.startswith("many0-"):  # the per-message path, for a before/after
+                    from pipeline.producer._intake import bulk
+
+                    bulk.COLUMNS_MIN = 1 << 62  # (no call is long enough for rows)
+                send_many = producer.send_many
+                events = make_event_values()
+                wkeys = make_keys(len(events))
+                for start in range(0, n, SEND_MANY_CHUNK):
+                    stop = min(n, start + SEND_MANY_CHUNK)
+                    if workload == "nokey":
+                        batch = [ProducerMessage(topic, distinct_value(i, events[i & mask]))
+                                 for i in range(start, stop)]
+                    elif workload == "keyed":
+                        batch = [ProducerMessage(topic, distinct_value(i, events[i & mask]),
+                                                 wkeys[i & mask]) for i in range(start, stop)]
+                    else:  # headers, headers-zstd
+                        batch = [ProducerMessage(topic, distinct_value(i, events[i & mask]),
+                                                 wkeys[i & mask],
+                                                 [("trace-id", b"%016x" % i),
+                                                  ("source", b"checkout")])
+                                 for i in range(start, stop)]
+                    groups.append(await send_many(batch))
+                    del batch
             elif api.startswith("workload-"):  # the "workloads" group (WORKLOADS)
                 workload = api[len("workload-"):]
                 send = producer.send
@@ -466,7 +491,20 @@ CLIENTS: dict[str, ClientSpec] = {spec.name: spec for spec in (
                                                  if w.endswith("zstd") else {})),
                    "pipeline", wants_idempotent=True, group="workloads"),
         ClientSpec(f"confluent-w-{w}", f"confluent-kafka {w} [idem.]", _confluent_workload(w),
-                   "confluent", wants_idempotent=True, group="workloads"))),
+                   "confluent", wants_idempotent=True, group="workloads"),
+        # The same records as send_many calls of SEND_MANY_CHUNK ProducerMessages,
+        # built in the timed loop (as a caller builds them).
+        ClientSpec(f"pipeline-m-{w}", f"pipeline send_many() {w}",
+                   _pipeline(f"many-{w}", **({"compression": "zstd"}
+                                             if w.endswith("zstd") else {})),
+                   "pipeline", wants_idempotent=True, group="workloads"))),
+    # send_many forced onto the per-message path (what every call took before its
+    # messages rode the columnar path): the before of a before/after in one run.
+    *(ClientSpec(f"pipeline-m0-{w}", f"pipeline send_many() {w}, per-message path",
+                 _pipeline(f"many0-{w}", **({"compression": "zstd"}
+                                            if w.endswith("zstd") else {})),
+                 "pipeline", wants_idempotent=True, group="send_many-before")
+      for w in WORKLOADS),
     # What hooks cost, against "pipeline-w-keyed" (the same keyed records): the JSON
     # serializer (dicts and str keys in, the producer encodes), and the OpenTelemetry
     # TracingInterceptor (a traceparent header on every record, sent inside one span).

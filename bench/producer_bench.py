@@ -18,6 +18,12 @@ acks=all, linger 5 ms, no keys (but the "keyed" pair), no compression. Clients
   pipeline-send-keyed / confluent-keyed
                        group "keyed": as pipeline-send / confluent, each message with a
                        key from a pool of 1024 distinct keys (b"key-000000", ...), cycled
+  pipeline-w-W / pipeline-m-W / confluent-w-W
+                       group "workloads" (W: nokey, keyed, headers, headers-zstd; distinct
+                       values): send() + flush, send_many() of 10k ProducerMessages built
+                       in the timed loop, confluent-kafka produce() + poll(0)
+  pipeline-m0-W        group "send_many-before": pipeline-m-W forced onto the per-message
+                       path (send_many before its messages rode the columnar path)
 
 Every run is a fresh interpreter (``--client NAME`` worker mode), so CPU seconds
 (``getrusage(RUSAGE_SELF)`` delta over the timed section, all threads) and peak RSS
@@ -86,6 +92,8 @@ TARGETS = [
     ("idempotent mif=5 >= 0.9x non-idempotent", "pipeline-idem-mif5", "pipeline-nonidem", 0.9),
     ("keyed send() >= 0.6x confluent-kafka keyed", "pipeline-send-keyed", "confluent-keyed", 0.6),
     *((f"{w}: send() + flush >= 1.0x confluent-kafka", f"pipeline-w-{w}", f"confluent-w-{w}",
+       1.0) for w in ("nokey", "keyed", "headers", "headers-zstd")),
+    *((f"{w}: send_many >= 1.0x confluent-kafka", f"pipeline-m-{w}", f"confluent-w-{w}",
        1.0) for w in ("nokey", "keyed", "headers", "headers-zstd")),
 ]
 
@@ -480,9 +488,10 @@ def _ratios_and_targets(results: dict[str, dict[str, Any]]
             r["vs_no_hooks"] = rate(name) / rate("pipeline-w-keyed")  # type: ignore[operator]
         for peer in ("aiokafka", "confluent"):
             # (a workload's client against the same workload's peer)
-            peer_name = ("confluent-w-" + name[len("pipeline-w-"):]
-                         if name.startswith("pipeline-w-") else peer + suffix)
-            if name.startswith("pipeline-w-") and peer != "confluent":
+            workload = name.startswith(("pipeline-w-", "pipeline-m-", "pipeline-m0-"))
+            peer_name = ("confluent-w-" + name.split("-", 2)[2] if workload
+                         else peer + suffix)
+            if workload and peer != "confluent":
                 continue
             if rate(peer_name):
                 r[f"vs_{peer}"] = rate(name) / rate(peer_name)  # type: ignore[operator]

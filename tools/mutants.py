@@ -112,6 +112,9 @@ TARGETS: dict[str, set[str] | None] = {
     "pipeline/producer/_columnar/row_outcomes.py": None,
     # where a burst's runs take their rows and wire positions (keyed send() rows)
     "pipeline/producer/_columnar/rows.py": {"assign_rows", "split_run_batch"},
+    # send_many's messages as rows (take, accept, settle: the twins of _send.c's)
+    "pipeline/producer/_columnar/messages.py": None,
+    "pipeline/producer/_intake/bulk.py": {"Bulk.send_many", "Bulk._send_rows"},
     # which send() a producer gets: Intake.send or the C Sender (_send.c, mutated by
     # hand: tools/mutants_c.py). Its import-time loader maps to no test (it runs
     # before any): deleting its setup() or registrations fails every C-path test.

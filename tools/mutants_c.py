@@ -22,10 +22,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SPEEDUPS = ROOT / "pipeline" / "producer" / "_speedups"
 PROTOCOL = ROOT / "pipeline" / "protocol"
 HOME = {"_send.c": SPEEDUPS, "_delivery.c": SPEEDUPS, "_kernel.c": PROTOCOL}
-TESTS = ["tests/producer/test_send_extras.py", "tests/producer/test_send_c.py", "tests/producer/test_hot_path.py",
+TESTS = ["tests/producer/test_send_many_rows.py",
+         "tests/producer/test_send_extras.py", "tests/producer/test_send_c.py", "tests/producer/test_hot_path.py",
          "tests/scenarios/test_send_rows.py", "tests/producer/test_row_delivery_c.py",
          "tests/scenarios/test_send_rows_memory.py", "tests/protocol/test_columnar_fuzz.py",
-         "tests/scenarios/test_send_rows_keyed.py", "tests/producer/test_sync_producer.py"]
+         "tests/scenarios/test_send_rows_keyed.py", "tests/producer/test_sync_producer.py",
+         "tests/producer/test_speedup_fields.py"]
 
 # (file, original text, mutated text)
 MUTANTS: list[tuple[str, str, str]] = [
@@ -153,6 +155,42 @@ MUTANTS: list[tuple[str, str, str]] = [
      "(h || partition >= 0 || md != Py_None)"),
     ("_send.c", "    if (timestamp != Py_None) { /* the row's own */", "    if (0) { /* the row's own */"),
     ("_send.c", "md == Py_None ? str_new_row", "1 ? str_new_row"),
+    # send_many's messages as rows: take_messages, accept_messages, settle_messages
+    ("_send.c", "        if (Py_TYPE(msg) != message_type) goto plain_none;", ""),
+    ("_send.c", "        if (t != topic) {", "        if (0) {"),
+    ("_send.c", "            if (eq != 0) goto plain_none;", ""),
+    ("_send.c", "    *size = n + prefix_size(n);", "    *size = n + 1;"),
+    ("_send.c", "    if (v == Py_None) {\n        *size = 1;", "    if (v == Py_None) {\n        *size = 0;"),
+    ("_send.c", "long long size = message_size_base + vsize + ksize;",
+     "long long size = message_size_base + vsize;"),
+    ("_send.c", "        set_slot(msg, off, b);", ""),
+    ("_send.c", "            size += hsize;", ""),
+    ("_send.c", "            any_headers = 1;", ""),
+    ("_send.c", "        if (truthy) {", "        if (0) {"),
+    ("_send.c", "            set_slot(msg, off_m_headers, tuple);", "            Py_DECREF(tuple);"),
+    ("_send.c", "        if (key != Py_None) any_key = 1;", ""),
+    ("_send.c", "            any_partition = 1;", ""),
+    ("_send.c", "if (plain_int(p, MAX_PARTITION) < 0) goto plain_none;",
+     "if (plain_int(p, MAX_TIMESTAMP) < 0) goto plain_none;"),
+    ("_send.c", "} else if (plain_int(ts, MAX_TIMESTAMP) < 0) {",
+     "} else if (plain_int(ts, MAX_PARTITION) < 0) {"),
+    ("_send.c", "            set_slot(msg, off_m_timestamp, Py_NewRef(now));", ""),
+    ("_send.c", "        if (size > max_bytes) goto plain_none;", "        if (size >= max_bytes) goto plain_none;"),
+    ("_send.c", "PyLong_FromLongLong(first ? first + i : 0)", "PyLong_FromLongLong(first + i)"),
+    ("_send.c", "PyObject *off = base >= 0 ? PyLong_FromLongLong(base + k)",
+     "PyObject *off = base > 0 ? PyLong_FromLongLong(base + k)"),
+    ("_send.c", "PyObject *off = base >= 0 ? PyLong_FromLongLong(base + k)",
+     "PyObject *off = base >= 0 ? PyLong_FromLongLong(base + k + 1)"),
+    ("_send.c", "            set_slot(msg, off_m_partition, Py_NewRef(partition));\n", ""),
+    ("_send.c", "            if (stamp != NULL) set_slot(msg, off_m_timestamp, Py_NewRef(stamp));", ""),
+    ("_send.c", "            if (partition != Py_None) set_slot(msg, off_m_partition, Py_NewRef(partition));",
+     "            set_slot(msg, off_m_partition, Py_NewRef(partition));"),
+    ("_send.c", "            set_slot(msg, off_m_outcome, Py_NewRef(outcome));", ""),
+    ("_send.c", "            if (index[k] < 0 || index[k] >= n) {", "            if (index[k] < 0 || index[k] > n) {"),
+    ("_send.c", "        if (first) set_slot(PyList_GET_ITEM(msgs, i), off_m_deadline, Py_NewRef(args[2]));",
+     ""),
+    ("_send.c", "        if (step != 1 || start < 0 || stop > n) {", "        if (start < 0 || stop > n) {"),
+    ("_send.c", "        first = start;", ""),
 ]
 
 # index -> why the mutant cannot be told apart by any test (docs/testing.md, "Mutation testing")

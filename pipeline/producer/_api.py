@@ -142,7 +142,13 @@ class Producer:
 
         Every message is validated before any is accepted: a bad one raises
         and none of the call's messages are sent. Returns a ``DeliveryGroup``
-        whose ``await`` gives counts and the first errors.
+        whose ``await`` gives counts and the first errors; each message gets
+        its own outcome (``partition``, ``offset``, ``timestamp``, ``done()``;
+        a failed one is in the errors as ``ProducerError(message, cause)``).
+        A call of 64 or more plain messages to one topic travels as columnar
+        rows, encoded without a Python object per record (docs/architecture.md,
+        "``send_many``'s messages as rows"); its messages' outcomes are written
+        onto them when their batches settle.
         """
         hooks = self._hooks
         if hooks is None:

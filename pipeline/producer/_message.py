@@ -79,7 +79,7 @@ class ProducerMessage:
     set; the message is then what ``producer.successes`` yields.
     """
 
-    __slots__ = slots(fields.DELIVERY_MESSAGE, (
+    __slots__ = slots(fields.DELIVERY_MESSAGE, fields.SEND_MESSAGE, (
         "_deadline", "_id", "_level", "_outcome", "_sink", "_size", "headers", "key",
         "metadata", "value"))
 

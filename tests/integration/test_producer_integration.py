@@ -37,6 +37,7 @@ from pipeline import (
     SyncProducer,
     open_producer,
 )
+from pipeline.producer import murmur2
 from pipeline.testing.broker import EmbeddedBroker
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -338,6 +339,56 @@ async def test_send_many_mixed_topics(
         for p in range(n_parts):
             want = [(m.value, m.offset) for m in mine if m.partition == p]
             assert [(g.value(), g.offset()) for g in got if g.partition() == p] == want
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+async def test_send_many_rows_read_back_exactly_between_sends(
+    kafka_bootstrap: str, new_topic: NewTopic, consume: Consume, codec: str
+) -> None:
+    """``send_many`` of one topic's plain messages rides the columnar path (take, accept,
+    settle: ``_columnar/messages.py``), between ``send()`` calls with ``on_delivery``: every
+    record is read back by librdkafka exactly (key, value, headers, timestamp) at the
+    offset and partition its message was given, keyed ones where murmur2 puts them, in
+    call order per partition; messages pinned past the topic's partitions fail with
+    their own error and nothing else is lost."""
+    topic = new_topic(3, prefix="many-rows")
+    specs = record_specs(400, "rows")
+    msgs = []
+    for i, (key, value, headers, ts) in enumerate(specs):
+        pinned = None if i % 7 else (i // 7) % 3
+        if i % 97 == 50:
+            pinned = 7  # (the topic has 3: refused by the topic producer)
+        msgs.append(ProducerMessage(topic, value, key, list(headers) if i % 2 else dict(headers)
+                                    if len({h for h, _ in headers}) == len(headers) else headers,
+                                    pinned, ts if i % 3 else None, {"i": i}))
+    heard: list[Any] = []
+    async with open_producer(kafka_bootstrap, **options(acks="all", compression=codec)) as producer:
+        before = await producer.send(topic, b"before", key=b"k", on_delivery=lambda m, e:
+                                     heard.append((m, e)))
+        group = await producer.send_many(msgs)
+        after = await producer.send(topic, b"after", key=b"k", headers=[("h", b"x")])
+        result = await group
+        metas = [await before, await after]
+    refused = [i for i in range(400) if i % 97 == 50]
+    assert (result.delivered, result.failed) == (400 - len(refused), len(refused))
+    assert {type(e.cause).__name__ for e in result.errors} == {"PartitionOutOfRangeError"}
+    assert [msgs.index(e.message) for e in result.errors] == refused
+    assert all(msgs[i].partition == 7 and msgs[i].offset == -1 for i in refused)
+    assert len(heard) == 1 and heard[0][1] is None
+    sent = [m for i, m in enumerate(msgs) if i not in refused]
+    assert all(m.done() and m.offset >= 0 and m.timestamp is not None for m in sent)
+    assert [m.metadata for m in msgs] == [{"i": i} for i in range(400)]  # untouched
+    got = await read_back(consume, kafka_bootstrap, topic, 3, len(sent) + 2)
+    at = {(g.partition(), g.offset()): g for g in got}
+    for m in sent:
+        g = at[(m.partition, m.offset)]
+        assert as_spec(g) == (m.key, m.value, tuple(m.headers), m.timestamp)
+        if m.key is not None and (m.metadata["i"] % 7):  # keyed, not pinned: murmur2
+            assert m.partition == (murmur2(m.key) & 0x7FFFFFFF) % 3
+    k_partition = metas[0].partition
+    order = [g.value() for g in sorted(got, key=lambda g: g.offset())
+             if g.partition() == k_partition]
+    assert order[0] == b"before" and order[-1] == b"after"
 
 
 async def test_input_channel_with_successes_and_errors(

@@ -42,6 +42,7 @@ PAIRS: list[tuple[type, tuple[fields.Field, ...]]] = [
     (RowOutcomes, fields.DELIVERY_OUTCOMES),
     (RowRun, fields.DELIVERY_RUN),
     (SyncDelivery, fields.SYNC_HANDLE),
+    (ProducerMessage, fields.SEND_MESSAGE),
 ]
 SPEEDUPS = Path(_speedups.__file__).parent
 
@@ -112,6 +113,29 @@ async def test_live_objects_hold_the_declared_types(
         await message
         _check_types(message, fields.DELIVERY_MESSAGE, seen)
     assert "RowOutcomes.inverse:bytearray" in seen  # keyed: the row -> position map exists
+
+
+async def test_send_many_messages_hold_the_declared_types(
+    send_path: str, nursery: trio.Nursery
+) -> None:
+    """A send_many call as rows (``messages.py``), some of its messages pinned past the
+    topic's partitions: every field ``SEND_MESSAGE`` declares holds a declared type
+    after take, accept and settle, on each path."""
+    fake = FakeCluster(brokers=1, seed=3, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("t", 3)
+    seen: set[str] = set()
+    msgs = [ProducerMessage("t", f"v{i}" if i % 2 else b"v", "k" if i % 3 else None,
+                            [("h", b"x")] if i % 4 else {} if i % 5 else [],
+                            7 if i == 9 else None, None if i % 2 else 5) for i in range(70)]
+    async with open_fake_producer(fake) as producer:
+        group = await producer.send_many(msgs)
+        result = await group
+        assert (result.delivered, result.failed) == (69, 1)
+        for msg in msgs:
+            _check_types(msg, fields.SEND_MESSAGE, seen)
+    assert {"ProducerMessage._outcome:PartitionOutOfRangeError",
+            "ProducerMessage.headers:tuple", "ProducerMessage.headers:dict"} <= seen
 
 
 @pytest.mark.parametrize("kind", ["c", "python"])

@@ -63,7 +63,7 @@ from pipeline.producer._speedups import fields
 from pipeline.producer._speedups.fields import names, slots
 from pipeline.protocol.columnar import BinaryColumn, Columns, HeaderColumn, kernel
 
-__all__ = ["COLUMNS_MIN", "RowBurst", "RowDelivery", "RowOutcomes"]
+__all__ = ["COLUMNS_MIN", "RowBurst", "RowDelivery", "RowOutcomes", "pack_columns"]
 
 #: A burst opens as columns only after a burst of at least this many messages
 #: was taken (a high-rate loop): each burst's runs are sealed as their own
@@ -168,35 +168,14 @@ class RowBurst:
         """The burst is closed (the dispatcher took it, or the producer closes):
         its columns are packed into the run, and its rows become pending rows
         of the chunk. Returns the bytes of that packed copy."""
-        pack = kernel().pack_binary
-        values = _binary(pack(self.values, "values"))
-        copied = _nbytes(values)
-        keys = None
-        if self.keys is not None:  # (None where a row had no key: the validity bitmap)
-            keys = _binary(pack(self.keys, "keys"))
-            copied += _nbytes(keys)
-        headers = None
-        if self.header_ends is not None:
-            assert self.header_keys is not None
-            assert self.header_values is not None
-            ends = kernel().pack_ints(self.header_ends, True)
-            assert ends is not None, "header ends are ascending ints from 0"
-            headers = HeaderColumn(memoryview(ends).cast("q"),
-                                   _binary(pack(self.header_keys, "header keys")),
-                                   _binary(pack(self.header_values, "header values")))
-            copied += len(ends) + _nbytes(headers.keys) + _nbytes(headers.values)
-        partitions = None
-        if self.partitions is not None:  # (-1: the partitioner's choice)
-            partitions = memoryview(array("i", self.partitions))
-            copied += partitions.nbytes
+        columns, copied = pack_columns(self.values, self.keys, self.header_keys,
+                                       self.header_values, self.header_ends, self.timestamps,
+                                       self.partitions)
         n = len(self.values)
         run, chunk = self.run, self.chunk
         assert run is not None, "a burst is sealed once"
         self.run = None  # it travels on; the burst's deliveries must not keep its columns
-        packed = kernel().pack_ints(self.timestamps, True)  # (None: an injected clock's odd
-        stamps = (memoryview(array("q", self.timestamps)) if packed is None  # value: array's)
-                  else memoryview(packed).cast("q"))
-        run.columns = Columns(values, keys, headers, stamps, partitions)
+        run.columns = columns
         run.count = n
         run._size = self.size
         chunk.pending = n
@@ -205,7 +184,40 @@ class RowBurst:
         self.metadata = None  # (as the callbacks: each row's delivery holds its own)
         if self.event is not None:
             self.event.set()
-        return copied + stamps.nbytes
+        return copied
+
+
+def pack_columns(values: list[bytes | None], keys: list[bytes | None] | None,
+                 header_keys: list[str] | None, header_values: list[bytes | None] | None,
+                 header_ends: list[int] | None, timestamps: list[int],
+                 partitions: list[int] | None) -> tuple[Columns, int]:
+    """Column lists (a burst's, or a ``send_many`` chunk's: ``messages.py``) packed into
+    one ``Columns`` by the kernel, and the bytes of that copy."""
+    pack = kernel().pack_binary
+    packed_values = _binary(pack(values, "values"))
+    copied = _nbytes(packed_values)
+    packed_keys = None
+    if keys is not None:  # (None where a row had no key: the validity bitmap)
+        packed_keys = _binary(pack(keys, "keys"))
+        copied += _nbytes(packed_keys)
+    headers = None
+    if header_ends is not None:
+        assert header_keys is not None
+        assert header_values is not None
+        ends = kernel().pack_ints(header_ends, True)
+        assert ends is not None, "header ends are ascending ints from 0"
+        headers = HeaderColumn(memoryview(ends).cast("q"),
+                               _binary(pack(header_keys, "header keys")),
+                               _binary(pack(header_values, "header values")))
+        copied += len(ends) + _nbytes(headers.keys) + _nbytes(headers.values)
+    pinned = None
+    if partitions is not None:  # (-1: the partitioner's choice)
+        pinned = memoryview(array("i", partitions))
+        copied += pinned.nbytes
+    packed = kernel().pack_ints(timestamps, True)  # (None: an injected clock's odd
+    stamps = (memoryview(array("q", timestamps)) if packed is None  # value: array's)
+              else memoryview(packed).cast("q"))
+    return Columns(packed_values, packed_keys, headers, stamps, pinned), copied + stamps.nbytes
 
 
 def _binary(packed: tuple[bytes, bytes, bytes | None, int]) -> BinaryColumn:

@@ -72,7 +72,7 @@ __all__ = [
 class RowChunk:
     """Ledger entry of one accepted chunk (ids ``_id .. _id + rows - 1``)."""
 
-    __slots__ = ("_id", "burst", "extra", "group", "outcomes", "pending", "runs")
+    __slots__ = ("_id", "burst", "extra", "group", "messages", "outcomes", "pending", "runs")
 
     def __init__(self, group: DeliveryGroup | None, rows: int) -> None:
         self._id = 0
@@ -88,6 +88,10 @@ class RowChunk:
         # outcomes its rows' deliveries read (written as its runs settle).
         self.burst: Any = None
         self.outcomes: Any = None
+        # A send_many chunk (messages.py): its ProducerMessages, row i's message at
+        # index i, until the last row settles; each run's outcome is written onto
+        # them as it settles. None: rows with no message (send_batch, a send() burst).
+        self.messages: list[ProducerMessage] | None = None
 
 
 class RowRun:

@@ -23,6 +23,8 @@ from typing import Any
 
 import trio
 
+from pipeline.producer._columnar.burst import COLUMNS_MIN
+from pipeline.producer._columnar.messages import MessageRows, accept, take, unaccept
 from pipeline.producer._columnar.rows import RowChunk, RowRun, slice_columns
 from pipeline.producer._errors import MessageTooLargeError
 from pipeline.producer._intake.intake import CLOSED, Intake
@@ -77,6 +79,10 @@ class Bulk:
                 raise not_a_message_error("send_many", next(m for m in msgs if type(m) is kind))
         if any(map(_id_of, msgs)):
             raise reused_error(next(m for m in msgs if m._id))
+        if len(msgs) >= COLUMNS_MIN:
+            rows = take(msgs, intake.current_ms(), intake.max_message_bytes)
+            if rows is not None:
+                return await self._send_rows(msgs, rows)
         cumulative = list(accumulate(map(intake.prepare, msgs)))
         total = len(msgs)
         group = DeliveryGroup(total)
@@ -107,6 +113,50 @@ class Bulk:
         # feeding lists would run ahead until the buffer is full, and the
         # pipeline would only ever see a full buffer. Shielded: everything is
         # accepted now, so the caller must get the group.
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return group
+
+    async def _send_rows(self, msgs: list[ProducerMessage], rows: MessageRows) -> DeliveryGroup:
+        """``send_many`` of plain messages (``messages.take``): each chunk one
+        ``RowChunk`` holding its messages, its rows one run (``_columnar/messages.py``).
+        Chunks as the per-message path cuts them, within half the per-message limit:
+        a chunk also reserves its packed copy (about its rows' bytes again)."""
+        intake, ledger = self._intake, self._ledger
+        cumulative = rows.cumulative()
+        total = len(msgs)
+        group = DeliveryGroup(total)
+        limit = max(1, ledger.buffer_memory // 8)
+        start = 0
+        while start < total:
+            before = cumulative[start - 1] if start else 0
+            end = max(start + 1, bisect_right(cumulative, before + limit, start))
+            count = end - start
+            bound = cumulative[end - 1] - before
+            columns, extra = rows.pack(start, end)
+            nbytes = bound + extra
+            await self._reserve_chunk(group, nbytes, total - start)
+            chunk = RowChunk(group, count)
+            chunk.extra = extra
+            chunk.messages = part = msgs if count == total else msgs[start:end]
+            ledger.accept_rows(chunk, count)
+            run = RowRun(rows.topic, columns, None, count, bound, chunk, start)
+            run._deadline = intake.deadline()
+            accept(part, chunk._id, run._deadline)
+            chunk.runs = [run]
+            try:
+                await intake.put(run)
+            except BaseException as exc:
+                if run._state == PENDING:  # (else the close failed it meanwhile)
+                    ledger.unaccept_rows(chunk, count, nbytes)
+                    unaccept(part)
+                    group.forget(total - start)
+                else:
+                    group.forget(total - end)
+                if isinstance(exc, CLOSED):
+                    raise closed_while_waiting("room in the intake") from None
+                raise
+            start = end
+        # A schedule point (see send_many); shielded: what is accepted has its group.
         await trio.lowlevel.cancel_shielded_checkpoint()
         return group
 

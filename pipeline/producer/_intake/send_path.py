@@ -21,8 +21,10 @@ from typing import Any
 
 from pipeline.producer import _speedups
 from pipeline.producer._columnar import burst as _burst
+from pipeline.producer._columnar import messages as _messages
 from pipeline.producer._intake import intake as _intake
 from pipeline.producer._intake.normalize import SIZE_BASE
+from pipeline.producer._message import ProducerMessage
 from pipeline.producer._outcomes.ledger import Ledger
 from pipeline.producer._speedups import fields
 from pipeline.producer._speedups.fields import names
@@ -45,22 +47,27 @@ def _load_c() -> ModuleType | None:
     # trio wraps it in one, as it does for coroutines written in C or Cython.
     collections.abc.Coroutine.register(_send.SendCall)
     _burst.new_column = _send.atomic_list
+    _send.setup_messages(message_type=ProducerMessage,
+                         message_fields=names(fields.SEND_MESSAGE), size_base=SIZE_BASE)
     return _send
 
 
 _c: ModuleType | None = _load_c()
 #: The path new producers take: ``"c"`` when the extension is loaded, else ``"python"``.
 SEND_PATH = "c" if _c is not None else "python"
+_messages._use(_c)
 
 
 def use(kind: str) -> None:
-    """Switch the send path of producers opened from now on (``"c"``, ``"python"``)."""
+    """Switch the send path of producers opened from now on (``"c"``, ``"python"``), and
+    ``send_many``'s message steps (``_columnar/messages.py``) of every producer."""
     global SEND_PATH
     if kind not in ("c", "python"):
         raise ValueError(f"send path must be 'c' or 'python', not {kind!r}")
     if kind == "c" and _c is None:
         raise RuntimeError("pipeline.producer._speedups._send is not built or is disabled")
     SEND_PATH = kind
+    _messages._use(_c if kind == "c" else None)  # (send_many's rows: stateless, at once)
 
 
 def entry(intake: _intake.Intake) -> Callable[..., Any]:

@@ -27,11 +27,13 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import trio
 
+from pipeline.producer._columnar.messages import settle
 from pipeline.producer._columnar.rows import RowChunk, RowRun, RowsError
 from pipeline.producer._errors import BufferFullError, ProducerError
 from pipeline.producer._message import (
@@ -353,6 +355,19 @@ class Ledger:
             outcomes.record(run)
             if outcomes.on_delivery is not None:
                 self._call_back_rows(outcomes, run)
+        elif (msgs := chunk.messages) is not None:  # send_many's messages (messages.py)
+            settle(msgs, run)  # each row's outcome onto its message, as succeed/fail write it
+            if run._state == OK:
+                group.delivered += n
+            else:
+                group.failed += n
+                room = group.MAX_ERRORS_KEPT - len(group.errors)
+                if room > 0:
+                    rows = range(n) if run.rows is None else run.rows  # type: ignore[attr-defined]
+                    cause = run._outcome
+                    assert cause is not None
+                    group.errors.extend(ProducerError(msgs[row], cause)
+                                        for row in islice(rows, room))
         elif run._state == OK:
             group.delivered += n
         else:
@@ -372,6 +387,7 @@ class Ledger:
             # seven calls' columns alive at once instead of the two in flight).
             runs: list[RowRun] = chunk.runs
             chunk.runs = []
+            chunk.messages = None  # (each has its outcome: the caller's again)
             if chunk.outcomes is not None:  # a send() burst
                 # Every row heard its callback: drop them (a callback may refer to
                 # its own delivery) and the outcomes (its runs point at the chunk).

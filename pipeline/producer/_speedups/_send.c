@@ -981,6 +981,350 @@ static PyTypeObject Sender_Type = {
     .tp_new = sender_new,
 };
 
+/* ------------------------------------------------------------------ send_many's messages
+ *
+ * send_many of plain ProducerMessage objects as columnar rows (_columnar/messages.py,
+ * whose _take_py, _accept_py and _settle_py are the twins): one pass over a chunk's
+ * messages reading and writing the fields fields.SEND_MESSAGE declares, at their slots'
+ * offsets (setup_messages). */
+
+static PyTypeObject *message_type = NULL; /* _message.ProducerMessage */
+static Py_ssize_t off_m_topic, off_m_value, off_m_key, off_m_headers, off_m_partition,
+    off_m_timestamp, off_m_id, off_m_state, off_m_offset, off_m_outcome, off_m_deadline;
+static Py_ssize_t message_size_base = 0; /* normalize.SIZE_BASE */
+
+#define MAX_PARTITION 2147483647LL
+#define MAX_TIMESTAMP 9223372036854775807LL
+
+/* A plain value or key (None, bytes; a str becomes its UTF-8 bytes, written back into
+ * the slot): its size-bound part in *size, 1; 0: not plain (or not encodable). */
+static int plain_binary(PyObject *msg, Py_ssize_t off, long long *size) {
+    PyObject *v = SLOT(msg, off);
+    if (v == NULL) return 0;
+    if (PyUnicode_CheckExact(v)) {
+        PyObject *b = PyUnicode_AsUTF8String(v);
+        if (b == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        set_slot(msg, off, b);
+        v = b;
+    }
+    if (v == Py_None) {
+        *size = 1;
+        return 1;
+    }
+    if (!PyBytes_CheckExact(v)) return 0;
+    Py_ssize_t n = PyBytes_GET_SIZE(v);
+    *size = n + prefix_size(n);
+    return 1;
+}
+
+/* take_messages(msgs, now_ms, max_bytes) -> (topic, values, keys, header_keys,
+ * header_values, header_ends, timestamps, partitions, sizes) or None: _take_py's rules
+ * and writes, in its order per message. */
+static PyObject *take_messages(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "take_messages(list, int now_ms, int max_bytes)");
+        return NULL;
+    }
+    if (message_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup_messages() was not called");
+        return NULL;
+    }
+    PyObject *msgs = args[0], *now = args[1];
+    long long max_bytes = PyLong_AsLongLong(args[2]);
+    if (max_bytes == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    if (n == 0) Py_RETURN_NONE;
+    PyObject *first = PyList_GET_ITEM(msgs, 0);
+    if (Py_TYPE(first) != message_type) Py_RETURN_NONE;
+    PyObject *topic = SLOT(first, off_m_topic);
+    if (topic == NULL || !PyUnicode_CheckExact(topic) || PyUnicode_GET_LENGTH(topic) == 0)
+        Py_RETURN_NONE;
+    Py_INCREF(topic); /* (held: a write back cannot free it, the first slot is never written) */
+    PyObject *values = PyList_New(n), *keys = PyList_New(n), *stamps = PyList_New(n);
+    PyObject *parts = PyList_New(n), *sizes = PyList_New(n);
+    PyObject *hkeys = PyList_New(0), *hvalues = PyList_New(0), *ends = PyList_New(n + 1);
+    PyObject *result = NULL, *minus_one = PyLong_FromLong(-1);
+    PyObject *stack_pairs[16];
+    PyObject **pairs = stack_pairs;
+    Py_ssize_t cap = 8;
+    int any_key = 0, any_headers = 0, any_partition = 0;
+    if (values == NULL || keys == NULL || stamps == NULL || parts == NULL || sizes == NULL ||
+        hkeys == NULL || hvalues == NULL || ends == NULL || minus_one == NULL)
+        goto done;
+    /* (filled below item by item: a NULL item of a list cut short is None, for the DECREF) */
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyList_SET_ITEM(values, j, Py_NewRef(Py_None));
+        PyList_SET_ITEM(keys, j, Py_NewRef(Py_None));
+        PyList_SET_ITEM(stamps, j, Py_NewRef(Py_None));
+        PyList_SET_ITEM(parts, j, Py_NewRef(Py_None));
+        PyList_SET_ITEM(sizes, j, Py_NewRef(Py_None));
+        PyList_SET_ITEM(ends, j + 1, Py_NewRef(Py_None));
+    }
+    PyList_SET_ITEM(ends, 0, PyLong_FromLong(0));
+    if (PyList_GET_ITEM(ends, 0) == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *msg = PyList_GET_ITEM(msgs, i);
+        if (Py_TYPE(msg) != message_type) goto plain_none;
+        PyObject *t = SLOT(msg, off_m_topic);
+        if (t != topic) {
+            if (t == NULL || !PyUnicode_CheckExact(t)) goto plain_none;
+            int eq = PyUnicode_Compare(t, topic);
+            if (eq == -1 && PyErr_Occurred()) goto done;
+            if (eq != 0) goto plain_none;
+        }
+        long long vsize, ksize;
+        if (!plain_binary(msg, off_m_value, &vsize) || !plain_binary(msg, off_m_key, &ksize))
+            goto plain_none;
+        long long size = message_size_base + vsize + ksize;
+        PyObject *headers = SLOT(msg, off_m_headers);
+        if (headers == NULL) goto plain_none;
+        int truthy = PyObject_IsTrue(headers);
+        if (truthy < 0) goto done;
+        if (truthy) {
+            Py_ssize_t h;
+            long long hsize;
+            int plain = plain_headers(headers, pairs, cap, &h, &hsize);
+            if (plain < 0) { /* more pairs than room: grow, ask again */
+                cap = h;
+                if (pairs != stack_pairs) PyMem_Free(pairs);
+                pairs = PyMem_New(PyObject *, 2 * cap);
+                if (pairs == NULL) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                plain = plain_headers(headers, pairs, cap, &h, &hsize);
+            }
+            if (plain != 1) goto plain_none;
+            PyObject *tuple = PyTuple_New(h); /* normalize's msg.headers: a tuple of pairs */
+            if (tuple == NULL) goto done;
+            int is_seq = !PyDict_CheckExact(headers);
+            for (Py_ssize_t j = 0; j < h; j++) {
+                PyObject *pair;
+                if (is_seq) {
+                    pair = Py_NewRef(PySequence_Fast_GET_ITEM(headers, j));
+                } else {
+                    pair = PyTuple_Pack(2, pairs[2 * j], pairs[2 * j + 1]);
+                    if (pair == NULL) {
+                        Py_DECREF(tuple);
+                        goto done;
+                    }
+                }
+                PyTuple_SET_ITEM(tuple, j, pair);
+                if (PyList_Append(hkeys, pairs[2 * j]) < 0 ||
+                    PyList_Append(hvalues, pairs[2 * j + 1]) < 0) {
+                    Py_DECREF(tuple);
+                    goto done;
+                }
+            }
+            size += hsize;
+            set_slot(msg, off_m_headers, tuple); /* (the pairs: held by the tuple now) */
+            any_headers = 1;
+        }
+        PyObject *end = PyLong_FromSsize_t(PyList_GET_SIZE(hkeys));
+        if (end == NULL) goto done;
+        PyList_SetItem(ends, i + 1, end);
+        PyObject *p = SLOT(msg, off_m_partition), *pin;
+        if (p == NULL) goto plain_none;
+        if (p == Py_None) {
+            pin = Py_NewRef(minus_one);
+        } else {
+            if (plain_int(p, MAX_PARTITION) < 0) goto plain_none;
+            pin = Py_NewRef(p);
+            any_partition = 1;
+        }
+        PyList_SetItem(parts, i, pin);
+        PyObject *ts = SLOT(msg, off_m_timestamp);
+        if (ts == NULL) goto plain_none;
+        if (ts == Py_None) {
+            set_slot(msg, off_m_timestamp, Py_NewRef(now));
+            ts = now;
+        } else if (plain_int(ts, MAX_TIMESTAMP) < 0) {
+            goto plain_none;
+        }
+        if (size > max_bytes) goto plain_none;
+        PyObject *value = SLOT(msg, off_m_value), *key = SLOT(msg, off_m_key);
+        PyList_SetItem(values, i, Py_NewRef(value));
+        PyList_SetItem(keys, i, Py_NewRef(key));
+        if (key != Py_None) any_key = 1;
+        PyList_SetItem(stamps, i, Py_NewRef(ts));
+        PyObject *sz = PyLong_FromLongLong(size);
+        if (sz == NULL) goto done;
+        PyList_SetItem(sizes, i, sz);
+    }
+    result = Py_BuildValue("(OOOOOOOOO)", topic, values, any_key ? keys : Py_None,
+                           any_headers ? hkeys : Py_None, any_headers ? hvalues : Py_None,
+                           any_headers ? ends : Py_None, stamps,
+                           any_partition ? parts : Py_None, sizes);
+    goto done;
+plain_none:
+    result = Py_NewRef(Py_None);
+done:
+    if (pairs != stack_pairs) PyMem_Free(pairs);
+    Py_DECREF(topic);
+    Py_XDECREF(values);
+    Py_XDECREF(keys);
+    Py_XDECREF(stamps);
+    Py_XDECREF(parts);
+    Py_XDECREF(sizes);
+    Py_XDECREF(hkeys);
+    Py_XDECREF(hvalues);
+    Py_XDECREF(ends);
+    Py_XDECREF(minus_one);
+    return result;
+}
+
+/* accept_messages(msgs, first_id, deadline): message i's `_id` is first_id + i and its
+ * `_deadline` the chunk's (first_id 0: every `_id` back to 0, `_deadline` untouched). */
+static PyObject *accept_messages(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
+        !PyFloat_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "accept_messages(list, int first_id, float deadline)");
+        return NULL;
+    }
+    if (message_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup_messages() was not called");
+        return NULL;
+    }
+    PyObject *msgs = args[0];
+    long long first = PyLong_AsLongLong(args[1]);
+    if (first == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (Py_TYPE(PyList_GET_ITEM(msgs, i)) != message_type) {
+            PyErr_SetString(PyExc_TypeError, "accept_messages: not a ProducerMessage");
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *id = PyLong_FromLongLong(first ? first + i : 0);
+        if (id == NULL) return NULL;
+        set_slot(PyList_GET_ITEM(msgs, i), off_m_id, id);
+        if (first) set_slot(PyList_GET_ITEM(msgs, i), off_m_deadline, Py_NewRef(args[2]));
+    }
+    Py_RETURN_NONE;
+}
+
+/* settle_messages(msgs, rows, state, offset, partition, timestamp, outcome): _settle_py.
+ * `rows`: a range of step 1 (a null-key split, or a whole run) or a buffer of int64 row
+ * indices (a keyed or pinned split); every index is checked against len(msgs) before
+ * anything is written. */
+static PyObject *settle_messages(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "settle_messages(list, rows, state, offset, "
+                                         "partition, timestamp, outcome)");
+        return NULL;
+    }
+    if (message_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup_messages() was not called");
+        return NULL;
+    }
+    PyObject *msgs = args[0], *rows = args[1], *state = args[2], *partition = args[4];
+    PyObject *outcome = args[6];
+    long long st = PyLong_AsLongLong(state), base = PyLong_AsLongLong(args[3]);
+    long long append_time = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    if (st != 1 && st != 2) {
+        PyErr_Format(PyExc_ValueError, "settle_messages: state %lld is not OK or FAILED", st);
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(msgs), count, first = 0;
+    Py_buffer view = {0};
+    const long long *index = NULL;
+    if (PyObject_TypeCheck(rows, &PyRange_Type)) {
+        PyObject *a = PyObject_GetAttrString(rows, "start");
+        PyObject *b = PyObject_GetAttrString(rows, "stop");
+        PyObject *c = PyObject_GetAttrString(rows, "step");
+        Py_ssize_t start = a ? PyLong_AsSsize_t(a) : -1, stop = b ? PyLong_AsSsize_t(b) : -1;
+        Py_ssize_t step = c ? PyLong_AsSsize_t(c) : -1;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        if (PyErr_Occurred()) return NULL;
+        if (step != 1 || start < 0 || stop > n) {
+            PyErr_Format(PyExc_ValueError, "settle_messages: rows range(%zd, %zd, %zd) is not "
+                         "within 0..%zd in steps of 1", start, stop, step, n - 1);
+            return NULL;
+        }
+        first = start;
+        count = stop > start ? stop - start : 0;
+    } else {
+        if (PyObject_GetBuffer(rows, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+        const char *f = view.format;
+        if (view.itemsize != 8 || f == NULL ||
+            !(strcmp(f, "q") == 0 || strcmp(f, "l") == 0 || strcmp(f, "=q") == 0 ||
+              strcmp(f, "<q") == 0 || strcmp(f, "@q") == 0)) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_TypeError, "settle_messages: rows must be int64");
+            return NULL;
+        }
+        index = (const long long *)view.buf;
+        count = view.len / 8;
+        for (Py_ssize_t k = 0; k < count; k++) {
+            if (index[k] < 0 || index[k] >= n) {
+                PyErr_Format(PyExc_ValueError, "settle_messages: row %lld is outside 0..%zd",
+                             index[k], n - 1);
+                PyBuffer_Release(&view);
+                return NULL;
+            }
+        }
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (Py_TYPE(PyList_GET_ITEM(msgs, index ? index[k] : first + k)) != message_type) {
+            PyErr_SetString(PyExc_TypeError, "settle_messages: not a ProducerMessage");
+            if (index) PyBuffer_Release(&view);
+            return NULL;
+        }
+    }
+    PyObject *stamp = NULL, *minus_one = PyLong_FromLong(-1);
+    if (minus_one == NULL) goto fail;
+    if (st == 1 && append_time >= 0) stamp = Py_NewRef(args[5]);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *msg = PyList_GET_ITEM(msgs, index ? index[k] : first + k);
+        set_slot(msg, off_m_state, Py_NewRef(state));
+        if (st == 1) {
+            PyObject *off = base >= 0 ? PyLong_FromLongLong(base + k) : Py_NewRef(minus_one);
+            if (off == NULL) goto fail;
+            set_slot(msg, off_m_offset, off);
+            set_slot(msg, off_m_partition, Py_NewRef(partition));
+            if (stamp != NULL) set_slot(msg, off_m_timestamp, Py_NewRef(stamp));
+        } else {
+            set_slot(msg, off_m_outcome, Py_NewRef(outcome));
+            if (partition != Py_None) set_slot(msg, off_m_partition, Py_NewRef(partition));
+        }
+    }
+    Py_XDECREF(stamp);
+    Py_DECREF(minus_one);
+    if (index) PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(stamp);
+    Py_XDECREF(minus_one);
+    if (index) PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyObject *setup_messages(PyObject *module, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"message_type", "message_fields", "size_base", NULL};
+    PyObject *mt, *mfs;
+    Py_ssize_t base;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!On:setup_messages", kwlist, &PyType_Type,
+                                     &mt, &mfs, &base))
+        return NULL;
+    /* fields.SEND_MESSAGE, in its order */
+    Py_ssize_t f[11];
+    if (member_offsets((PyTypeObject *)mt, mfs, 11, f) < 0) return NULL;
+    off_m_topic = f[0], off_m_value = f[1], off_m_key = f[2], off_m_headers = f[3];
+    off_m_partition = f[4], off_m_timestamp = f[5], off_m_id = f[6], off_m_state = f[7];
+    off_m_offset = f[8], off_m_outcome = f[9], off_m_deadline = f[10];
+    message_size_base = base;
+    Py_INCREF(mt);
+    Py_XSETREF(message_type, (PyTypeObject *)mt);
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------ setup */
 
 static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
@@ -1056,6 +1400,18 @@ static PyMethodDef methods[] = {
      "setup(intake_type, intake_fields, ledger_type, ledger_fields, rows_type, rows_fields, "
      "size_base, intake_globals, rows_globals, wall_time): bind the module to the intake "
      "(once, at the import of pipeline.producer._intake.send_path)."},
+    {"setup_messages", (PyCFunction)(void (*)(void))setup_messages,
+     METH_VARARGS | METH_KEYWORDS,
+     "setup_messages(message_type, message_fields, size_base): bind take_messages, "
+     "accept_messages and settle_messages to ProducerMessage (fields.SEND_MESSAGE)."},
+    {"take_messages", (PyCFunction)(void (*)(void))take_messages, METH_FASTCALL,
+     "take_messages(msgs, now_ms, max_bytes) -> column lists or None (messages.py)."},
+    {"accept_messages", (PyCFunction)(void (*)(void))accept_messages, METH_FASTCALL,
+     "accept_messages(msgs, first_id, deadline): the messages' acceptance ids and delivery "
+     "deadline (messages.py)."},
+    {"settle_messages", (PyCFunction)(void (*)(void))settle_messages, METH_FASTCALL,
+     "settle_messages(msgs, rows, state, offset, partition, timestamp, outcome): a run's "
+     "outcome onto its rows' messages (messages.py)."},
     {NULL, NULL, 0, NULL},
 };
 

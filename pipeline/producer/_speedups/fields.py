@@ -33,6 +33,7 @@ __all__ = [
     "SEND_BURST",
     "SEND_INTAKE",
     "SEND_LEDGER",
+    "SEND_MESSAGE",
     "SYNC_HANDLE",
     "Field",
     "Global",
@@ -108,6 +109,32 @@ SEND_BURST: tuple[Field, ...] = (
           "pinned one"),
     Field("metadata", ("list", "NoneType"),
           "each row's metadata or None, once a row had some (a tracked list: any object)"),
+)
+
+# -- _send.c: send_many's messages as rows (take_messages, accept_messages, settle_messages;
+#    twins in _columnar/messages.py) ---------------------------------------------------
+SEND_MESSAGE: tuple[Field, ...] = (
+    Field("topic", ("str",), "the message's topic (read: a call's rows share the first's)"),
+    Field("value", ("bytes", "NoneType"),
+          "read; a str is replaced by its UTF-8 bytes (normalize's rule)"),
+    Field("key", ("bytes", "NoneType"), "as value"),
+    Field("headers", ("tuple", "list", "dict"),
+          "read; plain headers are replaced by a tuple of (str, bytes | None) pairs "
+          "(normalize's form); empty ones are left as they are"),
+    Field("partition", ("int", "NoneType"),
+          "read (pinned, or None); written when its row's run settles with a partition"),
+    Field("timestamp", ("int",),
+          "read; None becomes the call's CreateTime; LogAppendTime written at success"),
+    Field("_id", ("int",),
+          "the acceptance id (0: not accepted): written when its chunk is accepted, "
+          "back to 0 if the chunk never reached the intake"),
+    Field("_state", ("int",), "as in DELIVERY_MESSAGE: written once, when its run settles"),
+    Field("offset", ("int",), "the run's base offset plus the row's place (-1: not known)"),
+    Field("_outcome", ("NoneType", "PartitionOutOfRangeError", "ProducerClosed",
+                       "DeliveryTimeoutError", "BrokerResponseError", "Exception"),
+          "the run's cause, written when it failed (any exception)"),
+    Field("_deadline", ("float",),
+          "the delivery deadline of its chunk, written with its id (as accept_all does)"),
 )
 
 # -- _delivery.c: awaiting a settled delivery, row metadata and callbacks ----------------

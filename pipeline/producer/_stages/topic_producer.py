@@ -232,11 +232,12 @@ class TopicProducer:
         ``send_batch`` chunk's pinned rows fail as one run; ``send()`` rows as the
         messages they stand for: one run per partition, and one per row whose
         partitioner raised or chose no partition of the topic, each with the
-        message's error."""
+        message's error; ``send_many``'s messages one run per row, in call order
+        after those whose partitioner raised (the per-message path's order)."""
         topic = self.topic
         chunk = run._sink
         rows = out_of_range.rows
-        if not failures and chunk.group is not None:  # (send_batch: a group per chunk)
+        if not failures and chunk.group is not None and chunk.messages is None:  # (send_batch)
             return [(out_of_range, PartitionOutOfRangeError(
                 f"rows pinned to partitions the topic {topic!r} does not have: it has "
                 f"{n} partitions (0..{n - 1})"))]
@@ -244,12 +245,24 @@ class TopicProducer:
         assert chosen is not None, "a row out of range was pinned or chosen there"
         by_partition: dict[int, list[int]] = {}
         out: list[tuple[RowRun, BaseException]] = []
+        # send_many's messages fail one by one, in call order, each with its own error
+        # (the per-message path's order: the partitioner's failures, then the others)
+        alone: list[int] | None = None if chunk.messages is None else []
         for row in rows:
             if row in failures:
                 one = array("q", [row])
                 out.append((out_of_range.split(one, 1, 0), failures[row]))
+            elif alone is not None:
+                alone.append(row)
             else:
                 by_partition.setdefault(chosen[row], []).append(row)
+        for row in alone or ():
+            p = chosen[row]
+            part = out_of_range.split(array("q", [row]), 1, 0)
+            part.partition = p
+            out.append((part, PartitionOutOfRangeError(
+                f"partition {p} does not exist: topic {topic!r} has {n} partitions "
+                f"(0..{n - 1})")))
         for p, picked in by_partition.items():
             part = out_of_range.split(array("q", picked), len(picked), 0)
             part.partition = p

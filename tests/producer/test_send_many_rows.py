@@ -1,0 +1,465 @@
+"""``send_many`` of plain ``ProducerMessage`` objects rides the columnar path
+(``_columnar/messages.py``): ``_send.c``'s ``take_messages`` / ``accept_messages`` /
+``settle_messages``, their pure-Python twins, and the per-message path it replaces
+put the same records on the wire and leave every message, every group and every
+error exactly as the per-message path does; a bad message anywhere in a call is
+refused with the per-message path's error and nothing of the call is accepted,
+while what was accepted before is delivered; order holds across send() and
+send_many() calls.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import trio
+
+from pipeline.producer import ProducerMessage
+from pipeline.producer._columnar import messages as _messages
+from pipeline.producer._columnar.burst import COLUMNS_MIN
+from pipeline.producer._errors import MessageTooLargeError
+from pipeline.producer._intake import bulk as _bulk
+from pipeline.producer._intake import send_path as _send_path
+from pipeline.protocol.records import batch_size_for_record, decode_record_batches
+from pipeline.testing.fake_cluster import FakeCluster
+from tests.scenarios.conftest import open_fake_producer
+
+T = 1_700_000_000_000  # the scenario conftest's injected CreateTime
+PARTITIONS = 3
+
+
+def _messages_of(seed: int, n: int, topic: str = "ta") -> list[ProducerMessage]:
+    """``n`` messages of every plain shape: headers as pairs, tuples, a dict (non-ASCII
+    keys, bytes and None values, empty), keys (bytes, str, None), str and null values,
+    pinned partitions (7 and 9: past the topic's, they fail), own timestamps, metadata."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        shape = rng.randrange(6)
+        headers: Any = None
+        if shape == 1:
+            headers = [("trace-id", b"%016x" % i), ("source", b"checkout")]
+        elif shape == 2:
+            headers = {"cl\u00e9": b"v" * rng.randrange(70), "null": None}
+        elif shape == 3:
+            headers = (("h", None),)
+        elif shape == 4:
+            headers = []
+        key_kind = rng.randrange(3)
+        key: Any = None
+        if key_kind:
+            key = b"k%d" % rng.randrange(13) if key_kind == 1 else f"s\u00e9{i}"
+        value: Any = b"value-%d-" % i + bytes(rng.choice([rng.randrange(40), 100, 9000]))
+        if rng.random() < 0.05:
+            value = None
+        elif rng.random() < 0.05:
+            value = f"text-\u00e9-{i}"
+        partition = rng.choice([0, 1, 2, 2, 7, 9]) if rng.random() < 0.3 else None
+        timestamp = T - rng.randrange(10_000) if rng.random() < 0.3 else None
+        metadata = {"i": i} if rng.random() < 0.3 else None
+        out.append(ProducerMessage(topic, value, key, headers, partition, timestamp, metadata))
+    return out
+
+
+def _seen(msg: ProducerMessage) -> tuple[Any, ...]:
+    """Everything a user can read of a message after its call's group settled (and that
+    it has the delivery deadline it was accepted with, which the explorer reads)."""
+    cause = msg._outcome
+    return (msg.topic, msg.value, msg.key, msg.headers, msg.partition, msg.offset,
+            msg.timestamp, msg.metadata, msg.done(), msg._state, msg._id != 0,
+            None if cause is None else (type(cause).__name__, str(cause)), repr(msg),
+            msg._deadline > 0)
+
+
+def _group_seen(result: Any, msgs: list[ProducerMessage]) -> tuple[Any, ...]:
+    index = {id(m): i for i, m in enumerate(msgs)}
+    return (result.delivered, result.failed,
+            [(index.get(id(e.message)), str(e), type(e).__name__, type(e.cause).__name__)
+             for e in result.errors])
+
+
+async def _run(kind: str, script: list[Any], *, partitions: int = PARTITIONS,
+               **options: Any) -> tuple[Any, ...]:
+    """One run on a fresh fake cluster: ``kind`` "c" or "python" (the columnar
+    send_many), or "messages" (the per-message send_many). ``script``: a list of
+    ("many", [messages]) and ("send", value, kwargs) steps, in order. Returns each
+    partition's records as read back (and its raw batches), every message's and
+    every send's outcome, and every group's result."""
+    _send_path.use("c" if kind == "c" else "python")
+    _messages._use(_send_path._c if kind == "c" else None)
+    min_rows, take = _bulk.COLUMNS_MIN, _bulk.take
+    _bulk.COLUMNS_MIN = 1 << 40 if kind == "messages" else min_rows
+    as_rows = []
+
+    def spy(*args: Any) -> Any:
+        got = take(*args)
+        as_rows.append(got is not None)
+        return got
+
+    _bulk.take = spy  # type: ignore[assignment]
+    try:
+        async with trio.open_nursery() as nursery:
+            fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+            await nursery.start(fake.run)
+            fake.create_topic("ta", partitions)
+            groups, deliveries, sent = [], [], []
+            async with open_fake_producer(fake, max_message_bytes=1 << 20, **options) as producer:
+                await producer._core.cluster.partitions_for("ta")
+                for step in script:
+                    if step[0] == "many":
+                        sent.append(step[1])
+                        groups.append(await producer.send_many(step[1]))
+                    else:
+                        deliveries.append(await producer.send("ta", step[1], **step[2]))
+                await producer.flush()
+                results = [await g for g in groups]
+                failed_at = dict(producer._ledger.failed_by_partition)  # (statistics())
+            nursery.cancel_scope.cancel()
+    finally:
+        _bulk.COLUMNS_MIN, _bulk.take = min_rows, take
+    # (the columnar path took every call; the per-message path none)
+    assert as_rows == ([] if kind == "messages" else [True] * len(as_rows))
+    assert kind == "messages" or len(as_rows) == sum(1 for s in script if s[0] == "many")
+    wire: dict[int, list[bytes]] = {}
+    for req in fake.requests_of(0):
+        for topic in req.request.topic_data:
+            for data in topic.partition_data:
+                wire.setdefault(data.index, []).append(bytes(data.records))
+    records = {p: [(b.base_timestamp + r.timestamp_delta, r.key, r.value, r.headers)
+                   for raw in batches for b in decode_record_batches(raw) for r in b.records]
+               for p, batches in wire.items()}
+    outcomes = []
+    for d in deliveries:
+        try:
+            meta = d.result()
+            outcomes.append(("ok", meta.partition, meta.offset, meta.timestamp))
+        except Exception as exc:  # (its text is compared)
+            outcomes.append(("failed", str(exc)))
+    seen = [[_seen(m) for m in msgs] for msgs in sent]
+    group_results = [_group_seen(r, msgs) for r, msgs in zip(results, sent, strict=True)]
+    return records, wire, seen, outcomes, group_results, failed_at
+
+
+async def _compare(script_of: Any, *, sticky: bool = False, **options: Any) -> tuple[Any, ...]:
+    """Run ``script_of()`` (fresh messages each time) on the three paths and check they
+    agree: C and twin byte for byte, the per-message path record for record. ``sticky``:
+    null-key messages on the default partitioner, whose sticky partition moves on after
+    a batch's worth of *size bounds* per message and of *encoded bytes* per run (either
+    is Kafka's rule: KIP-480 leaves the size to the client), so against the per-message
+    path only what does not depend on that placement is compared."""
+    before = _send_path.SEND_PATH
+    try:
+        runs = {}
+        for kind in (["c"] if _send_path._c is not None else []) + ["python", "messages"]:
+            runs[kind] = await _run(kind, script_of(), **options)
+    finally:
+        _send_path.use(before)
+        _messages._use(_send_path._c if before == "c" else None)
+    first = runs.get("c", runs["python"])
+    assert runs["python"][1] == first[1]  # the same record batches, byte for byte
+    for kind, run in runs.items():
+        if sticky and kind == "messages":
+            _same_but_placement(run, first)
+            continue
+        assert run[0] == first[0], kind  # the same records, in order per partition
+        assert run[2] == first[2], kind  # every message as the user sees it
+        assert run[3] == first[3], kind  # every send()'s outcome
+        assert run[4] == first[4], kind  # every group's counts and errors
+        assert run[5] == first[5], kind  # the failures each partition counts
+    return first
+
+
+def _same_but_placement(run: tuple[Any, ...], first: tuple[Any, ...]) -> None:
+    """Every record and outcome but the partition and offset a null-key message got:
+    the same records overall, each partition's in call order, each message at the
+    offset of its record, the same groups."""
+    for records in (run[0], first[0]):
+        assert sorted(r for rs in records.values() for r in rs) == sorted(
+            r for rs in first[0].values() for r in rs)
+    for seen, records in ((run[2], run[0]), (first[2], first[0])):
+        flat = [s for call in seen for s in call]
+        for s in flat:  # (value at its partition and offset; offsets in call order)
+            assert records[s[4]][s[5]][2] == s[1]
+        for p in records:
+            offsets = [s[5] for s in flat if s[4] == p]
+            assert offsets == sorted(offsets)
+    strip = [[s[:4] + s[6:12] for s in call] for call in first[2]]
+    assert [[s[:4] + s[6:12] for s in call] for call in run[2]] == strip
+    assert run[3] == first[3] or all(o[0] == "ok" for o in run[3] + first[3])
+    assert run[4] == first[4]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_c_twin_and_messages_agree_on_records_and_outcomes(seed: int) -> None:
+    """Messages of every plain shape, some pinned past the topic's partitions, between
+    send() calls (with and without extras) of the same topic."""
+    def script() -> list[Any]:
+        return [("send", b"s0", {}),
+                ("many", _messages_of(seed, 300)),
+                ("send", b"s1", {"key": b"k1", "headers": [("h", b"x")]}),
+                ("many", _messages_of(seed + 100, 150)),
+                ("send", b"s2", {"partition": 1})]
+
+    records, _, seen, _, groups, _ = await _compare(script)
+    flat = [s for call in seen for s in call]
+    assert len(seen) == 2
+    failed = [s for s in flat if s[9] == 2]
+    assert failed and {s[11][0] for s in failed} == {"PartitionOutOfRangeError"}
+    assert {s[4] for s in failed} == {7, 9}  # (a pinned message keeps its partition)
+    assert all(s[8] and s[10] for s in flat)  # every message settled, marked sent
+    assert groups[0][1] == sum(1 for s in seen[0] if s[9] == 2)
+    assert groups[0][2] and all(e[3] == "PartitionOutOfRangeError" for e in groups[0][2])
+    assert sum(len(r) for r in records.values()) == len(flat) - len(failed) + 3
+    assert any(s[3] for s in flat) and any(s[7] for s in flat)
+
+
+@pytest.mark.parametrize("linger", [0.0, 0.005])
+async def test_null_key_calls_on_the_sticky_partitioner_agree(linger: float) -> None:
+    """Calls without keys or pins (the default partitioner's sticky choice, one batch's
+    worth at a time, split as ranges of rows), some values large enough to fill a
+    batch, between send() calls."""
+    def script() -> list[Any]:
+        out: list[Any] = [("send", b"first", {})]
+        for c in range(3):
+            out.append(("many", [ProducerMessage("ta", b"n%d-%d-" % (c, i) + bytes(i % 300))
+                                 for i in range(400)]))
+            out.append(("send", b"between-%d" % c, {}))
+        return out
+
+    _, _, seen, _, groups, _ = await _compare(script, sticky=True, linger=linger,
+                                              batch_bytes=16384)
+    assert [g[:2] for g in groups] == [(400, 0)] * 3
+    assert len({s[4] for call in seen for s in call}) > 1  # (the sticky partition moved)
+
+
+async def test_order_across_send_and_send_many_calls() -> None:
+    """One partition: the records are in call order whichever call sent them."""
+    def script() -> list[Any]:
+        out: list[Any] = []
+        for i in range(4):
+            out.append(("send", b"before-%d" % i, {}))
+            out.append(("many", [ProducerMessage("ta", b"m%d-%d" % (i, j), b"k")
+                                 for j in range(COLUMNS_MIN + i)]))
+            out.append(("send", b"after-%d" % i, {"headers": [("h", b"v")]}))
+        return out
+
+    records, _, seen, _, _, _ = await _compare(script, partitions=1)
+    values = [r[2] for r in records[0]]
+    expected = []
+    for i in range(4):
+        expected += [b"before-%d" % i] + [b"m%d-%d" % (i, j) for j in range(COLUMNS_MIN + i)]
+        expected.append(b"after-%d" % i)
+    assert values == expected
+    offsets = [s[5] for call in seen for s in call]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+
+
+async def test_a_partitioner_is_asked_per_message() -> None:
+    """A custom partitioner is asked per message, as on the per-message path; one that
+    raises fails that message only, with its error."""
+    class Odd:
+        def partition(self, topic: str, key: Any, value: Any, n: int) -> int:
+            if value.endswith(b"-13"):
+                raise RuntimeError("no partition for 13")
+            return int(value[2:]) % n
+
+        def on_new_batch(self, topic: str, n: int, previous: int) -> None:
+            pass
+
+    def script() -> list[Any]:
+        return [("many", [ProducerMessage("ta", b"v-%d" % i, None if i % 3 else b"k")
+                          for i in range(100)])]
+
+    _, _, seen, _, groups, _ = await _compare(script, partitioner=Odd())
+    assert groups[0][1] == 1 and "no partition for 13" in groups[0][2][0][1]
+    assert {s[4] for s in seen[0] if s[9] == 1} == {0, 1, 2}
+
+
+def _plain(n: int) -> list[ProducerMessage]:
+    return [ProducerMessage("ta", b"m-%d" % i, b"k%d" % (i % 5)) for i in range(n)]
+
+
+@pytest.mark.parametrize(("bad", "error", "match"), [
+    (lambda m: setattr(m, "value", 42), TypeError, r"value must be bytes"),
+    (lambda m: setattr(m, "headers", [(b"h", b"x")]), TypeError, r"header key must be str"),
+    (lambda m: setattr(m, "partition", -1), ValueError, r"partition must be None or an int"),
+    (lambda m: setattr(m, "timestamp", 1.5), ValueError, r"timestamp must be None"),
+    (lambda m: setattr(m, "value", b"x" * 5000), MessageTooLargeError, r"max_message_bytes"),
+], ids=["value type", "header key", "partition", "timestamp", "too large"])
+async def test_a_bad_message_in_the_middle_refuses_the_call_and_loses_nothing(
+    nursery: trio.Nursery, send_path: str, bad: Any, error: type[Exception], match: str
+) -> None:
+    """The per-message path's error, naming what is wrong; nothing of the call is
+    accepted (no id, no byte, no message marked sent) and the messages accepted
+    before it are delivered; the same list, fixed, is sent whole afterwards."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", 2)
+    async with open_fake_producer(fake, max_message_bytes=4096) as producer:
+        earlier = await producer.send_many(_plain(100))
+        msgs = _plain(200)
+        bad(msgs[120])
+        ledger = producer._ledger
+        before = (ledger._next_id, ledger.buffered_bytes)
+        with pytest.raises(error, match=match):
+            await producer.send_many(msgs)
+        assert (ledger._next_id, ledger.buffered_bytes) == before
+        assert not any(m._id for m in msgs)
+        result = await earlier
+        assert (result.delivered, result.failed) == (100, 0)
+        msgs[120] = ProducerMessage("ta", b"fixed")
+        result = await (await producer.send_many(msgs))
+        assert (result.delivered, result.failed) == (200, 0)
+        assert [m.offset for m in msgs if m.partition == 0] == sorted(
+            m.offset for m in msgs if m.partition == 0)
+
+
+async def test_messages_that_are_not_plain_take_the_per_message_path(
+    nursery: trio.Nursery, send_path: str
+) -> None:
+    """A bytearray value, an int subclass partition, or a second topic: the whole
+    call goes per message (and is delivered as before); a plain call goes as rows."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", 2)
+    fake.create_topic("tb", 1)
+    assert _messages.take(_plain(70), T, 1 << 20) is not None
+    for change in (lambda m: setattr(m, "value", bytearray(b"x")),
+                   lambda m: setattr(m, "key", memoryview(b"x")),
+                   lambda m: setattr(m, "partition", True),
+                   lambda m: setattr(m, "partition", 2**31),
+                   lambda m: setattr(m, "timestamp", 2**63),
+                   lambda m: setattr(m, "headers", [("h", "str value")]),
+                   lambda m: setattr(m, "headers", [["h", b"x"]]),
+                   lambda m: setattr(m, "headers", [("h", b"x", b"y")]),
+                   lambda m: setattr(m, "topic", "tb")):
+        msgs = _plain(70)
+        change(msgs[69])
+        assert _messages.take(msgs, T, 1 << 20) is None
+
+    class Mine(ProducerMessage):  # (a subclass may shadow a field: not plain)
+        __slots__ = ()
+
+    msgs = _plain(70)
+    msgs[69] = Mine("ta", b"x")
+    assert _messages.take(msgs, T, 1 << 20) is None
+    async with open_fake_producer(fake) as producer:
+        msgs = _plain(70)
+        msgs[3].value = bytearray(b"ba")
+        msgs[4].topic = "tb"
+        result = await (await producer.send_many(msgs))
+        assert (result.delivered, result.failed) == (70, 0)
+        assert msgs[3].value == b"ba" and type(msgs[3].value) is bytes
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_take_sizes_are_the_per_message_bound(send_path: str, seed: int) -> None:
+    """Each message's size bound is ``batch_size_for_record``'s (what the per-message
+    path reserves and checks), and normalize's changes are written back."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+    msgs = [m for m in _messages_of(seed, 200) if m.partition != 7]
+    rows = _messages.take(msgs, T, 1 << 30)
+    assert rows is not None
+    for m, size in zip(msgs, rows.sizes, strict=True):
+        assert size == batch_size_for_record(m.key, m.value, m.headers)
+        assert m.timestamp is not None
+        assert m.value is None or type(m.value) is bytes
+        assert type(m.headers) is tuple or not m.headers
+
+
+@pytest.mark.parametrize(("state", "offset", "append_time"),
+                         [(1, 40, -1), (1, -1, -1), (1, 7, T + 5), (2, -1, -1)])
+def test_settle_writes_what_the_per_message_ledger_writes(
+    send_path: str, state: int, offset: int, append_time: int
+) -> None:
+    """A run's outcome onto its rows' messages, in the run's (wire) order: offsets
+    base + k (-1 for all when unknown), the run's partition, LogAppendTime; a
+    failure's cause, and the run's partition only when it has one."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+
+    class Run:
+        count = 3
+        rows = memoryview(bytearray(b"".join(i.to_bytes(8, "little") for i in (4, 0, 2)))).cast("q")
+        _state = state
+        partition = 2 if state == 1 else None
+        timestamp = append_time
+        _outcome = None if state == 1 else RuntimeError("gone")
+
+    Run.offset = offset  # type: ignore[attr-defined]
+    msgs = [ProducerMessage("t", b"v%d" % i, partition=5 if i == 0 else None, timestamp=T)
+            for i in range(5)]
+    _messages.settle(msgs, Run)
+    for k, row in enumerate((4, 0, 2)):
+        m = msgs[row]
+        assert m._state == state
+        if state == 1:
+            assert m.offset == (offset + k if offset >= 0 else -1)
+            assert m.partition == 2
+            assert m.timestamp == (append_time if append_time >= 0 else T)
+            assert m._outcome is None
+        else:
+            assert m._outcome is Run._outcome and m.offset == -1
+            assert m.partition == (5 if row == 0 else None)
+    for row in (1, 3):
+        assert msgs[row]._state == 0 and msgs[row].offset == -1 and msgs[row].partition is None
+
+
+def test_take_checks_the_size_bound_against_max_bytes_inclusively(send_path: str) -> None:
+    """A message of exactly ``max_bytes`` is taken (normalize refuses only above it)."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+    size = batch_size_for_record(b"k", b"v" * 200, (("h", b"x"),))
+    msgs = [ProducerMessage("t", b"v" * 200, b"k", [("h", b"x")]) for _ in range(3)]
+    assert _messages.take(msgs, T, size) is not None
+    assert _messages.take(msgs, T, size - 1) is None
+
+
+def test_accept_numbers_the_messages_and_unaccept_frees_them(send_path: str) -> None:
+    _messages._use(_send_path._c if send_path == "c" else None)
+    msgs = _plain(5)
+    _messages.accept(msgs, 41, 12.5)
+    assert [(m._id, m._deadline) for m in msgs] == [(41 + i, 12.5) for i in range(5)]
+    _messages.unaccept(msgs)
+    assert [m._id for m in msgs] == [0] * 5
+
+
+@pytest.mark.parametrize("rows", [range(5), range(2, 4), range(0), range(6), range(-1, 2),
+                                  range(0, 4, 2), [0, 5], [-1]], ids=str)
+def test_settle_refuses_rows_outside_the_messages(send_path: str, rows: Any) -> None:
+    """Row indices are checked before anything is written (C trusts no index)."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+    from array import array
+
+    msgs = _plain(5)
+    arg = rows if type(rows) is range else memoryview(array("q", rows))
+    if type(rows) is range and rows.step == 1 and rows.start >= 0 and rows.stop <= 5:
+        _messages._settle(msgs, arg, 1, 10, 0, -1, None)  # (within: fine)
+        assert [m.offset for m in msgs] == [10 + k - rows.start if k in rows else -1
+                                            for k in range(5)]
+        return
+    with pytest.raises(ValueError, match="settle_messages"):
+        _messages._settle(msgs, arg, 1, 0, 0, -1, None)
+    assert all(m._state == 0 for m in msgs)
+
+
+async def test_a_chunk_lets_go_of_its_messages_with_its_last_row(
+    nursery: trio.Nursery, send_path: str
+) -> None:
+    """The call's chunk holds its messages only until its last row settles (then they
+    are the caller's alone, and its runs are dropped: no cycle keeps them)."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", 2)
+    async with open_fake_producer(fake, linger=0.05) as producer:
+        msgs = _plain(100)
+        group = await producer.send_many(msgs)
+        chunks = [e for e in producer._ledger.outstanding.values()
+                  if getattr(e, "messages", None) is msgs]
+        assert len(chunks) == 1
+        result = await group
+        assert (result.delivered, result.failed) == (100, 0)
+        assert chunks[0].messages is None and chunks[0].runs == []
