@@ -8,8 +8,8 @@ VPIP := $(VENV)/bin/pip
 EXTRAS ?= test,spark,broker,bench,lint
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
-# make test runs on TEST_JOBS pytest workers: one takes every JVM test (tests/conftest.py),
-# the others the rest. TEST_JOBS=0: one process.
+# make test runs two pytest processes side by side: the JVM tests (Kafka, Spark, chaos)
+# one after another, and the rest (tools/run_tests.py). TEST_JOBS=1: one process.
 TEST_JOBS ?= 2
 BROKER ?= tansu
 CHAOS_ARGS ?=
@@ -49,7 +49,7 @@ venv: $(STAMP)
 # timing and says up front when java/mvn are missing (the kafka tests then skip).
 test: $(STAMP)
 	$(VPY) -m pipeline.testing.kafka --if-tools
-	$(VPY) -m pytest -q $(if $(filter-out 0,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup) $(PYTEST_ARGS)
+	$(VPY) tools/run_tests.py $(if $(filter 1,$(TEST_JOBS)),--one) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(VPY) -m pytest -q -m "$(FAST_MARKERS)" $(PYTEST_ARGS)

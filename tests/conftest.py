@@ -107,34 +107,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = _DIR_MARKERS.get(rel.parts[0]) if len(rel.parts) > 1 else None
         if marker is not None and item.get_closest_marker(marker) is None:
             item.add_marker(getattr(pytest.mark, marker))
-    _group_the_jvm_tests(items)
     kafka_items = [item for item in items if item.get_closest_marker("kafka") is not None]
     reason = _kafka_reason() if kafka_items else None
     if reason is not None:
         for item in kafka_items:
             item.add_marker(pytest.mark.skip(reason=reason))
-
-
-#: Markers of the tests that start JVMs (Apache Kafka, Spark) or run chaos schedules on them.
-_JVM_MARKERS = ("kafka", "spark", "chaos")
-
-
-def _group_the_jvm_tests(items: list[pytest.Item]) -> None:
-    """Under ``pytest -n N --dist loadgroup`` (``make test``), every JVM test joins one
-    group, so one worker runs them one after another, as a plain run does: their session
-    clusters start once, and no two chaos schedules or Spark sessions share the two cores.
-    The group goes first (the longest pole), and the other workers take the rest. A plain
-    run keeps its collection order."""
-    if not any(item.config.pluginmanager.hasplugin("xdist") for item in items[:1]):
-        return
-    jvm = [item for item in items
-           if any(item.get_closest_marker(m) is not None for m in _JVM_MARKERS)]
-    if not jvm or getattr(items[0].config.option, "dist", "no") == "no":
-        return
-    for item in jvm:
-        item.add_marker(pytest.mark.xdist_group("jvm"))
-    ids = {id(item) for item in jvm}
-    items[:] = jvm + [item for item in items if id(item) not in ids]
 
 
 @functools.cache
