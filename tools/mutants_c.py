@@ -83,8 +83,9 @@ MUTANTS: list[tuple[str, str, str]] = [
     ("_send.c", "return name == want || (PyUnicode_CheckExact(name) && PyUnicode_Compare(name, want) == 0);",
      "return name == want;"),
     ("_send.c", "args[2 + j] = self->kw[j];", "args[2 + j] = Py_None;"),
-    ("_send.c", "PyUnicode_CheckExact(value) ? PyUnicode_AsUTF8String(value) : Py_NewRef(value)",
-     "Py_NewRef(value)"),
+    ("_send.c", "PyUnicode_CheckExact(value) ? PyUnicode_AsUTF8String(value) : Py_NewRef(value);\n"
+     "        key = value == NULL",
+     "Py_NewRef(value);\n        key = value == NULL"),
     ("_send.c", "PyUnicode_CheckExact(key) ? PyUnicode_AsUTF8String(key) : Py_NewRef(key)",
      "Py_NewRef(key)"),
     ("_send.c", "!PyBytes_CheckExact(v) &&\n                          !PyUnicode_CheckExact(v))",
@@ -191,6 +192,10 @@ MUTANTS: list[tuple[str, str, str]] = [
      ""),
     ("_send.c", "        if (step != 1 || start < 0 || stop > n) {", "        if (start < 0 || stop > n) {"),
     ("_send.c", "        first = start;", ""),
+    # Sender.pump: a queued str value is sent as UTF-8, as SyncProducer.send's twin does
+    ("_send.c", "PyUnicode_CheckExact(value) ? PyUnicode_AsUTF8String(value) : Py_NewRef(value);\n"
+     "        if (value == NULL) {",
+     "Py_NewRef(value);\n        if (value == NULL) {"),
 ]
 
 # index -> why the mutant cannot be told apart by any test (docs/testing.md, "Mutation testing")
