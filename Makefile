@@ -28,7 +28,7 @@ help:
 	@echo "make chaos      21 failure schedules on a 3-node Kafka x pipeline, confluent-kafka, aiokafka, and 8 transactional ones (~50 min)"
 	@echo "make kafka      fetch the Apache Kafka jars (Maven Central) into ~/.cache/pipeline"
 	@echo "make lint       ruff + mypy --strict (pipeline/ and the typing checks in tests/typecheck/)"
-	@echo "make mutants    mutation testing of the ordering-critical producer code (docs/testing.md)"
+	@echo "make mutants    mutation testing of the ordering-critical producer code and the group consumer (docs/testing.md)"
 	@echo "make mutants-c  the hand-written mutants of the C send path (tools/mutants_c.py)"
 	@echo "make explore    N seeded fault schedules against the fake cluster (N=5000, SEED=random)"
 	@echo "make mutants-explore  the explorer's score: the protocol's mutants it finds within 1,000 schedules"

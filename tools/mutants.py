@@ -1,4 +1,5 @@
-"""Mutation testing of the ordering-critical producer code: ``make mutants``.
+"""Mutation testing of the ordering-critical producer code and of the group
+consumer: ``make mutants``.
 
 A small AST mutation runner (mutmut-style, built for this repository): it
 changes one thing at a time in the target code, runs the deterministic tests
@@ -12,11 +13,16 @@ puts a lookup on the producer's per-message hot path and on every trio task
 step, and runs its own copy of the tree; here each mutant is a plain source
 edit in a scratch copy, so the tests run the same code they run in CI.
 
+Suites (``SUITES``): the producer's targets are judged by ``tests/scenarios``
+and ``tests/producer``, the consumer's by ``tests/consumer`` (fake cluster,
+virtual time). Each suite has its own map and its own content hash: editing a
+consumer test reruns no producer mutant.
+
 How it runs (2 cores):
 
-1. ``map``: the selected tests run once under ``sys.setprofile`` (a pytest
+1. ``map``: a suite's tests run once under ``sys.setprofile`` (a pytest
    plugin in this file); for each test it records which target functions ran.
-   Cached by the hash of the sources and tests.
+   Cached by the hash of the suite's sources and tests.
 2. For each mutant, only the tests that ran its function (all tests touching
    the module, for module-level code), ``-x`` (stop at the first failure),
    with a wall-clock timeout of 3x their unmutated time + 20 s. Workers run
@@ -29,8 +35,8 @@ How it runs (2 cores):
    agree (docs/testing.md, "Mutation testing").
 3. Results are cached per mutant, keyed on content (``Mutant.ident``: the text
    of the function or class the mutant is in, and the change), never on a path
-   or a line: a moved file's results carry over. A result stands while the
-   targets' and the tests' contents are unchanged; a survivor listed as
+   or a line: a moved file's results carry over. A result stands while its
+   suite's targets' and tests' contents are unchanged; a survivor listed as
    equivalent stands while its function's text is. So a rerun only runs
    mutants whose code or tests changed (a killed one with its last killer
    first).
@@ -80,7 +86,7 @@ STATE = ROOT / ".mutants"
 EQUIVALENT = ROOT / "tools" / "mutants_equivalent.txt"
 
 # file -> functions to mutate (None: the whole module)
-TARGETS: dict[str, set[str] | None] = {
+PRODUCER_TARGETS: dict[str, set[str] | None] = {
     "pipeline/producer/_stages/partition_producer.py": None,
     "pipeline/producer/_stages/broker_producer.py": None,
     "pipeline/producer/_stages/accumulator.py": None,
@@ -123,7 +129,47 @@ TARGETS: dict[str, set[str] | None] = {
     "pipeline/producer/_stages/transactions.py": None,
     "pipeline/producer/_stages/coordinator.py": None,
 }
-TESTS = ["tests/scenarios", "tests/producer"]
+# The group consumer: fetch sessions, positions, commits, the coordinator and
+# heartbeats, both group protocols (classic and KIP-848) and the assignors.
+CONSUMER_TARGETS: dict[str, set[str] | None] = {
+    "pipeline/consumer/_fetcher.py": None,
+    "pipeline/consumer/_commits.py": None,
+    "pipeline/consumer/_coordinator.py": None,
+    "pipeline/consumer/_liveness.py": None,
+    "pipeline/consumer/_member.py": None,
+    "pipeline/consumer/_member848.py": None,
+    "pipeline/consumer/_assignors.py": None,
+    "pipeline/consumer/_sticky.py": None,
+    "pipeline/consumer/_positions.py": None,
+    "pipeline/consumer/_state.py": None,
+}
+
+
+@dataclass(frozen=True)
+class Suite:
+    """Targets and the deterministic tests that judge their mutants. Each suite
+    has its own coverage map and its own content hash (``_tree_files``), so a
+    change to the consumer's code or tests reruns none of the producer's
+    mutants, and the other way round."""
+
+    name: str
+    targets: dict[str, set[str] | None]
+    tests: list[str]
+
+
+SUITES = [
+    Suite("producer", PRODUCER_TARGETS, ["tests/scenarios", "tests/producer"]),
+    Suite("consumer", CONSUMER_TARGETS, ["tests/consumer"]),
+]
+TARGETS: dict[str, set[str] | None] = {
+    file: only for suite in SUITES for file, only in suite.targets.items()
+}
+
+
+def suite_of(file: str) -> Suite:
+    return next(suite for suite in SUITES if file in suite.targets)
+
+
 PYTEST = [
     "-q", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=1",
     "-W", "ignore::pytest.PytestUnraisableExceptionWarning",
@@ -131,7 +177,7 @@ PYTEST = [
 # The fork runner only (see serve): hypothesis is imported before pytest starts.
 FORK_PYTEST = ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
 COPY = ["pipeline", "tests/conftest.py", "tests/scenarios", "tests/protocol",
-        "tests/producer", "pyproject.toml"]
+        "tests/producer", "tests/consumer", "pyproject.toml"]
 
 
 @dataclass(frozen=True)
@@ -419,10 +465,10 @@ def collect(only_file: str | None = None, functions: set[str] | None = None) -> 
 class MapPlugin:
     """pytest plugin: per test, the target functions that ran (sys.setprofile)."""
 
-    def __init__(self, out: str) -> None:
+    def __init__(self, out: str, targets: list[str]) -> None:
         self.out = out
         self.base = os.getcwd()  # the scratch copy the tests run in
-        self.files = {os.path.join(self.base, f) for f in TARGETS}
+        self.files = {os.path.join(self.base, f) for f in targets}
         self.current: set[str] | None = None
         self.result: dict[str, list[str]] = {}
         self.durations: dict[str, float] = {}
@@ -481,25 +527,27 @@ class TimeoutPlugin:
         faulthandler.cancel_dump_traceback_later()
 
 
-def _tree_files() -> list[Path]:
-    return [path for pattern in [*TARGETS, *(f"{t}/**/*.py" for t in TESTS), "tests/conftest.py"]
-            for path in sorted(ROOT.glob(pattern))]
+def _tree_files(suite: Suite) -> list[Path]:
+    """A suite's targets and tests (in this order: the producer's hashes are
+    what they were before the consumer suite, so its cached results hold)."""
+    patterns = [*suite.targets, *(f"{t}/**/*.py" for t in suite.tests), "tests/conftest.py"]
+    return [path for pattern in patterns for path in sorted(ROOT.glob(pattern))]
 
 
-def _tree_hash() -> str:
-    """The coverage map's key: the targets and the tests, paths included (the
-    map names tests and functions by path)."""
+def _tree_hash(suite: Suite) -> str:
+    """The coverage map's key: the suite's targets and tests, paths included
+    (the map names tests and functions by path)."""
     h = hashlib.sha256()
-    for path in _tree_files():
+    for path in _tree_files(suite):
         h.update(str(path.relative_to(ROOT)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 
-def _content_hash() -> str:
-    """What a killed mutant's result depends on: the targets' and the tests'
+def _content_hash(suite: Suite) -> str:
+    """What a killed mutant's result depends on: its suite's targets' and tests'
     contents, not their paths (a moved file with the same text keeps it)."""
-    digests = sorted(hashlib.sha256(p.read_bytes()).hexdigest() for p in _tree_files())
+    digests = sorted(hashlib.sha256(p.read_bytes()).hexdigest() for p in _tree_files(suite))
     return hashlib.sha256("".join(digests).encode()).hexdigest()[:16]
 
 
@@ -519,17 +567,19 @@ def _scratch(n: int, prefix: str = "work") -> Path:
     return path
 
 
-def build_map(tree: str) -> dict[str, object]:
-    cached = STATE / f"map-{tree}.json"
+def build_map(suite: Suite) -> dict[str, object]:
+    cached = STATE / f"map-{_tree_hash(suite)}.json"
     if cached.exists():
         return json.loads(cached.read_text())  # type: ignore[no-any-return]
-    print("mapping which tests run which functions (one run of the suite)...", flush=True)
+    print(f"mapping which {suite.name} tests run which functions (one run of {' '.join(suite.tests)})...",
+          flush=True)
     work = _scratch(0)
     out = STATE / "map-partial.json"
-    tools, args = str(ROOT / "tools"), [*PYTEST[2:], "-q", *TESTS]
+    tools, args = str(ROOT / "tools"), [*PYTEST[2:], "-q", *suite.tests]
+    targets = list(suite.targets)
     code = (
         f"import sys, pytest; sys.path.insert(0, {tools!r}); import mutants; "
-        f"sys.exit(pytest.main({args!r}, plugins=[mutants.MapPlugin({str(out)!r})]))"
+        f"sys.exit(pytest.main({args!r}, plugins=[mutants.MapPlugin({str(out)!r}, {targets!r})]))"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=work, env=_env(work))
     if proc.returncode != 0:
@@ -777,9 +827,14 @@ def main() -> None:
         print(f"{len(mutants)} mutants")
         return
     STATE.mkdir(exist_ok=True)
-    cmap = build_map(_tree_hash())
-    tree = _content_hash()
-    durations: dict[str, float] = cmap["durations"]  # type: ignore[assignment]
+    # Each suite with a selected mutant: its coverage map and its content hash.
+    suites = [suite for suite in SUITES if any(m.file in suite.targets for m in mutants)]
+    maps = {suite.name: build_map(suite) for suite in suites}
+    trees = {suite.name: _content_hash(suite) for suite in suites}
+    durations: dict[str, float] = {}
+    for cmap in maps.values():
+        suite_durations: dict[str, float] = cmap["durations"]  # type: ignore[assignment]
+        durations.update(suite_durations)
     (STATE / "durations.json").write_text(json.dumps(durations))
     # ident (Mutant.ident) -> the last result of the mutant with that ident
     cache_path = STATE / "results.json"
@@ -793,18 +848,20 @@ def main() -> None:
     # Read once: the sources may be edited while the run goes on.
     sources = {f: (ROOT / f).read_text() for f in TARGETS}
     if args.compare:
-        compare(mutants, cache, cmap, sources, args.compare)
+        compare(mutants, cache, maps, durations, sources, args.compare)
         return
 
     equivalents = load_equivalents()
     todo: list[tuple[Mutant, list[str], float]] = []
     results: dict[str, dict[str, object]] = {}  # ident -> result
     for m in mutants:
+        suite = suite_of(m.file).name
+        tree = trees[suite]
         # Fastest first: with -x a killed mutant stops at its first failing test.
-        tests = sorted(select_tests(m, cmap), key=lambda t: durations.get(t, 1.0))
+        tests = sorted(select_tests(m, maps[suite]), key=lambda t: durations.get(t, 1.0))
         # Results are found by the mutant's ident: its scope's text and the
         # change, not its path or line. A result stands while the targets and
-        # the tests are unchanged (their contents: ``tree``); a survivor listed
+        # the tests of its suite are unchanged (their contents: ``tree``); a survivor listed
         # as equivalent (no test can kill it: that is what the list says, with
         # the reason) stands while its scope's text is unchanged. A killed
         # mutant is rerun when any of them changes, its last killer first: with
@@ -847,7 +904,8 @@ def main() -> None:
             )
         finally:
             free.append((work, server))
-        results[m.ident] = {"status": status, "seconds": round(seconds, 2), "tree": tree,
+        results[m.ident] = {"status": status, "seconds": round(seconds, 2),
+                            "tree": trees[suite_of(m.file).name],
                             "tests": len(tests), **_where(m)}
         if first_failure:
             results[m.ident]["killer"] = first_failure[0]
@@ -897,7 +955,8 @@ def try_mutant(key: str, tests: list[str]) -> None:
 
 
 def compare(
-    mutants: list[Mutant], cache: dict[str, dict[str, object]], cmap: dict[str, object],
+    mutants: list[Mutant], cache: dict[str, dict[str, object]],
+    maps: dict[str, dict[str, object]], durations: dict[str, float],
     sources: dict[str, str], n: int,
 ) -> None:
     """Run n mutants with both runners, one after the other in one scratch copy,
@@ -905,7 +964,6 @@ def compare(
     killed, the rest drawn at random (seeded), so both verdicts are exercised."""
     import random
 
-    durations: dict[str, float] = cmap["durations"]  # type: ignore[assignment]
     rng = random.Random(n)
     alive = [m for m in mutants if cache.get(m.ident, {}).get("status") == "survived"]
     sample = rng.sample(alive, min(len(alive), n // 2))
@@ -917,6 +975,7 @@ def compare(
     mismatches = 0
     try:
         for i, m in enumerate(sample, 1):
+            cmap = maps[suite_of(m.file).name]
             tests = sorted(select_tests(m, cmap), key=lambda t: durations.get(t, 1.0))
             timeout = 3 * sum(durations.get(t, 1.0) for t in tests) + 20
             a, ta = run_one(m, sources[m.file], work, tests, timeout)
