@@ -220,7 +220,9 @@ async def test_a_rebalance_mid_stream_hands_every_record_out_and_commits_the_end
                         seen[name].extend((batch.partition, o) for o in batch.offsets.tolist())
                         assert cells(batch) == batch.records()
                         assigned[name] = consumer.assignment()
-                        await trio.sleep(0.1)
+                        # (3 records a second: the first member is still reading when the
+                        # rebalance that lets the second in completes, a few heartbeats on)
+                        await trio.sleep(1.0)
                 nursery.start_soon(read)
                 await stop.wait()
                 nursery.cancel_scope.cancel()
