@@ -86,15 +86,9 @@ class Bulk:
         cumulative = list(accumulate(map(intake.prepare, msgs)))
         total = len(msgs)
         group = DeliveryGroup(total)
-        limit = max(1, ledger.buffer_memory // 4)
-        start = 0
-        while start < total:
-            # Reserve in chunks so one call never needs the whole buffer: the
-            # longest run from start within limit bytes, at least one message.
-            before = cumulative[start - 1] if start else 0
-            end = max(start + 1, bisect_right(cumulative, before + limit, start))
+        for start, end, nbytes in _chunks(cumulative, max(1, ledger.buffer_memory // 4)):
             chunk = msgs[start:end]
-            await self._reserve_chunk(group, cumulative[end - 1] - before, total - start)
+            await self._reserve_chunk(group, nbytes, total - start)
             ledger.accept_all(chunk, intake.deadline(), group)
             try:
                 await intake.put(chunk)
@@ -108,7 +102,6 @@ class Bulk:
                 if isinstance(exc, CLOSED):
                     raise closed_while_waiting("room in the intake") from None
                 raise
-            start = end
         # A schedule point, as trio's async calls are: without it a caller
         # feeding lists would run ahead until the buffer is full, and the
         # pipeline would only ever see a full buffer. Shielded: everything is
@@ -125,13 +118,8 @@ class Bulk:
         cumulative = rows.cumulative()
         total = len(msgs)
         group = DeliveryGroup(total)
-        limit = max(1, ledger.buffer_memory // 8)
-        start = 0
-        while start < total:
-            before = cumulative[start - 1] if start else 0
-            end = max(start + 1, bisect_right(cumulative, before + limit, start))
+        for start, end, bound in _chunks(cumulative, max(1, ledger.buffer_memory // 8)):
             count = end - start
-            bound = cumulative[end - 1] - before
             columns, extra = rows.pack(start, end)
             nbytes = bound + extra
             await self._reserve_chunk(group, nbytes, total - start)
@@ -155,7 +143,6 @@ class Bulk:
                 if isinstance(exc, CLOSED):
                     raise closed_while_waiting("room in the intake") from None
                 raise
-            start = end
         # A schedule point (see send_many); shielded: what is accepted has its group.
         await trio.lowlevel.cancel_shielded_checkpoint()
         return group
@@ -326,3 +313,15 @@ def _pack_rows(inputs: _Inputs, start: int, stop: int, now_ms: int) -> Columns:
     )
     return build_columns(values, keys, headers, timestamps, partitions,
                          default_timestamp=now_ms)
+
+
+def _chunks(cumulative: list[int], limit: int) -> Iterator[tuple[int, int, int]]:
+    """Cut a call into chunks so that one call never needs the whole buffer: from each
+    start, the longest run within ``limit`` bytes (at least one message). Yields
+    ``(start, end, bytes)`` over ``cumulative`` (the running byte totals)."""
+    start, total = 0, len(cumulative)
+    while start < total:
+        before = cumulative[start - 1] if start else 0
+        end = max(start + 1, bisect_right(cumulative, before + limit, start))
+        yield start, end, cumulative[end - 1] - before
+        start = end
