@@ -3,21 +3,26 @@ out-of-range resets (FakeCluster, virtual time)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
 import trio
 
+from pipeline import open_producer
 from pipeline.consumer import (
     ConsumedRecord,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     TopicPartition,
 )
+from pipeline.consumer._config import ConsumerConfig
+from pipeline.consumer._fetcher import Fetcher
+from pipeline.consumer._state import Assignment, PartitionState
 from pipeline.protocol.api import ApiKey
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import open_fake_consumer, produce, until
+from .conftest import HalfRandom, open_fake_consumer, produce, until
 
 
 async def take(consumer: Any, n: int) -> list[ConsumedRecord]:
@@ -211,25 +216,46 @@ async def test_batches_hand_out_lists_and_advance_positions(fake: FakeCluster, a
         assert consumer.position(("t", 0)) == 10
 
 
+@pytest.mark.parametrize("case", ["plain", "buffer-exactly-full", "open-transaction"])
 async def test_a_long_poll_for_caught_up_partitions_does_not_hold_up_records(
-        fake: FakeCluster, autojump_clock: Any) -> None:
+        fake: FakeCluster, autojump_clock: Any, case: str) -> None:
     """Partition 1 is caught up, partition 0 has many records but a full buffer: no
     fetch for partition 1 alone is sent (it would wait ``fetch_max_wait`` for records
     that do not come, and partition 0 could not be fetched meanwhile); once the
     application drains partition 0's buffer, one fetch takes both. (The application
-    takes 5 ms per batch, 26 batches: without the rule each refill waited 0.5 s.)"""
+    takes 5 ms per batch, 26 batches: without the rule each refill waited 0.5 s.)
+
+    ``buffer-exactly-full``: every fetch of partition 0 takes exactly 6 batches, so its
+    buffer stops at the limit to the byte (full is ``>=``). ``open-transaction``: at
+    read_committed, partition 1 holds a transaction still open from offset 0, so it is
+    caught up at its last stable offset 0 though its high watermark is 1."""
     fake.create_topic("t", 2, leaders=[0, 0])
     await produce(fake, "t", [b"x" * 100 for _ in range(300)], partition=0)
-    await produce(fake, "t", [b"y"], partition=1)
-    async with open_fake_consumer(fake, topics=["t"], max_partition_fetch_bytes=2048,
-                                  fetch_max_wait=0.5) as consumer:
+    options: dict[str, Any] = {"max_partition_fetch_bytes": 2048}
+    if case == "buffer-exactly-full":
+        options["max_partition_fetch_bytes"] = 6 * len(fake.partition("t", 0).batches[0].data)
+    async with contextlib.AsyncExitStack() as stack:
+        if case == "open-transaction":
+            options["isolation_level"] = "read_committed"
+            producer = await stack.enter_async_context(open_producer(
+                fake.bootstrap, connector=fake.connector, linger=0.0, transactional_id="tx",
+                retry_backoff_jitter=0, rng=HalfRandom(3)))
+            await producer.begin_transaction()
+            await producer.send("t", b"y", partition=1)
+            await producer.flush()  # in the log, not committed: the transaction stays open
+            part = fake.partition("t", 1)
+            assert (part.last_stable_offset, part.high_watermark) == (0, 1)
+        else:
+            await produce(fake, "t", [b"y"], partition=1)
+        consumer = await stack.enter_async_context(
+            open_fake_consumer(fake, topics=["t"], fetch_max_wait=0.5, **options))
         got = 0
         started = None
         with trio.fail_after(600):
             async for batch in consumer.batches():
                 started = trio.current_time() if started is None else started
                 got += len(batch)
-                if got == 301:
+                if got == (300 if case == "open-transaction" else 301):
                     break
                 await trio.sleep(0.005)  # the application's work: the fetcher gets ahead
         assert started is not None
@@ -240,3 +266,23 @@ async def test_a_long_poll_for_caught_up_partitions_does_not_hold_up_records(
         alone = [r for r in fetched if [p.partition for t in r.request.topics
                                         for p in t.partitions] == [1]]
         assert len(alone) <= 2  # only before partition 0's buffer first filled up
+
+
+@pytest.mark.parametrize(("isolation", "fetch_offset", "high_watermark", "lso", "caught_up"), [
+    ("read_uncommitted", 5, 9, 5, False),  # records past an open transaction are readable
+    ("read_uncommitted", 9, 9, 5, True),
+    ("read_committed", 5, 9, 5, True),  # nothing readable past the last stable offset
+    ("read_committed", 4, 9, 5, False),
+    ("read_committed", 9, 9, -1, True),  # no last stable offset known: the high watermark
+    ("read_committed", 0, 3, 0, True),  # a transaction open from offset 0
+    ("read_uncommitted", 0, -1, -1, False),  # never fetched: nothing known yet
+    ("read_committed", 0, -1, -1, False),
+])
+def test_a_partition_is_caught_up_at_the_end_its_isolation_level_reads_to(
+        isolation: str, fetch_offset: int, high_watermark: int, lso: int, caught_up: bool) -> None:
+    """The long-poll rule's view of a partition (``Fetcher._caught_up``)."""
+    fetcher = Fetcher(None, ConsumerConfig(isolation_level=isolation),  # type: ignore[arg-type]
+                      Assignment(1024), lambda exc: None)
+    state = PartitionState(TopicPartition("t", 0), fetch_offset=fetch_offset,
+                           high_watermark=high_watermark, last_stable_offset=lso)
+    assert fetcher._caught_up(state) is caught_up
