@@ -141,6 +141,33 @@ def test_a_fenced_commit_is_invisible_unless_it_began_before_the_fence() -> None
     assert kinds(_trace([early], {0: [(0, b"x")]}, [main, successor])) == []
 
 
+def test_a_fatal_error_needs_a_fence_a_timeout_or_an_outage_it_outlasted() -> None:
+    """X11: a fatal error from a fault the producer outlasts (here a lost answer long
+    after the cluster healed) is a violation; a successor's fence, a transaction past
+    its timeout, or EndTxn unanswered while the cluster was still down are causes."""
+    trace = _trace([], {0: []})
+    schedule = trace.schedule
+    o = dict(schedule.options)
+    main = trace.extra["txn"].generations[0]
+    at = schedule.heal_at + 100.0
+    main.fatal = [(at, at - 0.01, "commit_transaction(): TransactionFatalError")]
+    assert kinds(trace) == ["X11 fatal"]
+    main.fatal = [(at, at - o["transaction_timeout"], "commit: INVALID_TXN_STATE")]
+    assert kinds(trace) == []  # outlived its timeout
+    bound = o["transaction_timeout"] + o["request_timeout"]
+    main.fatal = [(schedule.heal_at + bound, schedule.heal_at + bound - 0.01,
+                   "EndTxn (commit) got no answer within ...")]
+    assert kinds(trace) == []  # the outage was still on when EndTxn's bound began
+    main.fatal = [(schedule.heal_at + bound + 1.0, schedule.heal_at + bound + 0.99,
+                   "EndTxn (commit) got no answer within ...")]
+    assert kinds(trace) == ["X11 fatal"]
+    successor = Generation("successor-0", schedule.heal_at, ready_at=schedule.heal_at + 0.5)
+    trace.extra["txn"].generations.append(successor)
+    main.calls = [(schedule.heal_at + bound + 1.0, "commit", True)]
+    main.fenced = True
+    assert kinds(trace) == []  # a successor opened before it: a fence
+
+
 # Per chunk of the sweep: how the transactions ended (the sweep must see each outcome).
 OUTCOMES: Counter[str] = Counter()
 

@@ -30,6 +30,10 @@ aborted, failed (fenced or fatal before its commit), fenced at its commit, unkno
   whose commit took effect (never an aborted one's);
 * X10 once the cluster is healed and settled, a transaction the workload commits
   commits (unless a successor ran meanwhile, or it outlived its timeout);
+* X11 a call raises ``TransactionFatalError`` only when another producer of the id
+  initialised after its producer (a fence Kafka may answer INVALID_TXN_STATE), its
+  transaction outlived ``transaction_timeout``, or EndTxn got no answer while the
+  cluster was still unhealed: never for a fault the producer outlasts;
 * X0 no call hangs, no transaction is left open after every producer closed and its
   timeout passed, no crash.
 """
@@ -230,5 +234,29 @@ def _liveness(trace: Trace) -> list[Violation]:
             out.append(Violation("X10 stuck", f"main transaction {txn.seq} began at "
                                  f"{txn.begun_at:.3f}, after healing, and ended {txn.outcome}: "
                                  f"{'; '.join(txn.errors)[:200]}"))
+            break
+    return out
+
+
+@invariant_of("transactions")
+def _fatal(trace: Trace) -> list[Violation]:
+    """X11: a fatal error has a cause the producer could not outlast."""
+    book = _book(trace)
+    if book is None:
+        return []
+    s = trace.schedule
+    o = dict(s.options)
+    unanswered = o["transaction_timeout"] + o["request_timeout"]  # EndTxn's own bound
+    out: list[Violation] = []
+    for g in book.generations:
+        for at, began, text in g.fatal:
+            if any(a.opened_at > g.opened_at and a.opened_at <= at + EPS
+                   for a in book.generations):
+                continue  # a successor's fence
+            if began >= 0 and at - began >= o["transaction_timeout"] - 0.5:
+                continue  # the coordinator's timeout aborted it
+            if "got no answer" in text and at - unanswered <= s.heal_at + EPS:
+                continue  # the outage outlasted EndTxn's bound
+            out.append(Violation("X11 fatal", f"{g.name} at {at:.3f}: {text[:240]}"))
             break
     return out

@@ -101,6 +101,8 @@ class Generation:
     pending: int = 0  # deliveries still pending after the close
     late: int = 0  # settled after the delivery deadline + request_timeout
     unexpected: list[str] = field(default_factory=list)  # errors outside the documented classes
+    # (time, when its transaction began or -1, text) of each TransactionFatalError raised
+    fatal: list[tuple[float, float, str]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -171,6 +173,9 @@ class _Client:
             self.txn.errors.append(text)
         if isinstance(exc, ProducerFencedError):
             self.gen.fenced = True
+        if isinstance(exc, TransactionFatalError):
+            began = self.txn.begun_at if self.txn is not None else -1.0
+            self.gen.fatal.append((trio.current_time(), began, text))
         if isinstance(exc, ProducerFencedError | TransactionFatalError):
             self.dead = True
         elif isinstance(exc, TransactionStateError) or not isinstance(
