@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from pipeline import open_producer
-from pipeline.consumer import open_consumer
+from pipeline.consumer import ConsumedRecord, open_consumer
 from pipeline.testing.fake_cluster import FakeCluster
 
 
@@ -63,3 +63,14 @@ async def until(condition: Callable[[], bool], within: float = 120.0) -> None:
     with trio.fail_after(within):
         while not condition():  # noqa: ASYNC110 - state several tasks change: no one event
             await trio.sleep(0.05)
+
+
+async def take(consumer: Any, n: int, within: float = 120.0) -> list[ConsumedRecord]:
+    """The next ``n`` records the consumer yields (fail after ``within`` virtual seconds)."""
+    out: list[ConsumedRecord] = []
+    with trio.fail_after(within):
+        async for record in consumer:
+            out.append(record)
+            if len(out) == n:
+                break
+    return out

@@ -9,23 +9,13 @@ from typing import Any
 import pytest
 import trio
 
-from pipeline.consumer import ConsumedRecord, ConsumerError
+from pipeline.consumer import ConsumerError
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages.fetch import FetchResponse
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import HalfRandom, open_fake_consumer, produce
-
-
-async def take(consumer: Any, n: int) -> list[ConsumedRecord]:
-    out: list[ConsumedRecord] = []
-    with trio.fail_after(60):
-        async for record in consumer:
-            out.append(record)
-            if len(out) == n:
-                break
-    return out
+from .conftest import HalfRandom, open_fake_consumer, produce, take
 
 
 def running_tasks(name: str) -> int:

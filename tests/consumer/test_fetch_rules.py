@@ -22,17 +22,7 @@ from pipeline.consumer._state import Assignment, PartitionState
 from pipeline.protocol.api import ApiKey
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import HalfRandom, open_fake_consumer, produce, until
-
-
-async def take(consumer: Any, n: int) -> list[ConsumedRecord]:
-    out: list[ConsumedRecord] = []
-    with trio.fail_after(60):
-        async for record in consumer:
-            out.append(record)
-            if len(out) == n:
-                break
-    return out
+from .conftest import HalfRandom, open_fake_consumer, produce, take, until
 
 
 async def test_reads_every_partition_from_the_beginning(fake: FakeCluster, autojump_clock: Any) -> None:

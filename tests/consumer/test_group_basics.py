@@ -9,17 +9,7 @@ import trio
 from pipeline.consumer import ConsumedRecord, TopicPartition
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import open_fake_consumer, produce, until
-
-
-async def take(consumer: Any, n: int) -> list[ConsumedRecord]:
-    out: list[ConsumedRecord] = []
-    with trio.fail_after(120):
-        async for record in consumer:
-            out.append(record)
-            if len(out) == n:
-                break
-    return out
+from .conftest import open_fake_consumer, produce, take, until
 
 
 async def test_one_member_reads_everything_and_commits(fake: FakeCluster, autojump_clock: Any) -> None:

@@ -11,6 +11,7 @@ is one of the state machine's and no schedule reaches it more directly.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -574,35 +575,56 @@ async def test_a_group_is_added_to_a_v1_transaction_once(
     assert fake.offsets.fetch("b", ("in", 1)).offset == 3  # type: ignore[union-attr]
 
 
-async def test_an_abortable_offset_commit_error_leaves_the_transaction_abortable(
-        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
-    fake = await serve()
-    async with open_fake_producer(fake, **txn_options()) as producer:
-        await producer.begin_transaction()
-        fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.GROUP_AUTHORIZATION_FAILED)
-        with pytest.raises(TransactionAbortableError, match="GROUP_AUTHORIZATION_FAILED") as e:
-            await producer.send_offsets_to_transaction({("in", 0): 1}, "g")
-        with pytest.raises(TransactionAbortableError) as again:
-            await producer.commit_transaction()
-        assert again.value is e.value
-        await producer.abort_transaction()
-        async with producer.transaction():
-            await producer.send_offsets_to_transaction({("in", 0): 2}, "g")
-    assert fake.offsets.fetch("g", ("in", 0)).offset == 2  # type: ignore[union-attr]
+REFUSALS = [(ApiKey.TXN_OFFSET_COMMIT, 2, ErrorCode.GROUP_AUTHORIZATION_FAILED),
+            (ApiKey.ADD_PARTITIONS_TO_TXN, 1, ErrorCode.TOPIC_AUTHORIZATION_FAILED)]
 
 
-async def test_a_fenced_offset_commit_makes_the_producer_fatal(
-        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
-    fake = await serve()
+@pytest.mark.parametrize(("api", "version", "denied"), REFUSALS,
+                         ids=["offset-commit", "v1-partition-addition"])
+@pytest.mark.parametrize("fenced", [False, True], ids=["abortable", "fenced"])
+async def test_a_refused_addition_makes_the_transaction_abortable_or_the_producer_fatal(
+        serve: Serve, autojump_clock: trio.testing.MockClock, api: ApiKey, version: int,
+        denied: ErrorCode, fenced: bool) -> None:
+    """The coordinator refuses what joins the transaction (its offsets, or under v1 a
+    partition): a refusal no retry changes (authorization) makes the transaction
+    abortable, so the commit raises that same error and an abort goes on; a fence makes
+    the producer fatal, so abort and begin raise the same error. Either is raised at
+    once (not after the records' delivery timeout), naming the request and the code."""
+    offsets = api == ApiKey.TXN_OFFSET_COMMIT
+    code = ErrorCode.PRODUCER_FENCED if fenced else denied
+    fake = await serve(version)
     async with open_fake_producer(fake, **txn_options()) as producer:
         await producer.begin_transaction()
-        fake.fail_next(ApiKey.TXN_OFFSET_COMMIT, ErrorCode.PRODUCER_FENCED)
-        with pytest.raises(ProducerFencedError) as e:
-            await producer.send_offsets_to_transaction({("in", 0): 1}, "g")
-        for call in (producer.abort_transaction, producer.begin_transaction):
-            with pytest.raises(ProducerFencedError) as again:
+        fake.fail_next(api, code)
+        start = trio.current_time()
+        if offsets:
+            meet = partial(producer.send_offsets_to_transaction, {("in", 0): 1}, "g")
+        else:
+            await producer.send("t", b"x", partition=0)
+            meet = producer.commit_transaction
+        with pytest.raises(ProducerFencedError if fenced else TransactionAbortableError) as e:
+            await meet()
+        assert trio.current_time() - start < 1.0
+        assert code.name in str(e.value)
+        assert ("TxnOffsetCommit" if offsets else "AddPartitionsToTxn") in str(e.value)
+        later = ((producer.abort_transaction, producer.begin_transaction) if fenced
+                 else (producer.commit_transaction,))
+        for call in later:
+            with pytest.raises(type(e.value)) as again:
                 await call()
             assert again.value is e.value
+        if fenced:
+            return
+        await producer.abort_transaction()
+        async with producer.transaction():
+            if offsets:
+                await producer.send_offsets_to_transaction({("in", 0): 2}, "g")
+            else:
+                await producer.send("t", b"y", partition=0)
+    if offsets:
+        assert fake.offsets.fetch("g", ("in", 0)).offset == 2  # type: ignore[union-attr]
+    else:
+        assert await committed_values(fake) == [b"y"]
 
 
 # ------------------------------------------------- v1: adding partitions
@@ -621,39 +643,6 @@ async def test_v1_adds_each_partition_once(
     added = [[(t.name, p) for t in r.request.v3_and_below_topics for p in t.partitions]
              for r in fake.requests_of(ApiKey.ADD_PARTITIONS_TO_TXN)]
     assert added == [[("t", 0)], [("t", 1)]]
-
-
-async def test_v1_a_partition_the_coordinator_refuses_makes_the_transaction_abortable(
-        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
-    fake = await serve(version=1)
-    async with open_fake_producer(fake, **txn_options()) as producer:
-        await producer.begin_transaction()
-        fake.fail_next(ApiKey.ADD_PARTITIONS_TO_TXN, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        await producer.send("t", b"x", partition=0)
-        start = trio.current_time()
-        with pytest.raises(TransactionAbortableError, match="AddPartitionsToTxn"):
-            await producer.commit_transaction()
-        assert trio.current_time() - start < 1.0  # not the records' delivery timeout
-        await producer.abort_transaction()
-        async with producer.transaction():
-            await producer.send("t", b"y", partition=0)
-    assert await committed_values(fake) == [b"y"]
-
-
-async def test_v1_a_fenced_partition_addition_makes_the_producer_fatal(
-        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
-    fake = await serve(version=1)
-    async with open_fake_producer(fake, **txn_options()) as producer:
-        await producer.begin_transaction()
-        fake.fail_next(ApiKey.ADD_PARTITIONS_TO_TXN, ErrorCode.PRODUCER_FENCED)
-        await producer.send("t", b"x", partition=0)
-        start = trio.current_time()
-        with pytest.raises(ProducerFencedError, match="AddPartitionsToTxn") as e:
-            await producer.commit_transaction()
-        assert trio.current_time() - start < 1.0
-        with pytest.raises(ProducerFencedError) as again:
-            await producer.begin_transaction()
-        assert again.value is e.value
 
 
 # --------------------------------------------------------------- choosing the version
