@@ -45,6 +45,27 @@ def read_partitions(bootstrap: str, topic: str, partitions: list[int], expected:
         consumer.close()
 
 
+def log_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """librdkafka's high watermark of each partition of ``topic``."""
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
+    try:
+        return {p: c.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p),
+                                           timeout=10)[1] for p in range(partitions)}
+    finally:
+        c.close()
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The offsets ``group`` committed for each partition of ``topic``, read by librdkafka."""
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                  "enable.auto.commit": False})
+    try:
+        parts = [confluent_kafka.TopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: tp.offset for tp in c.committed(parts, timeout=20)}
+    finally:
+        c.close()
+
+
 def confluent_leaders(bootstrap: str, topic: str) -> dict[int, int]:
     """``{partition: leader}`` as librdkafka's metadata shows it."""
     admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})

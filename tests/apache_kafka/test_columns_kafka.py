@@ -19,7 +19,7 @@ import trio
 from pipeline import ConsumedColumns, open_consumer
 from pipeline.testing.kafka import KafkaCluster
 
-from .conftest import confluent_kafka, read_partitions
+from .conftest import committed_offsets, confluent_kafka, log_ends, read_partitions
 
 pytestmark = pytest.mark.kafka
 
@@ -58,23 +58,6 @@ def write(bootstrap: str, topic: str) -> int:
     return visible
 
 
-def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        got = c.committed([confluent_kafka.TopicPartition(topic, p) for p in range(PARTITIONS)],
-                          timeout=10)
-        return {tp.partition: tp.offset for tp in got}
-    finally:
-        c.close()
-
-
-def log_ends(bootstrap: str, topic: str) -> dict[int, int]:
-    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
-    try:
-        return {p: c.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p),
-                                           timeout=10)[1] for p in range(PARTITIONS)}
-    finally:
-        c.close()
 
 
 async def test_columns_read_what_librdkafka_reads_and_commit_the_log_end(
@@ -117,6 +100,6 @@ async def test_columns_read_what_librdkafka_reads_and_commit_the_log_end(
     assert any(v is None for rows in ours.values() for _, _, _, v, _ in rows)
     assert any(k is None for rows in ours.values() for _, _, k, _, _ in rows)
     assert any(h for rows in ours.values() for *_, h in rows)
-    ends = await trio.to_thread.run_sync(log_ends, bootstrap, topic)
+    ends = await trio.to_thread.run_sync(log_ends, bootstrap, topic, PARTITIONS)
     # the position moved over the aborted records and the markers: the log end
-    assert await trio.to_thread.run_sync(committed, bootstrap, group, topic) == ends
+    assert await trio.to_thread.run_sync(committed_offsets, bootstrap, group, topic, PARTITIONS) == ends

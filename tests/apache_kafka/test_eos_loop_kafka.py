@@ -27,7 +27,7 @@ import pytest
 
 from pipeline.testing.kafka import KafkaCluster
 
-from .conftest import confluent_kafka, wait_until
+from .conftest import committed_offsets, confluent_kafka, log_ends, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -93,23 +93,6 @@ def read_committed(bootstrap: str, topic: str, expected: int, timeout: float) ->
     return got
 
 
-def log_ends(bootstrap: str, topic: str) -> dict[int, int]:
-    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
-    try:
-        return {p: c.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p),
-                                           timeout=10)[1] for p in range(PARTITIONS)}
-    finally:
-        c.close()
-
-
-def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                  "enable.auto.commit": False})
-    try:
-        parts = [confluent_kafka.TopicPartition(topic, p) for p in range(PARTITIONS)]
-        return {tp.partition: tp.offset for tp in c.committed(parts, timeout=20)}
-    finally:
-        c.close()
 
 
 def test_a_killed_transform_worker_duplicates_and_loses_nothing(
@@ -119,7 +102,7 @@ def test_a_killed_transform_worker_duplicates_and_loses_nothing(
     kafka_cluster.create_topic(source, PARTITIONS, 3)
     kafka_cluster.create_topic(sink, PARTITIONS, 3)
     produce_input(bootstrap, source)
-    ends = log_ends(bootstrap, source)
+    ends = log_ends(bootstrap, source, PARTITIONS)
     assert sum(ends.values()) == RECORDS
     group = f"eos-{uuid.uuid4().hex[:8]}"
 
@@ -135,7 +118,7 @@ def test_a_killed_transform_worker_duplicates_and_loses_nothing(
         os.kill(workers["a"].pid, signal.SIGKILL)
         workers["a"].wait(10)
         workers["a"] = start(f"{group}-a")  # the same id: fences what the dead one left
-        wait_until(lambda: committed(bootstrap, group, source) == ends, 180,
+        wait_until(lambda: committed_offsets(bootstrap, group, source, PARTITIONS) == ends, 180,
                    "every input record's offset committed")
     finally:
         for w in workers.values():

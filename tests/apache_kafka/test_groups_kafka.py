@@ -34,7 +34,7 @@ from pipeline import open_consumer
 from pipeline.consumer import Consumer
 from pipeline.testing.kafka import KafkaCluster
 
-from .conftest import confluent_kafka
+from .conftest import committed_offsets, confluent_kafka, log_ends
 
 pytestmark = pytest.mark.kafka
 
@@ -52,23 +52,6 @@ def produce_with_librdkafka(bootstrap: str, topic: str, count: int, start: int =
     assert producer.flush(30) == 0
 
 
-def log_ends(bootstrap: str, topic: str) -> dict[int, int]:
-    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
-    try:
-        return {p: c.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=10)[1]
-                for p in range(PARTITIONS)}
-    finally:
-        c.close()
-
-
-def committed_by_librdkafka(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        got = c.committed([confluent_kafka.TopicPartition(topic, p) for p in range(PARTITIONS)],
-                          timeout=10)
-        return {tp.partition: tp.offset for tp in got}
-    finally:
-        c.close()
 
 
 @dataclass
@@ -191,12 +174,13 @@ async def test_mixed_group_processes_every_record_and_commits_the_log_end(
         for stop in stops:
             stop.set()
     await trio.to_thread.run_sync(libs[1].close)
-    ends = await trio.to_thread.run_sync(log_ends, bootstrap, topic)
+    ends = await trio.to_thread.run_sync(log_ends, bootstrap, topic, PARTITIONS)
     assert sum(ends.values()) == RECORDS
     assert set(processed.counts) == {(p, o) for p, end in ends.items() for o in range(end)}
     duplicates = sum(n - 1 for n in processed.counts.values())
     assert duplicates < RECORDS // 10, f"{duplicates} re-deliveries"
-    committed = await trio.to_thread.run_sync(committed_by_librdkafka, bootstrap, group, topic)
+    committed = await trio.to_thread.run_sync(committed_offsets, bootstrap, group, topic,
+                                               PARTITIONS)
     assert committed == ends
 
 
@@ -335,7 +319,8 @@ async def test_a_killed_broker_loses_no_record_and_no_commit(
         await trio.sleep(3)  # a last auto-commit round
         stop.set()
     await trio.to_thread.run_sync(lib[0].close)
-    ends = await trio.to_thread.run_sync(log_ends, bootstrap, topic)
+    ends = await trio.to_thread.run_sync(log_ends, bootstrap, topic, PARTITIONS)
     assert set(processed.counts) == {(p, o) for p, end in ends.items() for o in range(end)}
-    committed = await trio.to_thread.run_sync(committed_by_librdkafka, bootstrap, group, topic)
+    committed = await trio.to_thread.run_sync(committed_offsets, bootstrap, group, topic,
+                                               PARTITIONS)
     assert committed == ends

@@ -19,13 +19,11 @@ from pipeline import open_consumer
 from pipeline.consumer import Consumer, MaxPollIntervalExceededError
 from pipeline.testing.kafka import KafkaCluster
 
-from .conftest import confluent_kafka
+from .conftest import committed_offsets, confluent_kafka, log_ends
 from .test_groups_kafka import (
     PARTITIONS,
     RECORDS,
     Processed,
-    committed_by_librdkafka,
-    log_ends,
     produce_with_librdkafka,
     until,
 )
@@ -132,11 +130,12 @@ async def test_a_kip848_group_of_ours_and_librdkafka(
         for stop in stops:
             stop.set()
     await trio.to_thread.run_sync(libs[1].close)
-    ends = await trio.to_thread.run_sync(log_ends, bootstrap, topic)
+    ends = await trio.to_thread.run_sync(log_ends, bootstrap, topic, PARTITIONS)
     assert set(processed.counts) == {(p, o) for p, end in ends.items() for o in range(end)}
     duplicates = sum(n - 1 for n in processed.counts.values())
     assert duplicates < RECORDS // 10, f"{duplicates} re-deliveries"
-    committed = await trio.to_thread.run_sync(committed_by_librdkafka, bootstrap, group, topic)
+    committed = await trio.to_thread.run_sync(committed_offsets, bootstrap, group, topic,
+                                               PARTITIONS)
     assert committed == ends
 
 
