@@ -1121,6 +1121,54 @@ static inline int rd_vz(rd *r, int64_t *out) {
     return -1;
 }
 
+/* One record's fields before its headers, as both decoders read them. */
+typedef struct {
+    rd rec;                /* the record's bytes; rec.p at its first header entry */
+    int64_t tsd, od;       /* timestamp and offset deltas */
+    int64_t klen, vlen;    /* -1: null */
+    const uint8_t *kp, *vp;
+    int64_t nh;            /* header entries */
+} rec_head;
+
+/* The next record of r into h (r moves past it): NULL, or what is malformed. */
+static inline const char *rd_record(rd *r, rec_head *h) {
+    int64_t length;
+    if (r->p >= r->end) return "batch holds fewer records than its count";
+    if (rd_vz(r, &length) < 0) return "truncated record length";
+    if (length < 6 || length > r->end - r->p) return "bad record length";
+    rd *rec = &h->rec;
+    rec->p = r->p + 1; /* past the attributes */
+    rec->end = r->p + length;
+    r->p += length;
+    if (rd_vz(rec, &h->tsd) < 0 || rd_vz(rec, &h->od) < 0) return "truncated record";
+    if (rd_vz(rec, &h->klen) < 0 || h->klen < -1 || h->klen > rec->end - rec->p)
+        return "bad key length";
+    h->kp = rec->p;
+    if (h->klen > 0) rec->p += h->klen;
+    if (rd_vz(rec, &h->vlen) < 0 || h->vlen < -1 || h->vlen > rec->end - rec->p)
+        return "bad value length";
+    h->vp = rec->p;
+    if (h->vlen > 0) rec->p += h->vlen;
+    if (rd_vz(rec, &h->nh) < 0 || h->nh < 0 || h->nh > rec->end - rec->p)
+        return "bad header count";
+    return NULL;
+}
+
+/* The next header entry of rec (rec moves past it): its key and value (vlen -1:
+ * null); NULL, or what is malformed. The key's UTF-8 is the caller's to check. */
+static inline const char *rd_header(rd *rec, const uint8_t **kp, int64_t *klen,
+                                    const uint8_t **vp, int64_t *vlen) {
+    if (rd_vz(rec, klen) < 0 || *klen < 0 || *klen > rec->end - rec->p)
+        return "bad header key length";
+    *kp = rec->p;
+    rec->p += *klen;
+    if (rd_vz(rec, vlen) < 0 || *vlen < -1 || *vlen > rec->end - rec->p)
+        return "bad header value length";
+    *vp = rec->p;
+    if (*vlen > 0) rec->p += *vlen;
+    return NULL;
+}
+
 static PyObject *k_decode_rows(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start, end, count;
@@ -1146,42 +1194,19 @@ static PyObject *k_decode_rows(PyObject *self, PyObject *args) {
     if (!no_headers) goto done;
     rd r = {(const uint8_t *)view.buf + start, (const uint8_t *)view.buf + end};
     for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t length, tsd, od, klen, vlen, nh;
-        if (r.p >= r.end) { what = "batch holds fewer records than its count"; goto bad; }
-        if (rd_vz(&r, &length) < 0) { what = "truncated record length"; goto bad; }
-        if (length < 6 || length > r.end - r.p) { what = "bad record length"; goto bad; }
-        rd rec = {r.p, r.p + length};
-        r.p += length;
-        rec.p++; /* attributes */
-        if (rd_vz(&rec, &tsd) < 0 || rd_vz(&rec, &od) < 0) { what = "truncated record"; goto bad; }
-        if (rd_vz(&rec, &klen) < 0 || klen < -1 || klen > rec.end - rec.p) {
-            what = "bad key length"; goto bad;
-        }
-        const uint8_t *kp = rec.p;
-        if (klen > 0) rec.p += klen;
-        if (rd_vz(&rec, &vlen) < 0 || vlen < -1 || vlen > rec.end - rec.p) {
-            what = "bad value length"; goto bad;
-        }
-        const uint8_t *vp = rec.p;
-        if (vlen > 0) rec.p += vlen;
-        if (rd_vz(&rec, &nh) < 0 || nh < 0 || nh > rec.end - rec.p) {
-            what = "bad header count"; goto bad;
-        }
-        int64_t offset = (int64_t)base_offset + od;
+        rec_head h;
+        if ((what = rd_record(&r, &h)) != NULL) goto bad;
+        rd *rec = &h.rec;
+        int64_t nh = h.nh, klen = h.klen, vlen = h.vlen;
+        int64_t offset = (int64_t)base_offset + h.od;
         if (offset < min_offset) {
             /* still walk the headers: the record must be well formed to be skipped */
-            for (int64_t h = 0; h < nh; h++) {
+            for (int64_t e = 0; e < nh; e++) {
+                const uint8_t *hkp, *hvp;
                 int64_t hk, hv;
-                if (rd_vz(&rec, &hk) < 0 || hk < 0 || hk > rec.end - rec.p) {
-                    what = "bad header key length"; goto bad;
-                }
-                rec.p += hk;
-                if (rd_vz(&rec, &hv) < 0 || hv < -1 || hv > rec.end - rec.p) {
-                    what = "bad header value length"; goto bad;
-                }
-                if (hv > 0) rec.p += hv;
+                if ((what = rd_header(rec, &hkp, &hk, &hvp, &hv)) != NULL) goto bad;
             }
-            if (rec.p != rec.end) { what = "record length disagrees with its fields"; goto bad; }
+            if (rec->p != rec->end) { what = "record length disagrees with its fields"; goto bad; }
             continue;
         }
         PyObject *headers;
@@ -1191,29 +1216,25 @@ static PyObject *k_decode_rows(PyObject *self, PyObject *args) {
         } else {
             headers = PyTuple_New((Py_ssize_t)nh);
             if (!headers) goto done;
-            for (int64_t h = 0; h < nh; h++) {
+            for (int64_t e = 0; e < nh; e++) {
+                const uint8_t *hkp, *hvp;
                 int64_t hk, hv;
-                if (rd_vz(&rec, &hk) < 0 || hk < 0 || hk > rec.end - rec.p) {
-                    Py_DECREF(headers); what = "bad header key length"; goto bad;
+                if ((what = rd_header(rec, &hkp, &hk, &hvp, &hv)) != NULL) {
+                    Py_DECREF(headers); goto bad;
                 }
-                PyObject *key = PyUnicode_DecodeUTF8((const char *)rec.p, (Py_ssize_t)hk, NULL);
+                PyObject *key = PyUnicode_DecodeUTF8((const char *)hkp, (Py_ssize_t)hk, NULL);
                 if (!key) {
                     Py_DECREF(headers);
                     PyErr_Clear();
                     what = "header key is not valid UTF-8";
                     goto bad;
                 }
-                rec.p += hk;
                 PyObject *val;
-                if (rd_vz(&rec, &hv) < 0 || hv < -1 || hv > rec.end - rec.p) {
-                    Py_DECREF(key); Py_DECREF(headers); what = "bad header value length"; goto bad;
-                }
                 if (hv < 0) {
                     Py_INCREF(Py_None);
                     val = Py_None;
                 } else {
-                    val = PyBytes_FromStringAndSize((const char *)rec.p, (Py_ssize_t)hv);
-                    rec.p += hv;
+                    val = PyBytes_FromStringAndSize((const char *)hvp, (Py_ssize_t)hv);
                     if (!val) { Py_DECREF(key); Py_DECREF(headers); goto done; }
                 }
                 PyObject *pair = PyTuple_Pack(2, key, val);
@@ -1221,15 +1242,17 @@ static PyObject *k_decode_rows(PyObject *self, PyObject *args) {
                 Py_DECREF(val);
                 if (!pair) { Py_DECREF(headers); goto done; }
                 PyObject_GC_UnTrack(pair); /* str and bytes: no cycle possible */
-                PyTuple_SET_ITEM(headers, (Py_ssize_t)h, pair);
+                PyTuple_SET_ITEM(headers, (Py_ssize_t)e, pair);
             }
             PyObject_GC_UnTrack(headers);
         }
-        if (rec.p != rec.end) {
+        if (rec->p != rec->end) {
             Py_DECREF(headers);
             what = "record length disagrees with its fields";
             goto bad;
         }
+        const uint8_t *kp = h.kp, *vp = h.vp;
+        int64_t tsd = h.tsd;
         PyObject *row = row_type->tp_alloc(row_type, 8);
         if (!row) { Py_DECREF(headers); goto done; }
         PyObject *o = PyLong_FromLongLong(offset);
@@ -1413,32 +1436,16 @@ static PyObject *k_decode_columns(PyObject *self, PyObject *args) {
     int64_t entries = g[DC_HKEY_OFFSETS].len / 8 - 1; /* header entries held */
     rd r = {(const uint8_t *)view.buf + start, (const uint8_t *)view.buf + end};
     for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t length, tsd, od, klen, vlen, nh;
-        if (r.p >= r.end) { what = "batch holds fewer records than its count"; goto bad; }
-        if (rd_vz(&r, &length) < 0) { what = "truncated record length"; goto bad; }
-        if (length < 6 || length > r.end - r.p) { what = "bad record length"; goto bad; }
-        rd rec = {r.p, r.p + length};
-        r.p += length;
-        rec.p++; /* attributes */
-        if (rd_vz(&rec, &tsd) < 0 || rd_vz(&rec, &od) < 0) { what = "truncated record"; goto bad; }
-        if (rd_vz(&rec, &klen) < 0 || klen < -1 || klen > rec.end - rec.p) {
-            what = "bad key length"; goto bad;
-        }
-        const uint8_t *kp = rec.p;
-        if (klen > 0) rec.p += klen;
-        if (rd_vz(&rec, &vlen) < 0 || vlen < -1 || vlen > rec.end - rec.p) {
-            what = "bad value length"; goto bad;
-        }
-        const uint8_t *vp = rec.p;
-        if (vlen > 0) rec.p += vlen;
-        if (rd_vz(&rec, &nh) < 0 || nh < 0 || nh > rec.end - rec.p) {
-            what = "bad header count"; goto bad;
-        }
+        rec_head h;
+        if ((what = rd_record(&r, &h)) != NULL) goto bad;
+        rd *rec = &h.rec;
+        int64_t nh = h.nh, klen = h.klen, vlen = h.vlen, od = h.od, tsd = h.tsd;
+        const uint8_t *kp = h.kp, *vp = h.vp;
         int64_t offset = (int64_t)base_offset + od;
         int keep = offset >= min_offset;
         if (keep && nh > 0) {
             /* a header entry takes at least two bytes: nh bounds the entries */
-            Py_ssize_t left = rec.end - rec.p;
+            Py_ssize_t left = rec->end - rec->p;
             if (grow_reserve(&g[DC_HKEY_OFFSETS], (Py_ssize_t)nh * 8) < 0
                 || grow_reserve(&g[DC_HVALUE_OFFSETS], (Py_ssize_t)nh * 8) < 0
                 || grow_reserve(&g[DC_HKEY_DATA], left) < 0
@@ -1446,13 +1453,10 @@ static PyObject *k_decode_columns(PyObject *self, PyObject *args) {
                 || bitmap_reserve(&g[DC_HVALUE_VALID], (Py_ssize_t)(entries + nh)) < 0)
                 goto finish;
         }
-        for (int64_t h = 0; h < nh; h++) {
+        for (int64_t e = 0; e < nh; e++) {
+            const uint8_t *hkp, *hvp;
             int64_t hk, hv;
-            if (rd_vz(&rec, &hk) < 0 || hk < 0 || hk > rec.end - rec.p) {
-                what = "bad header key length"; goto bad;
-            }
-            const uint8_t *hkp = rec.p;
-            rec.p += hk;
+            if ((what = rd_header(rec, &hkp, &hk, &hvp, &hv)) != NULL) goto bad;
             if (keep) {
                 PyObject *check = PyUnicode_DecodeUTF8((const char *)hkp, (Py_ssize_t)hk, NULL);
                 if (!check) {
@@ -1461,13 +1465,7 @@ static PyObject *k_decode_columns(PyObject *self, PyObject *args) {
                     goto bad;
                 }
                 Py_DECREF(check);
-            }
-            if (rd_vz(&rec, &hv) < 0 || hv < -1 || hv > rec.end - rec.p) {
-                what = "bad header value length"; goto bad;
-            }
-            const uint8_t *hvp = rec.p;
-            if (hv > 0) rec.p += hv;
-            if (keep) {
+
                 grow_bytes(&g[DC_HKEY_DATA], hkp, hk);
                 grow_i64(&g[DC_HKEY_OFFSETS], (int64_t)g[DC_HKEY_DATA].len);
                 if (hv >= 0) {
@@ -1478,7 +1476,7 @@ static PyObject *k_decode_columns(PyObject *self, PyObject *args) {
                 entries++;
             }
         }
-        if (rec.p != rec.end) { what = "record length disagrees with its fields"; goto bad; }
+        if (rec->p != rec->end) { what = "record length disagrees with its fields"; goto bad; }
         if (!keep) continue;
         grow_i64(&g[DC_OFFSETS], offset);
         grow_i64(&g[DC_TIMESTAMPS], stamp_ts >= 0 ? (int64_t)stamp_ts : (int64_t)base_ts + tsd);

@@ -406,6 +406,72 @@ def _rd_vz(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     raise _Bad
 
 
+def _record_head(buf: bytes, pos: int,
+                 end: int) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """``_kernel.c``'s ``rd_record``: the record at ``pos`` (before ``end``), its fields
+    before the headers: (its end, the position of its first header entry, timestamp
+    delta, offset delta, key length, key position, value length, value position, header
+    entries); a length of -1 is null. Raises ValueError naming what is malformed."""
+    if pos >= end:
+        raise ValueError("batch holds fewer records than its count")
+    what = "truncated record length"
+    try:
+        length, pos = _rd_vz(buf, pos, end)
+        if length < 6 or length > end - pos:
+            what = "bad record length"
+            raise _Bad
+        rec_end = pos + length
+        what = "truncated record"
+        tsd, p = _rd_vz(buf, pos + 1, rec_end)  # (past the attributes)
+        od, p = _rd_vz(buf, p, rec_end)
+        what = "bad key length"
+        klen, p = _rd_vz(buf, p, rec_end)
+        if klen < -1 or klen > rec_end - p:
+            raise _Bad
+        kp = p
+        p += max(klen, 0)
+        what = "bad value length"
+        vlen, p = _rd_vz(buf, p, rec_end)
+        if vlen < -1 or vlen > rec_end - p:
+            raise _Bad
+        vp = p
+        p += max(vlen, 0)
+        what = "bad header count"
+        nh, p = _rd_vz(buf, p, rec_end)
+        if nh < 0 or nh > rec_end - p:
+            raise _Bad
+    except _Bad:
+        raise ValueError(what) from None
+    return rec_end, p, tsd, od, klen, kp, vlen, vp, nh
+
+
+def _header(buf: bytes, p: int, rec_end: int) -> tuple[int, int, int, int, int]:
+    """``_kernel.c``'s ``rd_header``: the header entry at ``p``: (key position, key
+    length, value position, value length or -1 for null, the position after it). The
+    key's UTF-8 is the caller's to check."""
+    what = "bad header key length"
+    try:
+        hk, p = _rd_vz(buf, p, rec_end)
+        if hk < 0 or hk > rec_end - p:
+            raise _Bad
+        hkp = p
+        p += hk
+        what = "bad header value length"
+        hv, p = _rd_vz(buf, p, rec_end)
+        if hv < -1 or hv > rec_end - p:
+            raise _Bad
+    except _Bad:
+        raise ValueError(what) from None
+    return hkp, hk, p, hv, p + max(hv, 0)
+
+
+def _header_key(buf: bytes, hkp: int, hk: int) -> str:
+    try:
+        return buf[hkp:hkp + hk].decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("header key is not valid UTF-8") from None
+
+
 def decode_rows(buf: bytes, start: int, end: int, count: int, row_type: type[tuple[Any, ...]],
                 topic: str, partition: int, base_offset: int, min_offset: int, base_ts: int,
                 stamp_ts: int, epoch: int, out: list[Any], /) -> None:
@@ -416,71 +482,28 @@ def decode_rows(buf: bytes, start: int, end: int, count: int, row_type: type[tup
         raise ValueError("record region outside the buffer")
     new = tuple.__new__
     pos = start
-    what = ""
-    try:
-        for _ in range(count):
-            if pos >= end:
-                what = "batch holds fewer records than its count"
-                raise _Bad
-            what = "truncated record length"
-            length, pos = _rd_vz(buf, pos, end)
-            if length < 6 or length > end - pos:
-                what = "bad record length"
-                raise _Bad
-            rec_end = pos + length
-            p = pos + 1  # attributes
-            pos = rec_end
-            what = "truncated record"
-            tsd, p = _rd_vz(buf, p, rec_end)
-            od, p = _rd_vz(buf, p, rec_end)
-            what = "bad key length"
-            klen, p = _rd_vz(buf, p, rec_end)
-            if klen < -1 or klen > rec_end - p:
-                raise _Bad
-            key = None if klen < 0 else buf[p:p + klen]
-            p += max(klen, 0)
-            what = "bad value length"
-            vlen, p = _rd_vz(buf, p, rec_end)
-            if vlen < -1 or vlen > rec_end - p:
-                raise _Bad
-            value = None if vlen < 0 else buf[p:p + vlen]
-            p += max(vlen, 0)
-            what = "bad header count"
-            nh, p = _rd_vz(buf, p, rec_end)
-            if nh < 0 or nh > rec_end - p:
-                raise _Bad
-            headers: list[tuple[str, bytes | None]] = []
-            for _h in range(nh):
-                what = "bad header key length"
-                hk, p = _rd_vz(buf, p, rec_end)
-                if hk < 0 or hk > rec_end - p:
-                    raise _Bad
-                try:
-                    hkey = buf[p:p + hk].decode("utf-8")
-                except UnicodeDecodeError:
-                    what = "header key is not valid UTF-8"
-                    raise _Bad from None
-                p += hk
-                what = "bad header value length"
-                hv, p = _rd_vz(buf, p, rec_end)
-                if hv < -1 or hv > rec_end - p:
-                    raise _Bad
-                headers.append((hkey, None if hv < 0 else buf[p:p + hv]))
-                p += max(hv, 0)
-            if p != rec_end:
-                what = "record length disagrees with its fields"
-                raise _Bad
-            offset = base_offset + od
-            if offset < min_offset:
-                continue
-            ts = stamp_ts if stamp_ts >= 0 else base_ts + tsd
-            out.append(new(row_type, (topic, partition, offset, ts, key, value,
-                                      tuple(headers), epoch)))
-        if pos != end:
-            what = "unexpected bytes after the last record"
-            raise _Bad
-    except _Bad:
-        raise ValueError(what) from None
+    for _ in range(count):
+        rec_end, p, tsd, od, klen, kp, vlen, vp, nh = _record_head(buf, pos, end)
+        pos = rec_end
+        offset = base_offset + od
+        keep = offset >= min_offset
+        headers: list[tuple[str, bytes | None]] = []
+        for _h in range(nh):
+            hkp, hk, hvp, hv, p = _header(buf, p, rec_end)
+            if keep:
+                headers.append((_header_key(buf, hkp, hk),
+                                None if hv < 0 else buf[hvp:hvp + hv]))
+        if p != rec_end:
+            raise ValueError("record length disagrees with its fields")
+        if not keep:
+            continue
+        ts = stamp_ts if stamp_ts >= 0 else base_ts + tsd
+        key = None if klen < 0 else buf[kp:kp + klen]
+        value = None if vlen < 0 else buf[vp:vp + vlen]
+        out.append(new(row_type, (topic, partition, offset, ts, key, value,
+                                  tuple(headers), epoch)))
+    if pos != end:
+        raise ValueError("unexpected bytes after the last record")
 
 
 _Q = struct.Struct("=q")
@@ -538,94 +561,44 @@ def _decode_columns(buf: bytes, start: int, end: int, count: int, base_offset: i
     entries = len(hkey_offsets) // 8 - 1
     pack_q, pack_i = _Q.pack, _I.pack
     pos = start
-    what = ""
-    try:
-        for _ in range(count):
-            if pos >= end:
-                what = "batch holds fewer records than its count"
-                raise _Bad
-            what = "truncated record length"
-            length, pos = _rd_vz(buf, pos, end)
-            if length < 6 or length > end - pos:
-                what = "bad record length"
-                raise _Bad
-            rec_end = pos + length
-            p = pos + 1  # attributes
-            pos = rec_end
-            what = "truncated record"
-            tsd, p = _rd_vz(buf, p, rec_end)
-            od, p = _rd_vz(buf, p, rec_end)
-            what = "bad key length"
-            klen, p = _rd_vz(buf, p, rec_end)
-            if klen < -1 or klen > rec_end - p:
-                raise _Bad
-            kp = p
-            p += max(klen, 0)
-            what = "bad value length"
-            vlen, p = _rd_vz(buf, p, rec_end)
-            if vlen < -1 or vlen > rec_end - p:
-                raise _Bad
-            vp = p
-            p += max(vlen, 0)
-            what = "bad header count"
-            nh, p = _rd_vz(buf, p, rec_end)
-            if nh < 0 or nh > rec_end - p:
-                raise _Bad
-            offset = base_offset + od
-            keep = offset >= min_offset
-            for _h in range(nh):
-                what = "bad header key length"
-                hk, p = _rd_vz(buf, p, rec_end)
-                if hk < 0 or hk > rec_end - p:
-                    raise _Bad
-                hkp = p
-                p += hk
-                if keep:
-                    try:
-                        buf[hkp:p].decode("utf-8")
-                    except UnicodeDecodeError:
-                        what = "header key is not valid UTF-8"
-                        raise _Bad from None
-                what = "bad header value length"
-                hv, p = _rd_vz(buf, p, rec_end)
-                if hv < -1 or hv > rec_end - p:
-                    raise _Bad
-                hvp = p
-                p += max(hv, 0)
-                if keep:
-                    hkey_data += buf[hkp:hkp + hk]
-                    hkey_offsets += pack_q(len(hkey_data))
-                    _bitmap_to(hvalue_valid, entries + 1)
-                    if hv >= 0:
-                        hvalue_data += buf[hvp:hvp + hv]
-                        _set_bit(hvalue_valid, entries)
-                    hvalue_offsets += pack_q(len(hvalue_data))
-                    entries += 1
-            if p != rec_end:
-                what = "record length disagrees with its fields"
-                raise _Bad
-            if not keep:
-                continue
-            offsets += pack_q(offset)
-            timestamps += pack_q(stamp_ts if stamp_ts >= 0 else base_ts + tsd)
-            epochs += pack_i(epoch)
-            _bitmap_to(key_valid, n + 1)
-            _bitmap_to(value_valid, n + 1)
-            if klen >= 0:
-                key_data += buf[kp:kp + klen]
-                _set_bit(key_valid, n)
-            key_offsets += pack_q(len(key_data))
-            if vlen >= 0:
-                value_data += buf[vp:vp + vlen]
-                _set_bit(value_valid, n)
-            value_offsets += pack_q(len(value_data))
-            header_offsets += pack_q(entries)
-            n += 1
-        if pos != end:
-            what = "unexpected bytes after the last record"
-            raise _Bad
-    except _Bad:
-        raise ValueError(what) from None
+    for _ in range(count):
+        rec_end, p, tsd, od, klen, kp, vlen, vp, nh = _record_head(buf, pos, end)
+        pos = rec_end
+        offset = base_offset + od
+        keep = offset >= min_offset
+        for _h in range(nh):
+            hkp, hk, hvp, hv, p = _header(buf, p, rec_end)
+            if keep:
+                _header_key(buf, hkp, hk)
+                hkey_data += buf[hkp:hkp + hk]
+                hkey_offsets += pack_q(len(hkey_data))
+                _bitmap_to(hvalue_valid, entries + 1)
+                if hv >= 0:
+                    hvalue_data += buf[hvp:hvp + hv]
+                    _set_bit(hvalue_valid, entries)
+                hvalue_offsets += pack_q(len(hvalue_data))
+                entries += 1
+        if p != rec_end:
+            raise ValueError("record length disagrees with its fields")
+        if not keep:
+            continue
+        offsets += pack_q(offset)
+        timestamps += pack_q(stamp_ts if stamp_ts >= 0 else base_ts + tsd)
+        epochs += pack_i(epoch)
+        _bitmap_to(key_valid, n + 1)
+        _bitmap_to(value_valid, n + 1)
+        if klen >= 0:
+            key_data += buf[kp:kp + klen]
+            _set_bit(key_valid, n)
+        key_offsets += pack_q(len(key_data))
+        if vlen >= 0:
+            value_data += buf[vp:vp + vlen]
+            _set_bit(value_valid, n)
+        value_offsets += pack_q(len(value_data))
+        header_offsets += pack_q(entries)
+        n += 1
+    if pos != end:
+        raise ValueError("unexpected bytes after the last record")
 
 
 def binary_list(spec: tuple[Any, ...], /) -> list[bytes | None]:

@@ -225,6 +225,56 @@ def test_columns_hold_the_rows_and_both_kernels_give_the_same_bytes(
         assert results[:2] == results[2:]  # C and Python: byte for byte
 
 
+def _outcome(impl: Any, buf: bytes, start: int, columns: bool) -> tuple[Any, ...]:
+    """What one kernel makes of ``buf``: the rows (or columns' rows) and the next offset,
+    or the error's text."""
+    original = batch_rows._impl
+    batch_rows._impl = impl
+    try:
+        if columns:
+            cols, nxt = batch_rows.decode_columns(buf, start, verify_crc=False)
+            return ("ok", column_rows(cols), nxt)
+        rows, nxt = batch_rows.decode_rows(buf, Row, "t", 3, start, verify_crc=False)
+        return ("ok", rows, nxt)
+    except CorruptRecordError as exc:
+        return ("error", str(exc))
+    finally:
+        batch_rows._impl = original
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=fetched(), skip=st.integers(0, 40), where=st.integers(61, 400),
+       byte=st.integers(0, 255))
+def test_a_corrupted_record_gets_one_answer_from_both_kernels_and_both_forms(
+        case: tuple[bytes, list[Row]], skip: int, where: int, byte: int) -> None:
+    """One byte of a record overwritten (the CRC not checked): rows and columns, C and
+    Python, all give the same records or refuse with the same words."""
+    data, rows = case
+    buf = bytearray(data)
+    buf[min(where, len(buf) - 1)] = byte
+    start = rows[0].offset + skip
+    impls = [_kernel_py] + ([batch_rows._load()[0]] if batch_rows.KERNEL == "c" else [])
+    outcomes = {(i, columns): _outcome(impl, bytes(buf), start, columns)
+                for i, impl in enumerate(impls) for columns in (False, True)}
+    assert len(set(map(repr, outcomes.values()))) == 1, outcomes
+
+
+def test_a_skipped_record_is_checked_for_shape_but_not_for_utf_8(kernel: str) -> None:
+    """A record before the fetch offset is walked (its lengths must hold) but its header
+    keys are never decoded, so a key that is not UTF-8 there refuses nothing."""
+    b = BatchBuilder()
+    b.append(T, b"key", b"value", [("h", b"x")])
+    b.append(T, b"key", b"next", [("h", b"y")])
+    data = bytearray(b.build())
+    data[77] = 0xFF  # the first record's header key
+    rows, nxt = batch_rows.decode_rows(bytes(data), Row, "t", 0, 1, verify_crc=False)
+    assert [r.value for r in rows] == [b"next"] and nxt == 2
+    cols, _ = batch_rows.decode_columns(bytes(data), 1, verify_crc=False)
+    assert cols.values.to_pylist() == [b"next"]
+    with pytest.raises(CorruptRecordError, match="header key is not valid UTF-8"):
+        batch_rows.decode_rows(bytes(data), Row, "t", 0, 0, verify_crc=False)
+
+
 def test_columns_of_log_append_time_control_and_refused_batches(kernel: str) -> None:
     one = BatchBuilder()
     one.append(T, None, b"a")
