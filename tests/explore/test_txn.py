@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
 from pipeline.protocol.batch_format import ATTR_TRANSACTIONAL, Record, RecordBatch
+from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.records import encode_end_txn_marker, encode_record_batch
 from pipeline.testing.explore import check, from_json, run_schedule, to_json
+from pipeline.testing.explore.schedule import Event
 from pipeline.testing.explore.trace import Trace
 from pipeline.testing.explore.txn_runner import Generation, TxnBook, TxnRecord, committed_view
 from pipeline.testing.explore.txn_schedule import txn_generate, txn_schedule_for
@@ -166,6 +169,19 @@ def test_a_fatal_error_needs_a_fence_a_timeout_or_an_outage_it_outlasted() -> No
     main.calls = [(schedule.heal_at + bound + 1.0, "commit", True)]
     main.fenced = True
     assert kinds(trace) == []  # a successor opened before it: a fence
+
+
+def test_a_fatal_refusal_the_producer_could_have_outlasted_is_reported() -> None:
+    """End to end: EndTxn refused with an authorization error (fatal, and no fence,
+    timeout or outage explains it) makes the runner record the fatal error and X11
+    report it."""
+    base = txn_generate(5, frozenset())  # (transaction_timeout 60 s; it commits)
+    code = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    schedule = replace(base, events=(Event(0.0, "end_txn_error", code=code, count=50),))
+    assert any(send.via == "commit" for send in schedule.sends)
+    trace = run_schedule(schedule)
+    assert any(g.fatal for g in trace.extra["txn"].generations)
+    assert "X11 fatal" in kinds(trace)
 
 
 # Per chunk of the sweep: how the transactions ended (the sweep must see each outcome).
