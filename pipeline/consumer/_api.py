@@ -205,11 +205,20 @@ class Consumer:
 
     async def _column_batches(self, limit: int) -> AsyncIterator[ConsumedColumns]:
         while True:
+            yield await self.get_columns(limit)
+
+    async def get_columns(self, max_records: int | None = None) -> ConsumedColumns:
+        """One partition's next run of records as :class:`ConsumedColumns` (at most
+        ``max_records``, default ``max_poll_records``), once there is one: one step of
+        ``batches(columns=True)``, for a loop that is not an ``async for`` (bound the
+        wait with a cancel scope). The position advances past it."""
+        limit = max_records or self.config.max_poll_records
+        while True:
             self.polls += 1
             await self._ready(columns=True)
             out = self._assignment.take_columns(limit)
             if len(out):
-                yield out
+                return out
 
     async def getmany(self, max_records: int | None = None) -> list[ConsumedRecord]:
         """Up to ``max_records`` (default ``max_poll_records``) records, across

@@ -21,10 +21,22 @@ from pipeline.consumer._errors import ConsumerError
 from pipeline.consumer._handoff import Callback
 from pipeline.consumer._hooks import ConsumeHooks, DeserializationError
 from pipeline.consumer._statistics import ConsumerStatistics
-from pipeline.consumer._types import ConsumedRecord, OffsetAndMetadata, TopicPartition
+from pipeline.consumer._types import (
+    ConsumedColumns,
+    ConsumedRecord,
+    OffsetAndMetadata,
+    TopicPartition,
+)
 from pipeline.util.groups import unwrap_single_errors
 
 __all__ = ["HookedConsumer", "open_consumer"]
+
+
+def _no_columns(call: str) -> ValueError:
+    return ValueError(
+        f"{call} hands out the raw bytes as columns, but this consumer has a "
+        "key_deserializer, value_deserializer or interceptors, which work on records: "
+        "use batches() for records, or open the consumer without them")
 
 
 class HookedConsumer(Consumer):
@@ -68,11 +80,11 @@ class HookedConsumer(Consumer):
     def batches(self, max_records: int | None = None, *, columns: bool = False
                 ) -> Any:
         if columns:
-            raise ValueError(
-                "batches(columns=True) hands out the raw bytes as columns, but this consumer "
-                "has a key_deserializer, value_deserializer or interceptors, which work on "
-                "records: use batches() for records, or open the consumer without them")
+            raise _no_columns("batches(columns=True)")
         return self._hooked_batches(max_records)
+
+    async def get_columns(self, max_records: int | None = None) -> ConsumedColumns:
+        raise _no_columns("get_columns()")
 
     async def _hooked_batches(self, max_records: int | None
                               ) -> AsyncIterator[list[ConsumedRecord]]:

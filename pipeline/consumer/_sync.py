@@ -26,6 +26,7 @@ from pipeline.consumer._errors import ConsumerClosedError
 from pipeline.consumer._open import open_consumer
 from pipeline.consumer._statistics import ConsumerStatistics
 from pipeline.consumer._types import (
+    ConsumedColumns,
     ConsumedRecord,
     ConsumerGroupMetadata,
     OffsetAndMetadata,
@@ -111,6 +112,22 @@ class SyncConsumer:
             return []
 
         result: list[ConsumedRecord] = self._call(take)
+        return result
+
+    def consume_columns(self, max_records: int | None = None, timeout: float = math.inf
+                        ) -> ConsumedColumns | None:
+        """One partition's next run of records as :class:`ConsumedColumns` (at most
+        ``max_records``, default ``max_poll_records``; the async ``get_columns``), or
+        None if none came within ``timeout`` seconds. ``commit()`` afterwards commits
+        past it, as after ``consume``."""
+        consumer = self.consumer
+
+        async def take() -> ConsumedColumns | None:
+            with trio.move_on_after(timeout):
+                return await consumer.get_columns(max_records)
+            return None
+
+        result: ConsumedColumns | None = self._call(take)
         return result
 
     def poll(self, timeout: float = math.inf) -> ConsumedRecord | None:

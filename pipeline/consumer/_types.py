@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pipeline.protocol.columnar import BinaryColumn, HeaderColumn, build_columns
 
@@ -57,6 +58,28 @@ def _binary_slice(col: BinaryColumn, start: int, stop: int) -> BinaryColumn:
     voff = col.validity_offset + start
     return BinaryColumn(col.offsets[start:stop + 1], col.data, col.validity, voff,
                         _null_count(col.validity, voff, stop - start))
+
+
+def _int64(view: memoryview) -> memoryview:
+    """``view`` as int64 items (shared when it is already)."""
+    return view if view.format == "q" else memoryview(array("q", view.tolist())).cast("B").cast("q")
+
+
+def _bitmap(validity: memoryview | None, bit: int, rows: int) -> bytes | None:
+    """Bits ``[bit, bit + rows)`` of an LSB-first bitmap, realigned to start at bit 0."""
+    if validity is None:
+        return None
+    bits = (int.from_bytes(validity, "little") >> bit) & ((1 << rows) - 1)
+    return bits.to_bytes(max(1, (rows + 7) // 8), "little")
+
+
+def _arrow_binary(pa: Any, col: BinaryColumn, rows: int, kind: Any) -> Any:
+    """The first ``rows`` rows of ``col`` as an Arrow array of ``kind`` (a large binary
+    or string type): its offsets and data shared, its validity realigned."""
+    validity = _bitmap(col.validity, col.validity_offset, rows)
+    return pa.Array.from_buffers(kind, rows, [
+        None if validity is None else pa.py_buffer(validity),
+        pa.py_buffer(_int64(col.offsets[:rows + 1])), pa.py_buffer(col.data)])
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -124,6 +147,42 @@ class ConsumedColumns:
                 for offset, ts, key, value, h, epoch in zip(
                     self.offsets.tolist(), self.timestamps.tolist(), self.keys.to_pylist(),
                     self.values.to_pylist(), rows, self.leader_epochs.tolist(), strict=True)]
+
+    def to_arrow(self) -> Any:
+        """The rows as a ``pyarrow.RecordBatch`` (pyarrow must be installed), its
+        columns as Spark's Kafka source names them: ``key``, ``value`` (large_binary),
+        ``topic`` (string), ``partition`` (int32), ``offset`` (int64), ``timestamp``
+        (timestamp[ms]), ``headers`` (large_list<struct<key: large_string, value:
+        large_binary>>), ``leader_epoch`` (int32). The decoded buffers are shared, not
+        copied; only the validity bitmaps are (realigned to the first row)."""
+        try:
+            import pyarrow as pa  # type: ignore[import-untyped]
+        except ImportError:
+            raise ImportError("ConsumedColumns.to_arrow() needs pyarrow: pip install pyarrow"
+                              ) from None
+        n = len(self.offsets)
+        h = self.headers
+        entries = h.offsets[n] if n else 0  # header entries up to the last row's end
+        pairs = pa.StructArray.from_arrays(
+            [_arrow_binary(pa, h.keys, entries, pa.large_string()),
+             _arrow_binary(pa, h.values, entries, pa.large_binary())], names=["key", "value"])
+        starts = pa.Array.from_buffers(pa.int64(), n + 1,
+                                       [None, pa.py_buffer(_int64(h.offsets[:n + 1]))])
+        nulls = _bitmap(h.validity, h.validity_offset, n)
+        mask = None if nulls is None else pa.Array.from_buffers(
+            pa.bool_(), n, [None, pa.py_buffer(nulls)]).invert() if n else None
+        headers = pa.LargeListArray.from_arrays(starts, pairs, mask=mask)
+        offsets, timestamps, epochs = (
+            pa.Array.from_buffers(kind, n, [None, pa.py_buffer(view)]) for view, kind in (
+                (self.offsets, pa.int64()), (self.timestamps, pa.timestamp("ms")),
+                (self.leader_epochs, pa.int32())))
+        return pa.RecordBatch.from_arrays(
+            [_arrow_binary(pa, self.keys, n, pa.large_binary()),
+             _arrow_binary(pa, self.values, n, pa.large_binary()),
+             pa.array([self.topic] * n, pa.string()), pa.array([self.partition] * n, pa.int32()),
+             offsets, timestamps, headers, epochs],
+            names=["key", "value", "topic", "partition", "offset", "timestamp", "headers",
+                   "leader_epoch"])
 
     def slice(self, start: int, stop: int) -> ConsumedColumns:
         """Rows ``[start, stop)`` (``0 <= start <= stop <= len(self)``), sharing the

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 import trio
 
@@ -32,6 +33,18 @@ from .conftest import HalfRandom, open_fake_consumer, produce
 T = 1_700_000_000_000
 
 
+def arrow_rows(columns: ConsumedColumns) -> list[ConsumedRecord]:
+    """The records ``to_arrow()`` holds, read back through pyarrow."""
+    batch = columns.to_arrow()
+    assert batch.num_rows == len(columns)
+    got = batch.to_pydict()
+    stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()
+    return [ConsumedRecord(*row) for row in zip(
+        got["topic"], got["partition"], got["offset"], stamps, got["key"], got["value"],
+        [tuple((e["key"], e["value"]) for e in h) for h in got["headers"]],
+        got["leader_epoch"], strict=True)]
+
+
 def cells(columns: ConsumedColumns) -> list[ConsumedRecord]:
     """The records the columns hold, read cell by cell (not through ``records()``)."""
     return [ConsumedRecord(columns.topic, columns.partition, columns.offsets[i],
@@ -51,6 +64,7 @@ async def runs(consumer: Any, n: int, *, columns: bool, max_records: int | None 
                 assert isinstance(batch, ConsumedColumns)
                 rows = cells(batch)
                 assert batch.records() == rows
+                assert arrow_rows(batch) == rows
                 assert batch.values.to_pylist() == [r.value for r in rows]
                 assert (batch.topic, batch.partition) == (rows[0].topic, rows[0].partition)
                 out.append(rows)
@@ -324,6 +338,35 @@ async def test_deserializers_and_interceptors_refuse_the_column_form(
     async with open_fake_consumer(fake, topics=["t"], value_deserializer="str") as consumer:
         with pytest.raises(ValueError, match=r"columns=True\).*value_deserializer"):
             consumer.batches(columns=True)
+        with pytest.raises(ValueError, match=r"get_columns\(\).*value_deserializer"):
+            await consumer.get_columns()
+
+
+async def test_get_columns_hands_out_one_run_and_advances_the_position(
+        fake: FakeCluster, autojump_clock: Any) -> None:
+    fake.create_topic("t", 1)
+    await produce(fake, "t", [b"%d" % i for i in range(5)], partition=0)
+    async with open_fake_consumer(fake, topics=["t"]) as consumer:
+        with trio.fail_after(60):
+            first = await consumer.get_columns(3)
+            assert first.offsets.tolist() == [0, 1, 2] and consumer.position(("t", 0)) == 3
+            rest = await consumer.get_columns()
+        assert rest.offsets.tolist() == [3, 4] and consumer.position(("t", 0)) == 5
+
+
+def test_to_arrow_of_records_packed_as_columns_and_of_none() -> None:
+    """Columns packed from records (header rows with a validity bitmap, int32 offsets)
+    convert as the decoded ones do; so does a batch of no rows."""
+    records = [ConsumedRecord("t", 1, 10 + i, T + i, None if i % 3 == 0 else b"k%d" % i,
+                              None if i % 4 == 1 else b"v" * i,
+                              (("a", b"1"), ("b", None)) if i % 2 else (), i % 2)
+               for i in range(11)]
+    columns = ConsumedColumns.of_records("t", 1, records)
+    assert arrow_rows(columns) == records
+    assert arrow_rows(columns.slice(3, 9)) == records[3:9]
+    empty = ConsumedColumns.of_records("t", 1, [])
+    assert arrow_rows(empty) == []
+    assert empty.to_arrow().schema == columns.to_arrow().schema
 
 
 async def test_a_rebalance_callback_error_is_raised_by_the_column_form(

@@ -71,3 +71,24 @@ def test_consume_commit_and_resume(tcp_fake: FakeCluster) -> None:
     with SyncConsumer(tcp_fake.bootstrap, **options) as again:
         record = again.poll(timeout=10)
         assert record is not None and (record.value, record.offset) == (b"later", 3)
+
+
+def test_consume_columns_reads_runs_and_commits_past_them(tcp_fake: FakeCluster) -> None:
+    with SyncProducer(tcp_fake.bootstrap, linger=0.0) as producer:
+        for i in range(6):
+            producer.send("t", f"v{i}".encode(), partition=i % 2)
+    options = dict(group_id="gc", topics=["t"], auto_offset_reset="earliest",
+                   enable_auto_commit=False, session_timeout=10.0, heartbeat_interval=1.0)
+    with SyncConsumer(tcp_fake.bootstrap, **options) as consumer:
+        values: list[bytes | None] = []
+        while len(values) < 6:
+            run = consumer.consume_columns(2, timeout=10)
+            assert run is not None and 1 <= len(run) <= 2
+            values.extend(run.values.to_pylist())
+        assert sorted(v or b"" for v in values) == [f"v{i}".encode() for i in range(6)]
+        consumer.commit()
+        assert consumer.committed([("t", 0), ("t", 1)]) == {
+            TopicPartition("t", 0): OffsetAndMetadata(3, "", 0),
+            TopicPartition("t", 1): OffsetAndMetadata(3, "", 0),
+        }
+        assert consumer.consume_columns(timeout=0.5) is None
