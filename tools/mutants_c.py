@@ -27,7 +27,7 @@ TESTS = ["tests/producer/test_send_many_rows.py",
          "tests/scenarios/test_send_rows.py", "tests/producer/test_row_delivery_c.py",
          "tests/scenarios/test_send_rows_memory.py", "tests/protocol/test_columnar_fuzz.py",
          "tests/scenarios/test_send_rows_keyed.py", "tests/producer/test_sync_producer.py",
-         "tests/producer/test_speedup_fields.py"]
+         "tests/producer/test_speedup_fields.py", "tests/producer/test_message_init.py"]
 
 # (file, original text, mutated text)
 MUTANTS: list[tuple[str, str, str]] = [
@@ -196,6 +196,16 @@ MUTANTS: list[tuple[str, str, str]] = [
     ("_send.c", "PyUnicode_CheckExact(value) ? PyUnicode_AsUTF8String(value) : Py_NewRef(value);\n"
      "        if (value == NULL) {",
      "Py_NewRef(value);\n        if (value == NULL) {"),
+    # ProducerMessage(...) in C (message_new / message_init)
+    ("_delivery.c", "if (v[3] == NULL || v[3] == Py_None) v[3] = mi_no_headers;",
+     "if (v[3] == NULL) v[3] = mi_no_headers;"),
+    ("_delivery.c", "        if (i < nargs) {", "        if (0) {"),
+    ("_delivery.c", "    if ((PyTypeObject *)type != mi_cls) {", "    if (0) {"),
+    ("_delivery.c", "PyObject *x = i < MI_ARGS ? v[i] : mi_defaults[i];",
+     "PyObject *x = i < MI_ARGS ? v[i] : Py_None;"),
+    ("_delivery.c", "if (v[0] == NULL && v[1] == NULL)", "if (v[0] == NULL || v[1] == NULL)"),
+    ("_delivery.c", "v[0] == NULL ? \"topic\" : \"value\"", "v[0] == NULL ? \"value\" : \"topic\""),
+    ("_delivery.c", "        if (i == MI_ARGS) {\n            PyErr_Format", "        if (0) {\n            PyErr_Format"),
 ]
 
 # index -> why the mutant cannot be told apart by any test (docs/testing.md, "Mutation testing")
@@ -208,6 +218,9 @@ EQUIVALENT = {
     61: "a bound check for memory safety only: RowOutcomes sizes inverse to the burst's "
         "rows when it is sealed, and a RowDelivery's row is below that count, so the "
         "read is always in bounds",
+    126: "a type's tp_vectorcall is never inherited (CPython's documented rule), so "
+         "message_new is only ever called for ProducerMessage itself; the generic "
+         "fallback guards a future CPython that would",
 }
 
 

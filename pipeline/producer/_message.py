@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from pipeline.cluster.errors import KafkaError
-from pipeline.producer._speedups import fields
-from pipeline.producer._speedups.fields import slots
+from pipeline.producer._speedups import fields, load
+from pipeline.producer._speedups.fields import names, slots
 
 PENDING, OK, FAILED = 0, 1, 2
 
@@ -79,9 +79,7 @@ class ProducerMessage:
     set; the message is then what ``producer.successes`` yields.
     """
 
-    __slots__ = slots(fields.DELIVERY_MESSAGE, fields.SEND_MESSAGE, (
-        "_deadline", "_id", "_level", "_outcome", "_sink", "_size", "headers", "key",
-        "metadata", "value"))
+    __slots__ = slots(fields.DELIVERY_MESSAGE, fields.SEND_MESSAGE, fields.MESSAGE_INIT)
 
     def __init__(
         self,
@@ -129,6 +127,15 @@ class ProducerMessage:
 
     def record_metadata(self) -> RecordMetadata:
         return _metadata_py(self)
+
+
+#: What MESSAGE_INIT's fields after the seven arguments start as (``__init__``'s stores).
+_STARTS = (-1, 0, PENDING, None, None, 0, 0.0, 0)
+#: The definition of a new message's state; the C init must store exactly what it does.
+init_py = ProducerMessage.__init__
+_delivery_c = load("_delivery")
+if _delivery_c is not None:
+    _delivery_c.install_message_init(ProducerMessage, names(fields.MESSAGE_INIT), _STARTS)
 
 
 def _metadata_py(msg: ProducerMessage) -> RecordMetadata:

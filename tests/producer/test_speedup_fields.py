@@ -43,6 +43,7 @@ PAIRS: list[tuple[type, tuple[fields.Field, ...]]] = [
     (RowRun, fields.DELIVERY_RUN),
     (SyncDelivery, fields.SYNC_HANDLE),
     (ProducerMessage, fields.SEND_MESSAGE),
+    (ProducerMessage, fields.MESSAGE_INIT),
 ]
 SPEEDUPS = Path(_speedups.__file__).parent
 

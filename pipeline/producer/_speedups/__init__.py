@@ -11,7 +11,9 @@ at install time) or ``PIPELINE_PURE_PYTHON=1`` is set:
   the pump's awaited ``send()`` (``_sync.py``).
 * ``_delivery.c``: awaiting a settled delivery without Python frames, row metadata,
   row callbacks. Twins: ``_outcomes/delivery.py`` and ``_columnar/burst.py``,
-  ``_columnar/row_outcomes.py``; switched process-wide by ``delivery._use``.
+  ``_columnar/row_outcomes.py``; switched process-wide by ``delivery._use``. Also
+  ``ProducerMessage(...)`` itself (the class's call and ``__init__``, installed when
+  ``_message.py`` is imported). Twin: ``ProducerMessage.__init__`` (``_message.init_py``).
 
 What C may read and write of the Python objects is declared once, in ``fields.py``.
 """

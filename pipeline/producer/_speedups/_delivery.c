@@ -886,6 +886,154 @@ static PyObject *setup_rows(PyObject *module, PyObject *args, PyObject *kwargs) 
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------ ProducerMessage() */
+
+/* ProducerMessage.__init__ in C: the twin's stores (pipeline/producer/_message.py), at
+ * the offsets of fields.MESSAGE_INIT, in that tuple's order: the seven arguments, then
+ * the fields every new message starts with. Installed as the class's __init__ (a method
+ * descriptor) by install_message_init; the twin stays the definition. */
+enum { MI_ARGS = 7, MI_FIELDS = 15 };
+static Py_ssize_t mi_off[MI_FIELDS];
+static PyObject *mi_names[MI_ARGS]; /* the argument names, interned */
+static PyObject *mi_defaults[MI_FIELDS]; /* what fields 7.. start as */
+static PyObject *mi_no_headers;
+
+static PyObject *message_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames) {
+    PyObject *v[MI_ARGS] = {NULL, NULL, Py_None, NULL, Py_None, Py_None, Py_None};
+    if (nargs > MI_ARGS) {
+        PyErr_Format(PyExc_TypeError,
+                     "ProducerMessage.__init__() takes from 3 to 8 positional arguments but "
+                     "%zd were given", nargs + 1);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) v[i] = args[i];
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        Py_ssize_t i = 0;
+        while (i < MI_ARGS && name != mi_names[i]) i++;
+        if (i == MI_ARGS) { /* not interned the same: compare the text */
+            for (i = 0; i < MI_ARGS; i++) {
+                int eq = PyUnicode_Compare(name, mi_names[i]);
+                if (eq == -1 && PyErr_Occurred()) return NULL;
+                if (eq == 0) break;
+            }
+        }
+        if (i == MI_ARGS) {
+            PyErr_Format(PyExc_TypeError,
+                         "ProducerMessage.__init__() got an unexpected keyword argument '%S'",
+                         name);
+            return NULL;
+        }
+        if (i < nargs) {
+            PyErr_Format(PyExc_TypeError,
+                         "ProducerMessage.__init__() got multiple values for argument '%S'",
+                         name);
+            return NULL;
+        }
+        v[i] = args[nargs + k];
+    }
+    if (v[0] == NULL || v[1] == NULL) {
+        if (v[0] == NULL && v[1] == NULL)
+            PyErr_SetString(PyExc_TypeError, "ProducerMessage.__init__() missing 2 required "
+                            "positional arguments: 'topic' and 'value'");
+        else
+            PyErr_Format(PyExc_TypeError, "ProducerMessage.__init__() missing 1 required "
+                         "positional argument: '%s'", v[0] == NULL ? "topic" : "value");
+        return NULL;
+    }
+    if (v[3] == NULL || v[3] == Py_None) v[3] = mi_no_headers;
+    for (int i = 0; i < MI_FIELDS; i++) {
+        PyObject *x = i < MI_ARGS ? v[i] : mi_defaults[i];
+        Py_INCREF(x);
+        Py_XSETREF(SLOT(self, mi_off[i]), x);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyTypeObject *mi_cls; /* the class whose calls message_new takes */
+
+/* ProducerMessage(...) itself (the class's tp_vectorcall): allocate, then message_init,
+ * with no argument tuple or dict. Another class (a subclass that inherited the slot)
+ * goes the generic way. */
+static PyObject *message_new(PyObject *type, PyObject *const *args, size_t nargsf,
+                             PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if ((PyTypeObject *)type != mi_cls) {
+        PyObject *tuple = PyTuple_New(nargs);
+        if (tuple == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < nargs; i++) {
+            Py_INCREF(args[i]);
+            PyTuple_SET_ITEM(tuple, i, args[i]);
+        }
+        PyObject *kwargs = NULL;
+        Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+        if (nkw) {
+            kwargs = PyDict_New();
+            for (Py_ssize_t k = 0; kwargs != NULL && k < nkw; k++) {
+                if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, k), args[nargs + k]) < 0)
+                    Py_CLEAR(kwargs);
+            }
+            if (kwargs == NULL) { Py_DECREF(tuple); return NULL; }
+        }
+        PyObject *out = PyType_Type.tp_call(type, tuple, kwargs);
+        Py_DECREF(tuple);
+        Py_XDECREF(kwargs);
+        return out;
+    }
+    PyObject *self = mi_cls->tp_alloc(mi_cls, 0);
+    if (self == NULL) return NULL;
+    PyObject *r = message_init(self, args, nargs, kwnames);
+    if (r == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return self;
+}
+
+static PyMethodDef message_init_def = {
+    "__init__", (PyCFunction)(void (*)(void))message_init, METH_FASTCALL | METH_KEYWORDS,
+    "__init__($self, /, topic, value, key=None, headers=None, partition=None, "
+    "timestamp=None, metadata=None)\n--\n\nProducerMessage.__init__, in C."};
+
+/* install_message_init(cls, fields, defaults): cls.__init__ = the C init; `fields` is
+ * fields.MESSAGE_INIT's names, `defaults` what its fields after the seven arguments
+ * start as (in order), `()` the headers of a message given none. */
+static PyObject *install_message_init(PyObject *module, PyObject *args) {
+    PyObject *cls, *names, *defaults;
+    if (!PyArg_ParseTuple(args, "O!OO!:install_message_init", &PyType_Type, &cls, &names,
+                          &PyTuple_Type, &defaults))
+        return NULL;
+    if (PyTuple_GET_SIZE(defaults) != MI_FIELDS - MI_ARGS) {
+        PyErr_Format(PyExc_TypeError, "defaults: expected %d values", MI_FIELDS - MI_ARGS);
+        return NULL;
+    }
+    if (member_offsets((PyTypeObject *)cls, names, MI_FIELDS, mi_off) < 0) return NULL;
+    for (int i = 0; i < MI_FIELDS; i++) {
+        PyObject *x = i < MI_ARGS ? PyTuple_GET_ITEM(names, i)
+                                  : PyTuple_GET_ITEM(defaults, i - MI_ARGS);
+        Py_INCREF(x);
+        if (i < MI_ARGS) {
+            PyUnicode_InternInPlace(&x);
+            Py_XSETREF(mi_names[i], x);
+        } else {
+            Py_XSETREF(mi_defaults[i], x);
+        }
+    }
+    if (mi_no_headers == NULL && (mi_no_headers = PyTuple_New(0)) == NULL) return NULL;
+    PyObject *descr = PyDescr_NewMethod((PyTypeObject *)cls, &message_init_def);
+    if (descr == NULL) return NULL;
+    int rc = PyObject_SetAttrString(cls, "__init__", descr);
+    Py_DECREF(descr);
+    if (rc < 0) return NULL;
+    Py_INCREF(cls);
+    Py_XSETREF(mi_cls, (PyTypeObject *)cls);
+    mi_cls->tp_vectorcall = message_new;
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------ setup */
 
 static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
@@ -951,6 +1099,9 @@ static PyMethodDef methods[] = {
      "run_context, ok, schedule_every): bind the module to the message type (once, at the "
      "import of pipeline.producer._outcomes.delivery)."},
     {"metadata", metadata, METH_O, "metadata(msg) -> RecordMetadata of a ProducerMessage."},
+    {"install_message_init", install_message_init, METH_VARARGS,
+     "install_message_init(cls, fields, defaults): cls.__init__ = ProducerMessage's init "
+     "in C (fields.MESSAGE_INIT's order)."},
     {"schedule_due", schedule_due, METH_NOARGS,
      "True on every schedule_every-th call (one budget for the process)."},
     {"setup_rows", (PyCFunction)(void (*)(void))setup_rows, METH_VARARGS | METH_KEYWORDS,

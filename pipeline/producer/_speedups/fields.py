@@ -30,6 +30,7 @@ __all__ = [
     "DELIVERY_OUTCOMES",
     "DELIVERY_RUN",
     "GLOBALS",
+    "MESSAGE_INIT",
     "SEND_BURST",
     "SEND_INTAKE",
     "SEND_LEDGER",
@@ -144,6 +145,26 @@ DELIVERY_MESSAGE: tuple[Field, ...] = (
     Field("partition", ("int", "NoneType"), "its partition once delivered"),
     Field("offset", ("int",), "its offset once delivered (-1: not known)"),
     Field("timestamp", ("int", "NoneType"), "its timestamp once delivered"),
+)
+#: ProducerMessage.__init__ in C (``install_message_init``): every slot, written once per
+#: new message; the first seven in the order of ``__init__``'s arguments (C takes the
+#: argument names from here). The twin is ``ProducerMessage.__init__`` itself.
+MESSAGE_INIT: tuple[Field, ...] = (
+    Field("topic", ("str",), "the argument, as given (send_many checks it)"),
+    Field("value", ("bytes", "str", "NoneType"), "the argument, as given"),
+    Field("key", ("bytes", "str", "NoneType"), "the argument, as given"),
+    Field("headers", ("tuple", "list", "dict"), "the argument, or () for None"),
+    Field("partition", ("int", "NoneType"), "the argument, as given"),
+    Field("timestamp", ("int", "NoneType"), "the argument, as given"),
+    Field("metadata", ("object",), "the argument, never sent"),
+    Field("offset", ("int",), "-1: not delivered"),
+    Field("_level", ("int",), "0: no retry yet"),
+    Field("_state", ("int",), "PENDING"),
+    Field("_outcome", ("NoneType",), "None until it fails"),
+    Field("_sink", ("NoneType",), "None until an entry point sets who hears of it"),
+    Field("_size", ("int",), "0 until accepted"),
+    Field("_deadline", ("float",), "0.0 until accepted"),
+    Field("_id", ("int",), "0: not accepted"),
 )
 DELIVERY_BURST: tuple[Field, ...] = (
     Field("outcomes", ("RowOutcomes", "NoneType"),
