@@ -70,17 +70,23 @@ class Processed:
             return len(self.counts)
 
 
+def classic(strategy: str) -> dict[str, Any]:
+    """librdkafka's settings for a member of a classic group assigning with ``strategy``."""
+    return {"partition.assignment.strategy": strategy, "session.timeout.ms": 10000,
+            "heartbeat.interval.ms": 1000}
+
+
 class LibrdkafkaMember:
     """A confluent-kafka consumer in a thread: commits after every consume() batch
-    (so a rebalance, which runs inside consume(), finds everything processed committed)."""
+    (so a rebalance, which runs inside consume(), finds everything processed committed).
+    ``protocol``: its group settings (``classic(strategy)``, or KIP-848's
+    ``{"group.protocol": "consumer"}``)."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, strategy: str,
-                 processed: Processed) -> None:
+    def __init__(self, bootstrap: str, group: str, topic: str, processed: Processed,
+                 protocol: dict[str, Any]) -> None:
         self.consumer = confluent_kafka.Consumer({
             "bootstrap.servers": bootstrap, "group.id": group, "client.id": "librdkafka",
-            "partition.assignment.strategy": strategy, "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
-            "heartbeat.interval.ms": 1000,
+            "enable.auto.commit": False, "auto.offset.reset": "earliest", **protocol,
         })
         self.consumer.subscribe([topic])
         self.processed = processed
@@ -148,7 +154,7 @@ async def test_mixed_group_processes_every_record_and_commits_the_log_end(
     libs: list[LibrdkafkaMember] = []
 
     def add_lib() -> None:
-        libs.append(LibrdkafkaMember(bootstrap, group, topic, strategy, processed))
+        libs.append(LibrdkafkaMember(bootstrap, group, topic, processed, classic(strategy)))
 
     async with trio.open_nursery() as nursery:
         stops = [trio.Event(), trio.Event()]
@@ -306,7 +312,7 @@ async def test_a_killed_broker_loses_no_record_and_no_commit(
         stop = trio.Event()
         ours = await nursery.start(our_member, bootstrap, group, topic, strategy, processed, stop)
         lib.append(await trio.to_thread.run_sync(
-            LibrdkafkaMember, bootstrap, group, topic, strategy, processed))
+            LibrdkafkaMember, bootstrap, group, topic, processed, classic(strategy)))
         await until(lambda: len(ours.assignment()) > 0 and processed.distinct() > 0, 90,
                     "the group consumes")
         victim = ours.statistics().coordinator

@@ -8,7 +8,6 @@ after max_poll_interval, says so, and rejoins.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable
 
@@ -19,10 +18,11 @@ from pipeline import open_consumer
 from pipeline.consumer import Consumer, MaxPollIntervalExceededError
 from pipeline.testing.kafka import KafkaCluster
 
-from .conftest import committed_offsets, confluent_kafka, log_ends
+from .conftest import committed_offsets, log_ends
 from .test_groups_kafka import (
     PARTITIONS,
     RECORDS,
+    LibrdkafkaMember,
     Processed,
     produce_with_librdkafka,
     until,
@@ -31,35 +31,7 @@ from .test_groups_kafka import (
 pytestmark = pytest.mark.kafka
 
 
-class Librdkafka848:
-    """A confluent-kafka member of a KIP-848 group, committing after every batch."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str, processed: Processed) -> None:
-        self.consumer = confluent_kafka.Consumer({
-            "bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
-            "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-        self.consumer.subscribe([topic])
-        self.processed = processed
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            msgs = self.consumer.consume(200, 0.2)
-            for m in msgs:
-                if m.error() is None:
-                    self.processed.add(m.partition(), m.offset())
-            if msgs:
-                try:
-                    self.consumer.commit(asynchronous=False)
-                except confluent_kafka.KafkaException:
-                    pass
-        self.consumer.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(30)
+KIP848 = {"group.protocol": "consumer"}  # librdkafka as a member of a KIP-848 group
 
 
 async def ours848(bootstrap: str, group: str, topic: str, processed: Processed, stop: trio.Event,
@@ -104,17 +76,17 @@ async def test_a_kip848_group_of_ours_and_librdkafka(
     await kafka_cluster.call(kafka_cluster.create_topic, topic, PARTITIONS, 3)
     await trio.to_thread.run_sync(produce_with_librdkafka, bootstrap, topic, RECORDS // 2)
     processed = Processed()
-    libs: list[Librdkafka848] = []
+    libs: list[LibrdkafkaMember] = []
     async with trio.open_nursery() as nursery:
         stops = [trio.Event(), trio.Event()]
         first = await nursery.start(ours848, bootstrap, group, topic, processed, stops[0])
         await until(lambda: first.state == "stable" and len(first.assignment()) == PARTITIONS,
                     90, "the first member owns everything")
-        libs.append(await trio.to_thread.run_sync(Librdkafka848, bootstrap, group, topic,
-                                                   processed))
+        libs.append(await trio.to_thread.run_sync(LibrdkafkaMember, bootstrap, group, topic,
+                                                   processed, KIP848))
         second = await nursery.start(ours848, bootstrap, group, topic, processed, stops[1])
-        libs.append(await trio.to_thread.run_sync(Librdkafka848, bootstrap, group, topic,
-                                                   processed))
+        libs.append(await trio.to_thread.run_sync(LibrdkafkaMember, bootstrap, group, topic,
+                                                   processed, KIP848))
         await until(lambda: len(first.assignment()) > 0 and len(second.assignment()) > 0
                     and len(first.assignment()) < PARTITIONS, 90, "the broker split the partitions")
         assert first.group_metadata().generation_id > 1  # the member epoch moved on

@@ -792,53 +792,36 @@ async def sequence_problem(fake: FakeCluster, producer: Any) -> None:
         await producer.commit_transaction()
 
 
-async def test_v1_an_abort_after_a_sequence_problem_bumps_the_epoch(
-        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
-    fake = await serve(version=1)
-    async with open_fake_producer(fake, **txn_options()) as producer:
-        idem = producer._core.idempotence
-        pid, first = idem.producer_id, idem.producer_epoch
-        await sequence_problem(fake, producer)
-        await producer.abort_transaction()
-        assert (idem.producer_id, idem.producer_epoch) == (pid, first + 1)
-        async with producer.transaction():
-            await producer.send("t", b"y", partition=0)
-    assert await committed_values(fake) == [b"y"]
-
-
-async def test_v1_an_abort_after_a_refused_epoch_bumps_the_epoch(
-        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
-    """A lone batch answered INVALID_PRODUCER_EPOCH (nothing else of the transaction
-    in flight or sealed): its sequences were never written, so the abort bumps the epoch
-    (v1's EndTxn keeps it), and the partition's next batch starts at sequence 0."""
+@pytest.mark.parametrize("case", ["sequence-problem", "refused-epoch", "bump-cancelled"])
+async def test_v1_an_abort_after_a_sequence_error_bumps_the_epoch(
+        serve: Serve, autojump_clock: trio.testing.MockClock, case: str) -> None:
+    """v1's EndTxn keeps the epoch, so after a sequence problem in the transaction the
+    abort bumps it (InitProducerId) and the partitions start again at sequence 0.
+    ``refused-epoch``: a lone batch answered INVALID_PRODUCER_EPOCH (nothing else of the
+    transaction in flight or sealed: its sequences were never written) is such a problem.
+    ``bump-cancelled``: the bump is shielded, so cancelling the abort while
+    InitProducerId is on the wire still leaves the producer ready on the new epoch."""
     fake = await serve(version=1)
     async with open_fake_producer(fake, **txn_options()) as producer:
         idem = producer._core.idempotence
         assert idem is not None
         pid, first = idem.producer_id, idem.producer_epoch
-        await producer.begin_transaction()
-        fake.fail_next(ApiKey.PRODUCE, ErrorCode.INVALID_PRODUCER_EPOCH, topic="t", partition=0)
-        refused = await producer.send("t", b"x", partition=0)
-        with pytest.raises(ProducerError):
-            await refused
-        await producer.abort_transaction()
-        assert (idem.producer_id, idem.producer_epoch) == (pid, first + 1)
-        async with producer.transaction():
-            await producer.send("t", b"y", partition=0)
-    assert await committed_values(fake) == [b"y"]
-
-
-async def test_v1_the_epoch_bump_after_an_abort_is_shielded(
-        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
-    fake = await serve(version=1)
-    async with open_fake_producer(fake, **txn_options()) as producer:
-        idem = producer._core.idempotence
-        pid, first = idem.producer_id, idem.producer_epoch
-        await sequence_problem(fake, producer)
-        fake.delay_responses(1.0, api_key=ApiKey.INIT_PRODUCER_ID, count=1)
-        with trio.move_on_after(0.5):
+        if case == "refused-epoch":
+            await producer.begin_transaction()
+            fake.fail_next(ApiKey.PRODUCE, ErrorCode.INVALID_PRODUCER_EPOCH, topic="t",
+                           partition=0)
+            refused = await producer.send("t", b"x", partition=0)
+            with pytest.raises(ProducerError):
+                await refused
+        else:
+            await sequence_problem(fake, producer)
+        if case == "bump-cancelled":
+            fake.delay_responses(1.0, api_key=ApiKey.INIT_PRODUCER_ID, count=1)
+            with trio.move_on_after(0.5):
+                await producer.abort_transaction()
+            assert producer._txn is not None and producer._txn.state == State.READY
+        else:
             await producer.abort_transaction()
-        assert producer._txn is not None and producer._txn.state == State.READY
         assert (idem.producer_id, idem.producer_epoch) == (pid, first + 1)
         async with producer.transaction():
             await producer.send("t", b"y", partition=0)
