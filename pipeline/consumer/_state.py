@@ -215,9 +215,6 @@ class Assignment:
                 self._drop_buffer(state)
         self.changed()
 
-    def __contains__(self, tp: object) -> bool:
-        return tp in self.partitions
-
     def __iter__(self) -> Iterator[TopicPartition]:
         return iter(self.partitions)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import trio
 from pipeline import open_producer
 from pipeline.consumer import ConsumedColumns, ConsumedRecord, OffsetAndMetadata, TopicPartition
 from pipeline.consumer._decode import lazy_chunk
+from pipeline.consumer._state import Assignment, Chunk
 from pipeline.protocol.api import ApiKey
 from pipeline.testing.fake_cluster import FakeCluster
 
@@ -391,3 +393,86 @@ async def test_a_decoded_fetch_no_longer_holds_its_wire_bytes(
     assert sys.getrefcount(data) == held
     assert chunk.count(not columns) == 3  # the other form, converted
     assert sys.getrefcount(data) == held
+
+
+async def test_an_empty_fetch_answer_while_records_are_buffered_moves_no_position(
+        fake: FakeCluster, autojump_clock: Any) -> None:
+    """Two fetches' records are buffered (one record each) and a third fetch, caught
+    up, comes back empty after its long poll: handing out the first fetch's record
+    puts the position right after it (where the second fetch starts), not at the end
+    of what is buffered."""
+    fake.create_topic("t", 1)
+    await produce(fake, "t", [b"a"], partition=0)
+    async with open_fake_consumer(fake, partitions=[("t", 0)], fetch_max_wait=0.1) as consumer:
+        state = consumer._assignment.partitions[TopicPartition("t", 0)]
+        await until(lambda: len(state.chunks) == 1)
+        await produce(fake, "t", [b"b"], partition=0)
+        await until(lambda: len(state.chunks) == 2)
+        fetches = fetch_count(fake)
+        await until(lambda: fetch_count(fake) >= fetches + 2)  # an empty answer came back
+        assert state.fetch_offset == 2
+        with trio.fail_after(60):
+            async for batch in consumer.batches():
+                assert [r.value for r in batch] == [b"a"]
+                break
+        assert consumer.position(("t", 0)) == 1
+        assert consumer.consumed_offsets()[TopicPartition("t", 0)].offset == 1
+
+
+# ------------------------------------------------------------------ the change signal
+
+CHANGES = ["add", "remove", "seek", "request_reset", "pause", "resume", "append"]
+
+
+@pytest.mark.parametrize("change", CHANGES)
+async def test_every_change_to_the_assignment_wakes_the_tasks_waiting_for_one(
+        autojump_clock: Any, change: str) -> None:
+    """The fetch tasks, the offset resolver and a waiting iteration sleep in
+    ``wait_changed`` until something they act on changes (``_state.py``'s module
+    doc): partitions added or revoked, a position set or forgotten, pause and resume,
+    records buffered. Each wakes them at once."""
+    tp = TopicPartition("t", 0)
+    assignment = Assignment(1024)
+    assignment.add([tp])
+    assignment.seek(tp, 0)
+    if change == "resume":
+        assignment.pause([tp])
+    state = assignment.partitions[tp]
+    apply: dict[str, Callable[[], None]] = {
+        "add": lambda: assignment.add([TopicPartition("t", 1)]),
+        "remove": lambda: assignment.remove([tp]),
+        "seek": lambda: assignment.seek(tp, 5),
+        "request_reset": lambda: assignment.request_reset(tp, "earliest"),
+        "pause": lambda: assignment.pause([tp]),
+        "resume": lambda: assignment.resume([tp]),
+        "append": lambda: assignment.append(state, Chunk(None, 3, 100, load=list)),
+    }
+    woken: list[float] = []
+
+    async def waiter() -> None:
+        await assignment.wait_changed()
+        woken.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.sleep(1)
+        apply[change]()
+        await trio.sleep(10)
+        nursery.cancel_scope.cancel()
+    assert woken == [1.0]
+
+
+def test_adding_a_partition_already_assigned_keeps_its_state() -> None:
+    """Assigning partitions again that are assigned already (as Java's ``assign``
+    keeps the positions of those it had) leaves their position and buffered
+    records as they were; only the new ones start without a position."""
+    tp, other = TopicPartition("t", 0), TopicPartition("t", 1)
+    assignment = Assignment(1024)
+    assignment.add([tp])
+    assignment.seek(tp, 7)
+    state = assignment.partitions[tp]
+    assignment.append(state, Chunk(None, 9, 100, load=list))
+    assignment.add([tp, other])
+    assert assignment.partitions[tp] is state
+    assert (state.position, state.fetch_offset, state.buffered_bytes) == (7, 9, 100)
+    assert assignment.partitions[other].position is None
