@@ -112,10 +112,12 @@ async def test_pause_stops_handing_out_what_is_already_buffered(
     fake.create_topic("t", 2)
     await produce(fake, "t", [f"a{i}".encode() for i in range(10)], partition=0)
     async with open_fake_consumer(fake, topics=["t"]) as consumer:
+        await until(lambda: partition_stats(consumer).buffered_offsets == 10)
+        await produce(fake, "t", [b"b0", b"b1"], partition=1)
+        await until(lambda: partition_stats(consumer, "t", 1).buffered_offsets == 2)
         (first,) = await take(consumer, 1)
         assert (first.partition, first.offset) == (0, 0)
         consumer.pause([("t", 0)])
-        await produce(fake, "t", [b"b0", b"b1"], partition=1)
         got = await take(consumer, 2)
         assert [(r.partition, r.value) for r in got] == [(1, b"b0"), (1, b"b1")]
         with trio.move_on_after(5):
@@ -255,13 +257,15 @@ async def test_seek_empties_a_full_buffer(fake: FakeCluster, autojump_clock: Any
 
 async def test_before_its_first_fetch_a_partition_knows_no_log_end_and_no_lag(
         fake: FakeCluster, autojump_clock: Any) -> None:
-    """A positioned partition never fetched yet (paused from the start): lag unknown
-    (None, not 0), the log's offsets unknown, nothing buffered, no fetch counted;
-    fetched once, they are known."""
+    """A partition never fetched yet (its position being looked up, then paused from
+    the start): lag unknown (None, not 0), the log's offsets unknown, nothing
+    buffered, no fetch counted; fetched once, they are known."""
     fake.create_topic("t", 1)
     await produce(fake, "t", [b"x", b"y", b"z"], partition=0)
     async with open_fake_consumer(fake, partitions=[("t", 0)]) as consumer:
         consumer.pause([("t", 0)])
+        stats = partition_stats(consumer)  # the position is being looked up
+        assert (stats.fetch_state, stats.buffered_bytes, stats.fetches) == ("offset_lookup", 0, 0)
         await until(lambda: consumer.position(("t", 0)) == 0)
         await trio.sleep(1)
         stats = partition_stats(consumer)
