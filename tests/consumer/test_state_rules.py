@@ -49,7 +49,7 @@ async def test_the_committed_epoch_is_that_of_the_last_record_handed_out(
     """What ``commit()`` sends with each offset (KIP-320) is the leader epoch of the
     record just before it: after every record of a fetch that spans leader epochs
     0, 1, 1, 2, and after the fetch is handed out to its end. A seek forgets it (the
-    record before a sought offset is unknown: -1, as Java's ``seek``)."""
+    record before a sought offset is unknown: -1, as with Java's ``seek``)."""
     fake.create_topic("t", 1, leaders=[0])
     await produce(fake, "t", [b"a"], partition=0)
     fake.move_leader("t", 0, to=1)
@@ -58,6 +58,8 @@ async def test_the_committed_epoch_is_that_of_the_last_record_handed_out(
     await produce(fake, "t", [b"d"], partition=0)
     tp = TopicPartition("t", 0)
     async with open_fake_consumer(fake, partitions=[("t", 0)]) as consumer:
+        await consumer.seek(("t", 0), 0)  # the record before offset 0: none, epoch -1
+        assert consumer.consumed_offsets()[tp] == OffsetAndMetadata(0, "", -1)
         await until(lambda: partition_stats(consumer).buffered_offsets == 4)
         assert len(consumer._assignment.partitions[tp].chunks) == 1  # one fetch
         epochs = []
