@@ -281,6 +281,8 @@ async def test_before_its_first_fetch_a_partition_knows_no_log_end_and_no_lag(
         assert (stats.lag, stats.high_watermark, stats.last_stable_offset,
                 stats.log_start_offset) == (3, 3, 3, 0)
         assert consumer.lag() == {TopicPartition("t", 0): 3}
+        await take(consumer, 1)
+        assert consumer.lag() == {TopicPartition("t", 0): 2}
 
 
 async def test_an_empty_partition_has_lag_zero_once_fetched(
