@@ -384,7 +384,8 @@ class Consumer:
     def lag(self) -> dict[TopicPartition, int | None]:
         """Records behind the end of the log per assigned partition (from the latest
         fetch; None before one)."""
-        return {tp: s.lag() for tp, s in self._assignment.partitions.items()}
+        read_committed = bool(self.config.isolation)
+        return {tp: s.lag(read_committed) for tp, s in self._assignment.partitions.items()}
 
     def statistics(self) -> ConsumerStatistics:
         """The consumer's statistics now, per client, broker, topic and partition

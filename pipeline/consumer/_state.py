@@ -154,12 +154,15 @@ class PartitionState:
                 return chunk.epoch_at(chunk.index - 1)
         return self.base_epoch
 
-    def lag(self) -> int | None:
-        """Records between the position and the end of the log (the last stable offset
-        for read_committed), from the latest fetch; None before one."""
+    def lag(self, read_committed: bool) -> int | None:
+        """Records between the position and the end of the log the isolation level
+        reads to (the last stable offset for read_committed, else the high watermark:
+        Kafka sends both at either level), from the latest fetch; None before one."""
         if self.position is None or self.high_watermark < 0:
             return None
-        end = self.last_stable_offset if self.last_stable_offset >= 0 else self.high_watermark
+        end = self.high_watermark
+        if read_committed and self.last_stable_offset >= 0:
+            end = self.last_stable_offset
         return max(0, end - self.position)
 
 
@@ -211,9 +214,6 @@ class Assignment:
                 state.token = self._next_token()  # in-flight answers for it are stale
                 self._drop_buffer(state)
         self.changed()
-
-    def __contains__(self, tp: object) -> bool:
-        return tp in self.partitions
 
     def __iter__(self) -> Iterator[TopicPartition]:
         return iter(self.partitions)

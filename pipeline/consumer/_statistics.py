@@ -155,7 +155,7 @@ def snapshot(*, config: ConsumerConfig, state: str, cluster: Cluster, assignment
             high_watermark=_known(part.high_watermark),
             last_stable_offset=_known(part.last_stable_offset),
             log_start_offset=_known(part.log_start_offset),
-            lag=part.lag(), buffered_bytes=part.buffered_bytes,
+            lag=part.lag(bool(config.isolation)), buffered_bytes=part.buffered_bytes,
             buffered_offsets=max(0, fetch_offset - position) if position is not None else 0,
             fetches=part.fetches, fetched_bytes=part.fetched_bytes,
             consumed_records=part.consumed + head)
