@@ -126,3 +126,48 @@ async def test_a_join_refused_for_good_fails_the_consumer_and_it_stops_asking(
         seen = len(fake.requests)
         await trio.sleep(30)  # three poll intervals without iterating
         assert len(fake.requests) == seen
+
+
+@pytest.mark.parametrize(("api", "code", "member_id_kept", "new_lookup", "backoff"), [
+    (ApiKey.JOIN_GROUP, ErrorCode.UNKNOWN_MEMBER_ID, False, False, False),
+    (ApiKey.JOIN_GROUP, ErrorCode.NOT_COORDINATOR, True, True, True),
+    (ApiKey.JOIN_GROUP, ErrorCode.COORDINATOR_NOT_AVAILABLE, True, True, True),
+    (ApiKey.JOIN_GROUP, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, True, False, True),
+    (ApiKey.JOIN_GROUP, ErrorCode.REBALANCE_IN_PROGRESS, True, False, True),
+    (ApiKey.SYNC_GROUP, ErrorCode.UNKNOWN_MEMBER_ID, False, False, False),
+    (ApiKey.SYNC_GROUP, ErrorCode.ILLEGAL_GENERATION, True, False, False),
+    (ApiKey.SYNC_GROUP, ErrorCode.NOT_COORDINATOR, True, True, True),
+    (ApiKey.SYNC_GROUP, ErrorCode.REBALANCE_IN_PROGRESS, True, False, True),
+])
+async def test_a_retriable_join_refusal_joins_again(
+    topic: FakeCluster, autojump_clock: Any, api: ApiKey, code: ErrorCode,
+    member_id_kept: bool, new_lookup: bool, backoff: bool,
+) -> None:
+    """As the Java AbstractCoordinator: after UNKNOWN_MEMBER_ID the member joins again
+    with an empty member id, after ILLEGAL_GENERATION at once with its id; a moved or
+    unavailable coordinator is looked up again (FindCoordinator), and these and a
+    loading or rebalancing coordinator are asked again after one retry_backoff. The
+    member ends up in the next generation with every partition, no error raised."""
+    fake = topic
+    async with reading(fake, retry_backoff=0.25, retry_backoff_max=4.0) as r:
+        await rejoin_once(fake, r)
+        member_id = r.consumer.group_metadata().member_id
+        lookups = len(fake.requests_of(ApiKey.FIND_COORDINATOR))
+        before = len(joins(fake))
+        syncs = len(fake.requests_of(ApiKey.SYNC_GROUP))
+        failed = fake.fail_next(api, code)
+        await until(lambda: fake.group("g").generation > 1 and stable(
+            fake, r, fake.group("g").generation) and r.consumer.assignment() == ALL4)
+        assert failed.fired == 1 and r.error is None
+        assert r.consumer.assignment() == ALL4
+        refused = (joins(fake)[before] if api == ApiKey.JOIN_GROUP
+                   else fake.requests_of(ApiKey.SYNC_GROUP)[syncs])
+        retry = joins(fake)[before + 1]
+        assert retry.request.member_id == (member_id if member_id_kept else "")
+        gap = retry.time - refused.time
+        if new_lookup:  # the lookup follows the backoff (and needs a new connection)
+            gap = fake.requests_of(ApiKey.FIND_COORDINATOR)[lookups].time - refused.time
+            assert gap >= 0.25
+        else:
+            assert (0.25 <= gap < 0.5) if backoff else gap < 0.25
+        assert len(fake.requests_of(ApiKey.FIND_COORDINATOR)) == lookups + new_lookup
