@@ -12,8 +12,15 @@ from typing import Any
 import pytest
 import trio
 
-from pipeline.consumer import ConsumedRecord, Consumer, GroupError, TopicPartition
+from pipeline.consumer import (
+    CommitFailedError,
+    ConsumedRecord,
+    Consumer,
+    GroupError,
+    TopicPartition,
+)
 from pipeline.protocol.api import ApiKey
+from pipeline.protocol.consumer_protocol import ConsumerProtocolSubscription
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import FakeCluster
 
@@ -171,3 +178,151 @@ async def test_a_retriable_join_refusal_joins_again(
         else:
             assert (0.25 <= gap < 0.5) if backoff else gap < 0.25
         assert len(fake.requests_of(ApiKey.FIND_COORDINATOR)) == lookups + new_lookup
+
+
+async def test_join_and_sync_may_wait_longer_than_request_timeout(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A JoinGroup or SyncGroup is answered when the rebalance completes, which may take
+    up to the rebalance timeout (max_poll_interval), far beyond request_timeout: the
+    member waits for the answer instead of timing out and joining again."""
+    fake = topic
+    async with reading(fake, request_timeout=2.0) as r:
+        await until(lambda: stable(fake, r, 1))
+        lookups = len(fake.requests_of(ApiKey.FIND_COORDINATOR))
+        before, syncs = len(joins(fake)), len(fake.requests_of(ApiKey.SYNC_GROUP))
+        fake.delay_responses(6.0, api_key=ApiKey.JOIN_GROUP, count=1)
+        fake.delay_responses(6.0, api_key=ApiKey.SYNC_GROUP, count=1)
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.REBALANCE_IN_PROGRESS)
+        await until(lambda: stable(fake, r, 2))
+        assert len(joins(fake)) == before + 1
+        assert len(fake.requests_of(ApiKey.SYNC_GROUP)) == syncs + 1
+        assert len(fake.requests_of(ApiKey.FIND_COORDINATOR)) == lookups
+
+
+async def test_a_lookup_refused_while_rejoining_fails_the_consumer(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """The coordinator moved during a join and the new lookup is refused for good
+    (group authorization): the application gets that GroupError, the member does not
+    keep joining."""
+    fake = topic
+    async with reading(fake) as r:
+        await rejoin_once(fake, r)
+        fake.fail_next(ApiKey.JOIN_GROUP, ErrorCode.NOT_COORDINATOR)
+        fake.fail_next(ApiKey.FIND_COORDINATOR, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        await until(lambda: r.error is not None)
+        assert isinstance(r.error, GroupError)
+        assert "FindCoordinator refused: GROUP_AUTHORIZATION_FAILED" in str(r.error)
+        joined = len(joins(fake))
+        await trio.sleep(10)
+        assert len(joins(fake)) == joined
+
+
+async def test_a_lost_connection_during_a_join_joins_again_after_one_backoff(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A connection lost with a JoinGroup or SyncGroup in flight is retried (the member
+    finds the coordinator again) after retry_backoff; no error reaches the application."""
+    fake = topic
+    async with reading(fake, retry_backoff=0.25, retry_backoff_max=4.0) as r:
+        await rejoin_once(fake, r)
+        lookups = len(fake.requests_of(ApiKey.FIND_COORDINATOR))
+        before = len(joins(fake))
+        fake.drop_next_request(ApiKey.JOIN_GROUP)
+        await until(lambda: fake.group("g").generation > 1 and stable(
+            fake, r, fake.group("g").generation))
+        assert r.error is None and r.consumer.assignment() == ALL4
+        dropped = joins(fake)[before]
+        lookup = fake.requests_of(ApiKey.FIND_COORDINATOR)[lookups]
+        assert 0.25 <= lookup.time - dropped.time < 0.75  # and a new connection's set-up
+
+
+# ------------------------------------------------------------------ identity
+
+
+async def test_a_member_reports_no_generation_between_a_refused_sync_and_its_next_join(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """After SyncGroup answered ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID the member is in
+    no generation: group_metadata() says generation -1 (and, for UNKNOWN_MEMBER_ID, no
+    member id) until the next join completes, so offsets sent to a transaction with it
+    are not taken as the old generation's."""
+    fake = topic
+    async with reading(fake) as r:
+        await rejoin_once(fake, r)
+        member_id = r.consumer.group_metadata().member_id
+        fake.fail_next(ApiKey.SYNC_GROUP, ErrorCode.ILLEGAL_GENERATION)
+        fake.delay_responses(5.0, api_key=ApiKey.JOIN_GROUP, count=2)
+        await until(lambda: len(fake.requests_of(ApiKey.SYNC_GROUP)) >= 2)
+        await trio.sleep(1.0)  # the next JoinGroup is in flight
+        meta = r.consumer.group_metadata()
+        assert (meta.generation_id, meta.member_id) == (-1, member_id)
+        assert r.consumer.state == "rebalancing"
+        await until(lambda: fake.group("g").generation > 2 and stable(
+            fake, r, fake.group("g").generation))
+        generation = fake.group("g").generation
+        syncs = len(fake.requests_of(ApiKey.SYNC_GROUP))
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.REBALANCE_IN_PROGRESS)
+        fake.fail_next(ApiKey.SYNC_GROUP, ErrorCode.UNKNOWN_MEMBER_ID)
+        fake.delay_responses(5.0, api_key=ApiKey.JOIN_GROUP, count=2)
+        await until(lambda: len(fake.requests_of(ApiKey.SYNC_GROUP)) > syncs)
+        await trio.sleep(1.0)
+        meta = r.consumer.group_metadata()
+        assert (meta.generation_id, meta.member_id) == (-1, "")
+        await until(lambda: fake.group("g").generation > generation and stable(
+            fake, r, fake.group("g").generation))
+
+
+async def test_a_fresh_member_reports_that_it_has_not_joined_and_commits_after_its_join(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """Before its first join completes a member is in no generation, leads nothing,
+    has had no heartbeat or rebalance; a commit issued meanwhile, even right after
+    opening (before the join round has started), waits for the join and carries the
+    generation it joined."""
+    fake = topic
+    fake.delay_responses(5.0, api_key=ApiKey.JOIN_GROUP, count=1)
+    async with open_fake_consumer(fake, group_id="g", topics=["t"]) as consumer:
+        stats = consumer.statistics()
+        assert (stats.generation, stats.member_id, stats.leader, stats.rebalances) == (-1, "", False, 0)
+        assert stats.since_last_heartbeat is None
+        meta = consumer.group_metadata()
+        assert (meta.generation_id, meta.member_id) == (-1, "")
+        await consumer.commit({("t", 0): 1})
+        (sent,) = fake.requests_of(ApiKey.OFFSET_COMMIT)
+        assert sent.request.generation_id_or_member_epoch == 1
+        assert fake.committed("g", "t", 0) == 1
+        assert consumer.statistics().rebalances == 1
+
+
+async def test_statistics_name_the_leader_and_the_time_since_the_join(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """``leader`` is true for the one member the coordinator chose, false for the
+    others; a join counts as a heartbeat (since_last_heartbeat starts at 0, not None)."""
+    fake = topic
+    async with reading(fake, client_id="a", heartbeat_interval=3.0) as a:
+        await until(lambda: stable(fake, a, 1))
+        since = a.consumer.statistics().since_last_heartbeat
+        assert since is not None and 0 <= since < 1  # no heartbeat before 3 s
+        async with reading(fake, client_id="b") as b:
+            await until(lambda: stable(fake, a, 2) and stable(fake, b, 2))
+            leader = fake.group("g").leader_id
+            assert leader == a.consumer.group_metadata().member_id
+            assert (a.consumer.statistics().leader, b.consumer.statistics().leader) == (True, False)
+
+
+async def test_a_cooperative_member_tells_the_generation_its_partitions_are_from(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """KIP-429/KIP-792: a cooperative member's subscription lists what it owns and the
+    generation it got it in; a member that owns nothing says generation -1."""
+    fake = topic
+    async with reading(fake, partition_assignment_strategy="cooperative-sticky") as r:
+        await rejoin_once(fake, r)
+        await until(lambda: stable(fake, r, 2))
+    subs = [ConsumerProtocolSubscription.decode(q.request.protocols[0].metadata)
+            for q in joins(fake)]
+    assert (subs[0].generation_id, subs[0].owned) == (-1, frozenset())
+    assert (subs[-1].generation_id, subs[-1].owned) == (1, {("t", p) for p in range(4)})
