@@ -16,7 +16,9 @@ from pipeline.consumer import (
     CommitFailedError,
     ConsumedRecord,
     Consumer,
+    ConsumerError,
     GroupError,
+    RebalanceInProgressError,
     TopicPartition,
 )
 from pipeline.protocol.api import ApiKey
@@ -326,3 +328,123 @@ async def test_a_cooperative_member_tells_the_generation_its_partitions_are_from
             for q in joins(fake)]
     assert (subs[0].generation_id, subs[0].owned) == (-1, frozenset())
     assert (subs[-1].generation_id, subs[-1].owned) == (1, {("t", p) for p in range(4)})
+
+
+# ------------------------------------------------------------------ commits
+
+
+@pytest.mark.parametrize(("code", "error", "rejoins", "member_id_kept"), [
+    (ErrorCode.REBALANCE_IN_PROGRESS, RebalanceInProgressError, True, True),
+    (ErrorCode.ILLEGAL_GENERATION, CommitFailedError, True, True),
+    (ErrorCode.UNKNOWN_MEMBER_ID, CommitFailedError, True, False),
+    (ErrorCode.GROUP_AUTHORIZATION_FAILED, ConsumerError, False, True),
+])
+async def test_a_refused_commit_says_why_and_the_member_rejoins_when_it_must(
+    topic: FakeCluster, autojump_clock: Any, code: ErrorCode, error: type[Exception],
+    rejoins: bool, member_id_kept: bool,
+) -> None:
+    """A commit refused because the group is rebalancing raises RebalanceInProgressError
+    and the member rejoins at once; one refused because the member's generation is over
+    raises CommitFailedError, and the member rejoins (with its member id after
+    ILLEGAL_GENERATION, with none after UNKNOWN_MEMBER_ID) reporting no generation
+    until then, and its partitions as lost; any other refusal is a ConsumerError naming
+    the partitions and the code, and the member stays in its generation."""
+    fake = topic
+    lost: list[frozenset[TopicPartition]] = []
+    async with reading(fake, on_lost=lambda c, parts: lost.append(parts)) as r:
+        await until(lambda: stable(fake, r, 1) and len(r.records) == 20)
+        member_id = r.consumer.group_metadata().member_id
+        before = len(joins(fake))
+        fake.fail_next(ApiKey.OFFSET_COMMIT, code)
+        fake.delay_responses(3.0, api_key=ApiKey.JOIN_GROUP, count=1)
+        with pytest.raises(error) as raised:
+            await r.consumer.commit({("t", 0): 5})
+        assert type(raised.value) is error
+        if error is ConsumerError:
+            assert f"[('t', 0)]: {code.name}" in str(raised.value)
+        await trio.sleep(1.0)
+        meta = r.consumer.group_metadata()
+        if code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID):
+            assert (meta.generation_id, meta.member_id) == (-1, member_id if member_id_kept else "")
+        else:
+            assert (meta.generation_id, meta.member_id) == (1, member_id)
+        await trio.sleep(5.0)
+        assert (len(joins(fake)) > before) == rejoins
+        if rejoins:
+            assert joins(fake)[before].request.member_id == (member_id if member_id_kept else "")
+            await until(lambda: fake.group("g").generation > 1 and stable(
+                fake, r, fake.group("g").generation))
+        assert lost == ([ALL4] if code in (ErrorCode.ILLEGAL_GENERATION,
+                                           ErrorCode.UNKNOWN_MEMBER_ID) else [])
+        assert r.consumer.assignment() == ALL4 and r.error is None
+
+
+async def test_a_commit_refused_after_the_member_moved_on_does_not_reset_it(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A commit of generation 1, retried after the coordinator was loading, is answered
+    ILLEGAL_GENERATION because the member joined generation 2 meanwhile: it raises
+    CommitFailedError but leaves the member in generation 2 (no reset, nothing lost,
+    no further rebalance)."""
+    fake = topic
+    lost: list[frozenset[TopicPartition]] = []
+    async with reading(fake, on_lost=lambda c, parts: lost.append(parts),
+                       retry_backoff=3.0, retry_backoff_max=3.0) as r:
+        await until(lambda: stable(fake, r, 1) and len(r.records) == 20)
+        fake.fail_next(ApiKey.OFFSET_COMMIT, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.REBALANCE_IN_PROGRESS)
+        with pytest.raises(CommitFailedError, match="generation 1"):
+            await r.consumer.commit({("t", 0): 5})
+        assert stable(fake, r, 2)
+        await trio.sleep(10.0)
+        assert stable(fake, r, 2) and lost == []
+        assert r.consumer.group_metadata().generation_id == 2
+
+
+async def test_committing_nothing_asks_nothing(topic: FakeCluster, autojump_clock: Any) -> None:
+    """A commit with no offsets (nothing consumed yet, or an empty mapping) completes
+    without a request and is not counted, but is still a trio checkpoint."""
+    fake = topic
+    async with reading(fake) as r:
+        await until(lambda: stable(fake, r, 1))
+        await r.consumer.commit({})
+        assert fake.requests_of(ApiKey.OFFSET_COMMIT) == []
+        assert r.consumer.statistics().commits == 0
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await r.consumer.commit({})
+        assert scope.cancelled_caught
+
+
+# ------------------------------------------------------------------ auto-commit
+
+
+async def test_auto_commit_commits_what_changed_every_interval(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """With enable_auto_commit, every auto_commit_interval the member commits the
+    positions that moved since its last commit, and sends nothing when none did."""
+    fake = topic
+    start = trio.current_time()
+    async with reading(fake, enable_auto_commit=True, auto_commit_interval=2.0) as r:
+        await until(lambda: len(r.records) == 20)
+        await until(lambda: [fake.committed("g", "t", p) for p in range(4)] == [5] * 4)
+        first = fake.requests_of(ApiKey.OFFSET_COMMIT)
+        assert len(first) == 1 and (first[0].time - start) % 2.0 == pytest.approx(0.0)
+        await trio.sleep(10.0)
+        assert len(fake.requests_of(ApiKey.OFFSET_COMMIT)) == 1  # nothing moved
+        await produce(fake, "t", [b"more"], partition=2)
+        await until(lambda: fake.committed("g", "t", 2) == 6)
+        last = fake.requests_of(ApiKey.OFFSET_COMMIT)[-1].request
+        assert [(t.name, [p.partition_index for p in t.partitions]) for t in last.topics] == [("t", [2])]
+        assert len(fake.requests_of(ApiKey.OFFSET_COMMIT)) == 2
+
+
+async def test_without_auto_commit_nothing_is_committed_while_consuming(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    fake = topic
+    async with reading(fake, enable_auto_commit=False, auto_commit_interval=1.0) as r:
+        await until(lambda: len(r.records) == 20)
+        await trio.sleep(10.0)
+        assert fake.requests_of(ApiKey.OFFSET_COMMIT) == []
