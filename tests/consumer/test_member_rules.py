@@ -28,6 +28,8 @@ from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_consumer, produce, until
 
+GROUP_APIS = (ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT,
+              ApiKey.LEAVE_GROUP, ApiKey.OFFSET_COMMIT)
 ALL4 = frozenset(TopicPartition("t", p) for p in range(4))
 
 
@@ -71,6 +73,10 @@ async def topic(fake: FakeCluster) -> FakeCluster:
 
 def joins(fake: FakeCluster) -> list[Any]:
     return fake.requests_of(ApiKey.JOIN_GROUP)
+
+
+def group_requests(fake: FakeCluster) -> list[Any]:
+    return [q for q in fake.requests if q.api_key in GROUP_APIS]
 
 
 def stable(fake: FakeCluster, reader: Reader, generation: int) -> bool:
@@ -448,3 +454,63 @@ async def test_without_auto_commit_nothing_is_committed_while_consuming(
         await until(lambda: len(r.records) == 20)
         await trio.sleep(10.0)
         assert fake.requests_of(ApiKey.OFFSET_COMMIT) == []
+
+
+# ------------------------------------------------------------------ resets and failures
+
+
+async def test_a_heartbeat_refused_for_good_fails_the_consumer_and_it_stops_asking(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A heartbeat answered GROUP_AUTHORIZATION_FAILED reaches the application as
+    GroupError; the member stops heartbeating and joins no more."""
+    fake = topic
+    async with reading(fake, max_poll_interval=10.0) as r:
+        await until(lambda: stable(fake, r, 1) and len(r.records) == 20)
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        await until(lambda: r.error is not None)
+        assert isinstance(r.error, GroupError)
+        assert "heartbeat refused: not authorized to use group 'g'" in str(r.error)
+        assert r.consumer.state == "failed"
+        seen = len(group_requests(fake))
+        await trio.sleep(30)
+        assert len(group_requests(fake)) == seen
+
+
+async def test_a_member_reset_while_its_revocation_waits_rejoins_once(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """Eager: the member's revocation waits for the application's next iteration; a
+    heartbeat meanwhile answers UNKNOWN_MEMBER_ID. The join round that was waiting stops
+    (it joined for a membership that is over); the member joins once more, without a
+    member id, and its partitions are revoked once and then assigned: none is reported
+    lost after it was revoked, and no further rebalance follows."""
+    fake = topic
+    events: list[tuple[str, frozenset[TopicPartition]]] = []
+
+    def log(kind: str) -> Any:
+        return lambda consumer, parts: events.append((kind, parts))
+
+    async with open_fake_consumer(fake, group_id="g", topics=["t"], enable_auto_commit=False,
+                                  on_assigned=log("assigned"), on_revoked=log("revoked"),
+                                  on_lost=log("lost")) as consumer:
+        got = 0
+        with trio.fail_after(60):
+            async for _ in consumer:
+                got += 1
+                if got == 20:
+                    break
+        before = len(joins(fake))
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.REBALANCE_IN_PROGRESS)
+        await until(lambda: consumer._handoff.pending)  # the revocation waits for us
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.UNKNOWN_MEMBER_ID)
+        await until(lambda: consumer.group_metadata().member_id == "")
+        with trio.move_on_after(20):
+            async for _ in consumer:  # iterate: the revocation runs, the member rejoins
+                pass
+        assert consumer.state == "stable" and consumer.assignment() == ALL4
+        assert joins(fake)[before].request.member_id == ""
+        assert [e for e in events[1:] if e[1]] == [("revoked", ALL4), ("assigned", ALL4)]
+        generation = fake.group("g").generation
+        await trio.sleep(10)
+        assert fake.group("g").generation == generation
