@@ -26,7 +26,7 @@ from pipeline.protocol.consumer_protocol import ConsumerProtocolSubscription
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import open_fake_consumer, produce, until
+from .conftest import HalfRandom, open_fake_consumer, produce, until
 
 GROUP_APIS = (ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT,
               ApiKey.LEAVE_GROUP, ApiKey.OFFSET_COMMIT)
@@ -213,7 +213,7 @@ async def test_a_lookup_refused_while_rejoining_fails_the_consumer(
 ) -> None:
     """The coordinator moved during a join and the new lookup is refused for good
     (group authorization): the application gets that GroupError, the member does not
-    keep joining."""
+    keep joining; closing it still leaves the group."""
     fake = topic
     async with reading(fake) as r:
         await rejoin_once(fake, r)
@@ -225,6 +225,8 @@ async def test_a_lookup_refused_while_rejoining_fails_the_consumer(
         joined = len(joins(fake))
         await trio.sleep(10)
         assert len(joins(fake)) == joined
+    # closing still leaves the group (the lookup is asked again for it)
+    assert len(fake.requests_of(ApiKey.LEAVE_GROUP)) == 1 and fake.group("g").members == {}
 
 
 async def test_a_lost_connection_during_a_join_joins_again_after_one_backoff(
@@ -244,6 +246,39 @@ async def test_a_lost_connection_during_a_join_joins_again_after_one_backoff(
         dropped = joins(fake)[before]
         lookup = fake.requests_of(ApiKey.FIND_COORDINATOR)[lookups]
         assert 0.25 <= lookup.time - dropped.time < 0.75  # and a new connection's set-up
+
+
+async def test_the_join_backoff_draws_its_jitter_from_the_given_rng(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """With retry_backoff_jitter, the delay before joining again comes from the rng the
+    application gave (here one whose draws are always 0.5: exactly the base delay)."""
+    fake = topic
+    async with reading(fake, retry_backoff=0.25, retry_backoff_max=4.0,
+                       retry_backoff_jitter=0.8, rng=HalfRandom(3)) as r:
+        await rejoin_once(fake, r)
+        before = len(joins(fake))
+        fake.fail_next(ApiKey.JOIN_GROUP, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, count=3)
+        await until(lambda: fake.group("g").generation > 1 and stable(
+            fake, r, fake.group("g").generation))
+        times = [q.time for q in joins(fake)[before:before + 4]]
+        assert [b - a for a, b in zip(times, times[1:])] == [0.25, 0.25, 0.25]
+
+
+async def test_a_leader_that_cannot_read_the_metadata_joins_again_after_one_backoff(
+    fake: FakeCluster, autojump_clock: Any,
+) -> None:
+    """The leader cannot assign while the subscribed topic's metadata is refused: it
+    joins again after retry_backoff (the group waits for it), and assigns once the
+    metadata is there; the application sees no error."""
+    fake.create_topic("t", 4)
+    fake.fail_next(ApiKey.METADATA, ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic="t", count=2)
+    async with reading(fake, retry_backoff=0.25, retry_backoff_max=4.0) as r:
+        await until(lambda: r.consumer.assignment() == ALL4)
+        assert r.error is None
+        times = [q.time for q in joins(fake)][1:]  # after the member id was given
+        assert len(times) >= 2  # the leader joined again
+        assert all(b - a >= 0.25 for a, b in zip(times, times[1:]))
 
 
 # ------------------------------------------------------------------ identity
