@@ -549,3 +549,22 @@ async def test_a_member_reset_while_its_revocation_waits_rejoins_once(
         generation = fake.group("g").generation
         await trio.sleep(10)
         assert fake.group("g").generation == generation
+
+
+async def test_a_restarted_static_leader_told_to_skip_the_assignment_keeps_heartbeating(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """KIP-814: a static leader that restarts within the session timeout is told to skip
+    the assignment (JoinGroup v9); it gets its partitions back in the same generation and
+    stays in the group, heartbeating, with nothing of its own to check as the leader."""
+    fake = topic
+    async with reading(fake, group_instance_id="a-1") as first:
+        await until(lambda: stable(fake, first, 1) and len(first.records) == 20)
+    async with reading(fake, group_instance_id="a-1") as again:
+        await until(lambda: again.consumer.assignment() == ALL4)
+        assert joins(fake)[-1].api_version >= 9
+        beats = len(fake.requests_of(ApiKey.HEARTBEAT))
+        await trio.sleep(5)
+        assert len(fake.requests_of(ApiKey.HEARTBEAT)) >= beats + 4
+        assert stable(fake, again, 1) and again.error is None
+        assert again.consumer.statistics().leader
