@@ -24,6 +24,7 @@ from pipeline.consumer import (
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.consumer_protocol import ConsumerProtocolSubscription
 from pipeline.protocol.errors import ErrorCode
+from pipeline.protocol.messages.heartbeat import HeartbeatResponse
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import HalfRandom, open_fake_consumer, produce, until
@@ -568,3 +569,42 @@ async def test_a_restarted_static_leader_told_to_skip_the_assignment_keeps_heart
         assert len(fake.requests_of(ApiKey.HEARTBEAT)) >= beats + 4
         assert stable(fake, again, 1) and again.error is None
         assert again.consumer.statistics().leader
+
+
+async def test_a_cooperative_member_reset_while_revoking_assigns_nothing_for_the_old_generation(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """KIP-429: A revokes the two partitions B gets; while that revocation waits for A's
+    next iteration, A's heartbeat answers UNKNOWN_MEMBER_ID. A's on_assigned for the
+    generation it was removed from is not called: after the revocation come the kept
+    partitions, lost, then A's assignment in a later generation."""
+    fake = topic
+    events: list[tuple[str, frozenset[TopicPartition]]] = []
+
+    def log(kind: str) -> Any:
+        return lambda consumer, parts: events.append((kind, parts))
+
+    opts: dict[str, Any] = dict(group_id="g", topics=["t"], enable_auto_commit=False,
+                                partition_assignment_strategy="cooperative-sticky")
+    async with open_fake_consumer(fake, client_id="a", on_assigned=log("assigned"),
+                                  on_revoked=log("revoked"), on_lost=log("lost"),
+                                  **opts) as a:
+        got = 0
+        with trio.fail_after(60):
+            async for _ in a:
+                got += 1
+                if got == 20:
+                    break
+        async with reading(fake, client_id="b", **opts):
+            await until(lambda: a._handoff.pending)  # A's revocation waits for A
+            fake.control(ApiKey.HEARTBEAT, lambda ctx: HeartbeatResponse(
+                error_code=ErrorCode.UNKNOWN_MEMBER_ID) if ctx.client_id == "a" else None)
+            await until(lambda: a.group_metadata().member_id == "")
+            with trio.move_on_after(30):
+                async for _ in a:
+                    pass
+            assert events[0] == ("assigned", ALL4)
+            (kind, moved), (kind2, kept) = events[1:3]
+            assert (kind, kind2) == ("revoked", "lost")
+            assert len(moved) == 2 and moved | kept == ALL4
+            assert a.state == "stable" and a.group_metadata().member_id != ""
