@@ -4,6 +4,7 @@ auto-commit's pace, and the identity it reports between generations."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -263,7 +264,7 @@ async def test_the_join_backoff_draws_its_jitter_from_the_given_rng(
         await until(lambda: fake.group("g").generation > 1 and stable(
             fake, r, fake.group("g").generation))
         times = [q.time for q in joins(fake)[before:before + 4]]
-        assert [b - a for a, b in zip(times, times[1:])] == [0.25, 0.25, 0.25]
+        assert [b - a for a, b in itertools.pairwise(times)] == [0.25, 0.25, 0.25]
 
 
 async def test_a_leader_that_cannot_read_the_metadata_joins_again_after_one_backoff(
@@ -279,7 +280,7 @@ async def test_a_leader_that_cannot_read_the_metadata_joins_again_after_one_back
         assert r.error is None
         times = [q.time for q in joins(fake)][1:]  # after the member id was given
         assert len(times) >= 2  # the leader joined again
-        assert all(b - a >= 0.25 for a, b in zip(times, times[1:]))
+        assert all(b - a >= 0.25 for a, b in itertools.pairwise(times))
 
 
 # ------------------------------------------------------------------ identity
@@ -369,7 +370,7 @@ async def test_a_cooperative_member_tells_the_generation_its_partitions_are_from
     subs = [ConsumerProtocolSubscription.decode(q.request.protocols[0].metadata)
             for q in joins(fake)]
     assert (subs[0].generation_id, subs[0].owned) == (-1, frozenset())
-    assert (subs[-1].generation_id, subs[-1].owned) == (1, {("t", p) for p in range(4)})
+    assert (subs[-1].generation_id, subs[-1].owned) == (1, frozenset(("t", p) for p in range(4)))
 
 
 # ------------------------------------------------------------------ commits
