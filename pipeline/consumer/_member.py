@@ -127,7 +127,9 @@ class GroupMember(Liveness):
         self._assigned_counts: dict[str, int | None] = {}
         self._missing_checked = -math.inf
         self._rejoin_needed = trio.Event()
-        self._joining = False  # a JoinGroup / SyncGroup is in flight
+        # A JoinGroup / SyncGroup is in flight, or the first join is still to come (run()
+        # requests it): a commit waits for it either way, whichever task trio runs first.
+        self._joining = True
         self._settled = trio.Event()  # set when joining ends
         self._poll_timeout = False
         self._coordinator: Coordinator | None = None
