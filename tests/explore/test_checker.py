@@ -247,3 +247,32 @@ def test_guard_violations_seen_by_the_probes_are_violations() -> None:
     t = trace(True, [], [])
     t.guard_violations = {"G1 below the watermark": "partition 0: ..."}
     assert kinds(t) == ["G1 below the watermark"]
+
+
+def test_keyless_messages_spread_as_the_sticky_partitioner_spreads_them() -> None:
+    """K1: a batch's worth of keyless messages (by their size bounds) to one
+    partition, the one reaching batch_bytes included, then the next partition."""
+    from pipeline.testing.explore.calls import bound_of
+    from pipeline.testing.explore.schedule import Send
+
+    sends = tuple(Send(0.0, 0, 20) for _ in range(12))
+    size = bound_of(sends[0], 0)
+    assert all(bound_of(sends[i], i) == size for i in range(10))  # (one-digit indexes)
+    s = with_options(replace(schedule(True), partitions=3, sends=sends),
+                     batch_bytes=3 * size)
+
+    def spread(partitions: list[int], rows: tuple[int, ...] = ()) -> list[str]:
+        ms = [msg(i, partition=p, offset=-1) for i, p in enumerate(partitions)]
+        for m in ms:
+            m.row = m.index in rows
+        t = Trace(s, messages=ms, close_start=50.0, close_end=50.0)
+        t.logs = {p: [value_of(m.index, 20) for m in ms if m.partition == p] for p in range(3)}
+        for m in ms:
+            m.value = value_of(m.index, 20)
+        return [v.kind for v in check(t) if v.kind.startswith("K1")]
+
+    assert spread([0, 0, 0, 2, 2, 2, 1, 1, 1, 0]) == []
+    assert spread([0, 0, 0, 0, 2]) == ["K1 sticky"]  # stayed past batch_bytes
+    assert spread([0, 0, 0, 2, 2, 1]) == ["K1 sticky"]  # moved on too early
+    assert spread([0, 0, 2, 2, 2, 1]) == []  # (the first run's earlier bytes are unknown)
+    assert spread([0, 0, 0, 2, 2, 1, 1], rows=(5,)) == []  # a keyless row: a new stretch

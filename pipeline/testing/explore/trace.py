@@ -110,6 +110,11 @@ class Trace:
     # idempotent), and the ones the probes saw start.
     idem_counts: tuple[int, int] | None = None
     epochs_started: tuple[int, int] = (0, 0)
+    # What the close's fail_all_outstanding returned (the count it logs) and how
+    # many messages and rows it settled; None: it never ran.
+    close_failed: tuple[int, int] | None = None
+    # Records the unobserved-failure warnings named (Unobserved.reported).
+    unobserved_reported: int = 0
     end_time: float = 0.0
     # What another workload records for its own invariants (runner.WORKLOADS).
     extra: dict[str, Any] = field(default_factory=dict)
