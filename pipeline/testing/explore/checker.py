@@ -55,7 +55,9 @@ Both modes:
   ``request_timeout`` (the answer a batch in flight may still wait for); every
   byte of ``buffer_memory`` reserved is released by the end of the close;
 * O2 a ``flush()`` returns by its start + ``delivery_timeout`` +
-  ``request_timeout``, with every message accepted before it settled;
+  ``request_timeout``, with every message accepted before it settled (the
+  ledger's own last id and, independently of it, every ``send()`` call that
+  returned before ``flush()`` was called);
 * O3 close returns within ``close_timeout``, plus ``request_timeout`` when
   idempotent (the bounded drain of requests on the wire);
 * C1 no message fails with ProducerClosed before the close began; when the
@@ -76,6 +78,13 @@ Both modes:
   the same limit, would refuse it: the producer splits a refused batch, KIP-126,
   but that costs a round trip and a retry level per split), and no message
   fails with MESSAGE_TOO_LARGE;
+* K1 keyless records spread as Kafka's sticky partitioner spreads them
+  (KIP-480/794): ``batch_bytes`` of them (their size bounds) to one partition,
+  the record that reaches it included, then another partition (``_sticky_spread``);
+* O7 the close's count of undelivered messages (logged) is what it failed;
+* O8 every failure nobody read is named by an unobserved-failure warning by the
+  end of the close, and the warnings name no failure a callback or
+  ``producer.errors`` reported;
 * no exception escapes the producer (a crash is a violation).
 """
 
@@ -361,6 +370,15 @@ def _flushes_and_close(trace: Trace) -> list[Violation]:
         if f.unsettled:
             out.append(Violation("O2 flush early", f"flush() at {f.start:.4f} returned with "
                                  f"{len(f.unsettled)} earlier messages unsettled"))
+        elif f.step and not f.cut:
+            # (the same, judged by the calls, not by the ledger's own last id)
+            early = next((m for m in trace.messages if m.call[1] < f.step
+                          and m.reported is None and not m.row
+                          and (m.settled_at is None or m.settled_at > f.end + EPS)), None)
+            if early is not None:
+                out.append(Violation("O2 flush early", f"flush() at {f.start:.4f} returned at "
+                                     f"{f.end:.4f}; message #{early.index}, sent before it, "
+                                     f"settled at {early.settled_at}"))
     for m in trace.messages:
         closed = m.cause.startswith("ProducerClosed")
         if closed and m.settled_at is not None and not m.settled_closing:
@@ -566,7 +584,8 @@ def _unobserved(trace: Trace) -> list[Violation]:
     failed it (and reported it so: O7); and the warnings name no more records
     than failed without an ``on_delivery`` callback or ``producer.errors``, which
     report every failure they get."""
-    if trace.crash:
+    reported = trace.unobserved_reported
+    if reported is None or trace.crash:
         return []
     s = trace.schedule
     unread = possible = 0
@@ -580,7 +599,6 @@ def _unobserved(trace: Trace) -> list[Violation]:
         if (not m.row and send.via in ("send", "headers")
                 and not m.cause.startswith("ProducerClosed")):
             unread += 1
-    reported = trace.unobserved_reported
     if reported < unread:
         return [Violation("O8 unobserved", f"{unread} failed send()s nobody read; the "
                           f"unobserved-failure warnings named {reported} records")]

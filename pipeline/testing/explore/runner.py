@@ -442,6 +442,7 @@ async def _flush(producer: Producer, schedule: Schedule, at: float, trace: Trace
     await trio.sleep_until(at)
     ledger = producer._ledger
     start = trio.current_time()
+    step = trace.step()  # every send() call that returned before this one is covered
     last_id = ledger.last_accepted_id
     # Far beyond any bound the checker applies: only a stuck flush gets here.
     limit = 3 * (schedule.option("delivery_timeout") + schedule.option("request_timeout")
@@ -453,5 +454,5 @@ async def _flush(producer: Producer, schedule: Schedule, at: float, trace: Trace
             pass
     unsettled = tuple(i for i in ledger.outstanding if i <= last_id)
     trace.flushes.append(Flush(start, trio.current_time(), last_id, unsettled,
-                               scope.cancelled_caught))
+                               scope.cancelled_caught, step))
 
