@@ -371,7 +371,9 @@ def expiry(rng: random.Random, seed: int, mode: str) -> Schedule:
     linger = float(d.options["linger"])  # type: ignore[arg-type]
     dt = round(linger + rt + d.t(rng.choice([2, 5, 10, 20])), 6)
     d.options["delivery_timeout"] = dt
-    d.options["max_in_flight"] = rng.choice([1, 2, 5])
+    # one request at a time at a slow leader: the batches behind it are sent
+    # late, and their deadlines come while they are in flight
+    d.options["max_in_flight"] = rng.choice([1, 1, 2, 5])
     leader = rng.randrange(d.brokers)
     if rng.random() < 0.7:  # one broker leads all: requests carry several partitions
         d.leaders = (leader,) * d.partitions
@@ -379,7 +381,7 @@ def expiry(rng: random.Random, seed: int, mode: str) -> Schedule:
     leader = d.leaders[p]
     for _ in range(rng.randint(1, 3)):
         at = d.grid(d.t(2), d.heal_at)
-        kind = _pick(rng, [("offline", 3), ("slow", 3), ("error", 2), ("stale", 1)])
+        kind = _pick(rng, [("offline", 3), ("slow", 4), ("error", 2), ("stale", 1)])
         if kind == "offline":  # no leader for longer than the timeout, or a bit less
             d.event(at, "stop", node=leader, flag=False)
             back = round(at + dt * rng.choice([0.5, 1.0, 1.5, 3.0]), 6)
