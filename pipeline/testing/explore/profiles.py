@@ -379,6 +379,9 @@ def expiry(rng: random.Random, seed: int, mode: str) -> Schedule:
         d.leaders = (leader,) * d.partitions
     p = rng.randrange(d.partitions)
     leader = d.leaders[p]
+    if rng.random() < 0.6:  # answers slower than what is left of the batches sent late
+        d.event(0.0, "slow", node=leader, seconds=round(rt * rng.choice([0.6, 0.8, 0.95]), 6),
+                duration=d.heal_at, flag=rng.random() < 0.5)
     for _ in range(rng.randint(1, 3)):
         at = d.grid(d.t(2), d.heal_at)
         kind = _pick(rng, [("offline", 3), ("slow", 4), ("error", 2), ("stale", 1)])
