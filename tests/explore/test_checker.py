@@ -247,3 +247,73 @@ def test_guard_violations_seen_by_the_probes_are_violations() -> None:
     t = trace(True, [], [])
     t.guard_violations = {"G1 below the watermark": "partition 0: ..."}
     assert kinds(t) == ["G1 below the watermark"]
+
+
+def test_keyless_messages_spread_as_the_sticky_partitioner_spreads_them() -> None:
+    """K1: a batch's worth of keyless messages (by their size bounds) to one
+    partition, the one reaching batch_bytes included, then the next partition."""
+    from pipeline.testing.explore.calls import bound_of
+    from pipeline.testing.explore.schedule import Send
+
+    sends = tuple(Send(0.0, 0, 20) for _ in range(12))
+    size = bound_of(sends[0], 0)
+    assert all(bound_of(sends[i], i) == size for i in range(10))  # (one-digit indexes)
+    s = with_options(replace(schedule(True), partitions=3, sends=sends),
+                     batch_bytes=3 * size)
+
+    def spread(partitions: list[int], rows: tuple[int, ...] = ()) -> list[str]:
+        ms = [msg(i, partition=p, offset=-1) for i, p in enumerate(partitions)]
+        for m in ms:
+            m.row = m.index in rows
+        t = Trace(s, messages=ms, close_start=50.0, close_end=50.0)
+        t.logs = {p: [value_of(m.index, 20) for m in ms if m.partition == p] for p in range(3)}
+        for m in ms:
+            m.value = value_of(m.index, 20)
+        return [v.kind for v in check(t) if v.kind.startswith("K1")]
+
+    assert spread([0, 0, 0, 2, 2, 2, 1, 1, 1, 0]) == []
+    assert spread([0, 0, 0, 0, 2]) == ["K1 sticky"]  # stayed past batch_bytes
+    assert spread([0, 0, 0, 2, 2, 1]) == ["K1 sticky"]  # moved on too early
+    assert spread([0, 0, 2, 2, 2, 1]) == []  # (the first run's earlier bytes are unknown)
+    assert spread([0, 0, 0, 2, 2, 1, 1], rows=(5,)) == []  # a keyless row: a new stretch
+
+
+def test_the_close_reports_what_it_failed() -> None:
+    """O7: the count the close logs is what it failed."""
+    t = trace(True, [msg(0, offset=0)], [0])
+    t.close_failed = (3, 3)
+    assert kinds(t) == []
+    t.close_failed = (1, 3)
+    assert kinds(t) == ["O7 close report"]
+
+
+def test_a_failure_nobody_reads_is_reported_and_nothing_more() -> None:
+    """O8: a failed send() nobody awaited is named by an unobserved-failure
+    warning; one reported through a callback is not."""
+    from pipeline.testing.explore.schedule import Send
+
+    s = replace(schedule(True), sends=(Send(0.0, 0, 0, partition=0),) * 3)
+    t = Trace(s, messages=[msg(0, offset=0), msg(1, ok=False), msg(2, ok=False)],
+              close_start=50.0, close_end=50.0)
+    t.logs = {0: [value_of(0, 0)]}
+    t.unobserved_reported = 2
+    assert kinds(t) == []
+    t.unobserved_reported = 1
+    assert kinds(t) == ["O8 unobserved"]  # one failure went unseen
+    t.messages[2].called = "failed DeliveryTimeoutError: expired"
+    assert kinds(t) == []  # its callback saw it
+    t.unobserved_reported = 2
+    assert kinds(t) == ["O8 unobserved"]  # named one the callback had reported
+
+
+def test_a_flush_covers_every_send_that_returned_before_it() -> None:
+    """O2, judged by the calls: a message whose send() returned before flush()
+    was called is settled when flush() returns, whatever the ledger's last id."""
+    ms = [msg(0, offset=0, settled=0.5), msg(1, offset=1, settled=3.0)]  # calls at steps 0-1, 2-3
+    t = trace(True, ms, [0, 1])
+    t.flushes = [Flush(0.2, 3.0, 0, (), False, step=4)]
+    assert kinds(t) == []
+    t.flushes = [Flush(0.2, 2.0, 0, (), False, step=4)]  # returned before #1 settled
+    assert kinds(t) == ["O2 flush early"]
+    t.flushes = [Flush(0.2, 2.0, 0, (), False, step=3)]  # #1's call had not returned
+    assert kinds(t) == []

@@ -82,26 +82,34 @@ class TopicProducer:
             batch = pending[0] if len(pending) == 1 else list(chain.from_iterable(pending))
             await self._route(batch)
 
-    async def _partition_count(self, msgs: list[ProducerMessage]) -> int | None:
+    async def _partition_count(
+        self, msgs: list[ProducerMessage]
+    ) -> tuple[int | None, list[ProducerMessage]]:
+        """The topic's partition count, and the messages still waiting for it: while
+        metadata is awaited, each message fails at its own delivery deadline (never
+        at an earlier one's: nothing expires before its delivery_timeout)."""
         cluster = self._cluster
         n = cluster.partition_count_nowait(self.topic)
         if n is not None:
-            return n
-        deadline = min(m._deadline for m in msgs)
-        try:
-            with trio.fail_at(deadline):
-                return await cluster.partitions_for(self.topic)
-        except trio.TooSlowError:
-            self._ledger.fail(msgs, DeliveryTimeoutError(
-                f"no metadata for topic {self.topic!r} within delivery_timeout="
-                f"{self._config.delivery_timeout}s"
-            ))
-        except KafkaError as exc:
-            self._ledger.fail(msgs, exc)
-        return None
+            return n, msgs
+        while msgs:
+            try:
+                with trio.fail_at(min(m._deadline for m in msgs)):
+                    return await cluster.partitions_for(self.topic), msgs
+            except trio.TooSlowError:
+                now = trio.current_time()
+                self._ledger.fail([m for m in msgs if m._deadline <= now], DeliveryTimeoutError(
+                    f"no metadata for topic {self.topic!r} within delivery_timeout="
+                    f"{self._config.delivery_timeout}s"
+                ))
+                msgs = [m for m in msgs if m._deadline > now]
+            except KafkaError as exc:
+                self._ledger.fail(msgs, exc)
+                break
+        return None, msgs
 
     async def _route(self, msgs: list[ProducerMessage]) -> None:
-        n = await self._partition_count(msgs)
+        n, msgs = await self._partition_count(msgs)
         if n is None:
             return
         topic = self.topic

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from .checker import Violation, check
 from .guards import GUARDS
-from .profiles import PROFILES, targeted
+from .profiles import EXTRA, PROFILES, targeted
 from .runner import Trace, run_schedule
 from .schedule import Schedule, from_json, generate, to_json
 from .shrink import shrink
@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plain", action="store_true",
                    help="only the plain generator (schedule.generate: the seeds of the "
                         "explorer's first sweeps replay as they did)")
-    p.add_argument("--profile", choices=sorted(PROFILES),
+    p.add_argument("--profile", choices=sorted([*PROFILES, *EXTRA]),
                    help="only targeted schedules of this profile (profiles.py)")
     p.add_argument("--workload", choices=("producer", "transactions"), default="producer",
                    help="what the schedules drive: the producer, or a transactional "

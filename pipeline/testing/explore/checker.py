@@ -55,7 +55,9 @@ Both modes:
   ``request_timeout`` (the answer a batch in flight may still wait for); every
   byte of ``buffer_memory`` reserved is released by the end of the close;
 * O2 a ``flush()`` returns by its start + ``delivery_timeout`` +
-  ``request_timeout``, with every message accepted before it settled;
+  ``request_timeout``, with every message accepted before it settled (the
+  ledger's own last id and, independently of it, every ``send()`` call that
+  returned before ``flush()`` was called);
 * O3 close returns within ``close_timeout``, plus ``request_timeout`` when
   idempotent (the bounded drain of requests on the wire);
 * C1 no message fails with ProducerClosed before the close began; when the
@@ -76,6 +78,13 @@ Both modes:
   the same limit, would refuse it: the producer splits a refused batch, KIP-126,
   but that costs a round trip and a retry level per split), and no message
   fails with MESSAGE_TOO_LARGE;
+* K1 keyless records spread as Kafka's sticky partitioner spreads them
+  (KIP-480/794): ``batch_bytes`` of them (their size bounds) to one partition,
+  the record that reaches it included, then another partition (``_sticky_spread``);
+* O7 the close's count of undelivered messages (logged) is what it failed;
+* O8 every failure nobody read is named by an unobserved-failure warning by the
+  end of the close, and the warnings name no failure a callback or
+  ``producer.errors`` reported;
 * no exception escapes the producer (a crash is a violation).
 """
 
@@ -86,6 +95,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .calls import bound_of
 from .trace import Message, Trace
 
 EPS = 1e-9
@@ -360,6 +370,15 @@ def _flushes_and_close(trace: Trace) -> list[Violation]:
         if f.unsettled:
             out.append(Violation("O2 flush early", f"flush() at {f.start:.4f} returned with "
                                  f"{len(f.unsettled)} earlier messages unsettled"))
+        elif f.step and not f.cut:
+            # (the same, judged by the calls, not by the ledger's own last id)
+            early = next((m for m in trace.messages if m.call[1] < f.step
+                          and m.reported is None and not m.row
+                          and (m.settled_at is None or m.settled_at > f.end + EPS)), None)
+            if early is not None:
+                out.append(Violation("O2 flush early", f"flush() at {f.start:.4f} returned at "
+                                     f"{f.end:.4f}; message #{early.index}, sent before it, "
+                                     f"settled at {early.settled_at}"))
     for m in trace.messages:
         closed = m.cause.startswith("ProducerClosed")
         if closed and m.settled_at is not None and not m.settled_closing:
@@ -485,4 +504,106 @@ def _requests(trace: Trace) -> list[Violation]:
             return [Violation("P1 request", f"a Produce request with acks={request.acks}, "
                               f"timeout_ms={request.timeout_ms}; configured acks={acks}, "
                               f"timeout_ms={timeout_ms}")]
+    return []
+
+
+@invariant
+def _sticky_spread(trace: Trace) -> list[Violation]:
+    """K1: keyless records spread as Kafka's sticky partitioner spreads them
+    (KIP-480/794, the Java client's ``BuiltInPartitioner``): the default
+    partitioner gives the records with neither key nor partition to one
+    partition until ``batch_bytes`` of them (their ``send()`` size bounds) went
+    there, the record that reaches it included, then moves to another one.
+
+    Judged on the per-message path (not rows of a columnar burst or a
+    ``send_batch()``, which move on per full batch of rows): in acceptance order,
+    within each stretch of such messages no keyless row interrupts, every run of
+    one partition holds less than ``batch_bytes`` before its last record, and a
+    run followed by another holds at least ``batch_bytes``. (The first run of a
+    stretch may continue bytes counted before it: only its upper bound holds.)"""
+    s = trace.schedule
+    if s.partitions < 2 or trace.crash:
+        return []
+    batch_bytes = s.option("batch_bytes")
+    stretches: list[list[tuple[int, int, int]]] = [[]]  # (partition, size, index)
+    for m in sorted(trace.messages, key=lambda m: m.id):
+        send = s.sends[m.index] if m.index < len(s.sends) else None
+        if send is None or send.key is not None or send.partition is not None:
+            continue
+        if m.row:
+            if stretches[-1]:
+                stretches.append([])
+            continue
+        if m.partition is None:
+            continue  # never routed: the partitioner never saw it
+        stretches[-1].append((m.partition, bound_of(send, m.index), m.index))
+    out: list[Violation] = []
+    for stretch in stretches:
+        runs: list[list[tuple[int, int, int]]] = []
+        for item in stretch:
+            if runs and runs[-1][0][0] == item[0]:
+                runs[-1].append(item)
+            else:
+                runs.append([item])
+        for k, run in enumerate(runs):
+            before_last = sum(size for _, size, _ in run[:-1])
+            if before_last >= batch_bytes:
+                out.append(Violation("K1 sticky", f"{len(run)} keyless messages in a row "
+                                     f"(#{run[0][2]}..#{run[-1][2]}) went to partition "
+                                     f"{run[0][0]}: {before_last} bytes before the last, "
+                                     f"batch_bytes={batch_bytes}"))
+            elif 0 < k < len(runs) - 1 and before_last + run[-1][1] < batch_bytes:
+                out.append(Violation("K1 sticky", f"keyless messages #{run[0][2]}..#{run[-1][2]} "
+                                     f"({before_last + run[-1][1]} bytes) went to partition "
+                                     f"{run[0][0]}, then the next to {runs[k + 1][0][0]}: "
+                                     f"moved on before batch_bytes={batch_bytes}"))
+            if out:
+                return out
+    return out
+
+
+@invariant
+def _close_report(trace: Trace) -> list[Violation]:
+    """O7: the close reports what it failed: the count of undelivered messages
+    it logs ("producer closed with N undelivered messages") is the number of
+    messages and rows it failed with ProducerClosed."""
+    if trace.close_failed is None or trace.crash:
+        return []
+    reported, failed = trace.close_failed
+    if reported != failed:
+        return [Violation("O7 close report", f"the close reports {reported} undelivered "
+                          f"messages; it failed {failed}")]
+    return []
+
+
+@invariant
+def _unobserved(trace: Trace) -> list[Violation]:
+    """O8: no failure goes unseen: every failed ``send()`` whose outcome nobody
+    read (the explorer never awaits a plain ``send()``'s delivery) is named by an
+    unobserved-failure warning by the end of the close, unless the close itself
+    failed it (and reported it so: O7); and the warnings name no more records
+    than failed without an ``on_delivery`` callback or ``producer.errors``, which
+    report every failure they get."""
+    reported = trace.unobserved_reported
+    if reported is None or trace.crash:
+        return []
+    s = trace.schedule
+    unread = possible = 0
+    for m in trace.messages:
+        if m.ok or m.pending or m.cause.startswith("TransactionAbortedError"):
+            continue
+        send = s.sends[m.index] if m.index < len(s.sends) else None
+        if send is None or m.called or send.via == "input":
+            continue
+        possible += 1
+        if (not m.row and send.via in ("send", "headers")
+                and not m.cause.startswith("ProducerClosed")):
+            unread += 1
+    if reported < unread:
+        return [Violation("O8 unobserved", f"{unread} failed send()s nobody read; the "
+                          f"unobserved-failure warnings named {reported} records")]
+    if reported > possible:
+        return [Violation("O8 unobserved", f"the unobserved-failure warnings named {reported} "
+                          f"records; only {possible} failed without a callback or "
+                          "producer.errors")]
     return []

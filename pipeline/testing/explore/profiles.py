@@ -23,7 +23,10 @@ reach which guard"):
 * ``give-up``: few retries, short delivery timeouts, stopped leaders: give-ups,
   expiries of held-back messages, leaving a broker producer with a chaser;
 * ``sizes``: the topic's limit below the producer's (KIP-126 splits), batches
-  capped by ``max_message_bytes``, acks=0.
+  capped by ``max_message_bytes``, acks=0;
+* ``expiry``: delivery timeouts running out while a partition's leader is
+  offline (messages waiting in the partition stage), at a slow leader (batches
+  in flight, several partitions a request), after a bounce, and at the close.
 
 Every profile mixes the send paths (``send()``, with headers, ``send_many()``,
 ``producer.input``, columnar loops) in one schedule, on both idempotence modes
@@ -116,7 +119,7 @@ class _Draft:
 
     # -- sends -------------------------------------------------------------------
     def stream(self, start: float, end: float, *, partition: int | None, density: float,
-               burst: tuple[int, int] = (1, 4)) -> None:
+               burst: tuple[int, int] = (1, 4), inputs: int = 1) -> None:
         """Sends at grid instants in [start, end): at each, with probability
         ``density``, a burst (one source's calls in a row, each its own scheduler
         pass) by one path; mostly to ``partition`` (None: keys or no key)."""
@@ -128,7 +131,7 @@ class _Draft:
             at = self.t(k)
             source = rng.randrange(self.sources)
             via = _pick(rng, [("send", 6), ("headers", 1), ("many", 2), ("batch", 1),
-                              ("input", 1), ("loop", 1)])
+                              ("input", inputs), ("loop", 1)])
             n = rng.randint(*burst) if via != "loop" else rng.randint(20, 50)
             for _ in range(n):
                 p, key = partition, None
@@ -356,6 +359,58 @@ def sizes(rng: random.Random, seed: int, mode: str) -> Schedule:
     return d.build()
 
 
+def expiry(rng: random.Random, seed: int, mode: str) -> Schedule:
+    """Messages outliving their delivery timeout while their partition cannot
+    deliver them: waiting in the partition stage while its leader is offline
+    (a broker stopped without an election, for longer than the timeout), in
+    flight at a leader slower than what is left of it (several partitions of
+    one request, expiring at different times), bounced back while expired, and
+    still there at the close."""
+    d = _Draft(rng, seed, mode, "expiry")
+    rt = float(d.options["request_timeout"])  # type: ignore[arg-type]
+    linger = float(d.options["linger"])  # type: ignore[arg-type]
+    dt = round(linger + rt + d.t(rng.choice([2, 5, 10, 20])), 6)
+    d.options["delivery_timeout"] = dt
+    # one request at a time at a slow leader: the batches behind it are sent
+    # late, and their deadlines come while they are in flight
+    d.options["max_in_flight"] = rng.choice([1, 1, 2, 5])
+    leader = rng.randrange(d.brokers)
+    if rng.random() < 0.7:  # one broker leads all: requests carry several partitions
+        d.leaders = (leader,) * d.partitions
+    p = rng.randrange(d.partitions)
+    leader = d.leaders[p]
+    if rng.random() < 0.6:  # answers slower than what is left of the batches sent late
+        d.event(0.0, "slow", node=leader, seconds=round(rt * rng.choice([0.6, 0.8, 0.95]), 6),
+                duration=d.heal_at, flag=rng.random() < 0.5)
+    for _ in range(rng.randint(1, 3)):
+        at = d.grid(d.t(2), d.heal_at)
+        kind = _pick(rng, [("offline", 3), ("slow", 4), ("error", 2), ("stale", 1)])
+        if kind == "offline":  # no leader for longer than the timeout, or a bit less
+            d.event(at, "stop", node=leader, flag=False)
+            back = round(at + dt * rng.choice([0.5, 1.0, 1.5, 3.0]), 6)
+            if back < d.heal_at or rng.random() < 0.5:
+                d.event(min(back, d.heal_at), "restart", node=leader, flag=rng.random() < 0.3)
+        elif kind == "slow":  # answers arriving around the batches' deadlines
+            d.event(at, "slow", node=leader, seconds=round(rt * rng.choice([0.5, 0.9, 1.5]), 6),
+                    duration=round(dt * rng.choice([1.0, 2.0]), 6), flag=rng.random() < 0.5)
+        elif kind == "error":  # bounced back with their deadline near
+            d.event(at, "error", partition=p, code=d.retriable(), count=rng.randint(1, 4))
+        else:
+            d.event(at, "stale", node=rng.randrange(d.brokers), duration=round(dt, 6))
+    # No producer.input here: its messages take their deadline when the dispatcher
+    # takes them, so behind a stalled dispatcher a partition's queue is not in
+    # deadline order, and the partition producer, which wakes for the deadline at
+    # the head of its queue, expires one behind it late (G8; the other profiles
+    # keep producer.input).
+    d.stream(0.0, d.heal_at, partition=p, density=0.4, inputs=0)
+    if d.partitions > 1:
+        d.stream(0.0, d.heal_at, partition=None, density=0.2, inputs=0)
+    # Half the time the close comes in the middle of it all (a third of those
+    # without a flush): what waits and what is in flight meets the close.
+    close_at = d.grid(d.t(5), d.heal_at) if rng.random() < 0.5 else None
+    return d.build(close_at=close_at, abort=0.3)
+
+
 PROFILES: dict[str, tuple[Profile, int]] = {
     "pipelined": (pipelined, 3),
     "chaser": (chaser, 3),
@@ -363,10 +418,23 @@ PROFILES: dict[str, tuple[Profile, int]] = {
     "give-up": (give_up, 2),
     "sizes": (sizes, 1),
 }
+# Profiles drawn on a roll of their own (a share of the targeted seeds), so that
+# adding one leaves every other seed's schedule as it was.
+EXTRA: dict[str, tuple[Profile, float]] = {
+    "expiry": (expiry, 0.12),
+}
 
 
 def targeted(seed: int, mode: str = "both", profile: str | None = None) -> Schedule:
     """A schedule of one profile (drawn from the seed unless named)."""
     rng = random.Random(seed * 7919 + 17)
+    if profile in EXTRA:
+        return EXTRA[profile][0](rng, seed, mode)
+    if profile is None:
+        roll = random.Random(seed * 6151 + 29).random()
+        for fn, share in EXTRA.values():
+            if roll < share:
+                return fn(rng, seed, mode)
+            roll -= share
     name = profile or _pick(rng, [(n, w) for n, (_, w) in PROFILES.items()])
     return PROFILES[name][0](rng, seed, mode)

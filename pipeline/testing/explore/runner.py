@@ -207,6 +207,7 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
             trace.outstanding_after_close = stats.outstanding
             trace.buffered_after_close = stats.buffered_bytes
             trace.counted = (stats.accepted, stats.succeeded, stats.failed, stats.requests_sent)
+            trace.unobserved_reported = producer._unobserved.reported
             idem = producer._core.idempotence
             if idem is not None:
                 trace.idem_counts = (idem.bumps, idem.new_ids)
@@ -353,8 +354,17 @@ def _instrument(producer: Producer, trace: Trace, rows: Rows) -> Settled:
         mark(msgs, trio.current_time())
         fail(msgs, cause, reported=reported)
 
+    fail_all = ledger.fail_all_outstanding
+
+    def on_fail_all(cause: BaseException) -> int:
+        before = len(settled)
+        reported = fail_all(cause)
+        trace.close_failed = (reported, len(settled) - before)
+        return reported
+
     ledger.succeed = on_succeed  # type: ignore[method-assign]
     ledger.fail = on_fail  # type: ignore[method-assign]
+    ledger.fail_all_outstanding = on_fail_all  # type: ignore[method-assign]
     ledger.accept_rows = on_accept_rows  # type: ignore[method-assign,assignment]
     return settled
 
@@ -432,6 +442,7 @@ async def _flush(producer: Producer, schedule: Schedule, at: float, trace: Trace
     await trio.sleep_until(at)
     ledger = producer._ledger
     start = trio.current_time()
+    step = trace.step()  # every send() call that returned before this one is covered
     last_id = ledger.last_accepted_id
     # Far beyond any bound the checker applies: only a stuck flush gets here.
     limit = 3 * (schedule.option("delivery_timeout") + schedule.option("request_timeout")
@@ -443,5 +454,5 @@ async def _flush(producer: Producer, schedule: Schedule, at: float, trace: Trace
             pass
     unsettled = tuple(i for i in ledger.outstanding if i <= last_id)
     trace.flushes.append(Flush(start, trio.current_time(), last_id, unsettled,
-                               scope.cancelled_caught))
+                               scope.cancelled_caught, step))
 

@@ -74,6 +74,9 @@ class Flush:
     last_id: int  # the last id accepted when flush() was called
     unsettled: tuple[int, ...]  # ids <= last_id still unsettled when it returned
     cut: bool  # the explorer gave up waiting (the checker reports how late it was)
+    # The call step when flush() was called: a send() call that returned before
+    # it (Message.call[1] < step) was accepted before it (0: not recorded).
+    step: int = 0
 
 
 @dataclass
@@ -110,6 +113,12 @@ class Trace:
     # idempotent), and the ones the probes saw start.
     idem_counts: tuple[int, int] | None = None
     epochs_started: tuple[int, int] = (0, 0)
+    # What the close's fail_all_outstanding returned (the count it logs) and how
+    # many messages and rows it settled; None: it never ran.
+    close_failed: tuple[int, int] | None = None
+    # Records the unobserved-failure warnings named (Unobserved.reported); None:
+    # not recorded.
+    unobserved_reported: int | None = None
     end_time: float = 0.0
     # What another workload records for its own invariants (runner.WORKLOADS).
     extra: dict[str, Any] = field(default_factory=dict)
