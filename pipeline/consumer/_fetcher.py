@@ -202,8 +202,7 @@ class Fetcher:
                 failures += 1
                 logger.info("fetch from broker %d failed: %s", node, exc)
                 for s in states:
-                    s.awaiting_metadata = True
-                self._cluster.request_refresh()
+                    s.awaiting_metadata = True  # the metadata waits refresh their topics
                 await trio.sleep(self._backoff.delay(failures))
                 continue
             finally:
