@@ -1,0 +1,198 @@
+"""Where a partition starts, and how its offset lookups behave (the offset resolver,
+``pipeline/consumer/_positions.py``), pinned on the FakeCluster in virtual time."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import trio
+
+from pipeline.consumer import ConsumerError, TopicPartition
+from pipeline.protocol.api import ApiKey
+from pipeline.protocol.errors import ErrorCode
+from pipeline.testing.fake_cluster import FakeCluster
+
+from .conftest import open_fake_consumer, produce, take, until
+
+T0 = TopicPartition("t", 0)
+
+
+@pytest.fixture
+async def topic(fake: FakeCluster) -> FakeCluster:
+    fake.create_topic("t", 1)
+    await produce(fake, "t", [b"%d" % i for i in range(6)], partition=0)
+    return fake
+
+
+def lookup_times(fake: FakeCluster) -> list[float]:
+    return [r.time for r in fake.requests_of(ApiKey.LIST_OFFSETS)]
+
+
+async def test_list_offsets_names_the_consumer_and_the_leader_epoch_it_knows(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A ListOffsets asks as a consumer (replica_id -1, so Kafka answers with the high
+    watermark, not a follower's view) and carries the partition's leader epoch from
+    metadata (KIP-320: a leader with a newer epoch refuses instead of answering)."""
+    fake = topic
+    fake.move_leader("t", 0)
+    epoch = fake.partition("t", 0).leader_epoch
+    assert epoch > 0
+    async with open_fake_consumer(fake, partitions=[("t", 0)]) as consumer:
+        assert [r.offset for r in await take(consumer, 1)] == [0]
+    request = fake.requests_of(ApiKey.LIST_OFFSETS)[0].request
+    assert request.replica_id == -1
+    assert [p.current_leader_epoch for t in request.topics for p in t.partitions] == [epoch]
+
+
+async def test_a_retriable_lookup_error_is_retried_after_the_backoff_and_refreshes_metadata(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """NOT_LEADER_OR_FOLLOWER on a ListOffsets is retried (the consumer starts at the
+    earliest offset as asked), after retry_backoff growing per consecutive failure
+    (0.25, 0.5, 1.0 with jitter at its midpoint), with a Metadata refresh before each
+    retry (the leader moved: asking the same broker again would fail again)."""
+    fake = topic
+    fake.fail_next(ApiKey.LIST_OFFSETS, ErrorCode.NOT_LEADER_OR_FOLLOWER, count=3)
+    async with open_fake_consumer(fake, partitions=[("t", 0)], retry_backoff=0.25,
+                                  retry_backoff_max=8.0, retry_backoff_jitter=0.2) as consumer:
+        assert [r.offset for r in await take(consumer, 6)] == list(range(6))
+        times = lookup_times(fake)
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert gaps == pytest.approx([0.25, 0.5, 1.0])
+        metadata = [r.time for r in fake.requests_of(ApiKey.METADATA)]
+        for failed, retried in zip(times, times[1:], strict=False):
+            assert any(failed <= m <= retried for m in metadata)
+
+        # A later lookup (after a success) backs off from the start again.
+        fake.fail_next(ApiKey.LIST_OFFSETS, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        await consumer.seek_to_beginning([("t", 0)])
+        assert [r.offset for r in await take(consumer, 1)] == [0]
+        times = lookup_times(fake)
+        assert len(times) == 6 and times[-1] - times[-2] == pytest.approx(0.25)
+
+
+async def test_the_backoff_starts_over_when_nothing_waits_for_an_offset(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A lookup that failed, for a partition the application then positioned itself,
+    does not make the next, unrelated lookup wait longer: retries count consecutive
+    failures of the lookups still needed."""
+    fake = topic
+    fake.fail_next(ApiKey.LIST_OFFSETS, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    async with open_fake_consumer(fake, partitions=[("t", 0)], retry_backoff=0.25,
+                                  retry_backoff_max=8.0) as consumer:
+        await fake.wait_for_requests(ApiKey.LIST_OFFSETS, 1)
+        await consumer.seek(("t", 0), 4)  # during the backoff: nothing needs a lookup
+        assert [r.offset for r in await take(consumer, 1)] == [4]
+        await trio.sleep(1)  # the backoff is over, nothing needs a lookup
+        fake.fail_next(ApiKey.LIST_OFFSETS, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        await consumer.seek_to_beginning([("t", 0)])
+        assert [r.offset for r in await take(consumer, 1)] == [0]
+        times = lookup_times(fake)
+        assert len(times) == 3 and times[-1] - times[-2] == pytest.approx(0.25)
+
+
+async def test_a_non_retriable_lookup_error_fails_the_consumer(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """TOPIC_AUTHORIZATION_FAILED on a ListOffsets is not retried: the application's
+    next iteration raises a ConsumerError naming the partition and the error."""
+    fake = topic
+    fake.fail_next(ApiKey.LIST_OFFSETS, ErrorCode.TOPIC_AUTHORIZATION_FAILED, count=None)
+    async with open_fake_consumer(fake, partitions=[("t", 0)]) as consumer:
+        with pytest.raises(ConsumerError, match=r"t\[0\] failed: TOPIC_AUTHORIZATION_FAILED"):
+            await take(consumer, 1, within=10)
+    assert len(fake.requests_of(ApiKey.LIST_OFFSETS)) == 1
+
+
+async def test_a_partial_answer_retries_only_the_missing_partitions(
+    fake: FakeCluster, autojump_clock: Any,
+) -> None:
+    """One partition answered, the other NOT_LEADER_OR_FOLLOWER: the answered one is
+    positioned at once, the other is looked up again after retry_backoff (not at once,
+    and not forgotten)."""
+    fake.create_topic("two", 2)
+    for p in range(2):
+        await produce(fake, "two", [b"a", b"b"], partition=p)
+    fake.fail_next(ApiKey.LIST_OFFSETS, ErrorCode.NOT_LEADER_OR_FOLLOWER, topic="two",
+                   partition=1)
+    async with open_fake_consumer(fake, partitions=[("two", 0), ("two", 1)],
+                                  retry_backoff=0.25, retry_backoff_max=8.0) as consumer:
+        records = await take(consumer, 4)
+        assert sorted((r.partition, r.offset) for r in records) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+        asked = [(r.time, p.partition_index) for r in fake.requests_of(ApiKey.LIST_OFFSETS)
+                 for t in r.request.topics for p in t.partitions]
+        assert [p for _, p in asked] == [0, 1, 1]
+        assert asked[2][0] - asked[1][0] == pytest.approx(0.25)
+
+
+async def test_a_seek_during_a_lookup_wins_over_the_lookups_answer(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """The application's seek() made while a ListOffsets is in flight stands: the late
+    answer for the earlier reset is dropped."""
+    fake = topic
+    fake.delay_responses(2.0, api_key=ApiKey.LIST_OFFSETS, count=1)
+    async with open_fake_consumer(fake, partitions=[("t", 0)]) as consumer:
+        await fake.wait_for_requests(ApiKey.LIST_OFFSETS, 1)
+        await consumer.seek(("t", 0), 3)
+        assert [r.offset for r in await take(consumer, 3)] == [3, 4, 5]
+
+
+async def test_a_seek_in_on_assigned_wins_over_the_committed_offset(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A group member's seek() in on_assigned, made while the committed offsets are
+    being fetched, stands: the committed offset that arrives later is not applied."""
+    fake = topic
+    async with open_fake_consumer(fake, group_id="g", topics=["t"]) as consumer:
+        await take(consumer, 3)
+        await consumer.commit({("t", 0): 2})
+    fake.delay_responses(2.0, api_key=ApiKey.OFFSET_FETCH, count=1)
+
+    async def seek(consumer: Any, parts: frozenset[TopicPartition]) -> None:
+        await consumer.seek(("t", 0), 4)
+
+    async with open_fake_consumer(fake, group_id="g", topics=["t"], on_assigned=seek,
+                                  auto_offset_reset="latest") as consumer:
+        assert [r.offset for r in await take(consumer, 2)] == [4, 5]
+
+
+async def test_a_committed_offset_of_zero_is_a_position(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """Committed offset 0 means "start at 0": no auto_offset_reset ("latest" here)
+    and no ListOffsets."""
+    fake = topic
+    async with open_fake_consumer(fake, group_id="g", topics=["t"],
+                                  enable_auto_commit=False) as consumer:
+        await take(consumer, 1)
+        await consumer.commit({("t", 0): 0})
+    before = len(fake.requests_of(ApiKey.LIST_OFFSETS))
+    async with open_fake_consumer(fake, group_id="g", topics=["t"],
+                                  auto_offset_reset="latest") as consumer:
+        assert [r.offset for r in await take(consumer, 2)] == [0, 1]
+    assert len(fake.requests_of(ApiKey.LIST_OFFSETS)) == before
+
+
+async def test_a_lookup_waits_with_the_configured_rng(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """The retry delay draws its jitter from the configured ``rng`` (reproducible runs):
+    with an rng returning 0.75 and jitter 0.5, the first retry waits 0.25 * 1.25."""
+
+    class ThreeQuarters(random.Random):
+        def random(self) -> float:
+            return 0.75
+
+    fake = topic
+    fake.fail_next(ApiKey.LIST_OFFSETS, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    async with open_fake_consumer(fake, partitions=[("t", 0)], retry_backoff=0.25,
+                                  retry_backoff_max=8.0, retry_backoff_jitter=0.5,
+                                  rng=ThreeQuarters()) as consumer:
+        await take(consumer, 1)
+    times = lookup_times(fake)
+    assert times[1] - times[0] == pytest.approx(0.3125)
