@@ -69,6 +69,7 @@ class Coordinator848:
         self.errors: deque[int] = deque()  # the next heartbeats' answers
         self.commit_errors: deque[int] = deque()  # the next commits' answers
         self.heartbeats: list[cgh.ConsumerGroupHeartbeatRequest] = []
+        self.times: list[float] = []  # when each heartbeat arrived
         self.send_member_id = True  # the answer names the member id
         self.server_member_id: str | None = None  # the id a joining member is given
         self.drops = 0  # the next heartbeats close the connection instead
@@ -99,6 +100,7 @@ class Coordinator848:
     def _heartbeat(self, ctx: ControlContext) -> Any:
         req: cgh.ConsumerGroupHeartbeatRequest = ctx.request
         self.heartbeats.append(req)
+        self.times.append(ctx.time)
         if self.drops:
             self.drops -= 1
             return DROP
@@ -242,6 +244,13 @@ async def running(fake: FakeCluster, member: Member, **overrides: Any) -> AsyncI
         nursery.start_soon(consume)
         yield member
         nursery.cancel_scope.cancel()
+
+
+def quiet(coord: Coordinator848) -> None:
+    """The member joining next owns nothing: no fetch long-polls hold up the connection
+    its coordinator lookups use, so request times show the member's own backoffs."""
+    coord.server_member_id = "quiet"
+    coord.targets["quiet"] = frozenset()
 
 
 def beats(coord: Coordinator848, member_id: str) -> list[cgh.ConsumerGroupHeartbeatRequest]:
@@ -434,18 +443,20 @@ async def test_a_moved_coordinator_is_found_again_and_the_membership_kept(
     nothing is lost."""
     m = Member()
     coord.interval_ms = 10_000
-    async with running(fake, m):
-        await until(lambda: len(m.records) == 20)
+    quiet(coord)
+    async with running(fake, m, retry_backoff=0.1, retry_backoff_max=5.0):
+        await until(lambda: m.c.state == "stable")
         finds = len(fake.requests_of(ApiKey.FIND_COORDINATOR))
         n = len(coord.heartbeats)
         coord.errors.append(int(code))
         await until(lambda: len(coord.heartbeats) >= n + 2, 30)
         first, retry = coord.heartbeats[n], coord.heartbeats[n + 1]
-        times = [r.time for r in fake.requests_of(ApiKey.CONSUMER_GROUP_HEARTBEAT)]
-        assert 0.1 <= times[n + 1] - times[n] < 1  # the backoff (0.125 s), not the interval
+        times = coord.times
+        # the first retry's backoff (retry_backoff), not the heartbeat interval
+        assert times[n + 1] - times[n] == pytest.approx(0.1, abs=0.02)
         assert len(fake.requests_of(ApiKey.FIND_COORDINATOR)) > finds
         assert retry.member_epoch == first.member_epoch == 1
-        assert m.events == [("assigned", ALL4)] and m.c.state == "stable"
+        assert m.events == [("assigned", frozenset())] and m.c.state == "stable"
         assert m.c.statistics().coordinator_moves >= 0
 
 
@@ -458,33 +469,43 @@ async def test_a_busy_coordinator_is_asked_again_after_the_backoff(
     again after the backoff (no FindCoordinator), the membership kept."""
     m = Member()
     coord.interval_ms = 10_000
-    async with running(fake, m):
-        await until(lambda: len(m.records) == 20)
+    quiet(coord)
+    async with running(fake, m, retry_backoff=0.1, retry_backoff_max=5.0):
+        await until(lambda: m.c.state == "stable")
         finds = len(fake.requests_of(ApiKey.FIND_COORDINATOR))
         n = len(coord.heartbeats)
         coord.errors.extend([int(code)] * 3)
         await until(lambda: len(coord.heartbeats) >= n + 4, 30)
-        times = [r.time for r in fake.requests_of(ApiKey.CONSUMER_GROUP_HEARTBEAT)]
-        for i in range(n, n + 3):
-            assert 0.1 <= times[i + 1] - times[i] < 1
+        times = coord.times
+        for i in range(n, n + 3):  # the coordinator answered: each retry waits retry_backoff
+            assert times[i + 1] - times[i] == pytest.approx(0.1, abs=0.02)
         assert len(fake.requests_of(ApiKey.FIND_COORDINATOR)) == finds
-        assert m.events == [("assigned", ALL4)] and m.c.state == "stable"
+        assert m.events == [("assigned", frozenset())] and m.c.state == "stable"
 
 
 async def test_a_lost_connection_is_retried_with_backoff(
     fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
 ) -> None:
-    """A heartbeat whose connection drops is sent again (growing backoff), the member
-    keeps its epoch and partitions."""
+    """A heartbeat whose connection drops is sent again after an exponential backoff
+    (retry_backoff, doubling per consecutive failure, starting over after an answer);
+    the member keeps its epoch and partitions."""
     m = Member()
     coord.interval_ms = 10_000
-    async with running(fake, m):
-        await until(lambda: len(m.records) == 20)
+    quiet(coord)
+    async with running(fake, m, retry_backoff=0.1, retry_backoff_max=5.0):
+        await until(lambda: m.c.state == "stable")
         n = len(coord.heartbeats)
-        coord.drops = 2
-        await until(lambda: len(coord.heartbeats) >= n + 3, 30)
-        assert coord.heartbeats[n + 2].member_epoch == 1
-        assert m.events == [("assigned", ALL4)] and m.c.state == "stable"
+        coord.drops = 3
+        await until(lambda: len(coord.heartbeats) >= n + 4, 30)
+        times = coord.times
+        gaps = [times[i + 1] - times[i] for i in range(n, n + 3)]
+        assert gaps == pytest.approx([0.1, 0.2, 0.4], abs=0.02)
+        assert coord.heartbeats[n + 3].member_epoch == 1
+        coord.drops = 1
+        await until(lambda: len(coord.heartbeats) >= n + 6, 30)
+        times = coord.times
+        assert times[n + 5] - times[n + 4] == pytest.approx(0.1, abs=0.02)
+        assert m.events == [("assigned", frozenset())] and m.c.state == "stable"
 
 
 async def test_a_refused_heartbeat_fails_the_consumer_with_the_reason(
@@ -590,6 +611,7 @@ async def test_a_commit_before_joining_fails_without_a_request(
     m = Member()
     async with running(fake, m):
         await trio.sleep(1)
+        assert m.c.state == "rebalancing"  # joining
         with pytest.raises(CommitFailedError, match="not a member"):
             await m.c.commit({("t", 0): 1})
         assert fake.requests_of(ApiKey.OFFSET_COMMIT) == []
@@ -732,3 +754,20 @@ async def test_close_before_joining_sends_no_leave(
         await trio.sleep(1)
     assert all(r.member_epoch == 0 for r in coord.heartbeats)
     assert m.events == []
+
+
+async def test_a_member_without_a_seeded_rng_gets_a_fresh_uuid_member_id(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """Without ``rng`` the member id is a fresh random UUID (KIP-1082: the client picks
+    it), different per consumer, and the member joins with it."""
+    import uuid
+
+    a, b = Member(), Member()
+    async with running(fake, a, rng=None), running(fake, b, rng=None):
+        await until(lambda: a.c.state == "stable" and b.c.state == "stable")
+        ids = {a.member_id, b.member_id}
+        assert len(ids) == 2
+        for i in ids:
+            assert str(uuid.UUID(i)) == i
+        assert {r.member_id for r in coord.heartbeats if r.member_epoch == 0} == ids
