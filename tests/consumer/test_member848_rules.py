@@ -73,6 +73,8 @@ class Coordinator848:
         self.send_member_id = True  # the answer names the member id
         self.server_member_id: str | None = None  # the id a joining member is given
         self.drops = 0  # the next heartbeats close the connection instead
+        self.hold_assignment = 0  # the next answers to a member leave its new target out
+        self.leave_delay = 0.0  # seconds a leave heartbeat's answer takes
         fake.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, self._heartbeat, sticky=True)
         fake.control(ApiKey.OFFSET_COMMIT, self._commit, sticky=True)
 
@@ -97,7 +99,7 @@ class Coordinator848:
             cgh.ResponseTopicPartitions(topic_id=topics[t].topic_id, partitions=tuple(sorted(ps)))
             for t, ps in sorted(by_topic.items())))
 
-    def _heartbeat(self, ctx: ControlContext) -> Any:
+    async def _heartbeat(self, ctx: ControlContext) -> Any:
         req: cgh.ConsumerGroupHeartbeatRequest = ctx.request
         self.heartbeats.append(req)
         self.times.append(ctx.time)
@@ -110,6 +112,7 @@ class Coordinator848:
         member_id = mid if self.send_member_id else None
         if req.member_epoch < 0:
             self.members.pop(mid, None)
+            await trio.sleep(self.leave_delay)
             return cgh.ConsumerGroupHeartbeatResponse(member_id=member_id,
                                                       member_epoch=req.member_epoch)
         member = self.members.get(mid)
@@ -126,7 +129,9 @@ class Coordinator848:
         elif req.member_epoch != member.epoch:
             return cgh.ConsumerGroupHeartbeatResponse(error_code=ErrorCode.FENCED_MEMBER_EPOCH)
         assignment = None
-        if member.target != member.sent:
+        if self.hold_assignment:
+            self.hold_assignment -= 1
+        elif member.target != member.sent:
             if member.sent is not None:
                 self.group_epoch += 1
                 member.epoch = self.group_epoch
@@ -760,14 +765,72 @@ async def test_a_member_without_a_seeded_rng_gets_a_fresh_uuid_member_id(
     fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
 ) -> None:
     """Without ``rng`` the member id is a fresh random UUID (KIP-1082: the client picks
-    it), different per consumer, and the member joins with it."""
+    it), different per consumer, and the member joins with it; jittered backoffs work
+    from a fresh random source too."""
     import uuid
 
     a, b = Member(), Member()
-    async with running(fake, a, rng=None), running(fake, b, rng=None):
+    coord.errors.append(int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
+    async with running(fake, a, rng=None, retry_backoff_jitter=0.2), \
+            running(fake, b, rng=None, retry_backoff_jitter=0.2):
         await until(lambda: a.c.state == "stable" and b.c.state == "stable")
         ids = {a.member_id, b.member_id}
         assert len(ids) == 2
         for i in ids:
             assert str(uuid.UUID(i)) == i
         assert {r.member_id for r in coord.heartbeats if r.member_epoch == 0} == ids
+
+
+async def test_a_member_is_not_stable_until_its_first_target_arrives(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """Answers without an assignment (null: unchanged or not computed yet) leave a
+    joining member rebalancing with nothing assigned; the first target makes it stable.
+    Before the first answer the statistics show no heartbeat and no epoch."""
+    coord.hold_assignment = 3
+    coord.errors.append(int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
+    m = Member()
+    async with running(fake, m):
+        stats = m.c.statistics()
+        assert stats.since_last_heartbeat is None and stats.generation == 0
+        assert stats.coordinator_moves == 0
+        await until(lambda: len(coord.heartbeats) == 3)
+        assert m.c.state == "rebalancing" and m.events == []
+        await until(lambda: m.c.state == "stable", 10)
+        await until(lambda: len(m.records) == 20)
+        assert m.events == [("assigned", ALL4)]
+
+
+async def test_without_an_interval_from_the_coordinator_the_default_one_is_used(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """A coordinator that never sets heartbeat_interval_ms (0) gets a heartbeat every
+    heartbeat_interval (3 s, the default)."""
+    coord.interval_ms = 0
+    m = Member()
+    async with running(fake, m):
+        await until(lambda: len(m.records) == 20)
+        n = len(coord.heartbeats)
+        await trio.sleep(30)
+        assert 9 <= len(coord.heartbeats) - n <= 11
+
+
+async def test_a_member_iterating_while_its_leave_is_unanswered_rejoins_with_epoch_0(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """After a poll timeout the member's next heartbeat is a join (epoch 0), even when
+    the application iterates again before the coordinator answered the leave: the old
+    epoch is never sent again."""
+    coord.leave_delay = 3.0
+    m = Member()
+    async with running(fake, m, max_poll_interval=10.0):
+        await until(lambda: len(m.records) == 20)
+        m.iterating = False
+        await produce(fake, "t", [b"x"], partition=0)
+        await until(lambda: any(r.member_epoch < 0 for r in coord.heartbeats), 15)
+        i = next(i for i, r in enumerate(coord.heartbeats) if r.member_epoch < 0)
+        m.iterating = True
+        await until(lambda: len(m.errors) == 1, 5)
+        await until(lambda: len(coord.heartbeats) > i + 1 and m.c.state == "stable", 20)
+        assert coord.heartbeats[i + 1].member_epoch == 0
+        assert [type(e) for e in m.errors] == [MaxPollIntervalExceededError]
