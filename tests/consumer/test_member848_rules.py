@@ -513,22 +513,35 @@ async def test_a_lost_connection_is_retried_with_backoff(
         assert m.events == [("assigned", frozenset())] and m.c.state == "stable"
 
 
+async def test_a_first_heartbeat_that_fails_is_retried(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """A join whose connection drops is sent again after the backoff."""
+    coord.drops = 1
+    m = Member()
+    async with running(fake, m):
+        await until(lambda: m.c.state == "stable", 5)
+        assert [r.member_epoch for r in coord.heartbeats[:2]] == [0, 0]
+
+
 async def test_a_refused_heartbeat_fails_the_consumer_with_the_reason(
     fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
 ) -> None:
     """Any other error (GROUP_AUTHORIZATION_FAILED, UNSUPPORTED_ASSIGNOR...) fails the
-    consumer: the next iteration raises a GroupError naming the code, and the member
-    stops heartbeating."""
+    consumer: the next iteration raises a GroupError naming the code, and the member's
+    background work stops: no heartbeat, no leave, no auto-commit."""
     m = Member()
-    async with running(fake, m):
+    async with running(fake, m, max_poll_interval=10.0, enable_auto_commit=True,
+                       auto_commit_interval=1.0):
         await until(lambda: len(m.records) == 20)
         coord.errors.append(int(ErrorCode.GROUP_AUTHORIZATION_FAILED))
         await until(lambda: bool(m.errors), 10)
         assert "GROUP_AUTHORIZATION_FAILED" in str(m.errors[0])
         assert m.c.state == "failed"
-        n = len(coord.heartbeats)
-        await trio.sleep(20)
+        n, commits = len(coord.heartbeats), len(fake.requests_of(ApiKey.OFFSET_COMMIT))
+        await trio.sleep(40)
         assert len(coord.heartbeats) == n
+        assert len(fake.requests_of(ApiKey.OFFSET_COMMIT)) == commits
 
 
 # ------------------------------------------------------------------ commits
@@ -553,6 +566,7 @@ async def test_commits_carry_the_member_epoch_and_are_counted(
         assert m.c._group is not None
         assert m.c._group.committed_offsets == {TopicPartition("t", p): 5 for p in range(4)}
         await m.c.commit({})
+        await trio.sleep(20)  # no auto-commit (enable_auto_commit=False)
         assert len(fake.requests_of(ApiKey.OFFSET_COMMIT)) == 1
         assert (await m.c.committed([("t", 0)]))[TopicPartition("t", 0)] is not None
 
@@ -707,6 +721,15 @@ async def test_a_member_that_stops_iterating_leaves_and_rejoins_on_the_next_iter
         assert t_left - 10 >= 0
         await produce(fake, "t", [b"y"], partition=1)
         await until(lambda: any(r.value == b"y" for r in m.records), 10)
+        # and a second time alike: left, silent until the application iterates
+        m.iterating = False
+        await produce(fake, "t", [b"z"], partition=1)
+        await until(lambda: sum(r.member_epoch < 0 for r in coord.heartbeats) == 2, 15)
+        n = len(coord.heartbeats)
+        await trio.sleep(20)
+        assert len(coord.heartbeats) == n
+        m.iterating = True
+        await until(lambda: len(m.errors) == 2 and m.c.state == "stable", 10)
 
 
 async def test_the_poll_deadline_is_max_poll_interval_after_the_last_iteration(
