@@ -193,14 +193,19 @@ class GroupMember848:
                 await trio.sleep(self._backoff.delay(attempt))
                 continue
             attempt = 0
-            await self._on_answer(response)
+            accepted = await self._on_answer(response)
             self._beaten.set()
             self._beaten = trio.Event()
-            with trio.move_on_after(self._interval):
-                await self._beat_now.wait()
+            if accepted:
+                # As the Java client: the interval only follows an accepted heartbeat; a
+                # refused one is sent again (rejoining, or to the coordinator found again)
+                # after its backoff, not one interval later.
+                with trio.move_on_after(self._interval):
+                    await self._beat_now.wait()
             self._beat_now = trio.Event()
 
-    async def _on_answer(self, response: cgh.ConsumerGroupHeartbeatResponse) -> None:
+    async def _on_answer(self, response: cgh.ConsumerGroupHeartbeatResponse) -> bool:
+        """Act on a heartbeat's answer; whether the coordinator accepted it."""
         assert self._coordinator is not None
         code = error_code(response.error_code)
         if code == ErrorCode.NONE:
@@ -218,7 +223,8 @@ class GroupMember848:
             if self.state != "stable" and self._target_ids is not None:
                 self.state = "stable"
                 self._assignment.changed()
-        elif code in _LOST:
+            return True
+        if code in _LOST:
             logger.info("group %r: heartbeat answered %s; joining again", self.group_id, code.name)
             self.member_epoch = 0
             self.state = "unjoined"
@@ -226,14 +232,15 @@ class GroupMember848:
             owned = frozenset(self._assignment.partitions)
             if owned:
                 await self._handoff.post("lose", owned)
-        elif code in COORDINATOR_GONE or code in _RETRY:
+            return False
+        if code in COORDINATOR_GONE or code in _RETRY:
             if code in COORDINATOR_GONE:
                 self._coordinator.forget()
             await trio.sleep(self._backoff.delay(1))
-        else:
-            raise GroupError(f"group {self.group_id!r}: ConsumerGroupHeartbeat refused: "
-                             f"{code.name} ({response.error_message or code.description})",
-                             int(code))
+            return False
+        raise GroupError(f"group {self.group_id!r}: ConsumerGroupHeartbeat refused: "
+                         f"{code.name} ({response.error_message or code.description})",
+                         int(code))
 
     async def _reconciler(self) -> None:
         while True:
