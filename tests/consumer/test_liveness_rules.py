@@ -92,10 +92,8 @@ async def test_a_fatal_heartbeat_answer_fails_the_consumer_with_its_reason(
                                   group_instance_id="a-1") as consumer:
         await take(consumer, 1)
         fake.fail_next(ApiKey.HEARTBEAT, code)
-        with pytest.raises(GroupError) as caught:
-            with trio.fail_after(10):
-                async for _ in consumer:
-                    await trio.sleep(0.1)
+        with pytest.raises(GroupError) as caught, trio.fail_after(10):
+            await iterate_slowly(consumer)
         assert f"group 'g': heartbeat refused: {message}" in str(caught.value)
         assert caught.value.error_code == int(code)
 
@@ -258,3 +256,9 @@ async def test_leave_group_at_every_version_names_the_member(
         assert [(m.member_id, m.reason) for m in leave.request.members] == [
             (member_id, "the consumer is closing" if version >= 5 else None)]
     assert len(fake.group("g").members) == 0
+
+
+async def iterate_slowly(consumer: Any) -> None:
+    """Iterate, 0.1 s per record, until the iteration raises."""
+    async for _ in consumer:
+        await trio.sleep(0.1)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import open_fake_consumer, produce, take, until
+from .conftest import open_fake_consumer, produce, take
 
 T0 = TopicPartition("t", 0)
 
@@ -60,10 +61,10 @@ async def test_a_retriable_lookup_error_is_retried_after_the_backoff_and_refresh
                                   retry_backoff_max=8.0, retry_backoff_jitter=0.2) as consumer:
         assert [r.offset for r in await take(consumer, 6)] == list(range(6))
         times = lookup_times(fake)
-        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        gaps = [b - a for a, b in pairwise(times)]
         assert gaps == pytest.approx([0.25, 0.5, 1.0])
         metadata = [r.time for r in fake.requests_of(ApiKey.METADATA)]
-        for failed, retried in zip(times, times[1:], strict=False):
+        for failed, retried in pairwise(times):
             assert any(failed <= m <= retried for m in metadata)
 
         # A later lookup (after a success) backs off from the start again.
