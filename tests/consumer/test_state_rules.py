@@ -20,17 +20,7 @@ from pipeline.consumer._state import Assignment, Chunk
 from pipeline.protocol.api import ApiKey
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import HalfRandom, open_fake_consumer, produce, until
-
-
-async def take(consumer: Any, n: int, within: float = 60) -> list[ConsumedRecord]:
-    out: list[ConsumedRecord] = []
-    with trio.fail_after(within):
-        async for record in consumer:
-            out.append(record)
-            if len(out) == n:
-                break
-    return out
+from .conftest import HalfRandom, open_fake_consumer, produce, take, until
 
 
 def fetch_count(fake: FakeCluster) -> int:
