@@ -857,3 +857,19 @@ async def test_a_member_iterating_while_its_leave_is_unanswered_rejoins_with_epo
         await until(lambda: len(coord.heartbeats) > i + 1 and m.c.state == "stable", 20)
         assert coord.heartbeats[i + 1].member_epoch == 0
         assert [type(e) for e in m.errors] == [MaxPollIntervalExceededError]
+
+
+async def test_a_failed_member_whose_coordinator_connection_dropped_still_closes(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """After a fatal heartbeat error, closing still leaves the group (epoch -1) even if
+    the coordinator's connection dropped meanwhile: it is opened again for the leave,
+    and close() raises nothing."""
+    m = Member()
+    async with running(fake, m):
+        await until(lambda: len(m.records) == 20)
+        coord.errors.append(int(ErrorCode.GROUP_AUTHORIZATION_FAILED))
+        await until(lambda: bool(m.errors), 10)
+        fake.drop_connections(fake.coordinators.node_for(GROUP, "g"))
+        await trio.sleep(1)
+    assert coord.heartbeats[-1].member_epoch == -1
