@@ -43,7 +43,19 @@ class InputAcceptance:
         return msg._sink is TO_CHANNELS and msg._size > 0 and not msg._id
 
     def _accept(self, msg: ProducerMessage) -> None:
-        self._ledger.accept(msg, self._intake.deadline())
+        # A message that entered the intake keeps the deadline it was stamped
+        # with there (``stamp``), not the dispatcher's clock: the intake is a
+        # queue, and a send() behind it in the queue must not expire first.
+        self._ledger.accept(msg, msg._deadline or self._intake.deadline())
+
+    def stamp(self, msg: ProducerMessage) -> None:
+        """The sender's task, as the message enters the intake: its delivery
+        deadline starts now, as a ``send()`` made at this instant would
+        (Java's delivery timeout starts when ``send`` returns). So a
+        partition's queue stays in deadline order however long the dispatcher
+        takes to reach the message."""
+        if not msg._id:
+            msg._deadline = self._intake.deadline()
 
     # -- the sender's task ------------------------------------------------------
     def reserve_nowait(self, msg: ProducerMessage) -> bool | None:
@@ -93,6 +105,8 @@ class InputAcceptance:
 
     def unreserve(self, msg: ProducerMessage) -> None:
         """The enqueue of a reserved input message failed (cancelled, closed)."""
+        if not msg._id:
+            msg._deadline = 0.0  # it never entered the intake: a retry is stamped anew
         if self._reserved(msg):
             self._ledger.release(msg._size)
             msg._sink, msg._size = None, 0
@@ -199,6 +213,7 @@ class InputChannel(trio.abc.SendChannel[ProducerMessage]):
         acceptance = self._acceptance
         if not acceptance.reserve_nowait(value):
             raise trio.WouldBlock
+        acceptance.stamp(value)
         try:
             self._channel.send_nowait(value)
         except BaseException:
@@ -215,6 +230,7 @@ class InputChannel(trio.abc.SendChannel[ProducerMessage]):
         acceptance = self._acceptance
         if not await acceptance.reserve(value):
             return  # settled already: its outcome is on producer.errors
+        acceptance.stamp(value)
         try:
             await self._channel.send(value)
         except BaseException:

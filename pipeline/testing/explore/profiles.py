@@ -397,14 +397,9 @@ def expiry(rng: random.Random, seed: int, mode: str) -> Schedule:
             d.event(at, "error", partition=p, code=d.retriable(), count=rng.randint(1, 4))
         else:
             d.event(at, "stale", node=rng.randrange(d.brokers), duration=round(dt, 6))
-    # No producer.input here: its messages take their deadline when the dispatcher
-    # takes them, so behind a stalled dispatcher a partition's queue is not in
-    # deadline order, and the partition producer, which wakes for the deadline at
-    # the head of its queue, expires one behind it late (G8; the other profiles
-    # keep producer.input).
-    d.stream(0.0, d.heal_at, partition=p, density=0.4, inputs=0)
+    d.stream(0.0, d.heal_at, partition=p, density=0.4)
     if d.partitions > 1:
-        d.stream(0.0, d.heal_at, partition=None, density=0.2, inputs=0)
+        d.stream(0.0, d.heal_at, partition=None, density=0.2)
     # Half the time the close comes in the middle of it all (a third of those
     # without a flush): what waits and what is in flight meets the close.
     close_at = d.grid(d.t(5), d.heal_at) if rng.random() < 0.5 else None
