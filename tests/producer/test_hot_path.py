@@ -105,6 +105,28 @@ async def test_a_burst_shares_its_deadline_exactly(
         await producer.flush()
 
 
+@pytest.mark.parametrize("put", ["send", "send_nowait"])
+async def test_an_input_message_takes_its_deadline_as_it_enters_the_intake(
+    fake: FakeCluster, autojump_clock: trio.testing.MockClock, put: str
+) -> None:
+    """A message put on producer.input has the deadline of a send() made at that
+    instant, however late the dispatcher takes it: the intake is a queue, so a
+    send() queued behind it must not get the earlier deadline (else the
+    partition's queue leaves deadline order and the later message expires late)."""
+    async with open_fake_producer(fake, timestamp_ms=None, delivery_timeout=30.0) as producer:
+        start = trio.current_time()
+        msg = ProducerMessage("a", b"in")
+        if put == "send":
+            await producer.input.send(msg)
+        else:
+            producer.input.send_nowait(msg)
+        autojump_clock.jump(4.0)  # the dispatcher has not run since: it is "stalled"
+        after = await producer.send("a", b"behind")
+        await producer.flush()
+        assert msg._deadline == start + 30.0
+        assert after._deadline == start + 34.0
+
+
 async def test_a_message_is_sent_once(fake: FakeCluster) -> None:
     async with open_fake_producer(fake, timestamp_ms=None) as producer:
         first = await producer.send("a", b"once")

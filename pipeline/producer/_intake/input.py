@@ -105,8 +105,6 @@ class InputAcceptance:
 
     def unreserve(self, msg: ProducerMessage) -> None:
         """The enqueue of a reserved input message failed (cancelled, closed)."""
-        if not msg._id:
-            msg._deadline = 0.0  # it never entered the intake: a retry is stamped anew
         if self._reserved(msg):
             self._ledger.release(msg._size)
             msg._sink, msg._size = None, 0

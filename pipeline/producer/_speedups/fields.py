@@ -163,7 +163,7 @@ MESSAGE_INIT: tuple[Field, ...] = (
     Field("_outcome", ("NoneType",), "None until it fails"),
     Field("_sink", ("NoneType",), "None until an entry point sets who hears of it"),
     Field("_size", ("int",), "0 until accepted"),
-    Field("_deadline", ("float",), "0.0 until accepted (or put on producer.input)"),
+    Field("_deadline", ("float",), "0.0 until accepted (or stamped by producer.input)"),
     Field("_id", ("int",), "0: not accepted"),
 )
 DELIVERY_BURST: tuple[Field, ...] = (
