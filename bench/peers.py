@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import resource
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ VALUE_SIZE = 100
 LINGER_S = 0.005
 SEND_MANY_CHUNK = 10_000
 SEND_BATCH_ROWS = 100_000  # rows per send_batch call (a list or an Arrow array of them)
+AWAIT_WINDOW = 10_000  # deliveries an await-each client holds before awaiting the oldest
 _POOL = 1024  # distinct values, cycled: no 100 MB value list inflating every client's RSS
 
 
@@ -73,6 +75,23 @@ def distinct_value(i: int, base: bytes) -> bytes:
     return base[:6] + b"%010d" % i + base[16:]
 
 
+def workload_record(workload: str, i: int, events: list[bytes], keys: list[bytes]
+                    ) -> tuple[bytes | None, bytes, list[tuple[str, bytes]] | None]:
+    """``(key, value, headers)`` of message ``i`` of ``workload`` (``events`` of
+    ``make_event_values()``, ``keys`` of ``make_keys()``): what every client's timed loop
+    sends, written out once for the read-back check (the loops inline it: a call per
+    message would bill the clients for the benchmark's own structure)."""
+    j = i & (len(events) - 1)
+    value = distinct_value(i, events[j])
+    if workload == "nokey":
+        return None, value, None
+    if workload == "keyed":
+        return keys[j], value, None
+    if workload in ("headers", "headers-zstd"):
+        return keys[j], value, [("trace-id", b"%016x" % i), ("source", b"checkout")]
+    raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
+
+
 def cpu_seconds() -> float:
     """User + system CPU of this process, every thread included (librdkafka's too)."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -99,11 +118,13 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
     ``SEND_MANY_CHUNK`` ``ProducerMessage`` (api="send_many"), then ``flush()``."""
     import trio
 
+    from pipeline import ProducerConfig, ProducerError
     from pipeline.producer._api import open_producer
     from pipeline.producer._message import ProducerMessage
 
     opts: dict[str, Any] = {"acks": "all", "linger": LINGER_S}
     opts.update(options or {})
+    buffer_memory = ProducerConfig(**opts).buffer_memory  # the effective option, for RSS
     values = make_values()
     mask = len(values) - 1
     keys = make_keys(len(values)) if api == "send-keyed" else []  # before the clock
@@ -121,6 +142,7 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                                              else values[0], key="w" if api.endswith("-json")
                                              else None)
             groups = []
+            outcomes: dict[str, Any] = {}  # what the await / callback clients counted
             t0, c0 = time.perf_counter(), cpu_seconds()
             if api == "send":
                 send = producer.send
@@ -190,6 +212,79 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                                  for i in range(start, stop)]
                     groups.append(await send_many(batch))
                     del batch
+            elif api.startswith("await-"):  # the "workloads" group, awaiting every delivery
+                # What a caller who wants each message's outcome writes without holding a
+                # million futures: keep the last AWAIT_WINDOW deliveries, and once the
+                # window is full await the oldest before the next send (a sliding window:
+                # sends never stop to drain it). The rest are awaited after the loop.
+                workload = api[len("await-"):]
+                send = producer.send
+                events = make_event_values()
+                wkeys = make_keys(len(events))
+                window: deque[Any] = deque()
+                hold, oldest = window.append, window.popleft
+                failed = 0
+                if workload == "nokey":
+                    for i in range(n):
+                        hold(await send(topic, distinct_value(i, events[i & mask])))
+                        if len(window) >= AWAIT_WINDOW:
+                            try:
+                                await oldest()
+                            except ProducerError:
+                                failed += 1
+                elif workload == "keyed":
+                    for i in range(n):
+                        j = i & mask
+                        hold(await send(topic, distinct_value(i, events[j]), key=wkeys[j]))
+                        if len(window) >= AWAIT_WINDOW:
+                            try:
+                                await oldest()
+                            except ProducerError:
+                                failed += 1
+                else:  # headers, headers-zstd
+                    for i in range(n):
+                        j = i & mask
+                        hold(await send(topic, distinct_value(i, events[j]), key=wkeys[j],
+                                        headers=[("trace-id", b"%016x" % i),
+                                                 ("source", b"checkout")]))
+                        if len(window) >= AWAIT_WINDOW:
+                            try:
+                                await oldest()
+                            except ProducerError:
+                                failed += 1
+                while window:
+                    try:
+                        await oldest()
+                    except ProducerError:
+                        failed += 1
+                outcomes = {"awaited_failed": failed}
+            elif api.startswith("callback-"):  # the "workloads" group, send(on_delivery=)
+                workload = api[len("callback-"):]
+                send = producer.send
+                events = make_event_values()
+                wkeys = make_keys(len(events))
+                settled = [0, 0]  # [succeeded, failed], counted by the callback
+
+                def on_delivery(meta: Any, error: Any) -> None:
+                    settled[error is not None] += 1
+
+                if workload == "nokey":
+                    for i in range(n):
+                        await send(topic, distinct_value(i, events[i & mask]),
+                                   on_delivery=on_delivery)
+                elif workload == "keyed":
+                    for i in range(n):
+                        j = i & mask
+                        await send(topic, distinct_value(i, events[j]), key=wkeys[j],
+                                   on_delivery=on_delivery)
+                else:  # headers, headers-zstd
+                    for i in range(n):
+                        j = i & mask
+                        await send(topic, distinct_value(i, events[j]), key=wkeys[j],
+                                   headers=[("trace-id", b"%016x" % i),
+                                            ("source", b"checkout")],
+                                   on_delivery=on_delivery)
+                outcomes = {"on_delivery": settled}  # read after flush() (below)
             elif api.startswith("workload-"):  # the "workloads" group (WORKLOADS)
                 workload = api[len("workload-"):]
                 send = producer.send
@@ -231,7 +326,13 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                 "requests_sent": stats.requests_sent,
                 "double_settles": stats.double_settles,
                 "options": {k: v for k, v in opts.items()},
+                "buffer_memory": buffer_memory,
             }
+            if "on_delivery" in outcomes:  # [succeeded, failed] as the callbacks counted
+                ok, bad = outcomes["on_delivery"]
+                extra["on_delivery"] = {"succeeded": ok, "failed": bad}
+            elif outcomes:
+                extra.update(outcomes)
             if groups:
                 extra["group_delivered"] = sum(g.delivered for g in groups)
                 errors = [str(e) for g in groups for e in g.errors][:3]
@@ -246,10 +347,12 @@ def produce_pipeline_sync(bootstrap: str, topic: str, n: int,
                           warmup_topic: str | None = None) -> ClientResult:
     """pipeline's SyncProducer from plain blocking code: ``producer.send()`` per message
     (a SyncDelivery back at once), then ``flush()``; the same options as "pipeline-send"."""
+    from pipeline import ProducerConfig
     from pipeline.producer._sync import SyncProducer
 
     values = make_values()
     mask = len(values) - 1
+    buffer_memory = ProducerConfig(acks="all", linger=LINGER_S).buffer_memory
     with SyncProducer(bootstrap, acks="all", linger=LINGER_S) as producer:
         if warmup_topic:
             producer.send_and_wait(warmup_topic, values[0])
@@ -261,16 +364,20 @@ def produce_pipeline_sync(bootstrap: str, topic: str, n: int,
         elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - c0
         stats = producer.statistics()
     return ClientResult(elapsed, cpu, stats.succeeded, stats.failed,
-                        {"requests_sent": stats.requests_sent})
+                        {"requests_sent": stats.requests_sent, "buffer_memory": buffer_memory})
 
 
 # --------------------------------------------------------------------------- aiokafka
 
 
 def produce_aiokafka(bootstrap: str, topic: str, n: int,
-                     warmup_topic: str | None = None) -> ClientResult:
+                     warmup_topic: str | None = None, *,
+                     workload: str | None = None) -> ClientResult:
     """aiokafka 0.14, acks=all, NOT idempotent (its InitProducerId v0 fails on tansu),
-    linger 5 ms: ``await producer.send()`` (returns a future) per message, then flush()."""
+    linger 5 ms: ``await producer.send()`` (returns a future) per message, then flush().
+    ``workload`` (the "workloads" group): the records of ``produce_pipeline``'s workload
+    loops (key, headers as (str, bytes) pairs; ``compression_type="zstd"`` for
+    headers-zstd)."""
     import asyncio
 
     from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
@@ -282,6 +389,7 @@ def produce_aiokafka(bootstrap: str, topic: str, n: int,
         producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap, acks="all", enable_idempotence=False,
             linger_ms=int(LINGER_S * 1000),
+            compression_type="zstd" if workload == "headers-zstd" else None,
         )
         await producer.start()
         try:
@@ -289,8 +397,26 @@ def produce_aiokafka(bootstrap: str, topic: str, n: int,
                 await producer.send_and_wait(warmup_topic, values[0])
             t0, c0 = time.perf_counter(), cpu_seconds()
             send = producer.send
-            for i in range(n):
-                await send(topic, values[i & mask])  # -> a future; not awaited (see below)
+            # -> a future per send; not awaited (see below)
+            if workload is None:
+                for i in range(n):
+                    await send(topic, values[i & mask])
+            else:  # the "workloads" group: as produce_pipeline's loops
+                events = make_event_values()
+                wkeys = make_keys(len(events))
+                if workload == "nokey":
+                    for i in range(n):
+                        await send(topic, distinct_value(i, events[i & mask]))
+                elif workload == "keyed":
+                    for i in range(n):
+                        j = i & mask
+                        await send(topic, distinct_value(i, events[j]), key=wkeys[j])
+                else:  # headers, headers-zstd
+                    for i in range(n):
+                        j = i & mask
+                        await send(topic, distinct_value(i, events[j]), key=wkeys[j],
+                                   headers=[("trace-id", b"%016x" % i),
+                                            ("source", b"checkout")])
             await producer.flush()
             elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - c0
             # No per-future callbacks: they would bill aiokafka for bookkeeping the
@@ -395,6 +521,9 @@ class ClientSpec:
     library: str  # "pipeline" | "aiokafka" | "confluent"
     wants_idempotent: bool | None = None  # None: library default; checked on the broker
     group: str = "peers"  # "peers" (issue 4), "idempotence" (issue 5) or "keyed"
+    # The records sent are WORKLOADS[workload]'s (workload_record): every run is read back
+    # and checked record by record (bench/readback.py). None: counted on the broker only.
+    workload: str | None = None
 
 
 def _pipeline(api: str, **options: Any) -> Callable[..., ClientResult]:
@@ -408,6 +537,19 @@ def _pipeline(api: str, **options: Any) -> Callable[..., ClientResult]:
 def _confluent_keyed(bootstrap: str, topic: str, n: int, warmup_topic: str | None = None
                      ) -> ClientResult:
     return produce_confluent(bootstrap, topic, n, warmup_topic=warmup_topic, keyed=True)
+
+
+def _aiokafka_workload(workload: str) -> Callable[..., ClientResult]:
+    def run(bootstrap: str, topic: str, n: int, warmup_topic: str | None = None
+            ) -> ClientResult:
+        return produce_aiokafka(bootstrap, topic, n, warmup_topic=warmup_topic,
+                                workload=workload)
+    return run
+
+
+def _zstd(workload: str) -> dict[str, Any]:
+    """The producer options of ``workload``: headers-zstd compresses."""
+    return {"compression": "zstd"} if workload.endswith("zstd") else {}
 
 
 def _confluent_workload(workload: str) -> Callable[..., ClientResult]:
@@ -483,27 +625,38 @@ CLIENTS: dict[str, ClientSpec] = {spec.name: spec for spec in (
                "pipeline", group="keyed"),
     ClientSpec("confluent-keyed", "confluent-kafka keyed [idem.]", _confluent_keyed,
                "confluent", wants_idempotent=True, group="keyed"),
-    # What users send (WORKLOADS), distinct values, send() + flush against produce() +
-    # poll(0) + flush(); both idempotent (pipeline's default, confluent's option).
+    # What users send (WORKLOADS), distinct values, each workload the same records
+    # (workload_record) from every client, every run read back and checked:
+    #   pipeline-w-W  send() + flush()
+    #   pipeline-a-W  send(), awaiting every delivery (a sliding window of AWAIT_WINDOW)
+    #   pipeline-c-W  send(on_delivery=) counting the outcomes, then flush()
+    #   pipeline-m-W  send_many() of SEND_MANY_CHUNK ProducerMessages built in the timed
+    #                 loop (as a caller builds them)
+    #   confluent-w-W produce() + poll(0) + flush(); idempotent (pipeline's default)
+    #   aiokafka-w-W  await send() + flush(); NOT idempotent (as "aiokafka")
     *(spec for w in WORKLOADS for spec in (
         ClientSpec(f"pipeline-w-{w}", f"pipeline send() {w}",
-                   _pipeline(f"workload-{w}", **({"compression": "zstd"}
-                                                 if w.endswith("zstd") else {})),
-                   "pipeline", wants_idempotent=True, group="workloads"),
+                   _pipeline(f"workload-{w}", **_zstd(w)),
+                   "pipeline", wants_idempotent=True, group="workloads", workload=w),
+        ClientSpec(f"pipeline-a-{w}", f"pipeline send() + await each {w}",
+                   _pipeline(f"await-{w}", **_zstd(w)),
+                   "pipeline", wants_idempotent=True, group="workloads", workload=w),
+        ClientSpec(f"pipeline-c-{w}", f"pipeline send(on_delivery=) {w}",
+                   _pipeline(f"callback-{w}", **_zstd(w)),
+                   "pipeline", wants_idempotent=True, group="workloads", workload=w),
         ClientSpec(f"confluent-w-{w}", f"confluent-kafka {w} [idem.]", _confluent_workload(w),
-                   "confluent", wants_idempotent=True, group="workloads"),
-        # The same records as send_many calls of SEND_MANY_CHUNK ProducerMessages,
-        # built in the timed loop (as a caller builds them).
+                   "confluent", wants_idempotent=True, group="workloads", workload=w),
+        ClientSpec(f"aiokafka-w-{w}", f"aiokafka send() {w} [not idem.]",
+                   _aiokafka_workload(w), "aiokafka", wants_idempotent=False,
+                   group="workloads", workload=w),
         ClientSpec(f"pipeline-m-{w}", f"pipeline send_many() {w}",
-                   _pipeline(f"many-{w}", **({"compression": "zstd"}
-                                             if w.endswith("zstd") else {})),
-                   "pipeline", wants_idempotent=True, group="workloads"))),
+                   _pipeline(f"many-{w}", **_zstd(w)),
+                   "pipeline", wants_idempotent=True, group="workloads", workload=w))),
     # send_many forced onto the per-message path (what every call took before its
     # messages rode the columnar path): the before of a before/after in one run.
     *(ClientSpec(f"pipeline-m0-{w}", f"pipeline send_many() {w}, per-message path",
-                 _pipeline(f"many0-{w}", **({"compression": "zstd"}
-                                            if w.endswith("zstd") else {})),
-                 "pipeline", wants_idempotent=True, group="send_many-before")
+                 _pipeline(f"many0-{w}", **_zstd(w)),
+                 "pipeline", wants_idempotent=True, group="send_many-before", workload=w)
       for w in WORKLOADS),
     # What hooks cost, against "pipeline-w-keyed" (the same keyed records): the JSON
     # serializer (dicts and str keys in, the producer encodes), and the OpenTelemetry
