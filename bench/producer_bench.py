@@ -95,6 +95,10 @@ TARGETS = [
        1.0) for w in ("nokey", "keyed", "headers", "headers-zstd")),
     *((f"{w}: send_many >= 1.0x confluent-kafka", f"pipeline-m-{w}", f"confluent-w-{w}",
        1.0) for w in ("nokey", "keyed", "headers", "headers-zstd")),
+    *((f"{w}: send() + await each >= 0.8x send() + flush", f"pipeline-a-{w}",
+       f"pipeline-w-{w}", 0.8) for w in ("nokey", "keyed", "headers", "headers-zstd")),
+    *((f"{w}: send(on_delivery=) >= 0.8x send() + flush", f"pipeline-c-{w}",
+       f"pipeline-w-{w}", 0.8) for w in ("nokey", "keyed", "headers", "headers-zstd")),
 ]
 
 Log = Callable[[str], None]
@@ -370,15 +374,76 @@ def run_client_once(client: str, bootstrap: str, n: int, *, broker_pid: int | No
         record["landed"] = None
         record["idempotent_on_wire"] = None
         record["verify_error"] = f"{type(exc).__name__}: {exc}"
-    ok = record["landed"] == n and (record.get("failed") or 0) == 0
-    record["status"] = "ok" if ok else "INVALID"
-    if not ok:
-        record["invalid_reason"] = (
-            f"count not verified ({record['verify_error']})" if record["landed"] is None
-            else f"landed {record['landed']} of {n}")
-        if record.get("failed"):
-            record["invalid_reason"] += f", client reported {record['failed']} failed"
+    _add_rss_over_buffer(record)
+    from bench.peers import CLIENTS
+
+    spec = CLIENTS.get(client)
+    if spec is not None and spec.workload is not None and record["landed"] is not None:
+        # every record read back and held against what was sent (after the timed
+        # section, with the worker gone: none of it is billed to the client)
+        try:
+            from bench.readback import read_back
+
+            record["readback"] = read_back(bootstrap, topic, record["high_watermarks"],
+                                           spec.workload, n)
+        except Exception as exc:
+            record["readback"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    reasons = []
+    if record["landed"] is None:
+        reasons.append(f"count not verified ({record['verify_error']})")
+    elif record["landed"] != n:
+        reasons.append(f"landed {record['landed']} of {n}")
+    if record.get("failed"):
+        reasons.append(f"client reported {record['failed']} failed")
+    reasons += _outcome_problems(record.get("extra") or {}, n)
+    readback = record.get("readback")
+    if readback is not None and not readback.get("ok"):
+        reasons.append("READ-BACK FAILED: " + _readback_summary(readback))
+    record["status"] = "INVALID" if reasons else "ok"
+    if reasons:
+        record["invalid_reason"] = ", ".join(reasons)
     return record
+
+
+def _add_rss_over_buffer(record: dict[str, Any]) -> None:
+    """``rss_over_buffer_mb`` = ``peak_rss_mb`` - ``baseline_rss_mb`` - ``buffer_memory``
+    / 2**20: what the run's interpreter grew beyond the producer's ``buffer_memory``
+    (baseline: its VmHWM before the client imported its library, so the library's code
+    counts as growth). For pipeline runs only (they report ``buffer_memory``); the
+    issue's bound for 1M messages is peak RSS <= buffer_memory + 50 MB."""
+    buffer_memory = (record.get("extra") or {}).get("buffer_memory")
+    peak, base = record.get("peak_rss_mb"), record.get("baseline_rss_mb")
+    if buffer_memory is None or peak is None or base is None:
+        return
+    record["buffer_memory"] = buffer_memory
+    record["rss_over_buffer_mb"] = round(peak - base - buffer_memory / 2**20, 1)
+
+
+def _outcome_problems(extra: dict[str, Any], n: int) -> list[str]:
+    """What a client's own outcome counts say is wrong: an on_delivery client must have
+    seen ``n`` successful callbacks, an await-each client no failed await."""
+    problems = []
+    callbacks = extra.get("on_delivery")
+    if callbacks is not None and (callbacks["succeeded"] != n or callbacks["failed"]):
+        problems.append(f"on_delivery saw {callbacks['succeeded']} succeeded, "
+                        f"{callbacks['failed']} failed of {n}")
+    if extra.get("awaited_failed"):
+        problems.append(f"{extra['awaited_failed']} awaited deliveries failed")
+    return problems
+
+
+def _readback_summary(readback: dict[str, Any]) -> str:
+    """One line of a failed read-back: what differed, and the first instance."""
+    parts = [f"{readback.get('records')} of {readback.get('expected')} records read"]
+    if readback.get("missing"):
+        parts.append(f"{readback['missing']} ids missing (first {readback['first_missing']})")
+    if readback.get("mismatches"):
+        parts.append(", ".join(f"{count} {kind}" for kind, count
+                               in readback["mismatches"].items()))
+        parts.append(f"first: {readback['first_mismatches'][0]}")
+    if readback.get("error"):
+        parts.append(readback["error"])
+    return "; ".join(parts)
 
 
 # =========================================================================== orchestration
@@ -446,11 +511,17 @@ def _summarize(spec_label: str, group: str, runs: list[dict[str, Any]],
         peak_rss_mb=med("peak_rss_mb"), broker_cpu_s=med("broker_cpu_s"),
         msgs_per_cpu_s=med("msgs_per_cpu_s"),
         elapsed_s=med("elapsed_s"), other_load_cores=med("other_load_cores"),
+        rss_over_buffer_mb=med("rss_over_buffer_mb"),
         runs_msgs_per_s=[r["msgs_per_s"] for r in measured],
         min_msgs_per_s=min(r["msgs_per_s"] for r in measured),
         max_msgs_per_s=max(r["msgs_per_s"] for r in measured),
         loadavg_1m=med("loadavg_1m"),
     )
+    checked = [r["readback"] for r in measured if r.get("readback") is not None]
+    if checked:  # "ok" only if every run was read back and every check passed
+        row["readback"] = ("ok" if len(checked) == len(measured)
+                           and all(c.get("ok") for c in checked) else "FAILED")
+        row["readback_s"] = statistics.median(c.get("seconds", 0.0) for c in checked)
     wire = {r.get("idempotent_on_wire") for r in measured}
     row["idempotent_on_wire"] = wire.pop() if len(wire) == 1 else None
     if any(r["status"] == "INVALID" for r in measured):
@@ -488,11 +559,10 @@ def _ratios_and_targets(results: dict[str, dict[str, Any]]
             r["vs_no_hooks"] = rate(name) / rate("pipeline-w-keyed")  # type: ignore[operator]
         for peer in ("aiokafka", "confluent"):
             # (a workload's client against the same workload's peer)
-            workload = name.startswith(("pipeline-w-", "pipeline-m-", "pipeline-m0-"))
-            peer_name = ("confluent-w-" + name.split("-", 2)[2] if workload
+            workload = name.startswith(("pipeline-w-", "pipeline-a-", "pipeline-c-",
+                                        "pipeline-m-", "pipeline-m0-"))
+            peer_name = (f"{peer}-w-" + name.split("-", 2)[2] if workload
                          else peer + suffix)
-            if workload and peer != "confluent":
-                continue
             if rate(peer_name):
                 r[f"vs_{peer}"] = rate(name) / rate(peer_name)  # type: ignore[operator]
         ratios[name] = r
@@ -667,7 +737,18 @@ def _run_line(rnd: int, repeats: int, name: str, rec: dict[str, Any]) -> str:
             f"{'-' if bcpu is None else f'{bcpu:.2f}s'}  other load "
             f"{rec.get('other_load_cores', float('nan')):.2f}  landed {rec.get('landed')}/{rec['n']}"
             f"  idem={rec.get('idempotent_on_wire')}  majflt {rec.get('major_faults', '-')}"
-            f"  ivcsw {rec.get('involuntary_switches', '-')}  {rec['status']}")
+            f"  ivcsw {rec.get('involuntary_switches', '-')}{_readback_word(rec)}"
+            f"  {rec['status']}"
+            + (f" ({rec['invalid_reason']})" if rec.get("invalid_reason") else ""))
+
+
+def _readback_word(rec: dict[str, Any]) -> str:
+    readback = rec.get("readback")
+    if readback is None:
+        return ""
+    if readback.get("ok"):
+        return f"  read back ok ({readback.get('seconds', 0):.1f}s)"
+    return "  READ-BACK FAILED"
 
 
 # =========================================================================== output
@@ -687,8 +768,10 @@ def format_table(report: dict[str, Any]) -> str:
         f"acks=all, linger 5 ms, {broker}; median of {meta['repeats']} run(s) "
         f"({meta['date']}, {meta['machine']})",
         f"{'client':<{w}} {'msgs/s':>10} {'MB/s':>6} {'CPU s':>6} {'msg/CPUs':>8} {'RSS MB':>7} "
-        f"{'brk CPU':>7} {'other':>5} {'vs aiokafka':>11} {'vs confl.':>9}  runs (msgs/s)",
+        f"{'RSS-buf':>7} {'brk CPU':>7} {'other':>5} {'vs aiokafka':>11} {'vs confl.':>9} "
+        f"{'read':>6}  runs (msgs/s)",
     ]
+    failed_reads: list[str] = []
     for name, row in report["results"].items():
         if row.get("msgs_per_s") is None:
             lines.append(f"{row['label']:<{w}} {row['status']}: {row.get('reason', '')}")
@@ -700,16 +783,31 @@ def format_table(report: dict[str, Any]) -> str:
         other = row.get("other_load_cores")
         runs = ", ".join(f"{v / 1000:.0f}k" for v in row["runs_msgs_per_s"])
         status = "" if row["status"] == "ok" else f"  [{row['status']}: {row.get('reason', '')}]"
+        over = row.get("rss_over_buffer_mb")
+        read = {"ok": "ok", "FAILED": "FAILED", None: "-"}[row.get("readback")]
+        failed_reads += [f"  {name} round {r.get('round')}: {r['invalid_reason']}"
+                         for r in row["runs"]
+                         if r.get("readback") is not None and not r["readback"].get("ok")]
         lines.append(
             f"{row['label']:<{w}} {row['msgs_per_s']:>10,.0f} {row['mb_per_s']:>6.1f} "
             f"{row['cpu_s']:>6.2f} {_k(row.get('msgs_per_cpu_s')):>8} {row['peak_rss_mb']:>7.0f} "
+            f"{'' if over is None else f'{over:.0f}':>7} "
             f"{'' if bcpu is None else f'{bcpu:.2f}':>7} "
-            f"{'' if other is None else f'{other:.2f}':>5} {va:>11} {vc:>9}  {runs}{status}"
+            f"{'' if other is None else f'{other:.2f}':>5} {va:>11} {vc:>9} {read:>6}  "
+            f"{runs}{status}"
         )
     lines.append("(CPU s: client CPU over the timed section; msg/CPUs: messages per client "
                  "CPU second, robust to contention; brk CPU: the broker's; other: cores busy with "
-                 "other processes during the run, 0 = quiet machine)")
+                 "other processes during the run, 0 = quiet machine; RSS-buf: peak RSS - "
+                 "baseline RSS (the interpreter before the client's imports) - buffer_memory, "
+                 "MB, pipeline only: the bound for 1M messages is 50; read: every record of "
+                 "every run read back by confluent-kafka and checked, '-' not checked)")
+    if failed_reads:
+        lines.append("!!! READ-BACK FAILED: these runs did not write what they were given "
+                     "(their rows are INVALID and out of every ratio):")
+        lines += failed_reads
     lines.append("targets:")
+    tw = max([42, *(len(t["target"]) for t in report["targets"])])
     for t in report["targets"]:
         got = "" if t["ratio"] is None else f"{t['ratio']:.2f}x"
         why = f" ({t['reason']})" if t.get("reason") else ""
@@ -717,7 +815,7 @@ def format_table(report: dict[str, Any]) -> str:
         if pr and pr["n"] > 1:
             why += (f"  (per round {pr['min']:.2f}-{pr['max']:.2f}x, median "
                     f"{pr['median']:.2f}x of {pr['n']})")
-        lines.append(f"  {t['verdict']:<4} {t['target']:<42} {got}{why}")
+        lines.append(f"  {t['verdict']:<4} {t['target']:<{tw}} {got}{why}")
     return "\n".join(lines)
 
 
@@ -760,7 +858,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench.peers import CLIENTS
 
         for name, spec in CLIENTS.items():
-            print(f"{name:<20} {spec.group:<12} {spec.label}")
+            print(f"{name:<25} {spec.group:<17} {spec.label}"
+                  + ("  [read back]" if spec.workload else ""))
         return 0
     if args.client:
         if not (args.bootstrap and args.topic and args.json and args.n):
