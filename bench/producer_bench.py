@@ -6,7 +6,8 @@
 
 Workload: ``N`` x 100-byte values (default 1M) to a fresh 6-partition topic on the
 embedded tansu broker (``--broker kafka``: a 1-node Apache Kafka, ``bench/brokers.py``),
-acks=all, linger 5 ms, no keys (but the "keyed" pair), no compression. Clients
+acks=all, linger 5 ms, no keys, no compression (but the "keyed" and "workloads" groups).
+Clients
 (``bench/peers.py``):
 
   pipeline-send        ``await producer.send()`` per message, then ``flush()``  (issue 4)
@@ -18,16 +19,27 @@ acks=all, linger 5 ms, no keys (but the "keyed" pair), no compression. Clients
   pipeline-send-keyed / confluent-keyed
                        group "keyed": as pipeline-send / confluent, each message with a
                        key from a pool of 1024 distinct keys (b"key-000000", ...), cycled
-  pipeline-w-W / pipeline-m-W / confluent-w-W
-                       group "workloads" (W: nokey, keyed, headers, headers-zstd; distinct
-                       values): send() + flush, send_many() of 10k ProducerMessages built
-                       in the timed loop, confluent-kafka produce() + poll(0)
+  group "workloads", W one of nokey, keyed (1024 keys), headers (keyed + 2 headers),
+  headers-zstd (the same, zstd); distinct values, the same records from every client
+  (``peers.workload_record``), every run read back and checked (below):
+  pipeline-w-W         ``await send()`` per message, then ``flush()``
+  pipeline-a-W         ``await send()`` per message, awaiting every delivery: the last
+                       10k Delivery objects are kept and, once 10k are held, the oldest
+                       is awaited before the next send (a sliding window), the rest after
+                       the loop; a failed await is counted (the run is then INVALID)
+  pipeline-c-W         ``await send(..., on_delivery=cb)``, ``cb`` counting successes and
+                       failures, then ``flush()`` (INVALID unless n succeeded)
+  pipeline-m-W         ``send_many()`` of 10k ProducerMessages built in the timed loop
+  confluent-w-W        librdkafka, idempotent: ``produce()`` + ``poll(0)``, ``flush()``
+  aiokafka-w-W         ``await send()`` (futures) then ``flush()``, NOT idempotent (as
+                       "aiokafka"); ``compression_type="zstd"`` for headers-zstd
   pipeline-m0-W        group "send_many-before": pipeline-m-W forced onto the per-message
-                       path (send_many before its messages rode the columnar path)
+                       path (send_many before its messages rode the columnar path); read
+                       back too
 
 Every run is a fresh interpreter (``--client NAME`` worker mode), so CPU seconds
 (``getrusage(RUSAGE_SELF)`` delta over the timed section, all threads) and peak RSS
-(``ru_maxrss``) belong to one client. Runs are interleaved (round 1: every client, round
+(``VmHWM``) belong to one client. Runs are interleaved (round 1: every client, round
 2: every client from the second on, then the first, ...) so drift hits all clients alike.
 By default each run on tansu gets a fresh broker (tansu keeps ~100 MB per 1M records
 forever), and each round on Kafka gets one (it takes seconds to start; one Kafka for a
@@ -37,10 +49,20 @@ every run writes a fresh topic.
 After each run the sum of
 the partitions' high watermarks (read with Fetch: tansu's ListOffsets under-counts)
 must equal ``N`` or the row is INVALID; the first batch's producer id tells whether the
-run was really idempotent. Reported figures are medians; a target's verdict is the
+run was really idempotent, its compression that a workload's client compressed as asked.
+A workload's run is then read back (``bench/readback.py``: confluent-kafka, every
+partition to its high watermark, after the timed section and outside the worker) and
+held record by record against what it was given: n records, every id once, value, key
+and headers byte for byte, per-key order, a key in one partition; a run that fails is
+INVALID (out of every ratio) and listed under "!!! READ-BACK FAILED"; its verdict is
+the record's ``readback`` (``{"ok", "records", "seconds", ...}``, the first mismatches).
+A pipeline run's record carries ``buffer_memory`` (the producer's option) and
+``rss_over_buffer_mb`` = ``peak_rss_mb`` - ``baseline_rss_mb`` - ``buffer_memory`` / 2**20
+(the table's RSS-buf; the bound for 1M messages is 50 MB).
+Reported figures are medians; a target's verdict is the
 ratio of the two clients' medians, printed with the spread of its per-round ratios.
 A keyed pipeline client's "vs" columns compare it with the keyed peer (confluent-keyed;
-there is no keyed aiokafka client).
+there is no keyed aiokafka client); a workload's client with the same workload's peers.
 """
 
 from __future__ import annotations
@@ -195,10 +217,14 @@ def _request(bootstrap: str, request: Any, api_key: int, version: int,
     return response
 
 
-def fetch_partition_state(bootstrap: str, topic: str, partition: int) -> tuple[int, int | None]:
-    """``(high_watermark, producer_id_of_first_batch)`` of ``topic[partition]`` from one
-    Fetch (our codec, v4). The producer id is -1 for a non-idempotent batch and None
-    when the partition is empty.
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")  # a batch's attributes & 7
+
+
+def fetch_partition_state(bootstrap: str, topic: str, partition: int
+                          ) -> tuple[int, int | None, str | None]:
+    """``(high_watermark, producer_id, compression)`` of ``topic[partition]`` from one
+    Fetch (our codec, v4), the last two of its first batch. The producer id is -1 for a
+    non-idempotent batch; both are None when the partition is empty.
 
     Fetch, not ListOffsets: tansu 0.6.0 answers ListOffsets(latest) with an offset
     *below* the log end once a partition holds several batches (it looks like the last
@@ -221,22 +247,33 @@ def fetch_partition_state(bootstrap: str, topic: str, partition: int) -> tuple[i
             if p.error_code:
                 raise RuntimeError(f"Fetch {topic}[{partition}]: error {p.error_code}")
             data = p.records or b""
-            producer_id = None
+            producer_id = codec = None
             # RecordBatch v2 header: baseOffset(8) length(4) leaderEpoch(4) magic(1) crc(4)
             # attributes(2) lastOffsetDelta(4) baseTs(8) maxTs(8) producerId(8) ...
             if len(data) >= 51 and data[16] == 2:
                 producer_id = int(struct.unpack_from(">q", data, 43)[0])
-            return int(p.high_watermark), producer_id
+                attributes = struct.unpack_from(">h", data, 21)[0] & 7
+                codec = CODECS[attributes] if attributes < len(CODECS) else str(attributes)
+            return int(p.high_watermark), producer_id, codec
     raise RuntimeError(f"Fetch {topic}[{partition}]: partition missing from the response")
+
+
+def topic_state(bootstrap: str, topic: str, partitions: int
+                ) -> tuple[list[int], list[int], list[str]]:
+    """Per-partition high watermarks, and the distinct producer ids and compression codecs
+    of the partitions' first batches."""
+    states = [fetch_partition_state(bootstrap, topic, p) for p in range(partitions)]
+    highs = [hw for hw, _, _ in states]
+    pids = sorted({pid for _, pid, _ in states if pid is not None})
+    codecs = sorted({codec for _, _, codec in states if codec is not None})
+    if any(hw > 0 and pid is None for hw, pid, _ in states):
+        raise RuntimeError(f"Fetch returned no batch header for a non-empty partition: {states}")
+    return highs, pids, codecs
 
 
 def verify_topic(bootstrap: str, topic: str, partitions: int) -> tuple[list[int], list[int]]:
     """Per-partition high watermarks and the distinct producer ids of the first batches."""
-    states = [fetch_partition_state(bootstrap, topic, p) for p in range(partitions)]
-    highs = [hw for hw, _ in states]
-    pids = sorted({pid for hw, pid in states if pid is not None})
-    if any(hw > 0 and pid is None for hw, pid in states):
-        raise RuntimeError(f"Fetch returned no batch header for a non-empty partition: {states}")
+    highs, pids, _ = topic_state(bootstrap, topic, partitions)
     return highs, pids
 
 
@@ -365,10 +402,11 @@ def run_client_once(client: str, bootstrap: str, n: int, *, broker_pid: int | No
     record["msgs_per_cpu_s"] = n / record["cpu_s"] if record.get("cpu_s") else None
     record["mb_per_s"] = n * 100 / elapsed / 1e6
     try:
-        highs, pids = verify_topic(bootstrap, topic, partitions)
+        highs, pids, codecs = topic_state(bootstrap, topic, partitions)
         record["high_watermarks"] = highs
         record["landed"] = sum(highs)
         record["producer_ids"] = pids
+        record["compression_on_wire"] = codecs
         record["idempotent_on_wire"] = bool(pids) and all(p >= 0 for p in pids)
     except Exception as exc:
         record["landed"] = None
@@ -396,6 +434,12 @@ def run_client_once(client: str, bootstrap: str, n: int, *, broker_pid: int | No
     if record.get("failed"):
         reasons.append(f"client reported {record['failed']} failed")
     reasons += _outcome_problems(record.get("extra") or {}, n)
+    if spec is not None and spec.workload is not None and record.get("compression_on_wire"):
+        # the same records on the wire too: the workload's compression, by every client
+        want = ["zstd" if spec.workload.endswith("zstd") else "none"]
+        if record["compression_on_wire"] != want:
+            reasons.append(f"first batches compressed {record['compression_on_wire']}, "
+                           f"the workload sends {want}")
     readback = record.get("readback")
     if readback is not None and not readback.get("ok"):
         reasons.append("READ-BACK FAILED: " + _readback_summary(readback))
@@ -832,7 +876,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"runs per client, median reported (default {DEFAULT_REPEATS})")
     parser.add_argument("--clients", default=None,
                         help="comma-separated subset (names or the groups peers, idempotence, "
-                             "keyed; default: every client)")
+                             "keyed, workloads, send_many-before, hooks; default: every "
+                             "client)")
     parser.add_argument("--quick", action="store_true", help="n=100k, 1 repeat")
     parser.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
                         help="embedded tansu (default) or a 1-node Apache Kafka")
