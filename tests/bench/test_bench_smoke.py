@@ -57,8 +57,23 @@ def test_each_client_runs_and_lands_every_message(client: str) -> None:
     assert row["msgs_per_s"] == pytest.approx(N / rec["elapsed_s"])
     if CLIENTS[client].library == "confluent":
         assert rec["idempotent_on_wire"] is True  # the producer-id check itself works
-    if client == "aiokafka":
+    if CLIENTS[client].library == "aiokafka":
         assert rec["idempotent_on_wire"] is False
+    if CLIENTS[client].workload is not None:  # every record read back and checked
+        assert rec["readback"]["ok"] and rec["readback"]["records"] == N, rec["readback"]
+        assert row["readback"] == "ok"
+        zstd = CLIENTS[client].workload == "headers-zstd"
+        assert rec["compression_on_wire"] == ["zstd" if zstd else "none"]
+    else:
+        assert "readback" not in rec
+    if CLIENTS[client].library == "pipeline":
+        assert rec["buffer_memory"] == rec["extra"]["buffer_memory"] == 32 << 20
+        assert rec["rss_over_buffer_mb"] == pytest.approx(
+            rec["peak_rss_mb"] - rec["baseline_rss_mb"] - 32, abs=0.06)
+    if client.startswith("pipeline-c-"):
+        assert rec["extra"]["on_delivery"] == {"succeeded": N, "failed": 0}
+    if client.startswith("pipeline-a-"):
+        assert rec["extra"]["awaited_failed"] == 0
     assert any(client in line for line in lines)
     table = producer_bench.format_table(report)
     assert row["label"] in table

@@ -126,3 +126,55 @@ def test_a_value_without_an_id_fails_and_the_summary_names_it() -> None:
 def test_an_unknown_workload_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown workload 'keyd'"):
         check_records("keyd", 1, [])
+
+
+def _run(**kw: Any) -> dict[str, Any]:
+    return {"status": "ok", "msgs_per_s": 1e5, "mb_per_s": 10.0, "cpu_s": 1.0,
+            "peak_rss_mb": 80.0, "elapsed_s": 1.0, "idempotent_on_wire": True, "round": 1,
+            **kw}
+
+
+def test_a_run_that_fails_its_read_back_is_invalid_and_loud_in_the_table() -> None:
+    from bench import producer_bench
+
+    bad = check_records("headers", N, written("keyed"))
+    reason = "READ-BACK FAILED: " + _readback_summary(bad)
+    results = {
+        "pipeline-w-headers": producer_bench._summarize("p", "workloads", [_run(
+            status="INVALID", invalid_reason=reason, readback=bad)], True),
+        "confluent-w-headers": producer_bench._summarize("c", "workloads", [_run(
+            readback={"ok": True, "records": N, "expected": N, "seconds": 0.5})], True),
+    }
+    assert results["pipeline-w-headers"]["status"] == "INVALID"
+    assert results["pipeline-w-headers"]["readback"] == "FAILED"
+    assert results["confluent-w-headers"]["readback"] == "ok"
+    ratios, targets = producer_bench._ratios_and_targets(results)
+    assert "pipeline-w-headers" not in ratios  # out of every ratio
+    report = {"meta": {"n": N, "value_size": 100, "partitions": 3, "repeats": 1,
+                       "date": "d", "machine": "m"},
+              "results": results, "ratios": ratios, "targets": targets}
+    table = producer_bench.format_table(report)
+    assert "!!! READ-BACK FAILED" in table
+    assert f"pipeline-w-headers round 1: READ-BACK FAILED: {N} of {N} records read; " \
+           f"{N} headers; first: headers: partition 0 offset 0: id 0 headers None" in table
+    row = next(line for line in table.splitlines() if line.startswith("c "))
+    assert " ok  100k" in row
+
+
+def test_rss_over_buffer_and_the_clients_own_outcome_counts() -> None:
+    from bench import producer_bench
+
+    record: dict[str, Any] = {"peak_rss_mb": 120.0, "baseline_rss_mb": 10.5,
+                              "extra": {"buffer_memory": 64 << 20}}
+    producer_bench._add_rss_over_buffer(record)
+    assert (record["buffer_memory"], record["rss_over_buffer_mb"]) == (64 << 20, 45.5)
+    peer: dict[str, Any] = {"peak_rss_mb": 120.0, "baseline_rss_mb": 10.5, "extra": {}}
+    producer_bench._add_rss_over_buffer(peer)  # (no buffer_memory: not ours)
+    assert "rss_over_buffer_mb" not in peer
+    problems = producer_bench._outcome_problems
+    assert problems({"on_delivery": {"succeeded": 5, "failed": 0}}, 5) == []
+    assert problems({"on_delivery": {"succeeded": 4, "failed": 0}}, 5) == [
+        "on_delivery saw 4 succeeded, 0 failed of 5"]
+    assert problems({"on_delivery": {"succeeded": 5, "failed": 1}}, 5) != []
+    assert problems({"awaited_failed": 0}, 5) == []
+    assert problems({"awaited_failed": 2}, 5) == ["2 awaited deliveries failed"]
