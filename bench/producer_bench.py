@@ -835,7 +835,7 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(
             f"{row['label']:<{w}} {row['msgs_per_s']:>10,.0f} {row['mb_per_s']:>6.1f} "
             f"{row['cpu_s']:>6.2f} {_k(row.get('msgs_per_cpu_s')):>8} {row['peak_rss_mb']:>7.0f} "
-            f"{'' if over is None else f'{over:.0f}':>7} "
+            f"{'' if over is None else round(over):>7} "
             f"{'' if bcpu is None else f'{bcpu:.2f}':>7} "
             f"{'' if other is None else f'{other:.2f}':>5} {va:>11} {vc:>9} {read:>6}  "
             f"{runs}{status}"
