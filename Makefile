@@ -22,7 +22,7 @@ help:
 	@echo "make demo       the main job: 1M order events exported from Spark into the embedded broker, read back, verified"
 	@echo "make test       the whole suite (unit, integration, chaos quick mode, spark, Apache Kafka)"
 	@echo "make test-fast  pure tests only (no broker, no spark, nothing slow)"
-	@echo "make bench      benchmarks -> bench/results/*.json + *.png charts (codec, producer, latency, Spark export; 32 min on 2 shared cores); BROKER=kafka: on Apache Kafka"
+	@echo "make bench      benchmarks -> bench/results/*.json + *.png charts (codec, producer, latency, Spark export; about an hour on 2 shared cores); BROKER=kafka: on Apache Kafka"
 	@echo "make bench-quick  the same with small runs (producer 100k msgs, latency 2 s, export 50k rows; 1 round each)"
 	@echo "make bench-charts  redraw the charts from bench/results/*.json into docs/bench/ (what the README shows)"
 	@echo "make chaos      21 failure schedules on a 3-node Kafka x pipeline, confluent-kafka, aiokafka, and 8 transactional ones (~50 min)"
