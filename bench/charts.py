@@ -70,7 +70,8 @@ def producer_chart(report: dict[str, Any], out: Path) -> Path:
         medians.append(row["msgs_per_s"] / 1000)
         errs[0].append(low / 1000)
         errs[1].append(high / 1000)
-        lib = "pipeline" if name.startswith("pipeline") else name
+        lib = next((lib for lib in ("pipeline", "confluent", "aiokafka") if name.startswith(lib)),
+                   name)
         colors.append(_COLORS.get(lib, "#9467bd"))
     y = range(len(labels))
     ax.barh(y, medians, xerr=errs, color=colors, capsize=4, alpha=0.9)
