@@ -4,21 +4,25 @@ membership, when a member that stopped iterating leaves, and what it says on lea
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, cast
 
 import pytest
 import trio
 
 from pipeline.consumer import (
     Consumer,
+    ConsumerConfig,
     GroupError,
     MaxPollIntervalExceededError,
     TopicPartition,
 )
+from pipeline.consumer._liveness import Liveness
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake.cluster import SUPPORTED_VERSIONS
 from pipeline.testing.fake.faults import DROP
+from pipeline.testing.fake.state import PartitionState
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_consumer, produce, take, until
@@ -262,3 +266,167 @@ async def iterate_slowly(consumer: Any) -> None:
     """Iterate, 0.1 s per record, until the iteration raises."""
     async for _ in consumer:
         await trio.sleep(0.1)
+
+
+async def test_a_heartbeat_answer_in_flight_when_the_member_left_does_not_rejoin_it(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A heartbeat answered REBALANCE_IN_PROGRESS after the member already left on a
+    poll timeout belongs to the membership that is over: the member stays out of the
+    group (no JoinGroup) until the application iterates again, which raises
+    MaxPollIntervalExceededError once and rejoins."""
+    fake = topic
+    async with open_fake_consumer(fake, group_id="g", topics=["t"], max_poll_interval=4.0,
+                                  group_instance_id="a-1",
+                                  partition_assignment_strategy=["cooperative-sticky"]
+                                  ) as consumer:
+        await take(consumer, 1)
+        joins = len(fake.requests_of(ApiKey.JOIN_GROUP))
+        await trio.sleep(2.25)
+        # the next heartbeat is answered 3 s late, across the poll timeout
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.REBALANCE_IN_PROGRESS)
+        fake.delay_responses(3.0, api_key=ApiKey.HEARTBEAT, count=1)
+        sent = len(heartbeat_times(fake))
+        await until(lambda: consumer.state == "unjoined", within=5)
+        left_at = trio.current_time()
+        assert len(heartbeat_times(fake)) == sent + 1  # asked before leaving ...
+        await trio.sleep(20)  # ... answered after
+        assert heartbeat_times(fake)[sent] < left_at
+        assert len(fake.requests_of(ApiKey.JOIN_GROUP)) == joins
+        with pytest.raises(MaxPollIntervalExceededError):
+            await consumer.__anext__()
+        await take(consumer, 1)
+        assert len(fake.requests_of(ApiKey.JOIN_GROUP)) > joins
+
+
+async def test_the_rejoin_after_a_poll_timeout_starts_when_the_error_is_raised(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """The iteration that raises MaxPollIntervalExceededError starts the rejoin: the
+    JoinGroup goes out while the application still handles the error, and the
+    partitions are there when it iterates again (on_lost once, for the partitions the
+    member had when it left)."""
+    fake = topic
+    events: list[tuple[str, frozenset[TopicPartition]]] = []
+
+    def log(kind: str) -> Any:
+        def cb(consumer: Consumer, parts: frozenset[TopicPartition]) -> None:
+            events.append((kind, parts))
+        return cb
+
+    async with open_fake_consumer(fake, group_id="g", topics=["t"], max_poll_interval=4.0,
+                                  on_assigned=log("assigned"), on_lost=log("lost"),
+                                  on_revoked=log("revoked")) as consumer:
+        await take(consumer, 1)
+        await trio.sleep(10)
+        joins = len(fake.requests_of(ApiKey.JOIN_GROUP))
+        with pytest.raises(MaxPollIntervalExceededError):
+            await consumer.__anext__()
+        raised_at = trio.current_time()
+        await trio.sleep(3)  # handling the error, not iterating
+        rejoins = fake.requests_of(ApiKey.JOIN_GROUP)[joins:]
+        assert rejoins and rejoins[0].time == raised_at
+        assert len(fake.group("g").members) == 1
+        await take(consumer, 1)
+        assert events == [("assigned", ALL), ("lost", ALL), ("assigned", ALL)]
+
+
+async def test_only_the_current_leader_rebalances_on_a_partition_count_change(
+    fake: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A member that led the group once and follows now leaves partition counts to the
+    leader: the counts it assigned from back then are not compared with metadata (that
+    would rebalance the group at every heartbeat, the follower never assigning anew).
+    Once the leader rebalanced for a grown topic the group stays in its generation."""
+    fake.create_topic("t", 2)
+    for p in range(2):
+        await produce(fake, "t", [b"x"], partition=p)
+    options: dict[str, Any] = dict(group_id="g", topics=["t"], metadata_max_age=2.0)
+    async with open_fake_consumer(fake, max_poll_interval=4.0, **options) as a, \
+            open_fake_consumer(fake, **options) as b, trio.open_nursery() as nursery:
+        await take(a, 1)  # a leads, assigning t's two partitions
+        nursery.start_soon(iterate_slowly, b)
+        # a stops iterating: it leaves on a poll timeout and b leads from now on
+        await until(lambda: a.state == "unjoined" and b.state == "stable")
+        fake.state.topics["t"].partitions.append(  # a partition added (CreatePartitions)
+            PartitionState("t", 2, leader=0, leader_epoch=0, replicas=(0,)))
+        await until(lambda: len(b.assignment()) == 3)
+        with pytest.raises(MaxPollIntervalExceededError):
+            await a.__anext__()
+        nursery.start_soon(iterate_slowly, a)
+        await until(lambda: a.state == b.state == "stable" and len(fake.group("g").members) == 2)
+        generation = fake.group("g").generation
+        await trio.sleep(30)
+        assert fake.group("g").generation == generation
+        assert a.group_metadata().member_id != fake.group("g").leader_id
+        nursery.cancel_scope.cancel()
+
+
+class _MetadataCache:
+    """The cluster client as ``Liveness._check_metadata`` uses it: cached partition
+    counts, and the topics it was asked to refresh, with when."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        self.counts = counts
+        self.refreshes: list[tuple[float, list[str]]] = []
+
+    def partition_count_nowait(self, topic: str) -> int | None:
+        return self.counts.get(topic)
+
+    def request_refresh(self, topics: list[str]) -> None:
+        self.refreshes.append((trio.current_time(), list(topics)))
+
+
+class _Member(Liveness):
+    """A group member reduced to what the metadata check reads."""
+
+    def __init__(self, assigned: dict[str, int | None], seen: dict[str, int], *,
+                 leads: bool) -> None:
+        self.cache = _MetadataCache(seen)
+        self._cluster = cast(Any, self.cache)
+        self._config = ConsumerConfig(group_id="g", metadata_max_age=4.0)
+        self.member_id = "m-1"
+        self.leader_id = "m-1" if leads else "m-2"
+        self._assigned_counts = assigned
+        self._missing_checked = -math.inf
+        self.rejoins: list[str] = []
+
+    def request_rejoin(self, reason: str) -> None:
+        self.rejoins.append(reason)
+
+
+@pytest.mark.parametrize(("assigned", "seen", "leads", "rejoins"), [
+    ({"t": 2}, {"t": 2}, True, []),
+    ({"t": 2}, {"t": 3}, True, ["topic 't' has 3 partitions, not 2"]),
+    ({"t": None}, {"t": 1}, True, ["topic 't' has 1 partitions, not None"]),
+    ({"t": 2}, {}, True, []),  # not in the cache (yet): nothing to compare
+    ({"t": 2}, {"t": 3}, False, []),  # counts kept from when it led: not its business
+    ({}, {"t": 3}, True, []),
+])
+async def test_which_partition_counts_make_a_member_rebalance(
+    autojump_clock: Any, assigned: dict[str, int | None], seen: dict[str, int], leads: bool,
+    rejoins: list[str],
+) -> None:
+    """Only the leader compares the counts it assigned from with the cached metadata,
+    and rejoins when a topic's count differs (or a missing topic appeared)."""
+    member = _Member(assigned, seen, leads=leads)
+    member._check_metadata()
+    assert member.rejoins == rejoins
+
+
+async def test_a_leader_asks_about_a_missing_topic_once_per_metadata_max_age(
+    autojump_clock: Any,
+) -> None:
+    """A subscribed topic that did not exist at the assignment is asked about (a
+    metadata refresh naming it) at the first check and then once metadata_max_age
+    (4 s) has passed since the last time, not at every heartbeat; a follower never
+    asks."""
+    member = _Member({"t": 2, "later": None}, {"t": 2}, leads=True)
+    for _ in range(13):  # a check per heartbeat, every second from 0 s to 12 s
+        member._check_metadata()
+        await trio.sleep(1.0)
+    assert member.cache.refreshes == [(0.0, ["later"]), (4.0, ["later"]),
+                                      (8.0, ["later"]), (12.0, ["later"])]
+    follower = _Member({"later": None}, {}, leads=False)
+    follower._check_metadata()
+    assert follower.cache.refreshes == []

@@ -13,9 +13,12 @@ import trio
 from pipeline.consumer import ConsumerError, TopicPartition
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
+from pipeline.protocol.messages import list_offsets as lo
+from pipeline.testing.fake.cluster import SUPPORTED_VERSIONS
+from pipeline.testing.fake.faults import NO_RESPONSE, ControlContext
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import open_fake_consumer, produce, take
+from .conftest import open_fake_consumer, produce, take, until
 
 T0 = TopicPartition("t", 0)
 
@@ -197,3 +200,92 @@ async def test_a_lookup_waits_with_the_configured_rng(
         await take(consumer, 1)
     times = lookup_times(fake)
     assert times[1] - times[0] == pytest.approx(0.3125)
+
+
+async def test_an_answered_lookup_starts_the_backoff_over_for_the_next_one(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """Retries count consecutive failures: a lookup that was answered ends the series,
+    even when the partition needs another lookup at once (the application sent it to the
+    beginning while the answer was on its way), so that lookup failing is retried
+    after the first retry's delay (0.25 s), not a longer one."""
+    fake = topic
+    fake.fail_next(ApiKey.LIST_OFFSETS, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    async with open_fake_consumer(fake, partitions=[("t", 0)], retry_backoff=0.25,
+                                  retry_backoff_max=8.0, auto_offset_reset="latest") as consumer:
+        await fake.wait_for_requests(ApiKey.LIST_OFFSETS, 1)
+        fake.delay_responses(2.0, api_key=ApiKey.LIST_OFFSETS, count=1)  # the retry's answer
+        await fake.wait_for_requests(ApiKey.LIST_OFFSETS, 2)
+        await consumer.seek_to_beginning([("t", 0)])
+        fake.fail_next(ApiKey.LIST_OFFSETS, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        assert [r.offset for r in await take(consumer, 1)] == [0]
+        times = lookup_times(fake)
+        assert len(times) == 4
+        assert times[1] - times[0] == pytest.approx(0.25)
+        assert times[3] - times[2] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize(("reset", "first"), [("earliest", 2), ("latest", 6)])
+async def test_a_broker_answering_list_offsets_v0_positions_at_its_old_style_offset(
+    autojump_clock: Any, nursery: trio.Nursery, reset: str, first: int,
+) -> None:
+    """ListOffsets v0 (a broker offering no later version) answers the offset in the
+    old-style list (the offset field is v1+): the consumer starts at its first entry,
+    the log start offset for "earliest", the high watermark for "latest"."""
+    versions = {**SUPPORTED_VERSIONS, ApiKey.LIST_OFFSETS: (0, 0)}
+    fake = FakeCluster(brokers=1, seed=7, auto_create_topics=False, api_versions=versions)
+    await nursery.start(fake.run)
+    fake.create_topic("t", 1)
+    await produce(fake, "t", [b"%d" % i for i in range(6)], partition=0)
+    fake.partition("t", 0).log_start_offset = 2
+
+    def answer(ctx: ControlContext) -> Any:
+        if len(fake.requests_of(ApiKey.LIST_OFFSETS)) > 1:
+            return NO_RESPONSE  # one lookup is enough: a second one waits, time passes
+        (topic,) = ctx.request.topics
+        (asked,) = topic.partitions
+        part = fake.partition(topic.name, asked.partition_index)
+        offset = part.log_start_offset if asked.timestamp == -2 else part.high_watermark
+        return lo.ListOffsetsResponse(topics=(lo.ListOffsetsTopicResponse(
+            name=topic.name, partitions=(lo.ListOffsetsPartitionResponse(
+                partition_index=asked.partition_index, old_style_offsets=(offset,)),)),))
+
+    fake.control(ApiKey.LIST_OFFSETS, answer, sticky=True)
+    async with open_fake_consumer(fake, partitions=[("t", 0)],
+                                  auto_offset_reset=reset) as consumer:
+        await until(lambda: consumer.position(("t", 0)) is not None)
+        await produce(fake, "t", [b"6", b"7"], partition=0)
+        records = await take(consumer, 8 - first)
+    assert [r.offset for r in records] == list(range(first, 8))
+    assert {r.api_version for r in fake.requests_of(ApiKey.LIST_OFFSETS)} == {0}
+
+
+async def test_a_lookup_for_a_partition_metadata_lost_meanwhile_names_no_leader_epoch(
+    fake: FakeCluster, autojump_clock: Any,
+) -> None:
+    """The ListOffsets of each leader carries the leader epoch the cached metadata has
+    for the partition when that request is built. When a metadata answer dropped the
+    topic meanwhile (a broker that does not know it yet answered
+    UNKNOWN_TOPIC_OR_PARTITION while the connection to an earlier leader was being
+    set up), the request says "no epoch" (-1, which Kafka does not check) rather than
+    a made-up one a leader with a later epoch would refuse, and the partition gets its
+    offset."""
+    fake.create_topic("two", 2)
+    for p in range(2):
+        await produce(fake, "two", [b"a", b"b"], partition=p)
+    fake.move_leader("two", 0, to=1)
+    fake.move_leader("two", 1, to=2)
+    fake.delay_responses(2.0, api_key=ApiKey.API_VERSIONS, node_id=1, count=1)
+    async with open_fake_consumer(fake, partitions=[("two", 0), ("two", 1)],
+                                  metadata_max_age=0.5) as consumer:
+        await fake.wait_for_requests(ApiKey.API_VERSIONS, 1, node_id=1)
+        unknown = fake.fail_next(ApiKey.METADATA, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                 topic="two", count=None)
+        await fake.wait_for_requests(ApiKey.LIST_OFFSETS, 2)
+        unknown.remove()
+        records = await take(consumer, 4)
+        assert sorted((r.partition, r.offset) for r in records) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    asked = [(r.node_id, p.partition_index, p.current_leader_epoch)
+             for r in fake.requests_of(ApiKey.LIST_OFFSETS)
+             for t in r.request.topics for p in t.partitions]
+    assert asked == [(1, 0, 1), (2, 1, -1)]
