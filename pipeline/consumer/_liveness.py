@@ -135,7 +135,6 @@ class Liveness:
         elif code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
             self._reset(f"heartbeat answered {code.name}",
                         keep_member_id=code == ErrorCode.ILLEGAL_GENERATION)
-            self._assignment.changed()
         elif code in COORDINATOR_GONE:
             self._coordinator.forget()
         elif code in (ErrorCode.FENCED_INSTANCE_ID, ErrorCode.GROUP_AUTHORIZATION_FAILED):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import trio
 
@@ -141,8 +141,7 @@ class OffsetResolver:
                 logger.info("offset lookup failed (retry in %.3fs): %s", delay, exc)
                 await trio.sleep(delay)
 
-    async def _resolve(self, need: Iterable[PartitionState]) -> None:
-        need = list(need)
+    async def _resolve(self, need: list[PartitionState]) -> None:
         tokens = {s.tp: s.token for s in need}
 
         def still(tp: TopicPartition) -> PartitionState | None:
