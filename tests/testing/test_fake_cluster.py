@@ -593,3 +593,20 @@ async def test_connector_errors(nursery: trio.Nursery) -> None:
         await fake.connector("fake-7", 9092)
     async with FakeCluster.serve(brokers=2) as other:
         assert other.bootstrap == "fake-0:9092,fake-1:9092"
+
+
+@pytest.mark.parametrize(("requested", "code"), [
+    (-1, ErrorCode.NONE),  # no epoch: no check
+    (-2, ErrorCode.FENCED_LEADER_EPOCH),  # any other epoch below the leader's is fenced
+    (4, ErrorCode.FENCED_LEADER_EPOCH),
+    (5, ErrorCode.NONE),
+    (6, ErrorCode.UNKNOWN_LEADER_EPOCH),
+])
+def test_a_read_checks_the_current_leader_epoch_as_kafka_does(requested: int, code: ErrorCode) -> None:
+    """Fetch and ListOffsets answer a request's current leader epoch as Kafka's
+    Partition.checkCurrentLeaderEpoch does: only -1 skips the check."""
+    from pipeline.testing.fake.reads import _leader_epoch_error
+    from pipeline.testing.fake.state import PartitionState
+
+    part = PartitionState("t", 0, leader=0, leader_epoch=5, replicas=(0,))
+    assert _leader_epoch_error(part, requested) == int(code)

@@ -33,7 +33,9 @@ Inject = Callable[[str | None, int | None], int | None]
 
 
 def _leader_epoch_error(part: PartitionState, requested: int) -> int:
-    if requested < 0 or requested == part.leader_epoch:
+    # As Kafka's Partition.checkCurrentLeaderEpoch: only -1 means "no epoch, no check";
+    # any other epoch below the leader's (-2 included) is fenced.
+    if requested == -1 or requested == part.leader_epoch:
         return 0
     if requested < part.leader_epoch:
         return int(ErrorCode.FENCED_LEADER_EPOCH)
