@@ -814,11 +814,13 @@ def main() -> None:
                         help="run N sampled mutants both ways (subprocess, fork) and compare")
     parser.add_argument("--try", dest="try_key", metavar="KEY",
                         help="apply one mutant (its key, as listed) and run the TEST ids given")
+    parser.add_argument("--try-timeout", type=float, default=300.0, metavar="S",
+                        help="with --try: a run longer than this is a hang, so KILLED (default 300)")
     parser.add_argument("tests", nargs="*", help="with --try: the test ids to run")
     args = parser.parse_args()
 
     if args.try_key:
-        try_mutant(args.try_key, args.tests)
+        try_mutant(args.try_key, args.tests, args.try_timeout)
         return
     mutants = collect(args.only, set(args.functions.split(",")) if args.functions else None)
     if args.list:
@@ -934,10 +936,12 @@ def _where(m: Mutant) -> dict[str, object]:
     return {"key": m.key, "file": m.file, "line": m.line}
 
 
-def try_mutant(key: str, tests: list[str]) -> None:
+def try_mutant(key: str, tests: list[str], timeout: float = 300.0) -> None:
     """Run the given tests (verbose) against one mutant in a scratch copy: how a
     new test is checked against the survivor it was written for. ``key`` as
-    ``--list`` prints it (the ``(line N)`` after it may be left on)."""
+    ``--list`` prints it (the ``(line N)`` after it may be left on). A run past
+    ``timeout`` seconds is a hang (a mutant looping at one virtual instant): its
+    process group is killed and the mutant counts as killed, as in a full run."""
     key = key.split("  (line ", 1)[0].strip()
     file = key.split("::", 1)[0]
     found = [m for m in collect(file) if m.key == key]
@@ -947,9 +951,17 @@ def try_mutant(key: str, tests: list[str]) -> None:
     work = _scratch(0, "try")
     source = (ROOT / file).read_text()
     (work / file).write_text(mutate_source(source, mutant))
-    code = subprocess.run(
-        [sys.executable, "-m", "pytest", *PYTEST[1:], "-q", *tests], cwd=work, env=_env(work)
-    ).returncode
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *PYTEST[1:], "-q", *tests], cwd=work, env=_env(work),
+        start_new_session=True,
+    )
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        print(f"with the mutant applied: KILLED (no result after {timeout:g} s: a hang)")
+        sys.exit(0)
     print(f"with the mutant applied: {'KILLED' if code else 'SURVIVES'} (pytest exit {code})")
     sys.exit(0 if code else 1)
 
