@@ -26,6 +26,7 @@ from pipeline.protocol.api import ApiKey
 from pipeline.protocol.consumer_protocol import ConsumerProtocolSubscription
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages.heartbeat import HeartbeatResponse
+from pipeline.testing.fake.faults import ControlContext
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import HalfRandom, open_fake_consumer, produce, until
@@ -631,3 +632,89 @@ async def test_a_commit_during_a_rejoin_waits_for_it_and_carries_the_new_generat
             assert sent.request.generation_id_or_member_epoch == generation
             assert fake.committed("g", "t", 0) == generation
             assert stable(fake, r, generation)
+
+
+def late_refusal(fake: FakeCluster, code: ErrorCode, after: float) -> tuple[list[float], Any]:
+    """A one-shot HEARTBEAT hook, inactive until ``arm()``: the first heartbeat after it
+    is answered ``code`` ``after`` seconds late (its connection busy meanwhile). Returns
+    the times the hook took that heartbeat, and ``arm``."""
+    taken: list[float] = []
+    armed = False
+
+    async def refuse(ctx: ControlContext) -> HeartbeatResponse | None:
+        if not armed:
+            return None
+        taken.append(trio.current_time())
+        await trio.sleep(after)
+        return HeartbeatResponse(error_code=code)
+
+    def arm() -> None:
+        nonlocal armed
+        armed = True
+
+    fake.control(ApiKey.HEARTBEAT, refuse)
+    return taken, arm
+
+
+async def test_a_fatal_heartbeat_answer_arriving_during_a_join_stops_that_join(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A heartbeat sent while the member was stable (its eager revocation waiting in a
+    slow on_revoked) is answered GROUP_AUTHORIZATION_FAILED only once the member's
+    JoinGroup went out: that join stops there. The application gets the GroupError and
+    the member sends nothing more: no SyncGroup, no heartbeat, no other join."""
+    fake = topic
+    taken, arm = late_refusal(fake, ErrorCode.GROUP_AUTHORIZATION_FAILED, after=2.0)
+
+    async def revoked(consumer: Any, parts: frozenset[TopicPartition]) -> None:
+        arm()  # the next heartbeat goes out while this runs
+        await trio.sleep(1.5)
+
+    async with reading(fake, on_revoked=revoked, heartbeat_interval=1.0) as r:
+        await until(lambda: stable(fake, r, 1) and len(r.records) == 20)
+        syncs = len(fake.requests_of(ApiKey.SYNC_GROUP))
+        joined = len(joins(fake))
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.REBALANCE_IN_PROGRESS)
+        await until(lambda: r.error is not None, 30)
+        assert isinstance(r.error, GroupError)
+        assert len(taken) == 1 and len(joins(fake)) == joined + 1  # the join was under way
+        seen = len(group_requests(fake))
+        await trio.sleep(30)
+        assert len(group_requests(fake)) == seen
+        assert len(fake.requests_of(ApiKey.SYNC_GROUP)) == syncs
+        assert r.consumer.state == "failed"
+
+
+async def test_a_stale_commit_answer_after_a_fatal_heartbeat_does_not_revive_the_member(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A commit sent while a heartbeat was in flight is answered ILLEGAL_GENERATION
+    after that heartbeat's GROUP_AUTHORIZATION_FAILED failed the consumer: the commit
+    raises CommitFailedError, but the failed member is not reset by it. Iterating again
+    raises the GroupError again; no partition is reported lost and the member joins no
+    more."""
+    fake = topic
+    lost: list[frozenset[TopicPartition]] = []
+    taken, arm = late_refusal(fake, ErrorCode.GROUP_AUTHORIZATION_FAILED, after=2.0)
+    async with open_fake_consumer(fake, group_id="g", topics=["t"], enable_auto_commit=False,
+                                  on_lost=lambda c, parts: lost.append(parts)) as consumer:
+        got = 0
+        with trio.fail_after(60):
+            async for _ in consumer:
+                got += 1
+                if got == 20:
+                    break
+        arm()
+        await until(lambda: bool(taken), 5)
+        # answered after the heartbeat (behind it on the connection), and later still
+        fake.fail_next(ApiKey.OFFSET_COMMIT, ErrorCode.ILLEGAL_GENERATION)
+        fake.delay_responses(0.5, api_key=ApiKey.OFFSET_COMMIT, count=1)
+        with pytest.raises(CommitFailedError):
+            await consumer.commit({("t", 0): 5})
+        seen = len(group_requests(fake))
+        for _ in range(2):
+            with pytest.raises(GroupError), trio.fail_after(5):
+                async for _ in consumer:
+                    pass
+        await trio.sleep(30)
+        assert lost == [] and len(group_requests(fake)) == seen
