@@ -728,3 +728,34 @@ async def test_a_stale_commit_answer_after_a_fatal_heartbeat_does_not_revive_the
                     pass
         await trio.sleep(30)
         assert lost == [] and len(group_requests(fake)) == seen
+
+
+async def test_a_join_completed_for_a_membership_reset_meanwhile_hands_nothing_over(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A heartbeat sent while the member was stable (its eager revocation waiting in a
+    slow on_revoked) is answered ILLEGAL_GENERATION after the member's JoinGroup went
+    out. As the Java client ignores the answer of a join made before such a reset, the
+    join that then completes is not handed to the application: the member joins again,
+    and on_assigned runs once, for the generation it ends in (no assign-revoke-assign
+    for a generation it already knew was stale)."""
+    fake = topic
+    events: list[tuple[str, frozenset[TopicPartition]]] = []
+    taken, arm = late_refusal(fake, ErrorCode.ILLEGAL_GENERATION, after=2.0)
+
+    async def revoked(consumer: Any, parts: frozenset[TopicPartition]) -> None:
+        events.append(("revoked", parts))
+        arm()  # the next heartbeat goes out while this runs
+        await trio.sleep(1.5)
+
+    async with reading(fake, on_revoked=revoked, heartbeat_interval=1.0,
+                       on_assigned=lambda c, parts: events.append(("assigned", parts)),
+                       on_lost=lambda c, parts: events.append(("lost", parts))) as r:
+        await until(lambda: stable(fake, r, 1) and len(r.records) == 20)
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.REBALANCE_IN_PROGRESS)
+        await until(lambda: bool(taken), 10)
+        await until(lambda: fake.group("g").generation == 3 and stable(fake, r, 3), 30)
+        await trio.sleep(5)
+        assert r.error is None and r.consumer.assignment() == ALL4
+        assert events == [("assigned", ALL4), ("revoked", ALL4), ("assigned", ALL4)]
+        assert fake.group("g").generation == 3
