@@ -759,3 +759,20 @@ async def test_a_join_completed_for_a_membership_reset_meanwhile_hands_nothing_o
         assert r.error is None and r.consumer.assignment() == ALL4
         assert events == [("assigned", ALL4), ("revoked", ALL4), ("assigned", ALL4)]
         assert fake.group("g").generation == 3
+
+
+async def test_a_commit_issued_as_the_consumer_opens_waits_for_the_first_join_every_time(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A commit the application issues the moment the consumer is open waits for the
+    first join and carries its generation, whichever of the application and the
+    member's join round trio runs first (it picks at random each time: twelve opens,
+    so both orders occur)."""
+    fake = topic
+    for i in range(12):
+        async with open_fake_consumer(fake, group_id="g", topics=["t"],
+                                      enable_auto_commit=False) as consumer:
+            await consumer.commit({("t", 0): i + 1})
+            sent = fake.requests_of(ApiKey.OFFSET_COMMIT)[-1]
+            assert sent.request.generation_id_or_member_epoch == fake.group("g").generation
+            assert fake.committed("g", "t", 0) == i + 1
