@@ -776,3 +776,29 @@ async def test_a_commit_issued_as_the_consumer_opens_waits_for_the_first_join_ev
             sent = fake.requests_of(ApiKey.OFFSET_COMMIT)[-1]
             assert sent.request.generation_id_or_member_epoch == fake.group("g").generation
             assert fake.committed("g", "t", 0) == i + 1
+
+
+async def test_auto_commit_skips_a_tick_that_falls_inside_a_rebalance(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """Auto-commit commits on its ticks only (every auto_commit_interval since the
+    start); a tick while the member is rebalancing commits nothing, as the Java client's
+    auto-commit fails fast outside a stable generation instead of waiting for the join:
+    the positions moved meanwhile are committed at the first tick after it."""
+    fake = topic
+    start = trio.current_time()
+    async with reading(fake, enable_auto_commit=True, auto_commit_interval=2.0,
+                       partition_assignment_strategy="cooperative-sticky") as r:
+        await until(lambda: [fake.committed("g", "t", p) for p in range(4)] == [5] * 4)
+        await until(lambda: 0.2 <= (trio.current_time() - start) % 2.0 < 0.3)  # after a tick
+        fake.delay_responses(3.3, api_key=ApiKey.JOIN_GROUP, count=1)
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.REBALANCE_IN_PROGRESS)
+        await produce(fake, "t", [b"more"], partition=1)
+        await until(lambda: len(r.records) == 21)
+        joined = len(joins(fake))
+        await until(lambda: len(joins(fake)) > joined)
+        assert fake.committed("g", "t", 1) == 5  # the move is still to commit
+        await until(lambda: stable(fake, r, 2))
+        await until(lambda: fake.committed("g", "t", 1) == 6)
+        for q in fake.requests_of(ApiKey.OFFSET_COMMIT):
+            assert round((q.time - start) / 2.0, 6).is_integer(), q.time - start
