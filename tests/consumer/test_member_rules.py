@@ -802,3 +802,33 @@ async def test_auto_commit_skips_a_tick_that_falls_inside_a_rebalance(
         await until(lambda: fake.committed("g", "t", 1) == 6)
         for q in fake.requests_of(ApiKey.OFFSET_COMMIT):
             assert round((q.time - start) / 2.0, 6).is_integer(), q.time - start
+
+
+async def test_a_commit_that_ends_the_generation_ends_the_fast_path_of_the_old_chunk(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """The application is in the middle of a fetched run of records (served without a
+    trio checkpoint while nothing changes) when its commit is refused UNKNOWN_MEMBER_ID:
+    the member's generation is over and its partitions are lost. The next iteration
+    does not go on serving that run: it first looks for rebalance changes (a trio
+    checkpoint, so an iteration cancelled beforehand hands out nothing), and the
+    partitions are reported lost before the member rejoins and reads them again."""
+    fake = topic
+    lost: list[frozenset[TopicPartition]] = []
+    async with open_fake_consumer(fake, group_id="g", topics=["t"], enable_auto_commit=False,
+                                  on_lost=lambda c, parts: lost.append(parts)) as consumer:
+        with trio.fail_after(30):
+            first = await consumer.__anext__()
+            second = await consumer.__anext__()  # served from the same run
+        assert (first.topic, first.partition) == (second.topic, second.partition)
+        fake.fail_next(ApiKey.OFFSET_COMMIT, ErrorCode.UNKNOWN_MEMBER_ID)
+        with pytest.raises(CommitFailedError):
+            await consumer.commit()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await consumer.__anext__()
+        assert scope.cancelled_caught
+        with trio.fail_after(30):
+            while not lost:
+                await consumer.__anext__()
+        assert lost == [ALL4]
