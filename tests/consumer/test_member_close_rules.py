@@ -94,7 +94,8 @@ async def test_closing_a_stable_member_revokes_commits_leaves_and_drops_its_conn
     assert fake.group("g").members == {}
 
 
-@pytest.mark.parametrize("code", [ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION])
+@pytest.mark.parametrize("code", [ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION],
+                         ids=lambda c: c.name)
 async def test_closing_a_member_removed_from_its_generation_hands_its_partitions_over_as_lost(
     topic: FakeCluster, autojump_clock: Any, code: ErrorCode,
 ) -> None:
