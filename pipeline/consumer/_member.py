@@ -241,7 +241,10 @@ class GroupMember(Liveness):
         self.state = "stable"
         self.rebalances += 1
         self.last_heartbeat = trio.current_time()
-        epoch = self.epoch
+        # epoch is still the round's own: a reset during the join (a heartbeat or commit
+        # sent before it, answered after) made this join's answer stale, as the Java
+        # client ignores a join answered after the member was reset; the reset requested
+        # the next round, so nothing is handed over from this one.
         try:
             assigned = ConsumerProtocolAssignment.decode(data)
         except DecodeError as exc:

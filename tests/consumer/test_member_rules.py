@@ -26,6 +26,7 @@ from pipeline.protocol.api import ApiKey
 from pipeline.protocol.consumer_protocol import ConsumerProtocolSubscription
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages.heartbeat import HeartbeatResponse
+from pipeline.testing.fake.faults import ControlContext
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import HalfRandom, open_fake_consumer, produce, until
@@ -164,9 +165,12 @@ async def test_a_retriable_join_refusal_joins_again(
     with an empty member id, after ILLEGAL_GENERATION at once with its id; a moved or
     unavailable coordinator is looked up again (FindCoordinator), and these and a
     loading or rebalancing coordinator are asked again after one retry_backoff. The
-    member ends up in the next generation with every partition, no error raised."""
+    member ends up in the next generation with every partition, no error raised.
+    (Fetches answer at once here, so no lookup waits behind a long-polling Fetch on a
+    shared connection: the pacing measured is the member's own.)"""
     fake = topic
-    async with reading(fake, retry_backoff=0.25, retry_backoff_max=4.0) as r:
+    async with reading(fake, retry_backoff=0.25, retry_backoff_max=4.0,
+                       fetch_max_wait=0.01) as r:
         await rejoin_once(fake, r)
         member_id = r.consumer.group_metadata().member_id
         lookups = len(fake.requests_of(ApiKey.FIND_COORDINATOR))
@@ -184,9 +188,7 @@ async def test_a_retriable_join_refusal_joins_again(
         gap = retry.time - refused.time
         if new_lookup:  # the lookup follows the backoff (and needs a new connection)
             gap = fake.requests_of(ApiKey.FIND_COORDINATOR)[lookups].time - refused.time
-            assert gap >= 0.25
-        else:
-            assert (0.25 <= gap < 0.5) if backoff else gap < 0.25
+        assert (0.25 <= gap < 0.5) if backoff else gap < 0.25
         assert len(fake.requests_of(ApiKey.FIND_COORDINATOR)) == lookups + new_lookup
 
 
@@ -231,24 +233,27 @@ async def test_a_lookup_refused_while_rejoining_fails_the_consumer(
     assert len(fake.requests_of(ApiKey.LEAVE_GROUP)) == 1 and fake.group("g").members == {}
 
 
+@pytest.mark.parametrize("api", [ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP])
 async def test_a_lost_connection_during_a_join_joins_again_after_one_backoff(
-    topic: FakeCluster, autojump_clock: Any,
+    topic: FakeCluster, autojump_clock: Any, api: ApiKey,
 ) -> None:
     """A connection lost with a JoinGroup or SyncGroup in flight is retried (the member
-    finds the coordinator again) after retry_backoff; no error reaches the application."""
+    finds the coordinator again) after one retry_backoff, not at once; no error reaches
+    the application. (Fetches answer at once: no lookup waits behind a long-polling
+    Fetch on a shared connection, so the pacing measured is the member's own.)"""
     fake = topic
-    async with reading(fake, retry_backoff=0.25, retry_backoff_max=4.0) as r:
+    async with reading(fake, retry_backoff=0.25, retry_backoff_max=4.0,
+                       fetch_max_wait=0.01) as r:
         await rejoin_once(fake, r)
         lookups = len(fake.requests_of(ApiKey.FIND_COORDINATOR))
-        before = len(joins(fake))
-        fake.drop_next_request(ApiKey.JOIN_GROUP)
+        before = len(fake.requests_of(api))
+        fake.drop_next_request(api)
         await until(lambda: fake.group("g").generation > 1 and stable(
             fake, r, fake.group("g").generation))
         assert r.error is None and r.consumer.assignment() == ALL4
-        dropped = joins(fake)[before]
+        dropped = fake.requests_of(api)[before]
         lookup = fake.requests_of(ApiKey.FIND_COORDINATOR)[lookups]
-        # paced (never at once), and within a few retry_backoffs
-        assert 0.25 <= lookup.time - dropped.time < 0.75
+        assert 0.25 <= lookup.time - dropped.time < 0.5
 
 
 async def test_the_join_backoff_draws_its_jitter_from_the_given_rng(
@@ -272,8 +277,9 @@ async def test_a_leader_that_cannot_read_the_metadata_joins_again_after_one_back
     fake: FakeCluster, autojump_clock: Any,
 ) -> None:
     """The leader cannot assign while the subscribed topic's metadata is refused: it
-    joins again after retry_backoff (the group waits for it), and assigns once the
-    metadata is there; the application sees no error."""
+    joins again one retry_backoff after each refusal (the group waits for it; not at
+    once, not after a growing delay), and assigns once the metadata is there; the
+    application sees no error."""
     fake.create_topic("t", 4)
     fake.fail_next(ApiKey.METADATA, ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic="t", count=2)
     async with reading(fake, retry_backoff=0.25, retry_backoff_max=4.0) as r:
@@ -282,6 +288,11 @@ async def test_a_leader_that_cannot_read_the_metadata_joins_again_after_one_back
         times = [q.time for q in joins(fake)][1:]  # after the member id was given
         assert len(times) >= 2  # the leader joined again
         assert all(b - a >= 0.25 for a, b in itertools.pairwise(times))
+        asked = [i for i, q in enumerate(fake.requests) if q.api_key == ApiKey.METADATA
+                 and [t.name for t in q.request.topics or ()] == ["t"]]
+        for i in asked[:2]:  # the refused ones; the JoinGroup that follows each
+            rejoin = next(q for q in fake.requests[i:] if q.api_key == ApiKey.JOIN_GROUP)
+            assert 0.25 <= rejoin.time - fake.requests[i].time < 0.5
 
 
 # ------------------------------------------------------------------ identity
@@ -631,3 +642,193 @@ async def test_a_commit_during_a_rejoin_waits_for_it_and_carries_the_new_generat
             assert sent.request.generation_id_or_member_epoch == generation
             assert fake.committed("g", "t", 0) == generation
             assert stable(fake, r, generation)
+
+
+def late_refusal(fake: FakeCluster, code: ErrorCode, after: float) -> tuple[list[float], Any]:
+    """A one-shot HEARTBEAT hook, inactive until ``arm()``: the first heartbeat after it
+    is answered ``code`` ``after`` seconds late (its connection busy meanwhile). Returns
+    the times the hook took that heartbeat, and ``arm``."""
+    taken: list[float] = []
+    armed = False
+
+    async def refuse(ctx: ControlContext) -> HeartbeatResponse | None:
+        if not armed:
+            return None
+        taken.append(trio.current_time())
+        await trio.sleep(after)
+        return HeartbeatResponse(error_code=code)
+
+    def arm() -> None:
+        nonlocal armed
+        armed = True
+
+    fake.control(ApiKey.HEARTBEAT, refuse)
+    return taken, arm
+
+
+async def test_a_fatal_heartbeat_answer_arriving_during_a_join_stops_that_join(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A heartbeat sent while the member was stable (its eager revocation waiting in a
+    slow on_revoked) is answered GROUP_AUTHORIZATION_FAILED only once the member's
+    JoinGroup went out: that join stops there. The application gets the GroupError and
+    the member sends nothing more: no SyncGroup, no heartbeat, no other join."""
+    fake = topic
+    taken, arm = late_refusal(fake, ErrorCode.GROUP_AUTHORIZATION_FAILED, after=2.0)
+
+    async def revoked(consumer: Any, parts: frozenset[TopicPartition]) -> None:
+        arm()  # the next heartbeat goes out while this runs
+        await trio.sleep(1.5)
+
+    async with reading(fake, on_revoked=revoked, heartbeat_interval=1.0) as r:
+        await until(lambda: stable(fake, r, 1) and len(r.records) == 20)
+        syncs = len(fake.requests_of(ApiKey.SYNC_GROUP))
+        joined = len(joins(fake))
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.REBALANCE_IN_PROGRESS)
+        await until(lambda: r.error is not None, 30)
+        assert isinstance(r.error, GroupError)
+        assert len(taken) == 1 and len(joins(fake)) == joined + 1  # the join was under way
+        seen = len(group_requests(fake))
+        await trio.sleep(30)
+        assert len(group_requests(fake)) == seen
+        assert len(fake.requests_of(ApiKey.SYNC_GROUP)) == syncs
+        assert r.consumer.state == "failed"
+
+
+async def test_a_stale_commit_answer_after_a_fatal_heartbeat_does_not_revive_the_member(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A commit sent while a heartbeat was in flight is answered ILLEGAL_GENERATION
+    after that heartbeat's GROUP_AUTHORIZATION_FAILED failed the consumer: the commit
+    raises CommitFailedError, but the failed member is not reset by it. Iterating again
+    raises the GroupError again; no partition is reported lost and the member joins no
+    more."""
+    fake = topic
+    lost: list[frozenset[TopicPartition]] = []
+    taken, arm = late_refusal(fake, ErrorCode.GROUP_AUTHORIZATION_FAILED, after=2.0)
+    async with open_fake_consumer(fake, group_id="g", topics=["t"], enable_auto_commit=False,
+                                  on_lost=lambda c, parts: lost.append(parts)) as consumer:
+        got = 0
+        with trio.fail_after(60):
+            async for _ in consumer:
+                got += 1
+                if got == 20:
+                    break
+        arm()
+        await until(lambda: bool(taken), 5)
+        # answered after the heartbeat (behind it on the connection), and later still
+        fake.fail_next(ApiKey.OFFSET_COMMIT, ErrorCode.ILLEGAL_GENERATION)
+        fake.delay_responses(0.5, api_key=ApiKey.OFFSET_COMMIT, count=1)
+        with pytest.raises(CommitFailedError):
+            await consumer.commit({("t", 0): 5})
+        seen = len(group_requests(fake))
+        for _ in range(2):
+            with pytest.raises(GroupError), trio.fail_after(5):
+                async for _ in consumer:
+                    pass
+        await trio.sleep(30)
+        assert lost == [] and len(group_requests(fake)) == seen
+
+
+async def test_a_join_completed_for_a_membership_reset_meanwhile_hands_nothing_over(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A heartbeat sent while the member was stable (its eager revocation waiting in a
+    slow on_revoked) is answered ILLEGAL_GENERATION after the member's JoinGroup went
+    out. As the Java client ignores the answer of a join made before such a reset, the
+    join that then completes is not handed to the application: the member joins again,
+    and on_assigned runs once, for the generation it ends in (no assign-revoke-assign
+    for a generation it already knew was stale)."""
+    fake = topic
+    events: list[tuple[str, frozenset[TopicPartition]]] = []
+    taken, arm = late_refusal(fake, ErrorCode.ILLEGAL_GENERATION, after=2.0)
+
+    async def revoked(consumer: Any, parts: frozenset[TopicPartition]) -> None:
+        events.append(("revoked", parts))
+        arm()  # the next heartbeat goes out while this runs
+        await trio.sleep(1.5)
+
+    async with reading(fake, on_revoked=revoked, heartbeat_interval=1.0,
+                       on_assigned=lambda c, parts: events.append(("assigned", parts)),
+                       on_lost=lambda c, parts: events.append(("lost", parts))) as r:
+        await until(lambda: stable(fake, r, 1) and len(r.records) == 20)
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.REBALANCE_IN_PROGRESS)
+        await until(lambda: bool(taken), 10)
+        await until(lambda: fake.group("g").generation == 3 and stable(fake, r, 3), 30)
+        await trio.sleep(5)
+        assert r.error is None and r.consumer.assignment() == ALL4
+        assert events == [("assigned", ALL4), ("revoked", ALL4), ("assigned", ALL4)]
+        assert fake.group("g").generation == 3
+
+
+async def test_a_commit_issued_as_the_consumer_opens_waits_for_the_first_join_every_time(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A commit the application issues the moment the consumer is open waits for the
+    first join and carries its generation, whichever of the application and the
+    member's join round trio runs first (it picks at random each time: twelve opens,
+    so both orders occur)."""
+    fake = topic
+    for i in range(12):
+        async with open_fake_consumer(fake, group_id="g", topics=["t"],
+                                      enable_auto_commit=False) as consumer:
+            await consumer.commit({("t", 0): i + 1})
+            sent = fake.requests_of(ApiKey.OFFSET_COMMIT)[-1]
+            assert sent.request.generation_id_or_member_epoch == fake.group("g").generation
+            assert fake.committed("g", "t", 0) == i + 1
+
+
+async def test_auto_commit_skips_a_tick_that_falls_inside_a_rebalance(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """Auto-commit commits on its ticks only (every auto_commit_interval since the
+    start); a tick while the member is rebalancing commits nothing, as the Java client's
+    auto-commit fails fast outside a stable generation instead of waiting for the join:
+    the positions moved meanwhile are committed at the first tick after it."""
+    fake = topic
+    start = trio.current_time()
+    async with reading(fake, enable_auto_commit=True, auto_commit_interval=2.0,
+                       partition_assignment_strategy="cooperative-sticky") as r:
+        await until(lambda: [fake.committed("g", "t", p) for p in range(4)] == [5] * 4)
+        await until(lambda: 0.2 <= (trio.current_time() - start) % 2.0 < 0.3)  # after a tick
+        fake.delay_responses(3.3, api_key=ApiKey.JOIN_GROUP, count=1)
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.REBALANCE_IN_PROGRESS)
+        await produce(fake, "t", [b"more"], partition=1)
+        await until(lambda: len(r.records) == 21)
+        joined = len(joins(fake))
+        await until(lambda: len(joins(fake)) > joined)
+        assert fake.committed("g", "t", 1) == 5  # the move is still to commit
+        await until(lambda: stable(fake, r, 2))
+        await until(lambda: fake.committed("g", "t", 1) == 6)
+        for q in fake.requests_of(ApiKey.OFFSET_COMMIT):
+            assert round((q.time - start) / 2.0, 6).is_integer(), q.time - start
+
+
+async def test_a_commit_that_ends_the_generation_ends_the_fast_path_of_the_old_chunk(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """The application is in the middle of a fetched run of records (served without a
+    trio checkpoint while nothing changes) when its commit is refused UNKNOWN_MEMBER_ID:
+    the member's generation is over and its partitions are lost. The next iteration
+    does not go on serving that run: it first looks for rebalance changes (a trio
+    checkpoint, so an iteration cancelled beforehand hands out nothing), and the
+    partitions are reported lost before the member rejoins and reads them again."""
+    fake = topic
+    lost: list[frozenset[TopicPartition]] = []
+    async with open_fake_consumer(fake, group_id="g", topics=["t"], enable_auto_commit=False,
+                                  on_lost=lambda c, parts: lost.append(parts)) as consumer:
+        with trio.fail_after(30):
+            first = await consumer.__anext__()
+            second = await consumer.__anext__()  # served from the same run
+        assert (first.topic, first.partition) == (second.topic, second.partition)
+        fake.fail_next(ApiKey.OFFSET_COMMIT, ErrorCode.UNKNOWN_MEMBER_ID)
+        with pytest.raises(CommitFailedError):
+            await consumer.commit()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await consumer.__anext__()
+        assert scope.cancelled_caught
+        with trio.fail_after(30):
+            while not lost:
+                await consumer.__anext__()
+        assert lost == [ALL4]
