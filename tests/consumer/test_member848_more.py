@@ -81,3 +81,52 @@ def test_member_ids_are_uuids_with_all_128_bits_random() -> None:
     ids = [uuid.UUID(_member(rng=random.Random(seed)).member_id).hex for seed in range(200)]
     for position in range(32):
         assert {i[position] for i in ids} == set("0123456789abcdef")
+
+
+# ------------------------------------------------------------------ close
+
+
+async def test_aclose_inside_the_block_leaves_once_stops_heartbeating_and_drops_the_connection(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """consumer.aclose() while the ``open_consumer`` block goes on: the coordinator gets
+    one leave heartbeat (epoch -1) and then nothing, the group has no member left (never
+    a join after the leave), the coordinator's connection is closed at once, the state
+    is "closed", and a second aclose() sends nothing."""
+    quiet(coord)
+    m = Member()
+    async with running(fake, m):
+        await until(lambda: m.c.state == "stable")
+        node = fake.coordinators.node_for(GROUP, "g")
+        before = open_conns(fake, node)
+        await m.c.aclose()
+        await trio.sleep(0.1)
+        assert open_conns(fake, node) == before - 1
+        assert leaves(coord) == [-1] and coord.heartbeats[-1].member_epoch == -1
+        n = len(coord.heartbeats)
+        await trio.sleep(30)  # 30 heartbeat intervals
+        assert len(coord.heartbeats) == n
+        assert coord.members == {}
+        assert m.c.state == "closed"
+        await m.c.aclose()
+        assert len(coord.heartbeats) == n
+
+
+async def test_a_member_closed_after_a_poll_timeout_loses_its_partitions_and_leaves_once(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """After a poll timeout the member has left (epoch 0 in its group metadata); closed
+    before the application iterates again, its partitions are lost (on_lost, no
+    on_revoked, nothing committed) and no second leave is sent."""
+    m = Member()
+    async with running(fake, m, max_poll_interval=10.0, enable_auto_commit=True,
+                       auto_commit_interval=1000.0):
+        await until(lambda: len(m.records) == 20)
+        m.iterating = False
+        await produce(fake, "t", [b"x"], partition=0)
+        await until(lambda: bool(leaves(coord)), 15)
+        await trio.sleep(1)
+        assert m.c.group_metadata().generation_id == 0
+    assert leaves(coord) == [-1]
+    assert m.events == [("assigned", ALL4), ("lost", ALL4)]
+    assert fake.requests_of(ApiKey.OFFSET_COMMIT) == []
