@@ -130,3 +130,62 @@ async def test_a_member_closed_after_a_poll_timeout_loses_its_partitions_and_lea
     assert leaves(coord) == [-1]
     assert m.events == [("assigned", ALL4), ("lost", ALL4)]
     assert fake.requests_of(ApiKey.OFFSET_COMMIT) == []
+
+
+# ------------------------------------------------------------------ losing membership
+
+
+async def test_a_fenced_member_is_unjoined_until_it_lost_its_partitions_then_waits_for_a_target(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """Fenced while the application is busy: the member is "unjoined" until the
+    application's iteration runs on_lost; it then joins again and stays "rebalancing"
+    while the coordinator's answers bring no target yet (the old target does not count),
+    and is stable once the new one arrives."""
+    m = Member()
+    async with running(fake, m):
+        await until(lambda: len(m.records) == 20)
+        m.iterating = False
+        await produce(fake, "t", [b"x"], partition=0)
+        await until(lambda: len(m.records) == 21)
+        coord.errors.append(int(ErrorCode.FENCED_MEMBER_EPOCH))
+        coord.members.clear()
+        await until(lambda: m.c.group_metadata().generation_id == 0, 5)
+        await trio.sleep(3)
+        assert m.c.state == "unjoined"
+        coord.hold_assignment = 3
+        n = len(coord.heartbeats)
+        m.iterating = True
+        await until(lambda: len(coord.heartbeats) >= n + 2, 5)
+        assert coord.heartbeats[n].member_epoch == 0
+        assert m.c.group_metadata().generation_id > 0
+        assert m.c.state == "rebalancing"
+        await until(lambda: m.c.state == "stable", 10)
+        assert m.events == [("assigned", ALL4), ("lost", ALL4), ("assigned", ALL4)]
+
+
+async def test_a_revocation_pending_at_a_poll_timeout_is_dropped_for_on_lost(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """A revocation still waiting for the application when the poll timeout makes the
+    member leave is not run: the partitions are lost (on_lost only: the member can no
+    longer commit for them). Joining again, the member is "rebalancing" until its new
+    target arrives."""
+    m = Member()
+    async with running(fake, m, max_poll_interval=10.0):
+        await until(lambda: len(m.records) == 20)
+        m.iterating = False
+        await produce(fake, "t", [b"x"], partition=0)
+        await until(lambda: len(m.records) == 21)
+        coord.set_target(m.member_id, tps(0, 1))
+        await until(lambda: bool(leaves(coord)), 15)
+        coord.hold_assignment = 3
+        n = len(coord.heartbeats)
+        m.iterating = True
+        await until(lambda: len(coord.heartbeats) >= n + 2, 5)
+        assert coord.heartbeats[n].member_epoch == 0
+        assert m.c.state == "rebalancing"
+        await until(lambda: m.c.state == "stable", 10)
+        assert [type(e) for e in m.errors] == [MaxPollIntervalExceededError]
+        assert m.events[:2] == [("assigned", ALL4), ("lost", ALL4)]
+        assert ("revoked", tps(2, 3)) not in m.events
