@@ -189,3 +189,93 @@ async def test_a_revocation_pending_at_a_poll_timeout_is_dropped_for_on_lost(
         assert [type(e) for e in m.errors] == [MaxPollIntervalExceededError]
         assert m.events[:2] == [("assigned", ALL4), ("lost", ALL4)]
         assert ("revoked", tps(2, 3)) not in m.events
+
+
+# ------------------------------------------------------------------ heartbeats
+
+
+async def test_a_stable_member_stays_stable_while_a_heartbeat_is_unanswered(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """A slow heartbeat answer does not make a stable member look rebalancing: only a
+    join (epoch 0) does."""
+    m = Member()
+    async with running(fake, m):
+        await until(lambda: len(m.records) == 20)
+        coord.answer_delay = 3.0
+        n = len(coord.heartbeats)
+        await until(lambda: len(coord.heartbeats) > n, 5)
+        for _ in range(5):
+            await trio.sleep(0.5)
+            assert m.c.state == "stable"
+
+
+async def test_a_first_join_that_fails_is_retried_after_retry_backoff_then_doubling(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """Joins whose connection drops are sent again retry_backoff after the first
+    failure, doubling per consecutive failure."""
+    coord.drops = 3
+    m = Member()
+    async with running(fake, m, retry_backoff=0.1, retry_backoff_max=5.0):
+        await until(lambda: m.c.state == "stable", 5)
+        times = coord.times
+        assert [r.member_epoch for r in coord.heartbeats[:4]] == [0, 0, 0, 0]
+        gaps = [times[i + 1] - times[i] for i in range(3)]
+        assert gaps == pytest.approx([0.1, 0.2, 0.4], abs=0.01)
+
+
+async def test_a_refused_coordinator_lookup_fails_the_consumer_without_retrying(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """FindCoordinator refused for good (GROUP_AUTHORIZATION_FAILED): the next iteration
+    raises a GroupError naming it, and the lookup is not asked again."""
+    fake.fail_next(ApiKey.FIND_COORDINATOR, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    m = Member()
+    async with running(fake, m):
+        await until(lambda: bool(m.errors), 10)
+        assert isinstance(m.errors[0], GroupError)
+        assert "GROUP_AUTHORIZATION_FAILED" in str(m.errors[0])
+        assert m.c.state == "failed"
+        await trio.sleep(30)
+        assert len(fake.requests_of(ApiKey.FIND_COORDINATOR)) == 1
+        assert coord.heartbeats == []
+
+
+async def test_heartbeats_follow_the_interval_the_coordinator_gives_exactly(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """Accepted heartbeats are heartbeat_interval_ms apart to the millisecond, whatever
+    the interval: 20 s, and 1 ms (any interval above 0 is the coordinator's)."""
+    quiet(coord)
+    coord.interval_ms = 20_000
+    m = Member()
+    async with running(fake, m):
+        await until(lambda: m.c.state == "stable")
+        n = len(coord.times)
+        await until(lambda: len(coord.times) >= n + 3, 70)
+        gaps = [b - a for a, b in zip(coord.times[n:], coord.times[n + 1:], strict=False)]
+        assert gaps == pytest.approx([20.0, 20.0], abs=0.001)
+        coord.interval_ms = 1
+        await until(lambda: len(coord.times) >= n + 5, 25)
+        await trio.sleep(0.1)
+        k = len(coord.times)
+        await trio.sleep(0.1)
+        assert len(coord.times) - k == pytest.approx(100, abs=2)
+
+
+@pytest.mark.parametrize("message", ["group g is not for you", None])
+async def test_a_refused_heartbeat_gives_the_coordinators_message_or_the_codes_meaning(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any, message: str | None,
+) -> None:
+    """The GroupError of a refused heartbeat carries the coordinator's error message, or,
+    without one, what the error code means."""
+    m = Member()
+    async with running(fake, m):
+        await until(lambda: len(m.records) == 20)
+        coord.error_message = message
+        coord.errors.append(int(ErrorCode.GROUP_AUTHORIZATION_FAILED))
+        await until(lambda: bool(m.errors), 10)
+        text = str(m.errors[0])
+        expected = message or ErrorCode.GROUP_AUTHORIZATION_FAILED.description
+        assert f"GROUP_AUTHORIZATION_FAILED ({expected})" in text
