@@ -279,3 +279,42 @@ async def test_a_refused_heartbeat_gives_the_coordinators_message_or_the_codes_m
         text = str(m.errors[0])
         expected = message or ErrorCode.GROUP_AUTHORIZATION_FAILED.description
         assert f"GROUP_AUTHORIZATION_FAILED ({expected})" in text
+
+
+# ------------------------------------------------------------------ reconciling
+
+
+async def test_a_target_topic_the_metadata_lags_on_is_retried_paced_by_retry_backoff(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """A target naming a topic id the brokers' metadata does not have yet (the topic
+    was deleted and created again; the metadata still has the old id): the member keeps
+    what it owns, refreshes metadata once per retry_backoff (not slower), never assigns
+    by the old name-to-id mapping, and assigns the new partitions in the very round of
+    metadata that knows the id."""
+    quiet(coord)  # owns nothing: no fetch holds up a metadata request
+    fake.create_topic("u", 2)
+    m = Member()
+    async with running(fake, m, topics=["t", "u"], retry_backoff=0.1, retry_backoff_max=5.0):
+        await until(lambda: m.c.state == "stable")
+        lagging = fake.stale_metadata()
+        fake.delete_topic("u")
+        fake.create_topic("u", 2)
+        target = frozenset({TopicPartition("u", 0), TopicPartition("u", 1)})
+        coord.set_target("quiet", target)
+        n = len(coord.heartbeats)
+        await until(lambda: len(coord.heartbeats) > n, 5)
+        await trio.sleep(0.05)
+        n_meta = len(fake.requests_of(ApiKey.METADATA))
+        await trio.sleep(2)
+        rounds = [r.time for r in fake.requests_of(ApiKey.METADATA)[n_meta:]]
+        assert len(rounds) == pytest.approx(20, abs=1)
+        assert all(b - a >= 0.1 - 1e-6 for a, b in zip(rounds, rounds[1:], strict=False))
+        assert m.c.assignment() == frozenset()
+        lagging.remove()
+        n_meta = len(fake.requests_of(ApiKey.METADATA))
+        with trio.fail_after(5):
+            while m.c.assignment() != target:  # noqa: ASYNC110 - the application's iteration assigns
+                await trio.sleep(0.001)
+        fresh = fake.requests_of(ApiKey.METADATA)[n_meta].time
+        assert trio.current_time() - fresh <= 0.01
