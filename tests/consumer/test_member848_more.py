@@ -318,3 +318,64 @@ async def test_a_target_topic_the_metadata_lags_on_is_retried_paced_by_retry_bac
                 await trio.sleep(0.001)
         fresh = fake.requests_of(ApiKey.METADATA)[n_meta].time
         assert trio.current_time() - fresh <= 0.01
+
+
+# ------------------------------------------------------------------ max_poll_interval
+
+
+async def test_a_consumer_never_iterated_leaves_after_max_poll_interval(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """The poll deadline runs from the start: a consumer the application never
+    iterates joins, then leaves (epoch -1) once max_poll_interval has passed."""
+    async with open_consumer(fake.bootstrap, connector=fake.connector,
+                             **options(max_poll_interval=10.0)) as consumer:
+        t0 = trio.current_time()
+        await until(lambda: bool(leaves(coord)), 20)
+        assert 10 < trio.current_time() - t0 <= 12
+        assert consumer.state == "unjoined"
+
+
+async def test_a_member_still_joining_does_not_leave_on_a_poll_timeout(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """A member without an epoch yet (its joins refused as COORDINATOR_LOAD_IN_PROGRESS)
+    has nothing to leave: past max_poll_interval it sends no leave heartbeat, and once
+    joined its first iteration raises no MaxPollIntervalExceededError."""
+    coord.errors.extend([int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)] * 100)
+    async with open_consumer(fake.bootstrap, connector=fake.connector,
+                             **options(max_poll_interval=5.0)) as consumer:
+        await trio.sleep(8)
+        assert coord.errors and leaves(coord) == []
+        coord.errors.clear()
+        await until(lambda: consumer.state == "stable", 5)
+        assert leaves(coord) == []
+        with trio.fail_after(5):
+            record = await consumer.__anext__()
+        assert record.topic == "t"
+
+
+# ------------------------------------------------------------------ commits
+
+
+async def test_an_empty_commit_is_a_checkpoint_and_a_commit_reaches_the_interceptors(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """commit() with nothing to commit sends nothing but is still a trio checkpoint (a
+    cancelled caller is cancelled there); a commit Kafka accepted is passed to the
+    interceptors' on_commit, with its offsets."""
+    seen: list[dict[TopicPartition, Any]] = []
+
+    class Interceptor:
+        def on_commit(self, offsets: dict[TopicPartition, Any]) -> None:
+            seen.append(offsets)
+
+    m = Member()
+    async with running(fake, m, interceptors=[Interceptor()]):
+        await until(lambda: len(m.records) == 20)
+        with trio.testing.assert_checkpoints():
+            await m.c.commit({})
+        assert seen == [] and fake.requests_of(ApiKey.OFFSET_COMMIT) == []
+        await m.c.commit({("t", 0): 3})
+        assert [{tp: o.offset for tp, o in s.items()} for s in seen] == [
+            {TopicPartition("t", 0): 3}]
