@@ -379,3 +379,32 @@ async def test_an_empty_commit_is_a_checkpoint_and_a_commit_reaches_the_intercep
         await m.c.commit({("t", 0): 3})
         assert [{tp: o.offset for tp, o in s.items()} for s in seen] == [
             {TopicPartition("t", 0): 3}]
+
+
+async def test_the_poll_deadline_is_checked_every_eighth_of_a_short_max_poll_interval(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """Under 8 s, max_poll_interval is checked every max_poll_interval/8 from the start:
+    the member leaves at the first check more than max_poll_interval after the last
+    check that saw the application iterating (with max_poll_interval=4 and the last
+    record handed out between the checks at 10 s and 10.5 s: at 14.5 s), never sooner
+    than max_poll_interval after that record."""
+    quiet(coord)
+    coord.targets["quiet"] = ALL4
+    m = Member()
+    async with running(fake, m, max_poll_interval=4.0):
+        t_start = trio.current_time()
+        await until(lambda: len(m.records) == 20)
+        m.iterating = False
+        await trio.sleep_until(t_start + 10.25)
+        await produce(fake, "t", [b"x"], partition=0)
+        last = trio.current_time()
+        await until(lambda: len(m.records) == 21, 1)
+        with trio.fail_after(10):
+            while not leaves(coord):  # noqa: ASYNC110 - the watchdog leaves
+                await trio.sleep(0.001)
+        left = next(t for t, r in zip(coord.times, coord.heartbeats, strict=True)
+                    if r.member_epoch < 0)
+        assert 10 < last - t_start < 10.5
+        assert left - t_start == pytest.approx(14.5, abs=0.002)
+        assert left - last > 4
