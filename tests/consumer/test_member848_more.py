@@ -27,6 +27,7 @@ from pipeline.consumer._member848 import GroupMember848
 from pipeline.consumer._state import Assignment
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
+from pipeline.protocol.messages import consumer_group_heartbeat as cgh
 from pipeline.testing.fake.coordinators import GROUP
 from pipeline.testing.fake_cluster import FakeCluster
 
@@ -408,3 +409,44 @@ async def test_the_poll_deadline_is_checked_every_eighth_of_a_short_max_poll_int
         assert 10 < last - t_start < 10.5
         assert left - t_start == pytest.approx(14.5, abs=0.002)
         assert left - last > 4
+
+
+async def test_heartbeats_go_on_naming_what_is_owned_after_an_owned_topic_is_deleted(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """An owned topic deleted (gone from the metadata) is left out of the partitions
+    the heartbeats report; the member goes on heartbeating with the rest."""
+    fake.create_topic("u", 2)
+    m = Member()
+    async with running(fake, m, topics=["t", "u"]):
+        await until(lambda: len(m.c.assignment()) == 6)
+        fake.delete_topic("u")
+        await until(lambda: "u" not in m.c._cluster.metadata.topics, 30)
+        n = len(coord.heartbeats)
+        await until(lambda: len(coord.heartbeats) >= n + 3, 10)
+        topic_id = fake.state.topics["t"].topic_id
+        assert coord.heartbeats[-1].topic_partitions == (
+            cgh.TopicPartitions(topic_id=topic_id, partitions=(0, 1, 2, 3)),)
+
+
+async def test_a_fenced_member_does_not_try_to_auto_commit_until_it_is_stable_again(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While a fenced member waits for the application to take its lost partitions, it
+    is no member: auto-commit does not try (no failed auto-commit is logged)."""
+    m = Member()
+    async with running(fake, m, enable_auto_commit=True, auto_commit_interval=1.0):
+        await until(lambda: len(m.records) == 20)
+        m.iterating = False
+        await produce(fake, "t", [b"x"], partition=0)
+        await until(lambda: len(m.records) == 21)
+        coord.errors.append(int(ErrorCode.FENCED_MEMBER_EPOCH))
+        coord.members.clear()  # a commit before the fence fails: retried at each interval
+        await until(lambda: m.c.group_metadata().generation_id == 0, 5)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="pipeline.consumer"):
+            await trio.sleep(5)
+        assert [r.message for r in caplog.records if "auto-commit" in r.message] == []
+        m.iterating = True
+        await until(lambda: m.c.state == "stable", 10)
