@@ -5,6 +5,7 @@ and what a member shows before it runs. Everything runs on virtual time.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import uuid
@@ -15,7 +16,6 @@ import trio
 import trio.testing
 
 from pipeline.consumer import (
-    ConsumerError,
     GroupError,
     MaxPollIntervalExceededError,
     TopicPartition,
@@ -33,7 +33,7 @@ from pipeline.testing.fake_cluster import FakeCluster
 
 from . import test_member848_rules as rules
 from .conftest import produce, until
-from .test_member848_rules import ALL4, Coordinator848, Member, beats, options, quiet, running, tps
+from .test_member848_rules import ALL4, Coordinator848, Member, options, quiet, running, tps
 
 # the scripted coordinator's fixtures
 fake = rules.fake
@@ -255,7 +255,7 @@ async def test_heartbeats_follow_the_interval_the_coordinator_gives_exactly(
         await until(lambda: m.c.state == "stable")
         n = len(coord.times)
         await until(lambda: len(coord.times) >= n + 3, 70)
-        gaps = [b - a for a, b in zip(coord.times[n:], coord.times[n + 1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(coord.times[n:])]
         assert gaps == pytest.approx([20.0, 20.0], abs=0.001)
         coord.interval_ms = 1
         await until(lambda: len(coord.times) >= n + 5, 25)
@@ -310,7 +310,7 @@ async def test_a_target_topic_the_metadata_lags_on_is_retried_paced_by_retry_bac
         await trio.sleep(2)
         rounds = [r.time for r in fake.requests_of(ApiKey.METADATA)[n_meta:]]
         assert len(rounds) == pytest.approx(20, abs=1)
-        assert all(b - a >= 0.1 - 1e-6 for a, b in zip(rounds, rounds[1:], strict=False))
+        assert all(b - a >= 0.1 - 1e-6 for a, b in itertools.pairwise(rounds))
         assert m.c.assignment() == frozenset()
         lagging.remove()
         n_meta = len(fake.requests_of(ApiKey.METADATA))
