@@ -450,3 +450,33 @@ async def test_a_fenced_member_does_not_try_to_auto_commit_until_it_is_stable_ag
         assert [r.message for r in caplog.records if "auto-commit" in r.message] == []
         m.iterating = True
         await until(lambda: m.c.state == "stable", 10)
+
+
+async def test_a_member_fenced_while_its_target_waits_for_metadata_joins_again(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """Fenced while its target waits for the metadata to know a topic id: the member
+    drops that target, joins again (rebalancing, owning nothing, until a target comes),
+    and assigns the target it gets then once the metadata knows the id."""
+    quiet(coord)
+    fake.create_topic("u", 2)
+    m = Member()
+    async with running(fake, m, topics=["t", "u"], retry_backoff=0.1, retry_backoff_max=5.0):
+        await until(lambda: m.c.state == "stable")
+        lagging = fake.stale_metadata()
+        fake.delete_topic("u")
+        fake.create_topic("u", 2)
+        target = frozenset({TopicPartition("u", 0), TopicPartition("u", 1)})
+        coord.set_target("quiet", target)
+        n = len(coord.heartbeats)
+        await until(lambda: len(coord.heartbeats) > n, 5)
+        await trio.sleep(0.55)
+        coord.errors.append(int(ErrorCode.FENCED_MEMBER_EPOCH))
+        coord.members.clear()
+        coord.hold_assignment = 3  # the answers to the new join bring no target yet
+        await until(lambda: sum(r.member_epoch == 0 for r in coord.heartbeats) == 2, 5)
+        await trio.sleep(1)
+        assert m.c.assignment() == frozenset() and m.errors == []
+        assert m.c.state == "rebalancing"
+        lagging.remove()
+        await until(lambda: m.c.assignment() == target, 5)
