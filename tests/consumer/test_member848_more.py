@@ -480,3 +480,37 @@ async def test_a_member_fenced_while_its_target_waits_for_metadata_joins_again(
         assert m.c.state == "rebalancing"
         lagging.remove()
         await until(lambda: m.c.assignment() == target, 5)
+
+
+class SlowRevoke(Member):
+    """A member whose on_revoked takes 20 s (virtual)."""
+
+    def callbacks(self) -> dict[str, Any]:
+        out = super().callbacks()
+        log = out["on_revoked"]
+
+        async def on_revoked(consumer: Any, parts: frozenset[TopicPartition]) -> None:
+            log(consumer, parts)
+            await trio.sleep(20)
+
+        out["on_revoked"] = on_revoked
+        return out
+
+
+async def test_closing_while_the_application_runs_a_slow_revocation_loses_partitions_once(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """The application is inside a slow on_revoked when the poll timeout makes the
+    member leave (its partitions queued as lost), and another task closes the consumer:
+    close hands them over as lost, and the application's iteration, finishing its
+    callback, does not run on_lost for them again."""
+    m = SlowRevoke()
+    async with running(fake, m, max_poll_interval=10.0):
+        await until(lambda: len(m.records) == 20)
+        coord.set_target(m.member_id, tps(0, 1))
+        await until(lambda: ("revoked", tps(2, 3)) in m.events, 5)
+        await until(lambda: bool(leaves(coord)), 15)
+        await m.c.aclose()
+        await trio.sleep(20)
+    assert [e for e in m.events if e[0] == "lost"] == [("lost", ALL4)]
+    assert leaves(coord) == [-1]
