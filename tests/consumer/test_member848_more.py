@@ -514,3 +514,38 @@ async def test_closing_while_the_application_runs_a_slow_revocation_loses_partit
         await trio.sleep(20)
     assert [e for e in m.events if e[0] == "lost"] == [("lost", ALL4)]
     assert leaves(coord) == [-1]
+
+
+async def test_a_target_that_only_adds_partitions_is_reported_by_one_heartbeat(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """A new target that only adds partitions revokes nothing: on_assigned with the new
+    ones, and one heartbeat at once reporting them all (no heartbeat for an empty
+    revocation before it)."""
+    coord.interval_ms = 20_000
+    coord.server_member_id = "grow"
+    coord.targets["grow"] = tps(0, 1)
+    m = Member()
+    async with running(fake, m):
+        await until(lambda: m.c.assignment() == tps(0, 1))
+        coord.set_target("grow", ALL4)
+        n = len(coord.heartbeats)
+        await until(lambda: len(coord.heartbeats) > n, 25)
+        await trio.sleep(2)
+        assert m.events == [("assigned", tps(0, 1)), ("assigned", tps(2, 3))]
+        after = coord.heartbeats[n + 1:]
+        assert len(after) == 1
+        assert sum(len(t.partitions) for t in after[0].topic_partitions) == 4
+
+
+async def test_a_fenced_member_owning_nothing_rejoins_without_waiting_for_the_application(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """Fenced while owning nothing, the member has nothing for the application to hand
+    over: it joins again at once even though the application is not iterating."""
+    quiet(coord)
+    async with open_consumer(fake.bootstrap, connector=fake.connector, **options()):
+        await until(lambda: len(coord.heartbeats) >= 2, 5)
+        coord.errors.append(int(ErrorCode.FENCED_MEMBER_EPOCH))
+        coord.members.clear()
+        await until(lambda: sum(r.member_epoch == 0 for r in coord.heartbeats) == 2, 5)
