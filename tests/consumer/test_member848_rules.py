@@ -75,6 +75,8 @@ class Coordinator848:
         self.drops = 0  # the next heartbeats close the connection instead
         self.hold_assignment = 0  # the next answers to a member leave its new target out
         self.leave_delay = 0.0  # seconds a leave heartbeat's answer takes
+        self.answer_delay = 0.0  # seconds any other heartbeat's answer takes
+        self.error_message: str | None = None  # sent with the error codes of `errors`
         fake.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, self._heartbeat, sticky=True)
         fake.control(ApiKey.OFFSET_COMMIT, self._commit, sticky=True)
 
@@ -107,7 +109,8 @@ class Coordinator848:
             self.drops -= 1
             return DROP
         if self.errors:
-            return cgh.ConsumerGroupHeartbeatResponse(error_code=self.errors.popleft())
+            return cgh.ConsumerGroupHeartbeatResponse(error_code=self.errors.popleft(),
+                                                      error_message=self.error_message)
         mid = req.member_id
         member_id = mid if self.send_member_id else None
         if req.member_epoch < 0:
@@ -115,6 +118,7 @@ class Coordinator848:
             await trio.sleep(self.leave_delay)
             return cgh.ConsumerGroupHeartbeatResponse(member_id=member_id,
                                                       member_epoch=req.member_epoch)
+        await trio.sleep(self.answer_delay)
         member = self.members.get(mid)
         if req.member_epoch == 0:
             if self.server_member_id is not None:
