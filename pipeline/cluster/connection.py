@@ -144,6 +144,10 @@ class BrokerConnection:
         self._reader_scope = trio.CancelScope()
         self._read_scope: trio.CancelScope | None = None  # the reader's receive, while in it
         self._reader_done = trio.Event()
+        # Set as the reader task takes its first step: from then on its finally sets
+        # _reader_done. A reader that never ran (its nursery refused it) sets nothing,
+        # so aclose must not wait for it.
+        self._reader_ran = False
         # KIP-368: set while a re-authentication runs; senders wait for it (module doc).
         self._gate: trio.Event | None = None
         self._reauth_scope = trio.CancelScope()  # the re-authentication timer task
@@ -355,6 +359,10 @@ class BrokerConnection:
     async def aclose(self) -> None:
         """Close the connection; pending requests fail with :class:`BrokerConnectionError`."""
         self._fail(BrokerConnectionError(f"{self}: connection closed by the client"), notify=False)
+        if not self._reader_ran:
+            self._reader_done.set()
+            await trio.aclose_forcefully(self._stream)
+            return
         with trio.CancelScope(shield=True):
             await self._reader_done.wait()
 
@@ -425,6 +433,7 @@ class BrokerConnection:
     async def _run_reader(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        self._reader_ran = True
         try:
             with self._reader_scope:
                 task_status.started()

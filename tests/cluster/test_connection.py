@@ -74,6 +74,30 @@ async def test_connect_refused_is_broker_connection_error(
         await BrokerConnection.connect(nursery, net.connect, "nowhere", 1)
 
 
+async def test_connect_into_a_closed_nursery_fails_at_once_and_closes_the_stream(
+    net: MemoryNetwork, nursery: trio.Nursery
+) -> None:
+    """A connection whose reader task cannot start (its nursery is closed: the stage
+    that owned it has ended) raises the nursery's error and closes the stream at once;
+    it must not wait, shielded and forever, for a reader that never ran."""
+    broker = ScriptedBroker()
+    await nursery.start(broker.serve, net.listen(HOST, PORT))
+    streams: list[trio.abc.Stream] = []
+
+    async def connect(host: str, port: int) -> trio.abc.Stream:
+        streams.append(await net.connect(host, port))
+        return streams[-1]
+
+    async with trio.open_nursery() as closed:
+        pass
+    with trio.fail_after(5), pytest.raises(RuntimeError, match="closed"):
+        await BrokerConnection.connect(closed, connect, HOST, PORT)
+    (stream,) = streams
+    with pytest.raises(trio.ClosedResourceError):
+        await stream.send_all(b"x")
+    assert broker.received == []
+
+
 async def test_handshake_timeout(
     net: MemoryNetwork, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -158,3 +158,29 @@ async def test_a_loss_queued_while_the_application_was_in_a_callback_is_not_run_
             await consumer.aclose()  # on_revoked still runs
             await until(lambda: bool(errors), 10)
         assert events == [("assigned", ALL4), ("revoked", ALL4), ("lost", ALL4)]
+
+
+async def test_a_member_task_that_crashes_fails_the_consumer_instead_of_hanging_its_close(
+    topic: FakeCluster, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plain exception in a group member's task (a bug) ends ``open_consumer`` with
+    that exception. The close that follows finds the member's connections gone and
+    tries to reach the coordinator anew; that attempt must fail at once rather than
+    wait, shielded and forever, for a connection reader that never started."""
+    from pipeline.consumer._member import GroupMember
+
+    async def crash(self: GroupMember) -> None:
+        await trio.sleep(1)
+        raise ValueError("a bug in a member task")
+
+    monkeypatch.setattr(GroupMember, "_auto_commits", crash)
+
+    async def consume() -> None:
+        async with open_fake_consumer(topic, group_id="g", topics=["t"],
+                                      enable_auto_commit=True) as consumer:
+            await take(consumer, 20)
+            await trio.sleep_forever()
+
+    with trio.fail_after(60), pytest.raises(BaseExceptionGroup) as raised:
+        await consume()
+    assert raised.group_contains(ValueError, match="a bug in a member task")
