@@ -586,11 +586,14 @@ async def test_a_commit_with_a_stale_epoch_waits_for_the_next_heartbeat(
         await until(lambda: len(m.records) == 20)
         n = len(coord.heartbeats)
         coord.commit_errors.append(int(ErrorCode.STALE_MEMBER_EPOCH))
+        coord.answer_delay = 0.5  # the heartbeat's answer comes 0.5 s after it is sent
         t0 = trio.current_time()
         await m.c.commit({("t", 0): 3})
         assert trio.current_time() - t0 < 5
         assert len(coord.heartbeats) == n + 1
-        assert len(fake.requests_of(ApiKey.OFFSET_COMMIT)) == 2
+        commits = fake.requests_of(ApiKey.OFFSET_COMMIT)
+        assert len(commits) == 2
+        assert commits[1].time >= coord.times[n] + 0.5  # retried after the answer, not before
         assert fake.offsets.fetch("g", ("t", 0)).offset == 3
 
 
