@@ -637,16 +637,8 @@ def run_one(
             f"sys.exit(pytest.main({[*PYTEST, *tests]!r}, "
             f"plugins=[mutants.TimeoutPlugin({durations!r}, {killer!r})]))"
         )
-        proc = subprocess.Popen(
-            [sys.executable, "-c", script],
-            cwd=work, env=_env(work), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        code = _run_bounded([sys.executable, "-c", script], work, timeout, quiet=True)
+        if code is None:
             return "timeout", time.perf_counter() - t0
     finally:
         target.write_text(original)
@@ -936,6 +928,21 @@ def _where(m: Mutant) -> dict[str, object]:
     return {"key": m.key, "file": m.file, "line": m.line}
 
 
+def _run_bounded(cmd: list[str], work: Path, timeout: float, *, quiet: bool = False
+                 ) -> int | None:
+    """Run ``cmd`` in ``work`` in its own process group: its exit code, or None when it
+    ran past ``timeout`` (then the whole group is killed: pytest's children too)."""
+    out = subprocess.DEVNULL if quiet else None
+    proc = subprocess.Popen(cmd, cwd=work, env=_env(work), stdout=out, stderr=out,
+                            start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
+
+
 def try_mutant(key: str, tests: list[str], timeout: float = 300.0) -> None:
     """Run the given tests (verbose) against one mutant in a scratch copy: how a
     new test is checked against the survivor it was written for. ``key`` as
@@ -951,15 +958,9 @@ def try_mutant(key: str, tests: list[str], timeout: float = 300.0) -> None:
     work = _scratch(0, "try")
     source = (ROOT / file).read_text()
     (work / file).write_text(mutate_source(source, mutant))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", *PYTEST[1:], "-q", *tests], cwd=work, env=_env(work),
-        start_new_session=True,
-    )
-    try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    code = _run_bounded([sys.executable, "-m", "pytest", *PYTEST[1:], "-q", *tests], work,
+                        timeout)
+    if code is None:
         print(f"with the mutant applied: KILLED (no result after {timeout:g} s: a hang)")
         sys.exit(0)
     print(f"with the mutant applied: {'KILLED' if code else 'SURVIVES'} (pytest exit {code})")
