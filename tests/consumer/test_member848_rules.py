@@ -77,6 +77,7 @@ class Coordinator848:
         self.leave_delay = 0.0  # seconds a leave heartbeat's answer takes
         self.answer_delay = 0.0  # seconds any other heartbeat's answer takes
         self.error_message: str | None = None  # sent with the error codes of `errors`
+        self.bumps = 0  # the next answers move their member to a new epoch, target kept
         fake.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, self._heartbeat, sticky=True)
         fake.control(ApiKey.OFFSET_COMMIT, self._commit, sticky=True)
 
@@ -141,6 +142,10 @@ class Coordinator848:
                 member.epoch = self.group_epoch
             member.sent = member.target
             assignment = self._assignment(member.target)
+        elif self.bumps:
+            self.bumps -= 1
+            self.group_epoch += 1
+            member.epoch = self.group_epoch
         return cgh.ConsumerGroupHeartbeatResponse(
             member_id=member_id, member_epoch=member.epoch,
             heartbeat_interval_ms=self.interval_ms, assignment=assignment)
@@ -585,14 +590,16 @@ async def test_a_commit_with_a_stale_epoch_waits_for_the_next_heartbeat(
     async with running(fake, m):
         await until(lambda: len(m.records) == 20)
         n = len(coord.heartbeats)
+        epoch = coord.group_epoch
         coord.commit_errors.append(int(ErrorCode.STALE_MEMBER_EPOCH))
         coord.answer_delay = 0.5  # the heartbeat's answer comes 0.5 s after it is sent
+        coord.bumps = 1  # and moves the member to a new epoch
         t0 = trio.current_time()
         await m.c.commit({("t", 0): 3})
         assert trio.current_time() - t0 < 5
         assert len(coord.heartbeats) == n + 1
         commits = fake.requests_of(ApiKey.OFFSET_COMMIT)
-        assert len(commits) == 2
+        assert [c.request.generation_id_or_member_epoch for c in commits] == [epoch, epoch + 1]
         assert commits[1].time >= coord.times[n] + 0.5  # retried after the answer, not before
         assert fake.offsets.fetch("g", ("t", 0)).offset == 3
 
