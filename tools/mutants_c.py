@@ -206,7 +206,27 @@ MUTANTS: list[tuple[str, str, str]] = [
     ("_delivery.c", "if (v[0] == NULL && v[1] == NULL)", "if (v[0] == NULL || v[1] == NULL)"),
     ("_delivery.c", "v[0] == NULL ? \"topic\" : \"value\"", "v[0] == NULL ? \"value\" : \"topic\""),
     ("_delivery.c", "        if (i == MI_ARGS) {\n            PyErr_Format", "        if (0) {\n            PyErr_Format"),
+    # messages out of the cyclic GC: at birth when atomic, in flight, back when settled
+    ("_send.c", "            if (PyObject_GC_IsTracked(msg)) PyObject_GC_UnTrack(msg);\n", ""),
+    ("_send.c", "        } else if (!PyObject_GC_IsTracked(msg)) {\n            PyObject_GC_Track(msg);",
+     "        } else if (0) {\n            PyObject_GC_Track(msg);"),
+    ("_send.c", "        if (!PyObject_GC_IsTracked(msg)) PyObject_GC_Track(msg); /* (accept_messages) */", ""),
+    ("_send.c", "            PyObject_GC_UnTrack(tuple);\n", ""),
+    ("_delivery.c", "        if (atomic && !untrack_atomic(x, 2)) atomic = 0;", ""),
+    ("_delivery.c", "        if (PyObject_GC_IsTracked(self)) PyObject_GC_UnTrack(self);\n", ""),
+    ("_delivery.c", "    } else if (!PyObject_GC_IsTracked(self)) {\n        PyObject_GC_Track(self);",
+     "    } else if (0) {\n        PyObject_GC_Track(self);"),
+    ("_delivery.c", "!untrack_atomic(value, 2))\n        PyObject_GC_Track(self);",
+     "!untrack_atomic(value, 2))\n        ;"),
+    ("_delivery.c", "    mi_cls->tp_setattro = message_setattro;\n", ""),
+    ("_delivery.c", "        if (i == n) {\n            if ((copied", "        if (0) {\n            if ((copied"),
+    ("_delivery.c", "                (PyTuple_GET_ITEM(pair, 1) != Py_None &&\n", "                (1 &&\n"),
+    ("_delivery.c", "    int atomic = Py_TYPE(self) == mi_cls;", "    int atomic = 1;"),
+    ("_delivery.c", "    if (!PyTuple_CheckExact(x) || depth == 0) return 0;",
+     "    if (!PyTuple_CheckExact(x)) return 0;"),
+    ("_delivery.c", "            if (!untrack_atomic(PyTuple_GET_ITEM(x, i), depth - 1)) return 0;", ""),
 ]
+
 
 # index -> why the mutant cannot be told apart by any test (docs/testing.md, "Mutation testing")
 EQUIVALENT = {

@@ -70,6 +70,12 @@ class RecordMetadata(NamedTuple):
 _new_metadata = tuple.__new__
 
 
+def _plain_pair(pair: object) -> bool:
+    """A header as ``send`` takes it without a change: an exact ``(str, bytes | None)``."""
+    return (type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str
+            and (pair[1] is None or type(pair[1]) is bytes))
+
+
 class ProducerMessage:
     """One record to produce, and after delivery, where it went.
 
@@ -77,6 +83,10 @@ class ProducerMessage:
     builds one from its arguments. ``metadata`` is free for the caller (it is
     never sent). After a success ``partition``, ``offset`` and ``timestamp`` are
     set; the message is then what ``producer.successes`` yields.
+
+    ``headers`` given as a list of ``(str, bytes | None)`` pairs are kept as a
+    tuple of those pairs (Java's ``ProducerRecord`` copies its headers too): a
+    later change to the list does not change the message.
     """
 
     __slots__ = slots(fields.DELIVERY_MESSAGE, fields.SEND_MESSAGE, fields.MESSAGE_INIT)
@@ -94,6 +104,8 @@ class ProducerMessage:
         self.topic = topic
         self.value = value
         self.key = key
+        if type(headers) is list and all(map(_plain_pair, headers)):
+            headers = tuple(headers)
         self.headers: Headers = headers if headers is not None else ()
         self.partition = partition
         self.timestamp = timestamp
