@@ -37,6 +37,7 @@ from .fault_api import RequestFaults
 from .faults import DROP, NO_RESPONSE, ControlContext, FaultHandle, FaultScript
 from .group_handlers import GROUP_VERSIONS, GroupApis, GroupQueries
 from .groups import GroupCoordinator
+from .groups848 import ConsumerGroupCoordinator
 from .offsets import OffsetStore
 from .sasl import FakeSasl
 from .server import FakeServer, RecordedRequest
@@ -83,7 +84,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 2),
-    **GROUP_VERSIONS,  # JoinGroup... DescribeGroups: what Kafka 4.1 serves
+    **GROUP_VERSIONS,  # JoinGroup... ConsumerGroupDescribe: what Kafka 4.1 serves
 }
 
 
@@ -123,6 +124,10 @@ class FakeCluster(RequestFaults, GroupQueries):
         group_initial_rebalance_delay: Kafka's group.initial.rebalance.delay.ms, in
             seconds: how long the first rebalance of an empty group waits for more
             members (0, as the test KafkaCluster is configured; Kafka's default is 3).
+        group_consumer_heartbeat_interval: Kafka's group.consumer.heartbeat.interval.ms, in
+            seconds: the interval KIP-848 members are told to heartbeat at (default 5).
+        group_consumer_session_timeout: Kafka's group.consumer.session.timeout.ms, in
+            seconds: a KIP-848 member silent this long is removed (default 45).
         first_producer_id: the first producer id InitProducerId hands out. A new
             Kafka cluster starts at 0 (its ProducerIdManager's first block); 1000
             by default, so an id is never mistaken for a count or an offset in
@@ -136,7 +141,8 @@ class FakeCluster(RequestFaults, GroupQueries):
             a fencing InitProducerId) and its markers; meanwhile it is PrepareCommit /
             PrepareAbort (CONCURRENT_TRANSACTIONS). 0: written before EndTxn answers.
 
-    Transactions (`fake/txn.py`), coordinators (`fake/coordinators.py`: ``coordinator``,
+    Classic groups (`fake/groups.py`), KIP-848 consumer groups (`fake/groups848.py`,
+    ``consumer_groups``), transactions (`fake/txn.py`), coordinators (`fake/coordinators.py`: ``coordinator``,
     ``move_coordinator``) and committed offsets (``offsets``, `fake/offsets.py`).
     """
 
@@ -160,6 +166,8 @@ class FakeCluster(RequestFaults, GroupQueries):
         max_transaction_timeout_ms: int = 900_000,
         txn_marker_delay: float = 0.0,
         group_initial_rebalance_delay: float = 0.0,
+        group_consumer_heartbeat_interval: float = 5.0,
+        group_consumer_session_timeout: float = 45.0,
     ) -> None:
         if brokers < 1:
             raise ValueError("need at least one broker")
@@ -195,8 +203,12 @@ class FakeCluster(RequestFaults, GroupQueries):
         #: the classic group coordinator (every group of the cluster)
         self.group_coordinator = GroupCoordinator(
             initial_rebalance_delay=group_initial_rebalance_delay, seed=seed)
+        #: the KIP-848 group coordinator (every consumer group of the cluster)
+        self.consumer_groups = ConsumerGroupCoordinator(
+            self.state, heartbeat_interval=group_consumer_heartbeat_interval,
+            session_timeout=group_consumer_session_timeout)
         self._groups = GroupApis(self.state, self.group_coordinator, self.coordinators,
-                                 self.offsets)
+                                 self.offsets, self.consumer_groups)
         self.txn = TransactionCoordinator(
             self.state, self.coordinators, self.offsets, lambda: self._server.data_arrived()
         )
@@ -228,6 +240,7 @@ class FakeCluster(RequestFaults, GroupQueries):
                     self._listen(b, port=0)
             nursery.start_soon(self.txn.run)
             nursery.start_soon(self.group_coordinator.run)
+            nursery.start_soon(self.consumer_groups.run)
             task_status.started(self)
             try:
                 await trio.sleep_forever()

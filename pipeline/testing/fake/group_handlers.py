@@ -1,7 +1,7 @@
 """The group APIs of the fake cluster: requests in, versioned answers out.
 
-JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups and
-DescribeGroups, each answered by the group's coordinator only (``coordinators.py``:
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
+DescribeGroups, ConsumerGroupHeartbeat and ConsumerGroupDescribe, each answered by the group's coordinator only (``coordinators.py``:
 where a group's ``__consumer_offsets`` partition lives, or where
 ``FakeCluster.move_coordinator`` put it); another broker answers NOT_COORDINATOR, as
 Kafka's do. The group's state survives a move, as Kafka's reloads from its log.
@@ -9,8 +9,12 @@ Committed offsets live in the cluster's :class:`OffsetStore` (shared with the
 transaction coordinator): OffsetFetch with ``require_stable`` answers
 UNSTABLE_OFFSET_COMMIT for a partition an open transaction committed.
 
-The rules themselves are in ``groups.py``; this module only reads requests and
-writes each version's answer (fields a version lacks are left at their defaults).
+The rules themselves are in ``groups.py`` (classic groups) and ``groups848.py`` (KIP-848
+consumer groups: OffsetCommit and OffsetFetch to one are checked by its member epochs);
+this module only reads requests and writes each version's answer (fields a version lacks
+are left at their defaults). A group id names one kind of group: a heartbeat for a
+classic group that has members is GROUP_ID_NOT_FOUND ("not a consumer group"; Kafka's
+online upgrade is not modelled), an empty classic group is replaced, as Kafka does.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import trio
 
 from pipeline.protocol.api import CLIENT_VERSIONS, ApiKey
 from pipeline.protocol.errors import ErrorCode
+from pipeline.protocol.messages import consumer_group_describe as cgd
+from pipeline.protocol.messages import consumer_group_heartbeat as cgh
 from pipeline.protocol.messages import describe_groups as dsg
 from pipeline.protocol.messages import heartbeat as hb
 from pipeline.protocol.messages import join_group as jg
@@ -34,6 +40,7 @@ from pipeline.protocol.messages import sync_group as sg
 from .coordinators import GROUP, Coordinators
 from .group_state import ClassicGroup
 from .groups import GroupCoordinator
+from .groups848 import ConsumerGroup, ConsumerGroupCoordinator
 from .offsets import CommittedOffset, OffsetStore
 from .state import FakeState
 
@@ -42,6 +49,7 @@ __all__ = ["GROUP_APIS", "GROUP_VERSIONS", "GroupApis", "GroupQueries"]
 GROUP_APIS = frozenset({
     ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
     ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE,
 })
 #: The versions the fake serves: the client's, which are what Kafka 4.1 serves.
 GROUP_VERSIONS: dict[int, tuple[int, int]] = {k: CLIENT_VERSIONS[k] for k in sorted(GROUP_APIS)}
@@ -51,11 +59,16 @@ class GroupQueries:
     """The group state tests read (mixed into ``FakeCluster``, which sets these two)."""
 
     group_coordinator: GroupCoordinator
+    consumer_groups: ConsumerGroupCoordinator
     offsets: OffsetStore
 
     def group(self, group_id: str) -> ClassicGroup:
         """A classic group's state (KeyError if it does not exist)."""
         return self.group_coordinator.groups[group_id]
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup:
+        """A KIP-848 consumer group's state (KeyError if it does not exist)."""
+        return self.consumer_groups.groups[group_id]
 
     def committed(self, group_id: str, topic: str, partition: int) -> int | None:
         """The group's visible committed offset for a partition, None if none."""
@@ -67,9 +80,11 @@ class GroupApis:
     """Answers the group APIs for a :class:`FakeState` (owned by the fake's server)."""
 
     def __init__(self, state: FakeState, coordinator: GroupCoordinator,
-                 coordinators: Coordinators, offsets: OffsetStore) -> None:
+                 coordinators: Coordinators, offsets: OffsetStore,
+                 consumer_groups: ConsumerGroupCoordinator) -> None:
         self.state = state
         self.groups = coordinator
+        self.consumer_groups = consumer_groups
         self.coordinators = coordinators
         self.offsets = offsets
 
@@ -85,12 +100,16 @@ class GroupApis:
             return self._list(version, request, injected)
         if api_key == ApiKey.DESCRIBE_GROUPS:
             return self._describe(node_id, version, request)
+        if api_key == ApiKey.CONSUMER_GROUP_DESCRIBE:
+            return self._describe848(node_id, request, injected)
         group_id = request.group_id
         if api_key == ApiKey.OFFSET_FETCH and version >= 8:
             group_id = request.groups[0].group_id
         if injected is None and self.coordinator_for(group_id) != node_id:
             injected = int(ErrorCode.NOT_COORDINATOR)
         now = trio.current_time()
+        if api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
+            return self._heartbeat848(version, request, client_id or "", injected, now)
         if api_key == ApiKey.JOIN_GROUP:
             return await self._join(version, request, client_id or "", injected, now)
         if api_key == ApiKey.SYNC_GROUP:
@@ -161,6 +180,42 @@ class GroupApis:
                 for m, i, c in results))
         return lg.LeaveGroupResponse(error_code=int(results[0][2]))
 
+    # ------------------------------------------------------------------ KIP-848
+
+    def _heartbeat848(self, version: int, request: cgh.ConsumerGroupHeartbeatRequest,
+                      client_id: str, injected: int | None, now: float
+                      ) -> cgh.ConsumerGroupHeartbeatResponse:
+        if injected is not None:
+            return cgh.ConsumerGroupHeartbeatResponse(error_code=injected,
+                                                      error_message=ErrorCode(injected).name)
+        classic = self.groups.groups.get(request.group_id)
+        if classic is not None:
+            if request.member_epoch == 0 and classic.state == "Empty" and not classic.members:
+                del self.groups.groups[request.group_id]  # Kafka converts an empty one
+            else:
+                return cgh.ConsumerGroupHeartbeatResponse(
+                    error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
+                    error_message=f"Group {request.group_id} is not a consumer group.")
+        return self.consumer_groups.heartbeat(request, version, client_id, now)
+
+    def _describe848(self, node_id: int, request: cgd.ConsumerGroupDescribeRequest,
+                     injected: int | None) -> cgd.ConsumerGroupDescribeResponse:
+        out = []
+        for group_id in request.group_ids:
+            code = injected
+            if code is None and self.coordinator_for(group_id) != node_id:
+                code = int(ErrorCode.NOT_COORDINATOR)
+            if code is not None:
+                out.append(cgd.DescribedGroup(group_id=group_id, error_code=code,
+                                              error_message=ErrorCode(code).name))
+            elif group_id in self.groups.groups:
+                out.append(cgd.DescribedGroup(
+                    group_id=group_id, error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
+                    error_message=f"Group {group_id} is not a consumer group."))
+            else:
+                out.append(self.consumer_groups.describe(group_id))
+        return cgd.ConsumerGroupDescribeResponse(groups=tuple(out))
+
     # ------------------------------------------------------------------ offsets
 
     def _commit(self, version: int, request: oc.OffsetCommitRequest, injected: int | None
@@ -168,16 +223,21 @@ class GroupApis:
         group_id = request.group_id
         generation = request.generation_id_or_member_epoch
         code = injected
+        consumer = group_id in self.consumer_groups.groups
         if code is None:
-            if group_id not in self.groups.groups and generation >= 0:
+            if group_id not in self.groups.groups and not consumer and generation >= 0:
                 code = int(ErrorCode.GROUP_ID_NOT_FOUND if version >= 9
                            else ErrorCode.ILLEGAL_GENERATION)
+            elif consumer:
+                code = int(self.consumer_groups.validate_commit(
+                    group_id, request.member_id, generation, version))
             else:
                 code = int(self.groups.validate_commit(
                     group_id, request.member_id,
                     request.group_instance_id if version >= 7 else None, generation))
         if code == 0:
-            self.groups.simple_group(group_id)
+            if not consumer:
+                self.groups.simple_group(group_id)
             self.offsets.commit(group_id, {
                 (t.name, p.partition_index): CommittedOffset(
                     p.committed_offset, p.committed_leader_epoch if version >= 6 else -1,
@@ -199,6 +259,11 @@ class GroupApis:
             wanted = [(t.name, tuple(t.partition_indexes)) for t in (request.topics or ())]
 
         stable = request.require_stable if version >= 7 else False
+        if injected is None and version >= 9 and group_id in self.consumer_groups.groups:
+            asked = request.groups[0]
+            code = self.consumer_groups.validate_fetch(group_id, asked.member_id,
+                                                       asked.member_epoch)
+            injected = int(code) if code != ErrorCode.NONE else None
 
         def row(topic: str, p: int) -> tuple[int, str, int, int]:
             """(offset, metadata, leader epoch, error) of one partition."""
@@ -236,14 +301,18 @@ class GroupApis:
             return lsg.ListGroupsResponse(error_code=injected)
         states = {s.lower() for s in request.states_filter} if version >= 4 else set()
         types = {t.lower() for t in request.types_filter} if version >= 5 else set()
+        listed = [(g.group_id, g.protocol_type or "", g.state, "classic")
+                  for g in self.groups.groups.values()]
+        listed += [(g.group_id, "consumer", g.state, "consumer")
+                   for g in self.consumer_groups.groups.values()]
         out = []
-        for g in sorted(self.groups.groups.values(), key=lambda g: g.group_id):
-            if (states and g.state.lower() not in states) or (types and "classic" not in types):
+        for group_id, protocol_type, state, kind in sorted(listed):
+            if (states and state.lower() not in states) or (types and kind not in types):
                 continue
             out.append(lsg.ListedGroup(
-                group_id=g.group_id, protocol_type=g.protocol_type or "",
-                group_state=g.state if version >= 4 else "",
-                group_type="classic" if version >= 5 else ""))
+                group_id=group_id, protocol_type=protocol_type,
+                group_state=state if version >= 4 else "",
+                group_type=kind if version >= 5 else ""))
         return lsg.ListGroupsResponse(groups=tuple(out))
 
     def _describe(self, node_id: int, version: int, request: dsg.DescribeGroupsRequest
