@@ -96,6 +96,10 @@ class GroupMember848:
         self._target_changed = trio.Event()
         self._beat_now = trio.Event()
         self._beaten = trio.Event()  # set after each answered heartbeat
+        # Joins (epoch 0) refused in a row: each waits retry_backoff, doubling. Kafka 4.1
+        # refuses the rejoin of a fenced member it still holds at a later epoch until
+        # its session times out (KAFKA-19233); unpaced, that is a heartbeat storm.
+        self._refused_joins = 0
         self._left = False  # left after a poll timeout: no heartbeats until check_poll
         self._back = trio.Event()
         self._poll_timeout = False
@@ -209,6 +213,7 @@ class GroupMember848:
         assert self._coordinator is not None
         code = error_code(response.error_code)
         if code == ErrorCode.NONE:
+            self._refused_joins = 0
             self.last_heartbeat = trio.current_time()
             if response.member_id:
                 self.member_id = response.member_id
@@ -226,12 +231,16 @@ class GroupMember848:
             return True
         if code in _LOST:
             logger.info("group %r: heartbeat answered %s; joining again", self.group_id, code.name)
+            was_join = self.member_epoch == 0
             self.member_epoch = 0
             self.state = "unjoined"
             self._target_ids = None
             owned = frozenset(self._assignment.partitions)
             if owned:
                 await self._handoff.post("lose", owned)
+            if was_join:  # (a first fence rejoins at once, as the Java client does)
+                self._refused_joins += 1
+                await trio.sleep(self._backoff.delay(self._refused_joins))
             return False
         if code in COORDINATOR_GONE or code in _RETRY:
             if code in COORDINATOR_GONE:

@@ -10,6 +10,7 @@ partitions, commits are checked against the member epoch. Everything runs on vir
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -204,3 +205,62 @@ async def test_a_member_that_stops_iterating_leaves_and_rejoins(
         assert m.c.group_metadata().generation_id == (1 if static else 3)
         await produce(fake, "t", [b"y"], partition=1)
         await until(lambda: any(r.value == b"y" for r in m.records), 10)
+
+
+async def test_a_fenced_member_whose_rejoin_is_refused_backs_off_until_it_is_let_in(
+    fake: FakeCluster, autojump_clock: Any,
+) -> None:
+    """Kafka 4.1 refuses the epoch-0 rejoin of a member it still holds at a later epoch
+    (FENCED_MEMBER_EPOCH again, until the session timeout removes it; KAFKA-19233 lets it
+    in at once from later releases). The member rejoins at once after the first fence, as
+    the Java client does, then paces its refused rejoins by retry_backoff, doubling up to
+    retry_backoff_max: a bounded number of heartbeats, not a storm, until it is let in."""
+    from pipeline.protocol.errors import ErrorCode
+    from pipeline.protocol.messages import consumer_group_heartbeat as cgh
+
+    a, b = Member(), Member()
+    async with running(fake, a, retry_backoff=0.1, retry_backoff_max=1.0):
+        await until(lambda: len(a.records) == 20)
+        async with running(fake, b, **second()):
+            await split(fake, a, b)
+            first_epoch = fake.consumer_group("g").members[a.member_id].epoch
+            storm = [0]
+
+            async def slow_storm(ctx: ControlContext) -> None:
+                if ctx.request.member_id == a.member_id and ctx.request.member_epoch == 0:
+                    storm[0] += 1
+                    if storm[0] > 200:  # (without pacing: let virtual time move, and fail)
+                        await trio.sleep(1)
+
+            def fence_a(ctx: ControlContext) -> Any:
+                if ctx.request.member_id != a.member_id:
+                    return None
+                return cgh.ConsumerGroupHeartbeatResponse(
+                    error_code=ErrorCode.FENCED_MEMBER_EPOCH)
+
+            fake.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, slow_storm, sticky=True)
+            fake.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, fence_a)  # (once, for a)
+            fenced_at = trio.current_time()
+            await until(lambda: a.events[-1:] == [("lost", tps(0, 1))], 10)
+            await until(lambda: a.c.state == "stable" and a.c.assignment(), 60)
+            let_in = trio.current_time() - fenced_at
+            joins = [r.time for r in fake.requests_of(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+                     if r.request.member_id == a.member_id and r.request.member_epoch == 0
+                     and r.time >= fenced_at]
+            gaps = [later - earlier for earlier, later in pairwise(joins)]
+            assert 18 <= let_in <= 25  # the session timeout (20 s) removed it, then in
+            assert 10 <= len(joins) <= 40, len(joins)
+            assert gaps[0] == pytest.approx(0.1, abs=0.05) and gaps[1] > gaps[0] * 1.5
+            assert max(gaps) == pytest.approx(1.0, abs=0.3)
+            assert fake.consumer_group("g").members[a.member_id].epoch > first_epoch
+            # let in: the next fence's refused rejoins are paced from retry_backoff again
+            await until(lambda: set(a.c.assignment()) | set(b.c.assignment()) == ALL4, 60)
+            for _ in range(3):  # a's next three heartbeats: the fence, two refused joins
+                fake.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, fence_a)
+            again_at = trio.current_time()
+            await until(lambda: a.c.state == "stable" and trio.current_time() - again_at > 5
+                        and a.c.assignment(), 60)
+            joins = [r.time for r in fake.requests_of(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+                     if r.request.member_id == a.member_id and r.request.member_epoch == 0
+                     and r.time >= again_at]
+            assert [round(t - joins[0], 2) for t in joins[1:3]] == [0.1, 0.3]

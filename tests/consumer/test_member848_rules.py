@@ -529,6 +529,20 @@ async def test_a_lost_connection_is_retried_with_backoff(
         assert m.events == [("assigned", frozenset())] and m.c.state == "stable"
 
 
+async def test_a_first_join_refused_as_unknown_is_sent_again_after_the_backoff(
+    fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
+) -> None:
+    """A join (epoch 0) refused UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH is sent again
+    after retry_backoff, doubling while it is refused."""
+    coord.errors.extend([int(ErrorCode.UNKNOWN_MEMBER_ID), int(ErrorCode.FENCED_MEMBER_EPOCH)])
+    m = Member()
+    async with running(fake, m, retry_backoff=0.1, retry_backoff_max=5.0):
+        await until(lambda: m.c.state == "stable", 5)
+        assert [r.member_epoch for r in coord.heartbeats[:3]] == [0, 0, 0]
+        times = coord.times
+        assert [times[1] - times[0], times[2] - times[1]] == pytest.approx([0.1, 0.2], abs=0.02)
+
+
 async def test_a_first_heartbeat_that_fails_is_retried(
     fake: FakeCluster, coord: Coordinator848, autojump_clock: Any,
 ) -> None:

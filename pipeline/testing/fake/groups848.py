@@ -21,8 +21,10 @@ tests/testing/test_fake_vs_kafka_groups848.py):
   FENCED_MEMBER_EPOCH, except the member's previous epoch with an owned list inside its
   current assignment (the answer that raised its epoch was lost): that request is answered
   as the current one. So a join (epoch 0) re-sent after a lost answer is accepted while the
-  member is at its first epoch, and fenced once it has moved on. An unknown member id with
-  a non-zero epoch is UNKNOWN_MEMBER_ID; a group that does not exist, GROUP_ID_NOT_FOUND.
+  member is at its first epoch, and fenced once it has moved on (Kafka 4.1.2; KAFKA-19233
+  lets a fenced member rejoin with epoch 0 at once from later releases). An unknown member
+  id with a non-zero epoch is UNKNOWN_MEMBER_ID; a group that does not exist,
+  GROUP_ID_NOT_FOUND.
 * **The answer** carries the member id, the member epoch, the heartbeat interval
   (``group.consumer.heartbeat.interval.ms``, ``heartbeat_interval``) and the assignment when
   the request joined, was a *full* request (rebalance timeout, subscription and owned
