@@ -514,3 +514,51 @@ def _message_init_is_python() -> bool:
     from pipeline.producer import _message
 
     return ProducerMessage.__init__ is _message.init_py
+
+
+async def test_a_chunk_reserves_what_its_messages_hold_and_gives_it_all_back(
+    nursery: trio.Nursery, send_path: str
+) -> None:
+    """In flight a chunk holds its messages: their objects count in buffer_memory beside
+    their rows' bytes and the packed copy, and every byte comes back when they settle."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", 2)
+    async with open_fake_producer(fake, linger=0.05) as producer:
+        msgs = [ProducerMessage("ta", b"v%d" % i, b"k", [("a", b"1"), ("b", None)])
+                for i in range(100)]
+        bounds = sum(batch_size_for_record(b"k", m.value, m.headers) for m in msgs)
+        group = await producer.send_many(msgs)
+        ledger = producer._ledger
+        held = 100 * _messages.MESSAGE_BYTES + 200 * _messages.HEADER_BYTES
+        assert ledger.buffered_bytes >= bounds + held
+        assert ledger.buffered_bytes <= 2 * bounds + held + 64  # (and the packed copy)
+        result = await group
+        assert (result.delivered, result.failed) == (100, 0)
+        await producer.flush()
+        assert ledger.buffered_bytes == 0
+
+
+async def test_a_call_of_tiny_messages_is_cut_in_chunks_of_an_eighth_of_the_buffer(
+    nursery: trio.Nursery,
+) -> None:
+    """Tiny messages hold far more than their rows' bytes: a call is cut in chunks of
+    about an eighth of buffer_memory counting both, not on the rows' bytes alone."""
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", 2)
+    async with open_fake_producer(fake, buffer_memory=64_000, max_message_bytes=8_000) as producer:
+        counts: list[int] = []
+        accept_rows = producer._ledger.accept_rows
+
+        def counting(chunk: Any, count: int) -> None:
+            counts.append(count)
+            accept_rows(chunk, count)
+
+        producer._ledger.accept_rows = counting  # type: ignore[method-assign]
+        msgs = [ProducerMessage("ta", None) for _ in range(1000)]
+        result = await (await producer.send_many(msgs))
+        assert (result.delivered, result.failed) == (1000, 0)
+        assert sum(counts) == 1000 and len(counts) >= 20
+        assert max(counts) * _messages.MESSAGE_BYTES <= 64_000 // 8

@@ -29,6 +29,7 @@ Three steps, each one pass over a chunk's messages, in C (``_send.c``:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from itertools import accumulate
 from typing import Any
@@ -46,6 +47,13 @@ from pipeline.protocol.columnar import Columns
 __all__ = ["MessageRows", "accept", "settle", "take", "unaccept"]
 
 _NoneType = type(None)
+
+# What a message in flight holds in memory besides its wire bytes (the size bound):
+# the message object, its value's and key's bytes objects; and a header: its pair, its
+# value's bytes object, its place in the headers tuple. Its chunk reserves these too,
+# so a buffer full of send_many messages is a buffer_memory of memory, not two or three.
+MESSAGE_BYTES = sys.getsizeof(ProducerMessage("", None)) + 2 * sys.getsizeof(b"")
+HEADER_BYTES = sys.getsizeof(("", b"")) + sys.getsizeof(b"") + 8
 
 
 class MessageRows:
@@ -73,6 +81,13 @@ class MessageRows:
     def cumulative(self) -> list[int]:
         """Each message's size bound summed up to it, in call order."""
         return list(accumulate(self.sizes))
+
+    def held(self, start: int, stop: int) -> int:
+        """The memory messages ``start .. stop - 1`` hold beyond their size bounds
+        (``MESSAGE_BYTES``, ``HEADER_BYTES``): their chunk's, until its last row settles."""
+        ends = self.header_ends
+        headers = 0 if ends is None else ends[stop] - ends[start]
+        return (stop - start) * MESSAGE_BYTES + headers * HEADER_BYTES
 
     def pack(self, start: int, stop: int) -> tuple[Columns, int]:
         """Messages ``start .. stop - 1`` packed into their own ``Columns``, and the

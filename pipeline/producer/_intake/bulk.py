@@ -113,14 +113,20 @@ class Bulk:
         """``send_many`` of plain messages (``messages.take``): each chunk one
         ``RowChunk`` holding its messages, its rows one run (``_columnar/messages.py``).
         Chunks as the per-message path cuts them, within half the per-message limit:
-        a chunk also reserves its packed copy (about its rows' bytes again)."""
+        a chunk also reserves its packed copy (about its rows' bytes again) and what
+        its messages hold beyond their rows' bytes (``MessageRows.held``)."""
         intake, ledger = self._intake, self._ledger
         cumulative = rows.cumulative()
         total = len(msgs)
         group = DeliveryGroup(total)
-        for start, end, bound in _chunks(cumulative, max(1, ledger.buffer_memory // 8)):
+        # Cut as if each message's held bytes were part of its bound (their call-wide
+        # share): a chunk is then about an eighth of the buffer in memory, held included.
+        wire = cumulative[-1]
+        limit = ledger.buffer_memory // 8 * wire // (wire + rows.held(0, total))
+        for start, end, bound in _chunks(cumulative, max(1, limit)):
             count = end - start
             columns, extra = rows.pack(start, end)
+            extra += rows.held(start, end)
             nbytes = bound + extra
             await self._reserve_chunk(group, nbytes, total - start)
             chunk = RowChunk(group, count)
