@@ -832,3 +832,32 @@ async def test_a_commit_that_ends_the_generation_ends_the_fast_path_of_the_old_c
             while not lost:
                 await consumer.__anext__()
         assert lost == [ALL4]
+
+
+async def test_an_eager_member_reset_while_its_revocation_runs_joins_once_afterwards(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """An eager member revokes everything before it joins; a heartbeat answered
+    UNKNOWN_MEMBER_ID while its on_revoked runs ends that round before its JoinGroup:
+    the next round (the loss, then one join for an id, one with it) is the only one, so
+    the group moves on by one generation, not two."""
+    fake = topic
+    revoking = trio.Event()
+
+    async def slow_revoke(consumer: Any, parts: Any) -> None:
+        if parts:
+            revoking.set()
+            await trio.sleep(2)
+
+    async with reading(fake, client_id="a", on_revoked=slow_revoke,
+                       partition_assignment_strategy="range") as a:
+        await until(lambda: stable(fake, a, 1) and len(a.records) == 20)
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.REBALANCE_IN_PROGRESS)
+        await revoking.wait()
+        before = len(joins(fake))
+        fake.fail_next(ApiKey.HEARTBEAT, ErrorCode.UNKNOWN_MEMBER_ID)
+        await until(lambda: a.consumer.group_metadata().member_id == "", 10)
+        await until(lambda: a.consumer.state == "stable", 30)
+        await trio.sleep(10)
+        assert [j.request.member_id != "" for j in joins(fake)[before:]] == [False, True]
+        assert fake.group("g").generation == 2 and a.consumer.assignment() == ALL4

@@ -289,3 +289,22 @@ async def test_a_lookup_for_a_partition_metadata_lost_meanwhile_names_no_leader_
              for r in fake.requests_of(ApiKey.LIST_OFFSETS)
              for t in r.request.topics for p in t.partitions]
     assert asked == [(1, 0, 1), (2, 1, -1)]
+
+
+async def test_a_committed_offsets_fetch_refused_retriably_is_asked_again_after_the_backoff(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """OffsetFetch answered COORDINATOR_LOAD_IN_PROGRESS is sent again after
+    retry_backoff, doubling while it is refused, then gives the committed offset."""
+    fake = topic
+    async with open_fake_consumer(fake, group_id="g", topics=["t"], enable_auto_commit=False,
+                                  retry_backoff=0.1, retry_backoff_max=5.0,
+                                  retry_backoff_jitter=0) as consumer:
+        await take(consumer, 1)
+        await consumer.commit({("t", 0): 3})
+        before = len(fake.requests_of(ApiKey.OFFSET_FETCH))
+        fake.fail_next(ApiKey.OFFSET_FETCH, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, count=2)
+        got = await consumer.committed([("t", 0)])
+        assert got[TopicPartition("t", 0)].offset == 3
+        times = [r.time for r in fake.requests_of(ApiKey.OFFSET_FETCH)[before:]]
+        assert [round(b - a, 3) for a, b in pairwise(times)] == [0.1, 0.2]
