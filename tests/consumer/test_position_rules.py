@@ -15,7 +15,7 @@ from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages import list_offsets as lo
 from pipeline.testing.fake.cluster import SUPPORTED_VERSIONS
-from pipeline.testing.fake.faults import NO_RESPONSE, ControlContext
+from pipeline.testing.fake.faults import DROP, NO_RESPONSE, ControlContext
 from pipeline.testing.fake_cluster import FakeCluster
 
 from .conftest import open_fake_consumer, produce, take, until
@@ -308,3 +308,34 @@ async def test_a_committed_offsets_fetch_refused_retriably_is_asked_again_after_
         assert got[TopicPartition("t", 0)].offset == 3
         times = [r.time for r in fake.requests_of(ApiKey.OFFSET_FETCH)[before:]]
         assert [round(b - a, 3) for a, b in pairwise(times)] == [0.1, 0.2]
+
+
+@pytest.mark.parametrize("api", [ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH])
+async def test_a_commit_or_committed_fetch_whose_connection_drops_is_sent_again_after_the_backoff(
+    topic: FakeCluster, autojump_clock: Any, api: int,
+) -> None:
+    """The coordinator's connection drops under an OffsetCommit or OffsetFetch: the
+    request is sent again after retry_backoff, doubling while it fails, and completes."""
+    fake = topic
+    async with open_fake_consumer(fake, group_id="g", topics=["t"], enable_auto_commit=False,
+                                  retry_backoff=0.1, retry_backoff_max=5.0,
+                                  retry_backoff_jitter=0) as consumer:
+        await take(consumer, 1)
+        await consumer.commit({("t", 0): 2})
+        before = len(fake.requests_of(api))
+        drops = [2]
+
+        def drop(ctx: ControlContext) -> Any:
+            if drops[0]:
+                drops[0] -= 1
+                return DROP
+            return None
+
+        fake.control(api, drop, sticky=True)
+        if api == ApiKey.OFFSET_COMMIT:
+            await consumer.commit({("t", 0): 3})
+        got = await consumer.committed([("t", 0)])
+        assert got[TopicPartition("t", 0)].offset == 3 if api == ApiKey.OFFSET_COMMIT else 2
+        times = [r.time for r in fake.requests_of(api)[before:]][:3]
+        gaps = [round(b - a, 2) for a, b in pairwise(times)]
+        assert gaps == [0.1, 0.2], gaps
