@@ -339,3 +339,45 @@ async def test_a_commit_or_committed_fetch_whose_connection_drops_is_sent_again_
         times = [r.time for r in fake.requests_of(api)[before:]][:3]
         gaps = [round(b - a, 2) for a, b in pairwise(times)]
         assert gaps == [0.1, 0.2], gaps
+
+
+@pytest.mark.parametrize("api", [ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH])
+@pytest.mark.parametrize(("code", "finds"), [(ErrorCode.NOT_COORDINATOR, 1),
+                                             (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, 0)])
+async def test_a_moved_coordinator_is_found_again_and_a_busy_one_is_just_asked_again(
+    topic: FakeCluster, autojump_clock: Any, api: int, code: ErrorCode, finds: int,
+) -> None:
+    """NOT_COORDINATOR on a commit or a committed fetch: the coordinator is looked up
+    again (FindCoordinator) before the retry; COORDINATOR_LOAD_IN_PROGRESS: the same
+    one is asked again. Either way after retry_backoff, and the call completes."""
+    fake = topic
+    async with open_fake_consumer(fake, group_id="g", topics=["t"], enable_auto_commit=False,
+                                  retry_backoff=0.1, retry_backoff_max=5.0,
+                                  retry_backoff_jitter=0) as consumer:
+        await take(consumer, 1)
+        await consumer.commit({("t", 0): 2})
+        before, found = len(fake.requests_of(api)), len(fake.requests_of(ApiKey.FIND_COORDINATOR))
+        fake.fail_next(api, code)
+        if api == ApiKey.OFFSET_COMMIT:
+            await consumer.commit({("t", 0): 3})
+        else:
+            assert (await consumer.committed([("t", 0)]))[TopicPartition("t", 0)].offset == 2
+        first, again = [r.time for r in fake.requests_of(api)[before:before + 2]]
+        assert round(again - first, 3) == 0.1
+        assert len(fake.requests_of(ApiKey.FIND_COORDINATOR)) - found == finds
+
+
+async def test_a_committed_fetch_refused_for_good_fails_with_the_code(
+    topic: FakeCluster, autojump_clock: Any,
+) -> None:
+    """A code that is neither retriable nor a moved coordinator ends committed() with a
+    ConsumerError naming it, after one request."""
+    fake = topic
+    async with open_fake_consumer(fake, group_id="g", topics=["t"],
+                                  enable_auto_commit=False) as consumer:
+        await take(consumer, 1)
+        before = len(fake.requests_of(ApiKey.OFFSET_FETCH))
+        fake.fail_next(ApiKey.OFFSET_FETCH, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        with pytest.raises(ConsumerError, match="OffsetFetch .* GROUP_AUTHORIZATION_FAILED"):
+            await consumer.committed([("t", 0)])
+        assert len(fake.requests_of(ApiKey.OFFSET_FETCH)) == before + 1
