@@ -378,6 +378,6 @@ async def test_a_committed_fetch_refused_for_good_fails_with_the_code(
         await take(consumer, 1)
         before = len(fake.requests_of(ApiKey.OFFSET_FETCH))
         fake.fail_next(ApiKey.OFFSET_FETCH, ErrorCode.GROUP_AUTHORIZATION_FAILED)
-        with pytest.raises(ConsumerError, match="OffsetFetch .* GROUP_AUTHORIZATION_FAILED"):
+        with pytest.raises(ConsumerError, match=r"OffsetFetch .* GROUP_AUTHORIZATION_FAILED"):
             await consumer.committed([("t", 0)])
         assert len(fake.requests_of(ApiKey.OFFSET_FETCH)) == before + 1
