@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from itertools import pairwise
 from typing import Any
 
@@ -291,17 +293,25 @@ async def test_a_lookup_for_a_partition_metadata_lost_meanwhile_names_no_leader_
     assert asked == [(1, 0, 1), (2, 1, -1)]
 
 
+@asynccontextmanager
+async def member_that_committed(fake: FakeCluster, offset: int) -> AsyncIterator[Any]:
+    """A member of group ``g`` that read a record of ``t`` and committed ``offset`` for
+    partition 0; retries back off 0.1 s, doubling, without jitter."""
+    async with open_fake_consumer(fake, group_id="g", topics=["t"], enable_auto_commit=False,
+                                  retry_backoff=0.1, retry_backoff_max=5.0,
+                                  retry_backoff_jitter=0) as consumer:
+        await take(consumer, 1)
+        await consumer.commit({("t", 0): offset})
+        yield consumer
+
+
 async def test_a_committed_offsets_fetch_refused_retriably_is_asked_again_after_the_backoff(
     topic: FakeCluster, autojump_clock: Any,
 ) -> None:
     """OffsetFetch answered COORDINATOR_LOAD_IN_PROGRESS is sent again after
     retry_backoff, doubling while it is refused, then gives the committed offset."""
     fake = topic
-    async with open_fake_consumer(fake, group_id="g", topics=["t"], enable_auto_commit=False,
-                                  retry_backoff=0.1, retry_backoff_max=5.0,
-                                  retry_backoff_jitter=0) as consumer:
-        await take(consumer, 1)
-        await consumer.commit({("t", 0): 3})
+    async with member_that_committed(fake, 3) as consumer:
         before = len(fake.requests_of(ApiKey.OFFSET_FETCH))
         fake.fail_next(ApiKey.OFFSET_FETCH, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, count=2)
         got = await consumer.committed([("t", 0)])
@@ -317,11 +327,7 @@ async def test_a_commit_or_committed_fetch_whose_connection_drops_is_sent_again_
     """The coordinator's connection drops under an OffsetCommit or OffsetFetch: the
     request is sent again after retry_backoff, doubling while it fails, and completes."""
     fake = topic
-    async with open_fake_consumer(fake, group_id="g", topics=["t"], enable_auto_commit=False,
-                                  retry_backoff=0.1, retry_backoff_max=5.0,
-                                  retry_backoff_jitter=0) as consumer:
-        await take(consumer, 1)
-        await consumer.commit({("t", 0): 2})
+    async with member_that_committed(fake, 2) as consumer:
         before = len(fake.requests_of(api))
         drops = [2]
 
@@ -351,11 +357,7 @@ async def test_a_moved_coordinator_is_found_again_and_a_busy_one_is_just_asked_a
     again (FindCoordinator) before the retry; COORDINATOR_LOAD_IN_PROGRESS: the same
     one is asked again. Either way after retry_backoff, and the call completes."""
     fake = topic
-    async with open_fake_consumer(fake, group_id="g", topics=["t"], enable_auto_commit=False,
-                                  retry_backoff=0.1, retry_backoff_max=5.0,
-                                  retry_backoff_jitter=0) as consumer:
-        await take(consumer, 1)
-        await consumer.commit({("t", 0): 2})
+    async with member_that_committed(fake, 2) as consumer:
         before, found = len(fake.requests_of(api)), len(fake.requests_of(ApiKey.FIND_COORDINATOR))
         fake.fail_next(api, code)
         if api == ApiKey.OFFSET_COMMIT:

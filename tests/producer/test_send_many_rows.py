@@ -561,4 +561,17 @@ async def test_a_call_of_tiny_messages_is_cut_in_chunks_of_an_eighth_of_the_buff
         result = await (await producer.send_many(msgs))
         assert (result.delivered, result.failed) == (1000, 0)
         assert sum(counts) == 1000 and len(counts) >= 20
-        assert max(counts) * _messages.MESSAGE_BYTES <= 64_000 // 8
+        each = batch_size_for_record(None, None, ()) + _messages.MESSAGE_BYTES
+        assert 64_000 // 8 - each < max(counts) * each <= 64_000 // 8  # as big as allowed
+
+
+def test_what_a_span_of_messages_holds_counts_its_messages_and_their_headers() -> None:
+    msgs = [ProducerMessage("t", b"v", headers=[("a", b"1")] * (i % 3)) for i in range(9)]
+    rows = _messages.take(msgs, T, 1 << 20)
+    assert rows is not None
+    m, h = _messages.MESSAGE_BYTES, _messages.HEADER_BYTES
+    assert rows.held(0, 9) == 9 * m + 9 * h
+    assert rows.held(4, 7) == 3 * m + (1 + 2 + 0) * h  # messages 4, 5, 6
+    assert rows.held(5, 5) == 0
+    plain = _messages.take([ProducerMessage("t", b"v") for _ in range(3)], T, 1 << 20)
+    assert plain is not None and plain.held(0, 3) == 3 * m  # (no header lists at all)
