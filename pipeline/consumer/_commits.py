@@ -22,7 +22,7 @@ import trio
 from pipeline.cluster.brokers import CONNECT_ERRORS
 from pipeline.cluster.errors import KafkaError
 from pipeline.consumer._coordinator import COORDINATOR_GONE, Coordinator
-from pipeline.consumer._errors import ConsumerError
+from pipeline.consumer._errors import ConsumerClosedError, ConsumerError
 from pipeline.consumer._types import OffsetAndMetadata, TopicPartition
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode, error_code
@@ -162,6 +162,8 @@ async def send_commit(
     while True:
         try:
             response = await coordinator.request(ApiKey.OFFSET_COMMIT, make)
+        except ConsumerClosedError:
+            raise
         except (*CONNECT_ERRORS, KafkaError) as exc:
             attempt += 1
             logger.info("group %r: commit failed (%s); retrying", group_id, exc)
@@ -194,6 +196,8 @@ async def fetch_committed(
     while True:
         try:
             response = await coordinator.request(ApiKey.OFFSET_FETCH, make)
+        except ConsumerClosedError:
+            raise
         except (*CONNECT_ERRORS, KafkaError) as exc:
             attempt += 1
             logger.info("group %r: OffsetFetch failed (%s)", group_id, exc)

@@ -30,7 +30,7 @@ from pipeline.cluster.connection import BrokerConnection
 from pipeline.cluster.errors import BrokerConnectionError, KafkaError, RequestTimedOutError
 from pipeline.cluster.pool import Cluster
 from pipeline.consumer._config import ConsumerConfig
-from pipeline.consumer._errors import GroupError
+from pipeline.consumer._errors import ConsumerClosedError, GroupError
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.base import Request, Response
 from pipeline.protocol.errors import ErrorCode, error_code
@@ -64,6 +64,15 @@ class Coordinator:
         self._lock = trio.Lock()  # one lookup at a time
         self.node_id: int | None = None
         self.moves = 0  # coordinator lookups that found a different node (statistics)
+        # The nursery its connections' readers run in has ended, so no connection can
+        # start: a request fails at once instead of retrying until its timeout
+        # (test_a_member_task_that_crashes_fails_the_consumer_instead_of_hanging_its_close).
+        self._ended = False
+
+    def end(self) -> None:
+        """The nursery given at construction has ended: requests from now on raise
+        :class:`ConsumerClosedError` (a close's commit and LeaveGroup log it and go on)."""
+        self._ended = True
 
     def forget(self) -> None:
         """The coordinator moved or is gone: close its connection, look it up next time."""
@@ -77,8 +86,14 @@ class Coordinator:
 
         Raises:
           GroupError: the lookup was refused (group authorization, an invalid group id).
+          ConsumerClosedError: :meth:`end` was called.
         """
         async with self._lock:
+            if self._ended:
+                raise ConsumerClosedError(
+                    f"group {self._group_id!r}: the consumer's group tasks have ended (the "
+                    "error that ended them is raised by open_consumer); the coordinator "
+                    "cannot be reached")
             attempt = 0
             while self._conn is None or self._conn.closed:
                 try:
@@ -141,6 +156,7 @@ class Coordinator:
         Raises:
           BrokerConnectionError: the connection failed or timed out (the coordinator
               is forgotten: the caller retries after finding it again).
+          ConsumerClosedError: :meth:`end` was called (not to be retried).
         """
         conn = await self.connection()
         version = conn.version_for(api_key)

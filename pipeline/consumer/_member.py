@@ -176,18 +176,22 @@ class GroupMember(Liveness):
     # ------------------------------------------------------------ tasks
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as connections:
-            self._coordinator = Coordinator(self._cluster, self._config, connections)
-            with trio.CancelScope() as self._tasks:
-                async with trio.open_nursery() as tasks:
-                    tasks.start_soon(self._heartbeats)
-                    tasks.start_soon(self._watchdog)
-                    if self._config.enable_auto_commit:
-                        tasks.start_soon(self._auto_commits)
-                    task_status.started()
-                    self.request_rejoin("first join")
-                    await self._membership()
-            await trio.sleep_forever()  # the connections serve close() until cancelled
+        try:
+            async with trio.open_nursery() as connections:
+                self._coordinator = Coordinator(self._cluster, self._config, connections)
+                with trio.CancelScope() as self._tasks:
+                    async with trio.open_nursery() as tasks:
+                        tasks.start_soon(self._heartbeats)
+                        tasks.start_soon(self._watchdog)
+                        if self._config.enable_auto_commit:
+                            tasks.start_soon(self._auto_commits)
+                        task_status.started()
+                        self.request_rejoin("first join")
+                        await self._membership()
+                await trio.sleep_forever()  # the connections serve close() until cancelled
+        finally:
+            if self._coordinator is not None:
+                self._coordinator.end()
 
     async def _membership(self) -> None:
         while True:

@@ -139,22 +139,26 @@ class GroupMember848:
     # ------------------------------------------------------------ tasks
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as connections:
-            self._coordinator = Coordinator(self._cluster, self._config, connections)
-            with trio.CancelScope() as self._tasks:
-                async with trio.open_nursery() as tasks:
-                    tasks.start_soon(self._reconciler)
-                    tasks.start_soon(self._watchdog)
-                    if self._config.enable_auto_commit:
-                        tasks.start_soon(self._auto_commits)
-                    task_status.started()
-                    try:
-                        await self._heartbeats()
-                    except ConsumerError as exc:
-                        self.state = "unjoined"
-                        self._report(exc)
-                        tasks.cancel_scope.cancel()
-            await trio.sleep_forever()  # the connections serve close() until cancelled
+        try:
+            async with trio.open_nursery() as connections:
+                self._coordinator = Coordinator(self._cluster, self._config, connections)
+                with trio.CancelScope() as self._tasks:
+                    async with trio.open_nursery() as tasks:
+                        tasks.start_soon(self._reconciler)
+                        tasks.start_soon(self._watchdog)
+                        if self._config.enable_auto_commit:
+                            tasks.start_soon(self._auto_commits)
+                        task_status.started()
+                        try:
+                            await self._heartbeats()
+                        except ConsumerError as exc:
+                            self.state = "unjoined"
+                            self._report(exc)
+                            tasks.cancel_scope.cancel()
+                await trio.sleep_forever()  # the connections serve close() until cancelled
+        finally:
+            if self._coordinator is not None:
+                self._coordinator.end()
 
     def _request(self, epoch: int) -> cgh.ConsumerGroupHeartbeatRequest:
         owned: dict[str, list[int]] = {}

@@ -10,6 +10,7 @@ would only show through a rebalance's timing. The ones a user sees through the c
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,7 +23,7 @@ from pipeline.cluster.pool import Cluster
 from pipeline.consumer import TopicPartition
 from pipeline.consumer._config import make_config
 from pipeline.consumer._coordinator import Coordinator
-from pipeline.consumer._errors import GroupError
+from pipeline.consumer._errors import ConsumerClosedError, GroupError
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.messages import find_coordinator as fc
@@ -193,6 +194,33 @@ async def test_aclose_closes_the_coordinator_connection(
         await coordinator.aclose()
         assert conn.closed
         await coordinator.aclose()
+
+
+async def test_an_ended_coordinator_fails_commits_and_offset_fetches_at_once(
+    fake: FakeCluster, autojump_clock: Any,
+) -> None:
+    """Once the nursery of its connections has ended (``end``), no connection can start:
+    a commit and an offset fetch raise ``ConsumerClosedError`` at once, not retried on
+    the backoff schedule as a lost connection is, and nothing reaches the broker."""
+    from pipeline.consumer._commits import fetch_committed, send_commit
+    from pipeline.consumer._types import OffsetAndMetadata
+    from pipeline.util.backoff import Backoff
+
+    async with coordinator_of(fake) as coordinator:
+        await coordinator.connection()
+        coordinator.end()
+        sent = len(fake.requests)
+        start = trio.current_time()
+        backoff = Backoff(0.1, 1.0, jitter=0.0, rng=random.Random(1))
+        tp = TopicPartition("t", 0)
+        with trio.fail_after(10), pytest.raises(
+                ConsumerClosedError, match="group 'g': the consumer's group tasks"):
+            await send_commit(coordinator, backoff, "g", 1, "m", None,
+                              {tp: OffsetAndMetadata(5)})
+        with trio.fail_after(10), pytest.raises(ConsumerClosedError, match="cannot be reached"):
+            await fetch_committed(coordinator, backoff, "g", frozenset({tp}))
+        assert trio.current_time() == start
+        assert len(fake.requests) == sent
 
 
 # ------------------------------------------------------------------ timeouts

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 import trio
 
-from pipeline.consumer import ConsumerError, TopicPartition
+from pipeline.consumer import ConsumerError, TopicPartition, open_consumer
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.errors import ErrorCode
 from pipeline.testing.fake.coordinators import GROUP
 from pipeline.testing.fake_cluster import FakeCluster
 
-from .conftest import open_fake_consumer, produce, take, until
+from .conftest import consumer_options, open_fake_consumer, produce, take, until
 
 GROUP_APIS = (ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT,
               ApiKey.LEAVE_GROUP, ApiKey.OFFSET_COMMIT)
@@ -160,27 +160,40 @@ async def test_a_loss_queued_while_the_application_was_in_a_callback_is_not_run_
         assert events == [("assigned", ALL4), ("revoked", ALL4), ("lost", ALL4)]
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 async def test_a_member_task_that_crashes_fails_the_consumer_instead_of_hanging_its_close(
-    topic: FakeCluster, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch,
+    topic: FakeCluster, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch, protocol: str,
 ) -> None:
     """A plain exception in a group member's task (a bug) ends ``open_consumer`` with
-    that exception. The close that follows finds the member's connections gone and
-    tries to reach the coordinator anew; that attempt must fail at once rather than
-    wait, shielded and forever, for a connection reader that never started."""
+    that exception, alone. The close that follows cannot reach the coordinator (the
+    nursery its connections run in is gone): its commit and LeaveGroup are given up at
+    once and logged, rather than waiting out ``default_api_timeout`` or, shielded,
+    forever for a connection reader that never starts, or raising an error of their own
+    beside the crash."""
     from pipeline.consumer._member import GroupMember
+    from pipeline.consumer._member848 import GroupMember848
 
-    async def crash(self: GroupMember) -> None:
+    async def crash(self: Any) -> None:
         await trio.sleep(1)
         raise ValueError("a bug in a member task")
 
-    monkeypatch.setattr(GroupMember, "_auto_commits", crash)
+    member = GroupMember if protocol == "classic" else GroupMember848
+    monkeypatch.setattr(member, "_auto_commits", crash)
+    crashed_at: list[float] = []
 
     async def consume() -> None:
-        async with open_fake_consumer(topic, group_id="g", topics=["t"],
-                                      enable_auto_commit=True) as consumer:
+        options = consumer_options(group_id="g", topics=["t"], group_protocol=protocol,
+                                   enable_auto_commit=True, default_api_timeout=30.0)
+        if protocol == "consumer":  # the broker sets these (KIP-848)
+            del options["session_timeout"], options["heartbeat_interval"]
+        async with open_consumer(topic.bootstrap, connector=topic.connector,
+                                 **options) as consumer:
             await take(consumer, 20)
-            await trio.sleep_forever()
+            try:
+                await trio.sleep_forever()
+            finally:
+                crashed_at.append(trio.current_time())
 
-    with trio.fail_after(60), pytest.raises(BaseExceptionGroup) as raised:
+    with trio.fail_after(60), pytest.raises(ValueError, match="a bug in a member task"):
         await consume()
-    assert raised.group_contains(ValueError, match="a bug in a member task")
+    assert trio.current_time() - crashed_at[0] < 1.0
