@@ -41,6 +41,7 @@ $(STAMP): pyproject.toml pipeline/protocol/_kernel.c pipeline/producer/_speedups
 		pipeline/producer/_speedups/_send.c pipeline/producer/_speedups/_shared.h
 	@test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPIP) install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
+	@$(VPY) tools/check_extensions.py
 	@touch $@
 
 venv: $(STAMP)

@@ -4,8 +4,9 @@
 
 ``make bench`` draws them after the runs, next to the JSON reports: ``producer.png``
 (throughput per client, median with min/max whiskers), ``export.png`` (the Spark export
-writers per row shape) and ``latency.png`` (send-to-ack percentiles per client, and the
-whole percentile curve). A chart whose report is missing is skipped. ``--out docs/bench``
+writers per row shape), ``latency.png`` (send-to-ack percentiles per client, and the
+whole percentile curve) and ``workloads.png`` / ``workloads-kafka.png`` (the producer
+report's workloads group, what users send: each client per workload, per broker). A chart whose report is missing is skipped. ``--out docs/bench``
 refreshes the copies the README shows (``bench/results/`` is not committed).
 """
 
@@ -191,6 +192,66 @@ def latency_chart(report: dict[str, Any], out: Path) -> Path:
     return out
 
 
+# The workloads group's clients per workload: the producer bench names them
+# "<prefix>-<workload>" (bench/peers.py, WORKLOADS), in this order on the chart.
+_WORKLOAD_CLIENTS = [("pipeline-w", "pipeline send() + flush", "#1f77b4"),
+                     ("pipeline-a", "pipeline send(), await each", "#6baed6"),
+                     ("pipeline-c", "pipeline send(on_delivery=)", "#17becf"),
+                     ("pipeline-m", "pipeline send_many()", "#9467bd"),
+                     ("confluent-w", "confluent-kafka produce()", "#ff7f0e"),
+                     ("aiokafka-w", "aiokafka send()", "#2ca02c")]
+_WORKLOAD_NAMES = {"nokey": "no key", "keyed": "keyed (1,024 keys)",
+                   "headers": "keyed + 2 headers", "headers-zstd": "keyed + 2 headers + zstd"}
+
+
+def workloads_chart(report: dict[str, Any], out: Path) -> Path | None:
+    """The workloads group of a producer report (what users send): per workload, each
+    client's median msgs/s with min/max whiskers and its ratio to confluent-kafka. None when
+    the report has no workload run."""
+    results = report["results"]
+    workloads = [w for w in _WORKLOAD_NAMES
+                 if any(f"{prefix}-{w}" in results for prefix, _, _ in _WORKLOAD_CLIENTS)]
+    if not workloads:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(11, 1.35 * len(workloads) * len(_WORKLOAD_CLIENTS) / 4 + 2))
+    height = 0.8 / len(_WORKLOAD_CLIENTS)
+    right = 0.0
+    for g, workload in enumerate(workloads):
+        confluent = results.get(f"confluent-w-{workload}", {}).get("msgs_per_s")
+        for k, (prefix, label, color) in enumerate(_WORKLOAD_CLIENTS):
+            row = results.get(f"{prefix}-{workload}")
+            if not row or row.get("msgs_per_s") is None:
+                continue
+            y = g + (k - (len(_WORKLOAD_CLIENTS) - 1) / 2) * height
+            median = row["msgs_per_s"] / 1000
+            runs = row.get("runs_msgs_per_s") or [row["msgs_per_s"]]
+            low, high = _whiskers(row["msgs_per_s"], min(runs), max(runs))
+            ax.barh(y, median, height * 0.9, xerr=[[low / 1000], [high / 1000]],
+                    color=color, capsize=2, alpha=0.9, label=label if g == 0 else None)
+            note = f" {median:,.0f}k"
+            if confluent and not prefix.startswith("confluent"):
+                note += f" ({row['msgs_per_s'] / confluent:.2f}x)"
+            if row.get("status") != "ok":
+                note += f" [{row.get('status')}]"
+            ax.text(median + high / 1000, y, note, va="center", fontsize=7)
+            right = max(right, median + high / 1000)
+    ax.set_yticks(range(len(workloads)), [_WORKLOAD_NAMES[w] for w in workloads], fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlim(0, right * 1.25 or 1)
+    ax.set_xlabel("thousand messages per second (median; whiskers: min and max round; "
+                  "in brackets: / confluent-kafka)")
+    ax.legend(fontsize=8, loc="lower right")
+    meta = report["meta"]
+    ax.set_title(f"What users send: {meta['n']:,} distinct ~100 B events per run, acks=all, "
+                 f"idempotent, linger 5 ms, {meta.get('repeats', '?')} interleaved rounds\n"
+                 + _conditions(meta, meta.get("broker", "")), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 CHARTS: dict[str, Callable[[dict[str, Any], Path], Path]] = {
     "producer": producer_chart, "export": export_chart, "latency": latency_chart}
 
@@ -206,6 +267,13 @@ def draw_all(results_dir: Path = RESULTS_DIR, out_dir: Path | None = None) -> li
         if not source.is_file():
             continue
         written.append(draw(json.loads(source.read_text()), out_dir / f"{name}.png"))
+    for suffix in ("", "-kafka"):  # the workloads of each broker's producer report
+        source = results_dir / f"producer{suffix}.json"
+        if source.is_file():
+            chart = workloads_chart(json.loads(source.read_text()),
+                                    out_dir / f"workloads{suffix}.png")
+            if chart is not None:
+                written.append(chart)
     return written
 
 
