@@ -353,3 +353,43 @@ async def test_a_row_reserves_its_records_size_bound(nursery: trio.Nursery,
             assert (rows.size - before, producer._ledger.buffered_bytes - buffered) == (
                 bound, bound), (value if value is None else len(value), kwargs.keys())
         await producer.flush()
+
+
+@pytest.mark.parametrize("kind", ["plain", "keyed", "headers"])
+async def test_a_burst_with_callbacks_reserves_what_its_rows_keep_until_they_settle(
+        nursery: trio.Nursery, send_path: str, kind: str) -> None:
+    """Sealed, a burst whose rows have callbacks keeps its column lists (their objects)
+    until its last row settles, so its chunk reserves them beyond the packed copy a burst
+    without callbacks reserves: per row ``KEPT_ROW_BYTES``, a key ``KEPT_KEY_BYTES``, a
+    header ``KEPT_HEADER_BYTES`` and the row's header end; all released once settled."""
+    from pipeline.producer._columnar import burst as _burst
+
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", 1)
+    n = 50
+    extras = []
+    for callbacks in (False, True):
+        async with open_fake_producer(fake, buffer_memory=64 << 20) as producer:
+            await _open_burst(fake, producer)
+            producer._intake._until_yield = 1 << 30  # (one burst: no schedule point)
+            rows = producer._intake._rows
+            for i in range(n):
+                kwargs: dict[str, Any] = {}
+                if kind != "plain":
+                    kwargs["key"] = b"k%d" % (i % 7)
+                if kind == "headers":
+                    kwargs["headers"] = [("trace-id", b"%016x" % i), ("source", b"x")]
+                if callbacks:
+                    kwargs["on_delivery"] = lambda meta, error: None
+                await producer.send("ta", b"v%d" % i, **kwargs)
+            expected = 0 if not callbacks else (n + 1) * _burst.KEPT_ROW_BYTES + (
+                0 if kind == "plain" else (n + 1) * _burst.KEPT_KEY_BYTES) + (
+                0 if kind != "headers" else 2 * n * _burst.KEPT_HEADER_BYTES
+                + (n + 1) * _burst.KEPT_ENDS_BYTES)
+            assert rows.kept() == expected
+            await producer.flush()
+            assert rows.chunk.extra >= expected
+            extras.append(rows.chunk.extra)
+            assert producer._ledger.buffered_bytes == 0
+    assert extras[1] - extras[0] == expected

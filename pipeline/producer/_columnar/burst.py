@@ -39,6 +39,7 @@ Invariants:
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
@@ -72,6 +73,18 @@ __all__ = ["COLUMNS_MIN", "RowBurst", "RowDelivery", "RowOutcomes", "pack_column
 COLUMNS_MIN = 64
 
 _new_metadata = tuple.__new__
+
+# What a sealed burst whose rows have callbacks keeps per row beyond the bytes its size
+# counts, until its last row settles (``RowOutcomes`` keeps the column lists to call each
+# row back and to name it in a failure): a row's value bytes object, its timestamp int,
+# their list slots and its callback's; a key's bytes object and slot; a header's value
+# bytes object, its two slots; the row's header end. Its seal reserves these too, as a
+# send_many chunk does (``messages.py``), so a buffer of such rows is a buffer_memory of
+# memory, not two.
+KEPT_ROW_BYTES = sys.getsizeof(b"") + sys.getsizeof(1 << 40) + 3 * 8
+KEPT_KEY_BYTES = sys.getsizeof(b"") + 8
+KEPT_HEADER_BYTES = sys.getsizeof(b"") + 2 * 8
+KEPT_ENDS_BYTES = 8
 
 
 class RowBurst:
@@ -164,13 +177,28 @@ class RowBurst:
         assert self.header_values is not None
         return row_headers(self.header_keys, self.header_values, ends, row)
 
+    def kept(self) -> int:
+        """What the burst's rows keep once sealed beyond their size bounds
+        (``KEPT_ROW_BYTES`` ...): only with callbacks, whose outcomes keep the columns."""
+        if self.on_delivery is None:
+            return 0
+        n = len(self.values)
+        kept = n * KEPT_ROW_BYTES
+        if self.keys is not None:
+            kept += n * KEPT_KEY_BYTES
+        if self.header_keys is not None:
+            kept += len(self.header_keys) * KEPT_HEADER_BYTES + n * KEPT_ENDS_BYTES
+        return kept
+
     def seal(self) -> int:
         """The burst is closed (the dispatcher took it, or the producer closes):
         its columns are packed into the run, and its rows become pending rows
-        of the chunk. Returns the bytes of that packed copy."""
+        of the chunk. Returns the bytes of that packed copy, and of what its rows
+        keep with callbacks (``kept``)."""
         columns, copied = pack_columns(self.values, self.keys, self.header_keys,
                                        self.header_values, self.header_ends, self.timestamps,
                                        self.partitions)
+        copied += self.kept()
         n = len(self.values)
         run, chunk = self.run, self.chunk
         assert run is not None, "a burst is sealed once"
