@@ -176,9 +176,10 @@ class GroupMember(Liveness):
     # ------------------------------------------------------------ tasks
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        try:
-            async with trio.open_nursery() as connections:
-                self._coordinator = Coordinator(self._cluster, self._config, connections)
+        async with trio.open_nursery() as connections:
+            self._coordinator = coordinator = Coordinator(self._cluster, self._config,
+                                                          connections)
+            try:
                 with trio.CancelScope() as self._tasks:
                     async with trio.open_nursery() as tasks:
                         tasks.start_soon(self._heartbeats)
@@ -189,9 +190,8 @@ class GroupMember(Liveness):
                         self.request_rejoin("first join")
                         await self._membership()
                 await trio.sleep_forever()  # the connections serve close() until cancelled
-        finally:
-            if self._coordinator is not None:
-                self._coordinator.end()
+            finally:  # no connection can start once this nursery ends
+                coordinator.end()
 
     async def _membership(self) -> None:
         while True:

@@ -139,9 +139,10 @@ class GroupMember848:
     # ------------------------------------------------------------ tasks
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        try:
-            async with trio.open_nursery() as connections:
-                self._coordinator = Coordinator(self._cluster, self._config, connections)
+        async with trio.open_nursery() as connections:
+            self._coordinator = coordinator = Coordinator(self._cluster, self._config,
+                                                          connections)
+            try:
                 with trio.CancelScope() as self._tasks:
                     async with trio.open_nursery() as tasks:
                         tasks.start_soon(self._reconciler)
@@ -156,9 +157,8 @@ class GroupMember848:
                             self._report(exc)
                             tasks.cancel_scope.cancel()
                 await trio.sleep_forever()  # the connections serve close() until cancelled
-        finally:
-            if self._coordinator is not None:
-                self._coordinator.end()
+            finally:  # no connection can start once this nursery ends
+                coordinator.end()
 
     def _request(self, epoch: int) -> cgh.ConsumerGroupHeartbeatRequest:
         owned: dict[str, list[int]] = {}
