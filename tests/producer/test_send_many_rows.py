@@ -531,7 +531,8 @@ async def test_a_chunk_reserves_what_its_messages_hold_and_gives_it_all_back(
         bounds = sum(batch_size_for_record(b"k", m.value, m.headers) for m in msgs)
         group = await producer.send_many(msgs)
         ledger = producer._ledger
-        held = 100 * _messages.MESSAGE_BYTES + 200 * _messages.HEADER_BYTES
+        held = (100 * _messages.MESSAGE_BYTES + 200 * _messages.HEADER_BYTES
+                + 100 * _messages.HEADERS_BYTES)
         assert ledger.buffered_bytes >= bounds + held
         assert ledger.buffered_bytes <= 2 * bounds + held + 64  # (and the packed copy)
         result = await group
@@ -569,9 +570,10 @@ def test_what_a_span_of_messages_holds_counts_its_messages_and_their_headers() -
     msgs = [ProducerMessage("t", b"v", headers=[("a", b"1")] * (i % 3)) for i in range(9)]
     rows = _messages.take(msgs, T, 1 << 20)
     assert rows is not None
-    m, h = _messages.MESSAGE_BYTES, _messages.HEADER_BYTES
-    assert rows.held(0, 9) == 9 * m + 9 * h
-    assert rows.held(4, 7) == 3 * m + (1 + 2 + 0) * h  # messages 4, 5, 6
+    m, h, t = _messages.MESSAGE_BYTES, _messages.HEADER_BYTES, _messages.HEADERS_BYTES
+    assert rows.held(0, 9) == 9 * m + 9 * h + 9 * t  # (9 headers: at most 9 tuples)
+    assert rows.held(4, 7) == 3 * m + (1 + 2 + 0) * h + 3 * t  # messages 4, 5, 6
+    assert rows.held(5, 6) == m + 2 * h + t  # 2 headers, one message: one tuple
     assert rows.held(5, 5) == 0
     plain = _messages.take([ProducerMessage("t", b"v") for _ in range(3)], T, 1 << 20)
     assert plain is not None and plain.held(0, 3) == 3 * m  # (no header lists at all)
