@@ -577,3 +577,22 @@ def test_what_a_span_of_messages_holds_counts_its_messages_and_their_headers() -
     assert rows.held(5, 5) == 0
     plain = _messages.take([ProducerMessage("t", b"v") for _ in range(3)], T, 1 << 20)
     assert plain is not None and plain.held(0, 3) == 3 * m  # (no header lists at all)
+
+
+def test_the_send_path_switch_binds_send_many_steps_to_c_or_their_twins() -> None:
+    """``send_path.use`` binds ``send_many``'s three message steps at once: to
+    ``_send.c``'s for "c", to the Python twins for "python" (so the tests comparing
+    the two compare two things)."""
+    before = _send_path.SEND_PATH
+    try:
+        _send_path.use("python")
+        assert (_messages._take, _messages._accept, _messages._settle) == (
+            _messages._take_py, _messages._accept_py, _messages._settle_py)
+        if _send_path._c is None:
+            return
+        _send_path.use("c")
+        c = _send_path._c
+        assert (_messages._take, _messages._accept, _messages._settle) == (
+            c.take_messages, c.accept_messages, c.settle_messages)
+    finally:
+        _send_path.use(before)

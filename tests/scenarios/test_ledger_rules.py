@@ -326,6 +326,42 @@ async def test_a_send_many_cancelled_before_acceptance_can_be_sent_again(
     assert values_in_log(fake, "u", 0) == [b"a", b"b", b"c", b"r", b"m1", b"m2"]
 
 
+async def test_a_send_many_of_rows_cancelled_before_acceptance_can_be_sent_again(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """The same on ``send_many``'s columnar path (``COLUMNS_MIN`` plain messages or
+    more: one ``RowChunk`` whose run waits for room in the intake): cancelled there,
+    ``Ledger.unaccept_rows`` gives back the chunk's rows and bytes (its bound, its
+    packed copy, what its messages hold) and ``unaccept`` each message's id, so the
+    same objects are sent again, once each.
+
+    Schedule (plain producer, channel_capacity 1): as above, send_many of m0..m99
+    waits from t0 + 1.5 until its caller's deadline at t0 + 2.5; at t0 + 10.125 the
+    rest is written; send_many of m0..m99 again: all written after r, in order."""
+    from pipeline import ProducerMessage
+    from pipeline.producer._columnar.burst import COLUMNS_MIN
+
+    from .test_intake_rules import waits_in_a_full_intake_until_cancelled
+
+    n = max(100, COLUMNS_MIN)
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, channel_capacity=1, idempotent=False,
+                                  **PATIENT) as producer:
+        await producer.send_and_wait("t", b"warm")
+        msgs = [ProducerMessage("u", b"m%d" % i) for i in range(n)]
+        t0 = await waits_in_a_full_intake_until_cancelled(
+            fake, producer, lambda: producer.send_many(msgs))
+        assert not any(m._id for m in msgs)
+        await producer.flush()
+        assert trio.current_time() == t0 + 10.125
+        result = await (await producer.send_many(msgs))
+        assert (result.delivered, result.failed) == (n, 0)
+        assert producer.statistics().double_settles == 0
+        assert producer.statistics().buffered_bytes == 0
+    assert values_in_log(fake, "u", 0) == [b"a", b"b", b"c", b"r"] + [
+        b"m%d" % i for i in range(n)]
+
+
 async def test_a_send_batch_cancelled_before_acceptance_leaves_no_trace(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
