@@ -362,6 +362,51 @@ async def test_a_send_many_of_rows_cancelled_before_acceptance_can_be_sent_again
         b"m%d" % i for i in range(n)]
 
 
+@pytest.mark.parametrize("path", ["messages", "rows"])
+async def test_a_send_many_cancelled_after_its_first_chunk_keeps_that_chunk_in_its_group(
+    fake: FakeCluster, autojump_clock: Any, path: str
+) -> None:
+    """A ``send_many()`` cut into chunks and cancelled while a later chunk waits for
+    room in the intake: the chunks already accepted stay accepted, and the call's group
+    forgets the rest (``DeliveryGroup.forget``), so it counts exactly the accepted
+    messages and completes when they settle; the rest were never accepted.
+
+    Schedule (plain producer, channel_capacity 1, buffer_memory 1,000: chunks of a few
+    messages): the dispatcher is stuck until t0 + 10.125 (``block_dispatcher``); t0 +
+    1.5: send_many's first chunk fills the intake, its second waits until the caller's
+    deadline at t0 + 2.5. Then the first chunk's messages are the group's, and are
+    written at t0 + 10.125; no other message of the call is."""
+    from pipeline import ProducerMessage
+    from pipeline.producer._columnar.burst import COLUMNS_MIN
+    from pipeline.producer._columnar.rows import RowChunk
+
+    from .test_intake_rules import block_dispatcher
+
+    n = COLUMNS_MIN + 8 if path == "rows" else 12
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, channel_capacity=1, idempotent=False,
+                                  buffer_memory=1000, max_message_bytes=500,
+                                  **PATIENT) as producer:
+        await producer.send_and_wait("t", b"warm")
+        t0 = await block_dispatcher(fake, producer, 10.0)
+        msgs = [ProducerMessage("u", b"m%d" % i) for i in range(n)]
+        with trio.move_on_after(1.0) as scope:
+            await producer.send_many(msgs)
+        assert scope.cancelled_caught and trio.current_time() == t0 + 2.5
+        accepted = [m for m in msgs if m._id]
+        if path == "rows":
+            (chunk,) = [e for e in producer._ledger.outstanding.values()
+                        if type(e) is RowChunk and e.group is not None]
+            group, accepted = chunk.group, chunk.messages
+        else:
+            group = accepted[0]._sink
+        assert 0 < len(accepted) < n and accepted == msgs[:len(accepted)]
+        assert (group.total, group.pending) == (len(accepted), len(accepted))
+        await producer.flush()
+        assert group.done() and group.delivered == len(accepted)
+    assert values_in_log(fake, "u", 0) == [b"a", b"b", b"c"] + [m.value for m in accepted]
+
+
 async def test_a_send_batch_cancelled_before_acceptance_leaves_no_trace(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
