@@ -596,3 +596,22 @@ def test_the_send_path_switch_binds_send_many_steps_to_c_or_their_twins() -> Non
             c.take_messages, c.accept_messages, c.settle_messages)
     finally:
         _send_path.use(before)
+
+
+@pytest.mark.parametrize("n", [3, COLUMNS_MIN + 1])  # (the per-message path, the rows)
+async def test_send_many_on_a_closed_producer_is_refused_before_it_takes_anything(
+        nursery: trio.Nursery, n: int) -> None:
+    """Called once the producer closed, ``send_many`` refuses at its entry, with the
+    closed producer's error (not one of waiting for room), and leaves its messages
+    as they were: no id, no outcome, free to be sent by another producer."""
+    from pipeline.producer import ProducerClosed
+
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", 1)
+    async with open_fake_producer(fake) as producer:
+        await producer.send_and_wait("ta", b"warm")
+    msgs = [ProducerMessage("ta", b"m%d" % i) for i in range(n)]
+    with pytest.raises(ProducerClosed, match=r"^the producer is closed: no new messages"):
+        await producer.send_many(msgs)
+    assert not any(m._id or m._sink is not None for m in msgs)
