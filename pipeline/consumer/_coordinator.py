@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import TypeVar
 
 import trio
@@ -36,7 +37,7 @@ from pipeline.protocol.base import Request, Response
 from pipeline.protocol.errors import ErrorCode, error_code
 from pipeline.protocol.messages.find_coordinator import FindCoordinatorRequest
 
-__all__ = ["COORDINATOR_GONE", "Coordinator"]
+__all__ = ["COORDINATOR_GONE", "Coordinator", "open_coordinator"]
 
 logger = logging.getLogger("pipeline.consumer")
 
@@ -180,3 +181,16 @@ class Coordinator:
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.aclose()
+
+
+@asynccontextmanager
+async def open_coordinator(cluster: Cluster, config: ConsumerConfig) -> AsyncIterator[Coordinator]:
+    """A group member's coordinator, its connections served by a nursery of their own
+    for as long as the block runs; once the block ends no connection can start, and the
+    coordinator is ended (:meth:`Coordinator.end`)."""
+    async with trio.open_nursery() as connections:
+        coordinator = Coordinator(cluster, config, connections)
+        try:
+            yield coordinator
+        finally:
+            coordinator.end()

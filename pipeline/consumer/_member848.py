@@ -37,7 +37,7 @@ from pipeline.cluster.errors import KafkaError
 from pipeline.cluster.pool import Cluster
 from pipeline.consumer._commits import fetch_committed, send_commit
 from pipeline.consumer._config import ConsumerConfig
-from pipeline.consumer._coordinator import COORDINATOR_GONE, Coordinator
+from pipeline.consumer._coordinator import COORDINATOR_GONE, Coordinator, open_coordinator
 from pipeline.consumer._errors import (
     CommitFailedError,
     ConsumerError,
@@ -139,26 +139,21 @@ class GroupMember848:
     # ------------------------------------------------------------ tasks
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as connections:
-            self._coordinator = coordinator = Coordinator(self._cluster, self._config,
-                                                          connections)
-            try:
-                with trio.CancelScope() as self._tasks:
-                    async with trio.open_nursery() as tasks:
-                        tasks.start_soon(self._reconciler)
-                        tasks.start_soon(self._watchdog)
-                        if self._config.enable_auto_commit:
-                            tasks.start_soon(self._auto_commits)
-                        task_status.started()
-                        try:
-                            await self._heartbeats()
-                        except ConsumerError as exc:
-                            self.state = "unjoined"
-                            self._report(exc)
-                            tasks.cancel_scope.cancel()
-                await trio.sleep_forever()  # the connections serve close() until cancelled
-            finally:  # no connection can start once this nursery ends
-                coordinator.end()
+        async with open_coordinator(self._cluster, self._config) as self._coordinator:
+            with trio.CancelScope() as self._tasks:
+                async with trio.open_nursery() as tasks:
+                    tasks.start_soon(self._reconciler)
+                    tasks.start_soon(self._watchdog)
+                    if self._config.enable_auto_commit:
+                        tasks.start_soon(self._auto_commits)
+                    task_status.started()
+                    try:
+                        await self._heartbeats()
+                    except ConsumerError as exc:
+                        self.state = "unjoined"
+                        self._report(exc)
+                        tasks.cancel_scope.cancel()
+            await trio.sleep_forever()  # the connections serve close() until cancelled
 
     def _request(self, epoch: int) -> cgh.ConsumerGroupHeartbeatRequest:
         owned: dict[str, list[int]] = {}
