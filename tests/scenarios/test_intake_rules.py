@@ -428,3 +428,28 @@ async def test_messages_joining_a_burst_share_its_deadline(
         assert producer.statistics().double_settles == 0
     assert {value: at - t0 for value, (at, _) in failed_at.items()} == {b"m1": 21.5, b"m2": 21.5}
     assert all(isinstance(cause, DeliveryTimeoutError) for _, cause in failed_at.values())
+
+
+@pytest.mark.parametrize("call", ["send_many", "send_many rows", "send_batch"])
+async def test_a_bulk_call_that_waits_for_nothing_is_still_a_schedule_point(
+    fake: FakeCluster, autojump_clock: Any, call: str
+) -> None:
+    """``send_many`` and ``send_batch`` are checkpoints, as trio's async calls are,
+    even when the buffer and the intake have room (no wait at all): a task that feeds
+    them lists in a loop lets the pipeline run between calls instead of filling the
+    whole buffer first (the final ``cancel_shielded_checkpoint``)."""
+    from pipeline import ProducerMessage
+    from pipeline.producer._columnar.burst import COLUMNS_MIN
+
+    fake.create_topic("t", 1, leaders=[0])
+    n = COLUMNS_MIN + 8 if call == "send_many rows" else 2
+    async with open_fake_producer(fake, idempotent=False, **PATIENT) as producer:
+        await producer.send_and_wait("t", b"warm")
+        msgs = [ProducerMessage("t", b"m%d" % i) for i in range(n)]
+        with trio.testing.assert_checkpoints():
+            if call == "send_batch":
+                group = await producer.send_batch("t", [m.value for m in msgs])
+            else:
+                group = await producer.send_many(msgs)
+        result = await group
+        assert (result.delivered, result.failed) == (n, 0)

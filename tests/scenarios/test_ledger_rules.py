@@ -318,6 +318,7 @@ async def test_a_send_many_cancelled_before_acceptance_can_be_sent_again(
         msgs = [ProducerMessage("u", b"m1"), ProducerMessage("u", b"m2")]
         t0 = await waits_in_a_full_intake_until_cancelled(
             fake, producer, lambda: producer.send_many(msgs))
+        assert [(m._id, m._sink) for m in msgs] == [(0, None), (0, None)]  # as before the call
         await producer.flush()
         assert trio.current_time() == t0 + 10.125
         result = await (await producer.send_many(msgs))
@@ -405,6 +406,112 @@ async def test_a_send_many_cancelled_after_its_first_chunk_keeps_that_chunk_in_i
         await producer.flush()
         assert group.done() and group.delivered == len(accepted)
     assert values_in_log(fake, "u", 0) == [b"a", b"b", b"c"] + [m.value for m in accepted]
+
+
+def _group_of(producer: Any, accepted: list[Any], path: str) -> Any:
+    """The ``DeliveryGroup`` of a ``send_many`` call's ``accepted`` messages."""
+    from pipeline.producer._columnar.rows import RowChunk
+
+    if path == "messages":
+        return accepted[0]._sink
+    (group,) = {e.group for e in producer._ledger.outstanding.values()
+                if type(e) is RowChunk and e.group is not None}
+    return group
+
+
+@pytest.mark.parametrize("path", ["messages", "rows"])
+async def test_a_send_many_cancelled_waiting_for_buffer_space_keeps_its_accepted_chunks(
+    fake: FakeCluster, autojump_clock: Any, path: str
+) -> None:
+    """A ``send_many()`` cut into chunks and cancelled while a later chunk waits for
+    buffer space (``Ledger.reserve``, not the intake): the group forgets the messages
+    from that chunk on (``_reserve_chunk``'s ``rest``), so it counts exactly the chunks
+    accepted before it and completes when they settle.
+
+    Schedule (plain producer, buffer_memory 1,000, Produce stalled until t0 + 5): a
+    500-byte message fills half the buffer; send_many's first chunks take most of the
+    rest, a later one waits for space until the caller's deadline at t0 + 1. Then the
+    accepted messages (at least one chunk, not all) are the group's; they are written
+    once Produce is answered, and no other message of the call is."""
+    from pipeline import ProducerMessage
+    from pipeline.producer._columnar.burst import COLUMNS_MIN
+
+    from .test_bad_input import stall_produce
+
+    n = COLUMNS_MIN + 8 if path == "rows" else 12
+    fake.create_topic("t", 1, leaders=[0])
+    async with open_fake_producer(fake, idempotent=False, buffer_memory=1000,
+                                  max_message_bytes=600, **PATIENT) as producer:
+        await producer.send_and_wait("t", b"warm")
+        gate = stall_produce(fake)
+        await producer.send("t", b"f" * 420)
+        msgs = [ProducerMessage("t", b"m%d" % i) for i in range(n)]
+        t0 = trio.current_time()
+        with trio.move_on_after(1.0) as scope:
+            await producer.send_many(msgs)
+        assert scope.cancelled_caught and trio.current_time() == t0 + 1.0
+        accepted = [m for m in msgs if m._id]
+        assert 0 < len(accepted) < n and accepted == msgs[:len(accepted)]
+        group = _group_of(producer, accepted, path)
+        assert (group.total, group.pending) == (len(accepted), len(accepted))
+        gate.set()
+        await producer.flush()
+        assert group.done() and group.delivered == len(accepted)
+    assert values_in_log(fake, "t", 0) == [b"warm", b"f" * 420] + [m.value for m in accepted]
+
+
+@pytest.mark.parametrize("path", ["messages", "rows"])
+async def test_a_send_many_waiting_for_room_in_the_intake_at_close_fails_its_chunk_and_refuses_the_rest(
+    fake: FakeCluster, autojump_clock: Any, path: str
+) -> None:
+    """A ``send_many()`` whose second chunk waits for room in the intake when the
+    producer closes: the close drains the intake before it closes it
+    (``Dispatcher.leftovers``), so the waiting chunk gets in, and the close fails it
+    with everything outstanding (``ProducerClosed``); the call then refuses the rest
+    with ``ProducerClosed`` ("waited for room in the intake"), never a channel error,
+    and nothing of the rest was accepted.
+
+    Schedule (plain producer, channel_capacity 1, buffer_memory 1,000, close_timeout
+    2): the dispatcher is stuck until t0 + 10.125 (``block_dispatcher``); t0 + 1.5:
+    the first chunk fills the intake, the second waits; t0 + 2: the close begins;
+    t0 + 4 its flush gives up: the first two chunks fail, the call raises."""
+    from pipeline import ProducerClosed, ProducerMessage
+    from pipeline.producer._columnar.burst import COLUMNS_MIN
+
+    from .test_intake_rules import block_dispatcher
+
+    n = COLUMNS_MIN + 8 if path == "rows" else 12
+    fake.create_topic("t", 1, leaders=[0])
+    msgs = [ProducerMessage("u", b"m%d" % i) for i in range(n)]
+    raised: list[tuple[float, BaseException]] = []
+    async with trio.open_nursery() as nursery:
+        async with open_fake_producer(fake, channel_capacity=1, idempotent=False,
+                                      buffer_memory=1000, max_message_bytes=500,
+                                      **{**PATIENT, "close_timeout": 2.0}) as producer:
+            await producer.send_and_wait("t", b"warm")
+            t0 = await block_dispatcher(fake, producer, 10.0)
+
+            async def sender() -> None:
+                try:
+                    await producer.send_many(msgs)
+                except Exception as exc:
+                    raised.append((trio.current_time(), exc))
+
+            nursery.start_soon(sender)
+            await trio.sleep(0.5)
+            assert not raised
+    ((at, exc),) = raised
+    assert at == t0 + 4.0
+    assert type(exc) is ProducerClosed and "waited for room in the intake" in str(exc)
+    accepted = [m for m in msgs if m._id]
+    assert 0 < len(accepted) < n and accepted == msgs[:len(accepted)]
+    if path == "messages":
+        group = accepted[0]._sink
+        assert (group.total, group.failed, group.pending) == (len(accepted), len(accepted), 0)
+    stats = producer.statistics()
+    assert (stats.failed, stats.outstanding, stats.buffered_bytes) == (3 + len(accepted), 0, 0)
+    assert stats.double_settles == 0
+    assert values_in_log(fake, "u", 0) == []
 
 
 async def test_a_send_batch_cancelled_before_acceptance_leaves_no_trace(

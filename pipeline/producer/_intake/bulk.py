@@ -10,7 +10,9 @@ Python lists packs each chunk's rows on its own (see "chunk planning" below),
 so the copies alive are the ones reserved. If the call is
 cancelled or the producer closes while it waits, the chunks already accepted
 keep their outcomes (the call's ``DeliveryGroup`` counts only them) and the
-rest was never sent.
+rest was never sent. A chunk waiting for room in the intake at the close gets
+in (``Intake.put``) and is failed with the rest of what is outstanding; the
+call then raises ``ProducerClosed`` for what it had not accepted yet.
 """
 
 from __future__ import annotations
@@ -27,14 +29,9 @@ from pipeline.producer._columnar.burst import COLUMNS_MIN
 from pipeline.producer._columnar.messages import MessageRows, accept, take, unaccept
 from pipeline.producer._columnar.rows import RowChunk, RowRun, slice_columns
 from pipeline.producer._errors import MessageTooLargeError
-from pipeline.producer._intake.intake import CLOSED, Intake
-from pipeline.producer._intake.normalize import (
-    closed_while_waiting,
-    copied_bytes,
-    not_a_message_error,
-    reused_error,
-)
-from pipeline.producer._message import PENDING, ProducerMessage
+from pipeline.producer._intake.intake import Intake
+from pipeline.producer._intake.normalize import copied_bytes, not_a_message_error, reused_error
+from pipeline.producer._message import ProducerMessage
 from pipeline.producer._outcomes.delivery import DeliveryGroup
 from pipeline.producer._outcomes.ledger import Ledger
 from pipeline.protocol._columns import ColumnInput, Columns, HeadersInput, IntsInput
@@ -86,21 +83,17 @@ class Bulk:
         cumulative = list(accumulate(map(intake.prepare, msgs)))
         total = len(msgs)
         group = DeliveryGroup(total)
-        for start, end, nbytes in _chunks(cumulative, max(1, ledger.buffer_memory // 4)):
+        for start, end, nbytes in _chunks(cumulative, ledger.buffer_memory // 4):
             chunk = msgs[start:end]
             await self._reserve_chunk(group, nbytes, total - start)
             ledger.accept_all(chunk, intake.deadline(), group)
             try:
                 await intake.put(chunk)
-            except BaseException as exc:
-                pending = [m for m in chunk if m._state == PENDING]
-                for m in pending:
-                    m._sink = None
+            except BaseException:  # cancelled: the chunk never reached the channel
+                for m in chunk:
+                    m._sink = None  # as before the call: no tie to a group that forgot it
                     ledger.unaccept(m)
-                # Messages the close failed meanwhile keep that outcome.
-                group.forget(len(pending) + total - end)
-                if isinstance(exc, CLOSED):
-                    raise closed_while_waiting("room in the intake") from None
+                group.forget(total - start)
                 raise
         # A schedule point, as trio's async calls are: without it a caller
         # feeding lists would run ahead until the buffer is full, and the
@@ -123,7 +116,7 @@ class Bulk:
         # share): a chunk is then about an eighth of the buffer in memory, held included.
         wire = cumulative[-1]
         limit = ledger.buffer_memory // 8 * wire // (wire + rows.held(0, total))
-        for start, end, bound in _chunks(cumulative, max(1, limit)):
+        for start, end, bound in _chunks(cumulative, limit):
             count = end - start
             columns, extra = rows.pack(start, end)
             extra += rows.held(start, end)
@@ -139,15 +132,10 @@ class Bulk:
             chunk.runs = [run]
             try:
                 await intake.put(run)
-            except BaseException as exc:
-                if run._state == PENDING:  # (else the close failed it meanwhile)
-                    ledger.unaccept_rows(chunk, count, nbytes)
-                    unaccept(part)
-                    group.forget(total - start)
-                else:
-                    group.forget(total - end)
-                if isinstance(exc, CLOSED):
-                    raise closed_while_waiting("room in the intake") from None
+            except BaseException:  # cancelled: the chunk never reached the channel
+                ledger.unaccept_rows(chunk, count, nbytes)
+                unaccept(part)
+                group.forget(total - start)
                 raise
         # A schedule point (see send_many); shielded: what is accepted has its group.
         await trio.lowlevel.cancel_shielded_checkpoint()
@@ -199,14 +187,9 @@ class Bulk:
             chunk.runs = [run]
             try:
                 await intake.put(run)
-            except BaseException as exc:
-                if run._state == PENDING:  # (else the close failed it meanwhile)
-                    ledger.unaccept_rows(chunk, rows, nbytes)
-                    group.forget(total - start)
-                else:
-                    group.forget(total - stop)
-                if isinstance(exc, CLOSED):
-                    raise closed_while_waiting("room in the intake") from None
+            except BaseException:  # cancelled: the chunk never reached the channel
+                ledger.unaccept_rows(chunk, rows, nbytes)
+                group.forget(total - start)
                 raise
         # A schedule point (see send_many); shielded: what is accepted has its group.
         await trio.lowlevel.cancel_shielded_checkpoint()

@@ -555,8 +555,10 @@ class Intake:
 
     async def put(self, item: list[ProducerMessage] | RowRun) -> None:
         """Put an accepted ``send_many`` / ``send_batch`` chunk on the channel,
-        waiting for room; then the burst ends (``end_burst``). Raises what the
-        channel raises (cancelled, or ``CLOSED`` once the producer closed)."""
+        waiting for room; then the burst ends (``end_burst``). Raises only when
+        cancelled, and then the chunk never reached the channel: the close drains
+        the channel (``Dispatcher.leftovers``, which lets a waiting put in) before
+        it closes it, and callers check ``closing`` right before they put."""
         try:
             self._dispatcher.send_nowait(item)
         except trio.WouldBlock:
