@@ -16,7 +16,9 @@ from pipeline.testing.explore.schedule import Schedule, with_options
 
 def schedule(idempotent: bool) -> Schedule:
     s = generate(1)
-    s = replace(s, idempotent=idempotent, heal_at=1.0, close_at=50.0, max_message_bytes=300)
+    # (every send pinned to partition 0, where the traces below write them: P1)
+    s = replace(s, idempotent=idempotent, heal_at=1.0, close_at=50.0, max_message_bytes=300,
+                sends=tuple(replace(x, partition=0, key=None) for x in s.sends))
     return with_options(s, delivery_timeout=5.0, request_timeout=1.0, close_timeout=2.0,
                         retries=2**31 - 1)
 
@@ -79,7 +81,63 @@ def test_overlapping_calls_have_no_order() -> None:
 def test_acknowledged_but_missing_or_elsewhere() -> None:
     assert kinds(trace(True, [msg(0, offset=0), msg(1, offset=1)], [0])) == ["A1 lost"]
     assert kinds(trace(True, [msg(0, offset=1)], [0])) == ["A1 offset"]
-    assert kinds(trace(True, [msg(0, partition=1)], [0])) == ["A2 wrong partition"]
+    assert kinds(trace(True, [msg(0, partition=1)], [0])) == ["A2 wrong partition",
+                                                              "P1 routing"]
+
+
+def test_records_go_where_their_partition_key_and_partitioner_say() -> None:
+    """P1 (routing.py): a pinned record to its partition, or failed with
+    PartitionOutOfRangeError naming the topic's partitions when it has no such
+    partition; a keyed one to murmur2(key) % partitions (the default partitioner) or
+    to the custom partitioner's choice, or failed with the custom partitioner's
+    error for the records it refuses; no routable record fails with a routing error."""
+    from pipeline.testing.explore.routing import route
+    from pipeline.testing.explore.schedule import Send
+
+    base = replace(schedule(True), partitions=2)
+
+    def judged(send: Send, m: Message, log: dict[int, list[int]], *,
+               partitioner: str = "default") -> list[str]:
+        t = Trace(replace(base, sends=(send,), partitioner=partitioner), messages=[m],
+                  close_start=50.0, close_end=50.0)
+        t.logs = {p: [value_of(i, 0) for i in log.get(p, [])] for p in range(2)}
+        return [v.kind for v in check(t) if v.kind.startswith("P1")]
+
+    def failed(cause: str) -> Message:
+        return replace(msg(0, ok=False), cause=cause)
+
+    pinned = Send(0.0, 0, 0, partition=1)
+    assert judged(pinned, msg(0, partition=1), {1: [0]}) == []
+    assert judged(pinned, failed("PartitionOutOfRangeError: partition 1 does not exist: "
+                                 "topic 't' has 2 partitions (0..1)"), {}) == ["P1 routing"]
+    beyond = Send(0.0, 0, 0, partition=2)
+    refused = "PartitionOutOfRangeError: partition 2 does not exist: topic 't' has 2 partitions"
+    assert judged(beyond, failed(refused + " (0..1)"), {}) == []
+    assert judged(beyond, failed(refused + " (0..0)"), {}) == ["P1 routing"]  # the wrong range
+    assert judged(beyond, msg(0, partition=0), {0: [0]}) == ["P1 routing"]
+    keys = [f"k{i}" for i in range(8)]
+    home = {k: route("default", 2, None, k, value_of(0, 0)) for k in keys}
+    assert set(home.values()) == {0, 1}  # (both partitions appear among these keys)
+    for k in keys:
+        p = home[k]
+        assert isinstance(p, int)
+        assert judged(Send(0.0, 0, 0, key=k), msg(0, partition=p), {p: [0]}) == []
+        assert judged(Send(0.0, 0, 0, key=k), msg(0, partition=1 - p), {1 - p: [0]}) == [
+            "P1 routing"]
+    # A custom schedule: value 0's record is routed; a value its partitioner refuses.
+    keyed = Send(0.0, 0, 0, key="k1")
+    p = route("custom", 2, None, "k1", value_of(0, 0))
+    assert isinstance(p, int)
+    assert judged(keyed, msg(0, partition=p), {p: [0]}, partitioner="custom") == []
+    assert judged(keyed, failed("PartitionerBug: refuses"), {}, partitioner="custom") == [
+        "P1 routing"]
+    size = next(n for n in range(200) if route("custom", 2, None, "k1", value_of(0, n))
+                == "PartitionerBug")
+    bad = Send(0.0, 0, size, key="k1")
+    t_bad = replace(msg(0, ok=False), value=value_of(0, size), cause="PartitionerBug: refuses")
+    assert judged(bad, t_bad, {}, partitioner="custom") == []
+    assert judged(bad, replace(t_bad, ok=True, cause="", partition=0), {},
+                  partitioner="custom") == ["P1 routing"]
 
 
 def test_phantom_records() -> None:
@@ -261,11 +319,13 @@ def test_keyless_messages_spread_as_the_sticky_partitioner_spreads_them() -> Non
     s = with_options(replace(schedule(True), partitions=3, sends=sends),
                      batch_bytes=3 * size)
 
-    def spread(partitions: list[int], rows: tuple[int, ...] = ()) -> list[str]:
+    def spread(partitions: list[int], rows: tuple[int, ...] = (),
+               partitioner: str = "default") -> list[str]:
         ms = [msg(i, partition=p, offset=-1) for i, p in enumerate(partitions)]
         for m in ms:
             m.row = m.index in rows
-        t = Trace(s, messages=ms, close_start=50.0, close_end=50.0)
+        t = Trace(replace(s, partitioner=partitioner), messages=ms, close_start=50.0,
+                  close_end=50.0)
         t.logs = {p: [value_of(m.index, 20) for m in ms if m.partition == p] for p in range(3)}
         for m in ms:
             m.value = value_of(m.index, 20)
@@ -276,6 +336,9 @@ def test_keyless_messages_spread_as_the_sticky_partitioner_spreads_them() -> Non
     assert spread([0, 0, 0, 2, 2, 1]) == ["K1 sticky"]  # moved on too early
     assert spread([0, 0, 2, 2, 2, 1]) == []  # (the first run's earlier bytes are unknown)
     assert spread([0, 0, 0, 2, 2, 1, 1], rows=(5,)) == []  # a keyless row: a new stretch
+    # A user's partitioner is asked per row too: its rows are judged like messages.
+    assert spread([0, 0, 0, 2, 2, 1, 1], rows=(5,), partitioner="custom") == ["K1 sticky"]
+    assert spread([0, 0, 0, 2, 2, 2, 1], rows=(4, 5), partitioner="custom") == []
 
 
 def test_the_close_reports_what_it_failed() -> None:

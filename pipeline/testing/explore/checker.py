@@ -78,9 +78,11 @@ Both modes:
   the same limit, would refuse it: the producer splits a refused batch, KIP-126,
   but that costs a round trip and a retry level per split), and no message
   fails with MESSAGE_TOO_LARGE;
+* P1 every record goes where its partition, key and partitioner say, or fails
+  with the routing error they call for (``routing.py``);
 * K1 keyless records spread as Kafka's sticky partitioner spreads them
   (KIP-480/794): ``batch_bytes`` of them (their size bounds) to one partition,
-  the record that reaches it included, then another partition (``_sticky_spread``);
+  the record that reaches it included, then another partition (``routing.py``);
 * O7 the close's count of undelivered messages (logged) is what it failed;
 * O8 every failure nobody read is named by an unobserved-failure warning by the
   end of the close, and the warnings name no failure a callback or
@@ -95,7 +97,6 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .calls import bound_of
 from .trace import Message, Trace
 
 EPS = 1e-9
@@ -416,7 +417,8 @@ def _liveness(trace: Trace) -> list[Violation]:
     out: list[Violation] = []
     for m in trace.messages:
         if start <= m.accepted_at <= end and not m.ok and not m.cause.startswith("MessageTooLarge") \
-                and not (s.topic_max_message_bytes and "MESSAGE_TOO_LARGE" in m.cause):
+                and not (s.topic_max_message_bytes and "MESSAGE_TOO_LARGE" in m.cause) \
+                and not m.cause.startswith(routing.ROUTING_ERRORS):  # (P1 judges those)
             # sent: the producer built a request with it (a write may still fail);
             # a row's attempts are its run's, not counted: what a broker received.
             sent = m.attempts > 0 if m.attempts >= 0 else m.value in trace.sent
@@ -508,61 +510,6 @@ def _requests(trace: Trace) -> list[Violation]:
 
 
 @invariant
-def _sticky_spread(trace: Trace) -> list[Violation]:
-    """K1: keyless records spread as Kafka's sticky partitioner spreads them
-    (KIP-480/794, the Java client's ``BuiltInPartitioner``): the default
-    partitioner gives the records with neither key nor partition to one
-    partition until ``batch_bytes`` of them (their ``send()`` size bounds) went
-    there, the record that reaches it included, then moves to another one.
-
-    Judged on the per-message path (not rows of a columnar burst or a
-    ``send_batch()``, which move on per full batch of rows): in acceptance order,
-    within each stretch of such messages no keyless row interrupts, every run of
-    one partition holds less than ``batch_bytes`` before its last record, and a
-    run followed by another holds at least ``batch_bytes``. (The first run of a
-    stretch may continue bytes counted before it: only its upper bound holds.)"""
-    s = trace.schedule
-    if s.partitions < 2 or trace.crash:
-        return []
-    batch_bytes = s.option("batch_bytes")
-    stretches: list[list[tuple[int, int, int]]] = [[]]  # (partition, size, index)
-    for m in sorted(trace.messages, key=lambda m: m.id):
-        send = s.sends[m.index] if m.index < len(s.sends) else None
-        if send is None or send.key is not None or send.partition is not None:
-            continue
-        if m.row:
-            if stretches[-1]:
-                stretches.append([])
-            continue
-        if m.partition is None:
-            continue  # never routed: the partitioner never saw it
-        stretches[-1].append((m.partition, bound_of(send, m.index), m.index))
-    out: list[Violation] = []
-    for stretch in stretches:
-        runs: list[list[tuple[int, int, int]]] = []
-        for item in stretch:
-            if runs and runs[-1][0][0] == item[0]:
-                runs[-1].append(item)
-            else:
-                runs.append([item])
-        for k, run in enumerate(runs):
-            before_last = sum(size for _, size, _ in run[:-1])
-            if before_last >= batch_bytes:
-                out.append(Violation("K1 sticky", f"{len(run)} keyless messages in a row "
-                                     f"(#{run[0][2]}..#{run[-1][2]}) went to partition "
-                                     f"{run[0][0]}: {before_last} bytes before the last, "
-                                     f"batch_bytes={batch_bytes}"))
-            elif 0 < k < len(runs) - 1 and before_last + run[-1][1] < batch_bytes:
-                out.append(Violation("K1 sticky", f"keyless messages #{run[0][2]}..#{run[-1][2]} "
-                                     f"({before_last + run[-1][1]} bytes) went to partition "
-                                     f"{run[0][0]}, then the next to {runs[k + 1][0][0]}: "
-                                     f"moved on before batch_bytes={batch_bytes}"))
-            if out:
-                return out
-    return out
-
-
-@invariant
 def _close_report(trace: Trace) -> list[Violation]:
     """O7: the close reports what it failed: the count of undelivered messages
     it logs ("producer closed with N undelivered messages") is the number of
@@ -607,3 +554,6 @@ def _unobserved(trace: Trace) -> list[Violation]:
                           f"records; only {possible} failed without a callback or "
                           "producer.errors")]
     return []
+
+
+from . import routing  # noqa: E402 (registers P1 and K1, which judge routing)

@@ -81,6 +81,7 @@ from .clock import (
 )
 from .driver import PRODUCE, drive_faults
 from .probes import Watch, watching
+from .routing import ExplorerPartitioner
 from .schedule import TOPIC, Schedule
 from .trace import Attempt, Flush, Message, Trace, value_of
 
@@ -93,6 +94,8 @@ def producer_options(schedule: Schedule) -> dict[str, Any]:
         rng=random.Random(schedule.seed),
         timestamp_ms=lambda: 1_700_000_000_000,
     )
+    if schedule.partitioner == "custom":
+        options["partitioner"] = ExplorerPartitioner()  # (stateful: one per run)
     return options
 
 

@@ -146,6 +146,8 @@ class Schedule:
     # send()'s implementation: "" the default (the C Sender when built), "python"
     # Intake.send, its pure-Python twin (send_path.use).
     send_path: str = ""
+    # The producer's partitioner: "default", or "custom" (a user's: routing.py).
+    partitioner: str = "default"
     # Which generator made it (sweep.py), for reports; not part of the run.
     profile: str = field(default="", compare=False)
     note: str = field(default="", compare=False)
@@ -169,6 +171,7 @@ class Schedule:
             f"{' strict_unknown_producer' if self.strict_unknown_producer else ''}"
             f"{f' min_insync_replicas={self.min_insync_replicas}' if self.min_insync_replicas > 1 else ''}"
             f"{f' send_path={self.send_path}' if self.send_path else ''}"
+            f"{f' partitioner={self.partitioner}' if self.partitioner != 'default' else ''}"
             f"{f' workload={self.workload} transaction_version={self.transaction_version} txn_marker_delay={self.txn_marker_delay}' if self.workload != 'producer' else ''}"
             f"{f' profile={self.profile}' if self.profile else ''} {opts}"
         )

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from .profiles import targeted
+from .routing import misrouted
 from .schedule import FAULT_WEIGHTS, Schedule, generate
 
 # Shares of a sweep (the rest: plain).
@@ -29,6 +30,10 @@ SWARM, TARGETED = 0.2, 0.55
 # Share of schedules whose send() is the pure-Python twin (Intake.send) instead of
 # the C Sender (when built): both implement the intake's rules.
 PYTHON_SEND = 0.3
+
+# Share of schedules routed by a user's partitioner, and of schedules with a few sends
+# pinned to a partition the topic does not have (routing.py).
+CUSTOM_PARTITIONER, MISROUTED = 0.25, 0.2
 
 
 def schedule_for(seed: int, mode: str = "both") -> Schedule:
@@ -44,6 +49,10 @@ def schedule_for(seed: int, mode: str = "both") -> Schedule:
         schedule = generate(seed, mode)
     if rng.random() < PYTHON_SEND:
         schedule = replace(schedule, send_path="python")
+    if rng.random() < CUSTOM_PARTITIONER:
+        schedule = replace(schedule, partitioner="custom")
+    if rng.random() < MISROUTED:
+        schedule = misrouted(schedule, rng)
     return schedule
 
 
