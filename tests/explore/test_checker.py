@@ -291,6 +291,23 @@ def test_statistics_count_what_the_messages_report() -> None:
     assert kinds(t) == []
     t.counted = (2, 2, 1, 0)
     assert kinds(t) == ["O4 statistics"]
+    t.counted = (2, 1, 1, 0)
+    t.callbacks_raised = 3  # on_delivery calls that raised (calls.raises), all counted
+    t.callback_errors = 3
+    assert kinds(t) == []
+    t.callback_errors = 2
+    assert kinds(t) == ["O4 statistics"]
+
+
+def test_a_callback_hears_the_metadata_an_await_returns() -> None:
+    """O1: an on_delivery call and an await agree, the offset's being known included
+    (``RecordMetadata.offset_known``: False only with no offset, acks=0 or a
+    duplicate answered without one)."""
+    m = msg(0, offset=0)
+    m.called = m.awaited = "ok 0 0"
+    assert kinds(trace(True, [m], [0])) == []
+    m.called = "ok 0 0 offset unknown"
+    assert kinds(trace(True, [m], [0])) == ["O1 callback"]
 
 
 def test_acks_0_reports_no_offset() -> None:

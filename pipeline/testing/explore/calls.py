@@ -197,7 +197,7 @@ async def send_loop(
             options["partition"] = send.partition
         if send.callback and index % 3:
             calls = called[index] = []
-            options["on_delivery"] = partial(call_back, calls, value)
+            options["on_delivery"] = partial(call_back, calls, value, raises(index))
         try:
             delivery = await producer.send(TOPIC, value, **options)
         except REFUSALS as exc:
@@ -209,18 +209,35 @@ async def send_loop(
     return sent
 
 
-def call_back(calls: list[str], value: bytes, md: RecordMetadata | None,
-               err: BaseException | None) -> None:
+def raises(index: int) -> bool:
+    """Whether send ``index``'s ``on_delivery`` raises once it has recorded its call
+    (a user's bug: the producer counts it, ``statistics().callback_errors``, O4)."""
+    return index % 4 == 0
+
+
+class CallbackBug(Exception):
+    """What a raising ``on_delivery`` raises."""
+
+
+def metadata(md: RecordMetadata) -> str:
+    """An acknowledged delivery's metadata, as the checker writes it (O1)."""
+    return f"ok {md.partition} {md.offset}" + ("" if md.offset_known else " offset unknown")
+
+
+def call_back(calls: list[str], value: bytes, raising: bool, md: RecordMetadata | None,
+              err: BaseException | None) -> None:
     """A send()'s on_delivery: what it was called with, in await_each's form."""
     if err is None:
         assert md is not None
-        calls.append(f"ok {md.partition} {md.offset}")
+        calls.append(metadata(md))
     elif not isinstance(err, ProducerError):
         calls.append(f"failed with a {type(err).__name__}, not a ProducerError: {err}")
     else:
         calls.append(f"failed {type(err.cause).__name__}: {err.cause}")
         if err.message.value != value:
             calls[-1] += f" (the error names another message: {err.message!r})"
+    if raising:
+        raise CallbackBug("an on_delivery that raises (the explorer's)")
 
 
 async def await_each(sent: list[tuple[int, Delivery]], until: float,
@@ -236,7 +253,7 @@ async def await_each(sent: list[tuple[int, Delivery]], until: float,
                 if exc.message.value != delivery.value:
                     awaited[index] += f" (the error names another message: {exc.message!r})"
             else:
-                awaited[index] = f"ok {md.partition} {md.offset}"
+                awaited[index] = metadata(md)
             continue
         awaited[index] = "never returned"
 

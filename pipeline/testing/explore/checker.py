@@ -163,7 +163,8 @@ def _guards(trace: Trace) -> list[Violation]:
 @invariant
 def _counts(trace: Trace) -> list[Violation]:
     """O4: the ledger counts what the messages report (statistics() is a promise too),
-    and every Produce request the brokers received was counted as sent."""
+    every on_delivery call that raised (``calls.raises``), and every Produce request
+    the brokers received as sent."""
     if trace.crash or trace.counted == (0, 0, 0, 0):
         return []
     ok = sum(m.ok for m in trace.messages)
@@ -178,6 +179,10 @@ def _counts(trace: Trace) -> list[Violation]:
         out.append(Violation("O4 statistics", f"idempotence counts {counted[0]} epochs bumped and "
                              f"{counted[1]} new producer ids; {started[0]} and {started[1]} "
                              "started"))
+    if trace.callback_errors != trace.callbacks_raised:
+        out.append(Violation("O4 statistics", f"statistics() counts {trace.callback_errors} "
+                             f"on_delivery callbacks that raised; {trace.callbacks_raised} "
+                             "did"))
     if trace.counted[3] < len(trace.produce_requests):
         out.append(Violation("O4 statistics", f"statistics() counts {trace.counted[3]} requests "
                              f"sent; the brokers received {len(trace.produce_requests)}"))
@@ -274,7 +279,9 @@ def _reported(m: Message, return_successes: bool) -> list[Violation]:
 
 def _outcome_of(m: Message) -> str:
     """The outcome as the runner writes what an await returned."""
-    return f"ok {m.partition} {m.offset}" if m.ok else f"failed {m.cause}"
+    if not m.ok:
+        return f"failed {m.cause}"
+    return f"ok {m.partition} {m.offset}" + ("" if m.offset >= 0 else " offset unknown")
 
 
 def _index_of(value: bytes) -> int:

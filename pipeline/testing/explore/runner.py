@@ -67,6 +67,7 @@ from .calls import (
     bound_of,
     closing_loop,
     drain,
+    raises,
     send_batch,
     send_loop,
     send_many,
@@ -210,6 +211,7 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
             trace.outstanding_after_close = stats.outstanding
             trace.buffered_after_close = stats.buffered_bytes
             trace.counted = (stats.accepted, stats.succeeded, stats.failed, stats.requests_sent)
+            trace.callback_errors = stats.callback_errors
             trace.unobserved_reported = producer._unobserved.reported
             idem = producer._core.idempotence
             if idem is not None:
@@ -232,6 +234,8 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
                 rec.awaited = awaited.get(index, "")
                 if index in called:
                     rec.called = "; ".join(called[index]) or "never called"
+                    if raises(index):
+                        trace.callbacks_raised += len(called[index])
                 rec.reported = channel_reports.get(index)
                 rec.attempts, rec.splits = watch.attempts_of(sent)
                 trace.messages.append(rec)

@@ -109,6 +109,8 @@ class Trace:
     guard_violations: dict[str, str] = field(default_factory=dict)
     # The ledger's own counts (statistics()), against the outcomes seen.
     counted: tuple[int, int, int, int] = (0, 0, 0, 0)  # accepted, succeeded, failed, requests
+    callback_errors: int = 0  # statistics().callback_errors: on_delivery calls that raised
+    callbacks_raised: int = 0  # the on_delivery calls that raised (calls.raises)
     # Idempotence's own counts of (epochs bumped, new producer ids) (None: not
     # idempotent), and the ones the probes saw start.
     idem_counts: tuple[int, int] | None = None
