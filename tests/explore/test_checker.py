@@ -299,6 +299,28 @@ def test_statistics_count_what_the_messages_report() -> None:
     assert kinds(t) == ["O4 statistics"]
 
 
+def test_statistics_count_each_partitions_outcomes_and_their_gauges_add_up() -> None:
+    """O4 per partition (failed and delivered records; -1: failed unrouted) and O9
+    (statistics() read during the run: no negative gauge, a batch in flight holds a
+    record and a batch's overhead, no more queued or in flight than unsettled)."""
+    from pipeline.testing.explore.trace import Gauges
+
+    unrouted = msg(1, ok=False)
+    unrouted.partition = None
+    t = trace(True, [msg(0, offset=0), unrouted], [0])
+    t.partition_counts = {0: (0, 1), -1: (1, 0)}
+    assert kinds(t) == []
+    t.partition_counts = {0: (1, 1)}  # the unrouted failure counted under partition 0
+    assert kinds(t) == ["O4 statistics", "O4 statistics"]  # (0 and -1 both wrong)
+    t.partition_counts = {0: (0, 1), -1: (1, 0)}
+    t.gauges = [Gauges(0.1, 3, {0: (1, 70, 1, 2, 150)})]
+    assert kinds(t) == []
+    for bad in [(-1, 70, 1, 2, 150), (1, 70, 1, 2, 0), (1, 70, 1, 0, 150), (1, 0, 0, 0, 0),
+                (1, 70, 1, 3, 150)]:  # (the last: 4 records waiting, 3 unsettled)
+        t.gauges = [Gauges(0.1, 3, {0: bad})]
+        assert kinds(t) == ["O9 gauges"], bad
+
+
 def test_a_callback_hears_the_metadata_an_await_returns() -> None:
     """O1: an on_delivery call and an await agree, the offset's being known included
     (``RecordMetadata.offset_known``: False only with no offset, acks=0 or a

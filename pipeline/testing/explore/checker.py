@@ -83,6 +83,8 @@ Both modes:
 * K1 keyless records spread as Kafka's sticky partitioner spreads them
   (KIP-480/794): ``batch_bytes`` of them (their size bounds) to one partition,
   the record that reaches it included, then another partition (``routing.py``);
+* O4 / O9 ``statistics()`` counts what the outcomes say, and its gauges add up
+  while the run goes on (``counts.py``);
 * O7 the close's count of undelivered messages (logged) is what it failed;
 * O8 every failure nobody read is named by an unobserved-failure warning by the
   end of the close, and the warnings name no failure a callback or
@@ -158,35 +160,6 @@ def _settled_once(trace: Trace) -> list[Violation]:
 def _guards(trace: Trace) -> list[Violation]:
     """G*: the guards' own invariants, as the probes saw them (probes.py)."""
     return [Violation(kind, detail) for kind, detail in trace.guard_violations.items()]
-
-
-@invariant
-def _counts(trace: Trace) -> list[Violation]:
-    """O4: the ledger counts what the messages report (statistics() is a promise too),
-    every on_delivery call that raised (``calls.raises``), and every Produce request
-    the brokers received as sent."""
-    if trace.crash or trace.counted == (0, 0, 0, 0):
-        return []
-    ok = sum(m.ok for m in trace.messages)
-    failed = sum(not m.ok and not m.pending for m in trace.messages)
-    seen = (len(trace.messages), ok, failed)
-    out: list[Violation] = []
-    if trace.counted[:3] != seen:
-        out.append(Violation("O4 statistics", f"statistics() counts accepted, succeeded, failed "
-                             f"= {trace.counted[:3]}; the messages report {seen}"))
-    counted, started = trace.idem_counts, trace.epochs_started
-    if counted is not None and counted != started:
-        out.append(Violation("O4 statistics", f"idempotence counts {counted[0]} epochs bumped and "
-                             f"{counted[1]} new producer ids; {started[0]} and {started[1]} "
-                             "started"))
-    if trace.callback_errors != trace.callbacks_raised:
-        out.append(Violation("O4 statistics", f"statistics() counts {trace.callback_errors} "
-                             f"on_delivery callbacks that raised; {trace.callbacks_raised} "
-                             "did"))
-    if trace.counted[3] < len(trace.produce_requests):
-        out.append(Violation("O4 statistics", f"statistics() counts {trace.counted[3]} requests "
-                             f"sent; the brokers received {len(trace.produce_requests)}"))
-    return out
 
 
 @invariant
@@ -563,4 +536,4 @@ def _unobserved(trace: Trace) -> list[Violation]:
     return []
 
 
-from . import routing  # noqa: E402 (registers P1 and K1, which judge routing)
+from . import counts, routing  # noqa: E402, F401 (register O4 and O9; P1 and K1)

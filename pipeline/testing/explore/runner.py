@@ -84,7 +84,7 @@ from .driver import PRODUCE, drive_faults
 from .probes import Watch, watching
 from .routing import ExplorerPartitioner
 from .schedule import TOPIC, Schedule
-from .trace import Attempt, Flush, Message, Trace, value_of
+from .trace import Attempt, Flush, Gauges, Message, Trace, value_of
 
 __all__ = ["Attempt", "Flush", "HangError", "Message", "Trace", "run_schedule", "value_of"]
 def producer_options(schedule: Schedule) -> dict[str, Any]:
@@ -189,6 +189,7 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
                             users.start_soon(drain, producer.successes, reported, 0)
                         for at in schedule.flushes:
                             users.start_soon(_flush, producer, schedule, at, trace)
+                        users.start_soon(_sample_gauges, producer, schedule, trace)
                         await trio.sleep_until(schedule.close_at)
                         last = [(i, s) for i, s in enumerate(schedule.sends)
                                 if closing_loop(schedule, s)]
@@ -212,6 +213,10 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
             trace.buffered_after_close = stats.buffered_bytes
             trace.counted = (stats.accepted, stats.succeeded, stats.failed, stats.requests_sent)
             trace.callback_errors = stats.callback_errors
+            topic = stats.topics.get(TOPIC)
+            trace.partition_counts = {} if topic is None else {
+                p: (ps.failed_messages, ps.delivered_messages)
+                for p, ps in topic.partitions.items()}
             trace.unobserved_reported = producer._unobserved.reported
             idem = producer._core.idempotence
             if idem is not None:
@@ -443,6 +448,26 @@ async def _source(
             attempt.refused, attempt.detail = type(exc).__name__, str(exc)
             continue
         accepted.append((index, delivery, trio.current_time(), (start, trace.step(), 0)))
+
+
+async def _sample_gauges(producer: Producer, schedule: Schedule, trace: Trace) -> None:
+    """Read statistics() just after each send, fault and flush instant before the
+    close (at most ``GAUGE_SAMPLES``), when records wait and fly (checker O9)."""
+    instants = sorted({round(t + GAUGE_DELAY, 6) for t in (
+        *(s.at for s in schedule.sends), *(e.at for e in schedule.events), *schedule.flushes)
+        if t + GAUGE_DELAY < schedule.close_at})
+    for at in instants[:GAUGE_SAMPLES]:
+        await trio.sleep_until(at)
+        stats = producer.statistics()
+        topic = stats.topics.get(TOPIC)
+        parts = {} if topic is None else {
+            p: (ps.queued_messages, ps.queued_bytes, ps.in_flight_batches,
+                ps.in_flight_messages, ps.in_flight_bytes)
+            for p, ps in topic.partitions.items()}
+        trace.gauges.append(Gauges(at, stats.accepted - stats.succeeded - stats.failed, parts))
+
+
+GAUGE_DELAY, GAUGE_SAMPLES = 0.0005, 100
 
 
 async def _flush(producer: Producer, schedule: Schedule, at: float, trace: Trace) -> None:

@@ -79,6 +79,17 @@ class Flush:
     step: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Gauges:
+    """``statistics()`` read at ``at``: the records not settled yet (accepted -
+    succeeded - failed), and per partition (queued messages, queued bytes, batches in
+    flight, their messages, their bytes)."""
+
+    at: float
+    unsettled: int
+    partitions: dict[int, tuple[int, int, int, int, int]]
+
+
 @dataclass
 class Trace:
     schedule: Schedule
@@ -111,6 +122,12 @@ class Trace:
     counted: tuple[int, int, int, int] = (0, 0, 0, 0)  # accepted, succeeded, failed, requests
     callback_errors: int = 0  # statistics().callback_errors: on_delivery calls that raised
     callbacks_raised: int = 0  # the on_delivery calls that raised (calls.raises)
+    # statistics() after the close, per partition (-1: records failed before one was
+    # chosen): (failed_messages, delivered_messages).
+    partition_counts: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # statistics() read while the run goes on (`Gauges`), at the instants of sends,
+    # faults and flushes.
+    gauges: list[Gauges] = field(default_factory=list)
     # Idempotence's own counts of (epochs bumped, new producer ids) (None: not
     # idempotent), and the ones the probes saw start.
     idem_counts: tuple[int, int] | None = None

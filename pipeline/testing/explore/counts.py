@@ -1,0 +1,88 @@
+"""What ``statistics()`` must say: its counts against the outcomes (O4) and its gauges
+while the run goes on (O9)."""
+
+from __future__ import annotations
+
+from .checker import Violation, invariant
+from .trace import Trace
+
+# A record batch's fixed overhead (v2 header): a batch on the wire holds at least this.
+BATCH_OVERHEAD = 61
+
+
+@invariant
+def _counts(trace: Trace) -> list[Violation]:
+    """O4: the ledger counts what the messages report (statistics() is a promise too),
+    every on_delivery call that raised (``calls.raises``), and every Produce request
+    the brokers received as sent."""
+    if trace.crash or trace.counted == (0, 0, 0, 0):
+        return []
+    ok = sum(m.ok for m in trace.messages)
+    failed = sum(not m.ok and not m.pending for m in trace.messages)
+    seen = (len(trace.messages), ok, failed)
+    out: list[Violation] = []
+    if trace.counted[:3] != seen:
+        out.append(Violation("O4 statistics", f"statistics() counts accepted, succeeded, failed "
+                             f"= {trace.counted[:3]}; the messages report {seen}"))
+    counted, started = trace.idem_counts, trace.epochs_started
+    if counted is not None and counted != started:
+        out.append(Violation("O4 statistics", f"idempotence counts {counted[0]} epochs bumped and "
+                             f"{counted[1]} new producer ids; {started[0]} and {started[1]} "
+                             "started"))
+    if trace.callback_errors != trace.callbacks_raised:
+        out.append(Violation("O4 statistics", f"statistics() counts {trace.callback_errors} "
+                             f"on_delivery callbacks that raised; {trace.callbacks_raised} "
+                             "did"))
+    if trace.counted[3] < len(trace.produce_requests):
+        out.append(Violation("O4 statistics", f"statistics() counts {trace.counted[3]} requests "
+                             f"sent; the brokers received {len(trace.produce_requests)}"))
+    return out
+
+
+@invariant
+def _partition_counts(trace: Trace) -> list[Violation]:
+    """O4, per partition: after the close, each partition's ``failed_messages`` and
+    ``delivered_messages`` are the records that failed and were acknowledged there
+    (partition -1: records that failed before one was chosen)."""
+    if trace.crash or not trace.partition_counts:
+        return []
+    seen: dict[int, list[int]] = {}
+    for m in trace.messages:
+        if m.pending:
+            continue
+        p = -1 if m.partition is None else m.partition
+        seen.setdefault(p, [0, 0])[0 if not m.ok else 1] += 1
+    out: list[Violation] = []
+    for p in sorted(set(seen) | set(trace.partition_counts)):
+        counted = trace.partition_counts.get(p, (0, 0))
+        if counted != tuple(seen.get(p, (0, 0))):
+            out.append(Violation("O4 statistics", f"partition {p}: statistics() counts "
+                                 f"{counted[0]} failed and {counted[1]} delivered records; "
+                                 f"the outcomes say {seen.get(p, [0, 0])}"))
+    return out[:2]
+
+
+@invariant
+def _gauges(trace: Trace) -> list[Violation]:
+    """O9: at every reading while the run goes on, no gauge is negative; each batch in
+    flight holds a record and a batch's overhead at least; queued records hold a byte
+    each at least; and the records queued or in flight are no more than those not
+    settled yet."""
+    out: list[Violation] = []
+    for g in trace.gauges:
+        waiting = 0
+        for p, (queued, queued_bytes, batches, flying, flying_bytes) in sorted(
+                g.partitions.items()):
+            if min(queued, queued_bytes, batches, flying, flying_bytes) < 0 or \
+                    flying < batches or flying_bytes < BATCH_OVERHEAD * batches or \
+                    queued_bytes < queued or (batches == 0 and (flying or flying_bytes)):
+                out.append(Violation("O9 gauges", f"at {g.at:.4f}, partition {p}: queued "
+                                     f"{queued} ({queued_bytes} bytes), in flight {batches} "
+                                     f"batches of {flying} records ({flying_bytes} bytes)"))
+                return out
+            waiting += queued + flying
+        if waiting > g.unsettled:
+            out.append(Violation("O9 gauges", f"at {g.at:.4f}: {waiting} records queued or in "
+                                 f"flight, {g.unsettled} not settled"))
+            return out
+    return out
