@@ -78,10 +78,11 @@ class Watch:
     rounds_started: int = 0
     rounds_done: int = 0
     # Per partition producer: (it, the broker producer it was attached to) when
-    # told leader_changed; (it, rounds started, when) at its last failure (a retry
-    # coming back, or leader_changed): it re-attaches on metadata fresher than that.
+    # told leader_changed; (it, rounds started, when, the retry level) at its last
+    # failure (a retry coming back, or leader_changed: no level, no backoff): it
+    # re-attaches on metadata fresher than that, and after the level's backoff.
     told: dict[int, tuple[Any, Any]] = field(default_factory=dict)
-    failed: dict[int, tuple[Any, int, float]] = field(default_factory=dict)
+    failed: dict[int, tuple[Any, int, float, int | None]] = field(default_factory=dict)
     # The schedule scripts OUT_OF_ORDER_SEQUENCE_NUMBER answers (else one that no
     # earlier failure explains is the producer's own gap).
     scripted_out_of_order: bool = False

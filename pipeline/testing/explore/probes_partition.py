@@ -178,7 +178,7 @@ def _pp_told(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
     def leader_changed(self: Any) -> Any:
         if self.bp is not None:
             w.told[id(self)] = (self, self.bp)
-        w.failed[id(self)] = (self, w.rounds_started, trio.current_time())
+        w.failed[id(self)] = (self, w.rounds_started, trio.current_time(), None)
         return orig(self)
     return leader_changed
 
@@ -201,7 +201,7 @@ def _pp_tick_leaves(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
 def _pp_failed(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
     def raise_watermark(self: Any, level: int, *, retry: bool = True) -> Any:
         if retry:  # (without: leaving after leader_changed, which was the failure)
-            w.failed[id(self)] = (self, w.rounds_started, trio.current_time())
+            w.failed[id(self)] = (self, w.rounds_started, trio.current_time(), level)
         return orig(self, level, retry=retry)
     return raise_watermark
 
@@ -213,14 +213,40 @@ def _pp_attach(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
         result = await orig(self)
         if self.bp is not None and failed is not None and failed[0] is self:
             del w.failed[id(self)]
-            _, rounds, at = failed
+            _, rounds, at, level = failed
+            now = trio.current_time()
             # (the wait for fresh metadata gives up after request_timeout: the cached
             # view it is then)
-            waited_out = trio.current_time() >= at + self._config.request_timeout - EPS
+            waited_out = now >= at + self._config.request_timeout - EPS
             if w.rounds_done <= rounds and not waited_out:
                 w.violate("G12 stale re-attach", (
-                    f"partition {self.tp.partition}: re-attached at "
-                    f"{trio.current_time():.4f} after a failure at {at:.4f}, before any "
-                    "metadata refresh that started after the failure had completed"))
+                    f"partition {self.tp.partition}: re-attached at {now:.4f} after a "
+                    f"failure at {at:.4f}, before any metadata refresh that started after "
+                    "the failure had completed"))
+            shortest = 0.0 if level is None else _shortest_backoff(self._config.cluster, level)
+            if now < at + shortest - EPS:  # (None: left after leader_changed, no backoff)
+                w.violate("G15 retry backoff", (
+                    f"partition {self.tp.partition}: re-attached at {now:.4f}, a retry at "
+                    f"level {level} raised at {at:.4f}: its backoff is {shortest:.4f} s at "
+                    "least (retry_backoff, doubled per level, less the jitter)"))
         return result
     return attach
+
+
+class _Lowest:
+    """An rng whose every draw is 0: ``Backoff.delay`` gives its shortest delay."""
+
+    def random(self) -> float:
+        return 0.0
+
+
+def _shortest_backoff(cluster: Any, level: int) -> float:
+    """The shortest delay the producer's retry backoff may give for ``level``
+    (``context.retry_backoff``: 0 when ``retry_backoff`` is 0)."""
+    from pipeline.util.backoff import Backoff
+
+    if cluster.retry_backoff == 0:
+        return 0.0
+    backoff = Backoff(cluster.retry_backoff, cluster.retry_backoff_max,
+                      jitter=cluster.retry_backoff_jitter, rng=_Lowest())  # type: ignore[arg-type]
+    return backoff.delay(max(level, 1))
