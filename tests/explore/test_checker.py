@@ -297,6 +297,23 @@ def test_statistics_count_what_the_messages_report() -> None:
     assert kinds(t) == []
     t.callback_errors = 2
     assert kinds(t) == ["O4 statistics"]
+    t.callback_errors = 3
+    t.produce_written = 0  # (the probe's count of Produce requests the connections wrote)
+    assert kinds(t) == []
+    t.produce_written = 1
+    assert kinds(t) == ["O4 statistics"]
+
+
+def test_an_input_outcome_never_handed_over_is_counted_by_the_close() -> None:
+    """O5 at the close: a ``producer.input`` outcome that came out of neither channel
+    is one the close counted in its warning (the probe's ``lost_reports``)."""
+    m = msg(0, ok=False)
+    m.reported, m.settled_closing = (0, 0), True
+    t = trace(True, [m], [])
+    t.lost_reports = 1
+    assert kinds(t) == []
+    t.lost_reports = 0
+    assert kinds(t) == ["O5 reports"]
 
 
 def test_statistics_count_each_partitions_outcomes_and_their_gauges_add_up() -> None:

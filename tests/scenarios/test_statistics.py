@@ -276,3 +276,31 @@ def test_statistics_options_are_checked(options: dict[str, Any], message: str) -
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         ProducerConfig(**options)
     assert ProducerConfig(statistics_interval=5, on_statistics=print).statistics_interval == 5
+
+
+async def test_requests_sent_counts_requests_written_not_a_send_that_failed(
+        fake: FakeCluster, autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``requests_sent`` counts Produce requests written: a send that fails before
+    it writes anything (its connection lost) is retried, and counted once, when the
+    retry is written. The explorer holds every run to it (O4, against the requests
+    the connections wrote)."""
+    from pipeline.cluster.connection import BrokerConnection
+    from pipeline.cluster.errors import BrokerConnectionError
+
+    fake.create_topic("t", 1)
+    original = BrokerConnection.send
+    refused: list[object] = []
+
+    async def send(self: BrokerConnection, request: Any, **kwargs: Any) -> Any:
+        if type(request).__name__ == "ProduceRequest" and not refused:
+            refused.append(request)
+            raise BrokerConnectionError("the connection was lost before the write (test)")
+        return await original(self, request, **kwargs)
+
+    monkeypatch.setattr(BrokerConnection, "send", send)
+    async with open_fake_producer(fake) as producer:
+        await producer.send_and_wait("t", b"x")
+        stats = producer.statistics()
+    assert refused and (stats.requests_sent, stats.succeeded) == (1, 1)
+    assert len(fake.requests_of(ApiKey.PRODUCE)) == 1

@@ -331,11 +331,11 @@ class BrokerProducer:
         request = produce_request(taken, self._acks, self._timeout_ms,
                                   None if txn is None else txn.transactional_id)
         flight = _InFlight(None, taken, min(b._deadline for b in taken.values()))
-        self.requests_sent += 1
         version = None if txn is None else min(conn.version_for(ApiKey.PRODUCE),
                                                 txn.produce_version_cap)
         try:
             pending = await conn.send(request, version=version, expect_response=self._acks != 0)
+            self.requests_sent += 1  # (written: a send that failed wrote nothing)
             # acks=0: no response will come; being written is the outcome.
             flight.pending = pending if self._acks != 0 else None
         except KafkaError as exc:

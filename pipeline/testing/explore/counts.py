@@ -33,6 +33,9 @@ def _counts(trace: Trace) -> list[Violation]:
         out.append(Violation("O4 statistics", f"statistics() counts {trace.callback_errors} "
                              f"on_delivery callbacks that raised; {trace.callbacks_raised} "
                              "did"))
+    if trace.produce_written >= 0 and trace.counted[3] != trace.produce_written:
+        out.append(Violation("O4 statistics", f"statistics() counts {trace.counted[3]} Produce "
+                             f"requests written; the connections wrote {trace.produce_written}"))
     if trace.counted[3] < len(trace.produce_requests):
         out.append(Violation("O4 statistics", f"statistics() counts {trace.counted[3]} requests "
                              f"sent; the brokers received {len(trace.produce_requests)}"))
@@ -86,3 +89,20 @@ def _gauges(trace: Trace) -> list[Violation]:
                                  f"flight, {g.unsettled} not settled"))
             return out
     return out
+
+
+@invariant
+def _handed_over(trace: Trace) -> list[Violation]:
+    """O5, at the close: every ``producer.input`` outcome that should come out of
+    ``producer.successes`` or ``errors`` and never did was one the close could not
+    hand over, and counted in its warning ("N outcomes could not be handed over")."""
+    if trace.crash or trace.lost_reports < 0:
+        return []
+    s = trace.schedule
+    missing = sum(1 for m in trace.messages if m.reported == (0, 0) and not m.pending
+                  and (not m.ok or s.option("return_successes")))
+    if missing != trace.lost_reports:
+        return [Violation("O5 reports", f"{missing} producer.input outcomes never came out of "
+                          f"producer.successes/errors; the close counted {trace.lost_reports} "
+                          "not handed over")]
+    return []

@@ -39,6 +39,8 @@ BP = "pipeline.producer._stages.broker_producer:BrokerProducer"
 ACC = "pipeline.producer._stages.accumulator:Accumulator"
 IDEM = "pipeline.producer._stages.idempotence:Idempotence"
 CLUSTER = "pipeline.cluster.pool:Cluster"
+CONNECTION = "pipeline.cluster.connection:BrokerConnection"
+LEDGER = "pipeline.producer._outcomes.ledger:"  # (the module: its functions)
 
 EPS = 1e-9
 
@@ -73,6 +75,10 @@ class Watch:
     # a broker refused a locally bumped epoch (every later one must).
     fenced: bool = False
     refused: bool = False
+    # Produce requests a connection wrote (statistics().requests_sent must agree), and
+    # the outcomes the close logged as not handed over to producer.successes/errors.
+    produce_written: int = 0
+    lost_reports: int = 0
     local_epoch: bool = False  # the current epoch is one the producer bumped itself
     # Metadata rounds started and the highest one completed (rounds run one at a time).
     rounds_started: int = 0
@@ -120,7 +126,7 @@ class Watch:
 def _resolve(target: str) -> type:
     module, _, qualname = target.partition(":")
     obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
+    for part in filter(None, qualname.split(".")):
         obj = getattr(obj, part)
     return obj  # type: ignore[no-any-return]
 

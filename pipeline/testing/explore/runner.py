@@ -49,7 +49,12 @@ from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.records import decode_record_batches
 from pipeline.testing.fake_cluster import FakeCluster
 
-from . import probes_broker, probes_idempotence, probes_partition  # noqa: F401 (they register)
+from . import (  # noqa: F401 (they register)
+    probes_broker,
+    probes_counts,
+    probes_idempotence,
+    probes_partition,
+)
 from .calls import (
     HEADERS,
     REFUSALS,
@@ -128,6 +133,7 @@ def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) ->
     trace.reached = watch.reached
     trace.guard_violations = watch.violations
     trace.epochs_started = (watch.recoveries[0], watch.recoveries[1])
+    trace.produce_written, trace.lost_reports = watch.produce_written, watch.lost_reports
     return trace
 
 

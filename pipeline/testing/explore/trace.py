@@ -122,6 +122,10 @@ class Trace:
     counted: tuple[int, int, int, int] = (0, 0, 0, 0)  # accepted, succeeded, failed, requests
     callback_errors: int = 0  # statistics().callback_errors: on_delivery calls that raised
     callbacks_raised: int = 0  # the on_delivery calls that raised (calls.raises)
+    # What the probes counted (probes_counts.py): Produce requests written, and the
+    # outcomes the close logged as not handed over (-1: not counted).
+    produce_written: int = -1
+    lost_reports: int = -1
     # statistics() after the close, per partition (-1: records failed before one was
     # chosen): (failed_messages, delivered_messages).
     partition_counts: dict[int, tuple[int, int]] = field(default_factory=dict)

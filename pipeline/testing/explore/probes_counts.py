@@ -1,0 +1,28 @@
+"""Probes that count, independently of the producer's own counters, what those
+counters promise (checker O4 and O5): the Produce requests a connection wrote, and
+the outcomes the close could not hand over to ``producer.successes`` / ``errors``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .probes import CONNECTION, LEDGER, Watch, probe
+
+
+@probe(CONNECTION, "send")
+def _written(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    async def send(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        pending = await orig(self, request, *args, **kwargs)
+        if type(request).__name__ == "ProduceRequest":
+            w.produce_written += 1
+        return pending
+    return send
+
+
+@probe(LEDGER, "_log_lost")
+def _lost(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def log_lost(n: int) -> Any:
+        w.lost_reports += n
+        return orig(n)
+    return log_lost
