@@ -376,12 +376,12 @@ def test_keyless_messages_spread_as_the_sticky_partitioner_spreads_them() -> Non
                      batch_bytes=3 * size)
 
     def spread(partitions: list[int], rows: tuple[int, ...] = (),
-               partitioner: str = "default") -> list[str]:
+               partitioner: str = "default", columnar: tuple[int, ...] = ()) -> list[str]:
         ms = [msg(i, partition=p, offset=-1) for i, p in enumerate(partitions)]
         for m in ms:
             m.row = m.index in rows
         t = Trace(replace(s, partitioner=partitioner), messages=ms, close_start=50.0,
-                  close_end=50.0)
+                  close_end=50.0, columnar=set(columnar))
         t.logs = {p: [value_of(m.index, 20) for m in ms if m.partition == p] for p in range(3)}
         for m in ms:
             m.value = value_of(m.index, 20)
@@ -392,6 +392,8 @@ def test_keyless_messages_spread_as_the_sticky_partitioner_spreads_them() -> Non
     assert spread([0, 0, 0, 2, 2, 1]) == ["K1 sticky"]  # moved on too early
     assert spread([0, 0, 2, 2, 2, 1]) == []  # (the first run's earlier bytes are unknown)
     assert spread([0, 0, 0, 2, 2, 1, 1], rows=(5,)) == []  # a keyless row: a new stretch
+    # A send_many()'s messages on its columnar path move on as rows do (Trace.columnar).
+    assert spread([0, 0, 0, 2, 2, 1, 1], columnar=(5,)) == []
     # A user's partitioner is asked per row too: its rows are judged like messages.
     assert spread([0, 0, 0, 2, 2, 1, 1], rows=(5,), partitioner="custom") == ["K1 sticky"]
     assert spread([0, 0, 0, 2, 2, 2, 1], rows=(4, 5), partitioner="custom") == []

@@ -93,6 +93,8 @@ async def send_many(
     for pos, ((i, _), msg) in enumerate(zip(group, msgs, strict=True)):
         if msg._id:  # accepted (a BufferFullError may come after some chunks were)
             accepted.append((i, msg, now, (start, end, pos)))
+            if msg._sink is None:  # (the per-message path's messages report to the group)
+                trace.columnar.add(i)
 
 
 # (index in Schedule.sends, ledger id, when, call) per accepted send_batch() row

@@ -155,7 +155,8 @@ def _sticky_spread(trace: Trace) -> list[Violation]:
     there, the record that reaches it included, then moves to another one.
 
     With the default partitioner, judged on the per-message path (not rows of a
-    columnar burst or a ``send_batch()``, which move on per full batch of rows);
+    columnar burst or a ``send_batch()``, nor a ``send_many()``'s messages on its
+    columnar path, which move on per full batch of rows);
     a user's partitioner is asked per record on both paths, so its rows are judged
     too (`ExplorerPartitioner` is sticky in the same way): in acceptance order,
     within each stretch of such messages no keyless row interrupts, every run of
@@ -171,7 +172,7 @@ def _sticky_spread(trace: Trace) -> list[Violation]:
         send = s.sends[m.index] if m.index < len(s.sends) else None
         if send is None or send.key is not None or send.partition is not None:
             continue
-        if m.row and s.partitioner == "default":
+        if (m.row or m.index in trace.columnar) and s.partitioner == "default":
             if stretches[-1]:
                 stretches.append([])
             continue

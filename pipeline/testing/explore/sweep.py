@@ -35,6 +35,9 @@ PYTHON_SEND = 0.3
 # pinned to a partition the topic does not have (routing.py).
 CUSTOM_PARTITIONER, MISROUTED = 0.25, 0.2
 
+# Share of schedules whose send() loops may become send_many() / send_batch() calls.
+BULKED = 0.3
+
 
 def schedule_for(seed: int, mode: str = "both") -> Schedule:
     rng = random.Random(seed * 104729 + 3)
@@ -53,7 +56,25 @@ def schedule_for(seed: int, mode: str = "both") -> Schedule:
         schedule = replace(schedule, partitioner="custom")
     if rng.random() < MISROUTED:
         schedule = misrouted(schedule, rng)
+    if rng.random() < BULKED:
+        schedule = bulked(schedule, rng)
     return schedule
+
+
+def bulked(schedule: Schedule, rng: random.Random) -> Schedule:
+    """``schedule`` with each of its send() loops, one time in three, made one
+    ``send_many()`` of the same messages, and one in three one ``send_batch()``: calls
+    big enough for their columnar paths (``COLUMNS_MIN`` messages and more), with a
+    loop's few keyed and pinned messages among them."""
+    pick: dict[tuple[int, float], str] = {}
+    sends = []
+    for s in schedule.sends:
+        if s.via == "loop":
+            via = pick.setdefault((s.source, s.at), rng.choice(("loop", "many", "batch")))
+            if via != "loop":
+                s = replace(s, via=via, columns=False, wait=False, callback=False)
+        sends.append(s)
+    return replace(schedule, sends=tuple(sends))
 
 
 def schedules(seed: int, n: int, mode: str = "both") -> Iterator[Schedule]:

@@ -122,6 +122,9 @@ class Trace:
     counted: tuple[int, int, int, int] = (0, 0, 0, 0)  # accepted, succeeded, failed, requests
     callback_errors: int = 0  # statistics().callback_errors: on_delivery calls that raised
     callbacks_raised: int = 0  # the on_delivery calls that raised (calls.raises)
+    # Sends a send_many() took on its columnar path (a run of rows, as a send_batch()'s
+    # rows: K1 does not judge them).
+    columnar: set[int] = field(default_factory=set)
     # What the probes counted (probes_counts.py): Produce requests written, and the
     # outcomes the close logged as not handed over (-1: not counted).
     produce_written: int = -1
