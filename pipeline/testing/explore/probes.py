@@ -41,6 +41,7 @@ IDEM = "pipeline.producer._stages.idempotence:Idempotence"
 CLUSTER = "pipeline.cluster.pool:Cluster"
 CONNECTION = "pipeline.cluster.connection:BrokerConnection"
 LEDGER = "pipeline.producer._outcomes.ledger:"  # (the module: its functions)
+RETRY_ERRORS = "pipeline.producer._stages.context:RetryErrors"
 
 EPS = 1e-9
 
@@ -79,6 +80,16 @@ class Watch:
     # the outcomes the close logged as not handed over to producer.successes/errors.
     produce_written: int = 0
     lost_reports: int = 0
+    # Per partition, the step of its last acknowledgement and of the last error its
+    # retries recorded (`RetryErrors.last`): a later timeout names an error only if
+    # none came after it (T1).
+    delivered: dict[Any, int] = field(default_factory=dict)
+    errored: dict[Any, int] = field(default_factory=dict)
+    steps: int = 0
+
+    def step(self) -> int:
+        self.steps += 1
+        return self.steps
     local_epoch: bool = False  # the current epoch is one the producer bumped itself
     # Metadata rounds started and the highest one completed (rounds run one at a time).
     rounds_started: int = 0

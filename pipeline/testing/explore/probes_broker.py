@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from .probes import ACC, BP, EPS, Watch, probe, records_in
+from .probes import ACC, BP, EPS, RETRY_ERRORS, Watch, probe, records_in
 
 # -- the broker producer ---------------------------------------------------------
 
@@ -99,8 +99,42 @@ def _bp_handle_partition(w: Watch, orig: Callable[..., Any]) -> Callable[..., An
                     w.splits[id(m)] = (m, seen[1] + 1 if seen is not None and seen[0] is m else 1)
             elif code in MAYBE_WRITTEN:
                 w.reach("after-append-answer-makes-the-fate-unknown")
-        return orig(self, tp, batch, result)
+        idem = self._idem
+        current = idem is not None and (batch.producer_id, batch.producer_epoch) == (
+            idem.producer_id, idem.producer_epoch)
+        outcome = orig(self, tp, batch, result)
+        if result is not None and not result.error_code:
+            w.delivered[tp] = w.step()  # (the partition's last error is behind it: T1)
+            if current and tp not in idem.confirmed:
+                w.violate("G16 confirmation", (
+                    f"broker {self.node_id}, partition {tp.partition}: acknowledged under "
+                    "the current epoch, and still unconfirmed: it keeps one batch in flight "
+                    "for good"))
+        return outcome
     return handle_partition
+
+
+@probe(BP, "_maybe_bounce")
+def _bp_bounce_records_the_error(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def maybe_bounce(self: Any, tp: Any, *args: Any, **kwargs: Any) -> Any:
+        before = self._errors.last.get(tp)
+        result = orig(self, tp, *args, **kwargs)
+        if self._errors.last.get(tp) is not before:
+            w.errored[tp] = w.step()
+        return result
+    return maybe_bounce
+
+
+@probe(RETRY_ERRORS, "delivery_timeout_error")
+def _timeout_names_the_last_error(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def delivery_timeout_error(self: Any, tp: Any, cause: Any, *args: Any, **kwargs: Any) -> Any:
+        if cause is None and self.abort is None and tp in self.last and \
+                w.delivered.get(tp, -1) > w.errored.get(tp, -1):
+            w.violate("T1 stale last error", (
+                f"partition {tp.partition}: a delivery timeout names {self.last[tp]!r} as "
+                "its last error, and the partition was acknowledged since"))
+        return orig(self, tp, cause, *args, **kwargs)
+    return delivery_timeout_error
 
 
 @probe(BP, "_expire")
@@ -139,7 +173,8 @@ def _bp_next_wake(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
 def _acc_drain(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
     def drain(self: Any) -> Any:
         idem = self._idem
-        if idem is not None and idem.paused:
+        # (a new epoch is awaited from the moment it is requested until it starts)
+        if idem is not None and (idem.paused or idem._bump_requested.is_set()):
             w.violate("G4 sealed while paused", "the accumulator drained batches while "
                       "sealing was paused for a new epoch")
         in_flight = {tp: part.in_flight for tp, part in self.parts.items()}
