@@ -249,6 +249,8 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
                         trace.callbacks_raised += len(called[index])
                 rec.reported = channel_reports.get(index)
                 rec.attempts, rec.splits = watch.attempts_of(sent)
+                if index in trace.columnar:  # (sent as a row of its run: a row's count)
+                    rec.attempts, rec.splits = -1, 0
                 trace.messages.append(rec)
             for index, row_id, at, call in batches:
                 trace.messages.append(batch_row(schedule, index, row_id, at, call, rows,
