@@ -111,13 +111,13 @@ def explore_mutant(file: str, source: str, seed: int, budget: int,
     import logging
 
     from pipeline.testing.explore import check, run_schedule
-    from pipeline.testing.explore.sweep import schedule_for
+    from pipeline.testing.explore.sweep import teeth_schedule
 
     logging.getLogger("pipeline").setLevel(logging.CRITICAL)
     t0 = time.perf_counter()
     positions = range(budget) if only is None else only
     for ran, i in enumerate(positions, 1):
-        schedule = schedule_for(seed + i)
+        schedule = teeth_schedule(seed, i)
         violations = check(run_schedule(schedule, real_time_limit=SCHEDULE_LIMIT))
         if violations:
             return {"status": "found", "schedules": i + 1, "ran": ran, "seed": schedule.seed,
@@ -140,7 +140,7 @@ def trace_lines(seed: int, positions: list[int]) -> dict[str, dict[int, list[int
     import logging
 
     from pipeline.testing.explore import run_schedule
-    from pipeline.testing.explore.sweep import schedule_for
+    from pipeline.testing.explore.sweep import teeth_schedule
 
     logging.getLogger("pipeline").setLevel(logging.CRITICAL)
     files = {str(ROOT / f): f for f in PROTOCOL}
@@ -156,7 +156,7 @@ def trace_lines(seed: int, positions: list[int]) -> dict[str, dict[int, list[int
 
     lines: dict[str, dict[int, list[int]]] = {f: {} for f in PROTOCOL}
     for i in positions:
-        schedule = schedule_for(seed + i)
+        schedule = teeth_schedule(seed, i)
         seen.clear()
         sys.settrace(hook)
         try:

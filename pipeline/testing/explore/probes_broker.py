@@ -178,6 +178,7 @@ def _acc_drain(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
             w.violate("G4 sealed while paused", "the accumulator drained batches while "
                       "sealing was paused for a new epoch")
         in_flight = {tp: part.in_flight for tp, part in self.parts.items()}
+        retrying = {tp for tp, part in self.parts.items() if part.retrying is not None}
         if self._config.batch_bytes > self._batch_cap and any(
                 part.nbytes > self._batch_cap for part in self.parts.values()):
             w.reach("batch-capped-at-max-message-bytes")
@@ -187,7 +188,17 @@ def _acc_drain(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
             for m in batch.messages:
                 seen = attempts.get(id(m))
                 attempts[id(m)] = (m, seen[1] + 1 if seen is not None and seen[0] is m else 1)
+        txn = self._txn
         for tp, batch in taken.items():
+            if tp in retrying:
+                w.violate("G3 muting", (
+                    f"partition {tp.partition}: a batch drained while the partition is "
+                    "retrying (a failed batch of it waits to go back): it could overtake"))
+            if txn is not None and txn.version < 2 and tp not in txn.added:
+                w.violate("G17 partition not added", (
+                    f"partition {tp.partition}: a transactional batch drained before "
+                    "AddPartitionsToTxn added its partition (transaction version 1: the "
+                    "broker refuses it, and the transaction must abort)"))
             before = in_flight.get(tp, 0)
             if before:
                 w.reach("several-batches-of-a-partition-in-flight")

@@ -80,3 +80,18 @@ def bulked(schedule: Schedule, rng: random.Random) -> Schedule:
 def schedules(seed: int, n: int, mode: str = "both") -> Iterator[Schedule]:
     for i in range(n):
         yield schedule_for(seed + i, mode)
+
+
+# One schedule in TXN_EVERY of the teeth's sweep (``make mutants-explore``) is the
+# transactions workload's: the stages' transactional branches are judged too.
+TXN_EVERY = 10
+
+
+def teeth_schedule(seed: int, i: int) -> Schedule:
+    """Schedule ``i`` of the teeth's sweep from ``seed``: ``schedule_for(seed + i)``, or
+    every ``TXN_EVERY``-th, ``txn_schedule_for(seed + i)``."""
+    from .txn_schedule import txn_schedule_for
+
+    if i % TXN_EVERY == TXN_EVERY - 1:
+        return txn_schedule_for(seed + i)
+    return schedule_for(seed + i)
