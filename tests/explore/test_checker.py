@@ -230,9 +230,9 @@ def test_rows_of_send_bursts_get_exactly_one_outcome() -> None:
     outcome is a violation; the same row settled once and awaited or called
     back consistently is not."""
     row = msg(0, offset=0)
-    row.row, row.awaited = True, "ok 0 0"
+    row.row, row.awaited = True, "ok 0 0 at -1"  # (offset 0, timestamp -1)
     assert kinds(trace(True, [row], [0])) == []
-    row.awaited = "ok 0 1"
+    row.awaited = "ok 0 1 at -1"
     assert kinds(trace(True, [row], [0])) == ["O1 await"]
     failed = msg(1, ok=False)
     failed.row, failed.awaited = True, "failed DeliveryTimeoutError: expired"
@@ -245,9 +245,9 @@ def test_rows_of_send_bursts_get_exactly_one_outcome() -> None:
     t = trace(True, [], [])
     t.rows_settled_twice = 3
     assert kinds(t) == ["O1 double settle"]
-    row.awaited, row.called = "", "ok 0 0"
+    row.awaited, row.called = "", "ok 0 0 at -1"
     assert kinds(trace(True, [row], [0])) == []
-    for wrong in ("ok 0 0; ok 0 0", "never called", "ok 1 0"):  # twice, never, elsewhere
+    for wrong in ("ok 0 0 at -1; ok 0 0 at -1", "never called", "ok 1 0 at -1", "ok 0 0 at 7"):  # twice, never, elsewhere
         row.called = wrong
         assert kinds(trace(True, [row], [0])) == ["O1 callback"]
 
@@ -341,12 +341,25 @@ def test_statistics_count_each_partitions_outcomes_and_their_gauges_add_up() -> 
 def test_a_callback_hears_the_metadata_an_await_returns() -> None:
     """O1: an on_delivery call and an await agree, the offset's being known included
     (``RecordMetadata.offset_known``: False only with no offset, acks=0 or a
-    duplicate answered without one)."""
+    duplicate answered without one), and the timestamp."""
     m = msg(0, offset=0)
-    m.called = m.awaited = "ok 0 0"
+    m.called = m.awaited = "ok 0 0 at -1"
     assert kinds(trace(True, [m], [0])) == []
-    m.called = "ok 0 0 offset unknown"
+    m.called = "ok 0 0 offset unknown at -1"
     assert kinds(trace(True, [m], [0])) == ["O1 callback"]
+
+
+def test_an_acknowledged_message_reports_the_brokers_append_time() -> None:
+    """A3: on a LogAppendTime topic the timestamp a message reports is its record's in
+    the log (the batch's max timestamp, the broker's append time)."""
+    m = msg(0, offset=0)
+    t = trace(True, [m], [0])
+    t.schedule = replace(t.schedule, log_append_time=True)
+    t.log_times = {0: [1_750_000_000_125]}
+    m.timestamp = 1_750_000_000_125
+    assert kinds(t) == []
+    m.timestamp = 1_700_000_000_000  # its create time
+    assert kinds(t) == ["A3 timestamp"]
 
 
 def test_acks_0_reports_no_offset() -> None:

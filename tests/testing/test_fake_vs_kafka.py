@@ -180,6 +180,26 @@ async def idempotence(t: Target, topic: str) -> list[Any]:
     return out
 
 
+async def log_append_time(t: Target, topic: str) -> list[Any]:
+    """A LogAppendTime topic: an append is answered with the broker's time, not the
+    records' own (T), a later one with a time no earlier, and a duplicate with the time
+    of its original append (the cached batch's max timestamp)."""
+    await t.create(topic, 1, 1, {"message.timestamp.type": "LogAppendTime"})
+    conn = await t.leader_conn(topic)
+    pid = await new_pid(conn)
+
+    def b(seq: int, *values: bytes) -> bytes:
+        return records(*values, producer_id=pid, producer_epoch=0, base_sequence=seq)
+
+    first = await first_write(conn, topic, 0, b(0, b"a", b"b"))
+    second = await produce(conn, topic, 0, b(2, b"c"))
+    again = await produce(conn, topic, 0, b(0, b"a", b"b"))
+    at = first.log_append_time_ms
+    return [(first.error_code, first.base_offset, at > T + 1),
+            (second.error_code, second.base_offset, second.log_append_time_ms >= at),
+            (again.error_code, again.base_offset, again.log_append_time_ms == at)]
+
+
 async def init_producer_id(t: Target, topic: str) -> list[Any]:
     conn = await t.cluster.any_connection()
     first = await new_pid(conn)
@@ -655,6 +675,7 @@ async def listings(t: Target, topic: str) -> list[Any]:
 
 SCENARIOS: dict[str, Callable[[Target, str], Awaitable[list[Any]]]] = {
     "idempotence": idempotence,
+    "log_append_time": log_append_time,
     "init_producer_id": init_producer_id,
     "unknown": unknown,
     "sizes": sizes,
@@ -684,6 +705,7 @@ EXPECTED: dict[str, list[Any]] = {
         (OUT_OF_ORDER, -1, -1),
         (NONE, 0, -1), (NONE, 1, -1), (NONE, 0, T),
     ],
+    "log_append_time": [(NONE, 0, True), (NONE, 2, True), (NONE, 0, True)],
     # always a new id with epoch 0, whatever id/epoch is sent; half an id is refused
     "init_producer_id": [(NONE, True, 0), (NONE, True, 0), (NONE, True, 0),
                          (INVALID_REQUEST, False, -1), (INVALID_REQUEST, False, -1)],

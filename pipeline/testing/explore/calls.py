@@ -153,6 +153,7 @@ def batch_row(schedule: Schedule, index: int, row_id: int, at: float,
     if run is not None:
         rec.ok = run._state == OK
         rec.offset = run.offset + pos if rec.ok and run.offset >= 0 else -1
+        rec.timestamp = run.timestamp if rec.ok else -1
         if run._outcome is not None:
             rec.cause = f"{type(run._outcome).__name__}: {run._outcome}"
     rec.settled_at, rec.settled_closing = settled.get(row_id, (None, False))
@@ -223,7 +224,8 @@ class CallbackBug(Exception):
 
 def metadata(md: RecordMetadata) -> str:
     """An acknowledged delivery's metadata, as the checker writes it (O1)."""
-    return f"ok {md.partition} {md.offset}" + ("" if md.offset_known else " offset unknown")
+    return (f"ok {md.partition} {md.offset}" + ("" if md.offset_known else " offset unknown")
+            + f" at {md.timestamp}")
 
 
 def call_back(calls: list[str], value: bytes, raising: bool, md: RecordMetadata | None,

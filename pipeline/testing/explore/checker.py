@@ -45,6 +45,8 @@ Both modes:
 
 * A1 every acknowledged message is in its partition's log, at the offset it
   was acknowledged with (when the broker gave one);
+* A3 on a LogAppendTime topic, an acknowledged message reports the time the broker
+  appended the record it was acknowledged with;
 * A2 every record in a log is an accepted message routed to that partition
   (nothing else reaches the wire: sarama #2150);
 * O1 every accepted message is settled exactly once (``double_settles == 0``,
@@ -254,7 +256,8 @@ def _outcome_of(m: Message) -> str:
     """The outcome as the runner writes what an await returned."""
     if not m.ok:
         return f"failed {m.cause}"
-    return f"ok {m.partition} {m.offset}" + ("" if m.offset >= 0 else " offset unknown")
+    return (f"ok {m.partition} {m.offset}" + ("" if m.offset >= 0 else " offset unknown")
+            + f" at {m.timestamp}")
 
 
 def _index_of(value: bytes) -> int:
@@ -299,6 +302,11 @@ def _logs(trace: Trace) -> list[Violation]:
                 elif m.offset >= 0 and (m.offset >= len(values) or values[m.offset] != m.value):
                     out.append(Violation("A1 offset", f"message #{m.index} acknowledged at "
                                          f"offset {m.offset}, found at {first[m.index]}"))
+                elif s.log_append_time and m.offset >= 0 and \
+                        m.timestamp != trace.log_times[p][m.offset]:
+                    out.append(Violation("A3 timestamp", f"message #{m.index} acknowledged "
+                                         f"with timestamp {m.timestamp}; the broker appended "
+                                         f"it at {trace.log_times[p][m.offset]}"))
     return out
 
 

@@ -46,7 +46,7 @@ from pipeline.producer._intake import send_path
 from pipeline.producer._message import OK, PENDING, ProducerMessage
 from pipeline.producer._outcomes.delivery import Delivery
 from pipeline.protocol.errors import ErrorCode
-from pipeline.protocol.records import decode_record_batches
+from pipeline.protocol.records import LOG_APPEND_TIME, decode_record_batches
 from pipeline.testing.fake_cluster import FakeCluster
 
 from . import (  # noqa: F401 (they register)
@@ -174,6 +174,8 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
         await root.start(fake.run)
         configs = ({"max.message.bytes": str(schedule.topic_max_message_bytes)}
                    if schedule.topic_max_message_bytes else {})
+        if schedule.log_append_time:
+            configs["message.timestamp.type"] = "LogAppendTime"
         fake.create_topic(TOPIC, schedule.partitions, leaders=list(schedule.leaders),
                           configs=configs)
         producer: Producer | None = None
@@ -259,6 +261,9 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
         for p in range(schedule.partitions):
             entries = fake.log(TOPIC, p)
             trace.logs[p] = [e.record.value or b"" for e in entries]
+            trace.log_times[p] = [
+                e.batch.max_timestamp if e.batch.timestamp_type == LOG_APPEND_TIME
+                else e.batch.base_timestamp + e.record.timestamp_delta for e in entries]
             trace.state_lost[p] = {
                 offset
                 for stored in fake.partition(TOPIC, p).batches if stored.state_lost
@@ -331,6 +336,7 @@ def _record(index: int, msg: ProducerMessage | Delivery, at: float,
     rec.ok = msg._state == OK
     rec.pending = msg._state == PENDING
     rec.offset = msg.offset
+    rec.timestamp = msg.timestamp if rec.ok and msg.timestamp is not None else -1
     if msg._outcome is not None:
         rec.cause = f"{type(msg._outcome).__name__}: {msg._outcome}"
     rec.settled_at, rec.settled_closing = settled.get(msg_id, (None, False))

@@ -148,6 +148,9 @@ class Schedule:
     send_path: str = ""
     # The producer's partitioner: "default", or "custom" (a user's: routing.py).
     partitioner: str = "default"
+    # The topic's message.timestamp.type is LogAppendTime: acknowledged records carry
+    # the broker's append time (checker A3).
+    log_append_time: bool = False
     # Which generator made it (sweep.py), for reports; not part of the run.
     profile: str = field(default="", compare=False)
     note: str = field(default="", compare=False)
@@ -172,6 +175,7 @@ class Schedule:
             f"{f' min_insync_replicas={self.min_insync_replicas}' if self.min_insync_replicas > 1 else ''}"
             f"{f' send_path={self.send_path}' if self.send_path else ''}"
             f"{f' partitioner={self.partitioner}' if self.partitioner != 'default' else ''}"
+            f"{' log_append_time' if self.log_append_time else ''}"
             f"{f' workload={self.workload} transaction_version={self.transaction_version} txn_marker_delay={self.txn_marker_delay}' if self.workload != 'producer' else ''}"
             f"{f' profile={self.profile}' if self.profile else ''} {opts}"
         )

@@ -38,6 +38,9 @@ CUSTOM_PARTITIONER, MISROUTED = 0.25, 0.2
 # Share of schedules whose send() loops may become send_many() / send_batch() calls.
 BULKED = 0.3
 
+# Share of schedules whose topic stamps records with the broker's append time.
+LOG_APPEND_TIME = 0.2
+
 
 def schedule_for(seed: int, mode: str = "both") -> Schedule:
     rng = random.Random(seed * 104729 + 3)
@@ -58,6 +61,8 @@ def schedule_for(seed: int, mode: str = "both") -> Schedule:
         schedule = misrouted(schedule, rng)
     if rng.random() < BULKED:
         schedule = bulked(schedule, rng)
+    if rng.random() < LOG_APPEND_TIME:
+        schedule = replace(schedule, log_append_time=True)
     return schedule
 
 

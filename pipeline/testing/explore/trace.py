@@ -28,6 +28,7 @@ class Message:
     partition: int | None = None
     ok: bool = False
     offset: int = -1
+    timestamp: int = -1  # an acknowledged message's, as its delivery reports it
     cause: str = ""
     settled_at: float | None = None
     settled_closing: bool = False  # settled once the close had begun
@@ -96,6 +97,8 @@ class Trace:
     messages: list[Message] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
     logs: dict[int, list[bytes]] = field(default_factory=dict)
+    # Each logged record's timestamp (its batch's max on a LogAppendTime topic).
+    log_times: dict[int, list[int]] = field(default_factory=dict)
     # Values of every record some Produce request carried (filled only when a
     # message accepted after healing failed: L1 asks whether it was ever sent).
     sent: set[bytes] = field(default_factory=set)

@@ -41,6 +41,11 @@ adds the partition to the transaction, older versions need AddPartitionsToTxn fi
 once appended open the producer's transaction in the partition (the last stable offset
 stops there until its marker).
 
+A topic with ``message.timestamp.type=LogAppendTime`` stores each batch with the
+broker's clock (`state.clock_ms`) as its max timestamp and the timestamp-type bit set
+(`LogValidator`), and answers that time in ``log_append_time_ms`` (-1 on CreateTime
+topics); the producer-state cache keeps it, so a duplicate is answered with it too.
+
 acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS). With acks=0 nothing is
 answered, and, as Kafka does, a partition error closes the connection so the
 client refreshes its metadata.
@@ -69,10 +74,12 @@ from .state import (
     PartitionState,
     ProducerEntry,
     StoredBatch,
+    clock_ms,
     in_sequence,
     open_transaction,
     parse_batch_header,
     restamp_offsets,
+    with_log_append_time,
 )
 from .txn import TransactionCoordinator
 
@@ -286,11 +293,15 @@ def _produce_partition(
             return _partition_error(index, ErrorCode.UNKNOWN_PRODUCER_ID)
 
     base_offset = part.high_watermark
+    max_timestamp, append_ms = header.max_timestamp, -1
+    if topic_state.configs.get("message.timestamp.type") == "LogAppendTime":
+        max_timestamp = append_ms = clock_ms(now)
+        raw = with_log_append_time(raw, append_ms)
     stored = StoredBatch(
         base_offset=base_offset,
         last_offset=base_offset + header.last_offset_delta,
         data=restamp_offsets(raw, base_offset=base_offset, leader_epoch=part.leader_epoch),
-        max_timestamp=header.max_timestamp,
+        max_timestamp=max_timestamp,
         append_time=now,
         state_lost=pid >= 0 and entry is None and pid in part.forgotten,
     )
@@ -308,14 +319,14 @@ def _produce_partition(
                 last_seq=header.last_sequence,
                 base_offset=stored.base_offset,
                 last_offset=stored.last_offset,
-                timestamp=header.max_timestamp,
+                timestamp=max_timestamp,
             )
         )
     return pm.PartitionProduceResponse(
         index=index,
         error_code=0,
         base_offset=base_offset,
-        log_append_time_ms=-1,
+        log_append_time_ms=append_ms,
         log_start_offset=part.log_start_offset,
     )
 

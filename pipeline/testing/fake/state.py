@@ -102,6 +102,28 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == MAX_SEQUENCE)
 
 
+# The fake brokers' wall clock, in ms: this epoch plus trio's (virtual) time.
+CLOCK_EPOCH_MS = 1_750_000_000_000
+
+
+def clock_ms(now: float) -> int:
+    return CLOCK_EPOCH_MS + int(now * 1000)
+
+
+def with_log_append_time(batch: bytes, append_ms: int) -> bytes:
+    """A batch as a LogAppendTime topic's leader stores it (Kafka's ``LogValidator``:
+    ``setMaxTimestamp(LOG_APPEND_TIME, now)``): the timestamp-type attribute set and the
+    max timestamp the append time, which readers take for every record's; the CRC
+    recomputed (it covers both)."""
+    from pipeline.protocol.batch_format import ATTR_TIMESTAMP_TYPE
+    from pipeline.protocol.crc import crc32c
+
+    (attributes,) = struct.unpack_from(">h", batch, CRC_START)
+    tail = (struct.pack(">h", attributes | ATTR_TIMESTAMP_TYPE) + batch[CRC_START + 2:35]
+            + struct.pack(">q", append_ms) + batch[43:])
+    return batch[:CRC_START - 4] + struct.pack(">I", crc32c(tail)) + tail
+
+
 def restamp_offsets(batch: bytes, *, base_offset: int, leader_epoch: int) -> bytes:
     """Rewrite the leader-owned fields outside the CRC (base offset, leader epoch)."""
     return (
