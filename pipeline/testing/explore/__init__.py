@@ -12,7 +12,8 @@ deterministically on virtual time, into a :class:`Trace`; ``check(trace)`` retur
 that still violates; ``to_json`` / ``from_json`` read and write the regression files.
 """
 
-from . import txn_checker, txn_runner  # noqa: F401 (the transactions workload registers)
+# (they register: statistics' invariants, routing's, the transactions workload)
+from . import counts, placement, txn_checker, txn_runner  # noqa: F401
 from .checker import Violation, check
 from .runner import Trace, run_schedule
 from .schedule import Event, Schedule, Send, from_json, generate, to_json

@@ -81,10 +81,10 @@ Both modes:
   but that costs a round trip and a retry level per split), and no message
   fails with MESSAGE_TOO_LARGE;
 * P1 every record goes where its partition, key and partitioner say, or fails
-  with the routing error they call for (``routing.py``);
+  with the routing error they call for (``placement.py``);
 * K1 keyless records spread as Kafka's sticky partitioner spreads them
   (KIP-480/794): ``batch_bytes`` of them (their size bounds) to one partition,
-  the record that reaches it included, then another partition (``routing.py``);
+  the record that reaches it included, then another partition (``placement.py``);
 * O4 / O9 ``statistics()`` counts what the outcomes say, and its gauges add up
   while the run goes on (``counts.py``);
 * O7 the close's count of undelivered messages (logged) is what it failed;
@@ -101,6 +101,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .routing import ROUTING_ERRORS
 from .trace import Message, Trace
 
 EPS = 1e-9
@@ -406,7 +407,7 @@ def _liveness(trace: Trace) -> list[Violation]:
     for m in trace.messages:
         if start <= m.accepted_at <= end and not m.ok and not m.cause.startswith("MessageTooLarge") \
                 and not (s.topic_max_message_bytes and "MESSAGE_TOO_LARGE" in m.cause) \
-                and not m.cause.startswith(routing.ROUTING_ERRORS):  # (P1 judges those)
+                and not m.cause.startswith(ROUTING_ERRORS):  # (P1 judges those)
             # sent: the producer built a request with it (a write may still fail);
             # a row's attempts are its run's, not counted: what a broker received.
             sent = m.attempts > 0 if m.attempts >= 0 else m.value in trace.sent
@@ -543,5 +544,3 @@ def _unobserved(trace: Trace) -> list[Violation]:
                           "producer.errors")]
     return []
 
-
-from . import counts, routing  # noqa: E402, F401 (register O4 and O9; P1 and K1)
