@@ -304,3 +304,35 @@ async def test_requests_sent_counts_requests_written_not_a_send_that_failed(
         stats = producer.statistics()
     assert refused and (stats.requests_sent, stats.succeeded) == (1, 1)
     assert len(fake.requests_of(ApiKey.PRODUCE)) == 1
+
+
+async def test_a_request_being_written_counts_as_in_flight(
+        fake: FakeCluster, autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drained request whose write has not finished (a slow socket) is in flight for
+    the statistics: its records are neither queued any more nor forgotten, so queued
+    and in-flight records add up to those without an outcome (the explorer's O9, at
+    rest)."""
+    from pipeline.cluster.connection import BrokerConnection
+
+    fake.create_topic("t", 1)
+    original = BrokerConnection.send
+    writing = trio.Event()
+    release = trio.Event()
+
+    async def send(self: BrokerConnection, request: Any, **kwargs: Any) -> Any:
+        if type(request).__name__ == "ProduceRequest" and not release.is_set():
+            writing.set()
+            await release.wait()  # (the write takes its time)
+        return await original(self, request, **kwargs)
+
+    monkeypatch.setattr(BrokerConnection, "send", send)
+    async with open_fake_producer(fake) as producer:
+        delivery = await producer.send("t", b"x")
+        await writing.wait()
+        stats = producer.statistics()
+        part = stats.topics["t"].partitions[0]
+        release.set()
+        await delivery
+    assert (stats.in_flight_requests, part.in_flight_batches, part.in_flight_messages,
+            part.queued_messages, stats.queued_messages) == (1, 1, 1, 0, 0)

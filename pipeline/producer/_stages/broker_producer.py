@@ -40,7 +40,7 @@ import logging
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
@@ -113,6 +113,9 @@ class BrokerProducer:
         self._acc = Accumulator(ctx)
         self._parts = self._acc.parts
         self._in_flight: deque[_InFlight] = deque()
+        # The request the flusher is writing (drained, not in ``_in_flight`` until
+        # written): on the wire for the statistics, which would miss its records.
+        self._writing: _InFlight | None = None
         self._wake_flusher = trio.Event()
         # What the flusher waits until while it waits (None: busy): _poke_flusher.
         self._flusher_until: float | None = None
@@ -187,6 +190,7 @@ class BrokerProducer:
     # -- bouncing (the retry back-edge; never blocks) ----------------------
     def _schedule_bounce(self, part: PartitionQueue, batch: SealedBatch, cause: BaseException) -> None:
         part.retrying = cause
+        batch.error = cause
         part.failed.append(batch)
 
     def _maybe_bounce(self, tp: TopicPartition, part: PartitionQueue) -> bool:
@@ -208,7 +212,8 @@ class BrokerProducer:
         limit = self._config.retries
         now = trio.current_time()
         again: list[RetryItem] = []
-        exhausted: list[ProducerMessage] = []
+        # (each batch that spent its retries fails with its own last answer)
+        exhausted: dict[int, tuple[BaseException, list[ProducerMessage]]] = {}
         expired: list[ProducerMessage] = []
         unanswered: list[ProducerMessage] = []  # expired, from a batch of unknown fate
         # An authentication failure is not retried (KIP-152, as the Java client):
@@ -224,7 +229,12 @@ class BrokerProducer:
             spent = fatal or (tried and unit._retries >= limit)  # type: ignore[union-attr]
             if spent or unit._deadline <= now:
                 unknown = isinstance(unit, SealedBatch) and unit.fate_unknown
-                (exhausted if spent else unanswered if unknown else expired).extend(msgs)
+                if spent:
+                    # (a batch sent back after a send always carries its answer)
+                    error = cause if fatal else cast(BaseException, unit.error)  # type: ignore[union-attr]
+                    exhausted.setdefault(id(error), (error, []))[1].extend(msgs)
+                else:
+                    (unanswered if unknown else expired).extend(msgs)
                 if self._idem is not None and isinstance(unit, SealedBatch):
                     self._idem.batch_failed(
                         unit, "authentication failed" if fatal
@@ -237,8 +247,8 @@ class BrokerProducer:
                     counters.retries += 1
                     counters.retried_messages += record_count(msgs)
                 again.append(unit)
-        if exhausted:
-            self._ledger.fail(exhausted, cause)
+        for error, spent_msgs in exhausted.values():
+            self._ledger.fail(spent_msgs, error)
         if expired:
             self._ledger.fail(expired, self._errors.delivery_timeout_error(tp, cause))
         if unanswered:
@@ -333,6 +343,7 @@ class BrokerProducer:
         flight = _InFlight(None, taken, min(b._deadline for b in taken.values()))
         version = None if txn is None else min(conn.version_for(ApiKey.PRODUCE),
                                                 txn.produce_version_cap)
+        self._writing = flight
         try:
             pending = await conn.send(request, version=version, expect_response=self._acks != 0)
             self.requests_sent += 1  # (written: a send that failed wrote nothing)
@@ -340,6 +351,8 @@ class BrokerProducer:
             flight.pending = pending if self._acks != 0 else None
         except KafkaError as exc:
             flight.error = exc  # handled by the responder, in request order
+        finally:
+            self._writing = None
         self._in_flight.append(flight)
         self._wake_responder.set()
 
@@ -505,10 +518,12 @@ class BrokerProducer:
         return out
 
     def on_the_wire(self) -> tuple[int, dict[TopicPartition, list[int]]]:
-        """Requests in flight, and per partition ``[batches, records, bytes]`` on the
-        wire whose outcome is awaited (not failed at their delivery deadline)."""
+        """Requests in flight (the one being written included), and per partition
+        ``[batches, records, bytes]`` on the wire whose outcome is awaited (not failed
+        at their delivery deadline)."""
         out: dict[TopicPartition, list[int]] = {}
-        for flight in self._in_flight:
+        flights = [*self._in_flight] if self._writing is None else [*self._in_flight, self._writing]
+        for flight in flights:
             for tp, batch in flight.batches.items():
                 if tp in flight.expired:
                     continue  # (failed at its deadline: no longer waited for)
@@ -518,7 +533,7 @@ class BrokerProducer:
                 entry[0] += 1
                 entry[1] += record_count(batch.messages)
                 entry[2] += batch.nbytes
-        return len(self._in_flight), out
+        return len(flights), out
 
     # -- delivery timeout --------------------------------------------------
     def expire_all(self) -> None:

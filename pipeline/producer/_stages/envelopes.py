@@ -63,6 +63,7 @@ class SealedBatch:
         "_level",
         "_retries",
         "base_sequence",
+        "error",
         "fate_unknown",
         "messages",
         "nbytes",
@@ -104,6 +105,9 @@ class SealedBatch:
         # request timed out): it may have been written, so it must never be
         # re-stamped with a new epoch, only re-sent identical.
         self.fate_unknown = False
+        # What its last send was answered with when that sent it back: the error it
+        # fails with once its retries are spent (not a later one of its partition's).
+        self.error: BaseException | None = None
 
     def __repr__(self) -> str:
         return (

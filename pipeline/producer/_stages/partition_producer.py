@@ -125,6 +125,7 @@ class PartitionProducer:
         # completed: re-attaching earlier would pick the stale leader again.
         self._metadata_fresh = True
         self._refreshing = False
+        self._round: RefreshRound | None = None  # the latest refresh asked for
         self._reroute = False  # set by leader_changed(): leave our broker producer at the next tick
         self._nursery: trio.Nursery | None = None
         self._out: list[Unit] = []  # for ``bp``, gathered during one pass
@@ -166,23 +167,30 @@ class PartitionProducer:
         chosen now (the next one to start), so it is fresher than whatever made
         us ask, whenever the waiter task runs."""
         self._metadata_fresh = False
-        if self._refreshing or self._nursery is None:
+        if self._nursery is None:
             return
         try:
-            round_ = self._cluster.queue_refresh([self.tp.topic])
+            self._round = self._cluster.queue_refresh([self.tp.topic])
         except KafkaError as exc:
             # The cluster client closed (it does only after the pipeline was
             # cancelled): nothing fresher will come; the cached view it is.
             log.debug("%s: no metadata refresh: %s", self.tp, exc)
             self._metadata_fresh = True
             return
-        self._refreshing = True
-        self._nursery.start_soon(self._await_refresh, round_)
+        if not self._refreshing:
+            self._refreshing = True
+            self._nursery.start_soon(self._await_refresh)
 
-    async def _await_refresh(self, round_: RefreshRound) -> None:
+    async def _await_refresh(self) -> None:
+        """Wait for the latest round asked for: one asked for while an earlier one
+        ran may have started before the failure that asked (G12)."""
         try:
-            with trio.move_on_after(self._config.request_timeout):
-                await round_.wait()
+            round_ = None
+            while round_ is not self._round:
+                round_ = self._round
+                assert round_ is not None
+                with trio.move_on_after(self._config.request_timeout):
+                    await round_.wait()
         except Exception as exc:  # any failure: fall back to the cached view
             log.debug("%s: metadata refresh failed: %s", self.tp, exc)
         finally:
