@@ -238,3 +238,29 @@ async def test_acks_zero_kafka_vs_tansu(targets: dict[str, tuple[str, int]]) -> 
         assert frame is not None
         answers[name] = peek_correlation_id(frame) == quiet
     assert answers == {"fake": False, "tansu": True}
+
+
+async def test_the_fakes_tansu_mode_answers_idempotent_batches_as_tansu(
+        nursery: trio.Nursery, tansu: EmbeddedBroker) -> None:
+    """``FakeCluster(tansu_sequences=True)`` (the explorer's tansu schedules) gives
+    tansu's answers where tansu and Kafka differ: a re-sent batch 46 with offset -1,
+    nothing appended; an epoch the producer bumped itself 90; and, as both, a gap 45."""
+    fake = FakeCluster(brokers=1, tcp=True, tansu_sequences=True)
+    await nursery.start(fake.run)
+    host, port = fake.bootstrap.split(":")
+    answers = {}
+    for name, address in {"fake": (host, int(port)), "tansu": ("127.0.0.1", tansu.port)}.items():
+        c, pid = await prepared(address, "tansu-mode")
+        seen = []
+        for b in (batch(b"a", b"b", producer_id=pid, producer_epoch=0, base_sequence=0),
+                  batch(b"a", b"b", producer_id=pid, producer_epoch=0, base_sequence=0),
+                  batch(b"c", producer_id=pid, producer_epoch=0, base_sequence=5),
+                  batch(b"c", producer_id=pid, producer_epoch=1, base_sequence=0),
+                  batch(b"c", producer_id=pid, producer_epoch=0, base_sequence=2)):
+            r = partition_response(await c.request(produce_request("tansu-mode", 0, b), 9))
+            seen.append((r.error_code, r.base_offset if r.error_code in (0, 46) else None))
+        answers[name] = seen
+    assert answers["fake"] == answers["tansu"] == [
+        (0, 0), (ErrorCode.DUPLICATE_SEQUENCE_NUMBER, -1),
+        (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, None), (ErrorCode.PRODUCER_FENCED, None),
+        (0, 2)]

@@ -13,7 +13,14 @@ that still violates; ``to_json`` / ``from_json`` read and write the regression f
 """
 
 # (they register: statistics' invariants, routing's, the transactions workload)
-from . import counts, placement, txn_checker, txn_runner  # noqa: F401
+from . import (  # noqa: F401
+    counts,
+    placement,
+    producer_ids,
+    txn_checker,
+    txn_runner,
+    wire_limits,
+)
 from .checker import Violation, check
 from .runner import Trace, run_schedule
 from .schedule import Event, Schedule, Send, from_json, generate, to_json

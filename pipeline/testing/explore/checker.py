@@ -449,7 +449,9 @@ def _retries(trace: Trace) -> list[Violation]:
     """R1: the producer builds a request with a message at most ``retries + 1``
     times (a retry is a send that failed and went back; what only waited behind a
     failed batch spends none, and neither does a KIP-126 split), and a message that
-    failed with a retriable broker error after a send spent them all."""
+    failed with a broker's answer the producer retries (``_retried_answer``) after a
+    send spent them all, with the answer to its own last send; never with
+    DUPLICATE_SEQUENCE_NUMBER (tansu's answer to a batch it has: written)."""
     s = trace.schedule
     limit = s.option("retries")
     if limit >= 2**31 - 1 or trace.crash:
@@ -462,7 +464,10 @@ def _retries(trace: Trace) -> list[Violation]:
         if m.attempts > allowed:
             out.append(Violation("R1 retries", f"message #{m.index} was sent {m.attempts} times "
                                  f"with retries={limit} ({m.splits} splits)"))
-        elif not m.ok and _retriable_answer(m.cause) and m.attempts != allowed:
+        elif m.cause.startswith("BrokerResponseError: DUPLICATE_SEQUENCE_NUMBER"):
+            out.append(Violation("R1 retries", f"message #{m.index} failed with "
+                                 f"{m.cause[:80]!r}: the broker has its batch"))
+        elif not m.ok and _retried_answer(m.cause, s.idempotent) and m.attempts != allowed:
             out.append(Violation("R1 retries", f"message #{m.index} failed with {m.cause[:80]!r} "
                                  f"after {m.attempts} sends, with retries={limit} "
                                  f"({m.splits} splits)"))
@@ -471,16 +476,47 @@ def _retries(trace: Trace) -> list[Violation]:
     return out
 
 
-def _retriable_answer(cause: str) -> bool:
-    """A retriable error a broker answered (the batch got that far each time)."""
+@invariant
+def _answered(trace: Trace) -> list[Violation]:
+    """E1: a message that failed with a broker's answer failed with one a broker gave
+    to a request holding it (its own batch's answer, not a later batch's)."""
+    answered = trace.answered
+    if trace.crash or answered is None:
+        return []
+    for m in trace.messages:
+        code = _answer_code(m.cause) if not m.ok else None
+        if code is not None and code not in answered.get(m.value, ()):
+            return [Violation("E1 cause", f"message #{m.index} failed with {m.cause[:80]!r}; "
+                              f"its batches were answered with "
+                              f"{sorted(answered.get(m.value, ()))}")]
+    return []
+
+
+def _answer_code(cause: str) -> int | None:
+    """The error code of a failure by a broker's answer (None: another failure)."""
     from pipeline.protocol.errors import ErrorCode
 
     if not cause.startswith("BrokerResponseError: "):
-        return False
+        return None
     name = cause.removeprefix("BrokerResponseError: ").split(" ", 1)[0]
     code = ErrorCode.__members__.get(name)
-    # (an OUT_OF_ORDER_SEQUENCE_NUMBER nothing explains fails its batch at once)
-    return code is not None and code.retriable and code != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    return None if code is None else int(code)
+
+
+def _retried_answer(cause: str, idempotent: bool) -> bool:
+    """An answer to a send that the producer retries (the batch got that far each
+    time): a retriable error, and with idempotence also the ones it recovers from
+    with a new epoch or producer id, and an OUT_OF_ORDER_SEQUENCE_NUMBER an earlier
+    failed batch explains (the fake gives no other: G10)."""
+    from pipeline.protocol.errors import ErrorCode
+
+    value = _answer_code(cause)
+    if value is None:
+        return False
+    code = ErrorCode(value)
+    return code.retriable or (idempotent and code in (
+        ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.PRODUCER_FENCED, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER))
 
 
 @invariant

@@ -3,6 +3,10 @@ while the run goes on (O9)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
+from pipeline.protocol.batch_decoder import decode_record_batches
+
 from .checker import Violation, invariant
 from .trace import Trace
 
@@ -66,11 +70,57 @@ def _partition_counts(trace: Trace) -> list[Violation]:
 
 
 @invariant
+def _wire_counts(trace: Trace) -> list[Violation]:
+    """O4, against the wire: per partition, after the close, ``delivered_bytes`` is the
+    size bounds of the records acknowledged there; ``batches`` (sealed) at least the
+    distinct batches the brokers received (in a run without KIP-126 splits or
+    columnar rows, whose halves are not sealed); ``retries`` and ``retried_messages`` at least the batches, and their
+    records, the brokers received again (a retry the brokers never received counts
+    too)."""
+    if trace.crash or not trace.wire_counts:
+        return []
+    bounds = {i: b for a in trace.attempts for i, b in zip(a.indexes, a.bounds, strict=True)}
+    delivered: dict[int, int] = {}
+    for m in trace.messages:
+        if m.ok and m.partition is not None and not m.row and m.index in bounds:
+            delivered[m.partition] = delivered.get(m.partition, 0) + bounds[m.index]
+    received: dict[int, Counter[tuple[bytes, bytes, int]]] = {}
+    for _, request in trace.produce_requests:
+        for topic in request.topic_data:
+            for part in topic.partition_data:
+                seen = received.setdefault(part.index, Counter())
+                for batch in decode_record_batches(bytes(part.records or b"")):
+                    values = [r.value or b"" for r in batch.records]
+                    if values:
+                        seen[values[0], values[-1], len(values)] += 1
+    rows = {m.partition for m in trace.messages if m.row or m.index in trace.columnar}
+    # (a split's halves are not sealed, and a columnar run's rows may be split too)
+    whole = not rows and not any(m.splits for m in trace.messages)
+    for p, (batches, retries, retried, delivered_bytes) in sorted(trace.wire_counts.items()):
+        seen = received.get(p, Counter())
+        again = sum(n - 1 for n in seen.values())
+        again_records = sum((n - 1) * key[2] for key, n in seen.items())
+        if p not in rows and delivered_bytes != delivered.get(p, 0):
+            return [Violation("O4 statistics", f"partition {p}: statistics() counts "
+                              f"{delivered_bytes} bytes delivered; the records acknowledged "
+                              f"there are {delivered.get(p, 0)}")]
+        if whole and batches < len(seen):
+            return [Violation("O4 statistics", f"partition {p}: statistics() counts {batches} "
+                              f"batches sealed; the brokers received {len(seen)}")]
+        if retries < again or retried < again_records:
+            return [Violation("O4 statistics", f"partition {p}: statistics() counts {retries} "
+                              f"retries of {retried} records; the brokers received {again} "
+                              f"batches of {again_records} records again")]
+    return []
+
+
+@invariant
 def _gauges(trace: Trace) -> list[Violation]:
     """O9: at every reading while the run goes on, no gauge is negative; each batch in
     flight holds a record and a batch's overhead at least; queued records hold a byte
     each at least; and the records queued or in flight are no more than those not
-    settled yet."""
+    settled yet, and exactly those when nothing is between the stages (``at_rest``,
+    ``runner._at_rest``: the partition and broker stages hold them all)."""
     out: list[Violation] = []
     for g in trace.gauges:
         waiting = 0
@@ -84,9 +134,10 @@ def _gauges(trace: Trace) -> list[Violation]:
                                      f"batches of {flying} records ({flying_bytes} bytes)"))
                 return out
             waiting += queued + flying
-        if waiting > g.unsettled:
+        if waiting > g.unsettled or (g.at_rest and waiting != g.unsettled):
             out.append(Violation("O9 gauges", f"at {g.at:.4f}: {waiting} records queued or in "
-                                 f"flight, {g.unsettled} not settled"))
+                                 f"flight, {g.unsettled} not settled"
+                                 f"{' (nothing between the stages)' if g.at_rest else ''}"))
             return out
     return out
 

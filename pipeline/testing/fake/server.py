@@ -108,6 +108,8 @@ class FakeServer:
         self.groups = groups  # the classic group coordinator's APIs
         #: every request received, in arrival order
         self.requests: list[RecordedRequest] = []
+        #: every answer written, (api key, when, request, response), in writing order
+        self.answers: list[tuple[int, float, Any, Any]] = []
         self.conns: set[Conn] = set()
         self._data_event = trio.Event()  # set when a Produce grows any log (Fetch waits)
         self._request_event = trio.Event()  # set when a request is recorded
@@ -265,6 +267,7 @@ class FakeServer:
             if not self.state.brokers[node_id].alive:
                 return False
         await self._send(conn, answer, api_key, version, correlation_id)
+        self.answers.append((api_key, trio.current_time(), request, answer))
         return True
 
     async def _send(

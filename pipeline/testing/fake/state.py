@@ -276,6 +276,8 @@ class FakeConfig:
     default_replication_factor: int
     strict_unknown_producer: bool
     cluster_id: str
+    #: answer idempotent batches as tansu does (produce.py, "tansu")
+    tansu_sequences: bool = False
     #: finalized feature levels ApiVersions lists (KIP-584), e.g. transaction.version
     features: dict[str, int] = field(default_factory=dict)
     #: transaction.max.timeout.ms: InitProducerId with a longer timeout is refused

@@ -1,0 +1,51 @@
+"""What an idempotent producer asks InitProducerId for, and how it retries it (P2)."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from .checker import Violation, invariant
+from .probes_partition import shortest_backoff
+from .trace import Trace
+
+EPS = 1e-9
+
+
+@invariant
+def _init_producer_id(trace: Trace) -> list[Violation]:
+    """P2: every InitProducerId of an idempotent producer asks for a new producer id
+    (no transactional id, producer id and epoch -1) with ``delivery_timeout`` as its
+    transaction timeout; and after an InitProducerId the broker answered with an error,
+    the next one waits at least the shortest retry backoff of that attempt (the
+    failures answered in a row so far, at least: ``retry_backoff`` doubled per
+    attempt, less the jitter)."""
+    s = trace.schedule
+    if not s.idempotent or trace.crash:
+        return []
+    timeout_ms = int(s.option("delivery_timeout") * 1000)
+    for _, request in trace.init_requests:
+        asked = (request.transactional_id, request.producer_id, request.producer_epoch,
+                 request.transaction_timeout_ms)
+        if asked != (None, -1, -1, timeout_ms):
+            return [Violation("P2 InitProducerId", f"asked (transactional id, producer id, "
+                              f"epoch, timeout ms) = {asked}; a new id is (None, -1, -1, "
+                              f"{timeout_ms})")]
+    failed_in_a_row = 0
+    arrivals = [at for at, _ in trace.init_requests]
+    for at, code in trace.init_answers:
+        if code == 0:
+            failed_in_a_row = 0
+            continue
+        failed_in_a_row += 1
+        # (one at a time: the request answered is the last one in by then)
+        after = bisect_right(arrivals, at + EPS)
+        if after >= len(arrivals):
+            continue
+        backoff = shortest_backoff(s.option("retry_backoff"), s.option("retry_backoff_max"),
+                                   s.option("retry_backoff_jitter"), failed_in_a_row)
+        if arrivals[after] < at + backoff - EPS:
+            return [Violation("P2 InitProducerId backoff", f"InitProducerId answered with "
+                              f"error {code} at {at:.4f} ({failed_in_a_row} in a row) was "
+                              f"asked again at {arrivals[after]:.4f}: the backoff is "
+                              f"{backoff:.4f} s at least")]
+    return []
