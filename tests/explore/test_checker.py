@@ -451,3 +451,131 @@ def test_a_flush_covers_every_send_that_returned_before_it() -> None:
     assert kinds(t) == ["O2 flush early"]
     t.flushes = [Flush(0.2, 2.0, 0, (), False, step=3)]  # #1's call had not returned
     assert kinds(t) == []
+
+
+def wire(*batches: tuple[int, list[int]], acks: int = -1, timeout_ms: int = 1000) -> object:
+    """A Produce request as the fake received it: per (partition, message indexes), one
+    batch of those messages' values."""
+    from pipeline.protocol.messages import produce as pm
+    from pipeline.protocol.records import BatchBuilder
+
+    parts = []
+    for p, indexes in batches:
+        builder = BatchBuilder()
+        for i in indexes:
+            builder.append(0, None, value_of(i, 0))
+        parts.append(pm.PartitionProduceData(index=p, records=builder.build()))
+    return pm.ProduceRequest(acks=acks, timeout_ms=timeout_ms,
+                             topic_data=(pm.TopicProduceData(name="t", partition_data=tuple(parts)),))
+
+
+def test_a_failure_names_its_own_batchs_answer() -> None:
+    """E1: a message fails with a broker's answer only if a request holding it got it
+    (not the answer of the batch behind it); R1: with idempotence, a failure with an
+    answer the producer recovers from only once its retries are spent, and never with
+    DUPLICATE_SEQUENCE_NUMBER."""
+    m = msg(0, ok=False)
+    m.cause = "BrokerResponseError: OUT_OF_ORDER_SEQUENCE_NUMBER (45) gap"
+    m.attempts = 2
+    t = trace(True, [m], [])
+    t.schedule = with_options(t.schedule, retries=1)
+    t.answered = {m.value: [6, 6]}  # (NOT_LEADER_OR_FOLLOWER twice)
+    assert kinds(t) == ["E1 cause"]
+    t.answered = {m.value: [6, 45]}
+    assert kinds(t) == []
+    m.attempts = 1  # (the answer it recovers from, one retry left)
+    assert kinds(t) == ["R1 retries"]
+    m.cause, t.answered = "BrokerResponseError: DUPLICATE_SEQUENCE_NUMBER (46) dup", {m.value: [46]}
+    assert kinds(t) == ["R1 retries"]
+    t.answered = None  # (not recorded: E1 judges nothing)
+    m.cause, m.attempts = "BrokerResponseError: INVALID_RECORD (87) bad", 1
+    assert kinds(t) == []
+
+
+def test_statistics_count_retries_batches_and_bytes_the_wire_saw() -> None:
+    """O4 against the wire: per partition, ``delivered_bytes`` is the size bounds of the
+    records acknowledged; at least as many batches sealed, and retries of at least as
+    many batches and records, as the brokers received (again)."""
+    t = trace(True, [msg(0, offset=0), msg(1, offset=1)], [0, 1])
+    t.attempts = [Attempt((0,), (80,), ""), Attempt((1,), (81,), "")]
+    t.produce_requests = [(0.1, wire((0, [0, 1]))), (0.2, wire((0, [0, 1])))]
+    t.wire_counts = {0: (1, 1, 2, 161)}
+    assert kinds(t) == []
+    for bad in [(1, 1, 2, 160), (0, 1, 2, 161), (1, 0, 2, 161), (1, 1, 1, 161)]:
+        t.wire_counts = {0: bad}
+        assert kinds(t) == ["O4 statistics"], bad
+
+
+def test_gauges_at_rest_add_up_exactly_and_requests_stay_within_max_in_flight() -> None:
+    """O9: with nothing between the stages, queued and in-flight records are exactly
+    those not settled; no broker producer has more than ``max_in_flight`` requests."""
+    from pipeline.testing.explore.trace import Gauges
+
+    t = trace(True, [msg(0, offset=0)], [0])
+    t.schedule = with_options(t.schedule, max_in_flight=2)
+    t.gauges = [Gauges(0.1, 3, {0: (1, 70, 1, 2, 150)}, at_rest=True, requests=2)]
+    assert kinds(t) == []
+    t.gauges = [Gauges(0.1, 3, {0: (1, 70, 1, 1, 150)}, at_rest=True)]
+    assert kinds(t) == ["O9 gauges"]
+    t.gauges = [Gauges(0.1, 3, {0: (1, 70, 1, 1, 150)}, at_rest=False)]  # (one on its way)
+    assert kinds(t) == []
+    t.gauges = [Gauges(0.1, 3, {}, requests=3)]
+    assert kinds(t) == ["O9 gauges"]
+
+
+def test_init_producer_id_asks_for_a_new_id_and_backs_off() -> None:
+    """P2: an idempotent producer's InitProducerId asks (None, -1, -1, delivery_timeout)
+    and, after an error answer, asks again no sooner than that attempt's shortest
+    backoff."""
+    from pipeline.protocol.messages.init_producer_id import InitProducerIdRequest
+
+    t = trace(True, [msg(0, offset=0)], [0])
+    t.schedule = with_options(t.schedule, retry_backoff=0.1, retry_backoff_max=1.0,
+                              retry_backoff_jitter=0.0)
+    ask = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=5000,
+                                producer_id=-1, producer_epoch=-1)
+    t.init_requests = [(0.0, ask), (0.1, ask), (0.3, ask)]
+    t.init_answers = [(0.0, 15), (0.1, 15), (0.3, 0)]  # (backoffs 0.1, then 0.2)
+    assert kinds(t) == []
+    t.init_requests[2] = (0.25, ask)
+    assert kinds(t) == ["P2 InitProducerId backoff"]
+    t.init_requests = [(0.0, replace(ask, transaction_timeout_ms=60000))]
+    t.init_answers = []
+    assert kinds(t) == ["P2 InitProducerId"]
+
+
+def test_batches_and_requests_keep_their_limits() -> None:
+    """S2: at most ``max_batch_messages`` records a batch, a batch of several within
+    ``batch_bytes``, a request of several batches within ``max_request_bytes``."""
+    t = trace(True, [msg(0, offset=0), msg(1, offset=1), msg(2, offset=2)], [0, 1, 2])
+    t.schedule = with_options(t.schedule, max_batch_messages=2, batch_bytes=16384,
+                              max_request_bytes=1 << 20)
+    t.produce_requests = [(0.1, wire((0, [0, 1]))), (0.2, wire((0, [2])))]
+    assert kinds(t) == []
+    t.produce_requests = [(0.1, wire((0, [0, 1, 2])))]
+    assert kinds(t) == ["S2 batch"]
+    t.schedule = with_options(t.schedule, max_batch_messages=5, batch_bytes=80)
+    assert kinds(t) == ["S2 batch"]
+    t.schedule = with_options(t.schedule, batch_bytes=16384, max_request_bytes=100)
+    t.produce_requests = [(0.1, wire((0, [0]), (1, [1])))]
+    assert kinds(t) == ["S2 request"]
+    t.produce_requests = [(0.1, wire((0, [0, 1])))]  # (one batch goes alone)
+    assert kinds(t) == []
+
+
+def test_a_record_that_fits_the_topic_alone_is_never_refused_as_too_large() -> None:
+    """S1 with the topic's own limit: MESSAGE_TOO_LARGE fails a record only if alone it
+    is over the limit, or its batch's fate was unknown (never split)."""
+    m = msg(0, ok=False)
+    m.cause, m.attempts = "BrokerResponseError: MESSAGE_TOO_LARGE (10) big", 1
+    t = trace(False, [m], [])
+    t.schedule = replace(t.schedule, topic_max_message_bytes=200)
+    t.attempts = [Attempt((0,), (150,), "")]
+    t.answered = {m.value: [10]}
+    assert kinds(t) == ["S1 broker size"]
+    t.attempts = [Attempt((0,), (250,), "")]  # (alone over the limit)
+    assert kinds(t) == []
+    t.attempts, m.attempts = [Attempt((0,), (150,), "")], 2  # (an attempt unanswered)
+    assert kinds(t) == []
+    m.attempts, t.answered = 2, {m.value: [7, 10]}  # (REQUEST_TIMED_OUT: maybe written)
+    assert kinds(t) == []

@@ -435,12 +435,26 @@ def _sizes(trace: Trace) -> list[Violation]:
         out.append(Violation("S1 batch size", f"a batch of {nbytes} bytes for partition {p} "
                              f"was sent, over max_message_bytes={limit}"))
     topic_limit = trace.schedule.topic_max_message_bytes
+    bounds = {i: b for a in trace.attempts for i, b in zip(a.indexes, a.bounds, strict=True)}
     for m in trace.messages:
-        if "MESSAGE_TOO_LARGE" in m.cause and not topic_limit:
-            # (with the topic's own limit lower, a record alone over it, or a batch of
-            # unknown fate, which is never split, is refused by design)
+        if "MESSAGE_TOO_LARGE" not in m.cause:
+            continue
+        # With the topic's own limit lower, a record alone over it is refused by
+        # design, and so is a batch of unknown fate (never split: an attempt without
+        # an answer, or one answered with an error after the append).
+        answers = (trace.answered or {}).get(m.value, [])
+        fate_known = 0 <= m.attempts <= len(answers) and not MAYBE_WRITTEN.intersection(answers)
+        refused = m.cause.startswith("BrokerResponseError: MESSAGE_TOO_LARGE")
+        if not topic_limit or (refused and fate_known
+                               and bounds.get(m.index, topic_limit + 1) <= topic_limit):
             out.append(Violation("S1 broker size", f"message #{m.index} failed: {m.cause[:160]}"))
     return out
+
+
+# Answers after which a batch may be written (the producer's ``MAYBE_WRITTEN``):
+# REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER,
+# KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION.
+MAYBE_WRITTEN = frozenset({7, 20, 6, 56, 3})
 
 
 

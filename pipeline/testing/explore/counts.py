@@ -118,11 +118,17 @@ def _wire_counts(trace: Trace) -> list[Violation]:
 def _gauges(trace: Trace) -> list[Violation]:
     """O9: at every reading while the run goes on, no gauge is negative; each batch in
     flight holds a record and a batch's overhead at least; queued records hold a byte
-    each at least; and the records queued or in flight are no more than those not
-    settled yet, and exactly those when nothing is between the stages (``at_rest``,
-    ``runner._at_rest``: the partition and broker stages hold them all)."""
+    each at least; the records queued or in flight are no more than those not settled
+    yet, and exactly those when nothing is between the stages (``at_rest``,
+    ``runner._at_rest``: the partition and broker stages hold them all); and no broker
+    producer has more than ``max_in_flight`` requests on the wire."""
     out: list[Violation] = []
+    most = trace.schedule.option("max_in_flight")
     for g in trace.gauges:
+        if g.requests > most:
+            out.append(Violation("O9 gauges", f"at {g.at:.4f}: a broker producer had "
+                                 f"{g.requests} requests on the wire; max_in_flight={most}"))
+            return out
         waiting = 0
         for p, (queued, queued_bytes, batches, flying, flying_bytes) in sorted(
                 g.partitions.items()):

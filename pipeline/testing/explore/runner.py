@@ -332,9 +332,9 @@ def _sent_values(fake: FakeCluster) -> set[bytes]:
     return sent
 
 
-def _answered(fake: FakeCluster) -> dict[bytes, set[int]]:
+def _answered(fake: FakeCluster) -> dict[bytes, list[int]]:
     """Each record value's error codes in the Produce answers written for it."""
-    answered: dict[bytes, set[int]] = {}
+    answered: dict[bytes, list[int]] = {}
     for _, request, response in fake.answers_of(PRODUCE):
         codes = {(t.name, p.index): p.error_code
                  for t in response.responses for p in t.partition_responses}
@@ -345,7 +345,7 @@ def _answered(fake: FakeCluster) -> dict[bytes, set[int]]:
                     continue
                 for batch in decode_record_batches(bytes(part.records or b"")):
                     for rec in batch.records:
-                        answered.setdefault(rec.value or b"", set()).add(code)
+                        answered.setdefault(rec.value or b"", []).append(code)
     return answered
 
 
@@ -516,8 +516,10 @@ async def _sample_gauges(producer: Producer, schedule: Schedule, trace: Trace) -
             p: (ps.queued_messages, ps.queued_bytes, ps.in_flight_batches,
                 ps.in_flight_messages, ps.in_flight_bytes)
             for p, ps in topic.partitions.items()}
+        requests = max((bp.on_the_wire()[0] for bp in producer._core.broker_producers()),
+                       default=0)
         trace.gauges.append(Gauges(at, stats.accepted - stats.succeeded - stats.failed, parts,
-                                   _at_rest(producer)))
+                                   _at_rest(producer), requests))
 
 
 GAUGE_DELAY, GAUGE_SAMPLES = 0.0005, 100

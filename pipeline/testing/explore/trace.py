@@ -92,6 +92,8 @@ class Gauges:
     # Nothing was between the stages (runner._at_rest): every record not settled was
     # queued or in flight at a partition.
     at_rest: bool = False
+    # The most Produce requests one broker producer had on the wire.
+    requests: int = 0
 
 
 @dataclass
@@ -105,9 +107,9 @@ class Trace:
     # Values of every record some Produce request carried (filled only when a
     # message accepted after healing failed: L1 asks whether it was ever sent).
     sent: set[bytes] = field(default_factory=set)
-    # Each record value's error codes in the Produce answers the fake wrote for it
-    # (recorded only when a message failed with a broker's answer: E1; None: not).
-    answered: dict[bytes, set[int]] | None = None
+    # Each record value's error codes in the Produce answers the fake wrote for it, one
+    # per answer (recorded only when a message failed with a broker's answer: E1; None: not).
+    answered: dict[bytes, list[int]] | None = None
     # The Produce requests the fake received, (arrival time, request).
     produce_requests: list[tuple[float, Any]] = field(default_factory=list)
     # The InitProducerId requests the fake received, (arrival time, request), and the
