@@ -85,8 +85,19 @@ Both modes:
 * K1 keyless records spread as Kafka's sticky partitioner spreads them
   (KIP-480/794): ``batch_bytes`` of them (their size bounds) to one partition,
   the record that reaches it included, then another partition (``placement.py``);
-* O4 / O9 ``statistics()`` counts what the outcomes say, and its gauges add up
-  while the run goes on (``counts.py``);
+* S2 no batch over ``max_batch_messages`` records or (several records)
+  ``batch_bytes``, no request of several batches over ``max_request_bytes``
+  (``wire_limits.py``);
+* E1 a message failed with a broker's answer got it for a request holding it (not
+  the answer to another batch); R1 also holds a failure with an answer idempotence
+  recovers from (UNKNOWN_PRODUCER_ID, a fenced epoch, an explained
+  OUT_OF_ORDER_SEQUENCE_NUMBER) to spent retries, and none fails with
+  DUPLICATE_SEQUENCE_NUMBER;
+* P2 InitProducerId asks for a new id and backs off between failed attempts
+  (``producer_ids.py``);
+* O4 / O9 ``statistics()`` counts what the outcomes and the wire say, and its gauges
+  add up while the run goes on, exactly when nothing is between the stages
+  (``counts.py``);
 * O7 the close's count of undelivered messages (logged) is what it failed;
 * O8 every failure nobody read is named by an unobserved-failure warning by the
   end of the close, and the warnings name no failure a callback or

@@ -265,6 +265,25 @@ def _acc_ready(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
 
 
 
+def _ready(acc: Any, now: float) -> bool:
+    """Whether a request is due (the rule, stated apart from ``Accumulator.ready``): a
+    sendable partition with a batch sealed for a re-send, or with loose records that
+    fill a batch (``batch_bytes``, ``max_batch_messages``), or whose linger is over, or
+    while a flush runs; nothing while a new epoch is awaited."""
+    if acc._idem is not None and acc._idem.paused:
+        return False
+    config = acc._config
+    for tp, part in acc.parts.items():
+        if not acc.sendable(part, tp):
+            continue
+        if part.sealed or (part.msgs and (
+                acc._flush.depth > 0 or part.nbytes >= acc._batch_cap
+                or len(part.msgs) >= config.max_batch_messages
+                or now >= part.first_at + acc._linger_due)):
+            return True
+    return False
+
+
 def _bp_due(bp: Any, slot_free: bool) -> float:
     """When a broker producer's flusher must wake at the latest."""
     due = math.inf
@@ -303,7 +322,7 @@ def _bp_poke(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
             slot_free = len(self._in_flight) < self._config.max_in_flight
             paused = self._idem is not None and self._idem.paused
             due = _bp_due(self, slot_free and not paused)
-            if not (slot_free and self._acc.ready(now)) and due > until + EPS:
+            if not (slot_free and _ready(self._acc, now)) and due > until + EPS:
                 w.violate("G9 needless wake-up", (
                     f"broker {self.node_id}: the flusher, asleep until {until:.4f}, was woken "
                     f"with nothing ready and nothing due before {due:.4f}"))
@@ -311,7 +330,7 @@ def _bp_poke(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
             now = trio.current_time()
             slot_free = len(self._in_flight) < self._config.max_in_flight
             paused = self._idem is not None and self._idem.paused
-            if slot_free and self._acc.ready(now):
+            if slot_free and _ready(self._acc, now):
                 w.violate("G9 flusher left asleep", (
                     f"broker {self.node_id}: a partition is ready with a request slot free, "
                     f"and the flusher sleeps until {until:.4f}"))
