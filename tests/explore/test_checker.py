@@ -508,7 +508,8 @@ def test_statistics_count_retries_batches_and_bytes_the_wire_saw() -> None:
 
 def test_gauges_at_rest_add_up_exactly_and_requests_stay_within_max_in_flight() -> None:
     """O9: with nothing between the stages, queued and in-flight records are exactly
-    those not settled; no broker producer has more than ``max_in_flight`` requests."""
+    those not settled, with their bytes; no broker producer has more than
+    ``max_in_flight`` requests."""
     from pipeline.testing.explore.trace import Gauges
 
     t = trace(True, [msg(0, offset=0)], [0])
@@ -521,6 +522,10 @@ def test_gauges_at_rest_add_up_exactly_and_requests_stay_within_max_in_flight() 
     assert kinds(t) == []
     t.gauges = [Gauges(0.1, 3, {}, requests=3)]
     assert kinds(t) == ["O9 gauges"]
+    t.gauges = [Gauges(0.1, 3, {0: (1, 70, 1, 2, 150)}, at_rest=True, outstanding_bytes=220)]
+    assert kinds(t) == []
+    t.gauges = [Gauges(0.1, 3, {0: (1, 70, 1, 2, 150)}, at_rest=True, outstanding_bytes=200)]
+    assert kinds(t) == ["O9 gauges"]  # (their bytes too)
 
 
 def test_init_producer_id_asks_for_a_new_id_and_backs_off() -> None:

@@ -119,8 +119,9 @@ def _gauges(trace: Trace) -> list[Violation]:
     """O9: at every reading while the run goes on, no gauge is negative; each batch in
     flight holds a record and a batch's overhead at least; queued records hold a byte
     each at least; the records queued or in flight are no more than those not settled
-    yet, and exactly those when nothing is between the stages (``at_rest``,
-    ``runner._at_rest``: the partition and broker stages hold them all); and no broker
+    yet, and exactly those, with their bytes, when nothing is between the stages
+    (``at_rest``, ``runner._at_rest``: the partition and broker stages hold them all);
+    and no broker
     producer has more than ``max_in_flight`` requests on the wire."""
     out: list[Violation] = []
     most = trace.schedule.option("max_in_flight")
@@ -129,9 +130,10 @@ def _gauges(trace: Trace) -> list[Violation]:
             out.append(Violation("O9 gauges", f"at {g.at:.4f}: a broker producer had "
                                  f"{g.requests} requests on the wire; max_in_flight={most}"))
             return out
-        waiting = 0
+        waiting = waiting_bytes = 0
         for p, (queued, queued_bytes, batches, flying, flying_bytes) in sorted(
                 g.partitions.items()):
+            waiting_bytes += queued_bytes + flying_bytes
             if min(queued, queued_bytes, batches, flying, flying_bytes) < 0 or \
                     flying < batches or flying_bytes < BATCH_OVERHEAD * batches or \
                     queued_bytes < queued or (batches == 0 and (flying or flying_bytes)):
@@ -140,6 +142,11 @@ def _gauges(trace: Trace) -> list[Violation]:
                                      f"batches of {flying} records ({flying_bytes} bytes)"))
                 return out
             waiting += queued + flying
+        if g.at_rest and g.outstanding_bytes >= 0 and waiting_bytes != g.outstanding_bytes:
+            out.append(Violation("O9 gauges", f"at {g.at:.4f}: {waiting_bytes} bytes queued or "
+                                 f"in flight, {g.outstanding_bytes} in the records not settled "
+                                 "(nothing between the stages)"))
+            return out
         if waiting > g.unsettled or (g.at_rest and waiting != g.unsettled):
             out.append(Violation("O9 gauges", f"at {g.at:.4f}: {waiting} records queued or in "
                                  f"flight, {g.unsettled} not settled"

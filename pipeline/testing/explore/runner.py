@@ -518,8 +518,11 @@ async def _sample_gauges(producer: Producer, schedule: Schedule, trace: Trace) -
             for p, ps in topic.partitions.items()}
         requests = max((bp.on_the_wire()[0] for bp in producer._core.broker_producers()),
                        default=0)
+        held = producer._ledger.outstanding.values()
+        # (the ledger's own sizes of what it waits for; a row chunk's are its rows')
+        outstanding = -1 if any(type(m) is RowChunk for m in held) else sum(m._size for m in held)
         trace.gauges.append(Gauges(at, stats.accepted - stats.succeeded - stats.failed, parts,
-                                   _at_rest(producer), requests))
+                                   _at_rest(producer), requests, outstanding))
 
 
 GAUGE_DELAY, GAUGE_SAMPLES = 0.0005, 100

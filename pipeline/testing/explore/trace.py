@@ -94,6 +94,8 @@ class Gauges:
     at_rest: bool = False
     # The most Produce requests one broker producer had on the wire.
     requests: int = 0
+    # The size bounds of the records the ledger waits for (-1: rows among them).
+    outstanding_bytes: int = -1
 
 
 @dataclass
