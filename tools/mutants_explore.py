@@ -32,7 +32,7 @@ of the first), and explored in full only if that no longer finds it.
 Usage::
 
     python tools/mutants_explore.py [--jobs 2] [--budget 1000] [--seed S]
-        [--only FILE] [--sample N] [--list] [--try KEY] [--rerun] [--write-docs]
+        [--only FILE] [--sample N] [--keys FILE] [--list] [--try KEY] [--rerun]
 """
 
 from __future__ import annotations

@@ -336,3 +336,43 @@ async def test_a_request_being_written_counts_as_in_flight(
         await delivery
     assert (stats.in_flight_requests, part.in_flight_batches, part.in_flight_messages,
             part.queued_messages, stats.queued_messages) == (1, 1, 1, 0, 0)
+
+
+async def test_a_batch_failed_at_its_deadline_in_flight_is_no_longer_counted_in_flight(
+        fake: FakeCluster, autojump_clock: trio.abc.Clock) -> None:
+    """A batch whose delivery deadline passed while its request was out has an outcome
+    (it failed): its request is still in flight, its records are not."""
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake, delivery_timeout=4.0, request_timeout=4.0,
+                                  idempotent=False, max_in_flight=1) as producer:
+        await producer.send_and_wait("t", b"warm")
+        fake.delay_responses(3.0, api_key=ApiKey.PRODUCE, count=2)
+        first = await producer.send("t", b"first")
+        await trio.sleep(0.0625)  # (its request is out: answered at 3 s)
+        late = await producer.send("t", b"late")  # (sent at 3 s, when the slot frees)
+        await first
+        await trio.sleep(1.5)  # (past its deadline at 4 s, before its answer at 6 s)
+        assert late.done()
+        stats = producer.statistics()
+        part = stats.topics["t"].partitions[0]
+    assert (stats.in_flight_requests, part.in_flight_batches, part.in_flight_messages,
+            part.in_flight_bytes) == (1, 0, 0, 0)
+
+
+async def test_every_batch_of_a_partition_in_flight_is_counted(
+        fake: FakeCluster, autojump_clock: trio.abc.Clock) -> None:
+    """With idempotence a confirmed partition pipelines batches: each one in flight
+    counts, with its records, in the partition's gauges."""
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake, idempotent=True, max_in_flight=3,
+                                  max_batch_messages=1) as producer:
+        await producer.send_and_wait("t", b"warm")  # (confirms the partition)
+        fake.delay_responses(1.0, api_key=ApiKey.PRODUCE)
+        deliveries = [await producer.send("t", b"m%d" % i) for i in range(3)]
+        await trio.sleep(0.5)
+        stats = producer.statistics()
+        part = stats.topics["t"].partitions[0]
+        fake.clear_faults()
+        for d in deliveries:
+            await d
+    assert (stats.in_flight_requests, part.in_flight_batches, part.in_flight_messages) == (3, 3, 3)
