@@ -547,6 +547,11 @@ def test_init_producer_id_asks_for_a_new_id_and_backs_off() -> None:
     t.init_requests = [(0.0, replace(ask, transaction_timeout_ms=60000))]
     t.init_answers = []
     assert kinds(t) == ["P2 InitProducerId"]
+    t.init_requests = [(0.0, ask), (0.5, ask)]  # (two ids granted, one taken)
+    t.init_answers, t.idem_counts = [(0.0, 0), (0.5, 0)], (0, 0)
+    assert kinds(t) == ["P2 InitProducerId"]
+    t.idem_counts = (0, 1)  # (a recovery took the second)
+    assert kinds(t) == []
 
 
 def test_batches_and_requests_keep_their_limits() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 
 from .checker import Violation, invariant
@@ -15,7 +16,8 @@ EPS = 1e-9
 def _init_producer_id(trace: Trace) -> list[Violation]:
     """P2: every InitProducerId of an idempotent producer asks for a new producer id
     (no transactional id, producer id and epoch -1) with ``delivery_timeout`` as its
-    transaction timeout; and after an InitProducerId the broker answered with an error,
+    transaction timeout; every id granted in time before the close is taken (the first,
+    then one per recovery with a new id); and after an InitProducerId the broker answered with an error,
     the next one waits at least the shortest retry backoff of that attempt (the
     failures answered in a row so far, at least: ``retry_backoff`` doubled per
     attempt, less the jitter)."""
@@ -30,8 +32,18 @@ def _init_producer_id(trace: Trace) -> list[Violation]:
             return [Violation("P2 InitProducerId", f"asked (transactional id, producer id, "
                               f"epoch, timeout ms) = {asked}; a new id is (None, -1, -1, "
                               f"{timeout_ms})")]
-    failed_in_a_row = 0
     arrivals = [at for at, _ in trace.init_requests]
+    if trace.idem_counts is not None:
+        request_timeout = s.option("request_timeout")
+        # (an answer written after the request timed out is one the producer ignored)
+        closing = trace.close_start if trace.close_start >= 0 else math.inf
+        granted = sum(1 for at, code in trace.init_answers if code == 0 and at < closing and
+                      at - arrivals[bisect_right(arrivals, at + EPS) - 1] < request_timeout - EPS)
+        if granted > 1 + trace.idem_counts[1]:
+            return [Violation("P2 InitProducerId", f"{granted} InitProducerId answers granted "
+                              f"a producer id in time; the producer took "
+                              f"{1 + trace.idem_counts[1]} (its first and each new one)")]
+    failed_in_a_row = 0
     for at, code in trace.init_answers:
         if code == 0:
             failed_in_a_row = 0

@@ -520,7 +520,8 @@ async def _sample_gauges(producer: Producer, schedule: Schedule, trace: Trace) -
                        default=0)
         held = producer._ledger.outstanding.values()
         # (the ledger's own sizes of what it waits for; a row chunk's are its rows')
-        outstanding = -1 if any(type(m) is RowChunk for m in held) else sum(m._size for m in held)
+        sizes = [-1 if isinstance(m, RowChunk) else m._size for m in held]
+        outstanding = -1 if -1 in sizes else sum(sizes)
         trace.gauges.append(Gauges(at, stats.accepted - stats.succeeded - stats.failed, parts,
                                    _at_rest(producer), requests, outstanding))
 

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from .profiles import targeted
 from .routing import misrouted
-from .schedule import FAULT_WEIGHTS, Schedule, generate
+from .schedule import FAULT_WEIGHTS, PID_ERRORS, Event, Schedule, generate
 
 # Shares of a sweep (the rest: plain).
 SWARM, TARGETED = 0.2, 0.55
@@ -71,7 +71,12 @@ def schedule_for(seed: int, mode: str = "both") -> Schedule:
     if rng.random() < LOG_APPEND_TIME:
         schedule = replace(schedule, log_append_time=True)
     if rng.random() < TANSU and schedule.idempotent:
-        schedule = replace(schedule, tansu_sequences=True)
+        # (every recovery takes a new producer id there: half of them meet
+        # InitProducerId errors first, retried with backoff)
+        failing = Event(0.0, "pid_error", code=int(rng.choice(PID_ERRORS)),
+                        count=rng.randint(1, 3))
+        schedule = replace(schedule, tansu_sequences=True, events=(
+            (failing, *schedule.events) if rng.random() < 0.5 else schedule.events))
     if rng.random() < ZERO_PRODUCER_ID:
         schedule = replace(schedule, first_producer_id=0)
     if rng.random() < LATE_TOPIC:
