@@ -112,6 +112,8 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pipeline.protocol.errors import ErrorCode
+
 from .routing import ROUTING_ERRORS
 from .trace import Message, Trace
 
@@ -446,7 +448,7 @@ def _sizes(trace: Trace) -> list[Violation]:
         out.append(Violation("S1 batch size", f"a batch of {nbytes} bytes for partition {p} "
                              f"was sent, over max_message_bytes={limit}"))
     topic_limit = trace.schedule.topic_max_message_bytes
-    bounds = {i: b for a in trace.attempts for i, b in zip(a.indexes, a.bounds, strict=True)}
+    bounds = trace.size_bounds
     for m in trace.messages:
         if "MESSAGE_TOO_LARGE" not in m.cause:
             continue
@@ -462,11 +464,12 @@ def _sizes(trace: Trace) -> list[Violation]:
     return out
 
 
-# Answers after which a batch may be written (the producer's ``MAYBE_WRITTEN``):
-# REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER,
-# KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION.
-MAYBE_WRITTEN = frozenset({7, 20, 6, 56, 3})
-
+# Answers Kafka also gives after appending the batch, so it may be written (stated
+# here apart from the producer's own ``MAYBE_WRITTEN``, which the checker judges).
+MAYBE_WRITTEN = frozenset(int(code) for code in (
+    ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
 
 
 @invariant
@@ -519,8 +522,6 @@ def _answered(trace: Trace) -> list[Violation]:
 
 def _answer_code(cause: str) -> int | None:
     """The error code of a failure by a broker's answer (None: another failure)."""
-    from pipeline.protocol.errors import ErrorCode
-
     if not cause.startswith("BrokerResponseError: "):
         return None
     name = cause.removeprefix("BrokerResponseError: ").split(" ", 1)[0]
@@ -533,8 +534,6 @@ def _retried_answer(cause: str, idempotent: bool) -> bool:
     time): a retriable error, and with idempotence also the ones it recovers from
     with a new epoch or producer id, and an OUT_OF_ORDER_SEQUENCE_NUMBER an earlier
     failed batch explains (the fake gives no other: G10)."""
-    from pipeline.protocol.errors import ErrorCode
-
     value = _answer_code(cause)
     if value is None:
         return False

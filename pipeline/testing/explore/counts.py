@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pipeline.protocol.batch_decoder import decode_record_batches
-
 from .checker import Violation, invariant
 from .trace import Trace
 
@@ -74,25 +72,22 @@ def _wire_counts(trace: Trace) -> list[Violation]:
     """O4, against the wire: per partition, after the close, ``delivered_bytes`` is the
     size bounds of the records acknowledged there; ``batches`` (sealed) at least the
     distinct batches the brokers received (in a run without KIP-126 splits or
-    columnar rows, whose halves are not sealed); ``retries`` and ``retried_messages`` at least the batches, and their
-    records, the brokers received again (a retry the brokers never received counts
-    too)."""
+    columnar rows, whose halves are not sealed); ``retries`` and ``retried_messages``
+    at least the batches, and their records, the brokers received again (a retry the
+    brokers never received counts too)."""
     if trace.crash or not trace.wire_counts:
         return []
-    bounds = {i: b for a in trace.attempts for i, b in zip(a.indexes, a.bounds, strict=True)}
+    bounds = trace.size_bounds
     delivered: dict[int, int] = {}
     for m in trace.messages:
         if m.ok and m.partition is not None and not m.row and m.index in bounds:
             delivered[m.partition] = delivered.get(m.partition, 0) + bounds[m.index]
     received: dict[int, Counter[tuple[bytes, bytes, int]]] = {}
-    for _, request in trace.produce_requests:
-        for topic in request.topic_data:
-            for part in topic.partition_data:
-                seen = received.setdefault(part.index, Counter())
-                for batch in decode_record_batches(bytes(part.records or b"")):
-                    values = [r.value or b"" for r in batch.records]
-                    if values:
-                        seen[values[0], values[-1], len(values)] += 1
+    for _, parts in trace.received():
+        for p, _, values in parts:
+            seen = received.setdefault(p, Counter())
+            if values:
+                seen[values[0], values[-1], len(values)] += 1
     rows = {m.partition for m in trace.messages if m.row or m.index in trace.columnar}
     # (a split's halves are not sealed, and a columnar run's rows may be split too)
     whole = not rows and not any(m.splits for m in trace.messages)
@@ -121,8 +116,7 @@ def _gauges(trace: Trace) -> list[Violation]:
     each at least; the records queued or in flight are no more than those not settled
     yet, and exactly those, with their bytes, when nothing is between the stages
     (``at_rest``, ``runner._at_rest``: the partition and broker stages hold them all);
-    and no broker
-    producer has more than ``max_in_flight`` requests on the wire."""
+    and no broker producer has more than ``max_in_flight`` requests on the wire."""
     out: list[Violation] = []
     most = trace.schedule.option("max_in_flight")
     for g in trace.gauges:

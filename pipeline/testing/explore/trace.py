@@ -168,10 +168,40 @@ class Trace:
     # What another workload records for its own invariants (runner.WORKLOADS).
     extra: dict[str, Any] = field(default_factory=dict)
     steps: int = 0  # the call step counter
+    # received()'s decoding, kept with the request list it decoded
+    _received: tuple[Any, int, list[tuple[float, list[tuple[int, int, list[bytes]]]]]] | None = \
+        field(default=None, repr=False, compare=False)
 
     def step(self) -> int:
         self.steps += 1
         return self.steps
+
+    @property
+    def size_bounds(self) -> dict[int, int]:
+        """Each send's size bound (``batch_size_for_record``), by its index."""
+        return {i: b for a in self.attempts for i, b in zip(a.indexes, a.bounds, strict=True)}
+
+    def received(self) -> list[tuple[float, list[tuple[int, int, list[bytes]]]]]:
+        """The Produce requests the fake received, decoded once for the invariants that
+        read them (again only when ``produce_requests`` is replaced): (arrival time, per
+        batch: (partition, its partition data's bytes, the values of its records))."""
+        from pipeline.protocol.batch_decoder import decode_record_batches
+
+        requests = self.produce_requests
+        memo = self._received
+        if memo is not None and memo[0] is requests and memo[1] == len(requests):
+            return memo[2]
+        out: list[tuple[float, list[tuple[int, int, list[bytes]]]]] = []
+        for at, request in requests:
+            parts: list[tuple[int, int, list[bytes]]] = []
+            for topic in request.topic_data:
+                for part in topic.partition_data:
+                    raw = bytes(part.records or b"")
+                    for batch in decode_record_batches(raw):
+                        parts.append((part.index, len(raw), [r.value or b"" for r in batch.records]))
+            out.append((at, parts))
+        self._received = (requests, len(requests), out)
+        return out
 
     @property
     def rows(self) -> int:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pipeline.protocol.batch_decoder import decode_record_batches
-
 from .checker import Violation, invariant
 from .trace import Trace
 
@@ -21,20 +19,14 @@ def _wire_limits(trace: Trace) -> list[Violation]:
     most = s.option("max_batch_messages")
     cap = min(s.option("batch_bytes"), s.max_message_bytes)
     request_cap = s.option("max_request_bytes")
-    for at, request in trace.produce_requests:
-        total = parts = 0
-        for topic in request.topic_data:
-            for part in topic.partition_data:
-                raw = bytes(part.records or b"")
-                total += len(raw)
-                parts += 1
-                for batch in decode_record_batches(raw):
-                    n = len(batch.records)
-                    if n > most or (n > 1 and len(raw) > cap):
-                        return [Violation("S2 batch", f"a batch of {n} records, {len(raw)} "
-                                          f"bytes, for partition {part.index} at {at:.4f}: "
-                                          f"max_batch_messages={most}, batch_bytes={cap}")]
-        if parts > 1 and total > request_cap:
-            return [Violation("S2 request", f"a request of {parts} batches, {total} bytes, "
-                              f"at {at:.4f}: max_request_bytes={request_cap}")]
+    for at, parts in trace.received():
+        for p, nbytes, values in parts:
+            if len(values) > most or (len(values) > 1 and nbytes > cap):
+                return [Violation("S2 batch", f"a batch of {len(values)} records, {nbytes} "
+                                  f"bytes, for partition {p} at {at:.4f}: "
+                                  f"max_batch_messages={most}, batch_bytes={cap}")]
+        total = sum(nbytes for _, nbytes, _ in parts)
+        if len(parts) > 1 and total > request_cap:
+            return [Violation("S2 request", f"a request of {len(parts)} batches, {total} "
+                              f"bytes, at {at:.4f}: max_request_bytes={request_cap}")]
     return []
