@@ -118,3 +118,24 @@ async def test_raise_on_unobserved_failure_raises_them_when_the_block_ends(
         await send_and_leave()
     assert [type(e.cause).__name__ for e in caught.value.exceptions] == [
         "UnknownTopicError"] * 3
+
+
+async def test_a_failed_row_without_a_callback_is_reported_beside_rows_with_one(
+        fake: FakeCluster, caplog: pytest.LogCaptureFixture,
+        autojump_clock: trio.testing.MockClock) -> None:
+    # One columnar send() burst (burst.py) whose rows all fail: half of them carry an
+    # on_delivery, which hears; the other half reach no one and are reported.
+    heard: list[BaseException | None] = []
+    async with open_fake_producer(fake) as producer:
+        producer._intake._columns_next = True  # (the white-box switch of test_send_rows.py)
+        deliveries = []
+        for i in range(20):
+            callback = (lambda md, err: heard.append(err)) if i % 2 else None
+            deliveries.append(await producer.send("t", b"%d" % i, partition=5,
+                                                  on_delivery=callback))
+        await producer.flush()
+        assert {type(d).__name__ for d in deliveries} == {"RowDelivery"}
+        del deliveries
+    assert len(heard) == 10 and all(e is not None for e in heard)
+    [message] = warnings(caplog)
+    assert message.startswith("10 record(s) failed"), message

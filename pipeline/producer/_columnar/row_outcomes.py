@@ -195,6 +195,13 @@ class RowOutcomes:
         found = self.locate(row)
         return None if found is None else found[0]
 
+    def unheard(self, run: RowRun) -> int:
+        """The rows of ``run`` with no ``on_delivery``: a failure of theirs reaches
+        no callback (only their deliveries, if someone reads them)."""
+        if self.on_delivery is None:
+            return run.count
+        return sum(fn is None for fn in _take(self.on_delivery, run))
+
     def call_back(self, run: RowRun, failed: Callable[[Any, Any], None]) -> None:
         """Call the ``on_delivery`` of each row of ``run`` (settled, recorded)
         once, in wire order: ``fn(metadata, None)`` or ``fn(None, error)``. A

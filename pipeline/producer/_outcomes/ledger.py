@@ -312,9 +312,10 @@ class Ledger:
                 run += n
                 self.failed += n
                 if unobserved is not None:
-                    holder = sink.group if sink.group is not None else sink.outcomes
-                    if sink.group is not None or sink.outcomes.on_delivery is None:
-                        unobserved.add(holder, msg.topic, msg.partition, n, cause)
+                    if sink.group is not None:
+                        unobserved.add(sink.group, msg.topic, msg.partition, n, cause)
+                    elif unheard := sink.outcomes.unheard(msg):  # (rows with no on_delivery)
+                        unobserved.add(sink.outcomes, msg.topic, msg.partition, unheard, cause)
                 self._rows_settled(msg, sink)
                 self.release(msg._size)
                 continue
