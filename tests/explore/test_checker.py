@@ -178,8 +178,8 @@ def test_liveness_after_healing() -> None:
 def test_size_refusals_follow_the_documented_bound() -> None:
     t = trace(False, [], [])
     t.attempts = [Attempt((0,), (300,), ""), Attempt((1,), (301,), "MessageTooLargeError"),
-                  Attempt((2,), (301,), "ProducerClosed")]
-    assert kinds(t) == []
+                  Attempt((2,), (301,), "ProducerClosed"), Attempt((3,), (301,), "Cancelled")]
+    assert kinds(t) == []  # (a call cancelled at its first checkpoint never got to the check)
     t.attempts = [Attempt((0,), (300,), "MessageTooLargeError"), Attempt((1,), (301,), "")]
     assert kinds(t) == ["S1 size", "S1 size"]
     t = trace(False, [msg(0, ok=False)], [])
@@ -438,6 +438,40 @@ def test_a_failure_nobody_reads_is_reported_and_nothing_more() -> None:
     assert kinds(t) == []  # its callback saw it
     t.unobserved_reported = 2
     assert kinds(t) == ["O8 unobserved"]  # named one the callback had reported
+
+
+def test_a_failed_row_of_a_loop_nobody_awaits_is_reported() -> None:
+    """O8 on send() loops: a failed delivery of a loop (a row of a columnar burst too)
+    is unread unless its loop is awaited (the loop's first send says) or it carries
+    on_delivery (two sends of three in a callback loop)."""
+    from pipeline.testing.explore.schedule import Send
+
+    def loop_trace(wait: bool = False, callback: bool = False) -> Trace:
+        s = replace(schedule(True), sends=tuple(
+            Send(1.0, 0, 0, partition=0, via="loop", wait=wait, callback=callback)
+            for _ in range(3)))
+        t = Trace(s, messages=[msg(i, ok=False) for i in range(3)], close_start=50.0,
+                  close_end=50.0)
+        for m in t.messages:
+            m.row = True
+        t.logs = {0: []}
+        return t
+
+    t = loop_trace()
+    t.unobserved_reported = 3
+    assert kinds(t) == []
+    t.unobserved_reported = 2
+    assert kinds(t) == ["O8 unobserved"]
+    t = loop_trace(wait=True)  # another task awaits each: read
+    t.unobserved_reported = 0
+    assert kinds(t) == []
+    t = loop_trace(callback=True)  # sends 1 and 2 carry on_delivery, send 0 none
+    for m in t.messages[1:]:
+        m.called = "failed DeliveryTimeoutError: expired"
+    t.unobserved_reported = 0
+    assert kinds(t) == ["O8 unobserved"]
+    t.unobserved_reported = 1
+    assert kinds(t) == []
 
 
 def test_a_flush_covers_every_send_that_returned_before_it() -> None:

@@ -48,3 +48,33 @@ def test_every_guard_has_a_probe_that_marks_it() -> None:
     marked |= set(re.findall(r' else "([a-z0-9-]+)"\)', source))
     missing = {g.name for g in GUARDS} - marked
     assert not missing, f"guards no probe marks: {sorted(missing)}"
+
+
+def test_the_buffer_admits_exactly_what_fits_or_anything_into_an_empty_buffer() -> None:
+    """B1 (probes_buffer.py) on the ledger itself, then on planted admission rules."""
+    from pipeline.producer._outcomes.ledger import Ledger
+    from pipeline.testing.explore.probes import Watch, watching
+    from pipeline.testing.explore.probes_buffer import _admission
+
+    w = Watch()
+    with watching(w):
+        ledger = Ledger(100, 1.0)
+        assert ledger.try_reserve(150)  # alone in an empty buffer
+        assert not ledger.try_reserve(1)
+        ledger.release(150)
+        assert ledger.admit_row(60) and ledger.admit_row(40) and not ledger.admit_row(1)
+    assert w.violations == {}
+
+    def takes_all(self: Ledger, size: int) -> bool:
+        self.buffered_bytes += size
+        return True
+
+    def refuses_all(self: Ledger, size: int) -> bool:
+        return False
+
+    for planted, call in ((takes_all, 61), (refuses_all, 40)):
+        w = Watch()
+        ledger = Ledger(100, 1.0)
+        ledger.buffered_bytes = 60
+        _admission("try_reserve", 0)(w, planted)(ledger, call)
+        assert list(w.violations) == ["B1 admission"], planted

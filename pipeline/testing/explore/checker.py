@@ -98,6 +98,9 @@ Both modes:
 * O4 / O9 ``statistics()`` counts what the outcomes and the wire say, and its gauges
   add up while the run goes on, exactly when nothing is between the stages
   (``counts.py``);
+* B1 ``buffer_memory`` takes a message's bytes exactly when they fit or the buffer is
+  empty (``probes_buffer.py``); a ``send()`` cancelled by its caller's timeout was not
+  accepted (A2: nothing of it is written; O1: it gets no outcome);
 * O7 the close's count of undelivered messages (logged) is what it failed;
 * O8 every failure nobody read is named by an unobserved-failure warning by the
   end of the close, and the warnings name no failure a callback or
@@ -114,6 +117,7 @@ from dataclasses import dataclass
 
 from pipeline.protocol.errors import ErrorCode
 
+from .calls import awaited_loops, with_callback
 from .routing import ROUTING_ERRORS
 from .trace import Message, Trace
 
@@ -438,7 +442,8 @@ def _sizes(trace: Trace) -> list[Violation]:
     out: list[Violation] = []
     for a in trace.attempts:
         too_big = any(b > limit for b in a.bounds)
-        if too_big and a.refused not in ("MessageTooLargeError", "ProducerClosed"):
+        # (a call cancelled at its first checkpoint never reached the size check)
+        if too_big and a.refused not in ("MessageTooLargeError", "ProducerClosed", "Cancelled"):
             out.append(Violation("S1 size", f"sends {a.indexes} with size bounds {a.bounds} > "
                                  f"{limit} were {a.refused or 'accepted'}"))
         elif not too_big and a.refused == "MessageTooLargeError":
@@ -575,7 +580,8 @@ def _close_report(trace: Trace) -> list[Violation]:
 @invariant
 def _unobserved(trace: Trace) -> list[Violation]:
     """O8: no failure goes unseen: every failed ``send()`` whose outcome nobody
-    read (the explorer never awaits a plain ``send()``'s delivery) is named by an
+    read (the explorer never awaits a plain ``send()``'s delivery, nor one of a
+    loop without ``wait`` or ``callback``, a row of a columnar burst included) is named by an
     unobserved-failure warning by the end of the close, unless the close itself
     failed it (and reported it so: O7); and the warnings name no more records
     than failed without an ``on_delivery`` callback or ``producer.errors``, which
@@ -584,6 +590,7 @@ def _unobserved(trace: Trace) -> list[Violation]:
     if reported is None or trace.crash:
         return []
     s = trace.schedule
+    awaited = awaited_loops(s)
     unread = possible = 0
     for m in trace.messages:
         if m.ok or m.pending or m.cause.startswith("TransactionAbortedError"):
@@ -592,8 +599,12 @@ def _unobserved(trace: Trace) -> list[Violation]:
         if send is None or m.called or send.via == "input":
             continue
         possible += 1
-        if (not m.row and send.via in ("send", "headers")
-                and not m.cause.startswith("ProducerClosed")):
+        # (a send() loop's deliveries too, rows of its columnar bursts included, unless
+        # another task awaits them or they carry on_delivery)
+        alone = send.via in ("send", "headers", "nowait", "timed") and not m.row
+        looped = (send.via == "loop" and m.index not in awaited
+                  and not with_callback(send, m.index))
+        if (alone or looped) and not m.cause.startswith("ProducerClosed"):
             unread += 1
     if reported < unread:
         return [Violation("O8 unobserved", f"{unread} failed send()s nobody read; the "

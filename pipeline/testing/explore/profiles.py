@@ -366,7 +366,7 @@ def expiry(rng: random.Random, seed: int, mode: str) -> Schedule:
     flight at a leader slower than what is left of it (several partitions of
     one request, expiring at different times), bounced back while expired, and
     still there at the close."""
-    d = _Draft(rng, seed, mode, "expiry")
+    d = _Draft(rng, seed, mode, "expiry", idempotent_share=0.65)
     rt = float(d.options["request_timeout"])  # type: ignore[arg-type]
     linger = float(d.options["linger"])  # type: ignore[arg-type]
     dt = round(linger + rt + d.t(rng.choice([2, 5, 10, 20])), 6)
@@ -384,7 +384,8 @@ def expiry(rng: random.Random, seed: int, mode: str) -> Schedule:
                 duration=d.heal_at, flag=rng.random() < 0.5)
     for _ in range(rng.randint(1, 3)):
         at = d.grid(d.t(2), d.heal_at)
-        kind = _pick(rng, [("offline", 3), ("slow", 4), ("error", 2), ("stale", 1)])
+        kind = _pick(rng, [("offline", 3), ("slow", 4), ("error", 2), ("stale", 1),
+                           ("drop", 2)])
         if kind == "offline":  # no leader for longer than the timeout, or a bit less
             d.event(at, "stop", node=leader, flag=False)
             back = round(at + dt * rng.choice([0.5, 1.0, 1.5, 3.0]), 6)
@@ -395,8 +396,10 @@ def expiry(rng: random.Random, seed: int, mode: str) -> Schedule:
                     duration=round(dt * rng.choice([1.0, 2.0]), 6), flag=rng.random() < 0.5)
         elif kind == "error":  # bounced back with their deadline near
             d.event(at, "error", partition=p, code=d.retriable(), count=rng.randint(1, 4))
-        else:
+        elif kind == "stale":
             d.event(at, "stale", node=rng.randrange(d.brokers), duration=round(dt, 6))
+        else:  # requests never applied: an expired one leaves a gap in the sequences
+            d.event(at, "drop_request", node=leader, count=rng.randint(1, 3))
     d.stream(0.0, d.heal_at, partition=p, density=0.4)
     if d.partitions > 1:
         d.stream(0.0, d.heal_at, partition=None, density=0.2)
@@ -416,7 +419,7 @@ PROFILES: dict[str, tuple[Profile, int]] = {
 # Profiles drawn on a roll of their own (a share of the targeted seeds), so that
 # adding one leaves every other seed's schedule as it was.
 EXTRA: dict[str, tuple[Profile, float]] = {
-    "expiry": (expiry, 0.12),
+    "expiry": (expiry, 0.18),
 }
 
 

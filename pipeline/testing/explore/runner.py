@@ -28,6 +28,7 @@ partition logs, flushes and the close, for `checker.check`.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -51,6 +52,7 @@ from pipeline.testing.fake_cluster import FakeCluster
 
 from . import (  # noqa: F401 (they register)
     probes_broker,
+    probes_buffer,
     probes_counts,
     probes_idempotence,
     probes_partition,
@@ -492,10 +494,20 @@ async def _source(
             inputs.append((index, msg, (start, trace.step(), 0), attempt))
             continue
         try:
-            delivery = await producer.send(
-                TOPIC, value, key=key, partition=send.partition,
-                headers=HEADERS if send.via == "headers" else None,
-            )
+            if send.via == "nowait":
+                delivery = producer.send_nowait(TOPIC, value, key=key, partition=send.partition)
+            else:
+                # "timed": a user's timeout around the call; cancelled, it was not accepted
+                with trio.move_on_after(send.within if send.via == "timed" else math.inf):
+                    delivery = await producer.send(
+                        TOPIC, value, key=key, partition=send.partition,
+                        headers=HEADERS if send.via == "headers" else None,
+                    )
+                    accepted.append((index, delivery, trio.current_time(),
+                                     (start, trace.step(), 0)))
+                    continue
+                attempt.refused = "Cancelled"
+                continue
         except REFUSALS as exc:
             attempt.refused, attempt.detail = type(exc).__name__, str(exc)
             continue

@@ -82,6 +82,7 @@ class Send:
     # path); "many": send_many() with the source's other "many" sends at `at`;
     # "batch": send_batch() of the same as rows (values, keys, partitions lists);
     # "input": put on producer.input (outcomes read from producer.errors/successes);
+    # "nowait", "timed": send_nowait(), send() under a timeout (sweep.impatient);
     # "loop": send() in one tight loop with the source's other "loop" sends at
     # `at` (mostly no key, no partition, no await between them: a high-rate loop, whose
     # bursts become columnar send() bursts, burst.py); at `close_at`, the
@@ -94,6 +95,9 @@ class Send:
     columns: bool = False
     wait: bool = False
     callback: bool = False
+    # "nowait": send_nowait(); "timed": send() under trio.move_on_after(within)
+    # (sweep.impatient); a cancelled call must leave no trace.
+    within: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from .profiles import targeted
 from .routing import misrouted
-from .schedule import FAULT_WEIGHTS, PID_ERRORS, Event, Schedule, generate
+from .schedule import FAULT_WEIGHTS, PID_ERRORS, Event, Schedule, generate, with_options
 
 # Shares of a sweep (the rest: plain).
 SWARM, TARGETED = 0.2, 0.55
@@ -47,6 +47,9 @@ TANSU, ZERO_PRODUCER_ID = 0.2, 0.2
 
 # Share of schedules whose topic is created after the sends begin (late_topic).
 LATE_TOPIC = 0.1
+
+# Share of schedules with impatient send() calls (impatient).
+IMPATIENT = 0.2
 
 
 def schedule_for(seed: int, mode: str = "both") -> Schedule:
@@ -81,7 +84,28 @@ def schedule_for(seed: int, mode: str = "both") -> Schedule:
         schedule = replace(schedule, first_producer_id=0)
     if rng.random() < LATE_TOPIC:
         schedule = late_topic(schedule, rng)
+    if rng.random() < IMPATIENT:
+        schedule = impatient(schedule, rng)
     return schedule
+
+
+def impatient(schedule: Schedule, rng: random.Random) -> Schedule:
+    """``schedule`` with some of its ``send()`` calls impatient: ``send_nowait()``
+    (refused at once with BufferFullError when the buffer or the intake is full), or
+    ``send()`` under a user's timeout (cancelled while it waits: it must leave no
+    trace), in a small buffer and, half the time, a one-slot intake, so they wait."""
+    sends = []
+    for s in schedule.sends:
+        if s.via == "send":
+            roll = rng.random()
+            if roll < 0.3:
+                s = replace(s, via="timed", within=rng.choice((0.0, 0.002, 0.05, 0.3)))
+            elif roll < 0.5:
+                s = replace(s, via="nowait")
+        sends.append(s)
+    return with_options(replace(schedule, sends=tuple(sends)),
+                        buffer_memory=2 * schedule.max_message_bytes,
+                        channel_capacity=rng.choice((1, schedule.option("channel_capacity"))))
 
 
 def late_topic(schedule: Schedule, rng: random.Random) -> Schedule:
