@@ -191,6 +191,13 @@ def test_size_refusals_follow_the_documented_bound() -> None:
     assert kinds(t) == ["S1 batch size"]
 
 
+def test_a_settled_chunk_of_rows_holding_its_columns_is_a_violation() -> None:
+    t = trace(False, [msg(0)], [0])
+    assert kinds(t) == []
+    t.unfreed = 2  # (runner._unfreed counts them on the objects after the close)
+    assert kinds(t) == ["M1 unfreed"]
+
+
 def test_a_crash_is_a_violation() -> None:
     t = trace(False, [], [])
     t.crash = "RuntimeError: boom\nTraceback ..."
@@ -438,6 +445,12 @@ def test_a_failure_nobody_reads_is_reported_and_nothing_more() -> None:
     assert kinds(t) == []  # its callback saw it
     t.unobserved_reported = 2
     assert kinds(t) == ["O8 unobserved"]  # named one the callback had reported
+    t.messages[2].called = ""
+    t.messages[2].cause, t.messages[2].settled_closing = "ProducerClosed: closed", True
+    t.unobserved_reported = 1
+    assert kinds(t) == []
+    t.unobserved_reported = 2
+    assert kinds(t) == ["O8 unobserved"]  # named one the close failed (and reports: O7)
 
 
 def test_a_failed_row_of_a_loop_nobody_awaits_is_reported() -> None:

@@ -56,6 +56,9 @@ Both modes:
   with that outcome), and no later than its delivery deadline +
   ``request_timeout`` (the answer a batch in flight may still wait for); every
   byte of ``buffer_memory`` reserved is released by the end of the close;
+* M1 a chunk of rows whose last row settled lets go of what only unsettled rows need
+  (its runs, a ``send()`` burst's outcomes and callbacks and its runs' packed columns,
+  ``send_many``'s messages): a kept delivery holds no packed columns;
 * O2 a ``flush()`` returns by its start + ``delivery_timeout`` +
   ``request_timeout``, with every message accepted before it settled (the
   ledger's own last id and, independently of it, every ``send()`` call that
@@ -170,6 +173,10 @@ def _settled_once(trace: Trace) -> list[Violation]:
     if trace.outstanding_after_close:
         out.append(Violation("O1 unsettled", f"{trace.outstanding_after_close} messages "
                              "still outstanding after close"))
+    if trace.unfreed and not trace.crash:
+        out.append(Violation("M1 unfreed", f"{trace.unfreed} settled runs of rows whose "
+                             "chunk settled its last row still hold its columns, runs, "
+                             "outcomes or messages"))
     if trace.buffered_after_close and not trace.crash:
         out.append(Violation("O1 buffer", f"{trace.buffered_after_close} bytes of "
                              "buffer_memory still reserved after close"))
@@ -598,6 +605,8 @@ def _unobserved(trace: Trace) -> list[Violation]:
         send = s.sends[m.index] if m.index < len(s.sends) else None
         if send is None or m.called or send.via == "input":
             continue
+        if m.cause.startswith("ProducerClosed") and m.settled_closing:
+            continue  # the close reports what it fails itself (O7), not as unobserved
         possible += 1
         # (a send() loop's deliveries too, rows of its columnar bursts included, unless
         # another task awaits them or they carry on_delivery)

@@ -279,9 +279,17 @@ def _ready(acc: Any, now: float) -> bool:
         if part.sealed or (part.msgs and (
                 acc._flush.depth > 0 or part.nbytes >= acc._batch_cap
                 or len(part.msgs) >= config.max_batch_messages
-                or now >= part.first_at + acc._linger_due)):
+                # (over by more than a rounding: the start is a subtraction)
+                or now >= linger_start(acc, part) + acc._linger_due + EPS)):
             return True
     return False
+
+
+def linger_start(acc: Any, part: Any) -> float:
+    """When the linger of a partition's loose records began, by the accumulator's
+    promise rather than its ``first_at``: when ``send()`` accepted the oldest of them
+    (its deadline less ``delivery_timeout``; the hops to the accumulator count in it)."""
+    return float(part.msgs[0]._deadline - acc._config.delivery_timeout)
 
 
 def _bp_due(bp: Any, slot_free: bool) -> float:
@@ -292,7 +300,7 @@ def _bp_due(bp: Any, slot_free: bool) -> float:
         for unit in (*part.msgs[:1], *part.sealed, *part.failed):
             due = min(due, unit._deadline)
         if slot_free and part.msgs and acc.sendable(part, tp):
-            due = min(due, part.first_at + acc._linger_due)
+            due = min(due, linger_start(acc, part) + acc._linger_due)
     for flight in bp._in_flight:
         due = min(due, flight.deadline)
     return due

@@ -233,6 +233,7 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
             trace.double_settles = stats.double_settles
             trace.outstanding_after_close = stats.outstanding
             trace.buffered_after_close = stats.buffered_bytes
+            trace.unfreed = _unfreed(rows)
             trace.counted = (stats.accepted, stats.succeeded, stats.failed, stats.requests_sent)
             trace.callback_errors = stats.callback_errors
             topic = stats.topics.get(TOPIC)
@@ -381,6 +382,22 @@ def _record(index: int, msg: ProducerMessage | Delivery, at: float,
         rec.cause = f"{type(msg._outcome).__name__}: {msg._outcome}"
     rec.settled_at, rec.settled_closing = settled.get(msg_id, (None, False))
     return rec
+
+
+def _unfreed(rows: Rows) -> int:
+    """Settled runs of rows whose chunk had its last row settled but still holds what
+    only unsettled rows need: the runs (they and the chunk point at each other), a
+    send() burst's outcomes and callbacks and its runs' packed columns (a copy;
+    a send_batch's are the caller's own lists), send_many's messages."""
+    runs = {id(run): run for run, _ in rows.runs.values()}
+    n = 0
+    for run in runs.values():
+        chunk = run._sink
+        if type(chunk) is RowChunk and not chunk.pending and (
+                chunk.runs or chunk.outcomes is not None or chunk.messages is not None
+                or (chunk.group is None and run.columns is not None)):
+            n += 1
+    return n
 
 
 def _instrument(producer: Producer, trace: Trace, rows: Rows) -> Settled:

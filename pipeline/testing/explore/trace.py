@@ -128,6 +128,9 @@ class Trace:
     close_end: float = -1.0
     double_settles: int = 0
     rows_settled_twice: int = 0  # rows of send() bursts in two settled runs
+    # Runs of rows whose chunk settled its last row yet still holds its columns, runs,
+    # outcomes or messages (runner._unfreed): memory kept past the last outcome.
+    unfreed: int = 0
     outstanding_after_close: int = 0
     buffered_after_close: int = 0
     crash: str = ""
