@@ -123,19 +123,29 @@ async def test_raise_on_unobserved_failure_raises_them_when_the_block_ends(
 async def test_a_failed_row_without_a_callback_is_reported_beside_rows_with_one(
         fake: FakeCluster, caplog: pytest.LogCaptureFixture,
         autojump_clock: trio.testing.MockClock) -> None:
-    # One columnar send() burst (burst.py) whose rows all fail: half of them carry an
-    # on_delivery, which hears; the other half reach no one and are reported.
+    # One columnar send() burst (burst.py) whose rows all fail: a third of them carry an
+    # on_delivery, which hears; the others reach no one and are reported.
     heard: list[BaseException | None] = []
     async with open_fake_producer(fake) as producer:
         producer._intake._columns_next = True  # (the white-box switch of test_send_rows.py)
         deliveries = []
         for i in range(20):
-            callback = (lambda md, err: heard.append(err)) if i % 2 else None
+            callback = (lambda md, err: heard.append(err)) if i % 3 == 0 else None
             deliveries.append(await producer.send("t", b"%d" % i, partition=5,
                                                   on_delivery=callback))
         await producer.flush()
         assert {type(d).__name__ for d in deliveries} == {"RowDelivery"}
         del deliveries
-    assert len(heard) == 10 and all(e is not None for e in heard)
+    assert len(heard) == 7 and all(e is not None for e in heard)
     [message] = warnings(caplog)
-    assert message.startswith("10 record(s) failed"), message
+    assert message.startswith("13 record(s) failed"), message
+
+
+async def test_a_send_batch_nobody_awaits_has_its_failures_reported(
+        fake: FakeCluster, caplog: pytest.LogCaptureFixture,
+        autojump_clock: trio.testing.MockClock) -> None:
+    async with open_fake_producer(fake) as producer:
+        await producer.send_batch("t", [b"%d" % i for i in range(10)], partitions=[5] * 10)
+        await producer.flush()
+    [message] = warnings(caplog)
+    assert message.startswith("10 record(s) failed") and "PartitionOutOfRangeError" in message
