@@ -369,6 +369,18 @@ def test_an_acknowledged_message_reports_the_brokers_append_time() -> None:
     assert kinds(t) == ["A3 timestamp"]
 
 
+def test_an_acknowledged_message_reports_its_own_create_time() -> None:
+    """A3 on a CreateTime topic: its record's create time, not a batch-mate's (the max
+    timestamp Kafka echoes in its answer to a duplicate)."""
+    m = msg(0, offset=0)
+    t = trace(True, [m], [0])
+    t.log_times = {0: [1_700_000_000_003]}
+    m.timestamp = 1_700_000_000_003
+    assert kinds(t) == []
+    m.timestamp = 1_700_000_000_007  # the batch's max timestamp
+    assert kinds(t) == ["A3 timestamp"]
+
+
 def test_acks_0_reports_no_offset() -> None:
     t = trace(False, [msg(0, offset=-1)], [])
     t.schedule = with_options(t.schedule, acks=0)

@@ -28,6 +28,7 @@ partition logs, flushes and the close, for `checker.check`.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Awaitable, Callable, Iterator
@@ -100,7 +101,10 @@ def producer_options(schedule: Schedule) -> dict[str, Any]:
         idempotent=schedule.idempotent,
         max_message_bytes=schedule.max_message_bytes,
         rng=random.Random(schedule.seed),
-        timestamp_ms=lambda: 1_700_000_000_000,
+        # a create time per record, one millisecond apart: what a record reports is
+        # its own (A3), never a batch-mate's (Kafka's answer to a duplicate carries the
+        # cached batch's max timestamp, even on a CreateTime topic)
+        timestamp_ms=itertools.count(1_700_000_000_000).__next__,
     )
     if schedule.partitioner == "custom":
         options["partitioner"] = ExplorerPartitioner()  # (stateful: one per run)

@@ -51,6 +51,10 @@ LATE_TOPIC = 0.1
 # Share of schedules with impatient send() calls (impatient).
 IMPATIENT = 0.2
 
+# Share of schedules whose keyless records land the sticky partitioner's byte count
+# exactly on batch_bytes (sticky_edge).
+STICKY_EDGE = 0.1
+
 
 def schedule_for(seed: int, mode: str = "both") -> Schedule:
     rng = random.Random(seed * 104729 + 3)
@@ -86,7 +90,27 @@ def schedule_for(seed: int, mode: str = "both") -> Schedule:
         schedule = late_topic(schedule, rng)
     if rng.random() < IMPATIENT:
         schedule = impatient(schedule, rng)
+    if rng.random() < STICKY_EDGE:
+        schedule = sticky_edge(schedule, rng)
     return schedule
+
+
+def sticky_edge(schedule: Schedule, rng: random.Random) -> Schedule:
+    """``schedule`` with every keyless, unpinned record of one value size and
+    ``batch_bytes`` exactly ``k`` of their size bounds, or one byte more: the sticky
+    partitioner's count of a partition's bytes lands on ``batch_bytes`` itself (the
+    record reaching it is the partition's last) or one byte short of it (one more
+    record goes there), so K1 judges both sides of the edge."""
+    from pipeline.protocol.records import batch_size_for_record
+
+    if schedule.partitions < 2:
+        return schedule
+    size = rng.choice((0, 5, 20))
+    bound = batch_size_for_record(None, b"x" * size)
+    sends = tuple(replace(s, size=size) if s.key is None and s.partition is None else s
+                  for s in schedule.sends)
+    return with_options(replace(schedule, sends=sends),
+                        batch_bytes=rng.randint(2, 5) * bound + rng.choice((0, 1)))
 
 
 def impatient(schedule: Schedule, rng: random.Random) -> Schedule:
