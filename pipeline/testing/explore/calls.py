@@ -198,7 +198,7 @@ async def send_loop(
             options["key"] = send.key.encode()
         if send.partition is not None:
             options["partition"] = send.partition
-        if with_callback(send, index):
+        if send.callback and index % 3:
             calls = called[index] = []
             options["on_delivery"] = partial(call_back, calls, value, raises(index))
         try:
@@ -210,34 +210,6 @@ async def send_loop(
         accepted.append((index, delivery, trio.current_time(), (start, trace.step(), 0)))
         sent.append((index, delivery))
     return sent
-
-
-def with_callback(send: Send, index: int) -> bool:
-    """Whether loop send ``index`` passes ``on_delivery`` (two of three in a "callback" loop)."""
-    return send.callback and index % 3 != 0
-
-
-def awaited_loops(schedule: Schedule) -> set[int]:
-    """The "loop" sends whose deliveries another task awaits: a loop's first send
-    says (its ``wait``) for the loop, as the runner groups them: a source's
-    consecutive loop sends at one time, and every source's at the close."""
-    out: set[int] = set()
-    closing = [i for i, s in enumerate(schedule.sends) if closing_loop(schedule, s)]
-    if closing and schedule.sends[closing[0]].wait:
-        out.update(closing)
-    for source in {s.source for s in schedule.sends}:
-        first: Send | None = None
-        for i, s in enumerate(schedule.sends):
-            if s.source != source or closing_loop(schedule, s):
-                continue
-            if s.via != "loop":
-                first = None
-                continue
-            if first is None or first.at != s.at:
-                first = s
-            if first.wait:
-                out.add(i)
-    return out
 
 
 def raises(index: int) -> bool:

@@ -121,7 +121,6 @@ from dataclasses import dataclass
 
 from pipeline.protocol.errors import ErrorCode
 
-from .calls import awaited_loops, with_callback
 from .routing import ROUTING_ERRORS
 from .trace import Message, Trace
 
@@ -591,8 +590,8 @@ def _close_report(trace: Trace) -> list[Violation]:
 @invariant
 def _unobserved(trace: Trace) -> list[Violation]:
     """O8: no failure goes unseen: every failed ``send()`` whose outcome nobody
-    read (the explorer never awaits a plain ``send()``'s delivery, nor one of a
-    loop without ``wait`` or ``callback``, a row of a columnar burst included) is named by an
+    read (the explorer never awaits a plain ``send()``'s delivery; a loop's, rows of
+    columnar bursts included, only when its ``wait`` task got to it) is named by an
     unobserved-failure warning by the end of the close, unless the close itself
     failed it (and reported it so: O7); and the warnings name no more records
     than failed without an ``on_delivery`` callback or ``producer.errors``, which
@@ -601,7 +600,6 @@ def _unobserved(trace: Trace) -> list[Violation]:
     if reported is None or trace.crash:
         return []
     s = trace.schedule
-    awaited = awaited_loops(s)
     unread = possible = 0
     for m in trace.messages:
         if m.ok or m.pending or m.cause.startswith("TransactionAbortedError"):
@@ -613,10 +611,9 @@ def _unobserved(trace: Trace) -> list[Violation]:
             continue  # the close reports what it fails itself (O7), not as unobserved
         possible += 1
         # (a send() loop's deliveries too, rows of its columnar bursts included, unless
-        # another task awaits them or they carry on_delivery)
+        # another task read them: a callback's are skipped above)
         alone = send.via in ("send", "headers", "nowait", "timed") and not m.row
-        looped = (send.via == "loop" and m.index not in awaited
-                  and not with_callback(send, m.index))
+        looped = send.via == "loop" and not m.awaited
         if (alone or looped) and not m.cause.startswith("ProducerClosed"):
             unread += 1
     if reported < unread:

@@ -515,6 +515,7 @@ async def _source(
             inputs.append((index, msg, (start, trace.step(), 0), attempt))
             continue
         try:
+            delivery: Delivery | None = None
             if send.via == "nowait":
                 delivery = producer.send_nowait(TOPIC, value, key=key, partition=send.partition)
             else:
@@ -524,9 +525,7 @@ async def _source(
                         TOPIC, value, key=key, partition=send.partition,
                         headers=HEADERS if send.via == "headers" else None,
                     )
-                    accepted.append((index, delivery, trio.current_time(),
-                                     (start, trace.step(), 0)))
-                    continue
+            if delivery is None:
                 attempt.refused = "Cancelled"
                 continue
         except REFUSALS as exc:
