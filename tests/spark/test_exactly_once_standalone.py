@@ -50,16 +50,17 @@ DRIVER = Path(__file__).with_name("standalone_driver.py")
 ROWS, PARTITIONS, FAIL_AT = 20_000, 4, 3_000  # 4 partitions of 5,000 rows
 SLOW_PARTITION, SLOW_FROM, SLOW_SECONDS = 3, 1_500, 60.0
 
-#: Speculation as eager as Spark allows: once one task of the stage succeeded, a task
-#: running longer than the median successful one (and 3 s) gets a copy on a free
-#: executor of another host. The efficiency filter (Spark 3.4+) is off: it would also
+#: Eager speculation: once one task of the stage succeeded, a task running longer than
+#: the median successful one (and 6 s, so that the straggler has committed chunks before
+#: its copy fences it, even on a loaded machine) gets a copy on a free executor of
+#: another host. The efficiency filter (Spark 3.4+) is off: it would also
 #: judge by input-record rates, which spark.range does not report.
 SPECULATION = {
     "spark.speculation": "true",
     "spark.speculation.interval": "100ms",
     "spark.speculation.multiplier": "1",
     "spark.speculation.quantile": "0.25",
-    "spark.speculation.minTaskRuntime": "3s",
+    "spark.speculation.minTaskRuntime": "6s",
     "spark.speculation.efficiency.enabled": "false",
 }
 
