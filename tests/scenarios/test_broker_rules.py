@@ -373,6 +373,42 @@ async def test_a_stalled_connect_is_cut_short_at_the_delivery_deadline(
     assert offsets(n) == [0]
 
 
+async def test_a_message_arriving_during_a_connect_fails_at_its_own_deadline(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """The connect wait ends at the earliest deadline of what waits for it, also of a
+    message that arrives while it runs (``_connecting``, moved by ``_poke_flusher``):
+    the wait does not hold that message until the deadline of what was there first.
+
+    Schedule (plain, delivery_timeout and request_timeout 5 s): t[2]'s only replica,
+    broker 2, is stopped without an election. t0: m is sent to t[2] and waits for a
+    leader (deadline t0 + 5). t0 + 1: a is sent to t[1], whose leader, broker 1, the
+    producer has not connected to; broker 1 answers ApiVersions 6 s late, so broker
+    1's producer waits for the connect until a's deadline, t0 + 6. t0 + 3: t[2]'s
+    leadership moves to broker 1; m joins that wait. m fails at t0 + 5, a at t0 + 6
+    (with the wait's end left at t0 + 6, m failed then too)."""
+    from pipeline.producer._errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 3, leaders=[0, 1, 2])
+    options = exact(idempotent=False, delivery_timeout=5.0, request_timeout=5.0)
+    async with open_fake_producer(fake, **options) as producer:
+        t0 = await leaderless_after_warm(fake, producer, warm_partition=0)
+        m = producer.send_nowait("t", b"m", partition=2)
+        await trio.sleep(1.0)
+        fake.delay_responses(6.0, api_key=ApiKey.API_VERSIONS, node_id=1)
+        a = producer.send_nowait("t", b"a", partition=1)
+        await trio.sleep(2.0)
+        fake.move_leader("t", 2, to=1)
+        (m_result,) = await outcomes([m])
+        assert trio.current_time() == t0 + 5.0
+        (a_result,) = await outcomes([a])
+        assert trio.current_time() == t0 + 6.0
+    assert [q.time - t0 for q in fake.requests_of(ApiKey.API_VERSIONS, node_id=1)][:1] == [1.0]
+    for result in (m_result, a_result):
+        assert isinstance(result.cause, DeliveryTimeoutError)
+        assert "never acknowledged" in str(result.cause)
+
+
 async def test_an_unreachable_broker_bounces_only_partitions_with_something_to_send(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:

@@ -119,6 +119,10 @@ class BrokerProducer:
         self._wake_flusher = trio.Event()
         # What the flusher waits until while it waits (None: busy): _poke_flusher.
         self._flusher_until: float | None = None
+        # The flusher's wait for a connection (None: not connecting). It ends at the
+        # next delivery deadline here; an arrival with an earlier one moves that end
+        # (_poke_flusher), so the wait never holds a message past its deadline.
+        self._connecting: trio.CancelScope | None = None
         self._wake_responder = trio.Event()
         self._acks = config.acks_value
         self._timeout_ms = int(config.request_timeout * 1000)
@@ -162,6 +166,9 @@ class BrokerProducer:
         handed over just before the transaction failed arrive after its purge)."""
         if self._errors.abort is not None:
             self._expire(math.inf)
+        connecting = self._connecting
+        if connecting is not None:
+            connecting.deadline = min(connecting.deadline, self._next_wake(False))
         until = self._flusher_until
         if until is not None:
             now = trio.current_time()
@@ -315,10 +322,15 @@ class BrokerProducer:
             # Connecting (reconnect backoff, then a handshake of up to
             # request_timeout) must not hold up expiry: what waits here is
             # failed at its delivery deadline, and the flusher tries again
-            # (regression connect-holds-expiry).
+            # (regression connect-holds-expiry), also what arrives meanwhile
+            # (_connecting; regression connect-holds-a-later-arrival).
             conn: BrokerConnection | None = None
-            with trio.move_on_at(self._next_wake(False)):
-                conn = await self._cluster.connection(self.node_id)
+            self._connecting = scope = trio.CancelScope(deadline=self._next_wake(False))
+            try:
+                with scope:
+                    conn = await self._cluster.connection(self.node_id)
+            finally:
+                self._connecting = None
             if conn is None:
                 return
         except KafkaError as exc:

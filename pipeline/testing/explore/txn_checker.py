@@ -16,7 +16,7 @@ aborted, failed (fenced or fatal before its commit), fenced at its commit, unkno
 * X5 per partition, the visible records of one producer's committed transactions are
   in the order they were sent (transaction after transaction, record after record);
 * X6 every accepted record got exactly one outcome (none settled twice, none pending
-  or outstanding after the close, none later than its deadline + request_timeout);
+  or outstanding after the close, none later than its delivery deadline);
 * X7 a producer initialised before another one of its transactional id (a successor,
   or the workload's next generation) that ends a transaction with records after that
   one initialised reports ``ProducerFencedError``; none reports it unless another
@@ -72,7 +72,7 @@ def _health(trace: Trace) -> list[Violation]:
                                  "deliveries pending after the close"))
         if g.late:
             out.append(Violation("X6 late", f"{g.name}: {g.late} records settled after their "
-                                 "deadline + request_timeout"))
+                                 "delivery deadline"))
     return out
 
 

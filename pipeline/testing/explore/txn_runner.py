@@ -99,7 +99,7 @@ class Generation:
     double_settles: int = 0
     outstanding: int = 0
     pending: int = 0  # deliveries still pending after the close
-    late: int = 0  # settled after the delivery deadline + request_timeout
+    late: int = 0  # settled after their delivery deadline
     unexpected: list[str] = field(default_factory=list)  # errors outside the documented classes
     # (time, when its transaction began or -1, text) of each TransactionFatalError raised
     fatal: list[tuple[float, float, str]] = field(default_factory=list)
@@ -294,7 +294,6 @@ class _Client:
             return
         stats = producer.statistics()
         gen.double_settles, gen.outstanding = stats.double_settles, stats.outstanding
-        late_by = dict(self.schedule.options)["request_timeout"]
         for txn, pos, d, _at in self.deliveries:
             value = txn.records[pos][0]
             cause = f"{type(d._outcome).__name__}: {d._outcome}" if d._outcome else ""
@@ -302,7 +301,7 @@ class _Client:
             if d._state == PENDING:
                 gen.pending += 1
             settled = self.settled.get(d._id)
-            if settled is not None and settled[0] > d._deadline + late_by + 1e-9:
+            if settled is not None and settled[0] > d._deadline + 1e-9:
                 gen.late += 1
         self.producer = None
 
