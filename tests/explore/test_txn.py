@@ -123,8 +123,13 @@ def test_committed_records_in_send_order() -> None:
 def test_a_producer_ending_a_transaction_after_its_successor_initialised_must_be_fenced() -> None:
     main = Generation("main", 0.0, ready_at=0.0)
     main.calls = [(2.0, "commit", True)]
+    main.epochs = {(7, 0)}
     successor = Generation("successor-0", 1.0, ready_at=1.0)
     trace = _trace([], {0: []}, [main, successor])
+    book = trace.extra["txn"]
+    book.txn_requests = [(0.5, 7, 0), (1.5, 7, 1)]  # before the takeover; the successor's
+    assert kinds(trace) == []  # nothing of main's transaction reached a broker after it
+    book.txn_requests.append((1.8, 7, 0))  # main's EndTxn, say: refused as fenced
     assert kinds(trace) == ["X7 not fenced"]
     main.fenced = True
     assert kinds(trace) == []

@@ -627,6 +627,50 @@ async def test_a_refused_addition_makes_the_transaction_abortable_or_the_produce
         assert await committed_values(fake) == [b"y"]
 
 
+async def test_an_abort_raises_the_fence_the_addition_it_waited_for_met(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """v1: an abort waits for the AddPartitionsToTxn on the wire (if applied, the
+    coordinator's transaction is open and must be ended). When the coordinator refuses
+    it as fenced (another producer of the id initialised meanwhile), the abort raises
+    ProducerFencedError and the producer stays fenced: it does not return as if it had
+    ended the transaction."""
+    fake = await serve(version=1)
+    async with open_fake_producer(fake, **txn_options()) as producer:
+        await producer.begin_transaction()
+        fake.delay_responses(1.0, api_key=ApiKey.ADD_PARTITIONS_TO_TXN, count=1,
+                             before_apply=True)
+        producer.send_nowait("t", b"x", partition=0)
+        await trio.sleep(0.5)  # its AddPartitionsToTxn is on the wire (from t + 0.125)
+        async with open_fake_producer(fake, **txn_options()):  # takes the id over
+            with pytest.raises(ProducerFencedError) as e:
+                await producer.abort_transaction()
+            assert "AddPartitionsToTxn" in str(e.value)
+            with pytest.raises(ProducerFencedError):
+                await producer.begin_transaction()
+    assert not fake.requests_of(ApiKey.END_TXN)
+
+
+async def test_v2_offsets_refused_after_the_coordinators_timeout_abort_are_abortable(
+        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
+    """v2: the coordinator aborts a transaction open longer than transaction_timeout and
+    bumps the epoch; the group coordinator then refuses its TxnOffsetCommit
+    (INVALID_PRODUCER_EPOCH). No other producer took the id over: that is
+    TransactionTimedOutError, abortable, not a fence; after the abort the producer goes
+    on."""
+    fake = await serve(version=2)
+    async with open_fake_producer(fake, **txn_options(transaction_timeout=1.0)) as producer:
+        await producer.begin_transaction()
+        await producer.send("t", b"x", partition=0)
+        await trio.sleep(3.0)  # the coordinator's timeout aborts it
+        with pytest.raises(TransactionTimedOutError) as e:
+            await producer.send_offsets_to_transaction({("in", 0): 1}, "g")
+        assert "INVALID_PRODUCER_EPOCH" in str(e.value)
+        await producer.abort_transaction()
+        async with producer.transaction():
+            await producer.send_offsets_to_transaction({("in", 0): 2}, "g")
+    assert fake.offsets.fetch("g", ("in", 0)).offset == 2  # type: ignore[union-attr]
+
+
 # ------------------------------------------------- v1: adding partitions
 
 

@@ -361,6 +361,17 @@ class TransactionManager:
             await self._coord.txn_offset_commit(meta, by_topic, idem.producer_id,
                                                 idem.producer_epoch)
         except TransactionError as exc:
+            if isinstance(exc, ProducerFencedError) and self.version >= 2 and self._timed_out():
+                # Version 2: the coordinator's timeout abort bumped the epoch, which a
+                # record's broker and the group coordinator then refuse; the abort takes
+                # the producer on (_end_txn), as after a record refused so.
+                timed_out = TransactionTimedOutError(
+                    f"the coordinator aborted the transaction of {self.transactional_id!r}: "
+                    f"it stayed open longer than transaction_timeout="
+                    f"{self._config.transaction_timeout}s (TxnOffsetCommit was answered "
+                    f"{exc.code.name if exc.code is not None else 'as fenced'})")
+                self.abortable(timed_out)
+                raise timed_out from exc
             if isinstance(exc, ProducerFencedError | TransactionFatalError):
                 self.fatal(exc)
             else:
@@ -426,6 +437,12 @@ class TransactionManager:
             # completes the previous transaction) settles first: if it is applied, the
             # coordinator's transaction is open and EndTxn must end it
             await self._add_idle.wait()
+            # That AddPartitionsToTxn may have been refused meanwhile: a fence ends the
+            # producer (the abort too must say so), and a commit cannot go on once the
+            # transaction turned abortable.
+            if self.state == State.FATAL or (commit and self.state == State.ABORTABLE):
+                assert self.error is not None
+                raise self.error
             try:
                 pid, epoch = await self._end_txn(commit)
             except TransactionError as exc:

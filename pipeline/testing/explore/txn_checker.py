@@ -19,7 +19,8 @@ aborted, failed (fenced or fatal before its commit), fenced at its commit, unkno
   or outstanding after the close, none later than its delivery deadline);
 * X7 a producer initialised before another one of its transactional id (a successor,
   or the workload's next generation) that ends a transaction with records after that
-  one initialised reports ``ProducerFencedError``; none reports it unless another
+  one initialised, once a request of its transaction reached a broker after that (which
+  refuses it), reports ``ProducerFencedError``; none reports it unless another
   producer initialised after it, or (transaction version 1) a transaction outlived
   its ``transaction_timeout`` (the coordinator's abort bumps the epoch: docs/transactions.md);
 * X8 every error a call raises is one of the documented classes
@@ -174,7 +175,11 @@ def _fencing(trace: Trace) -> list[Violation]:
             first = min(a.ready_at for a in later)
             ends = [t for t, via, busy in g.calls
                     if t > first + EPS and busy and via in ("commit", "abort")]
-            if ends and not g.fenced:
+            # (a transaction none of whose requests reached a broker after the takeover
+            # ends without hearing of it, as the Java client's: nothing refused it)
+            heard = any(at > first + EPS and (pid, epoch) in g.epochs
+                        for at, pid, epoch in book.txn_requests)
+            if ends and heard and not g.fenced:
                 out.append(Violation("X7 not fenced", f"{g.name} (initialised at "
                                      f"{g.ready_at:.3f}) ended a transaction at {ends[0]:.3f}, "
                                      f"after another producer of its id initialised at "

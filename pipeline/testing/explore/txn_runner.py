@@ -94,6 +94,8 @@ class Generation:
     fenced: bool = False  # some call raised ProducerFencedError
     # (time, call, the open transaction had records or offsets) of each call it made
     calls: list[tuple[float, str, bool]] = field(default_factory=list)
+    # (producer id, epoch) it held at each of its calls: whose requests were its own
+    epochs: set[tuple[int, int]] = field(default_factory=set)
     open_error: str = ""
     close_error: str = ""
     double_settles: int = 0
@@ -116,6 +118,9 @@ class TxnBook:
     open_at_end: list[str] = field(default_factory=list)  # partitions with an open txn
     committed_offset: int | None = None
     hung: list[str] = field(default_factory=list)
+    # (arrival, producer id, epoch) of every request of a transaction the brokers got:
+    # AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn, transactional Produce
+    txn_requests: list[tuple[float, int, int]] = field(default_factory=list)
 
 
 def _options(schedule: Schedule) -> dict[str, Any]:
@@ -190,6 +195,9 @@ class _Client:
         assert self.gen is not None
         busy = self.txn is not None and (bool(self.txn.records) or self.txn.offsets is not None)
         self.gen.calls.append((trio.current_time(), send.via, busy))
+        idem = self.producer._core.idempotence
+        if idem is not None:
+            self.gen.epochs.add((idem.producer_id, idem.producer_epoch))
         with trio.move_on_after(_bound(self.schedule)) as scope:
             await self._call(self.producer, send, index)
         if scope.cancelled_caught:
@@ -381,10 +389,34 @@ async def _transactions(schedule: Schedule, trace: Trace, watch: Watch) -> None:
             if part.open_txns:
                 book.open_at_end.append(f"partition {p}: open from offset "
                                         f"{min(part.open_txns.values())}")
+        book.txn_requests = _txn_requests(fake)
         committed = fake.offsets.fetch(GROUP_ID, OFFSETS_PARTITION)
         book.committed_offset = committed.offset if committed is not None else None
         trace.end_time = trio.current_time()
         root.cancel_scope.cancel()
+
+
+def _txn_requests(fake: FakeCluster) -> list[tuple[float, int, int]]:
+    """(arrival, producer id, epoch) of each request of a transaction the fake received."""
+    out: list[tuple[float, int, int]] = []
+    for r in fake.requests:
+        q = r.request
+        if q is None:
+            continue
+        if r.api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
+            if q.transactions:
+                out += [(r.time, t.producer_id, t.producer_epoch) for t in q.transactions]
+            else:
+                out.append((r.time, q.v3_and_below_producer_id, q.v3_and_below_producer_epoch))
+        elif r.api_key in (ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.TXN_OFFSET_COMMIT, ApiKey.END_TXN):
+            out.append((r.time, q.producer_id, q.producer_epoch))
+        elif r.api_key == ApiKey.PRODUCE and q.transactional_id is not None:
+            for topic in q.topic_data:
+                for part in topic.partition_data:
+                    if part.records:
+                        header = parse_batch_header(bytes(part.records))
+                        out.append((r.time, header.producer_id, header.producer_epoch))
+    return out
 
 
 def committed_view(batches: Any) -> list[tuple[int, bytes]]:
