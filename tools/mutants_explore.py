@@ -58,6 +58,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mutants
 
 ROOT = mutants.ROOT
+# This tree's pipeline, also in this process (--try): the virtual environment's editable
+# install may point at another checkout, which edits there would change mid-run.
+sys.path.insert(0, str(ROOT))
 STATE = ROOT / ".mutants"
 CACHE = STATE / "explore.json"
 # The protocol's modules: what the explorer must see broken (issue: the

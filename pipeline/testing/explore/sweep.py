@@ -19,6 +19,8 @@ import random
 from collections.abc import Iterator
 from dataclasses import replace
 
+from pipeline.protocol.errors import ErrorCode
+
 from .profiles import targeted
 from .routing import misrouted
 from .schedule import FAULT_WEIGHTS, PID_ERRORS, Event, Schedule, generate, with_options
@@ -54,6 +56,10 @@ IMPATIENT = 0.2
 # Share of schedules whose keyless records land the sticky partitioner's byte count
 # exactly on batch_bytes (sticky_edge).
 STICKY_EDGE = 0.1
+
+# Share of idempotent schedules where a leader answers OUT_OF_ORDER_SEQUENCE_NUMBER to
+# batches no earlier failure explains (unexplained_gap).
+UNEXPLAINED_GAP = 0.15
 
 
 def schedule_for(seed: int, mode: str = "both") -> Schedule:
@@ -92,7 +98,26 @@ def schedule_for(seed: int, mode: str = "both") -> Schedule:
         schedule = impatient(schedule, rng)
     if rng.random() < STICKY_EDGE:
         schedule = sticky_edge(schedule, rng)
+    if rng.random() < UNEXPLAINED_GAP and schedule.idempotent:
+        schedule = unexplained_gap(schedule, rng)
     return schedule
+
+
+def unexplained_gap(schedule: Schedule, rng: random.Random) -> Schedule:
+    """``schedule`` with a leader answering OUT_OF_ORDER_SEQUENCE_NUMBER, before it
+    applies them, to the next one or two batches of a partition, once or twice before
+    ``heal_at``: what a leader that lost or skipped the partition's last batches answers
+    (an unclean election, a truncated log). Unless an earlier failure of the partition
+    explains it, the batch fails with that answer and the producer starts a new epoch
+    for the batches behind it (``BrokerProducer._handle_partition``)."""
+    events = list(schedule.events)
+    start = max(schedule.topic_at, 0.0)  # (a late topic has no partitions before)
+    for _ in range(rng.randint(1, 2)):
+        at = round(rng.uniform(start, max(start, schedule.heal_at)), 4)
+        events.append(Event(at, "error", partition=rng.randrange(schedule.partitions),
+                            code=int(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
+                            count=rng.randint(1, 2)))
+    return replace(schedule, events=tuple(sorted(events, key=lambda e: e.at)))
 
 
 def sticky_edge(schedule: Schedule, rng: random.Random) -> Schedule:
