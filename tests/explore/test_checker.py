@@ -622,6 +622,22 @@ def test_init_producer_id_asks_for_a_new_id_and_backs_off() -> None:
     assert kinds(t) == []
 
 
+def test_each_recovery_is_announced_once() -> None:
+    """W1: one warning per recovery started (epoch bumps and new ids), and one more at
+    most, for a recovery the close cut short."""
+    t = trace(True, [msg(0, offset=0)], [0])
+    t.epochs_started, t.recovery_warnings = (1, 1), 2
+    assert kinds(t) == []
+    t.recovery_warnings = 3  # (the last one's recovery never ran)
+    assert kinds(t) == []
+    t.recovery_warnings = 1  # a recovery nobody was told of
+    assert kinds(t) == ["W1 recovery warnings"]
+    t.recovery_warnings = 4  # a request that joined one under way warned again
+    assert kinds(t) == ["W1 recovery warnings"]
+    t.recovery_warnings = -1  # (not counted)
+    assert kinds(t) == []
+
+
 def test_batches_and_requests_keep_their_limits() -> None:
     """S2: at most ``max_batch_messages`` records a batch, a batch of several within
     ``batch_bytes``, a request of several batches within ``max_request_bytes``."""

@@ -98,7 +98,7 @@ Both modes:
   OUT_OF_ORDER_SEQUENCE_NUMBER) to spent retries, and none fails with
   DUPLICATE_SEQUENCE_NUMBER;
 * P2 InitProducerId asks for a new id and backs off between failed attempts
-  (``producer_ids.py``);
+  (``producer_ids.py``); W1 each recovery is announced by one warning (ibid.);
 * O4 / O9 ``statistics()`` counts what the outcomes and the wire say, and its gauges
   add up while the run goes on, exactly when nothing is between the stages
   (``counts.py``);

@@ -80,6 +80,8 @@ class Watch:
     # the outcomes the close logged as not handed over to producer.successes/errors.
     produce_written: int = 0
     lost_reports: int = 0
+    # The producer's "starting a new epoch" warnings (W1: one per recovery).
+    recovery_warnings: int = 0
     # Per partition, the step of its last acknowledgement and of the last error its
     # retries recorded (`RetryErrors.last`): a later timeout names an error only if
     # none came after it (T1).

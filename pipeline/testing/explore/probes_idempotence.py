@@ -3,10 +3,41 @@ mechanism; GUARDS in guards.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .probes import IDEM, Watch, probe
+
+#: How the producer's warning that a recovery starts begins (idempotence.py).
+RECOVERY_WARNING = "idempotent producer: starting a new epoch"
+
+
+@contextmanager
+def counting_recovery_warnings(w: Watch) -> Iterator[None]:
+    """Count the producer's recovery warnings into ``w`` (W1) for the length of the
+    block, also when the run's logging is quieter than WARNING (the teeth's workers):
+    then only this count hears them."""
+    logger = logging.getLogger("pipeline.producer")
+
+    class Count(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if str(record.msg).startswith(RECOVERY_WARNING):
+                w.recovery_warnings += 1
+
+    handler = Count(logging.WARNING)
+    level, propagate = logger.level, logger.propagate
+    if not logger.isEnabledFor(logging.WARNING):
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 # -- idempotence --------------------------------------------------------------------
 

@@ -61,3 +61,19 @@ def _init_producer_id(trace: Trace) -> list[Violation]:
                               f"asked again at {arrivals[after]:.4f}: the backoff is "
                               f"{backoff:.4f} s at least")]
     return []
+
+
+@invariant
+def _recovery_warnings(trace: Trace) -> list[Violation]:
+    """W1: an idempotent producer says once that a recovery starts: its warnings number
+    the recoveries that started (epochs bumped, new producer ids), and one more at most,
+    for a recovery the close cut short. Requests for a recovery already under way join
+    it without another warning."""
+    s = trace.schedule
+    if not s.idempotent or trace.crash or trace.recovery_warnings < 0 or s.workload != "producer":
+        return []
+    started = sum(trace.epochs_started)
+    if not started <= trace.recovery_warnings <= started + 1:
+        return [Violation("W1 recovery warnings", f"{trace.recovery_warnings} warnings that a "
+                          f"recovery starts; {started} recoveries started")]
+    return []

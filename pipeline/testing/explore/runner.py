@@ -90,6 +90,7 @@ from .clock import (
 )
 from .driver import INIT_PRODUCER_ID, PRODUCE, drive_faults
 from .probes import Watch, watching
+from .probes_idempotence import counting_recovery_warnings
 from .routing import ExplorerPartitioner
 from .schedule import TOPIC, Schedule
 from .trace import Attempt, Flush, Gauges, Message, Trace, value_of
@@ -121,7 +122,7 @@ def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) ->
         e.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER for e in schedule.events))
     try:
         with deterministic_trio(schedule.seed), time_limit(real_time_limit), watching(watch), \
-                _send_path(schedule.send_path):
+                _send_path(schedule.send_path), counting_recovery_warnings(watch):
             clock = VirtualClock()
             workload = WORKLOADS[schedule.workload]
             trio.run(workload, schedule, trace, watch, clock=clock, instruments=[clock])
@@ -142,6 +143,7 @@ def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) ->
     trace.guard_violations = watch.violations
     trace.epochs_started = (watch.recoveries[0], watch.recoveries[1])
     trace.produce_written, trace.lost_reports = watch.produce_written, watch.lost_reports
+    trace.recovery_warnings = watch.recovery_warnings
     return trace
 
 

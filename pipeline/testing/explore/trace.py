@@ -161,6 +161,8 @@ class Trace:
     # idempotent), and the ones the probes saw start.
     idem_counts: tuple[int, int] | None = None
     epochs_started: tuple[int, int] = (0, 0)
+    # The producer's warnings that a recovery starts (-1: not counted).
+    recovery_warnings: int = -1
     # What the close's fail_all_outstanding returned (the count it logs) and how
     # many messages and rows it settled; None: it never ran.
     close_failed: tuple[int, int] | None = None
