@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from pipeline.producer._stages.partitioner import murmur2
 from pipeline.testing.explore import generate
 from pipeline.testing.explore.checker import check
 from pipeline.testing.explore.runner import Attempt, Flush, Message, Trace, value_of
@@ -124,6 +125,12 @@ def test_records_go_where_their_partition_key_and_partitioner_say() -> None:
         assert judged(Send(0.0, 0, 0, key=k), msg(0, partition=p), {p: [0]}) == []
         assert judged(Send(0.0, 0, 0, key=k), msg(0, partition=1 - p), {1 - p: [0]}) == [
             "P1 routing"]
+    # librdkafka's "murmur2": keyed records as the default's, keyless ones all to the
+    # partition of the empty key's hash
+    assert all(route("murmur2", 2, None, k, value_of(0, 0)) == home[k] for k in keys)
+    empty = route("murmur2", 2, None, None, value_of(0, 0))
+    assert empty == (murmur2(b"") & 0x7FFFFFFF) % 2
+    assert route("default", 2, None, None, value_of(0, 0)) is None  # (sticky: K1 judges)
     # A custom schedule: value 0's record is routed; a value its partitioner refuses.
     keyed = Send(0.0, 0, 0, key="k1")
     p = route("custom", 2, None, "k1", value_of(0, 0))

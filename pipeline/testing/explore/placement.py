@@ -74,7 +74,7 @@ def _sticky_spread(trace: Trace) -> list[Violation]:
     run followed by another holds at least ``batch_bytes``. (The first run of a
     stretch may continue bytes counted before it: only its upper bound holds.)"""
     s = trace.schedule
-    if s.partitions < 2 or trace.crash:
+    if s.partitions < 2 or trace.crash or s.partitioner == "murmur2":  # (P1 places those)
         return []
     batch_bytes = s.option("batch_bytes")
     stretches: list[list[tuple[int, int, int]]] = [[]]  # (partition, size, index)

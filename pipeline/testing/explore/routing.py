@@ -1,9 +1,10 @@
 """Where each record of a schedule belongs (judged by ``placement.py``: P1 and K1).
 
 A schedule routes with the producer's default partitioner (``Schedule.partitioner
-== "default"``: murmur2 of the key, keyless records sticky, KIP-480) or with a
-user's (``"custom"``: `ExplorerPartitioner`, a pure function of the record for
-keyed records, sticky for keyless ones, with two user bugs on a few records). A
+== "default"``: murmur2 of the key, keyless records sticky, KIP-480), with
+librdkafka's ``"murmur2"`` (keyless records hash as the empty key: one partition),
+or with a user's (``"custom"``: `ExplorerPartitioner`, a pure function of the record
+for keyed records, sticky for keyless ones, with two user bugs on a few records). A
 send may also be pinned to a partition the topic does not have. `route` says,
 from the schedule alone, what the producer must do with each record.
 """
@@ -83,7 +84,8 @@ def route(partitioner: str, partitions: int, partition: int | None, key: str | N
             return None
         return zlib.crc32(key.encode()) % partitions
     if key is None:
-        return None
+        # ("murmur2", librdkafka's: a keyless record hashes as the empty key)
+        return (murmur2(b"") & 0x7FFFFFFF) % partitions if partitioner == "murmur2" else None
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 

@@ -109,6 +109,8 @@ def producer_options(schedule: Schedule) -> dict[str, Any]:
     )
     if schedule.partitioner == "custom":
         options["partitioner"] = ExplorerPartitioner()  # (stateful: one per run)
+    elif schedule.partitioner == "murmur2":
+        options["partitioner"] = "murmur2"
     if schedule.topic_at:  # (its metadata is awaited until it exists, not refused)
         options["allow_auto_topic_creation"] = True
     return options

@@ -150,7 +150,8 @@ class Schedule:
     # send()'s implementation: "" the default (the C Sender when built), "python"
     # Intake.send, its pure-Python twin (send_path.use).
     send_path: str = ""
-    # The producer's partitioner: "default", or "custom" (a user's: routing.py).
+    # The producer's partitioner: "default", "murmur2" (librdkafka's), or "custom" (a
+    # user's): routing.py.
     partitioner: str = "default"
     # The topic's message.timestamp.type is LogAppendTime: acknowledged records carry
     # the broker's append time (checker A3).

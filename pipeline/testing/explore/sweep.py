@@ -61,6 +61,10 @@ STICKY_EDGE = 0.1
 # batches no earlier failure explains (unexplained_gap).
 UNEXPLAINED_GAP = 0.15
 
+# Share of the default partitioner's schedules routed by librdkafka's "murmur2" instead
+# (keyed rows hashed in one C loop, keyless records all to one partition).
+MURMUR2 = 0.1
+
 
 def schedule_for(seed: int, mode: str = "both") -> Schedule:
     rng = random.Random(seed * 104729 + 3)
@@ -100,6 +104,8 @@ def schedule_for(seed: int, mode: str = "both") -> Schedule:
         schedule = sticky_edge(schedule, rng)
     if rng.random() < UNEXPLAINED_GAP and schedule.idempotent:
         schedule = unexplained_gap(schedule, rng)
+    if rng.random() < MURMUR2 and schedule.partitioner == "default":
+        schedule = replace(schedule, partitioner="murmur2")
     return schedule
 
 
