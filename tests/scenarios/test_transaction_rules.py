@@ -650,21 +650,26 @@ async def test_an_abort_raises_the_fence_the_addition_it_waited_for_met(
     assert not fake.requests_of(ApiKey.END_TXN)
 
 
-async def test_v2_offsets_refused_after_the_coordinators_timeout_abort_are_abortable(
-        serve: Serve, autojump_clock: trio.testing.MockClock) -> None:
-    """v2: the coordinator aborts a transaction open longer than transaction_timeout and
-    bumps the epoch; the group coordinator then refuses its TxnOffsetCommit
-    (INVALID_PRODUCER_EPOCH). No other producer took the id over: that is
-    TransactionTimedOutError, abortable, not a fence; after the abort the producer goes
-    on."""
-    fake = await serve(version=2)
+@pytest.mark.parametrize("version", [1, 2])
+async def test_offsets_refused_after_the_coordinators_timeout_abort_are_abortable(
+        serve: Serve, autojump_clock: trio.testing.MockClock, version: int) -> None:
+    """The coordinator aborts a transaction open longer than transaction_timeout and
+    bumps the epoch; its offsets are then refused (v2: TxnOffsetCommit answered
+    INVALID_PRODUCER_EPOCH; v1: AddOffsetsToTxn answered PRODUCER_FENCED). No other
+    producer took the id over: that is TransactionTimedOutError, abortable, not a fence
+    (a commit raises it again); the abort takes the producer on, and it goes on."""
+    fake = await serve(version=version)
     async with open_fake_producer(fake, **txn_options(transaction_timeout=1.0)) as producer:
         await producer.begin_transaction()
         await producer.send("t", b"x", partition=0)
         await trio.sleep(3.0)  # the coordinator's timeout aborts it
         with pytest.raises(TransactionTimedOutError) as e:
             await producer.send_offsets_to_transaction({("in", 0): 1}, "g")
-        assert "INVALID_PRODUCER_EPOCH" in str(e.value)
+        assert isinstance(e.value.__cause__, ProducerFencedError)  # (what it was answered)
+        assert "its offsets were answered" in str(e.value)
+        with pytest.raises(TransactionTimedOutError) as again:
+            await producer.commit_transaction()
+        assert again.value is e.value
         await producer.abort_transaction()
         async with producer.transaction():
             await producer.send_offsets_to_transaction({("in", 0): 2}, "g")

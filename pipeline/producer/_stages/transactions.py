@@ -361,14 +361,14 @@ class TransactionManager:
             await self._coord.txn_offset_commit(meta, by_topic, idem.producer_id,
                                                 idem.producer_epoch)
         except TransactionError as exc:
-            if isinstance(exc, ProducerFencedError) and self.version >= 2 and self._timed_out():
-                # Version 2: the coordinator's timeout abort bumped the epoch, which a
-                # record's broker and the group coordinator then refuse; the abort takes
-                # the producer on (_end_txn), as after a record refused so.
+            if isinstance(exc, ProducerFencedError) and self._timed_out():
+                # The coordinator's timeout abort bumped the epoch, which the
+                # coordinators then refuse: the timeout is the cause, as for a record
+                # refused so; the abort takes the producer on (_end_txn).
                 timed_out = TransactionTimedOutError(
                     f"the coordinator aborted the transaction of {self.transactional_id!r}: "
                     f"it stayed open longer than transaction_timeout="
-                    f"{self._config.transaction_timeout}s (TxnOffsetCommit was answered "
+                    f"{self._config.transaction_timeout}s (its offsets were answered "
                     f"{exc.code.name if exc.code is not None else 'as fenced'})")
                 self.abortable(timed_out)
                 raise timed_out from exc
