@@ -60,11 +60,29 @@ def _bp_gave_up(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
         code = getattr(part.retrying, "code", None)
         from pipeline.producer._stages.batches import REFRESH_CODES
 
-        if code is not None and code not in REFRESH_CODES:
+        answered = code is not None and code not in REFRESH_CODES
+        if answered:
             w.reach("give-up-the-leader-answered-ends-the-retry-state")
         else:
             w.reach("give-up-that-may-have-lost-the-leader")
-        return orig(self, tp, part)
+        pp = self._sinks.retry_sink(tp)
+        told = pp._reroute
+        result = orig(self, tp, part)
+        told = pp._reroute and not told
+        if answered and (part.retrying is not None or told):
+            w.violate("G18 give-up", (
+                f"broker {self.node_id}, partition {tp.partition}: everything failed here "
+                f"after the leader's own answer ({getattr(code, 'name', code)}): nothing "
+                "moved, so the retry "
+                "state ends here and the partition producer stays (it was " +
+                ("told to leave)" if told else "left retrying)")))
+        elif not answered and not pp._reroute:
+            w.violate("G18 give-up", (
+                f"broker {self.node_id}, partition {tp.partition}: everything failed here "
+                f"after {type(part.retrying).__name__ if part.retrying is not None else 'an error'}"
+                ", which says the leader may be gone, and the partition producer was not "
+                "told to leave with a chaser (leader_changed)"))
+        return result
     return gave_up
 
 
