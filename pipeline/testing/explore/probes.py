@@ -82,6 +82,8 @@ class Watch:
     lost_reports: int = 0
     # The producer's "starting a new epoch" warnings (W1: one per recovery).
     recovery_warnings: int = 0
+    # (task id, node) of each connect a task was refused since it last asked (G19).
+    unreachable: set[tuple[int, int]] = field(default_factory=set)
     # Per partition, the step of its last acknowledgement and of the last error its
     # retries recorded (`RetryErrors.last`): a later timeout names an error only if
     # none came after it (T1).

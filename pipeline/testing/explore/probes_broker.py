@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from .probes import ACC, BP, EPS, RETRY_ERRORS, Watch, probe, records_in
+from .probes import ACC, BP, CLUSTER, EPS, RETRY_ERRORS, Watch, probe, records_in
 
 # -- the broker producer ---------------------------------------------------------
 
@@ -386,3 +386,45 @@ def _bp_settled(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
                     "(neither ended here nor reported with leader_changed)"))
         return result
     return settled
+
+
+@probe(CLUSTER, "connection")
+def _cluster_connection(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    from pipeline.cluster.errors import KafkaError
+
+    async def connection(self: Any, node_id: int) -> Any:
+        try:
+            return await orig(self, node_id)
+        except KafkaError:
+            w.unreachable.add((id(trio.lowlevel.current_task()), node_id))
+            raise
+    return connection
+
+
+@probe(BP, "_send_one")
+def _bp_send_one(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    async def send_one(self: Any) -> Any:
+        key = (id(trio.lowlevel.current_task()), self.node_id)
+        w.unreachable.discard(key)
+        result = await orig(self)
+        if key not in w.unreachable:
+            return result
+        w.unreachable.discard(key)
+        # The broker is unreachable: what could go to it went back to its partition
+        # producers (which find the leader again), and a partition left with nothing,
+        # retrying, had its partition producer told to leave.
+        for tp, part in self._parts.items():
+            if (part.msgs or part.sealed) and self._acc.sendable(part, tp):
+                w.violate("G19 unreachable broker", (
+                    f"broker {self.node_id} could not be reached and kept what partition "
+                    f"{tp.partition} could send there instead of sending it back"))
+            elif part.retrying is not None and not (
+                    part.in_flight or part.failed or part.sealed or part.msgs):
+                pp = self._sinks.retry_sink(tp)
+                if pp.bp is self and not pp._reroute and not pp._retries:
+                    w.violate("G19 unreachable broker", (
+                        f"broker {self.node_id} could not be reached: partition "
+                        f"{tp.partition} is left retrying with nothing, and its partition "
+                        "producer was not told to leave"))
+        return result
+    return send_one
