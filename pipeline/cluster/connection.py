@@ -289,19 +289,35 @@ class BrokerConnection:
           AuthenticationError: it was closed by a failed re-authentication.
           UnsupportedApiError: no version negotiated for the request's API.
         """
-        return await self._send(request, version, expect_response, gated=True)
+        pending = await self._send(request, version, expect_response, gated=True)
+        assert pending is not None  # (no deadline to wait until)
+        return pending
+
+    async def send_before(
+        self, request: Request[R], deadline: float, *, version: int | None = None,
+        expect_response: bool = True,
+    ) -> PendingResponse[R | None] | None:
+        """:meth:`send`, unless the wait for a request slot (or a re-authentication)
+        lasts until ``deadline`` (trio time): then None, and nothing of it was written.
+        Once the write begins it is never cut short (that would close the connection)."""
+        return await self._send(request, version, expect_response, gated=True,
+                                deadline=deadline)
 
     async def _send(
-        self, request: Request[R], version: int | None, expect_response: bool, *, gated: bool
-    ) -> PendingResponse[R | None]:
+        self, request: Request[R], version: int | None, expect_response: bool, *, gated: bool,
+        deadline: float = math.inf,
+    ) -> PendingResponse[R | None] | None:
         api_key = ApiKey(request.API_KEY)
         if version is None:
             version = self.version_for(api_key)
         while True:
-            if gated and self._gate is not None:
-                await self._gate.wait()
-            if expect_response:
-                await self._acquire_slot()
+            with trio.move_on_at(deadline) as waiting:
+                if gated and self._gate is not None:
+                    await self._gate.wait()
+                if expect_response:
+                    await self._acquire_slot()  # (cancelled while parked: no slot taken)
+            if waiting.cancelled_caught:
+                return None
             slot_held = expect_response  # until the pending entry owns it
             try:
                 async with self._write_lock:

@@ -65,7 +65,7 @@ class Renewable(Protocol):
     _reauth_scope: trio.CancelScope
 
     async def _send(self, request: Request[R], version: int | None, expect_response: bool,
-                    *, gated: bool) -> PendingResponse[R | None]: ...
+                    *, gated: bool, deadline: float = ...) -> PendingResponse[R | None] | None: ...
 
     def _fail(self, error: KafkaError, *, notify: bool = True) -> None: ...
 
@@ -78,6 +78,7 @@ class _Ungated:
 
     async def request(self, request: Request[R], *, version: int | None = None) -> R:
         pending = await self._conn._send(request, version, True, gated=False)
+        assert pending is not None  # (no deadline to wait until)
         response = await pending.wait()
         assert response is not None
         return response

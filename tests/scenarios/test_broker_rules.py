@@ -409,6 +409,47 @@ async def test_a_message_arriving_during_a_connect_fails_at_its_own_deadline(
         assert "never acknowledged" in str(result.cause)
 
 
+async def test_a_batch_waiting_for_a_request_slot_expires_at_its_deadline(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """The connection's request slots are shared: a metadata request holding the only
+    one (max_in_flight 1) holds up the Produce request behind it. That wait ends at the
+    first delivery deadline of what the request carries: the batch goes back to its
+    queue, unwritten, and expires there, at its deadline, not when the slot frees.
+
+    Schedule (plain, delivery_timeout 1 s, request_timeout 0.95 s, one broker, warm):
+    t0: a is sent, answered 0.6 s late. t0 + 0.3: m is sent (deadline t0 + 1.3) and
+    waits behind a. t0 + 0.5: a metadata round asks broker 0, on the same connection:
+    it waits for a's slot, gets it at t0 + 0.6 and is answered 0.9 s later. m, drained
+    at t0 + 0.6, waits for the slot: it fails at t0 + 1.3, "never acknowledged" (never
+    written); n, sent once the slot is free, is written."""
+    from pipeline.producer._errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, max_in_flight=1, delivery_timeout=1.0,
+                    request_timeout=0.95)
+    async with open_fake_producer(fake, **options) as producer:
+        await outcomes([producer.send_nowait("t", b"warm", partition=0)])
+        fake.delay_responses(0.6, api_key=ApiKey.PRODUCE, node_id=0, count=1)
+        fake.delay_responses(0.9, api_key=ApiKey.METADATA, node_id=0, count=1,
+                             before_apply=True)
+        t0 = trio.current_time()
+        a = producer.send_nowait("t", b"a", partition=0)
+        await trio.sleep(0.3)
+        m = producer.send_nowait("t", b"m", partition=0)
+        await trio.sleep(0.2)
+        producer._core.cluster.request_refresh(["t"])
+        (m_result,) = await outcomes([m])
+        assert trio.current_time() == t0 + 1.3
+        results = await outcomes([a])
+        await trio.sleep(0.5)
+        results += await outcomes([producer.send_nowait("t", b"n", partition=0)])
+    assert isinstance(m_result.cause, DeliveryTimeoutError)
+    assert "never acknowledged" in str(m_result.cause)
+    assert offsets(results) == [1, 2]
+    assert values_in_log(fake, "t", 0) == [b"warm", b"a", b"n"]
+
+
 async def test_an_unreachable_broker_bounces_only_partitions_with_something_to_send(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:

@@ -289,16 +289,17 @@ async def test_requests_sent_counts_requests_written_not_a_send_that_failed(
     from pipeline.cluster.errors import BrokerConnectionError
 
     fake.create_topic("t", 1)
-    original = BrokerConnection.send
+    original = BrokerConnection.send_before
     refused: list[object] = []
 
-    async def send(self: BrokerConnection, request: Any, **kwargs: Any) -> Any:
+    async def send_before(self: BrokerConnection, request: Any, deadline: float,
+                          **kwargs: Any) -> Any:
         if type(request).__name__ == "ProduceRequest" and not refused:
             refused.append(request)
             raise BrokerConnectionError("the connection was lost before the write (test)")
-        return await original(self, request, **kwargs)
+        return await original(self, request, deadline, **kwargs)
 
-    monkeypatch.setattr(BrokerConnection, "send", send)
+    monkeypatch.setattr(BrokerConnection, "send_before", send_before)
     async with open_fake_producer(fake) as producer:
         await producer.send_and_wait("t", b"x")
         stats = producer.statistics()
@@ -316,17 +317,18 @@ async def test_a_request_being_written_counts_as_in_flight(
     from pipeline.cluster.connection import BrokerConnection
 
     fake.create_topic("t", 1)
-    original = BrokerConnection.send
+    original = BrokerConnection.send_before
     writing = trio.Event()
     release = trio.Event()
 
-    async def send(self: BrokerConnection, request: Any, **kwargs: Any) -> Any:
+    async def send_before(self: BrokerConnection, request: Any, deadline: float,
+                          **kwargs: Any) -> Any:
         if type(request).__name__ == "ProduceRequest" and not release.is_set():
             writing.set()
             await release.wait()  # (the write takes its time)
-        return await original(self, request, **kwargs)
+        return await original(self, request, deadline, **kwargs)
 
-    monkeypatch.setattr(BrokerConnection, "send", send)
+    monkeypatch.setattr(BrokerConnection, "send_before", send_before)
     async with open_fake_producer(fake) as producer:
         delivery = await producer.send("t", b"x")
         await writing.wait()

@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.testing
 
-from pipeline import ProducerMessage, wait_all
+from pipeline import ProducerError, ProducerMessage, wait_all
 from pipeline.producer._api import UNOBSERVED_WINDOW
 from pipeline.testing.fake_cluster import FakeCluster
 from tests.scenarios.conftest import open_fake_producer
@@ -139,6 +139,27 @@ async def test_a_failed_row_without_a_callback_is_reported_beside_rows_with_one(
     assert len(heard) == 7 and all(e is not None for e in heard)
     [message] = warnings(caplog)
     assert message.startswith("13 record(s) failed"), message
+
+
+async def test_reading_some_failed_rows_of_a_burst_leaves_the_others_reported(
+        fake: FakeCluster, caplog: pytest.LogCaptureFixture,
+        autojump_clock: trio.testing.MockClock) -> None:
+    # One columnar send() burst whose rows all fail: the caller reads the failures of
+    # the even rows (awaiting four, the others through wait_all); those of the odd rows,
+    # which nobody reads, are still reported: reading one row's failure does not make
+    # its burst's other rows observed.
+    async with open_fake_producer(fake) as producer:
+        producer._intake._columns_next = True  # (the white-box switch of test_send_rows.py)
+        deliveries = [await producer.send("t", b"%d" % i, partition=5) for i in range(20)]
+        assert {type(d).__name__ for d in deliveries} == {"RowDelivery"}
+        for d in deliveries[0:8:2]:
+            with pytest.raises(ProducerError):
+                await d
+        result = await wait_all(deliveries[8::2])
+        assert result.failed == 6
+        del deliveries
+    [message] = warnings(caplog)
+    assert message.startswith("10 record(s) failed"), message
 
 
 async def test_a_send_batch_nobody_awaits_has_its_failures_reported(

@@ -385,7 +385,7 @@ class RowDelivery(Delivery, _RowAwaitBase):
             assert outcome is not None
             outcomes = self._rows.outcomes
             if outcomes is not None:
-                outcomes.observed = True  # the caller read a failure of the burst
+                outcomes.read_row(self._row)  # the caller read this row's failure
             raise ProducerError(self.message, outcome)
         raise trio.WouldBlock
 

@@ -24,7 +24,7 @@ of the recorded runs not in ``unmapped``.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -44,7 +44,7 @@ from pipeline.producer._speedups.fields import slots
 if TYPE_CHECKING:
     from pipeline.producer._columnar.rows import RowRun
 
-__all__ = ["RowOutcomes", "call_back_ok"]
+__all__ = ["RowOutcomes", "UnheardRows", "call_back_ok"]
 
 _new_metadata = tuple.__new__
 
@@ -103,7 +103,7 @@ class RowOutcomes:
     ``RowBurst``, so neither keeps the other alive."""
 
     __slots__ = slots(fields.DELIVERY_OUTCOMES, (
-        "_positions", "event", "headers", "keys", "metadata", "observed", "on_delivery",
+        "_positions", "event", "headers", "keys", "metadata", "on_delivery", "read",
         "timestamps", "topic", "unmapped", "values"))
 
     def __init__(self, rows: BurstView) -> None:
@@ -121,9 +121,10 @@ class RowOutcomes:
             self.inverse = bytearray(b"\xff" * (8 * len(rows.values)))
             self._positions = memoryview(self.inverse).cast("q")
         self.unmapped: list[RowRun] = []
-        # The caller read a failure of the burst (its rows' failures are then not
-        # reported as unobserved: unobserved.py).
-        self.observed = False
+        # The rows whose failure the caller read (None: none): theirs are not reported
+        # as unobserved, the others' are (unobserved.py, UnheardRows). Failures are
+        # rare: nothing is kept per row otherwise.
+        self.read: set[int] | None = None
         # Set when a run settles while someone waits for a row (then replaced).
         self.event: trio.Event | None = None
         # The rows' on_delivery callbacks (None: no row has one), called per row by
@@ -195,12 +196,20 @@ class RowOutcomes:
         found = self.locate(row)
         return None if found is None else found[0]
 
-    def unheard(self, run: RowRun) -> int:
-        """The rows of ``run`` with no ``on_delivery``: a failure of theirs reaches
-        no callback (only their deliveries, if someone reads them)."""
-        if self.on_delivery is None:
-            return run.count
-        return sum(fn is None for fn in _take(self.on_delivery, run))
+    def read_row(self, row: int) -> None:
+        """The caller read the failure of ``row`` (its delivery raised it)."""
+        if self.read is None:
+            self.read = set()
+        self.read.add(row)
+
+    def unheard(self, run: RowRun) -> UnheardRows | None:
+        """The rows of ``run`` (failed) with no ``on_delivery``, whose failure reaches
+        no callback (only their deliveries, if someone reads them); None: none."""
+        rows = _rows_of(run)
+        if self.on_delivery is not None:
+            rows = [r for r, fn in zip(rows, _take(self.on_delivery, run), strict=True)
+                    if fn is None]
+        return UnheardRows(self, rows) if len(rows) else None
 
     def call_back(self, run: RowRun, failed: Callable[[Any, Any], None]) -> None:
         """Call the ``on_delivery`` of each row of ``run`` (settled, recorded)
@@ -288,3 +297,24 @@ def _call_back_ok_py(fns: list[DeliveryCallback | None], topic: str, partition: 
 call_back_ok: Callable[..., None] = _call_back_ok_py
 #: Fills a keyed burst's row -> wire position map: ``_delivery.map_rows`` or its twin.
 map_rows: Callable[[Any, Any, int], None] = _map_rows_py
+
+
+class UnheardRows:
+    """Failed rows of a burst that no ``on_delivery`` hears, as ``Unobserved`` holds
+    them: observed once the caller read each one's failure (``RowOutcomes.read``); a
+    row read does not make its burst's other rows observed."""
+
+    __slots__ = ("outcomes", "rows")
+
+    def __init__(self, outcomes: RowOutcomes, rows: Sequence[int]) -> None:
+        self.outcomes = outcomes
+        self.rows = rows
+
+    def unread(self) -> int:
+        """How many of the rows' failures nobody read yet."""
+        read = self.outcomes.read
+        return len(self.rows) if read is None else sum(r not in read for r in self.rows)
+
+    @property
+    def observed(self) -> bool:
+        return not self.unread()

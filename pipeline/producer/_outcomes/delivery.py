@@ -270,9 +270,9 @@ _use("python" if _c is None else "c")
 def _observe(d: Delivery) -> None:
     """The caller read ``d``'s failure (``unobserved.py``)."""
     rows = getattr(d, "_rows", None)
-    if rows is not None:  # a row of a burst: its burst's failures are read
+    if rows is not None:  # a row of a burst: its failure is read
         if rows.outcomes is not None:
-            rows.outcomes.observed = True
+            rows.outcomes.read_row(d._row)  # type: ignore[attr-defined]
     else:
         d._sink = OBSERVED  # type: ignore[attr-defined]
 

@@ -315,7 +315,8 @@ class Ledger:
                     if sink.group is not None:
                         unobserved.add(sink.group, msg.topic, msg.partition, n, cause)
                     elif unheard := sink.outcomes.unheard(msg):  # (rows with no on_delivery)
-                        unobserved.add(sink.outcomes, msg.topic, msg.partition, unheard, cause)
+                        unobserved.add(unheard, msg.topic, msg.partition, len(unheard.rows),
+                                       cause)
                 self._rows_settled(msg, sink)
                 self.release(msg._size)
                 continue

@@ -40,7 +40,7 @@ OBSERVED = object()
 
 class _Failure(NamedTuple):
     at: float
-    holder: Any  # the message, the burst's RowOutcomes, or the DeliveryGroup
+    holder: Any  # the message, a burst's UnheardRows, or the DeliveryGroup
     topic: str
     partition: int | None
     records: int
@@ -98,7 +98,9 @@ class Unobserved:
         groups: dict[tuple[str, int | None], list[Any]] = {}
         for f in failures:
             group = groups.setdefault((f.topic, f.partition), [0, f.cause])
-            group[0] += f.records
+            # (rows of a burst: those whose failure nobody read by now)
+            unread = getattr(f.holder, "unread", None)
+            group[0] += f.records if unread is None else unread()
         total = sum(n for n, _ in groups.values())
         parts = "; ".join(
             f"{n} to {topic}{'' if p is None or p < 0 else f'[{p}]'} "

@@ -242,6 +242,17 @@ class Accumulator:
             budget -= batch.nbytes
         return taken
 
+    def unsend(self, taken: dict[TopicPartition, SealedBatch]) -> None:
+        """Undo ``drain``: ``taken`` was never written. Each batch goes back to the front
+        of its partition's queue, sealed (its sequences kept), and out of the in-flight
+        counts."""
+        for tp, batch in taken.items():
+            part = self.parts[tp]
+            part.sealed.appendleft(batch)
+            part.in_flight -= 1
+            if self._idem is not None:
+                self._idem.batch_done()
+
     def _take_loose(self, part: PartitionQueue, budget: int) -> tuple[list[ProducerMessage], int]:
         config = self._config
         msgs = part.msgs

@@ -357,7 +357,16 @@ class BrokerProducer:
                                                 txn.produce_version_cap)
         self._writing = flight
         try:
-            pending = await conn.send(request, version=version, expect_response=self._acks != 0)
+            # The connection's request slots are shared (a metadata request, the
+            # producer id's): the wait for one ends at the first delivery deadline of
+            # what was taken, which then goes back unwritten and expires where it waits
+            # (regression slot-wait-holds-expiry), as the Java client drains only for a
+            # ready connection.
+            pending = await conn.send_before(request, flight.deadline, version=version,
+                                             expect_response=self._acks != 0)
+            if pending is None:
+                self._acc.unsend(taken)
+                return
             self.requests_sent += 1  # (written: a send that failed wrote nothing)
             # acks=0: no response will come; being written is the outcome.
             flight.pending = pending if self._acks != 0 else None

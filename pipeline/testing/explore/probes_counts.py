@@ -10,12 +10,12 @@ from typing import Any
 from .probes import CONNECTION, LEDGER, Watch, probe
 
 
-@probe(CONNECTION, "send")
+@probe(CONNECTION, "_send")
 def _written(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
     async def send(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
         pending = await orig(self, request, *args, **kwargs)
-        if type(request).__name__ == "ProduceRequest":
-            w.produce_written += 1
+        if pending is not None and type(request).__name__ == "ProduceRequest":
+            w.produce_written += 1  # (None: its wait for a slot ended, nothing written)
         return pending
     return send
 

@@ -369,7 +369,7 @@ def expiry(rng: random.Random, seed: int, mode: str) -> Schedule:
     d = _Draft(rng, seed, mode, "expiry", idempotent_share=0.65)
     rt = float(d.options["request_timeout"])  # type: ignore[arg-type]
     linger = float(d.options["linger"])  # type: ignore[arg-type]
-    dt = round(linger + rt + d.t(rng.choice([2, 5, 10, 20])), 6)
+    dt = round(linger + rt + d.t(rng.choice([1, 2, 5, 10, 20])), 6)
     d.options["delivery_timeout"] = dt
     # one request at a time at a slow leader: the batches behind it are sent
     # late, and their deadlines come while they are in flight
@@ -379,7 +379,7 @@ def expiry(rng: random.Random, seed: int, mode: str) -> Schedule:
         d.leaders = (leader,) * d.partitions
     p = rng.randrange(d.partitions)
     leader = d.leaders[p]
-    if rng.random() < 0.6:  # answers slower than what is left of the batches sent late
+    if rng.random() < 0.85:  # answers slower than what is left of the batches sent late
         d.event(0.0, "slow", node=leader, seconds=round(rt * rng.choice([0.6, 0.8, 0.95]), 6),
                 duration=d.heal_at, flag=rng.random() < 0.5)
     for _ in range(rng.randint(1, 3)):
