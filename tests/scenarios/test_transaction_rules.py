@@ -665,8 +665,11 @@ async def test_offsets_refused_after_the_coordinators_timeout_abort_are_abortabl
         await trio.sleep(3.0)  # the coordinator's timeout aborts it
         with pytest.raises(TransactionTimedOutError) as e:
             await producer.send_offsets_to_transaction({("in", 0): 1}, "g")
-        assert isinstance(e.value.__cause__, ProducerFencedError)  # (what it was answered)
-        assert "its offsets were answered" in str(e.value)
+        fenced = e.value.__cause__
+        assert isinstance(fenced, ProducerFencedError) and fenced.code is not None
+        assert fenced.code.name == ("INVALID_PRODUCER_EPOCH" if version == 2
+                                    else "PRODUCER_FENCED")
+        assert f"its offsets were answered {fenced.code.name}" in str(e.value)
         with pytest.raises(TransactionTimedOutError) as again:
             await producer.commit_transaction()
         assert again.value is e.value
