@@ -409,6 +409,34 @@ async def test_a_message_arriving_during_a_connect_fails_at_its_own_deadline(
         assert "never acknowledged" in str(result.cause)
 
 
+async def test_arrivals_during_a_slow_connect_do_not_cut_it_short(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """An arrival moves the end of the connect wait to the earliest delivery deadline
+    only: not to a linger deadline, which would cut the handshake short again and again
+    while records keep coming, so the connection would never be made.
+
+    Schedule (plain, linger 0.05 s, delivery_timeout 5 s): broker 1 answers ApiVersions
+    1 s late. From t0 a record to t[1] every 0.1 s: the first starts the connect at the
+    end of its linger, which completes 1 s later; every record is written, none fails."""
+    fake.create_topic("t", 2, leaders=[0, 1])
+    options = exact(idempotent=False, linger=0.05, delivery_timeout=5.0, request_timeout=2.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await outcomes([producer.send_nowait("t", b"warm", partition=0)])
+        fake.delay_responses(1.0, api_key=ApiKey.API_VERSIONS, node_id=1)
+        t0 = trio.current_time()
+        sent = []
+        for i in range(15):
+            sent.append(producer.send_nowait("t", b"%d" % i, partition=1))
+            await trio.sleep(0.1)
+        results = await outcomes(sent)
+    # one handshake, begun when the first record's linger ended
+    assert [q.time - t0 for q in fake.requests_of(ApiKey.API_VERSIONS, node_id=1)] == [
+        pytest.approx(0.05)]
+    assert offsets(results) == list(range(15))
+    assert values_in_log(fake, "t", 1) == [b"%d" % i for i in range(15)]
+
+
 async def test_a_batch_waiting_for_a_request_slot_expires_at_its_deadline(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
