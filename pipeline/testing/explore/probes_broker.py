@@ -369,21 +369,25 @@ def _bp_poke(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
     return poke
 
 
+def _left_retrying(bp: Any, tp: Any, part: Any) -> bool:
+    """``part`` stays retrying at ``bp`` with nothing left there, and its partition
+    producer, still attached, was told nothing: no chaser is coming, and the partition's
+    next message would go back once for nothing."""
+    if part.retrying is None or part.in_flight or part.failed or part.sealed or part.msgs:
+        return False
+    pp = bp._sinks.retry_sink(tp)
+    return bool(pp.bp is bp and not pp._reroute and not pp._retries)
+
+
 @probe(BP, "_settled")
 def _bp_settled(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
     def settled(self: Any, tp: Any) -> Any:
         result = orig(self, tp)
-        part = self._parts[tp]
-        if part.retrying is not None and not (
-                part.in_flight or part.failed or part.sealed or part.msgs):
-            pp = self._sinks.retry_sink(tp)
-            if pp.bp is self and not pp._reroute and not pp._retries:
-                # Nothing went back and nobody was told: no chaser is coming, and the
-                # partition's next message would go back once for nothing.
-                w.violate("G13 retry state left behind", (
-                    f"broker {self.node_id}, partition {tp.partition}: everything failed "
-                    "here, and the partition stays retrying with no chaser on its way "
-                    "(neither ended here nor reported with leader_changed)"))
+        if _left_retrying(self, tp, self._parts[tp]):
+            w.violate("G13 retry state left behind", (
+                f"broker {self.node_id}, partition {tp.partition}: everything failed "
+                "here, and the partition stays retrying with no chaser on its way "
+                "(neither ended here nor reported with leader_changed)"))
         return result
     return settled
 
@@ -418,13 +422,10 @@ def _bp_send_one(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
                 w.violate("G19 unreachable broker", (
                     f"broker {self.node_id} could not be reached and kept what partition "
                     f"{tp.partition} could send there instead of sending it back"))
-            elif part.retrying is not None and not (
-                    part.in_flight or part.failed or part.sealed or part.msgs):
-                pp = self._sinks.retry_sink(tp)
-                if pp.bp is self and not pp._reroute and not pp._retries:
-                    w.violate("G19 unreachable broker", (
-                        f"broker {self.node_id} could not be reached: partition "
-                        f"{tp.partition} is left retrying with nothing, and its partition "
-                        "producer was not told to leave"))
+            elif _left_retrying(self, tp, part):
+                w.violate("G19 unreachable broker", (
+                    f"broker {self.node_id} could not be reached: partition "
+                    f"{tp.partition} is left retrying with nothing, and its partition "
+                    "producer was not told to leave"))
         return result
     return send_one
