@@ -132,3 +132,40 @@ def test_the_sweep_reaches_every_guard() -> None:
         reached += REACHED[chunk]
     never = [g.name for g in GUARDS if g.required and not reached[g.name]]
     assert not never, f"guards the CI sweep never reached: {never}"
+
+
+def _resettle_seed() -> int:
+    """The first seed whose schedule resettles batches of two or more messages."""
+    for seed in range(50_000, 51_000):
+        s = schedule_for(seed)
+        if s.resettle and s.option("max_batch_messages") > 1 and len(s.sends) > 20:
+            return seed
+    raise AssertionError("no resettle schedule in 1,000 seeds")
+
+
+def test_the_resettle_probe_holds_the_ledger_to_its_double_settle_guard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Schedule.resettle settles the first half of each batch a second time: the
+    unmutated ledger counts exactly those repeats and gives every message the outcome
+    one settle gives; a ledger that stops counting them, or settles them again, is
+    caught (O1, A1)."""
+    from pipeline.producer._outcomes.ledger import Ledger
+
+    s = schedule_for(_resettle_seed())
+    trace = run_schedule(s)
+    assert trace.resettled > 0 and trace.double_settles == trace.resettled
+    assert check(trace) == []
+    monkeypatch.setattr(Ledger, "_double_settle", lambda self, msg: None)
+    assert "O1 double settle" in {v.kind for v in check(run_schedule(s))}
+
+
+def test_an_answer_leaving_a_partition_out_is_a_fault_the_sweep_draws() -> None:
+    """sweep.incomplete: some schedules have leaders answer Produce requests without
+    one of their partitions, and the producer keeps every promise through it."""
+    seeds = [seed for seed in range(50_000, 50_400)
+             if any(e.kind == "incomplete" for e in schedule_for(seed).events)]
+    assert seeds
+    for seed in seeds[:3]:
+        trace = run_schedule(schedule_for(seed))
+        assert check(trace) == [], seed

@@ -648,3 +648,35 @@ async def test_an_in_flight_expiry_with_nothing_left_sends_the_next_message_to_t
         (0, 0.0), (0, 2.0), (1, 6.5)]
     assert [x[2:4] for x in sent_batches(fake, "t", 0)] == [(0, 0), (0, 1), (1, 0)]
     assert values_in_log(fake, "t", 0) == [b"p", b"n"]
+
+
+async def test_a_batch_its_leader_left_out_of_the_answer_is_not_resent_in_a_new_epoch(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """A partition left out of a Produce answer may have been written: its batch's
+    fate is unknown, as when the answer is lost. If the producer then starts a new
+    epoch, a copy re-stamped with the new epoch's sequence 0 would be written beside
+    the first (the broker cannot recognise it), so the batch fails instead, saying it
+    may have been written.
+
+    Schedule (idempotent, one message per batch, t[0] and t[1] both on broker 0,
+    confirmed): a (t[0]) and b (t[1]) go in one request; broker 0 answers a
+    OUT_OF_ORDER_SEQUENCE_NUMBER, unapplied (an unexplained gap: a new epoch), and
+    appends b but leaves t[1] out of its answer. b is written once; its outcome says
+    it may or may not have been written. Without the fate mark, b was re-sent in
+    epoch 1 and written twice."""
+    fake.create_topic("t", 2, leaders=[0, 0])
+    async with open_fake_producer(fake, **exact(idempotent=True, max_batch_messages=1,
+                                                linger=0.01)) as producer:
+        for p in (0, 1):
+            await producer.send_and_wait("t", b"warm", partition=p)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, node_id=0,
+                       topic="t", partition=0)
+        fake.omit_after_apply(topic="t", partition=1)
+        results = await outcomes([producer.send_nowait("t", b"a", partition=0),
+                                  producer.send_nowait("t", b"b", partition=1)])
+        idem = producer._core.idempotence
+        assert idem is not None and idem.producer_epoch == 1
+    assert values_in_log(fake, "t", 1) == [b"warm", b"b"]
+    assert offsets(results)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert "may or may not have been written" in str(results[1].cause)

@@ -429,6 +429,9 @@ class BrokerProducer:
         ledger = self._ledger
         idem = self._idem
         if result is None:
+            # Applied or not, nothing says: a copy re-stamped for a new epoch would not
+            # be recognised as its duplicate (Accumulator.restamp).
+            batch.fate_unknown = True
             self._schedule_bounce(part, batch, KafkaError(
                 f"broker {self.node_id} left {tp.topic}[{tp.partition}] out of its response"
             ))

@@ -165,8 +165,10 @@ def _settled_once(trace: Trace) -> list[Violation]:
     out: list[Violation] = []
     if trace.crash:
         out.append(Violation("crash", trace.crash.strip().splitlines()[0][:300]))
-    if trace.double_settles:
-        out.append(Violation("O1 double settle", f"{trace.double_settles} messages settled twice"))
+    if trace.double_settles != trace.resettled:
+        out.append(Violation("O1 double settle", f"{trace.double_settles} messages settled twice"
+                             + (f", {trace.resettled} of them by the resettle probe"
+                                if trace.resettled else "")))
     if trace.rows_settled_twice:
         out.append(Violation("O1 double settle", f"{trace.rows_settled_twice} rows of send() "
                              "bursts settled by two runs"))

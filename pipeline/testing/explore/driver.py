@@ -85,6 +85,11 @@ def _error_after(fake: FakeCluster, e: Event) -> FaultHandle:
     return fake.fail_after_apply(e.code, count=e.count, topic=TOPIC, partition=e.partition)
 
 
+@fault("incomplete")
+def _incomplete(fake: FakeCluster, e: Event) -> FaultHandle:
+    return fake.omit_after_apply(count=e.count, topic=TOPIC, partition=e.partition)
+
+
 @fault("lost_ack")
 def _lost_ack(fake: FakeCluster, e: Event) -> FaultHandle:
     return fake.drop_response_after_apply(PRODUCE, count=e.count, node_id=e.node)

@@ -207,7 +207,7 @@ async def _main(schedule: Schedule, trace: Trace, watch: Watch) -> None:
                     async with open_producer(
                         fake.bootstrap, connector=fake.connector, **producer_options(schedule)
                     ) as producer:
-                        settled = _instrument(producer, trace, rows)
+                        settled = _instrument(producer, trace, rows, schedule.resettle)
                         root.start_soon(drive_faults, fake, schedule)
                         for source in sorted({s.source for s in schedule.sends}):
                             users.start_soon(
@@ -408,11 +408,13 @@ def _unfreed(rows: Rows) -> int:
     return n
 
 
-def _instrument(producer: Producer, trace: Trace, rows: Rows) -> Settled:
+def _instrument(producer: Producer, trace: Trace, rows: Rows,
+                resettle: bool = False) -> Settled:
     """Record when each message is settled (wrapping the ledger's two settle
     calls): by ledger id; a settled run of rows (a send() burst's or a
     send_batch() call's) settles its rows, whose ids are its chunk's first id +
-    their row numbers in the chunk."""
+    their row numbers in the chunk. ``resettle``: settle the first half of every
+    batch of two or more first, with the same answer (Schedule.resettle)."""
     ledger, intake = producer._ledger, producer._intake
     settled: Settled = {}
     succeed, fail, accept_rows = ledger.succeed, ledger.fail, ledger.accept_rows
@@ -436,13 +438,22 @@ def _instrument(producer: Producer, trace: Trace, rows: Rows) -> Settled:
         accept_rows(chunk, n)
         rows.chunks.append((chunk, n, trio.lowlevel.current_task()))
 
+    def first_half(msgs: list[Any]) -> list[Any]:
+        half = msgs[:len(msgs) // 2] if resettle else []
+        trace.resettled += sum(m._state == PENDING for m in half)
+        return half
+
     def on_succeed(msgs: Any, base_offset: int, timestamp: int) -> None:
         mark(msgs, trio.current_time())
+        if half := first_half(msgs):
+            succeed(half, base_offset, timestamp)
         succeed(msgs, base_offset, timestamp)
 
     def on_fail(msgs: Any, cause: BaseException, *, reported: bool = False) -> None:
         msgs = list(msgs)
         mark(msgs, trio.current_time())
+        if half := first_half(msgs):
+            fail(half, cause, reported=reported)
         fail(msgs, cause, reported=reported)
 
     fail_all = ledger.fail_all_outstanding

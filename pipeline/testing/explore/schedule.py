@@ -32,6 +32,8 @@ TOPIC = "t"
 #                not applied (NOT_LEADER without a move = stale leader, ...)
 #   error_after  the same, but applied first (NOT_ENOUGH_REPLICAS_AFTER_APPEND,
 #                REQUEST_TIMED_OUT: the batch is in the log, the answer an error)
+#   incomplete   the next `count` Produce requests touching `partition` are applied,
+#                then answered without that partition (sweep.incomplete)
 #   lost_ack     the next `count` Produce requests to `node` are applied, then the
 #                connection closes (the ack is lost)
 #   drop_request the next `count` Produce requests to `node` close the connection
@@ -46,7 +48,7 @@ TOPIC = "t"
 #   pid_error    the next `count` InitProducerId requests get `code`
 FAULT_KINDS = (
     "move", "error", "error_after", "lost_ack", "drop_request", "drop_conns",
-    "slow", "stale", "stop", "restart", "pid_error",
+    "slow", "stale", "stop", "restart", "pid_error", "incomplete",
 )
 
 RETRIABLE_BEFORE = (
@@ -156,6 +158,11 @@ class Schedule:
     # The topic's message.timestamp.type is LogAppendTime: acknowledged records carry
     # the broker's append time (checker A3).
     log_append_time: bool = False
+    # A stage's bug simulated at the ledger (runner._instrument): each batch of two or
+    # more messages is settled first in part (its first half, with the same answer),
+    # then whole. The ledger must count the repeats as settled twice and leave every
+    # message the outcome, offset and timestamp one settle gives it (checker O1).
+    resettle: bool = False
     # The fake answers idempotent batches as tansu does (a re-sent batch:
     # DUPLICATE_SEQUENCE_NUMBER; an epoch bumped by the producer: PRODUCER_FENCED), and
     # hands out producer ids from this one (Kafka's first is 0).
@@ -189,6 +196,7 @@ class Schedule:
             f"{f' send_path={self.send_path}' if self.send_path else ''}"
             f"{f' partitioner={self.partitioner}' if self.partitioner != 'default' else ''}"
             f"{' log_append_time' if self.log_append_time else ''}"
+            f"{' resettle' if self.resettle else ''}"
             f"{' tansu_sequences' if self.tansu_sequences else ''}"
             f"{f' topic_at={self.topic_at}' if self.topic_at else ''}"
             f"{f' first_producer_id={self.first_producer_id}' if self.first_producer_id != 1000 else ''}"

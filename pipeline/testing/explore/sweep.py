@@ -65,6 +65,14 @@ UNEXPLAINED_GAP = 0.15
 # (keyed rows hashed in one C loop, keyless records all to one partition).
 MURMUR2 = 0.1
 
+# Share of schedules whose batches the ledger settles twice in part (Schedule.resettle):
+# its guard against a stage's double settle, seen from the outcomes.
+RESETTLE = 0.05
+
+# Share of schedules where a leader answers a Produce request without one of its
+# partitions (incomplete): the batch's fate is unknown, it is retried or fails.
+INCOMPLETE = 0.05
+
 
 def schedule_for(seed: int, mode: str = "both") -> Schedule:
     rng = random.Random(seed * 104729 + 3)
@@ -106,7 +114,25 @@ def schedule_for(seed: int, mode: str = "both") -> Schedule:
         schedule = unexplained_gap(schedule, rng)
     if rng.random() < MURMUR2 and schedule.partitioner == "default":
         schedule = replace(schedule, partitioner="murmur2")
+    if rng.random() < RESETTLE:
+        schedule = replace(schedule, resettle=True)
+    if rng.random() < INCOMPLETE:
+        schedule = incomplete(schedule, rng)
     return schedule
+
+
+def incomplete(schedule: Schedule, rng: random.Random) -> Schedule:
+    """``schedule`` with a leader leaving a partition out of its answers to the next
+    one or two Produce requests touching it, once or twice before ``heal_at``: the
+    batch is in the log, and the producer hears nothing of it
+    (``BrokerProducer._handle_partition``: retried as a batch whose fate is unknown)."""
+    events = list(schedule.events)
+    start = max(schedule.topic_at, 0.0)
+    for _ in range(rng.randint(1, 2)):
+        at = round(rng.uniform(start, max(start, schedule.heal_at)), 4)
+        events.append(Event(at, "incomplete", partition=rng.randrange(schedule.partitions),
+                            count=rng.randint(1, 2)))
+    return replace(schedule, events=tuple(sorted(events, key=lambda e: e.at)))
 
 
 def unexplained_gap(schedule: Schedule, rng: random.Random) -> Schedule:

@@ -127,6 +127,7 @@ class Trace:
     close_start: float = -1.0
     close_end: float = -1.0
     double_settles: int = 0
+    resettled: int = 0  # messages the resettle probe settled a second time
     rows_settled_twice: int = 0  # rows of send() bursts in two settled runs
     # Runs of rows whose chunk settled its last row yet still holds its columns, runs,
     # outcomes or messages (runner._unfreed): memory kept past the last outcome.

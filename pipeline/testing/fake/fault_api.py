@@ -75,6 +75,23 @@ class RequestFaults:
             )
         )
 
+    def omit_after_apply(
+        self,
+        *,
+        count: int | None = 1,
+        node_id: int | None = None,
+        topic: str | None = None,
+        partition: int | None = None,
+    ) -> FaultHandle:
+        """Apply the next `count` matching Produce requests, then leave the matching
+        partitions out of the answer: a response that does not answer every partition
+        it was asked for. Kafka's clients fail or retry such a batch (the Java
+        client's "missing partition in response", sarama's ErrIncompleteResponse)."""
+        return self._add_fault(
+            FaultHandle("omit_after_apply", ApiKey.PRODUCE, node_id, topic, partition,
+                        remaining=count)
+        )
+
     def stale_metadata(
         self, node_id: int | None = None, *, count: int | None = None
     ) -> FaultHandle:

@@ -197,6 +197,25 @@ def errors_after_apply(
     )
 
 
+def omit_after_apply(
+    response: pm.ProduceResponse, topic: str | None, partition: int | None
+) -> pm.ProduceResponse:
+    """The answer with every matching partition left out (``fail.omit_after_apply``)."""
+
+    def hit(name: str, p: pm.PartitionProduceResponse) -> bool:
+        return topic is None or (name == topic and (partition is None or p.index == partition))
+
+    return dataclasses.replace(
+        response,
+        responses=tuple(
+            dataclasses.replace(
+                t, partition_responses=tuple(
+                    p for p in t.partition_responses if not hit(t.name, p)))
+            for t in response.responses
+        ),
+    )
+
+
 def _partition_error(index: int, code: int) -> pm.PartitionProduceResponse:
     return pm.PartitionProduceResponse(
         index=index, error_code=code, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1

@@ -236,6 +236,7 @@ class FakeServer:
                 return False
         error = take("error", api_key, node_id, request)
         error_after = take("error_after_apply", api_key, node_id, request)
+        omit = take("omit_after_apply", api_key, node_id, request)
         stale = take("stale_metadata", api_key, node_id, request)
         drop_after = take("drop_after_apply", api_key, node_id, request)
 
@@ -258,6 +259,8 @@ class FakeServer:
             answer = produce.errors_after_apply(
                 answer, error_after.error_code, error_after.topic, error_after.partition
             )
+        if omit is not None and answer is not None:
+            answer = produce.omit_after_apply(answer, omit.topic, omit.partition)
         if close or drop_after is not None or not self.state.brokers[node_id].alive:
             return False
         if answer is None:
