@@ -294,24 +294,28 @@ class BrokerConnection:
         return pending
 
     async def send_before(
-        self, request: Request[R], deadline: float, *, version: int | None = None,
+        self, request: Request[R], wait: trio.CancelScope, *, version: int | None = None,
         expect_response: bool = True,
     ) -> PendingResponse[R | None] | None:
         """:meth:`send`, unless the wait for a request slot (or a re-authentication)
-        lasts until ``deadline`` (trio time): then None, and nothing of it was written.
-        Once the write begins it is never cut short (that would close the connection)."""
-        return await self._send(request, version, expect_response, gated=True,
-                                deadline=deadline)
+        lasts until ``wait``'s deadline, which the caller may move while it waits: then
+        None, and nothing of it was written. Once the write begins it is never cut short
+        (that would close the connection). ``wait`` scopes the first wait only (a scope
+        is entered once): one resumed after a re-authentication ends at the deadline
+        ``wait`` had then."""
+        return await self._send(request, version, expect_response, gated=True, wait=wait)
 
     async def _send(
         self, request: Request[R], version: int | None, expect_response: bool, *, gated: bool,
-        deadline: float = math.inf,
+        wait: trio.CancelScope | None = None,
     ) -> PendingResponse[R | None] | None:
         api_key = ApiKey(request.API_KEY)
         if version is None:
             version = self.version_for(api_key)
         while True:
-            with trio.move_on_at(deadline) as waiting:
+            waiting = wait if wait is not None else trio.CancelScope()
+            wait = trio.CancelScope(deadline=waiting.deadline)  # (for a second wait)
+            with waiting:
                 if gated and self._gate is not None:
                     await self._gate.wait()
                 if expect_response:

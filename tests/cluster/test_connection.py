@@ -189,6 +189,33 @@ async def test_slot_waiters_are_woken_when_the_connection_fails(
     assert len(broker.received) == 2  # ApiVersions + the first request only
 
 
+async def test_a_wait_for_a_slot_ends_at_its_scopes_deadline_even_when_moved(
+    connect: Connect, broker: ScriptedBroker, autojump_clock: trio.testing.MockClock
+) -> None:
+    """send_before waits for a request slot until its scope's deadline, which the caller
+    may move earlier while it waits (a broker producer does, for what arrives meanwhile):
+    None then, nothing written and no slot taken. A slot freed in time is taken."""
+    conn = await connect(max_in_flight=1, request_timeout=50.0)
+    first = await conn.send(MetadataRequest())
+    wait = trio.CancelScope(deadline=10.0)
+    outcome: list[Any] = []
+
+    async def waiter() -> None:
+        outcome.append(await conn.send_before(MetadataRequest(), wait))
+
+    async with trio.open_nursery() as n:
+        n.start_soon(waiter)
+        await trio.sleep(1.0)
+        wait.deadline = 3.0  # (moved earlier while it waits)
+    assert outcome == [None] and trio.current_time() == 3.0
+    assert len(broker.received) == 2 and conn.in_flight == 1  # (the first request's slot)
+    received = await broker.next_request()
+    await broker.reply(received, md(received.correlation_id))
+    await first.wait()
+    pending = await conn.send_before(MetadataRequest(), trio.CancelScope(deadline=4.0))
+    assert pending is not None and conn.in_flight == 1
+
+
 # ---------------------------------------------------------------- timeouts
 
 

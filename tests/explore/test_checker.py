@@ -298,6 +298,17 @@ def test_nothing_expires_before_the_oldest_deadline_of_its_batch() -> None:
     assert kinds(trace(True, [older, early], [])) == []
     older.partition = 1  # another partition's deadline does not count
     assert kinds(trace(True, [older, early], [])) == ["O1 early"]
+    # a producer.input message keeps the deadline it entered the input channel with:
+    # accepted after `early` (a higher id), due at 4.0, it expired with it in one batch
+    stamped = msg(1, ok=False, at=-1.0, settled=4.0)
+    stamped.id, early.id = 3, 2
+    t = trace(True, [early, stamped], [])
+    assert kinds(t) == ["O1 early"]
+    t.schedule = replace(t.schedule, sends=tuple(
+        replace(x, via="input") if i == 1 else x for i, x in enumerate(t.schedule.sends)))
+    assert kinds(t) == []
+    stamped.settled_at = 4.5  # (not in early's batch: it expired at another time)
+    assert "O1 early" in kinds(t)
 
 
 def test_statistics_count_what_the_messages_report() -> None:
@@ -395,6 +406,17 @@ def test_acks_0_reports_no_offset() -> None:
     assert kinds(t) == []  # not in the log: acks=0 promises nothing more
     t.messages[0].offset = 0
     assert kinds(t) == ["A1 offset"]
+
+
+def test_acks_0_keeps_the_order_of_writes_while_no_connection_failed() -> None:
+    """With acks=0 the order holds on one connection; once the client closed or lost a
+    connection, what it had written there may be applied after what a later connection
+    wrote (Kafka applies what it already read), so N2 judges nothing more."""
+    t = trace(False, [msg(0), msg(1)], [1, 0])
+    t.schedule = with_options(t.schedule, acks=0)
+    assert kinds(t) == ["N2 reordered"]
+    t.connections_failed = 1
+    assert kinds(t) == []
 
 
 def test_guard_violations_seen_by_the_probes_are_violations() -> None:

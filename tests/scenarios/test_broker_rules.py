@@ -377,7 +377,7 @@ async def test_a_message_arriving_during_a_connect_fails_at_its_own_deadline(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
     """The connect wait ends at the earliest deadline of what waits for it, also of a
-    message that arrives while it runs (``_connecting``, moved by ``_poke_flusher``):
+    message that arrives while it runs (``_waiting``, moved by ``_poke_flusher``):
     the wait does not hold that message until the deadline of what was there first.
 
     Schedule (plain, delivery_timeout and request_timeout 5 s): t[2]'s only replica,
@@ -481,6 +481,51 @@ async def test_a_batch_waiting_for_a_request_slot_expires_at_its_deadline(
     assert "never acknowledged" in str(m_result.cause)
     assert offsets(results) == [1, 2]
     assert values_in_log(fake, "t", 0) == [b"warm", b"a", b"n"]
+
+
+async def test_a_wait_for_a_request_slot_ends_at_an_in_flight_batchs_deadline(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """The wait for a connection's request slot ends at the next delivery deadline of
+    anything in the broker producer, not only of what it drained: a batch in flight
+    whose deadline comes meanwhile expires then (in-flight expiry runs in the flusher,
+    which the wait holds), and the drained request goes back and waits again.
+
+    Schedule (idempotent, max_in_flight 2, delivery and request timeouts 1 s, one
+    broker serving one request at a time, warm): t0: x and y (t[0]) go in two requests,
+    answered 0.3 s and 0.6 s after they are served (t0 + 0.3, t0 + 0.9); a (t[0],
+    deadline t0 + 1.05) is sent at t0 + 0.05. A metadata round asked at t0 + 0.1 takes
+    the slot x frees; a, drained then, is written at t0 + 0.9 with y's slot. The broker
+    serves the metadata request next and answers it 0.35 s later, at t0 + 1.25. n
+    (t[1]) is sent at t0 + 0.95 and waits for a slot. a fails at its deadline,
+    t0 + 1.05, "still in flight", and n waits again; before, a expired only when the
+    wait ended, at t0 + 1.25, late."""
+    from pipeline.producer._errors import DeliveryTimeoutError
+
+    fake.create_topic("t", 2, leaders=[0, 0])
+    options = exact(idempotent=True, max_in_flight=2, max_batch_messages=1,
+                    delivery_timeout=1.0, request_timeout=1.0)
+    async with open_fake_producer(fake, **options) as producer:
+        await outcomes([producer.send_nowait("t", b"warm", partition=p) for p in (0, 1)])
+        for seconds in (0.3, 0.6, 0.2):
+            fake.delay_responses(seconds, api_key=ApiKey.PRODUCE, node_id=0, count=1)
+        fake.delay_responses(0.35, api_key=ApiKey.METADATA, node_id=0, count=1,
+                             before_apply=True)
+        t0 = trio.current_time()
+        first = [producer.send_nowait("t", v, partition=0) for v in (b"x", b"y")]
+        await trio.sleep(0.05)
+        a = producer.send_nowait("t", b"a", partition=0)
+        await trio.sleep(0.05)
+        producer._core.cluster.request_refresh(["t"])
+        await trio.sleep(0.85)
+        n = producer.send_nowait("t", b"n", partition=1)
+        (a_result,) = await outcomes([a])
+        assert trio.current_time() == t0 + 1.05
+        results = await outcomes([*first, n])
+    assert isinstance(a_result.cause, DeliveryTimeoutError)
+    assert "still in flight" in str(a_result.cause)
+    assert offsets(results) == [1, 2, 1]
+    assert values_in_log(fake, "t", 0) == [b"warm", b"x", b"y", b"a"]
 
 
 async def test_an_unreachable_broker_bounces_only_partitions_with_something_to_send(

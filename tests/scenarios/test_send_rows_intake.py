@@ -316,3 +316,52 @@ async def test_a_columnar_burst_that_finds_the_intake_full_is_not_opened(
     assert type(c) is MessageDelivery and (await c).offset == 3 and (await group).delivered == 1
     assert values_in_log(fake, "t", 0) == [b"a", b"b", b"x", b"c", b"d"]
     assert (stats.accepted, stats.succeeded, stats.outstanding) == (5, 5, 0)
+
+
+@pytest.mark.parametrize("call", ["send_batch", "send_many", "send_many_rows"])
+async def test_a_row_sent_while_a_bulk_chunk_waits_for_the_intake_opens_no_older_burst(
+    fake: FakeCluster, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    """A bulk call's chunk is accepted (its ids handed out) before it waits for room
+    in the intake. A row sent meanwhile must not join the columnar burst opened
+    before that chunk: the burst's rows would not hold consecutive ids (a RowChunk's
+    are ``_id .. _id + rows - 1``), its row would share an id with the chunk's first
+    record, and it would be written before records accepted ahead of it.
+
+    Schedule (channel_capacity 1; the dispatcher held while it starts topic "hold"):
+    r0 opens a burst, which fills the intake; the bulk call accepts b and waits;
+    r1 is sent. Written: r0, b, r1 (the order of their ids). ``send_many_rows``: b is
+    COLUMNS_MIN messages, which travel as one run of rows."""
+    from pipeline.producer import ProducerMessage
+    from pipeline.producer._stages.dispatcher import Dispatcher
+
+    fake.create_topic("t", 1)
+    fake.create_topic("hold", 1)
+    held = trio.Event()
+    start_topic = Dispatcher._start_topic
+
+    async def hold(self: Any, nursery: Any, topic: str) -> Any:
+        if topic == "hold":
+            await held.wait()
+        return await start_topic(self, nursery, topic)
+
+    monkeypatch.setattr(Dispatcher, "_start_topic", hold)
+    async with open_fake_producer(fake, channel_capacity=1) as producer:
+        await producer.send("hold", b"h")
+        await trio.testing.wait_all_tasks_blocked()  # (the dispatcher waits in hold)
+        columnar_next(producer)
+        r0 = await producer.send("t", b"r0")
+        assert type(r0) is RowDelivery
+        async with trio.open_nursery() as nursery:
+            n = COLUMNS_MIN if call == "send_many_rows" else 1
+            if call == "send_batch":
+                nursery.start_soon(producer.send_batch, "t", [b"b"])
+            else:
+                nursery.start_soon(producer.send_many, [ProducerMessage("t", b"b")
+                                                        for _ in range(n)])
+            await trio.testing.wait_all_tasks_blocked()  # (b accepted, waiting for room)
+            nursery.start_soon(producer.send, "t", b"r1")
+            await trio.testing.wait_all_tasks_blocked()
+            held.set()
+        await producer.flush()
+    assert values_in_log(fake, "t", 0) == [b"r0", *[b"b"] * n, b"r1"]

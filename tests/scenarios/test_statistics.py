@@ -292,12 +292,12 @@ async def test_requests_sent_counts_requests_written_not_a_send_that_failed(
     original = BrokerConnection.send_before
     refused: list[object] = []
 
-    async def send_before(self: BrokerConnection, request: Any, deadline: float,
+    async def send_before(self: BrokerConnection, request: Any, wait: trio.CancelScope,
                           **kwargs: Any) -> Any:
         if type(request).__name__ == "ProduceRequest" and not refused:
             refused.append(request)
             raise BrokerConnectionError("the connection was lost before the write (test)")
-        return await original(self, request, deadline, **kwargs)
+        return await original(self, request, wait, **kwargs)
 
     monkeypatch.setattr(BrokerConnection, "send_before", send_before)
     async with open_fake_producer(fake) as producer:
@@ -321,12 +321,12 @@ async def test_a_request_being_written_counts_as_in_flight(
     writing = trio.Event()
     release = trio.Event()
 
-    async def send_before(self: BrokerConnection, request: Any, deadline: float,
+    async def send_before(self: BrokerConnection, request: Any, wait: trio.CancelScope,
                           **kwargs: Any) -> Any:
         if type(request).__name__ == "ProduceRequest" and not release.is_set():
             writing.set()
             await release.wait()  # (the write takes its time)
-        return await original(self, request, deadline, **kwargs)
+        return await original(self, request, wait, **kwargs)
 
     monkeypatch.setattr(BrokerConnection, "send_before", send_before)
     async with open_fake_producer(fake) as producer:

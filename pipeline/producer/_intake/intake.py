@@ -546,6 +546,13 @@ class Intake:
         return None
 
     # -- other items ---------------------------------------------------------------
+    def end_rows(self) -> None:
+        """An id is handed out outside the open columnar burst (a bulk chunk, an
+        input message): a later row must open a burst of its own, so that a burst's
+        rows hold consecutive ids (``RowChunk``) and none is written ahead of what
+        was accepted before it."""
+        self._rows = None
+
     def end_burst(self) -> None:
         """Something was put on the channel behind the open burst: a later
         ``send()`` must not join that burst (it would be written before that

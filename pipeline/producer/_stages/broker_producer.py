@@ -119,10 +119,11 @@ class BrokerProducer:
         self._wake_flusher = trio.Event()
         # What the flusher waits until while it waits (None: busy): _poke_flusher.
         self._flusher_until: float | None = None
-        # The flusher's wait for a connection (None: not connecting). It ends at the
-        # next delivery deadline here; an arrival with an earlier one moves that end
-        # (_poke_flusher), so the wait never holds a message past its deadline.
-        self._connecting: trio.CancelScope | None = None
+        # The flusher's wait for a connection or for a request slot (None: not
+        # waiting). It ends at the next delivery deadline here; an arrival with an
+        # earlier one moves that end (_poke_flusher), so the wait never holds a message
+        # past its deadline.
+        self._waiting: trio.CancelScope | None = None
         self._wake_responder = trio.Event()
         self._acks = config.acks_value
         self._timeout_ms = int(config.request_timeout * 1000)
@@ -166,9 +167,9 @@ class BrokerProducer:
         handed over just before the transaction failed arrive after its purge)."""
         if self._errors.abort is not None:
             self._expire(math.inf)
-        connecting = self._connecting
-        if connecting is not None:
-            connecting.deadline = min(connecting.deadline, self._next_wake(False))
+        waiting = self._waiting
+        if waiting is not None:
+            waiting.deadline = min(waiting.deadline, self._next_wake(False))
         until = self._flusher_until
         if until is not None:
             now = trio.current_time()
@@ -323,14 +324,14 @@ class BrokerProducer:
             # request_timeout) must not hold up expiry: what waits here is
             # failed at its delivery deadline, and the flusher tries again
             # (regression connect-holds-expiry), also what arrives meanwhile
-            # (_connecting; regression connect-holds-a-later-arrival).
+            # (_waiting; regression connect-holds-a-later-arrival).
             conn: BrokerConnection | None = None
-            self._connecting = scope = trio.CancelScope(deadline=self._next_wake(False))
+            self._waiting = scope = trio.CancelScope(deadline=self._next_wake(False))
             try:
                 with scope:
                     conn = await self._cluster.connection(self.node_id)
             finally:
-                self._connecting = None
+                self._waiting = None
             if conn is None:
                 return
         except KafkaError as exc:
@@ -361,9 +362,16 @@ class BrokerProducer:
             # producer id's): the wait for one ends at the first delivery deadline of
             # what was taken, which then goes back unwritten and expires where it waits
             # (regression slot-wait-holds-expiry), as the Java client drains only for a
-            # ready connection.
-            pending = await conn.send_before(request, flight.deadline, version=version,
-                                             expect_response=self._acks != 0)
+            # ready connection; or at the next deadline of anything else here, flights
+            # and arrivals included (_waiting), which the flusher then expires
+            # (regression slot-wait-holds-other-deadlines).
+            self._waiting = scope = trio.CancelScope(
+                deadline=min(flight.deadline, self._next_wake(False)))
+            try:
+                pending = await conn.send_before(request, scope, version=version,
+                                                 expect_response=self._acks != 0)
+            finally:
+                self._waiting = None
             if pending is None:
                 self._acc.unsend(taken)
                 return

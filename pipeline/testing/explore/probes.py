@@ -80,6 +80,9 @@ class Watch:
     # the outcomes the close logged as not handed over to producer.successes/errors.
     produce_written: int = 0
     lost_reports: int = 0
+    # Connections the client closed or lost after their handshake: what acks=0 wrote
+    # on one may be applied after what a later connection wrote (N2).
+    connections_failed: int = 0
     # The producer's "starting a new epoch" warnings (W1: one per recovery).
     recovery_warnings: int = 0
     # (task id, node) of each connect a task was refused since it last asked (G19).

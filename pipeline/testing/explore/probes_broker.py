@@ -187,6 +187,21 @@ def _bp_next_wake(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
 
 # -- the accumulator ----------------------------------------------------------------
 
+@probe(ACC, "unsend")
+def _acc_unsend(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def unsend(self: Any, taken: Any) -> Any:
+        # Drained but never written (its wait for a request slot ended first): not an
+        # attempt (R1), so the drain's count of it is taken back.
+        attempts = w.attempts
+        for batch in taken.values():
+            for m in batch.messages:
+                seen = attempts.get(id(m))
+                if seen is not None and seen[0] is m:
+                    attempts[id(m)] = (m, seen[1] - 1)
+        return orig(self, taken)
+    return unsend
+
+
 @probe(ACC, "drain")
 def _acc_drain(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
     def drain(self: Any) -> Any:

@@ -20,6 +20,15 @@ def _written(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
     return send
 
 
+@probe(CONNECTION, "_fail")
+def _failed(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def fail(self: Any, error: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._closed_error is None and self._next_correlation_id > 1:
+            w.connections_failed += 1
+        return orig(self, error, *args, **kwargs)
+    return fail
+
+
 @probe(LEDGER, "_log_lost")
 def _lost(w: Watch, orig: Callable[..., Any]) -> Callable[..., Any]:
     def log_lost(n: int) -> Any:

@@ -409,6 +409,30 @@ def expiry(rng: random.Random, seed: int, mode: str) -> Schedule:
     return d.build(close_at=close_at, abort=0.3)
 
 
+def slot_wait(rng: random.Random, seed: int, mode: str) -> Schedule:
+    """Produce requests waiting for a connection's request slot while a metadata
+    request holds it: one broker leads every partition, one request at a time
+    (``max_in_flight`` 1), its answers come late (Metadata's too), metadata is
+    refreshed often, and a batch's delivery timeout is shorter than two slow answers.
+    A request drained behind the metadata request waits for the slot until the first
+    deadline of what it carries; if that comes first, its batches go back to their
+    queues unwritten (``Accumulator.unsend``) and expire there, on time."""
+    d = _Draft(rng, seed, mode, "slot-wait")
+    d.brokers, d.leaders = 1, (0,) * d.partitions
+    rt = float(d.options["request_timeout"])  # type: ignore[arg-type]
+    linger = float(d.options["linger"])  # type: ignore[arg-type]
+    d.options["max_in_flight"] = 1
+    d.options["metadata_max_age"] = d.t(rng.choice([2, 4, 8]))
+    d.options["delivery_timeout"] = round(linger + rt + d.t(rng.choice([1, 2, 4, 8])), 6)
+    d.event(0.0, "slow", node=0, seconds=round(rt * rng.choice([0.5, 0.7, 0.9]), 6),
+            duration=d.heal_at, flag=rng.random() < 0.5)
+    for _ in range(rng.randint(0, 2)):  # refreshes asked for by errors, too
+        d.event(d.grid(0, d.heal_at), "error", partition=rng.randrange(d.partitions),
+                code=d.retriable(), count=rng.randint(1, 2))
+    d.stream(0.0, d.heal_at, partition=None, density=0.5)
+    return d.build(abort=0.1)
+
+
 PROFILES: dict[str, tuple[Profile, int]] = {
     "pipelined": (pipelined, 3),
     "chaser": (chaser, 3),
@@ -420,6 +444,7 @@ PROFILES: dict[str, tuple[Profile, int]] = {
 # adding one leaves every other seed's schedule as it was.
 EXTRA: dict[str, tuple[Profile, float]] = {
     "expiry": (expiry, 0.18),
+    "slot-wait": (slot_wait, 0.06),
 }
 
 

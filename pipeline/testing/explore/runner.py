@@ -145,6 +145,7 @@ def run_schedule(schedule: Schedule, *, real_time_limit: float | None = 60.0) ->
     trace.guard_violations = watch.violations
     trace.epochs_started = (watch.recoveries[0], watch.recoveries[1])
     trace.produce_written, trace.lost_reports = watch.produce_written, watch.lost_reports
+    trace.connections_failed = watch.connections_failed
     trace.recovery_warnings = watch.recovery_warnings
     return trace
 

@@ -150,6 +150,7 @@ class Trace:
     # outcomes the close logged as not handed over (-1: not counted).
     produce_written: int = -1
     lost_reports: int = -1
+    connections_failed: int = 0  # client connections closed or lost (probes_counts)
     # statistics() after the close, per partition (-1: records failed before one was
     # chosen): (failed_messages, delivered_messages).
     partition_counts: dict[int, tuple[int, int]] = field(default_factory=dict)
