@@ -318,20 +318,22 @@ async def test_a_columnar_burst_that_finds_the_intake_full_is_not_opened(
     assert (stats.accepted, stats.succeeded, stats.outstanding) == (5, 5, 0)
 
 
+@pytest.mark.parametrize("burst", ["rows", "messages"])
 @pytest.mark.parametrize("call", ["send_batch", "send_many", "send_many_rows"])
-async def test_a_row_sent_while_a_bulk_chunk_waits_for_the_intake_opens_no_older_burst(
-    fake: FakeCluster, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch, call: str
+async def test_a_send_while_a_bulk_chunk_waits_for_the_intake_joins_no_older_burst(
+    fake: FakeCluster, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch, call: str,
+    burst: str
 ) -> None:
     """A bulk call's chunk is accepted (its ids handed out) before it waits for room
-    in the intake. A row sent meanwhile must not join the columnar burst opened
-    before that chunk: the burst's rows would not hold consecutive ids (a RowChunk's
-    are ``_id .. _id + rows - 1``), its row would share an id with the chunk's first
-    record, and it would be written before records accepted ahead of it.
+    in the intake. A send() meanwhile must not join the burst opened before that
+    chunk: it would be written before records accepted ahead of it, and a columnar
+    burst's rows would not hold consecutive ids (a RowChunk's are ``_id .. _id + rows
+    - 1``: its row would share an id with the chunk's first record).
 
     Schedule (channel_capacity 1; the dispatcher held while it starts topic "hold"):
-    r0 opens a burst, which fills the intake; the bulk call accepts b and waits;
-    r1 is sent. Written: r0, b, r1 (the order of their ids). ``send_many_rows``: b is
-    COLUMNS_MIN messages, which travel as one run of rows."""
+    r0 opens a burst (of rows, or a list of messages), which fills the intake; the bulk
+    call accepts b and waits; r1 is sent. Written: r0, b, r1 (the order of their ids).
+    ``send_many_rows``: b is COLUMNS_MIN messages, which travel as one run of rows."""
     from pipeline.producer import ProducerMessage
     from pipeline.producer._stages.dispatcher import Dispatcher
 
@@ -349,9 +351,10 @@ async def test_a_row_sent_while_a_bulk_chunk_waits_for_the_intake_opens_no_older
     async with open_fake_producer(fake, channel_capacity=1) as producer:
         await producer.send("hold", b"h")
         await trio.testing.wait_all_tasks_blocked()  # (the dispatcher waits in hold)
-        columnar_next(producer)
+        if burst == "rows":
+            columnar_next(producer)
         r0 = await producer.send("t", b"r0")
-        assert type(r0) is RowDelivery
+        assert type(r0) is (RowDelivery if burst == "rows" else MessageDelivery)
         async with trio.open_nursery() as nursery:
             n = COLUMNS_MIN if call == "send_many_rows" else 1
             if call == "send_batch":

@@ -86,7 +86,7 @@ class Bulk:
         for start, end, nbytes in _chunks(cumulative, ledger.buffer_memory // 4):
             chunk = msgs[start:end]
             await self._reserve_chunk(group, nbytes, total - start)
-            intake.end_rows()  # (accepted behind the open burst: it takes no more rows)
+            intake.end_burst()  # (accepted behind the open burst: it takes no more sends)
             ledger.accept_all(chunk, intake.deadline(), group)
             try:
                 await intake.put(chunk)
@@ -126,7 +126,7 @@ class Bulk:
             chunk = RowChunk(group, count)
             chunk.extra = extra
             chunk.messages = part = msgs if count == total else msgs[start:end]
-            intake.end_rows()  # (accepted behind the open burst: it takes no more rows)
+            intake.end_burst()  # (accepted behind the open burst: it takes no more sends)
             ledger.accept_rows(chunk, count)
             run = RowRun(rows.topic, columns, None, count, bound, chunk, start)
             run._deadline = intake.deadline()
@@ -179,7 +179,7 @@ class Bulk:
             # Accepted: ids start .. start + rows - 1, one ledger entry.
             chunk = RowChunk(group, rows)
             chunk.extra = extra
-            intake.end_rows()  # (accepted behind the open burst: it takes no more rows)
+            intake.end_burst()  # (accepted behind the open burst: it takes no more sends)
             ledger.accept_rows(chunk, rows)
             if columns is None:
                 part = _pack_rows(inputs, start, stop, now_ms)

@@ -546,17 +546,13 @@ class Intake:
         return None
 
     # -- other items ---------------------------------------------------------------
-    def end_rows(self) -> None:
-        """An id is handed out outside the open columnar burst (a bulk chunk, an
-        input message): a later row must open a burst of its own, so that a burst's
-        rows hold consecutive ids (``RowChunk``) and none is written ahead of what
-        was accepted before it."""
-        self._rows = None
-
     def end_burst(self) -> None:
-        """Something was put on the channel behind the open burst: a later
-        ``send()`` must not join that burst (it would be written before that
-        item, although sent after it): ``test_one_task_send_then_other_entry_then_send_keeps_order``."""
+        """Something was put on the channel behind the open burst, or accepted to go
+        there (a bulk chunk, before it waits for room): a later ``send()`` must not
+        join that burst (it would be written before that item, although sent after
+        it, and a columnar burst's rows would not hold consecutive ids, ``RowChunk``):
+        ``test_one_task_send_then_other_entry_then_send_keeps_order``,
+        ``test_a_send_while_a_bulk_chunk_waits_for_the_intake_joins_no_older_burst``."""
         self._burst = None
         self._rows = None
 

@@ -430,7 +430,12 @@ def slot_wait(rng: random.Random, seed: int, mode: str) -> Schedule:
         d.event(d.grid(0, d.heal_at), "error", partition=rng.randrange(d.partitions),
                 code=d.retriable(), count=rng.randint(1, 2))
     d.stream(0.0, d.heal_at, partition=None, density=0.5)
-    return d.build(abort=0.1)
+    # and after healing, in the liveness window (L1): a slot or a partition left taken
+    # by a request that went back would hold these up for good
+    settle = float(d.options["delivery_timeout"]) + rt  # type: ignore[arg-type]
+    after = round(d.heal_at + settle, 6)
+    d.stream(after, after + d.t(30), partition=None, density=0.3)
+    return d.build(close_at=round(after + d.t(30) + 2 * settle, 6), abort=0.1)
 
 
 PROFILES: dict[str, tuple[Profile, int]] = {
@@ -444,7 +449,7 @@ PROFILES: dict[str, tuple[Profile, int]] = {
 # adding one leaves every other seed's schedule as it was.
 EXTRA: dict[str, tuple[Profile, float]] = {
     "expiry": (expiry, 0.18),
-    "slot-wait": (slot_wait, 0.06),
+    "slot-wait": (slot_wait, 0.12),
 }
 
 
