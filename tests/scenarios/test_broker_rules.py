@@ -498,8 +498,8 @@ async def test_a_wait_for_a_request_slot_ends_at_an_in_flight_batchs_deadline(
     the slot x frees; a, drained then, is written at t0 + 0.9 with y's slot. The broker
     serves the metadata request next and answers it 0.35 s later, at t0 + 1.25. n
     (t[1]) is sent at t0 + 0.95 and waits for a slot. a fails at its deadline,
-    t0 + 1.05, "still in flight", and n waits again; before, a expired only when the
-    wait ended, at t0 + 1.25, late."""
+    t0 + 1.05, "still in flight", and n waits again (a wait ending only at n's own
+    deadline or a free slot let a expire at t0 + 1.25, late)."""
     from pipeline.producer._errors import DeliveryTimeoutError
 
     fake.create_topic("t", 2, leaders=[0, 0])
