@@ -313,8 +313,10 @@ class BrokerConnection:
         if version is None:
             version = self.version_for(api_key)
         while True:
+            # (a scope is entered once: a second wait, after a re-authentication, gets a
+            # fresh one with the deadline the first had then)
             waiting = wait if wait is not None else trio.CancelScope()
-            wait = trio.CancelScope(deadline=waiting.deadline)  # (for a second wait)
+            wait = None
             with waiting:
                 if gated and self._gate is not None:
                     await self._gate.wait()
@@ -322,6 +324,8 @@ class BrokerConnection:
                     await self._acquire_slot()  # (cancelled while parked: no slot taken)
             if waiting.cancelled_caught:
                 return None
+            if waiting.deadline != math.inf:
+                wait = trio.CancelScope(deadline=waiting.deadline)
             slot_held = expect_response  # until the pending entry owns it
             try:
                 async with self._write_lock:
