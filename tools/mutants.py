@@ -597,12 +597,39 @@ def _env(work: Path) -> dict[str, str]:
 
 
 def select_tests(mutant: Mutant, cmap: dict[str, object]) -> list[str]:
+    """The tests a mutant runs: those that executed its function; for module-level
+    code, those that executed any function of its module, and every test of a test
+    file that imports the module (a test that only reads a module constant, as the
+    memory estimates' tracemalloc tests do, runs none of its functions)."""
     functions: dict[str, list[str]] = cmap["functions"]  # type: ignore[assignment]
     if mutant.function:
         want = f"{mutant.file}::{mutant.function}"
         return [t for t, fs in functions.items() if want in fs]
     prefix = f"{mutant.file}::"
-    return [t for t, fs in functions.items() if any(f.startswith(prefix) for f in fs)]
+    module = mutant.file.removesuffix(".py").replace("/", ".")
+    return [t for t, fs in functions.items()
+            if any(f.startswith(prefix) for f in fs)
+            or module in _imported_by(t.split("::", 1)[0])]
+
+
+_IMPORTS: dict[str, frozenset[str]] = {}
+
+
+def _imported_by(test_file: str) -> frozenset[str]:
+    """The modules ``test_file`` imports by name (``import a.b``, ``from a.b import
+    c``: both ``a.b`` and ``a.b.c``), read once."""
+    if test_file not in _IMPORTS:
+        names: set[str] = set()
+        path = ROOT / test_file
+        tree = ast.parse(path.read_text()) if path.is_file() else ast.Module([], [])
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        _IMPORTS[test_file] = frozenset(names)
+    return _IMPORTS[test_file]
 
 
 # -- running mutants ---------------------------------------------------------
