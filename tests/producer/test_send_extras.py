@@ -393,3 +393,141 @@ async def test_a_burst_with_callbacks_reserves_what_its_rows_keep_until_they_set
             extras.append(rows.chunk.extra)
             assert producer._ledger.buffered_bytes == 0
     assert extras[1] - extras[0] == expected
+
+
+async def _new_burst(producer: Any) -> Any:
+    """Open a burst (its first row ``b"first"``, no extras) and return its rows."""
+    producer._intake._columns_next = True
+    producer._intake._until_yield = 1 << 30  # (one burst: no schedule point)
+    assert type(await producer.send("ta", b"first")) is RowDelivery
+    return producer._intake._rows
+
+
+@pytest.mark.parametrize("order", ["metadata-first", "headers-first"])
+async def test_a_burst_makes_each_extra_column_at_its_first_row_and_keeps_it_aligned(
+        nursery: trio.Nursery, send_path: str, order: str) -> None:
+    """A burst's headers, pinned-partition and metadata columns are each made by the
+    first row that has one (the rows before it filled in), not by a row with another
+    extra; once one exists every later row adds to each, so a failed row's callback
+    names its own value, metadata and headers. A pending row pinned to partition 0
+    reads 0."""
+    from pipeline.protocol.api import ApiKey
+    from pipeline.protocol.errors import ErrorCode
+
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", 1)
+    heard: list[Any] = []
+
+    def callback(meta: Any, error: Any) -> None:
+        assert error is not None
+        msg = error.message
+        heard.append((msg.value, msg.metadata, tuple(msg.headers)))
+
+    m1, m2 = {"m": 1}, {"m": 2}
+    async with open_fake_producer(fake) as producer:
+        await producer._core.cluster.partitions_for("ta")
+        rows = await _new_burst(producer)
+        send = producer.send
+        await send("ta", b"a", on_delivery=callback)
+        if order == "metadata-first":
+            await send("ta", b"b", metadata=m1, on_delivery=callback)
+            assert (rows.metadata, rows.header_ends, rows.partitions) == (
+                [None, None, m1], None, None)
+            await send("ta", b"c", on_delivery=callback)
+            pinned = await send("ta", b"d", headers=[("h", b"1")], partition=0,
+                                on_delivery=callback)
+            expected_ends = [0, 0, 0, 0, 0, 1, 1]
+            expected = [(b"a", None, ()), (b"b", m1, ()), (b"c", None, ()),
+                        (b"d", None, (("h", b"1"),)), (b"e", m2, ())]
+        else:
+            await send("ta", b"b", headers=[("h", b"1")], on_delivery=callback)
+            assert (rows.metadata, rows.header_ends, rows.partitions) == (
+                None, [0, 0, 0, 1], None)
+            await send("ta", b"c", on_delivery=callback)
+            pinned = await send("ta", b"d", partition=0, on_delivery=callback)
+            assert rows.metadata is None
+            expected_ends = [0, 0, 0, 1, 1, 1, 1]
+            expected = [(b"a", None, ()), (b"b", None, (("h", b"1"),)), (b"c", None, ()),
+                        (b"d", None, ()), (b"e", m2, ())]
+        assert pinned.partition == 0  # (pending: its pinned partition)
+        await send("ta", b"e", metadata=m2, on_delivery=callback)
+        assert rows.header_ends == expected_ends
+        assert rows.partitions == [-1, -1, -1, -1, 0, -1]
+        assert rows.metadata == (
+            [None] * 5 + [m2] if order == "headers-first" else [None, None, m1, None, None, m2])
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.INVALID_RECORD, topic="ta")
+        await producer.flush()
+    assert sorted(heard, key=lambda h: h[0]) == expected
+
+
+async def test_a_sealed_burst_keeps_no_metadata_for_its_deliveries(
+        nursery: trio.Nursery, send_path: str) -> None:
+    """Sealed, a burst drops its metadata column: a row sent with metadata holds its
+    own in its delivery (``MetadataRowDelivery``), so a plain row's delivery, which
+    holds the burst, keeps no other row's metadata alive."""
+    import gc
+    import weakref
+
+    class Marker:
+        pass
+
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", 1)
+    async with open_fake_producer(fake) as producer:
+        await producer._core.cluster.partitions_for("ta")
+        await _new_burst(producer)
+        markers = [Marker() for _ in range(3)]
+        refs = [weakref.ref(m) for m in markers]
+        for i, marker in enumerate(markers):
+            await producer.send("ta", b"m%d" % i, metadata=marker)
+        plain = await producer.send("ta", b"plain")  # kept: it holds the burst
+        del markers, marker
+        await producer.flush()
+        assert (await plain).offset == 4
+        gc.collect()
+        assert [r() for r in refs] == [None, None, None]
+
+
+@pytest.mark.parametrize("shape", ["plain", "nulls", "keys", "headers", "pinned", "all"])
+def test_packing_a_burst_counts_every_byte_of_the_copy(shape: str) -> None:
+    """``pack_columns`` returns the bytes of the packed copy it made, buffer by buffer
+    (what the burst reserves once sealed): values, keys, each headers buffer, pinned
+    partitions and timestamps."""
+    from pipeline.producer._columnar.burst import pack_columns
+
+    n = 37
+    values: list[bytes | None] = [b"v" * (i % 5) for i in range(n)]
+    if shape in ("nulls", "all"):
+        values[3] = values[20] = None
+    keys: list[bytes | None] | None = None
+    if shape in ("keys", "all"):
+        keys = [None if i % 4 == 0 else b"k%d" % i for i in range(n)]
+    hkeys = hvalues = hends = None
+    if shape in ("headers", "all"):
+        hkeys, hvalues, hends = [], [], [0]
+        for i in range(n):
+            for j in range(i % 3):
+                hkeys.append(f"h{j}")
+                hvalues.append(None if j == 1 else b"x" * i)
+            hends.append(len(hkeys))
+    parts = [i % 3 - 1 for i in range(n)] if shape in ("pinned", "all") else None
+    stamps = [T + i for i in range(n)]
+    columns, copied = pack_columns(values, keys, hkeys, hvalues, hends, stamps, parts)
+
+    def binary(col: Any) -> int:
+        return col.offsets.nbytes + col.data.nbytes + (
+            0 if col.validity is None else col.validity.nbytes)
+
+    expected = binary(columns.values) + columns.timestamps.nbytes
+    if keys is not None:
+        expected += binary(columns.keys)
+    if hends is not None:
+        h = columns.headers
+        expected += h.offsets.nbytes + binary(h.keys) + binary(h.values)
+        assert h.offsets.nbytes > 0 and binary(h.keys) > 0 and binary(h.values) > 0
+    if parts is not None:
+        expected += columns.partitions.nbytes
+        assert list(columns.partitions) == parts
+    assert copied == expected

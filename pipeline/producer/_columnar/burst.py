@@ -384,8 +384,8 @@ class RowDelivery(Delivery, _RowAwaitBase):
             outcome = self._outcome
             assert outcome is not None
             outcomes = self._rows.outcomes
-            if outcomes is not None:
-                outcomes.read_row(self._row)  # the caller read this row's failure
+            assert outcomes is not None, "a settled row's burst is sealed"
+            outcomes.read_row(self._row)  # the caller read this row's failure
             raise ProducerError(self.message, outcome)
         raise trio.WouldBlock
 

@@ -11,8 +11,10 @@ in call order, partition after partition (``RowRun.place`` is a run's first
 position in it). A run covers consecutive positions of the wire order, so the
 settled runs are sorted, disjoint spans of it (``bounds``). Without keys the
 wire order is the call order (the null-key split cuts consecutive rows); a
-keyed burst's rows are spread over partitions by murmur2, so a row's wire
-position is read from ``inverse`` (row -> position), which is filled lazily,
+keyed burst's rows are spread over partitions by murmur2 (pinned partitions and
+a custom partitioner spread them too), so the topic producer has its outcomes
+``follow_wire_order`` before it splits the run, and a row's wire position is
+then read from ``inverse`` (row -> position), which is filled lazily,
 from the runs recorded since (``unmapped``), by the first lookup that needs
 it: a ``flush()`` caller, who looks up no row, pays nothing per row for it.
 
@@ -112,14 +114,12 @@ class RowOutcomes:
         # place). O(runs): nothing per row (a per-row list was 8 bytes a kept row).
         self.bounds = bytearray()
         self.runs: list[RowRun] = []
-        # A keyed burst's row -> wire position (int64 per row, -1: not mapped), filled
-        # lazily from ``unmapped`` (module docstring). _delivery.c reads it in place
-        # and leaves a -1 to this lookup. None: no keys, the position is the row.
+        # A split burst's row -> wire position (int64 per row, -1: not mapped), made
+        # by ``follow_wire_order`` and filled lazily from ``unmapped`` (module
+        # docstring). _delivery.c reads it in place and leaves a -1 to this lookup.
+        # None: the wire order is the call order, the position is the row.
         self.inverse: bytearray | None = None
         self._positions: memoryview | None = None  # (inverse as int64s, for the writes)
-        if rows.keys is not None:
-            self.inverse = bytearray(b"\xff" * (8 * len(rows.values)))
-            self._positions = memoryview(self.inverse).cast("q")
         self.unmapped: list[RowRun] = []
         # The rows whose failure the caller read (None: none): theirs are not reported
         # as unobserved, the others' are (unobserved.py, UnheardRows). Failures are
@@ -147,12 +147,13 @@ class RowOutcomes:
     def follow_wire_order(self, rows: int) -> None:
         """The burst's ``rows`` rows were split by partition (keys, pinned
         partitions or a partitioner asked per row): its wire order is not the call
-        order, so a row's position is read from ``inverse`` (made here, before any
-        of its split runs settles, if no key made it at the start)."""
-        if self.inverse is None:
-            assert not self.runs, "the wire order is fixed before a split run settles"
-            self.inverse = bytearray(b"\xff" * (8 * rows))
-            self._positions = memoryview(self.inverse).cast("q")
+        order, so a row's position is read from ``inverse`` (made here, once: a
+        burst is one run until the topic producer splits it, and before any of its
+        split runs settles)."""
+        assert self.inverse is None, "the wire order is fixed once"
+        assert not self.runs, "the wire order is fixed before a split run settles"
+        self.inverse = bytearray(b"\xff" * (8 * rows))
+        self._positions = memoryview(self.inverse).cast("q")
 
     def record(self, run: RowRun) -> None:
         """``run`` settled (its ``_state``, ``offset`` and ``timestamp`` are set)."""
