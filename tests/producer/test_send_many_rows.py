@@ -615,3 +615,130 @@ async def test_send_many_on_a_closed_producer_is_refused_before_it_takes_anythin
     with pytest.raises(ProducerClosed, match=r"^the producer is closed: no new messages"):
         await producer.send_many(msgs)
     assert not any(m._id or m._sink is not None for m in msgs)
+
+
+def _both() -> list[Any]:
+    """The send path switches to try a step of send_many's with: C (when built) and
+    its twin."""
+    return [c for c in (_send_path._c,) if c is not None] + [None]
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    ((range(-1, 2), 1), "settle_messages: rows range(-1, 2, 1) is not within 0..4 in steps of 1"),
+    ((range(0, 6), 1), "settle_messages: rows range(0, 6, 1) is not within 0..4 in steps of 1"),
+    (([0, 5], 1), "settle_messages: row 5 is outside 0..4"),
+    (([-1], 2), "settle_messages: row -1 is outside 0..4"),
+    ((range(5), 0), "settle_messages: state 0 is not OK or FAILED"),
+    ((range(5), 3), "settle_messages: state 3 is not OK or FAILED"),
+], ids=str)
+def test_settle_refuses_with_the_same_words_in_c_and_its_twin(args: Any, error: str) -> None:
+    """A refused settle names the rows (as a range's start, stop and step) or the state,
+    word for word in C and in its twin, and writes nothing."""
+    from array import array
+
+    rows, state = args
+    arg = rows if type(rows) is range else memoryview(array("q", rows))
+    try:
+        for c in _both():
+            _messages._use(c)
+            msgs = _plain(5)
+            with pytest.raises(ValueError, match=r"^settle_messages: ") as info:
+                _messages._settle(msgs, arg, state, 0, 0, -1, RuntimeError("x"))
+            assert str(info.value) == error
+            assert all(m._state == 0 for m in msgs)
+    finally:
+        _messages._use(_send_path._c if _send_path.SEND_PATH == "c" else None)
+
+
+def test_a_failed_run_with_a_partition_gives_it_to_its_messages(send_path: str) -> None:
+    """FAILED: the run's partition onto its messages when it has one; OK: a
+    LogAppendTime of 0 is a time (only a negative one means CreateTime)."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+    msgs = [ProducerMessage("t", b"v", partition=5 if i == 0 else None, timestamp=T)
+            for i in range(3)]
+    _messages._settle(msgs, range(0, 2), 2, -1, 1, -1, RuntimeError("gone"))
+    assert [(m._state, m.partition) for m in msgs] == [(2, 1), (2, 1), (0, None)]
+    _messages._settle(msgs, range(2, 3), 1, 9, 0, 0, None)
+    assert (msgs[2].offset, msgs[2].partition, msgs[2].timestamp) == (9, 0, 0)
+
+
+def test_unaccept_leaves_the_deadline(send_path: str) -> None:
+    """Unaccepting (first id 0) gives every id back and writes no deadline."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+    msgs = _plain(3)
+    _messages.accept(msgs, 7, 9.5)
+    _messages._accept(msgs, 0, 1.0)
+    assert [(m._id, m._deadline) for m in msgs] == [(0, 9.5)] * 3
+
+
+def test_take_at_the_edges(send_path: str) -> None:
+    """What take accepts at its bounds and what it leaves to the per-message path,
+    the same in C and its twin: no messages or an empty topic (None); one message; the
+    last partition and the first and last timestamps (taken); a header key not
+    encodable as UTF-8 or headers in a container other than a dict, list or tuple
+    (None); and the columns only when a message has one."""
+    from pipeline.producer._intake.normalize import MAX_PARTITION, MAX_TIMESTAMP
+
+    _messages._use(_send_path._c if send_path == "c" else None)
+    take = _messages.take
+    assert take([], T, 1 << 20) is None
+    assert take([ProducerMessage("", b"v")], T, 1 << 20) is None
+    one = take([ProducerMessage("t", b"v")], T, 1 << 20)
+    assert one is not None
+    assert (one.topic, one.values, one.keys, one.header_ends, one.partitions) == (
+        "t", [b"v"], None, None, None)
+    edges = [ProducerMessage("t", b"a", partition=MAX_PARTITION, timestamp=0),
+             ProducerMessage("t", b"b", timestamp=MAX_TIMESTAMP)]
+    rows = take(edges, T, 1 << 20)
+    assert rows is not None
+    assert (rows.partitions, rows.timestamps, rows.keys) == (
+        [MAX_PARTITION, -1], [0, MAX_TIMESTAMP], None)
+    assert take([ProducerMessage("t", b"v", headers=[("\ud800", b"x")])], T, 1 << 20) is None
+    assert take([ProducerMessage("t", b"v", headers=frozenset({("h", b"x")}))],
+                T, 1 << 20) is None
+
+
+@pytest.mark.parametrize("count", [63, 64, 200])
+def test_take_sizes_count_a_header_count_of_two_varint_bytes(send_path: str,
+                                                             count: int) -> None:
+    """64 headers or more take a two-byte count on the wire: the size bound says so."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+    headers = [(f"h{i}", b"x") for i in range(count)]
+    msgs = [ProducerMessage("t", b"v", b"k", headers) for _ in range(2)]
+    rows = _messages.take(msgs, T, 1 << 20)
+    assert rows is not None
+    assert rows.sizes == [batch_size_for_record(b"k", b"v", tuple(headers))] * 2
+
+
+@pytest.mark.parametrize(("start", "stop"), [(0, 7), (1, 7), (2, 5), (0, 3), (6, 7)])
+def test_a_span_of_messages_packs_as_those_messages_alone(send_path: str, start: int,
+                                                          stop: int) -> None:
+    """``MessageRows.pack(start, stop)`` (a chunk of a call) packs exactly those
+    messages' values, keys, headers, timestamps and partitions, as taking them alone
+    would (the call's columns, sliced: a span may keep a column none of its messages
+    uses)."""
+    _messages._use(_send_path._c if send_path == "c" else None)
+
+    def msgs() -> list[ProducerMessage]:
+        return [ProducerMessage("t", b"v%d" % i, None if i % 3 else b"k%d" % i,
+                                [(f"h{j}", b"x" * i) for j in range(i % 3)],
+                                i % 2 if i % 4 == 1 else None, T + i) for i in range(7)]
+
+    rows = _messages.take(msgs(), T, 1 << 20)
+    alone = _messages.take(msgs()[start:stop], T, 1 << 20)
+    assert rows is not None
+    assert alone is not None
+    got, got_bytes = rows.pack(start, stop)
+    want, want_bytes = alone.pack(0, stop - start)
+
+    def view(columns: Any) -> list[Any]:  # (a missing column reads as its rows' default)
+        h, pinned = columns.headers, columns.partitions
+        return [(columns.values[r], None if columns.keys is None else columns.keys[r],
+                 [] if h is None else list(h[r]), columns.timestamps[r],
+                 -1 if pinned is None else pinned[r])
+                for r in range(len(columns.values))]
+
+    assert view(got) == view(want)
+    assert len(got.values) == stop - start
+    if (start, stop) == (0, 7):
+        assert got_bytes == want_bytes

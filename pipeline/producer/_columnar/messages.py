@@ -244,8 +244,8 @@ def _settle_py(msgs: list[ProducerMessage], rows: Any, state: int, offset: int,
         raise ValueError(f"settle_messages: state {state} is not OK or FAILED")
     if type(rows) is range:
         if rows.step != 1 or rows.start < 0 or rows.stop > len(msgs):
-            raise ValueError(f"settle_messages: rows {rows!r} is not within "
-                             f"0..{len(msgs) - 1} in steps of 1")
+            raise ValueError(f"settle_messages: rows range({rows.start}, {rows.stop}, "
+                             f"{rows.step}) is not within 0..{len(msgs) - 1} in steps of 1")
     else:
         for row in rows:
             if not 0 <= row < len(msgs):
