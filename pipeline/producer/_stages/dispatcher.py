@@ -67,8 +67,8 @@ class Dispatcher:
         self.inbox: trio.MemorySendChannel[IntakeItem]
         self.inbox, self._inbox = trio.open_memory_channel[IntakeItem](channel_capacity)
         self._topic_producer = topic_producer
-        # Each started topic producer's inbox: closed when we end, which cascades
-        # shutdown down the forward path.
+        # Each started topic producer's inbox. The pipeline ends by cancellation (the
+        # producer's close: flush, then cancel), so nothing is closed here.
         self._topics: dict[str, trio.MemorySendChannel[list[ProducerMessage]]] = {}
 
     async def run(
@@ -86,36 +86,30 @@ class Dispatcher:
         close_rows = bursts.close_rows
         accept_input = inputs.accept
         async with trio.open_nursery() as nursery:
-            try:
-                async for item in intake:
-                    by_topic: dict[str, list[ProducerMessage]] = {}
-                    while True:
-                        if isinstance(item, list):
-                            self._sort_list(item, by_topic, close_burst(item))
-                        elif isinstance(item, FlushMark):
-                            item.reached.set()
-                        elif isinstance(item, RowRun):  # accepted already
-                            close_rows(item)  # (a columnar send() burst: sealed now)
-                            by_topic.setdefault(item.topic, []).append(item)  # type: ignore[arg-type]
-                        elif accept_input(item):
-                            by_topic.setdefault(item.topic, []).append(item)
-                        try:
-                            item = intake.receive_nowait()
-                        except (trio.WouldBlock, trio.EndOfChannel):
-                            break
-                    for topic, msgs in by_topic.items():
-                        send = self._topics.get(topic)
-                        if send is None:
-                            send = await self._start_topic(nursery, topic)
-                        try:
-                            send.send_nowait(msgs)
-                        except trio.WouldBlock:
-                            await send.send(msgs)
-            finally:
-                # Closing the topic producers' inboxes cascades shutdown down the
-                # forward path.
-                for send in self._topics.values():
-                    send.close()
+            async for item in intake:
+                by_topic: dict[str, list[ProducerMessage]] = {}
+                while True:
+                    if isinstance(item, list):
+                        self._sort_list(item, by_topic, close_burst(item))
+                    elif isinstance(item, FlushMark):
+                        item.reached.set()
+                    elif isinstance(item, RowRun):  # accepted already
+                        close_rows(item)  # (a columnar send() burst: sealed now)
+                        by_topic.setdefault(item.topic, []).append(item)  # type: ignore[arg-type]
+                    elif accept_input(item):
+                        by_topic.setdefault(item.topic, []).append(item)
+                    try:
+                        item = intake.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                for topic, msgs in by_topic.items():
+                    send = self._topics.get(topic)
+                    if send is None:
+                        send = await self._start_topic(nursery, topic)
+                    try:
+                        send.send_nowait(msgs)
+                    except trio.WouldBlock:
+                        await send.send(msgs)
 
     @staticmethod
     def _sort_list(
