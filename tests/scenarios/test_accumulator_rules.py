@@ -404,6 +404,46 @@ async def test_messages_queued_before_a_row_run_are_batched_by_size(
     assert values_in_log(fake, "t", 0)[-2:] == [b"r0", b"r1"]
 
 
+async def test_a_backlog_of_batches_queued_before_a_row_run_is_cut_by_size(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """Messages queued ahead of a ``send_batch`` run, more than a batch of them, while
+    the only request slot is busy: once it frees, they go in batches of ``batch_bytes``
+    (``fill``), not as one; the run follows alone at its linger, and nothing stays
+    counted in the queue.
+
+    Schedule (plain producer, one request in flight, linger 5 s, batch_bytes = two
+    100-byte records, the first answer 1 s late): t0: w leaves (a flush) and holds the
+    slot until t0 + 1; x0..x3 and then a run of two rows are queued meanwhile. At
+    t0 + 1: [x0, x1], then [x2, x3] (each a full batch, so ready); the run at t0 + 5.25,
+    its linger from its acceptance."""
+    value = b"x" * 100
+    fake.create_topic("t", 1, leaders=[0])
+    options = exact(idempotent=False, linger=5.0, max_in_flight=1,
+                    batch_bytes=2 * batch_size_for_record(None, value))
+    async with open_fake_producer(fake, **options) as producer, \
+            trio.open_nursery() as nursery:
+        await producer._core.cluster.partitions_for("t")
+        fake.delay_responses(1.0, api_key=ApiKey.PRODUCE, count=1)
+        t0 = trio.current_time()
+        w = producer.send_nowait("t", b"w", partition=0)
+        nursery.start_soon(producer.flush)  # w leaves now, despite the linger
+        await trio.sleep(0.125)
+        xs = [producer.send_nowait("t", value[:-1] + b"%d" % i, partition=0) for i in range(4)]
+        await trio.sleep(0.125)
+        run = await producer.send_batch("t", [b"r0", b"r1"], partitions=[0, 0])
+        await outcomes([w, *xs])
+        assert trio.current_time() == t0 + 1.0
+        await run
+        assert trio.current_time() == t0 + 5.25
+        part = producer.statistics().topics["t"].partitions[0]
+        assert (part.queued_messages, part.queued_bytes) == (0, 0)
+    assert [r[0] for r in request_contents(fake, "t")] == [
+        [b"w"], [value[:-1] + b"0", value[:-1] + b"1"], [value[:-1] + b"2", value[:-1] + b"3"],
+        [b"r0", b"r1"]]
+    assert [r.time - t0 for r in fake.requests_of(ApiKey.PRODUCE)] == [0.0, 1.0, 1.0, 5.25]
+
+
 async def test_after_an_expiry_the_queue_counts_no_bytes_of_it(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:
