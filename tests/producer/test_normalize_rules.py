@@ -77,3 +77,19 @@ def test_an_int_subclass_timestamp_is_accepted_as_a_plain_int(stamp: Slot) -> No
         normalized(timestamp=False)
     with pytest.raises(ValueError, match="timestamp must be None or milliseconds"):
         normalized(timestamp=-1)
+
+
+def test_a_timestamp_at_either_end_of_int64_is_accepted_whatever_its_int_type() -> None:
+    """0 and 2**63-1 (a record's int64) are valid CreateTimes, as exact ints and as
+    int subclasses (which take the slow check); 2**63 is refused by both."""
+    from pipeline.producer._intake.normalize import MAX_TIMESTAMP
+
+    class Ms(int):
+        pass
+
+    for stamp in (0, MAX_TIMESTAMP, Ms(0), Ms(MAX_TIMESTAMP)):
+        msg = normalized(timestamp=stamp)
+        assert msg.timestamp == stamp and type(msg.timestamp) is int
+    for bad in (MAX_TIMESTAMP + 1, Ms(MAX_TIMESTAMP + 1)):
+        with pytest.raises(ValueError, match="timestamp must be None or milliseconds"):
+            normalized(timestamp=bad)
