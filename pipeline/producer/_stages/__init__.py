@@ -8,8 +8,9 @@
                                                       └── RetrySink.retry ───┘  (never blocks)
 
 Every stage makes its own inbox (a bounded trio memory channel) and hands out its
-send side as ``stage.inbox``; only the stage reads ``stage._inbox``. A stage that
-ends closes the inboxes it sends to, so shutdown cascades down the forward path.
+send side as ``stage.inbox``; only the stage reads ``stage._inbox``. The stages run
+until cancelled: the producer's close flushes, then cancels them all at once, so no
+stage closes another's inbox.
 
 =====================  ===============  ======================  ============================  ===============================
 stage                  one per          owns                    receives                      sends

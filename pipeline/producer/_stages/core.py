@@ -174,9 +174,7 @@ class ProducerCore:
 
     # -- building stages ----------------------------------------------------
     def topic_producer(self, topic: str, partitioner: Any) -> TopicProducer:
-        """A topic producer for the dispatcher, which starts it in its own nursery
-        (so closing the topic producers' inboxes cascades shutdown down the forward
-        path)."""
+        """A topic producer for the dispatcher, which starts it in its own nursery."""
         return TopicProducer(self.context, topic, partitioner, self)
 
     # -- PartitionInboxes (for topic producers) ------------------------------

@@ -12,8 +12,8 @@ list, so a burst costs one scheduler pass per hop instead of one per message.
 ``InputChannel`` (``producer.input``) is the intake's other send side.
 
 It owns the topic channels (one per topic, bounded) and starts each topic
-producer in its own nursery, so closing those channels when it ends
-cascades shutdown down the forward path.
+producer in its own nursery. It runs until cancelled: the producer's close
+flushes, then cancels the pipeline, every stage at once.
 """
 
 from __future__ import annotations
