@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import hashlib
 import json
 import os
@@ -612,24 +613,20 @@ def select_tests(mutant: Mutant, cmap: dict[str, object]) -> list[str]:
             or module in _imported_by(t.split("::", 1)[0])]
 
 
-_IMPORTS: dict[str, frozenset[str]] = {}
-
-
+@functools.cache
 def _imported_by(test_file: str) -> frozenset[str]:
     """The modules ``test_file`` imports by name (``import a.b``, ``from a.b import
     c``: both ``a.b`` and ``a.b.c``), read once."""
-    if test_file not in _IMPORTS:
-        names: set[str] = set()
-        path = ROOT / test_file
-        tree = ast.parse(path.read_text()) if path.is_file() else ast.Module([], [])
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names.add(node.module)
-                names.update(f"{node.module}.{alias.name}" for alias in node.names)
-        _IMPORTS[test_file] = frozenset(names)
-    return _IMPORTS[test_file]
+    names: set[str] = set()
+    path = ROOT / test_file
+    tree = ast.parse(path.read_text()) if path.is_file() else ast.Module([], [])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return frozenset(names)
 
 
 # -- running mutants ---------------------------------------------------------

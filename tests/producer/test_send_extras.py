@@ -395,14 +395,6 @@ async def test_a_burst_with_callbacks_reserves_what_its_rows_keep_until_they_set
     assert extras[1] - extras[0] == expected
 
 
-async def _new_burst(producer: Any) -> Any:
-    """Open a burst (its first row ``b"first"``, no extras) and return its rows."""
-    producer._intake._columns_next = True
-    producer._intake._until_yield = 1 << 30  # (one burst: no schedule point)
-    assert type(await producer.send("ta", b"first")) is RowDelivery
-    return producer._intake._rows
-
-
 @pytest.mark.parametrize("order", ["metadata-first", "headers-first"])
 async def test_a_burst_makes_each_extra_column_at_its_first_row_and_keeps_it_aligned(
         nursery: trio.Nursery, send_path: str, order: str) -> None:
@@ -426,8 +418,9 @@ async def test_a_burst_makes_each_extra_column_at_its_first_row_and_keeps_it_ali
 
     m1, m2 = {"m": 1}, {"m": 2}
     async with open_fake_producer(fake) as producer:
-        await producer._core.cluster.partitions_for("ta")
-        rows = await _new_burst(producer)
+        await _open_burst(fake, producer)
+        producer._intake._until_yield = 1 << 30  # (one burst: no schedule point)
+        rows = producer._intake._rows
         send = producer.send
         await send("ta", b"a", on_delivery=callback)
         if order == "metadata-first":
@@ -476,8 +469,8 @@ async def test_a_sealed_burst_keeps_no_metadata_for_its_deliveries(
     await nursery.start(fake.run)
     fake.create_topic("ta", 1)
     async with open_fake_producer(fake) as producer:
-        await producer._core.cluster.partitions_for("ta")
-        await _new_burst(producer)
+        await _open_burst(fake, producer)
+        producer._intake._until_yield = 1 << 30  # (one burst: no schedule point)
         markers = [Marker() for _ in range(3)]
         refs = [weakref.ref(m) for m in markers]
         for i, marker in enumerate(markers):

@@ -67,8 +67,8 @@ class Dispatcher:
         self.inbox: trio.MemorySendChannel[IntakeItem]
         self.inbox, self._inbox = trio.open_memory_channel[IntakeItem](channel_capacity)
         self._topic_producer = topic_producer
-        # Each started topic producer's inbox. The pipeline ends by cancellation (the
-        # producer's close: flush, then cancel), so nothing is closed here.
+        # Each started topic producer's inbox (the pipeline ends by cancellation: see
+        # the module docstring).
         self._topics: dict[str, trio.MemorySendChannel[list[ProducerMessage]]] = {}
 
     async def run(
