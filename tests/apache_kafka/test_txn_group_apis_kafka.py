@@ -9,11 +9,10 @@ and each answer must decode to what the request did. One node: it is every coord
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-import trio
 
 from pipeline.cluster import Cluster
 from pipeline.protocol.api import CLIENT_VERSIONS, ApiKey
@@ -34,25 +33,14 @@ from pipeline.protocol.messages import offset_delete as od
 from pipeline.protocol.messages import offset_fetch as of
 from pipeline.protocol.messages import sync_group as sg
 from pipeline.testing.kafka import KafkaCluster
+from tests.testing.txn_raw import until
 
 pytestmark = pytest.mark.kafka
-
-X = TypeVar("X")
 
 
 def versions(key: ApiKey) -> range:
     lo, hi = CLIENT_VERSIONS[key]
     return range(lo, hi + 1)
-
-
-async def until(ask: Callable[[], Awaitable[X]], done: Callable[[X], bool]) -> X:
-    """Ask until the answer is ``done`` (a fresh cluster loads its coordinators lazily)."""
-    with trio.fail_after(30):
-        while True:
-            value = await ask()
-            if done(value):
-                return value
-            await trio.sleep(0.2)
 
 
 async def test_find_coordinator_every_version(kafka_single: KafkaCluster) -> None:

@@ -38,7 +38,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import trio
@@ -56,6 +56,7 @@ from pipeline.testing.fake_cluster import CommittedOffset, FakeCluster
 from pipeline.testing.kafka import KafkaCluster
 
 from . import produce_request, txn_raw
+from .txn_raw import until
 
 T = 1_650_000_000_000
 NONE, CORRUPT, UNKNOWN_TP, NOT_LEADER = 0, 2, 3, 6
@@ -64,19 +65,6 @@ INVALID_REQUEST, OUT_OF_ORDER, INVALID_EPOCH = 42, 45, 47
 # A write to a partition Kafka has only just created may briefly be refused with these
 # (the broker's metadata names the leader before its replica manager has become leader).
 _NOT_YET = {UNKNOWN_TP, 5, NOT_LEADER}
-
-
-X = TypeVar("X")
-
-
-async def until(ask: Callable[[], Awaitable[X]], done: Callable[[X], bool]) -> X:
-    """Ask until the answer is ``done`` (bounded: 30 s)."""
-    with trio.fail_after(30):
-        while True:
-            value = await ask()
-            if done(value):
-                return value
-            await trio.sleep(0.1)
 
 
 def records(*values: bytes, producer_id: int = -1, producer_epoch: int = -1,

@@ -47,15 +47,23 @@ GROUP, TRANSACTION = 0, 1
 T0 = 1_650_000_000_000
 
 
-async def until(ask: Callable[[], Awaitable[X]], done: Callable[[X], bool]) -> X:
-    """Ask until the answer is ``done`` (a fresh Kafka loads its coordinators lazily;
-    bounded: 30 s)."""
-    with trio.fail_after(30):
-        while True:
-            value = await ask()
-            if done(value):
-                return value
-            await trio.sleep(0.1)
+async def until(ask: Callable[[], Awaitable[X]], done: Callable[[X], bool],
+                within: float = 30.0) -> X:
+    """Ask until the answer is ``done`` (a fresh Kafka loads its coordinators lazily).
+    Bounded by ``within`` seconds; past it, the error names the last answer, so a run
+    that gives up says what Kafka was still answering."""
+    answers: list[X] = []
+    try:
+        with trio.fail_after(within):
+            while True:
+                value = await ask()
+                if done(value):
+                    return value
+                answers[:] = [value]
+                await trio.sleep(0.1)
+    except trio.TooSlowError:
+        last = f"the last answer was {answers[0]!r}" if answers else "no answer came"
+        raise AssertionError(f"not done within {within} s: {last}") from None
 
 
 def records(*values: bytes, producer_id: int, producer_epoch: int, base_sequence: int,
