@@ -16,6 +16,8 @@ import trio
 from pipeline.producer._columnar.burst import MetadataRowDelivery, RowDelivery
 from pipeline.producer._intake import send_path as _send_path
 from pipeline.producer._message import ProducerError
+from pipeline.producer._stages.partitioner import java_positive, murmur2
+from pipeline.protocol.records import batch_size_for_record
 from pipeline.testing.fake_cluster import FakeCluster
 from tests.scenarios.conftest import open_fake_producer
 
@@ -276,6 +278,121 @@ async def test_a_custom_partitioner_is_asked_per_row(nursery: trio.Nursery,
     assert out[:3] == [2, 2, 0] and out[5] == 2
     assert out[3] == "no partition for boom"
     assert "Last' returned partition 9 for topic 'ta', which has 3 partition(s)" in out[4]
+
+
+class _StickyRecorder:
+    """A user's sticky partitioner (KIP-480's contract): a keyed row goes by its key's
+    length, a null-key row to one partition until every second ``on_new_batch`` for that
+    partition moves it on (the first keeps it: a partitioner may), or until a ``jump``
+    row moves it on by itself. Every call is recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.sticky = 0
+        self.new_batches = 0
+
+    def partition(self, topic: str, key: bytes | None, value: bytes | None, n: int) -> int:
+        self.calls.append(("partition", value))
+        if key is not None:
+            return len(key) % n
+        if value == _JUMP:
+            self.sticky = (self.sticky + 1) % n
+        return self.sticky
+
+    def on_new_batch(self, topic: str, n: int, previous: int) -> None:
+        self.calls.append(("on_new_batch", previous))
+        self.new_batches += 1
+        if previous == self.sticky and self.new_batches % 2 == 0:
+            self.sticky = (self.sticky + 1) % n
+
+
+_JUMP = b"jump-00000"
+# (value, key, partition) of two bursts: null-key rows of one size (10-byte values),
+# keyed rows and a pinned row between them (neither counts towards the sticky batch)
+_STICKY_BURSTS: list[list[tuple[bytes, bytes | None, int | None]]] = [
+    [(b"null-%05d" % i, None, None) for i in range(2)]
+    + [(b"keyed-0000", b"kk", None), (b"null-00002", None, None), (b"null-00003", None, None),
+       (b"pinned-000", None, 2), (b"null-00004", None, None), (_JUMP, None, None)],
+    [(b"null-%05d" % i, None, None) for i in range(5, 16)],
+]
+
+
+def _sticky_definition(batch_bytes: int) -> tuple[list[tuple[str, Any]], dict[bytes, int]]:
+    """What the partitioner hears and where each row goes, one row at a time: a null-key
+    row adds its size bound to its partition's count, reset whenever the partition
+    changes; ``on_new_batch`` once the count reaches ``batch_bytes``; the count carries
+    from one burst to the next."""
+    partitioner = _StickyRecorder()
+    where: dict[bytes, int] = {}
+    sticky, count = -1, 0
+    for burst in _STICKY_BURSTS:
+        for value, key, pinned in burst:
+            if pinned is not None:
+                where[value] = pinned
+                continue
+            p = where[value] = partitioner.partition("ta", key, value, PARTITIONS)
+            if key is not None:
+                continue
+            if p != sticky:
+                sticky, count = p, 0
+            count += batch_size_for_record(None, value)
+            if count >= batch_bytes:
+                partitioner.on_new_batch("ta", PARTITIONS, p)
+                count = 0
+    return partitioner.calls, where
+
+
+@pytest.mark.parametrize("path", ["rows", "messages"])
+@pytest.mark.parametrize("extra", [-1, 0, 1])  # batch_bytes at, below and past a row edge
+async def test_a_custom_sticky_partitioner_hears_what_each_message_would_tell_it(
+    nursery: trio.Nursery, send_path: str, path: str, extra: int
+) -> None:
+    """A custom partitioner asked per row hears what it hears per message: each row it
+    is asked for, and ``on_new_batch`` once ``batch_bytes`` of null-key rows went to its
+    partition (keyed and pinned rows do not count; ``on_new_batch`` and a change of
+    partition restart the count; the count carries over to the next burst). Both paths against the
+    definition, with ``batch_bytes`` at, one byte below and one past three rows."""
+    row = batch_size_for_record(None, b"null-00000")
+    batch_bytes = 3 * row + extra
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", PARTITIONS)
+    partitioner = _StickyRecorder()
+    async with open_fake_producer(fake, partitioner=partitioner,
+                                  batch_bytes=batch_bytes) as producer:
+        await producer._core.cluster.partitions_for("ta")
+        sent = []
+        for burst in _STICKY_BURSTS:
+            producer._intake._columns_next = path == "rows"
+            sent += [await producer.send("ta", v, key=k, partition=p) for v, k, p in burst]
+            await producer.flush()
+        assert {type(d) is RowDelivery for d in sent} == {path == "rows"}
+        where = {d.value: (await d).partition for d in sent}
+    calls, expected = _sticky_definition(batch_bytes)
+    assert len([c for c in calls if c[0] == "on_new_batch"]) >= 3, "the sticky batch fills"
+    assert (partitioner.calls, where) == (calls, expected)
+
+
+async def test_rows_of_a_murmur2_producer_go_where_librdkafka_puts_them(
+    nursery: trio.Nursery, send_path: str
+) -> None:
+    """``partitioner="murmur2"`` (librdkafka's ``murmur2``) on rows: a keyed row goes to
+    its key's murmur2 partition (hashed in one C loop), a null-key row to the empty
+    key's, a pinned row where it is pinned."""
+    fake = FakeCluster(brokers=1, seed=5, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("ta", PARTITIONS)
+    rows = [(b"v%d" % i, None if i % 5 == 0 else b"key-%d" % i, 1 if i % 7 == 0 else None)
+            for i in range(1, 40)]
+    async with open_fake_producer(fake, partitioner="murmur2") as producer:
+        await _open_burst(fake, producer)
+        sent = [await producer.send("ta", v, key=k, partition=p) for v, k, p in rows]
+        assert all(type(d) is RowDelivery for d in sent)
+        await producer.flush()
+        where = [(await d).partition for d in sent]
+    assert where == [p if p is not None else java_positive(murmur2(k or b"")) % PARTITIONS
+                     for _, k, p in rows]
+    assert len(set(where)) == PARTITIONS
 
 
 @pytest.mark.parametrize("spread", ["pinned", "round_robin"])
