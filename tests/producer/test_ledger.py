@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from pipeline.producer._message import FAILED, OK, TO_CHANNELS, ProducerMessage
 from pipeline.producer._outcomes.delivery import DeliveryGroup
-from pipeline.producer._outcomes.ledger import Ledger
+from pipeline.producer._outcomes.ledger import Ledger, Reporter
 
 
 def accepted(ledger: Ledger, n: int, sink: Any = None, size: int = 100) -> list[ProducerMessage]:
@@ -81,6 +82,27 @@ def test_a_second_settle_never_changes_the_first_outcome(first: str, second: str
         assert (group.delivered, group.failed, group.pending, len(group.errors)) == group_before
 
 
+def test_one_failure_of_many_partitions_counts_each_topic_and_partition_its_own() -> None:
+    """One ``fail()`` of messages of several topics and partitions, interleaved (a close
+    fails all that is left at once): each (topic, partition) counts its own, the same
+    partition of another topic apart, a message with no partition yet under -1, and a
+    repeat under none."""
+    ledger = Ledger(buffer_memory=10_000, max_block=1.0)
+    msgs = []
+    for topic, partition in [("a", 0), ("a", 0), ("a", 1), ("b", 1), ("b", 1), ("a", 1),
+                             ("b", None), ("a", 0)]:
+        msg = ProducerMessage(topic, b"v", partition=partition)
+        msg._size = 100
+        assert ledger.try_reserve(100)
+        ledger.accept(msg, deadline=10.0)
+        msgs.append(msg)
+    ledger.fail(msgs, RuntimeError("closed"))
+    counted = {("a", 0): 3, ("a", 1): 2, ("b", 1): 2, ("b", -1): 1}
+    assert ledger.failed_by_partition == counted
+    ledger.fail(msgs[2:4], RuntimeError("again"))
+    assert (ledger.failed_by_partition, ledger.double_settles) == (counted, 2)
+
+
 def test_settling_part_of_a_batch_twice_counts_only_the_repeats() -> None:
     """A batch where some messages were settled before (e.g. expired in flight,
     then the late answer succeeds): the others settle normally, the repeats are
@@ -108,3 +130,28 @@ def test_fail_all_outstanding_leaves_settled_messages_alone() -> None:
     assert [m._state for m in msgs] == [OK, FAILED, FAILED]
     assert msgs[0].offset == 0
     assert ledger.double_settles == 0
+
+
+async def test_an_outcome_caught_in_the_hand_over_by_the_close_is_lost_once_and_released(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The report task is blocked handing an outcome over (nobody reads ``successes``)
+    when it is cancelled, and close() runs before the task sees the cancellation: that
+    outcome is counted lost once (logged) and its bytes released, not queued again, and
+    the one that fit is still readable."""
+    ledger = Ledger(buffer_memory=10_000, max_block=1.0)
+    ledger.return_successes = True
+    reporter = Reporter(ledger, channel_capacity=1)
+    msgs = accepted(ledger, 2, sink=TO_CHANNELS)
+    ledger.succeed(msgs, base_offset=0, timestamp=-1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reporter.run)
+        await trio.testing.wait_all_tasks_blocked()
+        assert ledger.buffered_bytes == 100  # the first handed over, the second in send()
+        nursery.cancel_scope.cancel()
+        reporter.close()  # (no checkpoint since the cancel: the task has not seen it)
+    assert ledger.buffered_bytes == 0 and not ledger.reports
+    lost = [r.getMessage() for r in caplog.records if "could not be handed over" in r.getMessage()]
+    assert lost == ["1 outcomes could not be handed over: producer.successes/errors were not "
+                    "drained"]
+    assert [m.offset async for m in reporter.successes] == [0]

@@ -508,10 +508,10 @@ class Reporter:
                     else:
                         await self._errors.send(ledger.error_for(msg))
                 except BaseException:
-                    # A failed trio send() delivered nothing. At shutdown close()
-                    # has run already (right after the cancel, before this task
-                    # sees it): the outcome is lost, and its bytes are released
-                    # here; otherwise it goes back to the queue.
+                    # A failed trio send() delivered nothing. If close() ran between
+                    # the cancel and this task seeing it, nobody hands reports over
+                    # any more: the outcome is lost, and its bytes are released
+                    # here; otherwise it goes back to the queue, for close().
                     if self._closed:
                         ledger.release(msg._size)
                         _log_lost(1)
