@@ -114,7 +114,7 @@ async def test_duplicate_sequence_number_counts_as_written_without_an_offset(
     DUPLICATE_SEQUENCE_NUMBER (46) and no offset (Kafka answers NONE with the
     original offset): with idempotence the batch was written, so its messages
     succeed, with no offset and their own CreateTime, and the partition counts
-    as confirmed in the current epoch.
+    as confirmed in the current epoch, and delivered in the statistics.
 
     Schedule (idempotent, t[0] on broker 0): t0: the answer to m is 46: m
     succeeds at t0, offset unknown (-1), timestamp its CreateTime."""
@@ -127,6 +127,7 @@ async def test_duplicate_sequence_number_counts_as_written_without_an_offset(
         assert trio.current_time() == t0
         idem = producer._core.idempotence
         assert idem is not None and {tp.partition for tp in idem.confirmed} == {0}
+        assert producer.statistics().topics["t"].partitions[0].delivered_messages == 1
     assert not result.offset_known and result.offset == -1
     assert result.timestamp == 1_700_000_000_000
 
@@ -1012,6 +1013,38 @@ async def test_the_flusher_wakes_only_when_an_arrival_or_an_answer_changes_its_w
             assert counter.steps == 4
     assert offsets(results) == list(range(1, 21))
     assert len(fake.requests_of(ApiKey.PRODUCE)) == 2  # warm, then one batch of 20
+
+
+async def test_what_a_full_request_left_behind_waits_unsealed_for_the_slot(
+    fake: FakeCluster, autojump_clock: Any
+) -> None:
+    """What a request had no room for waits unsealed while the only request slot is
+    taken: what arrives meanwhile for the same partition joins its batch, and one batch
+    goes out once the answer frees the slot.
+
+    Schedule (plain, max_in_flight 1, linger 0, t[0] and t[1] on broker 0; a fills a
+    request, b and c fit one batch): a (t[0]) and b (t[1]) arrive together; a's request
+    takes the slot, answered 0.5 s late; c (t[1]) arrives 0.125 s later; at t0 + 0.5 one
+    batch carries b and c. Counting the taken slot as free sealed b alone, to wait for
+    the slot, and c went in a batch of its own."""
+    fake.create_topic("t", 2, leaders=[0, 0])
+    big = b"a" * 200
+    full = batch_size_for_record(None, big)  # a request, a message, a batch
+    assert 2 * batch_size_for_record(None, b"b") <= full
+    options = exact(idempotent=False, max_in_flight=1, linger=0.0, max_request_bytes=full,
+                    max_message_bytes=full, batch_bytes=full)
+    async with open_fake_producer(fake, **options) as producer:
+        await producer.send_and_wait("t", b"w", partition=0)
+        fake.delay_responses(0.5, api_key=ApiKey.PRODUCE, node_id=0, count=1)
+        t0 = trio.current_time()
+        sent = [producer.send_nowait("t", big, partition=0),
+                producer.send_nowait("t", b"b", partition=1)]
+        await trio.sleep(0.125)
+        sent.append(producer.send_nowait("t", b"c", partition=1))
+        results = await outcomes(sent)
+        assert trio.current_time() == t0 + 0.5
+    assert offsets(results) == [1, 0, 1]
+    assert [records for *_, records in sent_batches(fake, "t", 1)] == [2]
 
 
 async def test_the_flusher_sleeps_through_an_arrival_it_has_no_slot_for(

@@ -55,6 +55,21 @@ async def test_delivered_records_batches_and_bytes_per_partition(
     assert stats.requests_sent == 4
 
 
+async def test_records_written_with_acks_0_count_as_delivered(
+        fake: FakeCluster, autojump_clock: trio.abc.Clock) -> None:
+    """acks=0: being written is all a record will ever hear, and it counts as delivered
+    at its partition (records and bytes), as an acknowledged one does."""
+    fake.create_topic("t", 2)
+    async with open_fake_producer(fake, acks=0, idempotent=False) as producer:
+        deliveries = [await producer.send("t", VALUE, partition=1) for _ in range(4)]
+        for d in deliveries:
+            await d
+        stats = producer.statistics()
+    assert (stats.succeeded, stats.delivered_bytes) == (4, 4 * SIZE)
+    p1 = stats.topics["t"].partitions[1]
+    assert (p1.delivered_messages, p1.delivered_bytes) == (4, 4 * SIZE)
+
+
 async def test_round_trips_requests_and_bytes_per_broker(
         fake: FakeCluster, autojump_clock: trio.abc.Clock) -> None:
     fake.create_topic("t", 1)
