@@ -4,11 +4,15 @@ planted traces, deterministic replays, and the CI sweep (`make test`)."""
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from pipeline.producer._stages.broker_producer import BrokerProducer
+from pipeline.producer._stages.context import RetryErrors
 from pipeline.protocol.batch_format import ATTR_TRANSACTIONAL, Record, RecordBatch
 from pipeline.protocol.errors import ErrorCode
 from pipeline.protocol.records import encode_end_txn_marker, encode_record_batch
@@ -24,6 +28,7 @@ from pipeline.testing.fake.state import StoredBatch
 # `python -m pipeline.testing.explore --workload transactions --replay <seed>`.
 TXN_SEED = 40_000
 TXN_N = 45
+REGRESSIONS = Path(__file__).parent / "regressions"
 
 
 def digest(seed: int) -> str:
@@ -110,6 +115,31 @@ def test_a_committed_transaction_must_be_whole_and_an_aborted_one_invisible() ->
     assert kinds(_trace([_txn("committed", [b"x"])], {0: [(0, b"x"), (1, b"x")]})) == [
         "X4 duplicate"]
     assert kinds(_trace([], {0: [(0, b"who")]})) == ["X2 phantom"]
+
+
+def test_nothing_of_a_transaction_may_succeed_after_its_abort_was_called() -> None:
+    aborted = _txn("aborted", [b"x", b"y"])
+    aborted.wanted, aborted.abort_called = "abort", 1.0
+    assert kinds(_trace([aborted], {0: []})) == []
+    aborted.succeeded_after_abort = 1
+    assert kinds(_trace([aborted], {0: []})) == ["X12 success after abort"]
+
+
+def test_the_runner_counts_what_succeeded_after_an_abort(monkeypatch: pytest.MonkeyPatch,
+                                                        ) -> None:
+    """With the broker producer's wait for a request slot left running by the abort, and
+    what it then writes not failed in flight by the flusher, the regression schedule's
+    batch succeeds after the abort began, and the run reports X12."""
+    schedule = from_json((REGRESSIONS / "txn-abort-while-a-produce-waits-for-a-slot.json")
+                         .read_text())
+    assert kinds(run_schedule(schedule)) == []
+
+    def expire_all_but_the_wait(self: BrokerProducer) -> None:
+        self._expire(math.inf)
+
+    monkeypatch.setattr(BrokerProducer, "expire_all", expire_all_but_the_wait)
+    monkeypatch.setattr(RetryErrors, "expiry_horizon", lambda self, now: now)
+    assert kinds(run_schedule(schedule)) == ["X12 success after abort"]
 
 
 def test_committed_records_in_send_order() -> None:

@@ -1129,3 +1129,39 @@ async def test_a_producer_fenced_while_an_abort_drains_fails_later_arrivals_as_f
             assert failed.value.cause is txn.error
             assert isinstance(failed.value.cause, ProducerFencedError)
             assert not fake.requests_of(ApiKey.END_TXN)  # the abort still drains
+
+
+async def test_an_abort_fails_what_waits_for_a_request_slot_unwritten(
+        nursery: trio.Nursery, autojump_clock: trio.testing.MockClock) -> None:
+    """A request the broker producer took while a metadata request holds the
+    connection's only slot (max_in_flight 1, one broker) is not written once the abort
+    began: its record fails with TransactionAbortedError at the abort, not with the
+    answer of a Produce written after it."""
+    fake = FakeCluster(brokers=1, seed=4, transaction_version=2, auto_create_topics=False)
+    await nursery.start(fake.run)
+    fake.create_topic("t", 1)
+    fake.create_topic("u", 1)
+    async with open_fake_producer(fake, **txn_options(max_in_flight=1)) as producer:
+        await producer.begin_transaction()
+        await (await producer.send("t", b"first", partition=0))
+        fake.delay_responses(2.0, api_key=ApiKey.METADATA, count=1)
+        other = await producer.send("u", b"new topic", partition=0)  # (its metadata: held)
+        await trio.sleep(0.25)
+        held = await producer.send("t", b"held", partition=0)
+        await trio.sleep(0.25)
+        assert len(fake.requests_of(ApiKey.PRODUCE)) == 1  # (waiting for the slot)
+        start = trio.current_time()
+        async with trio.open_nursery() as aborting:
+            aborting.start_soon(producer.abort_transaction)
+            with pytest.raises(ProducerError) as failed:
+                await held
+            assert trio.current_time() - start < 0.05
+            assert isinstance(failed.value.cause, TransactionAbortedError)
+        # (the record of the new topic fails once its metadata came, where it arrives)
+        with pytest.raises(ProducerError) as failed:
+            await other
+        assert isinstance(failed.value.cause, TransactionAbortedError)
+        (end,) = fake.requests_of(ApiKey.END_TXN)
+        assert end.request.committed is False
+    assert len(fake.requests_of(ApiKey.PRODUCE)) == 1
+    assert await committed_values(fake) == []

@@ -166,7 +166,7 @@ class BrokerProducer:
         (``RetryErrors.abort``): nothing of it is sent or retried any more (records
         handed over just before the transaction failed arrive after its purge)."""
         if self._errors.abort is not None:
-            self._expire(math.inf)
+            self.expire_all()
         waiting = self._waiting
         if waiting is not None:
             waiting.deadline = min(waiting.deadline, self._next_wake(False))
@@ -306,7 +306,9 @@ class BrokerProducer:
         max_in_flight = self._config.max_in_flight
         while True:
             now = trio.current_time()
-            self._expire(now)
+            # (every deadline while a transaction cannot commit: what a wait cut
+            # short in _send_one put back fails here instead of being sent again)
+            self._expire(self._errors.expiry_horizon(now))
             slot_free = len(self._in_flight) < max_in_flight
             if slot_free and self._acc.ready(now):
                 await self._send_one()
@@ -571,9 +573,14 @@ class BrokerProducer:
     def expire_all(self) -> None:
         """Fail what waits here with no outcome yet, in flight too (an aborted
         transaction: the delivery-deadline path, with every deadline taken as
-        passed; the answers of requests in flight still come back and unmute)."""
+        passed; the answers of requests in flight still come back and unmute).
+        Nothing of the transaction is written any more: the flusher's wait for a
+        connection or a request slot ends now, and what it took for that request
+        goes back unwritten, to fail where it waits (the flusher's next step)."""
         self._expire(math.inf)
-        self._poke_flusher()
+        waiting = self._waiting
+        if waiting is not None:
+            waiting.cancel()
 
     def _expire(self, now: float) -> None:
         ledger = self._ledger

@@ -35,6 +35,10 @@ aborted, failed (fenced or fatal before its commit), fenced at its commit, unkno
   initialised after its producer (a fence Kafka may answer INVALID_TXN_STATE), its
   transaction outlived ``transaction_timeout``, or EndTxn got no answer while the
   cluster was still unhealed: never for a fault the producer outlasts;
+* X12 a record of a transaction that had no outcome when ``abort_transaction()`` was
+  called fails (the abort fails it wherever it waits, in flight too): none succeeds
+  after the call, not even one a broker producer took for a request it had not
+  written yet;
 * X0 no call hangs, no transaction is left open after every producer closed and its
   timeout passed, no crash.
 """
@@ -90,6 +94,19 @@ def _generation_of(txn: TxnRecord, book: TxnBook) -> Generation | None:
         return next((g for g in book.generations if g.name == txn.producer), None)
     mains = [g for g in book.generations if g.name == "main"]
     return mains[txn.generation] if 0 <= txn.generation < len(mains) else None
+
+
+@invariant_of("transactions")
+def _abort_outcomes(trace: Trace) -> list[Violation]:
+    """X12: nothing of a transaction succeeds after its abort was called."""
+    book = _book(trace)
+    if book is None:
+        return []
+    return [Violation("X12 success after abort",
+                      f"{t.producer} transaction {t.seq} (generation {t.generation}): "
+                      f"{t.succeeded_after_abort} of its {len(t.records)} records succeeded "
+                      f"after abort_transaction() was called at {t.abort_called:.4f}")
+            for t in book.txns if t.succeeded_after_abort][:2]
 
 
 @invariant_of("transactions")

@@ -63,7 +63,7 @@ __all__ = ["Generation", "TxnBook", "TxnRecord", "committed_view"]
 #: the producer options a transactional schedule may set (the shrinker may add others)
 _OPTIONS = ("linger", "max_in_flight", "max_batch_messages", "retry_backoff",
             "retry_backoff_max", "request_timeout", "delivery_timeout", "close_timeout",
-            "max_block", "transaction_timeout")
+            "max_block", "transaction_timeout", "metadata_max_age")
 
 
 @dataclass(slots=True)
@@ -81,6 +81,9 @@ class TxnRecord:
     # Its records in send order: (value, partition routed to, ok, offset, cause).
     records: list[tuple[bytes, int | None, bool, int, str]] = field(default_factory=list)
     offsets: int | None = None  # the consumer offset it committed (send_offsets...)
+    abort_called: float = -1.0  # when abort_transaction() was called (-1: never)
+    # Its records that succeeded after abort_transaction() was called.
+    succeeded_after_abort: int = 0
 
 
 @dataclass(slots=True)
@@ -271,6 +274,7 @@ class _Client:
             txn.outcome = "committed"
 
     async def _abort(self, producer: Producer, txn: TxnRecord) -> None:
+        txn.abort_called = trio.current_time()
         try:
             await producer.abort_transaction()
         except ProducerFencedError as exc:
@@ -311,6 +315,9 @@ class _Client:
             settled = self.settled.get(d._id)
             if settled is not None and settled[0] > d._deadline + 1e-9:
                 gen.late += 1
+            if (settled is not None and d._state == OK and txn.abort_called >= 0
+                    and settled[0] > txn.abort_called + 1e-9):
+                txn.succeeded_after_abort += 1
         self.producer = None
 
 

@@ -61,6 +61,10 @@ TXN_FAULT_WEIGHTS = {
 }
 
 
+# The share of transactional seeds drawn as slot waits (``txn_generate``).
+SLOT_WAIT_SHARE = 0.15
+
+
 def txn_options(rng: random.Random) -> dict[str, Any]:
     linger = rng.choice([0.0, 0.0, 0.005, 0.02])
     request_timeout = rng.choice([0.3, 0.5, 1.0])
@@ -166,6 +170,18 @@ def txn_generate(seed: int, kinds: frozenset[str] | None = None) -> Schedule:
     sends, last = _transactions(rng, partitions)
     heal_at = round(rng.uniform(0.2, max(0.3, last)), 3)
     events = _events(rng, brokers, partitions, heal_at, version, kinds)
+    # Slot waits, drawn on a roll of their own (every other draw of the seed stays as
+    # it was): one request slot per connection, metadata refreshed often and every
+    # broker slow until healed, so a Produce drained behind a Metadata request waits
+    # for the slot, and an abort may come meanwhile (X12: nothing of it is written).
+    own = random.Random(seed * 6007 + 3)
+    profile = ""
+    if own.random() < SLOT_WAIT_SHARE:
+        profile = "slot-wait"
+        options.update(max_in_flight=1, metadata_max_age=own.choice([0.02, 0.1]))
+        events = sorted([*events, *(
+            Event(0.0, "slow", node=node, seconds=own.choice([0.05, 0.2]), duration=heal_at)
+            for node in range(brokers))], key=lambda e: e.at)
     return Schedule(
         seed=seed,
         idempotent=True,
@@ -182,6 +198,7 @@ def txn_generate(seed: int, kinds: frozenset[str] | None = None) -> Schedule:
         workload="transactions",
         transaction_version=version,
         txn_marker_delay=rng.choice([0.0, 0.0, 0.01, 0.05, 0.3]),
+        profile=profile,
     )
 
 
@@ -193,5 +210,7 @@ def txn_schedule_for(seed: int) -> Schedule:
         kinds = frozenset(k for k in TXN_FAULT_WEIGHTS if rng.random() < 0.4)
         schedule = txn_generate(seed, kinds)
         from dataclasses import replace
-        return replace(schedule, profile="swarm:" + "+".join(sorted(kinds)))
+        swarm = "swarm:" + "+".join(sorted(kinds))
+        return replace(schedule, profile=f"{schedule.profile}+{swarm}" if schedule.profile
+                       else swarm)
     return txn_generate(seed)
