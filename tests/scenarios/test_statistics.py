@@ -429,3 +429,52 @@ async def test_a_batch_back_from_a_lost_leader_is_queued_at_its_partition(
         fake.restart_broker(2)
         for d in sent:
             await d
+
+
+async def test_a_failed_batch_waiting_for_its_partitions_flights_is_queued(
+        fake: FakeCluster, autojump_clock: trio.abc.Clock) -> None:
+    """With idempotence, a batch answered with a retriable error while later batches of
+    its partition are still in flight waits at its broker producer until they come
+    back (answered OUT_OF_ORDER, explained by it): its records and bytes are queued
+    there, once; the later ones are in flight."""
+    fake.create_topic("t", 1)
+    async with open_fake_producer(fake, idempotent=True, max_in_flight=3,
+                                  max_batch_messages=2) as producer:
+        await producer.send_and_wait("t", b"warm")  # (confirms the partition)
+        # (one request at a time per connection: answered at +0.5, +1.0, +1.5)
+        fake.delay_responses(0.5, api_key=ApiKey.PRODUCE)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS)
+        deliveries = [await producer.send("t", VALUE) for _ in range(6)]
+        await trio.sleep(0.75)
+        stats = producer.statistics()
+        part = stats.topics["t"].partitions[0]
+        assert (part.queued_messages, part.queued_bytes) == (2, 2 * SIZE)
+        assert (part.in_flight_batches, part.in_flight_messages) == (2, 4)
+        assert stats.queued_messages == 2
+        fake.clear_faults()
+        for d in deliveries:
+            await d
+
+
+async def test_a_retried_batch_waiting_for_a_request_slot_is_queued(
+        fake: FakeCluster, autojump_clock: trio.abc.Clock) -> None:
+    """A batch back for its retry, sealed, waits at its broker producer while the only
+    request slot is taken by another partition's request: its records and bytes are
+    queued there, once."""
+    fake.create_topic("t", 2, leaders=[0, 0])
+    async with open_fake_producer(fake, max_in_flight=1) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        fake.fail_next(ApiKey.PRODUCE, ErrorCode.NOT_ENOUGH_REPLICAS)
+        retried = [await producer.send("t", VALUE, partition=0) for _ in range(3)]
+        await trio.sleep(0.0625)  # (answered; back after the retry backoff, 0.125)
+        fake.delay_responses(1.0, api_key=ApiKey.PRODUCE)
+        holding = await producer.send("t", VALUE, partition=1)  # (takes the slot)
+        await trio.sleep(0.5)
+        stats = producer.statistics()
+        part = stats.topics["t"].partitions[0]
+        assert (part.queued_messages, part.queued_bytes) == (3, 3 * SIZE)
+        assert (part.in_flight_messages, part.retried_messages) == (0, 3)
+        assert stats.topics["t"].partitions[1].in_flight_messages == 1
+        fake.clear_faults()
+        for d in [*retried, holding]:
+            await d

@@ -537,7 +537,8 @@ class BrokerProducer:
     # -- statistics ----------------------------------------------------------
     def waiting(self) -> dict[TopicPartition, list[int]]:
         """What waits here per partition, not on the wire: ``[records, bytes]``
-        (loose, sealed for a re-send, failed and waiting to go back)."""
+        (loose, sealed for a re-send, failed and waiting to go back); every
+        partition with a queue here, so also ``[0, 0]``."""
         out: dict[TopicPartition, list[int]] = {}
         for tp, part in self._parts.items():
             msgs = part.msgs
@@ -547,8 +548,7 @@ class BrokerProducer:
             for batch in (*part.sealed, *part.failed):
                 records += record_count(batch.messages)
                 nbytes += batch.nbytes
-            if records:
-                out[tp] = [records, nbytes]
+            out[tp] = [records, nbytes]
         return out
 
     def on_the_wire(self) -> tuple[int, dict[TopicPartition, list[int]]]:
