@@ -500,16 +500,11 @@ async def timeouts(t: Target, topic: str) -> list[Any]:
         if protocol == "v1":
             await x.add_partitions({topic: [partition]})
         out.append((await x.produce(topic, partition, b"late")).error_code)
-        conn = await x.coordinator()
-
-        async def state(x: txn_raw.Txn = x, conn: BrokerConnection = conn, e0: int = e0
-                        ) -> Any:
-            r = await conn.request(dtx.DescribeTransactionsRequest(
-                transactional_ids=(x.transactional_id,)))
-            (s,) = r.transaction_states
-            return s.transaction_state, s.producer_epoch - e0
-
-        out.append(await txn_raw.until(state, lambda s: s[0] == "CompleteAbort"))
+        # (the coordinator is looked up at each ask: it may move meanwhile, as Kafka's
+        # leader rebalance moves it back once a test restarted its preferred node)
+        _, state, epoch = await txn_raw.until(
+            x.state, lambda s: (s[0], s[1]) == (NONE, "CompleteAbort"))
+        out.append((state, epoch - e0))
         out.append((await x.produce(topic, partition, b"later")).error_code)
         if protocol == "v2":
             out.append(codes(await x.commit_offsets(group, {(topic, 0): 3}), topic))
@@ -627,10 +622,11 @@ async def listings(t: Target, topic: str) -> list[Any]:
     await txns[ids[3]].end(False)
     out: list[Any] = []
     for i in [*ids, f"{topic}-never"]:
-        _, node = await txn_raw.find_coordinator(t.cluster, i, txn_raw.TRANSACTION)
-        conn = await t.conn(node)
 
-        async def describe(i: str = i, conn: BrokerConnection = conn) -> Any:
+        async def describe(i: str = i) -> Any:
+            # (the coordinator is looked up at each ask: it may move meanwhile)
+            _, node = await txn_raw.find_coordinator(t.cluster, i, txn_raw.TRANSACTION)
+            conn = await t.conn(node)
             r = await conn.request(dtx.DescribeTransactionsRequest(transactional_ids=(i,)))
             (s,) = r.transaction_states
             return (s.error_code, s.transaction_state, s.producer_epoch,
