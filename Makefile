@@ -35,10 +35,11 @@ help:
 	@echo "make clean      remove .venv and caches"
 
 # (Re)install whenever pyproject.toml or a C extension changes (the install builds
-# pipeline/protocol/_kernel.c and pipeline/producer/_speedups/_delivery.c, _send.c in place). The
-# venv itself is created only if missing.
+# pipeline/protocol/_kernel.c, pipeline/producer/_speedups/_delivery.c, _send.c and
+# pipeline/cluster/_writer.c in place). The venv itself is created only if missing.
 $(STAMP): pyproject.toml pipeline/protocol/_kernel.c pipeline/producer/_speedups/_delivery.c \
-		pipeline/producer/_speedups/_send.c pipeline/producer/_speedups/_shared.h
+		pipeline/producer/_speedups/_send.c pipeline/producer/_speedups/_shared.h \
+		pipeline/cluster/_writer.c
 	@test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPIP) install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
 	@$(VPY) tools/check_extensions.py

@@ -1,6 +1,7 @@
 """Hand-written mutants of the C send path (``pipeline/producer/_speedups/_send.c``), of the
-metadata reuse and the row lookup in ``_delivery.c``, and of ``pack_ints`` in
-``pipeline/protocol/_kernel.c``: ``tools/mutants.py`` mutates Python only.
+metadata reuse and the row lookup in ``_delivery.c``, of ``pack_ints`` in
+``pipeline/protocol/_kernel.c``, and of the connection's writer thread
+(``pipeline/cluster/_writer.c``): ``tools/mutants.py`` mutates Python only.
 
 Each mutant is one textual change of a condition or a value; the extension is rebuilt
 in place with the system compiler, the tests that hold the C path to its Python twin
@@ -21,13 +22,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SPEEDUPS = ROOT / "pipeline" / "producer" / "_speedups"
 PROTOCOL = ROOT / "pipeline" / "protocol"
-HOME = {"_send.c": SPEEDUPS, "_delivery.c": SPEEDUPS, "_kernel.c": PROTOCOL}
+CLUSTER = ROOT / "pipeline" / "cluster"
+HOME = {"_send.c": SPEEDUPS, "_delivery.c": SPEEDUPS, "_kernel.c": PROTOCOL, "_writer.c": CLUSTER}
 TESTS = ["tests/producer/test_send_many_rows.py",
          "tests/producer/test_send_extras.py", "tests/producer/test_send_c.py", "tests/producer/test_hot_path.py",
          "tests/scenarios/test_send_rows.py", "tests/producer/test_row_delivery_c.py",
          "tests/scenarios/test_send_rows_memory.py", "tests/protocol/test_columnar_fuzz.py",
          "tests/scenarios/test_send_rows_keyed.py", "tests/producer/test_sync_producer.py",
          "tests/producer/test_speedup_fields.py", "tests/producer/test_message_init.py"]
+# A file whose tests are its own (the writer is held to its twin on sockets, not by the producer).
+OWN_TESTS = {"_writer.c": ["tests/cluster/test_frame_writer.py"]}
 
 # (file, original text, mutated text)
 MUTANTS: list[tuple[str, str, str]] = [
@@ -225,6 +229,20 @@ MUTANTS: list[tuple[str, str, str]] = [
     ("_delivery.c", "    if (!PyTuple_CheckExact(x) || depth == 0) return 0;",
      "    if (!PyTuple_CheckExact(x)) return 0;"),
     ("_delivery.c", "            if (!untrack_atomic(PyTuple_GET_ITEM(x, i), depth - 1)) return 0;", ""),
+    # the connection's writer: the kernel first, then its thread, in order, until closed
+    ("_writer.c", "    int idle = w->head == NULL;", "    int idle = 1;"),
+    ("_writer.c", "        if (f->left == 0) {\n            free_frames(f);",
+     "        if (0) {\n            free_frames(f);"),
+    ("_writer.c", "        if (sent >= rest) {", "        if (sent > rest) {"),
+    ("_writer.c", "        Py_ssize_t skip = i == f->part ? f->offset : 0;",
+     "        Py_ssize_t skip = 0;"),
+    ("_writer.c", "        w->completed = f->seq;\n", ""),
+    ("_writer.c", "        w->completed = f->seq;\n        signal_done(w);", "        w->completed = f->seq;"),
+    ("_writer.c", "            if (err != ECANCELED) w->error = err;", ""),
+    ("_writer.c", "        w->queued_bytes -= before - f->left;", ""),
+    ("_writer.c", "    if (err) return raise_errno(err);\n    Py_RETURN_NONE;", "    Py_RETURN_NONE;"),
+    ("_writer.c", "    if (w->closed) return raise_errno(EBADF);\n    if (!PyList_CheckExact(parts))",
+     "    if (!PyList_CheckExact(parts))"),
 ]
 
 
@@ -238,6 +256,9 @@ EQUIVALENT = {
     61: "a bound check for memory safety only: RowOutcomes sizes inverse to the burst's "
         "rows when it is sealed, and a RowDelivery's row is below that count, so the "
         "read is always in bounds",
+    147: "a part written exactly to its end stays the current one, its offset at its "
+         "length: send_once then skips it (a zero-length rest) and the next count moves "
+         "past it, so the same bytes go out in the same calls",
     126: "a type's tp_vectorcall is never inherited (CPython's documented rule), so "
          "message_new is only ever called for ProducerMessage itself; the generic "
          "fallback guards a future CPython that would",
@@ -271,7 +292,8 @@ def main() -> int:
             (HOME[file] / file).write_text(source.replace(old, new))
             build(file)
             result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly",
-                                     "-p", "no:cacheprovider", *TESTS], cwd=ROOT,
+                                     "-p", "no:cacheprovider", *OWN_TESTS.get(file, TESTS)],
+                                    cwd=ROOT,
                                     capture_output=True, text=True, timeout=900)
             (HOME[file] / file).write_text(source)
             build(file)

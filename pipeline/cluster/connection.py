@@ -15,6 +15,15 @@ from the moment it is registered, and is given back when that entry leaves
 directly to the next parked waiter, FIFO, so a newcomer cannot overtake a task
 that has been waiting (same hand-off as :class:`trio.Semaphore`).
 
+A request's frame goes to the kernel at once; on a plain TCP connection, what the
+kernel does not take then is written by the connection's writer thread
+(:class:`~pipeline.cluster.transport.FrameWriter`), in order, while the event loop
+runs on: a request expecting a response is sent once it is queued (its response
+says it was written), one without (acks=0) once it is all in the kernel. So the
+broker reads the next request as soon as it answered one, however long the
+caller's code runs between two awaits. The writer stops in ``_fail``, before the
+stream is closed.
+
 The reader pulls frames out of a sans-I/O :class:`FrameBuffer`, peeks the
 correlation id, pops the matching :class:`PendingResponse`, decodes, and wakes
 its waiter through a :class:`trio.Event`: no task per request. A response whose
@@ -81,7 +90,7 @@ from pipeline.cluster.security import (
     tls_answer_error,
 )
 from pipeline.cluster.stats import BrokerStats
-from pipeline.cluster.transport import Connector, WriteLock, send_parts
+from pipeline.cluster.transport import Connector, FrameWriter, WriteLock
 from pipeline.protocol.api import ApiKey
 from pipeline.protocol.base import Request, Response
 from pipeline.protocol.codec import decode_response_as, encode_request_parts, peek_correlation_id
@@ -126,6 +135,10 @@ class BrokerConnection:
         self.config = config
         self.unmatched_responses = 0  # responses whose correlation id matched nothing
         self._stream = stream
+        # Writes the frames (under _write_lock): trio's write, or past what the kernel
+        # takes at once a thread of its own (transport.FrameWriter); closed by _fail,
+        # before the stream is.
+        self._writer = FrameWriter(stream)
         self._frames = FrameBuffer(max_frame_size=config.max_frame_size)
         self._on_close = on_close
         # {correlation_id: entry}, in send order. Protects response matching: an
@@ -355,7 +368,7 @@ class BrokerConnection:
                         self._register(pending)
                         slot_held = False
                     try:
-                        await send_parts(self._stream, frame)
+                        await self._writer.write(frame, until_written=not expect_response)
                     except trio.Cancelled:
                         self._fail(
                             BrokerConnectionError(
@@ -434,6 +447,7 @@ class BrokerConnection:
         if self._closed_error is not None:
             return
         self._closed_error = error
+        self._writer.close()  # (its thread stops before the stream's socket closes)
         if notify and not self._connecting:
             self.stats.disconnects += 1  # (an open connection lost on its own)
         pending = list(self._pending.values())

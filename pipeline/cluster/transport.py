@@ -20,16 +20,20 @@ that, and any :class:`trio.BrokenResourceError`, to
 from __future__ import annotations
 
 import errno
+import importlib
 import math
+import os
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Iterator
+from types import ModuleType
+from typing import Any
 
 import trio
 
 __all__ = [
-    "ConnectTimeoutError", "Connector", "MemoryNetwork", "WriteLock", "connect_failure_reason",
-    "parse_address", "send_parts", "tcp_connector",
+    "ConnectTimeoutError", "Connector", "FrameWriter", "MemoryNetwork", "WriteLock",
+    "connect_failure_reason", "parse_address", "send_parts", "tcp_connector",
 ]
 
 Connector = Callable[[str, int], Awaitable[trio.abc.Stream]]
@@ -189,6 +193,116 @@ async def send_parts(stream: trio.abc.Stream, parts: list[bytes | bytearray | me
         if exc.errno in _CLOSED_ERRNOS:
             raise trio.ClosedResourceError("this socket was already closed") from None
         raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+
+
+def _load_writer() -> ModuleType | None:
+    """``_writer.c``, or None when it is not built or ``PIPELINE_PURE_PYTHON`` asks for
+    the twins: every frame is then trio's write (``send_parts``)."""
+    if os.environ.get("PIPELINE_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        return importlib.import_module("pipeline.cluster._writer")
+    except ImportError:  # not built (no compiler at install time)
+        return None
+
+
+_writer_c = _load_writer()
+
+
+def _broken(exc: OSError) -> trio.BrokenResourceError | trio.ClosedResourceError:
+    """What a failed write is to the connection, as ``send_parts`` raises it."""
+    if exc.errno in _CLOSED_ERRNOS:
+        return trio.ClosedResourceError("this socket was already closed")
+    return trio.BrokenResourceError(f"socket connection broken: {exc}")
+
+
+class FrameWriter:
+    """A connection's writes: each frame whole and in order (the connection holds its
+    write lock around :meth:`write`).
+
+    On a plain TCP stream, with ``_writer.c`` built, a frame goes to the kernel at once
+    when nothing is queued before it, and what the kernel does not take then is written
+    by a thread of the writer's own, without the GIL (``_writer.c`` says why: a broker
+    reads the rest of a request while the event loop runs other tasks). Anywhere else
+    (TLS, memory streams, ``PIPELINE_PURE_PYTHON=1``, no compiler) trio writes it:
+    :func:`send_parts`, the twin, puts the same bytes on the wire in the same order.
+    """
+
+    __slots__ = ("_native", "_plain", "_stream")
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self._stream = stream
+        self._plain = type(stream) is trio.SocketStream and _writer_c is not None
+        # The native writer, made at the first write (two pipes; a thread only once a
+        # frame has to wait for the kernel).
+        self._native: Any = None
+
+    @property
+    def threaded(self) -> bool:
+        """True once the writer thread exists (a frame had to wait for the kernel)."""
+        return self._native is not None and bool(self._native.started)
+
+    async def write(self, parts: list[bytes | bytearray | memoryview], *,
+                    until_written: bool) -> None:
+        """Write ``parts`` as one frame after every frame before it. ``until_written``:
+        return only once all of it is in the kernel (a request no response will
+        confirm); else once it is queued. A checkpoint, as ``send_all``; cancelled while
+        it waits for the write, part of the frame may be written. Raises
+        :class:`trio.BrokenResourceError` when a write failed (this frame's or one
+        queued before it) and :class:`trio.ClosedResourceError` after :meth:`close`."""
+        native = self._native
+        if native is None:
+            if not self._plain:
+                await send_parts(self._stream, parts)
+                return
+            assert _writer_c is not None
+            socket_ = self._stream.socket  # type: ignore[attr-defined]
+            native = self._native = _writer_c.Writer(socket_.fileno())
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            native.reap()
+            queued = native.write(parts)
+        except OSError as exc:
+            raise _broken(exc) from exc
+        if queued and until_written:
+            await self._until_written(queued)
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def _until_written(self, frame: int) -> None:
+        native = self._native
+        while native.completed < frame:
+            await trio.lowlevel.wait_readable(native.done_fd)
+            try:
+                native.reap()
+            except OSError as exc:
+                raise _broken(exc) from exc
+
+    def close(self) -> None:
+        """Stop the writer thread (what it had not written is dropped: the connection
+        is closing) before the stream's socket is closed: the thread must never write
+        to a file descriptor number a later socket may reuse. A task waiting in
+        :meth:`write` gets :class:`trio.ClosedResourceError`, and so do later writes."""
+        native = self._native
+        if native is None:
+            self._plain = False
+            self._native = native = _CLOSED
+        if not native.closed:
+            trio.lowlevel.notify_closing(native.done_fd)
+            native.close()
+
+
+class _Closed:
+    """A closed writer's stand-in: every write fails as one to a closed socket."""
+
+    closed = True
+    started = False
+
+    def reap(self) -> None:
+        raise OSError(errno.EBADF, "the connection's writer is closed")
+
+
+_CLOSED = _Closed()
 
 
 class MemoryNetwork:
