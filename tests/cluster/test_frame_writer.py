@@ -326,3 +326,45 @@ def test_the_native_writer_refuses_to_write_once_closed() -> None:
     finally:
         left.close()
         right.close()
+
+
+def big_produce(size: int) -> object:
+    from pipeline.protocol.messages.produce import (
+        PartitionProduceData,
+        ProduceRequest,
+        TopicProduceData,
+    )
+
+    return ProduceRequest(acks=-1, timeout_ms=1000, topic_data=(TopicProduceData(
+        name="t", partition_data=(PartitionProduceData(index=0, records=b"r" * size),)),))
+
+
+@pytest.mark.parametrize("kind", ["native", "twin"])
+async def test_a_connection_queues_its_requests_while_the_broker_reads_none(kind: str) -> None:
+    # What the writer is for: Kafka reads a connection's next request only after it
+    # answered the one before, and meanwhile the kernel holds ~200 KB of the request.
+    # A connection whose requests are queued for its writer thread sends all it may
+    # (max_in_flight) without the broker reading a byte; written by trio, a request
+    # larger than what the kernel holds waits for the broker to read it.
+    from pipeline.cluster.connection import BrokerConnection
+
+    if kind == "native" and transport._writer_c is None:
+        pytest.skip("pipeline.cluster._writer is not built")
+    stream, peer = await tcp_pair()  # the "broker": reads nothing
+    conn = BrokerConnection(stream, "127.0.0.1", 0)
+    if kind == "twin":
+        conn._writer._plain = False
+    conn.api_versions = {}
+    sent = 0
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(conn._run_reader)
+            with trio.move_on_after(1.0):
+                for _ in range(3):
+                    await conn.send(big_produce(BIG), version=3)  # type: ignore[arg-type]
+                    sent += 1
+            await conn.aclose()
+    finally:
+        peer.close()
+    assert sent == (3 if kind == "native" else 0)
+    assert conn._writer._native is None or conn._writer._native.closed
