@@ -15,8 +15,9 @@ edit in a scratch copy, so the tests run the same code they run in CI.
 
 Suites (``SUITES``): the producer's targets are judged by ``tests/scenarios``
 and ``tests/producer``, the consumer's by ``tests/consumer`` (fake cluster,
-virtual time). Each suite has its own map and its own content hash: editing a
-consumer test reruns no producer mutant.
+virtual time), the connection writer's by ``tests/cluster`` (its own tests use
+real sockets and real time). Each suite has its own map and its own content
+hash: editing a consumer test reruns no producer mutant.
 
 How it runs (2 cores):
 
@@ -146,6 +147,16 @@ CONSUMER_TARGETS: dict[str, set[str] | None] = {
 }
 
 
+# A connection's writes: the native writer's Python side (the C side: tools/mutants_c.py)
+# and trio's write, its twin.
+CLUSTER_TARGETS: dict[str, set[str] | None] = {
+    "pipeline/cluster/transport.py": {
+        "send_parts", "_broken", "FrameWriter.__init__", "FrameWriter.threaded",
+        "FrameWriter.write", "FrameWriter._until_written", "FrameWriter.close", "_Closed.reap",
+    },
+}
+
+
 @dataclass(frozen=True)
 class Suite:
     """Targets and the deterministic tests that judge their mutants. Each suite
@@ -161,6 +172,7 @@ class Suite:
 SUITES = [
     Suite("producer", PRODUCER_TARGETS, ["tests/scenarios", "tests/producer"]),
     Suite("consumer", CONSUMER_TARGETS, ["tests/consumer"]),
+    Suite("cluster", CLUSTER_TARGETS, ["tests/cluster"]),
 ]
 TARGETS: dict[str, set[str] | None] = {
     file: only for suite in SUITES for file, only in suite.targets.items()
@@ -178,7 +190,7 @@ PYTEST = [
 # The fork runner only (see serve): hypothesis is imported before pytest starts.
 FORK_PYTEST = ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
 COPY = ["pipeline", "tests/conftest.py", "tests/scenarios", "tests/protocol",
-        "tests/producer", "tests/consumer", "pyproject.toml"]
+        "tests/producer", "tests/consumer", "tests/cluster", "pyproject.toml"]
 
 
 @dataclass(frozen=True)

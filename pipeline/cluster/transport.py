@@ -285,7 +285,6 @@ class FrameWriter:
         :meth:`write` gets :class:`trio.ClosedResourceError`, and so do later writes."""
         native = self._native
         if native is None:
-            self._plain = False
             self._native = native = _CLOSED
         if not native.closed:
             trio.lowlevel.notify_closing(native.done_fd)

@@ -8,11 +8,14 @@ Real sockets, so real time: every wait here is bounded by a short ``fail_after``
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
+from collections.abc import AsyncIterator
 
 import pytest
 import trio
+import trio.testing
 
 from pipeline.cluster import transport
 from pipeline.cluster.transport import FrameWriter
@@ -67,6 +70,39 @@ def drain(peer: socket.socket, into: bytearray, delay: float = 0.0) -> None:
         into += data
 
 
+@contextlib.asynccontextmanager
+async def wire(*, kind: str = "native", read_delay: float | None = None,
+               ) -> AsyncIterator[tuple[FrameWriter, socket.socket, bytearray]]:
+    """A ``FrameWriter`` on a TCP stream (``kind`` "twin": trio's write), the peer's
+    socket, and what a reader thread read from it (``read_delay`` None: nobody reads;
+    else the pause before each read). Everything is closed and joined at the end."""
+    if kind == "native" and transport._writer_c is None:
+        pytest.skip("pipeline.cluster._writer is not built")
+    stream, peer = await tcp_pair()
+    writer = FrameWriter(stream)
+    if kind == "twin":
+        writer._plain = False
+    got = bytearray()
+    reader = None
+    if read_delay is not None:
+        reader = threading.Thread(target=drain, args=(peer, got, read_delay))
+        reader.start()
+    try:
+        yield writer, peer, got
+    finally:
+        writer.close()
+        await stream.aclose()
+        if reader is not None:
+            await trio.to_thread.run_sync(reader.join)
+        peer.close()
+
+
+def reset(peer: socket.socket) -> None:
+    """Close ``peer`` with a reset: the writer's next send fails."""
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    peer.close()
+
+
 async def written_out(writer: FrameWriter) -> None:
     """Until the writer's thread has written every frame queued so far."""
     native = writer._native
@@ -85,36 +121,20 @@ async def write_all(writer: FrameWriter, sequence: list[list[bytes | bytearray |
 @pytest.mark.parametrize("until_written", [False, True])
 async def test_both_writers_put_the_same_bytes_on_the_wire_in_order(
         kind: str, until_written: bool) -> None:
-    if kind == "native" and transport._writer_c is None:
-        pytest.skip("pipeline.cluster._writer is not built")
-    stream, peer = await tcp_pair()
-    writer = FrameWriter(stream)
-    if kind == "twin":
-        writer._plain = False
-    got = bytearray()
-    reader = threading.Thread(target=drain, args=(peer, got, 0.002))
-    reader.start()
     sequence = frames()
-    try:
+    async with wire(kind=kind, read_delay=0.002) as (writer, _, got):
         with trio.fail_after(30):
             await write_all(writer, sequence, until_written=until_written)
             if kind == "native":
                 # the big frames waited for the slow reader in the writer's thread
                 assert writer.threaded
                 await written_out(writer)
-    finally:
-        writer.close()
-        await stream.aclose()
-        await trio.to_thread.run_sync(reader.join)
-        peer.close()
     assert bytes(got) == b"".join(joined(p) for p in sequence)
 
 
 @native
 async def test_a_frame_the_kernel_takes_at_once_needs_no_thread() -> None:
-    stream, peer = await tcp_pair()
-    writer = FrameWriter(stream)
-    try:
+    async with wire() as (writer, peer, _):
         for _ in range(100):
             await writer.write([bytearray(b"\x00\x00\x00\x04"), b"ping"], until_written=False)
         assert not writer.threaded
@@ -122,60 +142,32 @@ async def test_a_frame_the_kernel_takes_at_once_needs_no_thread() -> None:
         while len(data) < 800:
             data += await trio.to_thread.run_sync(peer.recv, 65536)
         assert data == b"\x00\x00\x00\x04ping" * 100
-    finally:
-        writer.close()
-        await stream.aclose()
-        peer.close()
 
 
 @native
 async def test_a_queued_frame_returns_before_it_is_written_unless_asked_to_wait() -> None:
-    stream, peer = await tcp_pair()  # the peer reads nothing until told
-    writer = FrameWriter(stream)
-    big = b"q" * BIG
-    try:
+    async with wire() as (writer, _, _):  # the peer reads nothing
         with trio.fail_after(5):
-            await writer.write([big], until_written=False)  # queued: returns at once
+            await writer.write([b"q" * BIG], until_written=False)  # queued: returns at once
         assert writer.threaded and writer._native.queued_bytes > 0
         with trio.move_on_after(0.3) as waited:
             await writer.write([b"acks=0 request"], until_written=True)
         assert waited.cancelled_caught, "returned before the peer read anything"
-    finally:
-        writer.close()
-        await stream.aclose()
-        peer.close()
 
 
 @native
 async def test_until_written_returns_once_the_frame_is_in_the_kernel() -> None:
-    stream, peer = await tcp_pair()
-    writer = FrameWriter(stream)
-    got = bytearray()
-    reader = threading.Thread(target=drain, args=(peer, got, 0.001))
-    reader.start()
-    try:
+    async with wire(read_delay=0.001) as (writer, _, got):
         with trio.fail_after(30):
             await writer.write([b"a" * BIG], until_written=True)
             assert writer._native.completed == 1 and writer._native.queued_bytes == 0
-    finally:
-        writer.close()
-        await stream.aclose()
-        await trio.to_thread.run_sync(reader.join)
-        peer.close()
     assert bytes(got) == b"a" * BIG
 
 
 @pytest.mark.parametrize("kind", ["native", "twin"])
 async def test_a_peer_that_goes_away_fails_the_next_write(kind: str) -> None:
-    if kind == "native" and transport._writer_c is None:
-        pytest.skip("pipeline.cluster._writer is not built")
-    stream, peer = await tcp_pair()
-    writer = FrameWriter(stream)
-    if kind == "twin":
-        writer._plain = False
-    try:
-        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-        peer.close()  # a reset: the writer's side fails
+    async with wire(kind=kind) as (writer, peer, _):
+        reset(peer)
 
         async def write_on() -> None:
             for _ in range(1000):
@@ -184,24 +176,19 @@ async def test_a_peer_that_goes_away_fails_the_next_write(kind: str) -> None:
 
         with trio.fail_after(5), pytest.raises(trio.BrokenResourceError):
             await write_on()
-    finally:
-        writer.close()
-        await stream.aclose()
 
 
 @native
 async def test_close_stops_the_thread_at_once_and_fails_its_waiters() -> None:
-    stream, peer = await tcp_pair()  # the peer never reads: the thread waits in poll()
-    writer = FrameWriter(stream)
     outcome: list[BaseException] = []
+    async with wire() as (writer, peer, _):  # the peer never reads: the thread waits in poll()
 
-    async def acks0() -> None:
-        try:
-            await writer.write([b"never read" * 100_000], until_written=True)
-        except trio.ClosedResourceError as exc:
-            outcome.append(exc)
+        async def acks0() -> None:
+            try:
+                await writer.write([b"never read" * 100_000], until_written=True)
+            except trio.ClosedResourceError as exc:
+                outcome.append(exc)
 
-    try:
         with trio.fail_after(5):
             await writer.write([b"b" * BIG], until_written=False)
             async with trio.open_nursery() as nursery:
@@ -212,35 +199,24 @@ async def test_close_stops_the_thread_at_once_and_fails_its_waiters() -> None:
         assert len(outcome) == 1
         peer.setblocking(False)
         received = 0
-        try:
-            while chunk := peer.recv(1 << 20):
-                received += len(chunk)
-        except BlockingIOError:
-            pass
-        await trio.sleep(0.1)  # (were the thread alive, it would write now)
-        try:
-            while chunk := peer.recv(1 << 20):
-                received += len(chunk)
-        except BlockingIOError:
-            pass
+        for _ in range(2):  # (were the thread alive, it would write in between)
+            try:
+                while chunk := peer.recv(1 << 20):
+                    received += len(chunk)
+            except BlockingIOError:
+                pass
+            await trio.sleep(0.1)
         assert received < BIG, "the writer wrote on after close()"
         with pytest.raises(trio.ClosedResourceError):
             await writer.write([b"after close"], until_written=False)
-    finally:
-        await stream.aclose()
-        peer.close()
 
 
-async def test_a_writer_closed_before_its_first_write_refuses_writes() -> None:
-    stream, peer = await tcp_pair()
-    writer = FrameWriter(stream)
-    writer.close()
-    try:
+@pytest.mark.parametrize("kind", ["native", "twin"])
+async def test_a_writer_closed_before_its_first_write_refuses_writes(kind: str) -> None:
+    async with wire(kind=kind) as (writer, _, _):
+        writer.close()
         with pytest.raises(trio.ClosedResourceError):
             await writer.write([b"x"], until_written=False)
-    finally:
-        await stream.aclose()
-        peer.close()
 
 
 async def test_streams_other_than_plain_tcp_are_written_by_trio() -> None:
@@ -259,55 +235,76 @@ async def test_the_kernel_never_takes_a_frame_ahead_of_a_queued_one() -> None:
     # The peer reads as fast as it can, so the kernel has room again and again while
     # the big frame's rest waits for the writer's thread: a small frame written to the
     # kernel then would land inside the big one.
-    stream, peer = await tcp_pair()
-    writer = FrameWriter(stream)
-    got = bytearray()
-    reader = threading.Thread(target=drain, args=(peer, got))
-    reader.start()
     sequence: list[list[bytes | bytearray | memoryview]] = [[b"B" * (16 * BIG)]]
     sequence += [[b"<%05d>" % i] for i in range(20_000)]
-    try:
+    async with wire(read_delay=0.0) as (writer, _, got):
         with trio.fail_after(30):
             for parts in sequence:
                 await writer.write(parts, until_written=False)
             await written_out(writer)
-    finally:
-        writer.close()
-        await stream.aclose()
-        await trio.to_thread.run_sync(reader.join)
-        peer.close()
     assert bytes(got) == b"".join(joined(p) for p in sequence)
 
 
 @native
 async def test_a_write_that_fails_in_the_thread_fails_its_waiter_and_the_next_write() -> None:
-    stream, peer = await tcp_pair()  # the peer reads nothing: the big frame waits
-    writer = FrameWriter(stream)
     failures: list[BaseException] = []
+    async with wire() as (writer, peer, _):  # the peer reads nothing: the big frame waits
 
-    async def waiter() -> None:
-        try:
-            await writer.write([b"acks=0"], until_written=True)
-        except trio.BrokenResourceError as exc:
-            failures.append(exc)
+        async def waiter() -> None:
+            try:
+                await writer.write([b"acks=0"], until_written=True)
+            except trio.BrokenResourceError as exc:
+                failures.append(exc)
 
-    try:
         with trio.fail_after(5):
             await writer.write([b"w" * BIG], until_written=False)
             assert writer.threaded
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(waiter)
                 await trio.sleep(0.05)
-                # a reset while the thread waits to write: its next sendmsg fails
-                peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                peer.close()
+                reset(peer)  # while the thread waits to write: its next sendmsg fails
             assert len(failures) == 1
             with pytest.raises(trio.BrokenResourceError):
                 await writer.write([b"next"], until_written=False)
-    finally:
-        writer.close()
-        await stream.aclose()
+
+
+@pytest.mark.parametrize("kind", ["native", "twin"])
+async def test_a_write_is_a_checkpoint_and_a_cancelled_one_writes_nothing(kind: str) -> None:
+    async with wire(kind=kind) as (writer, peer, _):
+        with trio.testing.assert_checkpoints():
+            await writer.write([b"one"], until_written=False)
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await writer.write([b"two"], until_written=False)
+        assert scope.cancelled_caught
+        await writer.write([b"three"], until_written=True)
+        data = b""
+        while len(data) < 8:
+            data += await trio.to_thread.run_sync(peer.recv, 100)
+        assert data == b"onethree"
+
+
+@native
+async def test_close_wakes_a_waiter_the_thread_has_nothing_to_tell() -> None:
+    # A waiter parked on the writer's pipe while its thread is idle (never started
+    # here): only close() itself can wake it.
+    outcome: list[BaseException] = []
+    async with wire() as (writer, _, _):
+        await writer.write([b"x"], until_written=False)  # (the native writer exists)
+        assert not writer.threaded
+
+        async def waiter() -> None:
+            try:
+                await writer._until_written(99)
+            except trio.ClosedResourceError as exc:
+                outcome.append(exc)
+
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(waiter)
+                await trio.sleep(0.05)
+                writer.close()
+    assert len(outcome) == 1
 
 
 @native
