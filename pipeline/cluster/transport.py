@@ -226,6 +226,11 @@ class FrameWriter:
     reads the rest of a request while the event loop runs other tasks). Anywhere else
     (TLS, memory streams, ``PIPELINE_PURE_PYTHON=1``, no compiler) trio writes it:
     :func:`send_parts`, the twin, puts the same bytes on the wire in the same order.
+
+    A frame's buffers must not change once :meth:`write` returned, since a queued frame
+    is read by the thread later: the codec makes a request's buffers fresh, and a
+    batch's encoded bytes are never changed (a re-stamp makes new ones). Like trio
+    itself, a writer does not survive ``fork()``: the child has no thread.
     """
 
     __slots__ = ("_native", "_plain", "_stream")
