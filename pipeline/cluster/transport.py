@@ -164,6 +164,13 @@ _IOV_MAX = 1024
 _CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
 
 
+def _broken(exc: OSError) -> trio.BrokenResourceError | trio.ClosedResourceError:
+    """What a failed write is to the connection, as ``send_all`` raises it."""
+    if exc.errno in _CLOSED_ERRNOS:
+        return trio.ClosedResourceError("this socket was already closed")
+    return trio.BrokenResourceError(f"socket connection broken: {exc}")
+
+
 async def send_parts(stream: trio.abc.Stream, parts: list[bytes | bytearray | memoryview]) -> None:
     """Write ``parts`` to ``stream`` in order, as ``send_all(b"".join(parts))`` would.
 
@@ -190,9 +197,7 @@ async def send_parts(stream: trio.abc.Stream, parts: list[bytes | bytearray | me
             if sent:
                 views[i] = views[i][sent:]
     except OSError as exc:
-        if exc.errno in _CLOSED_ERRNOS:
-            raise trio.ClosedResourceError("this socket was already closed") from None
-        raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+        raise _broken(exc) from exc
 
 
 def _load_writer() -> ModuleType | None:
@@ -207,13 +212,6 @@ def _load_writer() -> ModuleType | None:
 
 
 _writer_c = _load_writer()
-
-
-def _broken(exc: OSError) -> trio.BrokenResourceError | trio.ClosedResourceError:
-    """What a failed write is to the connection, as ``send_parts`` raises it."""
-    if exc.errno in _CLOSED_ERRNOS:
-        return trio.ClosedResourceError("this socket was already closed")
-    return trio.BrokenResourceError(f"socket connection broken: {exc}")
 
 
 class FrameWriter:
