@@ -115,6 +115,8 @@ PRODUCER_TARGETS: dict[str, set[str] | None] = {
         "Intake._open_rows",
         "Intake.close_rows",
     },
+    # the settled awaits' schedule budget, restarted by send()'s schedule point
+    "pipeline/producer/_outcomes/delivery.py": {"_restart_schedule_py"},
     # send() bursts as columns
     "pipeline/producer/_columnar/burst.py": None,
     "pipeline/producer/_columnar/row_outcomes.py": None,

@@ -243,6 +243,9 @@ MUTANTS: list[tuple[str, str, str]] = [
     ("_writer.c", "    if (err) return raise_errno(err);\n    Py_RETURN_NONE;", "    Py_RETURN_NONE;"),
     ("_writer.c", "    if (w->closed) return raise_errno(EBADF);\n    if (!PyList_CheckExact(parts))",
      "    if (!PyList_CheckExact(parts))"),
+    # send()'s schedule point restarts the settled awaits' budget (restart_schedule)
+    ("_delivery.c", "    countdown = schedule_every + 1;", "    countdown = schedule_every;"),
+    ("_delivery.c", "    countdown = schedule_every + 1;\n    Py_RETURN_NONE;", "    Py_RETURN_NONE;"),
 ]
 
 

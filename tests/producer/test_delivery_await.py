@@ -159,6 +159,24 @@ async def test_a_full_schedule_point_every_n_awaits_on_one_budget(await_path: st
         assert steps.steps == 2
 
 
+def test_a_restart_puts_the_next_schedule_point_a_whole_budget_away(await_path: str) -> None:
+    """A schedule point made elsewhere (send()'s) restarts the shared budget: the next
+    _SCHEDULE_EVERY calls are not due, whatever was spent before, and the one after
+    them is; then every _SCHEDULE_EVERY-th again."""
+    sync_budget()
+    for _ in range(EVERY - 2):
+        assert not delivery_module._schedule_due()
+    delivery_module._restart_schedule()
+    for _ in range(EVERY):
+        assert not delivery_module._schedule_due()
+    assert delivery_module._schedule_due()
+    for _ in range(EVERY - 1):
+        assert not delivery_module._schedule_due()
+    assert delivery_module._schedule_due()
+    if await_path == "python":  # (the switch binds the twin's current cycle)
+        assert delivery_module._schedule_due is delivery_module._schedule_due_py
+
+
 async def test_schedule_point_lets_another_task_run(await_path: str) -> None:
     d = settled()
     ran = 0

@@ -517,6 +517,32 @@ async def test_awaiting_settled_rows_schedules_about_never(
     assert n // every <= steps.steps <= n // every + 1, steps.steps
 
 
+async def test_a_loop_of_send_and_await_yields_only_where_send_does(
+    fake: FakeCluster, autojump_clock: Any, await_path: str
+) -> None:
+    """send()'s schedule point restarts the settled awaits' budget: a loop of send()
+    and an await of a settled delivery yields once per _YIELD_EVERY sends, as a loop of
+    sends alone does, not once more per _SCHEDULE_EVERY awaits (each such point hands
+    the open burst to the dispatcher: smaller bursts, more requests)."""
+    from .test_delivery_results import counting_steps
+
+    fake.create_topic("t", 3)
+    n = 3 * EVERY
+    async with open_fake_producer(fake) as producer:
+        columnar_next(producer)
+        settled = await producer.send("t", b"first")
+        await producer.flush()
+        await settled
+        with counting_steps() as steps:
+            for i in range(n):
+                await producer.send("t", b"v%d" % i)
+                await settled
+        await producer.flush()
+        written = sorted(v for p in range(3) for v in values_in_log(fake, "t", p) if v)
+        assert written == sorted([b"first", *(b"v%d" % i for i in range(n))])
+    assert n // EVERY <= steps.steps <= n // EVERY + 1, steps.steps
+
+
 async def test_a_row_await_falls_back_to_trio_public_api(
     fake: FakeCluster, autojump_clock: Any
 ) -> None:

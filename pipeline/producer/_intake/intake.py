@@ -18,7 +18,9 @@ burst first, so a later ``send()`` never joins a burst queued ahead of it.
 rows or ``_YIELD_EVERY / _MESSAGE_COST`` messages, and whenever it has to wait (buffer or
 intake full): a tight loop of sends neither starves the pipeline nor pays a scheduler
 pass per message. The checkpoint comes before acceptance, so a cancelled ``send()``
-never accepted its message.
+never accepted its message. It restarts the settled awaits' budget too
+(``delivery._restart_schedule``): a loop that sends and awaits yields as often as one
+that only sends.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from pipeline.producer._intake.normalize import (
     row_extras,
 )
 from pipeline.producer._message import PENDING, DeliveryCallback, Headers, ProducerMessage
+from pipeline.producer._outcomes import delivery as _delivery
 from pipeline.producer._outcomes.delivery import Delivery, MessageDelivery
 from pipeline.producer._outcomes.ledger import Ledger
 from pipeline.producer._speedups import fields
@@ -203,6 +206,7 @@ class Intake:
         else:
             self._until_yield = _YIELD_EVERY
             await trio.lowlevel.checkpoint()
+            _delivery._restart_schedule()  # (the awaits' budget counts from here too)
         if self._closing:
             raise self._refusal()
         if type(value) is str:  # sent as UTF-8 (normalize's rule), as rows too

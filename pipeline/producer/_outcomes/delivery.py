@@ -10,9 +10,9 @@ the C twin of that await is ``_speedups/_delivery.c``, switched by ``_use``.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
+from itertools import chain, cycle
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -55,11 +55,28 @@ class OnDelivery:
 # 0.3 ms (a send() loop: ~2 ms). Measured: 512 cost 9 ns an await, 4096 ~1.
 # One budget for the whole process (trio runs one task at a time, so it is
 # shared fairly): ``_schedule_due()`` is True on every _SCHEDULE_EVERY-th call.
+# send()'s periodic schedule point restarts it (``_restart_schedule``): the awaits
+# in a loop of send() and await then add no schedule points of their own (each
+# one would hand the open burst to the dispatcher: smaller bursts, more requests;
+# docs/benchmarks.md).
 _SCHEDULE_EVERY = 4096
-_schedule_due_py = itertools.cycle((False,) * (_SCHEDULE_EVERY - 1) + (True,)).__next__
+_BUDGET = (False,) * (_SCHEDULE_EVERY - 1) + (True,)
+_schedule_due_py = cycle(_BUDGET).__next__
 #: The budget in use: ``_delivery.schedule_due`` when the C path is loaded (so the C
 #: and the Python await share it), else the cycle above.
 _schedule_due: Callable[[], bool] = _schedule_due_py
+
+
+def _restart_schedule_py() -> None:
+    """``_delivery.restart_schedule``'s twin: the next _SCHEDULE_EVERY calls are not
+    due, the one after them is (send() yields on its _YIELD_EVERY-th call after its
+    checkpoint: a loop that sends and awaits reaches that first)."""
+    global _schedule_due_py, _schedule_due
+    _schedule_due_py = _schedule_due = chain((False,), cycle(_BUDGET)).__next__
+
+
+#: Restarts the budget in use: a schedule point was just made (``Intake.send``).
+_restart_schedule: Callable[[], None] = _restart_schedule_py
 _checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
 _checkpoint = trio.lowlevel.checkpoint
 
@@ -224,7 +241,7 @@ def _await_settled_checkpoint(self: MessageDelivery, full: bool) -> Generator[An
 def _use(kind: str) -> None:
     """Switch the await path of the process: ``"c"`` (needs the built extension) or
     ``"python"``. Done once at import (the C path when built); tests run both."""
-    global _schedule_due, _metadata_of, DELIVERY_AWAIT
+    global _schedule_due, _restart_schedule, _metadata_of, DELIVERY_AWAIT
     if kind == "c":
         if _c is None:
             raise RuntimeError("pipeline.producer._speedups._delivery is not built or is disabled")
@@ -235,10 +252,12 @@ def _use(kind: str) -> None:
             schedule_every=_SCHEDULE_EVERY,
         )
         _schedule_due, _metadata_of = _c.schedule_due, _c.metadata
+        _restart_schedule = _c.restart_schedule
         if "__await__" in MessageDelivery.__dict__:
             del MessageDelivery.__await__  # the slot comes from _delivery.SettledAwait again
     elif kind == "python":
         _schedule_due, _metadata_of = _schedule_due_py, _metadata_py
+        _restart_schedule = _restart_schedule_py
         MessageDelivery.__await__ = _await_py  # type: ignore[method-assign]
     else:
         raise ValueError(f"await path must be 'c' or 'python', not {kind!r}")

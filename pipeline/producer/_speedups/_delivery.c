@@ -175,6 +175,16 @@ static inline int due(void) {
     return 0;
 }
 
+/* A schedule point was just made elsewhere (send()'s periodic checkpoint): the next
+ * schedule_every calls are not due, the one after them is. (schedule_every, not
+ * schedule_every - 1: send() yields on its schedule_every-th call after its last
+ * checkpoint, so a loop that sends and awaits reaches its next send checkpoint before
+ * the awaits' due call.) */
+static PyObject *restart_schedule(PyObject *module, PyObject *unused) {
+    countdown = schedule_every + 1;
+    Py_RETURN_NONE;
+}
+
 static PyObject *schedule_due(PyObject *module, PyObject *unused) {
     if (check_ready() < 0) return NULL;
     return PyBool_FromLong(due());
@@ -1164,6 +1174,8 @@ static PyMethodDef methods[] = {
      "in C (fields.MESSAGE_INIT's order)."},
     {"schedule_due", schedule_due, METH_NOARGS,
      "True on every schedule_every-th call (one budget for the process)."},
+    {"restart_schedule", restart_schedule, METH_NOARGS,
+     "A schedule point was just made: the next schedule_every calls are False."},
     {"setup_rows", (PyCFunction)(void (*)(void))setup_rows, METH_VARARGS | METH_KEYWORDS,
      "setup_rows(row_type, rows_type, rows_fields, outcomes_type, outcomes_fields, run_type, "
      "run_fields, python_await, settled_checkpoint): bind the row await to "

@@ -218,6 +218,9 @@ GLOBALS: tuple[Global, ...] = (
     Global("pipeline.producer._outcomes.delivery", "_schedule_due", "_delivery.schedule_due",
            "switch",
            "the process-wide budget of awaits between full schedule points"),
+    Global("pipeline.producer._outcomes.delivery", "_restart_schedule",
+           "_delivery.restart_schedule", "switch",
+           "restarts that budget after send()'s periodic schedule point"),
     Global("pipeline.producer._outcomes.delivery", "_metadata_of", "_delivery.metadata", "switch",
            "builds a delivered message's RecordMetadata"),
 )
