@@ -27,6 +27,7 @@ LINGER_S = 0.005
 SEND_MANY_CHUNK = 10_000
 SEND_BATCH_ROWS = 100_000  # rows per send_batch call (a list or an Arrow array of them)
 AWAIT_WINDOW = 10_000  # deliveries an await-each client holds before awaiting the oldest
+AWAIT_WINDOWS = (("100k", 100_000), ("300k", 300_000))  # the "await-window" group's windows
 _POOL = 1024  # distinct values, cycled: no 100 MB value list inflating every client's RSS
 
 
@@ -214,10 +215,12 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                     del batch
             elif api.startswith("await-"):  # the "workloads" group, awaiting every delivery
                 # What a caller who wants each message's outcome writes without holding a
-                # million futures: keep the last AWAIT_WINDOW deliveries, and once the
+                # million futures: keep the last AWAIT_WINDOW (or N) deliveries, and once the
                 # window is full await the oldest before the next send (a sliding window:
                 # sends never stop to drain it). The rest are awaited after the loop.
-                workload = api[len("await-"):]
+                # ("await-W@N": a window of N deliveries instead of AWAIT_WINDOW)
+                workload, _, held = api[len("await-"):].partition("@")
+                held_max = int(held) if held else AWAIT_WINDOW
                 send = producer.send
                 events = make_event_values()
                 wkeys = make_keys(len(events))
@@ -227,7 +230,7 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                 if workload == "nokey":
                     for i in range(n):
                         hold(await send(topic, distinct_value(i, events[i & mask])))
-                        if len(window) >= AWAIT_WINDOW:
+                        if len(window) >= held_max:
                             try:
                                 await oldest()
                             except ProducerError:
@@ -236,7 +239,7 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                     for i in range(n):
                         j = i & mask
                         hold(await send(topic, distinct_value(i, events[j]), key=wkeys[j]))
-                        if len(window) >= AWAIT_WINDOW:
+                        if len(window) >= held_max:
                             try:
                                 await oldest()
                             except ProducerError:
@@ -247,7 +250,7 @@ def produce_pipeline(bootstrap: str, topic: str, n: int, *, api: str = "send",
                         hold(await send(topic, distinct_value(i, events[j]), key=wkeys[j],
                                         headers=[("trace-id", b"%016x" % i),
                                                  ("source", b"checkout")]))
-                        if len(window) >= AWAIT_WINDOW:
+                        if len(window) >= held_max:
                             try:
                                 await oldest()
                             except ProducerError:
@@ -652,6 +655,12 @@ CLIENTS: dict[str, ClientSpec] = {spec.name: spec for spec in (
         ClientSpec(f"pipeline-m-{w}", f"pipeline send_many() {w}",
                    _pipeline(f"many-{w}", **_zstd(w)),
                    "pipeline", wants_idempotent=True, group="workloads", workload=w))),
+    # Awaiting every keyed delivery with larger windows than AWAIT_WINDOW, against
+    # "pipeline-w-keyed" and "pipeline-a-keyed": what the window costs (docs/benchmarks.md).
+    *(ClientSpec(f"pipeline-a{label}-keyed", f"pipeline send() + await each keyed, {label} window",
+                 _pipeline(f"await-keyed@{held}"),
+                 "pipeline", wants_idempotent=True, group="await-window", workload="keyed")
+      for label, held in AWAIT_WINDOWS),
     # send_many forced onto the per-message path (what every call took before its
     # messages rode the columnar path): the before of a before/after in one run.
     *(ClientSpec(f"pipeline-m0-{w}", f"pipeline send_many() {w}, per-message path",

@@ -33,6 +33,9 @@ Clients
   confluent-w-W        librdkafka, idempotent: ``produce()`` + ``poll(0)``, ``flush()``
   aiokafka-w-W         ``await send()`` (futures) then ``flush()``, NOT idempotent (as
                        "aiokafka"); ``compression_type="zstd"`` for headers-zstd
+  pipeline-aN-keyed    group "await-window": pipeline-a-keyed with a window of N = 100k or
+                       300k deliveries (with pipeline-w-keyed and pipeline-a-keyed: what the
+                       window costs); read back too
   pipeline-m0-W        group "send_many-before": pipeline-m-W forced onto the per-message
                        path (send_many before its messages rode the columnar path); read
                        back too
@@ -121,6 +124,8 @@ TARGETS = [
        f"pipeline-w-{w}", 0.8) for w in ("nokey", "keyed", "headers", "headers-zstd")),
     *((f"{w}: send(on_delivery=) >= 0.8x send() + flush", f"pipeline-c-{w}",
        f"pipeline-w-{w}", 0.8) for w in ("nokey", "keyed", "headers", "headers-zstd")),
+    *((f"keyed: await each, {label} window >= 0.8x send() + flush", f"pipeline-a{label}-keyed",
+       "pipeline-w-keyed", 0.8) for label in ("100k", "300k")),
 ]
 
 Log = Callable[[str], None]
@@ -876,7 +881,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"runs per client, median reported (default {DEFAULT_REPEATS})")
     parser.add_argument("--clients", default=None,
                         help="comma-separated subset (names or the groups peers, idempotence, "
-                             "keyed, workloads, send_many-before, hooks; default: every "
+                             "keyed, workloads, await-window, send_many-before, hooks; "
+                             "default: every "
                              "client)")
     parser.add_argument("--quick", action="store_true", help="n=100k, 1 repeat")
     parser.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
